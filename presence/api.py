@@ -1,0 +1,313 @@
+"""The public service: the only place where the store, the relations and the domain meet.
+
+Every function has an async twin prefixed ``a``. Targets and viewers are users (or, for
+targets, user ids); an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from presence import domain, relations
+from presence.conf import get_settings
+from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
+from presence.models import LastSeen, PrivacySettings, UserStatus
+from presence.signals import presence_changed
+from presence.store import get_store
+
+__all__ = [
+    "InvalidInput",
+    "Presence",
+    "abulk_presence",
+    "aget_presence",
+    "aonline_friends",
+    "aset_status",
+    "asign_off",
+    "atouch",
+    "bulk_presence",
+    "cleanup",
+    "get_presence",
+    "online_friends",
+    "set_status",
+    "sign_off",
+    "touch",
+]
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _pk(user_or_id: Any) -> int:
+    if isinstance(user_or_id, bool):
+        raise TypeError("Expected a user or a user id, got a bool.")
+    if isinstance(user_or_id, int):
+        return user_or_id
+    pk = getattr(user_or_id, "pk", None)
+    if pk is None:
+        raise TypeError(f"Expected a saved user or a user id, got {user_or_id!r}.")
+    return int(pk)
+
+
+def _timing() -> domain.Timing:
+    conf = get_settings()
+    return domain.Timing(online_window=conf.ONLINE_WINDOW, offline_grace=conf.OFFLINE_GRACE)
+
+
+def limits() -> domain.Limits:
+    conf = get_settings()
+    return domain.Limits(
+        text_max_length=conf.TEXT_MAX_LENGTH,
+        emoji_max_length=conf.EMOJI_MAX_LENGTH,
+        max_expiry=conf.MAX_STATUS_EXPIRY,
+    )
+
+
+# --- recording activity ---------------------------------------------------------------------
+
+
+def touch(user: Any, device: str = "web") -> None:
+    """Record activity of ``user`` now. Never raises for a Redis outage (it is logged)."""
+    store = get_store()
+    store.run(store.touch(_pk(user), domain.Device(device), _now()))
+
+
+async def atouch(user: Any, device: str = "web") -> None:
+    store = get_store()
+    await store.arun(store.touch(_pk(user), domain.Device(device), _now()))
+
+
+def sign_off(user: Any, device: str = "web") -> None:
+    """The user left on ``device`` (logout): persist last seen; offline once no device is left."""
+    now = _now()
+    store = get_store()
+    store.run(store.sign_off(_pk(user), domain.Device(device), now))
+    LastSeen.objects.record_many({_pk(user): now})
+
+
+async def asign_off(user: Any, device: str = "web") -> None:
+    now = _now()
+    store = get_store()
+    await store.arun(store.sign_off(_pk(user), domain.Device(device), now))
+    await sync_to_async(LastSeen.objects.record_many)({_pk(user): now})
+
+
+# --- reading presence -----------------------------------------------------------------------
+
+
+def _resolve_all(
+    facts: relations.Facts, live: dict[int, domain.LiveState] | None, now: float
+) -> dict[int, Presence]:
+    states = live or {}
+    timing = _timing()
+    unknown = domain.LiveState()
+    return {
+        user_id: domain.resolve(states.get(user_id, unknown), choices, relation, now, timing)
+        for user_id, (relation, choices) in facts.items()
+    }
+
+
+def _target_ids(targets: Iterable[Any]) -> list[int]:
+    return list(dict.fromkeys(_pk(target) for target in targets))
+
+
+def bulk_presence(targets: Iterable[Any], viewer: Any) -> dict[int, Presence]:
+    """Presence of many users as ``viewer`` may see it: one query, one Redis round trip.
+
+    Ids of no user are left out of the result.
+    """
+    facts = relations.load(viewer, _target_ids(targets))
+    store = get_store()
+    live = store.run(store.read(facts))
+    return _resolve_all(facts, live, _now())
+
+
+async def abulk_presence(targets: Iterable[Any], viewer: Any) -> dict[int, Presence]:
+    facts = await relations.aload(viewer, _target_ids(targets))
+    store = get_store()
+    live = await store.arun(store.read(facts))
+    return _resolve_all(facts, live, _now())
+
+
+def get_presence(target: Any, viewer: Any) -> Presence:
+    return bulk_presence([target], viewer).get(_pk(target), domain.HIDDEN)
+
+
+async def aget_presence(target: Any, viewer: Any) -> Presence:
+    return (await abulk_presence([target], viewer)).get(_pk(target), domain.HIDDEN)
+
+
+def _most_recent_online(
+    presences: dict[int, Presence], limit: int | None
+) -> list[int]:
+    online = [(p.last_seen, user_id) for user_id, p in presences.items() if p.is_online]
+    # Online friends whose last seen is hidden from the viewer sort after the others.
+    online.sort(key=lambda item: (item[0] is not None, item[0] or 0), reverse=True)
+    ids = [user_id for _, user_id in online]
+    return ids if limit is None else ids[:limit]
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a non-negative int or None, got {limit!r}.")
+
+
+def _users_in_order(ids: list[int]) -> list[Any]:
+    by_pk = get_user_model()._default_manager.in_bulk(ids)
+    return [by_pk[pk] for pk in ids if pk in by_pk]
+
+
+def online_friends(user: Any, limit: int | None = None) -> list[Any]:
+    """Friends (mutual contacts) online and visible to ``user``, most recently active first.
+
+    Three queries and one Redis round trip whatever the number of friends.
+    """
+    _check_limit(limit)
+    presences = bulk_presence(relations.friend_ids(user), user)
+    return _users_in_order(_most_recent_online(presences, limit))
+
+
+async def aonline_friends(user: Any, limit: int | None = None) -> list[Any]:
+    _check_limit(limit)
+    presences = await abulk_presence(await relations.afriend_ids(user), user)
+    ids = _most_recent_online(presences, limit)
+    return await sync_to_async(_users_in_order)(ids)
+
+
+# --- choosing a status ----------------------------------------------------------------------
+
+
+def _change(
+    status: str,
+    text: str | None,
+    emoji: str | None,
+    activity: str | None,
+    expires_at: datetime | None,
+) -> tuple[StatusChange, datetime | None]:
+    expires_in: float | None = None
+    if expires_at is not None:
+        if timezone.is_naive(expires_at):
+            raise InvalidInput("invalid_value", "expires_at must be an aware datetime.")
+        expires_in = (expires_at - timezone.now()).total_seconds()
+        if expires_in < 1:
+            raise InvalidInput("invalid_value", "expires_at must be in the future.")
+    change = domain.parse_status_change(
+        {
+            "status": status,
+            "text": text,
+            "emoji": emoji,
+            "activity": activity,
+            "expires_in": expires_in,
+        },
+        limits(),
+    )
+    return change, expires_at
+
+
+def apply_change(user: Any, change: StatusChange, expires_at: datetime | None = None) -> Presence:
+    """Store a validated status change and return the user's own presence."""
+    if expires_at is None and change.expires_in is not None:
+        expires_at = timezone.now() + timedelta(seconds=change.expires_in)
+    has_custom = any((change.text, change.emoji, change.activity))
+    with transaction.atomic():
+        UserStatus.objects.update_or_create(
+            user_id=_pk(user),
+            defaults={
+                "dnd": change.status is StatusChoice.DND,
+                "text": change.text or "",
+                "emoji": change.emoji or "",
+                "activity": change.activity or "",
+                "expires_at": expires_at if has_custom else None,
+            },
+        )
+        PrivacySettings.objects.update_or_create(
+            user_id=_pk(user), defaults={"invisible": change.status is StatusChoice.INVISIBLE}
+        )
+        transaction.on_commit(
+            lambda: presence_changed.send(sender=UserStatus, user_id=_pk(user), reason="status")
+        )
+    return get_presence(user, user)
+
+
+def set_status(
+    user: Any,
+    status: str,
+    text: str | None = None,
+    emoji: str | None = None,
+    activity: str | None = None,
+    expires_at: datetime | None = None,
+) -> Presence:
+    """Choose ``auto``, ``dnd`` or ``invisible`` and a custom status clearing at ``expires_at``.
+
+    Raises :class:`InvalidInput` (a ``ValueError``) naming what is wrong; nothing is saved then.
+    """
+    change, expires_at = _change(status, text, emoji, activity, expires_at)
+    return apply_change(user, change, expires_at)
+
+
+async def aset_status(
+    user: Any,
+    status: str,
+    text: str | None = None,
+    emoji: str | None = None,
+    activity: str | None = None,
+    expires_at: datetime | None = None,
+) -> Presence:
+    return await sync_to_async(set_status)(user, status, text, emoji, activity, expires_at)
+
+
+# --- maintenance ----------------------------------------------------------------------------
+
+
+@dataclass
+class CleanupReport:
+    buckets: int = 0
+    stale: int = 0
+    persisted: int = 0
+    removed: int = 0
+    expired_statuses: int = 0
+    dry_run: bool = False
+
+
+def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
+    """Persist last seen of users no longer online, then remove them from Redis.
+
+    Works through the buckets ``batch`` at a time (one round trip each), so no Redis command
+    touches more than one small bucket. Idempotent and safe to run concurrently: an entry is
+    removed only if unchanged since it was persisted. Raises StoreUnavailable if Redis is down.
+    """
+    conf = get_settings()
+    store = get_store()
+    batch = batch or conf.CLEANUP_BATCH
+    now = _now()
+    before = now - conf.ONLINE_WINDOW
+    report = CleanupReport(dry_run=dry_run)
+    for start in range(0, conf.BUCKETS, batch):
+        buckets = list(range(start, min(start + batch, conf.BUCKETS)))
+        entries = store.run(store.scan_stale(buckets, before))
+        report.buckets += len(buckets)
+        report.stale += len(entries)
+        if dry_run or not entries:
+            continue
+        seen: dict[int, float] = {}
+        for entry in entries:
+            seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
+        report.persisted += LastSeen.objects.record_many(seen)
+        report.removed += store.run(store.remove_unchanged(entries))
+    expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
+    if dry_run:
+        report.expired_statuses = expired.count()
+    else:
+        report.expired_statuses = expired.update(
+            text="", emoji="", activity="", expires_at=None
+        )
+    return report

@@ -1,0 +1,160 @@
+"""System checks for presence's configuration. Ids are stable; each has a hint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
+
+MIDDLEWARE_PATH = "presence.middleware.PresenceMiddleware"
+AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+DJANGO_REDIS_BACKENDS = {"django_redis.cache.RedisCache"}
+
+_POSITIVE_INTS = (
+    "ONLINE_WINDOW",
+    "TOUCH_INTERVAL",
+    "HEARTBEAT_INTERVAL",
+    "CONNECTION_TTL",
+    "IDLE_AFTER",
+    "OFFLINE_GRACE",
+    "MAX_SUBSCRIPTIONS",
+    "BUCKETS",
+    "TEXT_MAX_LENGTH",
+    "EMOJI_MAX_LENGTH",
+    "MAX_STATUS_EXPIRY",
+    "CLEANUP_BATCH",
+)
+_POSITIVE_NUMBERS = ("SOCKET_TIMEOUT", "RETRY_INTERVAL")
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _bad_value(key: str, value: Any, expected: str) -> Error:
+    return Error(
+        f"PRESENCE[{key!r}] is {value!r}; it must be {expected}.",
+        hint=f"Fix or remove PRESENCE[{key!r}] (default: {getattr(PresenceSettings, key)!r}).",
+        id="presence.E002",
+    )
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = user_settings()
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                f"PRESENCE must be a dict, not {type(raw).__name__}.",
+                hint='Set PRESENCE = {"ONLINE_WINDOW": 300, ...} or remove it for the defaults.',
+                id="presence.E001",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    for key in sorted(set(raw) - SETTING_NAMES):
+        messages.append(
+            Warning(
+                f"PRESENCE has an unknown key {key!r}; it is ignored.",
+                hint="Known keys: " + ", ".join(sorted(SETTING_NAMES)) + ".",
+                id="presence.W001",
+            )
+        )
+    for key in _POSITIVE_INTS:
+        if key in raw and not _is_positive_int(raw[key]):
+            messages.append(_bad_value(key, raw[key], "a positive integer (seconds or a count)"))
+    for key in _POSITIVE_NUMBERS:
+        value = raw.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            messages.append(_bad_value(key, value, "a positive number of seconds"))
+    for key in ("CACHE_ALIAS", "KEY_PREFIX"):
+        value = raw.get(key, "x")
+        if not isinstance(value, str) or not value or "{" in value or "}" in value:
+            messages.append(_bad_value(key, value, "a non-empty string without { or }"))
+    rate = raw.get("RATE_LIMIT", (1, 1))
+    if not (
+        isinstance(rate, list | tuple) and len(rate) == 2 and all(map(_is_positive_int, rate))
+    ):
+        messages.append(_bad_value("RATE_LIMIT", rate, "a pair (frames, seconds) of positive ints"))
+    heartbeat = raw.get("HEARTBEAT_INTERVAL", PresenceSettings.HEARTBEAT_INTERVAL)
+    ttl = raw.get("CONNECTION_TTL", PresenceSettings.CONNECTION_TTL)
+    if _is_positive_int(heartbeat) and _is_positive_int(ttl) and ttl <= heartbeat:
+        messages.append(
+            Error(
+                f"PRESENCE['CONNECTION_TTL'] ({ttl}) must exceed "
+                f"PRESENCE['HEARTBEAT_INTERVAL'] ({heartbeat}).",
+                hint="A live connection must have time to send a heartbeat before it is "
+                "declared gone; use a TTL of about three heartbeat intervals.",
+                id="presence.E003",
+            )
+        )
+    return messages
+
+
+@register(Tags.caches)
+def check_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = user_settings()
+    alias = raw.get("CACHE_ALIAS", "default") if isinstance(raw, dict) else "default"
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
+        return [
+            Error(
+                f"PRESENCE['CACHE_ALIAS'] is {alias!r}, but CACHES has no such alias.",
+                hint="Add a django-redis cache under that alias, or point CACHE_ALIAS at one.",
+                id="presence.E004",
+            )
+        ]
+    backend = caches[alias].get("BACKEND", "")
+    if backend not in DJANGO_REDIS_BACKENDS:
+        return [
+            Error(
+                f"CACHES[{alias!r}] uses {backend!r}; presence needs a django-redis cache.",
+                hint='Set "BACKEND": "django_redis.cache.RedisCache" and a redis:// LOCATION.',
+                id="presence.E005",
+            )
+        ]
+    return []
+
+
+@register(Tags.compatibility)
+def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    middleware = list(getattr(settings, "MIDDLEWARE", []) or [])
+    if MIDDLEWARE_PATH not in middleware:
+        return [
+            Error(
+                f"{MIDDLEWARE_PATH} is not in MIDDLEWARE, so page views are not recorded.",
+                hint=f"Add {MIDDLEWARE_PATH!r} to MIDDLEWARE after {AUTH_MIDDLEWARE_PATH!r}.",
+                id="presence.E006",
+            )
+        ]
+    if AUTH_MIDDLEWARE_PATH not in middleware or middleware.index(
+        AUTH_MIDDLEWARE_PATH
+    ) > middleware.index(MIDDLEWARE_PATH):
+        return [
+            Error(
+                f"{MIDDLEWARE_PATH} must come after {AUTH_MIDDLEWARE_PATH} in MIDDLEWARE.",
+                hint="It needs request.user; move it below AuthenticationMiddleware.",
+                id="presence.E007",
+            )
+        ]
+    return []
+
+
+@register(Tags.models)
+def check_user_model(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    from django.contrib.auth import get_user_model
+    from django.db import models
+
+    pk = get_user_model()._meta.pk
+    if not isinstance(pk, models.AutoField | models.BigAutoField | models.IntegerField):
+        return [
+            Error(
+                f"The user model's primary key is a {type(pk).__name__}; presence needs an "
+                "integer primary key.",
+                hint="Presence keys Redis entries and the protocol by integer user id.",
+                id="presence.E008",
+            )
+        ]
+    return []

@@ -1,0 +1,78 @@
+"""All of presence's settings, with their defaults, in one place.
+
+Sites set an optional ``PRESENCE`` dict; every key is optional. Values are read once and cached;
+the cache is cleared when ``PRESENCE`` changes (``override_settings`` in tests).
+Validation lives in :mod:`presence.checks` so a bad value is reported by ``manage.py check``
+with an id and a hint instead of failing at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+
+@dataclass(frozen=True)
+class PresenceSettings:
+    CACHE_ALIAS: str = "default"
+    KEY_PREFIX: str = "presence"
+    #: seconds since the last authenticated request that still count as online
+    ONLINE_WINDOW: int = 300
+    #: the middleware writes one user at most once per interval per process
+    TOUCH_INTERVAL: int = 30
+    HEARTBEAT_INTERVAL: int = 30
+    CONNECTION_TTL: int = 90
+    IDLE_AFTER: int = 300
+    #: seconds after going offline (last connection closed, logout) before others see it
+    OFFLINE_GRACE: int = 5
+    MAX_SUBSCRIPTIONS: int = 1000
+    RATE_LIMIT: tuple[int, int] = (60, 10)
+    # --- additions to the contract (documented in README "Settings") ---
+    #: number of Redis buckets the online sorted sets are split into (see README "Redis layout")
+    BUCKETS: int = 16384
+    #: longest custom status text / activity, in characters
+    TEXT_MAX_LENGTH: int = 140
+    #: longest custom status emoji, in characters (some emoji are several code points)
+    EMOJI_MAX_LENGTH: int = 16
+    #: longest custom status expiry, in seconds
+    MAX_STATUS_EXPIRY: int = 30 * 24 * 3600
+    #: Redis socket timeout (seconds) when the cache's OPTIONS set none: a slow Redis must not
+    #: hold a page for long
+    SOCKET_TIMEOUT: float = 0.5
+    #: after a Redis error, skip Redis for this many seconds before trying again
+    RETRY_INTERVAL: float = 2.0
+    #: buckets read per round trip by presence_cleanup
+    CLEANUP_BATCH: int = 256
+
+
+SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))
+
+
+def user_settings() -> Any:
+    return getattr(django_settings, "PRESENCE", {})
+
+
+@cache
+def get_settings() -> PresenceSettings:
+    raw = user_settings()
+    if not isinstance(raw, dict):
+        # presence.E001 reports this; run on defaults meanwhile.
+        return PresenceSettings()
+    known = {key: value for key, value in raw.items() if key in SETTING_NAMES}
+    if isinstance(known.get("RATE_LIMIT"), list):
+        known["RATE_LIMIT"] = tuple(known["RATE_LIMIT"])
+    return PresenceSettings(**known)
+
+
+@receiver(setting_changed)
+def _clear_on_change(*, setting: str, **kwargs: object) -> None:
+    if setting in {"PRESENCE", "CACHES"}:
+        get_settings.cache_clear()
+        from presence import store
+
+        store.reset_clients()

@@ -1,0 +1,341 @@
+"""The rules of presence, free of I/O: statuses, device aggregation, privacy, humanized times.
+
+Everything that decides what a viewer may see lives here, in :func:`resolve`; the store reports
+facts, the relations loader reports who is whose contact, and every read path (Python API,
+template tags, JSON endpoint, WebSocket) hands both to :func:`resolve`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from django.utils.timesince import timesince
+from django.utils.translation import gettext, gettext_lazy as _
+
+
+class Status(StrEnum):
+    ONLINE = "online"
+    IDLE = "idle"
+    DND = "dnd"
+    OFFLINE = "offline"
+
+
+#: Across devices the most present wins: an explicit dnd on any device wins.
+STATUS_RANK = {Status.DND: 3, Status.ONLINE: 2, Status.IDLE: 1, Status.OFFLINE: 0}
+
+STATUS_LABELS = {
+    Status.ONLINE: _("Online"),
+    Status.IDLE: _("Idle"),
+    Status.DND: _("Do not disturb"),
+    Status.OFFLINE: _("Offline"),
+}
+
+
+class Visibility(StrEnum):
+    EVERYONE = "everyone"
+    CONTACTS = "contacts"
+    CLOSE_FRIENDS = "close_friends"
+    NOBODY = "nobody"
+
+
+VISIBILITY_LABELS = {
+    Visibility.EVERYONE: _("Everyone"),
+    Visibility.CONTACTS: _("My contacts"),
+    Visibility.CLOSE_FRIENDS: _("Close friends"),
+    Visibility.NOBODY: _("Nobody"),
+}
+
+
+class StatusChoice(StrEnum):
+    """What a user asks for with ``set_status``."""
+
+    AUTO = "auto"
+    DND = "dnd"
+    INVISIBLE = "invisible"
+
+
+class Device(StrEnum):
+    WEB = "web"
+    MOBILE = "mobile"
+    DESKTOP = "desktop"
+
+
+#: One bit per device kind; the store keeps the set of kinds as a small bit mask.
+DEVICE_BITS = {Device.WEB: 1, Device.MOBILE: 2, Device.DESKTOP: 4}
+DEVICE_MASK_LIMIT = 8
+
+_MOBILE_UA = re.compile(r"Mobi|Android|iPhone|iPad|iPod|Windows Phone", re.IGNORECASE)
+_DESKTOP_UA = re.compile(r"Electron|Tauri", re.IGNORECASE)
+
+
+def device_from_user_agent(user_agent: str | None) -> Device:
+    if user_agent:
+        if _DESKTOP_UA.search(user_agent):
+            return Device.DESKTOP
+        if _MOBILE_UA.search(user_agent):
+            return Device.MOBILE
+    return Device.WEB
+
+
+def devices_from_mask(mask: int) -> tuple[Device, ...]:
+    return tuple(device for device, bit in DEVICE_BITS.items() if mask & bit)
+
+
+def devices_to_mask(devices: Iterable[Device]) -> int:
+    mask = 0
+    for device in devices:
+        mask |= DEVICE_BITS[device]
+    return mask
+
+
+def aggregate(statuses: Iterable[Status]) -> Status:
+    """The status shown for a user with several devices: the most present one."""
+    return max(statuses, key=STATUS_RANK.__getitem__, default=Status.OFFLINE)
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What Redis knows about a user right now (all times are epoch seconds)."""
+
+    last_active: float | None = None
+    devices: tuple[Device, ...] = ()
+    #: the user went offline explicitly (logout) at ``last_active``
+    signed_off: bool = False
+
+
+@dataclass(frozen=True)
+class Choices:
+    """A target's own choices, from the database: privacy settings and custom status."""
+
+    online_visibility: Visibility = Visibility.CONTACTS
+    last_seen_visibility: Visibility = Visibility.CONTACTS
+    activity_visibility: Visibility = Visibility.CONTACTS
+    invisible: bool = False
+    dnd: bool = False
+    text: str | None = None
+    emoji: str | None = None
+    activity: str | None = None
+    #: when text, emoji and activity clear (epoch seconds), or None for never
+    expires_at: float | None = None
+    #: last seen persisted in the database (survives a Redis flush)
+    persisted_last_seen: float | None = None
+
+
+@dataclass(frozen=True)
+class Relation:
+    """How a target relates to a viewer. The default is a stranger (or an anonymous viewer)."""
+
+    is_self: bool = False
+    #: the target has the viewer among its contacts
+    is_contact: bool = False
+    #: the target marked the viewer a close friend
+    is_close_friend: bool = False
+    #: a block in either direction
+    blocked: bool = False
+
+
+SELF = Relation(is_self=True)
+STRANGER = Relation()
+
+
+@dataclass(frozen=True)
+class Timing:
+    online_window: float
+    offline_grace: float
+
+
+@dataclass(frozen=True)
+class Presence:
+    status: Status = Status.OFFLINE
+    last_seen: datetime | None = None
+    devices: tuple[str, ...] = ()
+    text: str | None = None
+    emoji: str | None = None
+    activity: str | None = None
+    #: only present in a user's own presence
+    invisible: bool | None = field(default=None)
+
+    @property
+    def is_online(self) -> bool:
+        return self.status is not Status.OFFLINE
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "status": self.status.value,
+            "last_seen": self.last_seen.isoformat() if self.last_seen else None,
+            "devices": list(self.devices),
+            "text": self.text,
+            "emoji": self.emoji,
+            "activity": self.activity,
+        }
+        if self.invisible is not None:
+            data["invisible"] = self.invisible
+        return data
+
+
+HIDDEN = Presence()
+
+
+def permits(level: Visibility, relation: Relation) -> bool:
+    if relation.is_self:
+        return True
+    if relation.blocked:
+        return False
+    if level is Visibility.EVERYONE:
+        return True
+    if level is Visibility.CONTACTS:
+        return relation.is_contact
+    if level is Visibility.CLOSE_FRIENDS:
+        return relation.is_contact and relation.is_close_friend
+    return False
+
+
+def live_status(live: LiveState, now: float, timing: Timing) -> Status:
+    """Online or offline from activity alone (idle arrives with live connections)."""
+    if live.last_active is None:
+        return Status.OFFLINE
+    quiet_for = now - live.last_active
+    if live.signed_off:
+        return Status.ONLINE if quiet_for < timing.offline_grace else Status.OFFLINE
+    return Status.ONLINE if quiet_for < timing.online_window else Status.OFFLINE
+
+
+def _timestamp(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+
+
+def resolve(
+    live: LiveState, choices: Choices, relation: Relation, now: float, timing: Timing
+) -> Presence:
+    """What ``relation``'s viewer may see of a target. The one privacy resolver."""
+    if relation.blocked and not relation.is_self:
+        return HIDDEN
+
+    true_status = live_status(live, now, timing)
+    if true_status is not Status.OFFLINE and choices.dnd:
+        true_status = Status.DND
+    last_seen_ts = max(
+        (t for t in (live.last_active, choices.persisted_last_seen) if t is not None),
+        default=None,
+    )
+    custom_live = choices.expires_at is None or choices.expires_at > now
+    show_custom = custom_live and permits(choices.activity_visibility, relation)
+    custom = {
+        "text": choices.text if show_custom else None,
+        "emoji": choices.emoji if show_custom else None,
+        "activity": choices.activity if show_custom else None,
+    }
+    if relation.is_self:
+        online = true_status is not Status.OFFLINE
+        return Presence(
+            status=true_status,
+            last_seen=_timestamp(last_seen_ts),
+            devices=tuple(live.devices) if online else (),
+            invisible=choices.invisible,
+            **custom,
+        )
+
+    # Invisible looks exactly like offline with last seen hidden.
+    show_online = not choices.invisible and permits(choices.online_visibility, relation)
+    # A fresh last seen would reveal being online, so it needs both permissions.
+    show_last_seen = show_online and permits(choices.last_seen_visibility, relation)
+    status = true_status if show_online else Status.OFFLINE
+    return Presence(
+        status=status,
+        last_seen=_timestamp(last_seen_ts) if show_last_seen else None,
+        devices=tuple(live.devices) if status is not Status.OFFLINE else (),
+        **custom,
+    )
+
+
+def humanize(presence: Presence, now: datetime) -> str:
+    """"online", "just now", "5 minutes ago"...; empty when last seen is hidden."""
+    if presence.is_online:
+        return gettext("online")
+    if presence.last_seen is None:
+        return ""
+    if (now - presence.last_seen).total_seconds() < 60:
+        return gettext("just now")
+    return gettext("%(delta)s ago") % {"delta": timesince(presence.last_seen, now, depth=1)}
+
+
+# --- validating a status change (shared by the JSON endpoint and the WebSocket) ---
+
+
+class InvalidInput(ValueError):
+    """Bad input from a client; ``code`` is one of the contract's error codes."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    text_max_length: int
+    emoji_max_length: int
+    max_expiry: int
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    status: StatusChoice
+    text: str | None = None
+    emoji: str | None = None
+    activity: str | None = None
+    expires_in: int | None = None
+
+
+def _optional_text(data: Mapping[str, Any], name: str, max_length: int) -> str | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput("invalid_message", f"'{name}' must be a string or null.")
+    value = value.strip()
+    if any(ord(ch) < 32 for ch in value):
+        raise InvalidInput("invalid_value", f"'{name}' must not contain control characters.")
+    if len(value) > max_length:
+        raise InvalidInput(
+            "invalid_value", f"'{name}' is {len(value)} characters long; at most {max_length}."
+        )
+    return value or None
+
+
+def parse_status_change(data: Any, limits: Limits) -> StatusChange:
+    if not isinstance(data, Mapping):
+        raise InvalidInput("invalid_message", "Expected a JSON object.")
+    status = data.get("status")
+    if not isinstance(status, str):
+        raise InvalidInput(
+            "invalid_message", "'status' is required: one of 'auto', 'dnd', 'invisible'."
+        )
+    try:
+        choice = StatusChoice(status)
+    except ValueError:
+        raise InvalidInput(
+            "invalid_value", f"Unknown status {status!r}: use 'auto', 'dnd' or 'invisible'."
+        ) from None
+    expires_in = data.get("expires_in")
+    if expires_in is not None:
+        if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
+            raise InvalidInput("invalid_message", "'expires_in' must be a number of seconds or null.")
+        if not 1 <= expires_in <= limits.max_expiry:
+            raise InvalidInput(
+                "invalid_value",
+                f"'expires_in' must be between 1 and {limits.max_expiry} seconds.",
+            )
+        expires_in = int(expires_in)
+    return StatusChange(
+        status=choice,
+        text=_optional_text(data, "text", limits.text_max_length),
+        emoji=_optional_text(data, "emoji", limits.emoji_max_length),
+        activity=_optional_text(data, "activity", limits.text_max_length),
+        expires_in=expires_in,
+    )

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from presence import api
+from presence.store import StoreUnavailable
+
+
+class Command(BaseCommand):
+    help = (
+        "Persist last seen of users who are no longer online to the database, then remove them "
+        "from Redis in small batches. Safe to run while the site is live, and twice at once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Only count what would be persisted and removed.",
+        )
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=None,
+            help="Redis buckets read per round trip (default: PRESENCE['CLEANUP_BATCH']).",
+        )
+
+    def handle(self, *args: Any, dry_run: bool, batch: int | None, **options: Any) -> None:
+        if batch is not None and batch < 1:
+            raise CommandError("--batch must be a positive number.")
+        try:
+            report = api.cleanup(dry_run=dry_run, batch=batch)
+        except StoreUnavailable as exc:
+            raise CommandError(f"{exc}. Nothing was removed; run again when Redis is up.") from exc
+        if dry_run:
+            self.stdout.write(
+                f"Dry run: {report.stale} stale entries in {report.buckets} buckets would be "
+                f"persisted and removed; {report.expired_statuses} expired custom statuses "
+                "would be cleared."
+            )
+        else:
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Scanned {report.buckets} buckets: {report.stale} stale entries, "
+                    f"{report.persisted} last seen times persisted, {report.removed} removed "
+                    f"from Redis; {report.expired_statuses} expired custom statuses cleared."
+                )
+            )

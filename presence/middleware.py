@@ -1,0 +1,100 @@
+"""Records each authenticated request's activity, throttled, never breaking a page."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponseBase
+
+from presence import api
+from presence.conf import get_settings
+from presence.domain import device_from_user_agent
+
+logger = logging.getLogger("presence")
+
+
+class TouchThrottle:
+    """Remembers, per process, when each user was last written, to write at most once per
+    ``TOUCH_INTERVAL``. Bounded: forgets everything older than the interval when it grows."""
+
+    MAX_ENTRIES = 100_000
+
+    def __init__(self) -> None:
+        self._last: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def due(self, user_id: int, now: float, interval: float) -> bool:
+        last = self._last.get(user_id)
+        return last is None or now - last >= interval or now < last
+
+    def mark(self, user_id: int, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._lock:
+            if len(self._last) >= self.MAX_ENTRIES:
+                interval = get_settings().TOUCH_INTERVAL
+                self._last = {k: v for k, v in self._last.items() if now - v < interval}
+            self._last[user_id] = now
+
+    def forget(self, user_id: int) -> None:
+        self._last.pop(user_id, None)
+
+    def clear(self) -> None:
+        self._last.clear()
+
+
+throttle = TouchThrottle()
+
+
+def _claim(request: HttpRequest, user: Any) -> tuple[int, str] | None:
+    """Whether this request should be recorded: (user id, device), claiming the slot."""
+    if user is None or not user.is_authenticated:
+        return None
+    now = time.time()
+    if not throttle.due(user.pk, now, get_settings().TOUCH_INTERVAL):
+        return None
+    # Claim before writing so concurrent requests of the same user do not all write.
+    throttle.mark(user.pk, now)
+    device = device_from_user_agent(request.META.get("HTTP_USER_AGENT"))
+    return user.pk, device.value
+
+
+class PresenceMiddleware:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(
+        self,
+        get_response: Callable[[HttpRequest], HttpResponseBase]
+        | Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+    ) -> None:
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        claim = _claim(request, getattr(request, "user", None))
+        if claim is not None:
+            try:
+                api.touch(*claim)
+            except Exception:  # the store already fails open; this guards anything else
+                logger.exception("Presence: could not record activity")
+        return self.get_response(request)  # type: ignore[return-value]
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        auser = getattr(request, "auser", None)
+        user = await auser() if auser is not None else None
+        claim = _claim(request, user)
+        if claim is not None:
+            try:
+                await api.atouch(*claim)
+            except Exception:
+                logger.exception("Presence: could not record activity")
+        return await self.get_response(request)  # type: ignore[no-any-return,misc]

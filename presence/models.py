@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connections, models, router, transaction
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from presence import domain
+
+VISIBILITY_CHOICES = [(v.value, label) for v, label in domain.VISIBILITY_LABELS.items()]
+
+
+class PrivacySettings(models.Model):
+    """Who may see a user's presence. A user without a row has the defaults."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="presence_privacy",
+        verbose_name=_("user"),
+    )
+    online_visibility = models.CharField(
+        _("who sees when I am online"),
+        max_length=16,
+        choices=VISIBILITY_CHOICES,
+        default=domain.Visibility.CONTACTS,
+    )
+    last_seen_visibility = models.CharField(
+        _("who sees my last seen"),
+        max_length=16,
+        choices=VISIBILITY_CHOICES,
+        default=domain.Visibility.CONTACTS,
+    )
+    activity_visibility = models.CharField(
+        _("who sees my custom status and activity"),
+        max_length=16,
+        choices=VISIBILITY_CHOICES,
+        default=domain.Visibility.CONTACTS,
+    )
+    invisible = models.BooleanField(
+        _("invisible"),
+        default=False,
+        help_text=_("Look offline to everyone while still using the site."),
+    )
+
+    class Meta:
+        verbose_name = _("privacy settings")
+        verbose_name_plural = _("privacy settings")
+
+    def __str__(self) -> str:
+        return str(self.user)
+
+
+class UserStatus(models.Model):
+    """A user's chosen status (do not disturb) and custom status text.
+
+    Kept in the database, not Redis: it is the user's choice, and must survive a Redis flush.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="presence_status",
+        verbose_name=_("user"),
+    )
+    dnd = models.BooleanField(_("do not disturb"), default=False)
+    text = models.CharField(_("status text"), max_length=255, blank=True, default="")
+    emoji = models.CharField(_("status emoji"), max_length=32, blank=True, default="")
+    activity = models.CharField(_("activity"), max_length=255, blank=True, default="")
+    expires_at = models.DateTimeField(
+        _("custom status expires at"),
+        null=True,
+        blank=True,
+        help_text=_("Text, emoji and activity clear at this time. Empty: never."),
+    )
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("user status")
+        verbose_name_plural = _("user statuses")
+
+    def __str__(self) -> str:
+        return str(self.user)
+
+
+class Contact(models.Model):
+    """``owner`` added (follows) ``contact``. Friends are mutual contacts."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="presence_contacts",
+        verbose_name=_("owner"),
+    )
+    contact = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="presence_followers",
+        verbose_name=_("contact"),
+    )
+    close_friend = models.BooleanField(_("close friend"), default=False)
+    created_at = models.DateTimeField(_("added at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("contact")
+        verbose_name_plural = _("contacts")
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "contact"], name="presence_contact_unique"),
+            models.CheckConstraint(
+                condition=~Q(owner=F("contact")), name="presence_contact_not_self"
+            ),
+        ]
+        # owner -> contacts is served by the unique constraint's index; this one serves
+        # "who has X among their contacts" (privacy checks, friends).
+        indexes = [models.Index(fields=["contact", "owner"], name="presence_contact_rev")]
+
+    def __str__(self) -> str:
+        return f"{self.owner} → {self.contact}"
+
+
+class Block(models.Model):
+    """A block in either direction hides each user from the other."""
+
+    blocker = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="presence_blocks",
+        verbose_name=_("blocker"),
+    )
+    blocked = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="presence_blocked_by",
+        verbose_name=_("blocked user"),
+    )
+    created_at = models.DateTimeField(_("blocked at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("block")
+        verbose_name_plural = _("blocks")
+        constraints = [
+            models.UniqueConstraint(fields=["blocker", "blocked"], name="presence_block_unique"),
+            models.CheckConstraint(
+                condition=~Q(blocker=F("blocked")), name="presence_block_not_self"
+            ),
+        ]
+        indexes = [models.Index(fields=["blocked", "blocker"], name="presence_block_rev")]
+
+    def __str__(self) -> str:
+        return f"{self.blocker} ⊘ {self.blocked}"
+
+
+class LastSeenManager(models.Manager):
+    #: rows per INSERT statement (SQLite allows 32766 parameters)
+    BATCH = 500
+
+    def record_many(self, seen: Mapping[int, float]) -> int:
+        """Upsert last seen times (epoch seconds), never moving one backwards.
+
+        Ids of users that no longer exist are skipped. Safe to run concurrently: the database
+        keeps the greater time. Returns the number of users written.
+        """
+        if not seen:
+            return 0
+        alias = router.db_for_write(self.model)
+        user_model = get_user_model()
+        existing = set(
+            user_model._default_manager.using(alias)
+            .filter(pk__in=list(seen))
+            .values_list("pk", flat=True)
+        )
+        rows = [
+            (user_id, datetime.fromtimestamp(ts, tz=UTC))
+            for user_id, ts in seen.items()
+            if user_id in existing
+        ]
+        connection = connections[alias]
+        vendor = connection.vendor
+        table = connection.ops.quote_name(self.model._meta.db_table)
+        if vendor in {"sqlite", "postgresql"}:
+            greatest = "max" if vendor == "sqlite" else "GREATEST"
+            conflict = (
+                f"ON CONFLICT (user_id) DO UPDATE SET seen_at = "
+                f"{greatest}({table}.seen_at, excluded.seen_at)"
+            )
+        elif vendor == "mysql":
+            conflict = "ON DUPLICATE KEY UPDATE seen_at = GREATEST(seen_at, VALUES(seen_at))"
+        else:
+            return self._record_portably(rows, alias)
+        with transaction.atomic(using=alias), connection.cursor() as cursor:
+            for start in range(0, len(rows), self.BATCH):
+                chunk = rows[start : start + self.BATCH]
+                placeholders = ", ".join(["(%s, %s)"] * len(chunk))
+                params: list[object] = []
+                for user_id, seen_at in chunk:
+                    params += [user_id, connection.ops.adapt_datetimefield_value(seen_at)]
+                cursor.execute(
+                    f"INSERT INTO {table} (user_id, seen_at) VALUES {placeholders} {conflict}",
+                    params,
+                )
+        return len(rows)
+
+    def _record_portably(self, rows: list[tuple[int, datetime]], alias: str) -> int:
+        with transaction.atomic(using=alias):
+            for user_id, seen_at in rows:
+                updated = (
+                    self.using(alias)
+                    .filter(user_id=user_id, seen_at__lt=seen_at)
+                    .update(seen_at=seen_at)
+                )
+                if not updated:
+                    self.using(alias).get_or_create(user_id=user_id, defaults={"seen_at": seen_at})
+        return len(rows)
+
+
+class LastSeen(models.Model):
+    """Last seen persisted from Redis; survives a Redis flush. Only ever moves forward."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="presence_last_seen",
+        verbose_name=_("user"),
+    )
+    seen_at = models.DateTimeField(_("last seen"), db_index=True)
+
+    objects = LastSeenManager()
+
+    class Meta:
+        verbose_name = _("last seen")
+        verbose_name_plural = _("last seen")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.seen_at:%Y-%m-%d %H:%M:%S}"

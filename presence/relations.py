@@ -1,0 +1,130 @@
+"""Who may see whom: privacy choices and relations of many targets to one viewer, in one query."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import Exists, OuterRef, Q
+
+from presence import domain
+from presence.models import Block, Contact
+
+Facts = dict[int, tuple[domain.Relation, domain.Choices]]
+
+_FIELDS = (
+    "pk",
+    "presence_privacy__online_visibility",
+    "presence_privacy__last_seen_visibility",
+    "presence_privacy__activity_visibility",
+    "presence_privacy__invisible",
+    "presence_status__dnd",
+    "presence_status__text",
+    "presence_status__emoji",
+    "presence_status__activity",
+    "presence_status__expires_at",
+    "presence_last_seen__seen_at",
+)
+
+
+def viewer_id(viewer: Any) -> int | None:
+    if viewer is None or not getattr(viewer, "is_authenticated", False):
+        return None
+    return int(viewer.pk)
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def _choices(row: dict[str, Any]) -> domain.Choices:
+    defaults = domain.Choices()
+    return domain.Choices(
+        online_visibility=domain.Visibility(
+            row["presence_privacy__online_visibility"] or defaults.online_visibility
+        ),
+        last_seen_visibility=domain.Visibility(
+            row["presence_privacy__last_seen_visibility"] or defaults.last_seen_visibility
+        ),
+        activity_visibility=domain.Visibility(
+            row["presence_privacy__activity_visibility"] or defaults.activity_visibility
+        ),
+        invisible=bool(row["presence_privacy__invisible"]),
+        dnd=bool(row["presence_status__dnd"]),
+        text=row["presence_status__text"] or None,
+        emoji=row["presence_status__emoji"] or None,
+        activity=row["presence_status__activity"] or None,
+        expires_at=_epoch(row["presence_status__expires_at"]),
+        persisted_last_seen=_epoch(row["presence_last_seen__seen_at"]),
+    )
+
+
+def facts_query(viewer_pk: int | None, target_ids: Collection[int]) -> Any:
+    queryset = get_user_model()._default_manager.filter(pk__in=target_ids)
+    if viewer_pk is not None:
+        target = OuterRef("pk")
+        queryset = queryset.annotate(
+            viewer_is_contact=Exists(Contact.objects.filter(owner=target, contact=viewer_pk)),
+            viewer_is_close_friend=Exists(
+                Contact.objects.filter(owner=target, contact=viewer_pk, close_friend=True)
+            ),
+            blocked=Exists(
+                Block.objects.filter(
+                    Q(blocker=target, blocked=viewer_pk) | Q(blocker=viewer_pk, blocked=target)
+                )
+            ),
+        )
+        return queryset.values(*_FIELDS, "viewer_is_contact", "viewer_is_close_friend", "blocked")
+    return queryset.values(*_FIELDS)
+
+
+def _relation(viewer_pk: int | None, row: dict[str, Any]) -> domain.Relation:
+    if viewer_pk is None:
+        return domain.STRANGER
+    if row["pk"] == viewer_pk:
+        return domain.SELF
+    return domain.Relation(
+        is_contact=row["viewer_is_contact"],
+        is_close_friend=row["viewer_is_close_friend"],
+        blocked=row["blocked"],
+    )
+
+
+def _facts(viewer_pk: int | None, rows: list[dict[str, Any]]) -> Facts:
+    return {int(row["pk"]): (_relation(viewer_pk, row), _choices(row)) for row in rows}
+
+
+def load(viewer: Any, target_ids: Collection[int]) -> Facts:
+    """Relation to ``viewer`` and choices of every existing target; unknown ids are left out."""
+    if not target_ids:
+        return {}
+    viewer_pk = viewer_id(viewer)
+    return _facts(viewer_pk, list(facts_query(viewer_pk, target_ids)))
+
+
+async def aload(viewer: Any, target_ids: Collection[int]) -> Facts:
+    if not target_ids:
+        return {}
+    viewer_pk = viewer_id(viewer)
+    return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)])
+
+
+def friends_query(user_pk: int) -> Any:
+    """Ids of mutual contacts of a user, in one query."""
+    return (
+        Contact.objects.filter(owner=user_pk)
+        .filter(Exists(Contact.objects.filter(owner=OuterRef("contact"), contact=user_pk)))
+        .values_list("contact_id", flat=True)
+    )
+
+
+def friend_ids(user: Any) -> list[int]:
+    user_pk = viewer_id(user)
+    return [] if user_pk is None else list(friends_query(user_pk))
+
+
+async def afriend_ids(user: Any) -> list[int]:
+    user_pk = viewer_id(user)
+    return [] if user_pk is None else [pk async for pk in friends_query(user_pk)]

@@ -1,0 +1,97 @@
+"""What the template tags render, as plain functions (tested by exact HTML).
+
+Presence read for a request is cached on the request, so a page showing 50 users costs one
+query and one Redis round trip when it starts with ``{% presence_prefetch users %}`` (and at most
+one each per user otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.templatetags.static import static
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from presence import api, domain
+
+_CACHE_ATTR = "_presence_cache"
+
+
+def _viewer(request: Any) -> Any:
+    return getattr(request, "user", None)
+
+
+def _cache(request: Any) -> dict[int, domain.Presence]:
+    if request is None:
+        return {}
+    cache = getattr(request, _CACHE_ATTR, None)
+    if cache is None:
+        cache = {}
+        setattr(request, _CACHE_ATTR, cache)
+    return cache  # type: ignore[no-any-return]
+
+
+def _pk(target: Any) -> int | None:
+    pk = target if isinstance(target, int) and not isinstance(target, bool) else None
+    pk = pk if pk is not None else getattr(target, "pk", None)
+    return int(pk) if pk is not None else None
+
+
+def prefetch(request: Any, targets: Any) -> None:
+    cache = _cache(request)
+    ids = [pk for pk in map(_pk, targets or ()) if pk is not None and pk not in cache]
+    if ids:
+        found = api.bulk_presence(ids, _viewer(request))
+        cache.update({pk: found.get(pk, domain.HIDDEN) for pk in ids})
+
+
+def presence_for(request: Any, target: Any) -> tuple[int | None, domain.Presence]:
+    pk = _pk(target)
+    if pk is None:
+        return None, domain.HIDDEN
+    cache = _cache(request)
+    if pk not in cache:
+        prefetch(request, [pk])
+        if request is None:  # no request to cache on
+            return pk, api.get_presence(pk, _viewer(request))
+    return pk, cache.get(pk, domain.HIDDEN)
+
+
+def dot(request: Any, target: Any) -> SafeString:
+    pk, presence = presence_for(request, target)
+    if pk is None:
+        return SafeString("")
+    label = domain.STATUS_LABELS[presence.status]
+    return format_html(
+        '<span class="presence-dot presence-dot--{}" data-presence-user="{}" '
+        'title="{}" aria-label="{}" role="img"></span>',
+        presence.status.value,
+        pk,
+        label,
+        label,
+    )
+
+
+def last_seen_text(request: Any, target: Any) -> str:
+    _, presence = presence_for(request, target)
+    return domain.humanize(presence, timezone.now())
+
+
+def online_friends(request: Any, limit: int | None) -> list[Any]:
+    viewer = _viewer(request)
+    if viewer is None or not viewer.is_authenticated:
+        return []
+    friends = api.online_friends(viewer, limit)
+    prefetch(request, friends)
+    return friends
+
+
+def script_tag() -> SafeString:
+    return format_html(
+        '<script src="{}" data-presence-endpoint="{}" defer></script>',
+        static("presence/presence.js"),
+        reverse("presence:presence"),
+    )

@@ -1,0 +1,490 @@
+"""The one Redis store: key scheme, scripts, sync and async faces, and the failure policy.
+
+Layout (see README "Redis layout")::
+
+    {KEY_PREFIX}:{<bucket>}:seen    sorted set, member = user id, score = encoded activity
+
+Users are spread over ``BUCKETS`` small sorted sets (bucket = user id mod BUCKETS). The bucket
+is the key's hash tag, so everything a script touches shares one Redis Cluster slot, and small
+sets stay in Redis's compact listpack/ziplist encoding (about 15 bytes a user instead of ~100 in
+one big skiplist). A score packs the last activity (whole seconds) and the device kinds seen
+during the current online stretch: ``seconds * 8 + device_mask``; a negative score means the user
+signed off (logged out) at that time.
+
+Every command goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which batch a
+plan into one pipeline (one round trip) and apply one failure policy: a Redis error is logged
+once per outage, Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is
+returned (or :class:`StoreUnavailable` raised for plans that must not fail silently).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import weakref
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.exceptions import NoScriptError, RedisError
+
+from presence import domain
+from presence.conf import PresenceSettings, get_settings
+
+logger = logging.getLogger("presence")
+
+T = TypeVar("T")
+
+SCORE_FACTOR = domain.DEVICE_MASK_LIMIT
+
+
+class StoreUnavailable(RuntimeError):
+    """Redis could not be reached; raised only by operations that must not fail silently."""
+
+
+class _Raise:
+    pass
+
+
+RAISE = _Raise()
+
+
+@dataclass(frozen=True)
+class Script:
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        import hashlib
+
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+# KEYS[1] bucket; ARGV member, now, device bit, start of the online window. Returns the score.
+# Never moves activity backwards; keeps the device kinds of the current online stretch.
+TOUCH = Script(
+    """
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local now = tonumber(ARGV[2])
+local mask = tonumber(ARGV[3])
+local ts = now
+if old then
+  old = tonumber(old)
+  if old > 0 then
+    local old_ts = math.floor(old / 8)
+    if old_ts >= tonumber(ARGV[4]) then mask = bit.bor(old % 8, mask) end
+    if old_ts > ts then ts = old_ts end
+  end
+end
+local score = ts * 8 + mask
+redis.call('ZADD', KEYS[1], score, ARGV[1])
+return tostring(score)
+"""
+)
+
+# KEYS[1] bucket; ARGV member, now, device bit. The device signs off; the last one signing off
+# turns the score negative (signed off at that time). Returns the new score.
+SIGN_OFF = Script(
+    """
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local now = tonumber(ARGV[2])
+local bit_ = tonumber(ARGV[3])
+local ts = now
+local mask = 0
+if old then
+  old = tonumber(old)
+  if old > 0 then
+    local old_ts = math.floor(old / 8)
+    if old_ts > ts then ts = old_ts end
+    mask = bit.band(old % 8, bit.bnot(bit_))
+  end
+end
+local score
+if mask == 0 then score = -(ts * 8 + bit_) else score = ts * 8 + mask end
+redis.call('ZADD', KEYS[1], score, ARGV[1])
+return tostring(score)
+"""
+)
+
+# KEYS[1] bucket; ARGV member1, score1, member2, score2... Removes each member whose score is
+# still the one read (so a user active again since is kept). Returns how many were removed.
+REMOVE_IF_UNCHANGED = Script(
+    """
+local removed = 0
+for i = 1, #ARGV, 2 do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+return removed
+"""
+)
+
+
+@dataclass
+class Plan(Generic[T]):
+    """Commands sent together in one pipeline, and how to read their replies."""
+
+    commands: list[tuple[Any, ...]]
+    parse: Callable[[list[Any]], T]
+    #: returned when Redis is unavailable; RAISE to raise StoreUnavailable instead
+    fallback: T | _Raise
+
+    @property
+    def scripts(self) -> list[Script]:
+        return [cmd[1] for cmd in self.commands if cmd[0] == "SCRIPT"]
+
+
+def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+    return ("SCRIPT", script, tuple(keys), tuple(args))
+
+
+def decode_score(score: float | str | None) -> domain.LiveState:
+    if score is None:
+        return domain.LiveState()
+    value = int(float(score))
+    signed_off = value < 0
+    value = abs(value)
+    seconds, mask = divmod(value, SCORE_FACTOR)
+    return domain.LiveState(
+        last_active=float(seconds),
+        devices=() if signed_off else domain.devices_from_mask(mask),
+        signed_off=signed_off,
+    )
+
+
+def _pairs(reply: list[Any]) -> list[tuple[Any, Any]]:
+    """(member, score) pairs of a WITHSCORES reply, flat (RESP2 raw) or paired (parsed)."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(member, score) for member, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class StaleEntry:
+    user_id: int
+    bucket: int
+    score: str
+
+    @property
+    def seen_at(self) -> float:
+        last_active = decode_score(self.score).last_active
+        assert last_active is not None
+        return last_active
+
+
+class _Health:
+    """Tracks an outage so it is logged once and Redis is not hammered while down."""
+
+    def __init__(self) -> None:
+        self.down_until = 0.0
+        self.in_outage = False
+        self._lock = threading.Lock()
+
+    def available(self) -> bool:
+        return time.time() >= self.down_until
+
+    def failed(self, error: Exception, retry_interval: float) -> None:
+        with self._lock:
+            self.down_until = time.time() + retry_interval
+            if not self.in_outage:
+                self.in_outage = True
+                logger.warning(
+                    "Presence: Redis is unavailable (%s). Pages keep working; presence is not "
+                    "recorded until Redis answers again (retrying every %ss).",
+                    error,
+                    retry_interval,
+                )
+
+    def succeeded(self) -> None:
+        if self.in_outage:
+            with self._lock:
+                if self.in_outage:
+                    self.in_outage = False
+                    self.down_until = 0.0
+                    logger.warning("Presence: Redis is reachable again; recording resumed.")
+
+
+class PresenceStore:
+    def __init__(self, conf: PresenceSettings) -> None:
+        self.conf = conf
+        self.health = _Health()
+        self._client: redis.Redis | None = None
+        self._async_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, redis.asyncio.Redis
+        ] = weakref.WeakKeyDictionary()
+
+    # --- key scheme -------------------------------------------------------------------------
+
+    def bucket_of(self, user_id: int) -> int:
+        return user_id % self.conf.BUCKETS
+
+    def seen_key(self, bucket: int) -> str:
+        return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:seen"
+
+    def by_bucket(self, user_ids: Iterable[int]) -> dict[int, list[int]]:
+        grouped: dict[int, list[int]] = defaultdict(list)
+        for user_id in user_ids:
+            grouped[self.bucket_of(user_id)].append(user_id)
+        return grouped
+
+    # --- clients ----------------------------------------------------------------------------
+
+    def _connection_kwargs(self) -> tuple[str, dict[str, Any]]:
+        caches = getattr(django_settings, "CACHES", {})
+        try:
+            cache_conf = caches[self.conf.CACHE_ALIAS]
+        except KeyError:
+            raise ImproperlyConfigured(
+                f"PRESENCE['CACHE_ALIAS'] is {self.conf.CACHE_ALIAS!r}, which is not in CACHES "
+                "(see presence.E004)."
+            ) from None
+        location = cache_conf.get("LOCATION")
+        if isinstance(location, list | tuple):
+            location = location[0]
+        if isinstance(location, str) and "," in location:
+            location = location.split(",")[0]
+        if not location or urlsplit(location).scheme not in {"redis", "rediss", "unix"}:
+            raise ImproperlyConfigured(
+                f"CACHES[{self.conf.CACHE_ALIAS!r}]['LOCATION'] must be a redis:// URL."
+            )
+        options = cache_conf.get("OPTIONS", {})
+        kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
+        if options.get("PASSWORD"):
+            kwargs["password"] = options["PASSWORD"]
+        kwargs["socket_timeout"] = options.get("SOCKET_TIMEOUT") or self.conf.SOCKET_TIMEOUT
+        kwargs["socket_connect_timeout"] = (
+            options.get("SOCKET_CONNECT_TIMEOUT") or self.conf.SOCKET_TIMEOUT
+        )
+        kwargs["decode_responses"] = True
+        return location, kwargs
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            location, kwargs = self._connection_kwargs()
+            # Our own failure policy replaces redis-py's retries: a down Redis must cost a
+            # page one short timeout, not several.
+            kwargs["retry"] = Retry(NoBackoff(), 0)
+            self._client = redis.Redis.from_url(location, **kwargs)
+        return self._client
+
+    @property
+    def async_client(self) -> redis.asyncio.Redis:
+        # redis.asyncio connections belong to one event loop.
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            from redis.asyncio.retry import Retry as AsyncRetry
+
+            location, kwargs = self._connection_kwargs()
+            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+            client = redis.asyncio.Redis.from_url(location, **kwargs)
+            self._async_clients[loop] = client
+        return client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+    # --- executing plans --------------------------------------------------------------------
+
+    @staticmethod
+    def _queue(pipe: Any, plan: Plan[Any]) -> None:
+        for command in plan.commands:
+            if command[0] == "SCRIPT":
+                _, script, keys, args = command
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            else:
+                pipe.execute_command(*command)
+
+    def _failed(self, plan: Plan[T], error: Exception) -> T:
+        self.health.failed(error, self.conf.RETRY_INTERVAL)
+        return self._fallback(plan, error)
+
+    @staticmethod
+    def _fallback(plan: Plan[T], error: Exception | None = None) -> T:
+        if isinstance(plan.fallback, _Raise):
+            raise StoreUnavailable(
+                f"Redis is unavailable: {error or 'in an outage, retrying shortly'}"
+            ) from error
+        return plan.fallback
+
+    def run(self, plan: Plan[T]) -> T:
+        if not plan.commands:
+            return plan.parse([])
+        if not self.health.available():
+            return self._fallback(plan)
+        try:
+            for attempt in (1, 2):
+                try:
+                    with self.client.pipeline(transaction=False) as pipe:
+                        self._queue(pipe, plan)
+                        replies = pipe.execute()
+                    break
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    for script in plan.scripts:
+                        self.client.script_load(script.source)
+        except RedisError as error:
+            return self._failed(plan, error)
+        self.health.succeeded()
+        return plan.parse(replies)
+
+    async def arun(self, plan: Plan[T]) -> T:
+        if not plan.commands:
+            return plan.parse([])
+        if not self.health.available():
+            return self._fallback(plan)
+        try:
+            client = self.async_client
+            for attempt in (1, 2):
+                try:
+                    async with client.pipeline(transaction=False) as pipe:
+                        self._queue(pipe, plan)
+                        replies = await pipe.execute()
+                    break
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    for script in plan.scripts:
+                        await client.script_load(script.source)
+        except (RedisError, OSError) as error:
+            return self._failed(plan, error)
+        self.health.succeeded()
+        return plan.parse(replies)
+
+    # --- plans ------------------------------------------------------------------------------
+
+    def touch(self, user_id: int, device: domain.Device, now: float) -> Plan[bool]:
+        seconds = int(now)
+        return Plan(
+            commands=[
+                script_call(
+                    TOUCH,
+                    [self.seen_key(self.bucket_of(user_id))],
+                    [
+                        user_id,
+                        seconds,
+                        domain.DEVICE_BITS[device],
+                        seconds - self.conf.ONLINE_WINDOW,
+                    ],
+                )
+            ],
+            parse=lambda replies: True,
+            fallback=False,
+        )
+
+    def sign_off(self, user_id: int, device: domain.Device, now: float) -> Plan[bool]:
+        return Plan(
+            commands=[
+                script_call(
+                    SIGN_OFF,
+                    [self.seen_key(self.bucket_of(user_id))],
+                    [user_id, int(now), domain.DEVICE_BITS[device]],
+                )
+            ],
+            parse=lambda replies: True,
+            fallback=False,
+        )
+
+    def read(self, user_ids: Iterable[int]) -> Plan[dict[int, domain.LiveState] | None]:
+        """Live state of many users in one round trip (one ZMSCORE per bucket).
+
+        Falls back to None (unknown) when Redis is unavailable, so callers can tell
+        "not online" from "cannot tell".
+        """
+        grouped = self.by_bucket(set(user_ids))
+        buckets = list(grouped.items())
+
+        def parse(replies: list[Any]) -> dict[int, domain.LiveState] | None:
+            states: dict[int, domain.LiveState] = {}
+            for (_, members), scores in zip(buckets, replies, strict=True):
+                for user_id, score in zip(members, scores, strict=True):
+                    if score is not None:
+                        states[user_id] = decode_score(score)
+            return states
+
+        return Plan(
+            commands=[
+                ("ZMSCORE", self.seen_key(bucket), *members) for bucket, members in buckets
+            ],
+            parse=parse,
+            fallback=None,
+        )
+
+    def scan_stale(self, buckets: Sequence[int], before: float) -> Plan[list[StaleEntry]]:
+        """Entries last active before ``before`` (and every signed-off one) in these buckets."""
+        threshold = int(before) * SCORE_FACTOR
+
+        def parse(replies: list[Any]) -> list[StaleEntry]:
+            entries: list[StaleEntry] = []
+            for bucket, reply in zip(buckets, replies, strict=True):
+                for member, score in _pairs(reply):
+                    entries.append(StaleEntry(int(member), bucket, str(int(float(score)))))
+            return entries
+
+        return Plan(
+            commands=[
+                # "(" makes the bound exclusive.
+                ("ZRANGEBYSCORE", self.seen_key(bucket), "-inf", f"({threshold}", "WITHSCORES")
+                for bucket in buckets
+            ],
+            parse=parse,
+            fallback=RAISE,
+        )
+
+    def remove_unchanged(self, entries: Iterable[StaleEntry]) -> Plan[int]:
+        grouped: dict[int, list[Any]] = defaultdict(list)
+        for entry in entries:
+            grouped[entry.bucket] += [entry.user_id, entry.score]
+        return Plan(
+            commands=[
+                script_call(REMOVE_IF_UNCHANGED, [self.seen_key(bucket)], args)
+                for bucket, args in grouped.items()
+            ],
+            parse=lambda replies: sum(int(r) for r in replies),
+            fallback=RAISE,
+        )
+
+
+_store: PresenceStore | None = None
+_store_lock = threading.Lock()
+
+
+def get_store() -> PresenceStore:
+    global _store
+    if _store is None:
+        with _store_lock:
+            if _store is None:
+                _store = PresenceStore(get_settings())
+    return _store
+
+
+def reset_clients() -> None:
+    """Forget clients and cached settings (called when PRESENCE or CACHES change)."""
+    global _store
+    with _store_lock:
+        if _store is not None:
+            _store.close()
+        _store = None

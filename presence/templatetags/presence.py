@@ -1,0 +1,39 @@
+"""Template tags: thin wrappers over :mod:`presence.rendering`, which uses :mod:`presence.api`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils.safestring import SafeString
+
+from presence import rendering
+
+register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def presence_prefetch(context: template.Context, targets: Any) -> str:
+    """Load presence for many users at once, so the tags below cost nothing more."""
+    rendering.prefetch(context.get("request"), targets)
+    return ""
+
+
+@register.simple_tag(takes_context=True)
+def presence_dot(context: template.Context, target: Any) -> SafeString:
+    return rendering.dot(context.get("request"), target)
+
+
+@register.simple_tag(takes_context=True)
+def last_seen(context: template.Context, target: Any) -> str:
+    return rendering.last_seen_text(context.get("request"), target)
+
+
+@register.simple_tag(takes_context=True)
+def online_friends(context: template.Context, limit: int | None = None) -> list[Any]:
+    return rendering.online_friends(context.get("request"), limit)
+
+
+@register.simple_tag
+def presence_script() -> SafeString:
+    return rendering.script_tag()

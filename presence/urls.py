@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from presence import views
+
+app_name = "presence"
+
+urlpatterns = [
+    path("api/presence", views.presence_view, name="presence"),
+    path("api/status", views.status_view, name="status"),
+]

@@ -146,9 +146,7 @@ async def aget_presence(target: Any, viewer: Any) -> Presence:
     return (await abulk_presence([target], viewer)).get(_pk(target), domain.HIDDEN)
 
 
-def _most_recent_online(
-    presences: dict[int, Presence], limit: int | None
-) -> list[int]:
+def _most_recent_online(presences: dict[int, Presence], limit: int | None) -> list[int]:
     online = [(p.last_seen, user_id) for user_id, p in presences.items() if p.is_online]
     # Online friends whose last seen is hidden from the viewer sort after the others.
     online.sort(key=lambda item: (item[0] is not None, item[0] or 0), reverse=True)
@@ -307,7 +305,5 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     if dry_run:
         report.expired_statuses = expired.count()
     else:
-        report.expired_statuses = expired.update(
-            text="", emoji="", activity="", expires_at=None
-        )
+        report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
     return report

@@ -74,9 +74,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         if not isinstance(value, str) or not value or "{" in value or "}" in value:
             messages.append(_bad_value(key, value, "a non-empty string without { or }"))
     rate = raw.get("RATE_LIMIT", (1, 1))
-    if not (
-        isinstance(rate, list | tuple) and len(rate) == 2 and all(map(_is_positive_int, rate))
-    ):
+    if not (isinstance(rate, list | tuple) and len(rate) == 2 and all(map(_is_positive_int, rate))):
         messages.append(_bad_value("RATE_LIMIT", rate, "a pair (frames, seconds) of positive ints"))
     heartbeat = raw.get("HEARTBEAT_INTERVAL", PresenceSettings.HEARTBEAT_INTERVAL)
     ttl = raw.get("CONNECTION_TTL", PresenceSettings.CONNECTION_TTL)

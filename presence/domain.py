@@ -15,7 +15,8 @@ from enum import StrEnum
 from typing import Any
 
 from django.utils.timesince import timesince
-from django.utils.translation import gettext, gettext_lazy as _
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 
 class Status(StrEnum):
@@ -254,7 +255,7 @@ def resolve(
 
 
 def humanize(presence: Presence, now: datetime) -> str:
-    """"online", "just now", "5 minutes ago"...; empty when last seen is hidden."""
+    """ "online", "just now", "5 minutes ago"...; empty when last seen is hidden."""
     if presence.is_online:
         return gettext("online")
     if presence.last_seen is None:
@@ -325,7 +326,9 @@ def parse_status_change(data: Any, limits: Limits) -> StatusChange:
     expires_in = data.get("expires_in")
     if expires_in is not None:
         if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
-            raise InvalidInput("invalid_message", "'expires_in' must be a number of seconds or null.")
+            raise InvalidInput(
+                "invalid_message", "'expires_in' must be a number of seconds or null."
+            )
         if not 1 <= expires_in <= limits.max_expiry:
             raise InvalidInput(
                 "invalid_value",

@@ -35,8 +35,8 @@ import redis.asyncio
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 from redis.exceptions import NoScriptError, RedisError
+from redis.retry import Retry
 
 from presence import domain
 from presence.conf import PresenceSettings, get_settings
@@ -426,9 +426,7 @@ class PresenceStore:
             return states
 
         return Plan(
-            commands=[
-                ("ZMSCORE", self.seen_key(bucket), *members) for bucket, members in buckets
-            ],
+            commands=[("ZMSCORE", self.seen_key(bucket), *members) for bucket, members in buckets],
             parse=parse,
             fallback=None,
         )

@@ -164,20 +164,37 @@ def _users_in_order(ids: list[int]) -> list[Any]:
     return [by_pk[pk] for pk in ids if pk in by_pk]
 
 
+def _live_online(live: dict[int, domain.LiveState] | None, now: float) -> list[int]:
+    timing = _timing()
+    return [
+        user_id
+        for user_id, state in (live or {}).items()
+        if domain.live_status(state, now, timing) is not domain.Status.OFFLINE
+    ]
+
+
 def online_friends(user: Any, limit: int | None = None) -> list[Any]:
     """Friends (mutual contacts) online and visible to ``user``, most recently active first.
 
-    Three queries and one Redis round trip whatever the number of friends.
+    Redis is asked first (one round trip for all friends), so privacy facts are loaded only
+    for friends who are online at all: three queries whatever the number of friends.
     """
     _check_limit(limit)
-    presences = bulk_presence(relations.friend_ids(user), user)
-    return _users_in_order(_most_recent_online(presences, limit))
+    store = get_store()
+    live = store.run(store.read(relations.friend_ids(user)))
+    now = _now()
+    facts = relations.load(user, _live_online(live, now))
+    ids = _most_recent_online(_resolve_all(facts, live, now), limit)
+    return _users_in_order(ids)
 
 
 async def aonline_friends(user: Any, limit: int | None = None) -> list[Any]:
     _check_limit(limit)
-    presences = await abulk_presence(await relations.afriend_ids(user), user)
-    ids = _most_recent_online(presences, limit)
+    store = get_store()
+    live = await store.arun(store.read(await relations.afriend_ids(user)))
+    now = _now()
+    facts = await relations.aload(user, _live_online(live, now))
+    ids = _most_recent_online(_resolve_all(facts, live, now), limit)
     return await sync_to_async(_users_in_order)(ids)
 
 

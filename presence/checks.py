@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -12,6 +13,7 @@ from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
 MIDDLEWARE_PATH = "presence.middleware.PresenceMiddleware"
 AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 DJANGO_REDIS_BACKENDS = {"django_redis.cache.RedisCache"}
+REDIS_SCHEMES = {"redis", "rediss", "unix"}
 
 _POSITIVE_INTS = (
     "ONLINE_WINDOW",
@@ -54,7 +56,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         ]
     messages: list[CheckMessage] = []
-    for key in sorted(set(raw) - SETTING_NAMES):
+    # repr: keys of mixed types (a typo'd int key beside str keys) must not break sorting.
+    for key in sorted(set(raw) - SETTING_NAMES, key=repr):
         messages.append(
             Warning(
                 f"PRESENCE has an unknown key {key!r}; it is ignored.",
@@ -95,6 +98,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def check_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = user_settings()
     alias = raw.get("CACHE_ALIAS", "default") if isinstance(raw, dict) else "default"
+    if not isinstance(alias, str):
+        return []  # presence.E002 reports it (and a list alias is not even hashable)
     caches = getattr(settings, "CACHES", {})
     if alias not in caches:
         return [
@@ -110,6 +115,21 @@ def check_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             Error(
                 f"CACHES[{alias!r}] uses {backend!r}; presence needs a django-redis cache.",
                 hint='Set "BACKEND": "django_redis.cache.RedisCache" and a redis:// LOCATION.',
+                id="presence.E005",
+            )
+        ]
+    # The store connects to the first location itself (presence.store), so it must be a URL.
+    location = caches[alias].get("LOCATION")
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    if isinstance(location, str):
+        location = location.split(",")[0]
+    if not isinstance(location, str) or urlsplit(location).scheme not in REDIS_SCHEMES:
+        return [
+            Error(
+                f"CACHES[{alias!r}]['LOCATION'] is {location!r}; presence needs a redis://, "
+                "rediss:// or unix:// URL.",
+                hint='Set "LOCATION": "redis://HOST:6379/0".',
                 id="presence.E005",
             )
         ]
@@ -146,6 +166,9 @@ def check_user_model(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     from django.db import models
 
     pk = get_user_model()._meta.pk
+    # A multi-table-inheritance user's pk is a one-to-one link to its parent's pk.
+    while pk is not None and pk.is_relation and pk.target_field is not None:
+        pk = pk.target_field
     if not isinstance(pk, models.AutoField | models.BigAutoField | models.IntegerField):
         return [
             Error(

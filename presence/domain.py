@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from django.utils.timesince import timesince
-from django.utils.translation import gettext
+from django.utils.translation import gettext, npgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 
@@ -225,20 +225,19 @@ def resolve(
         default=None,
     )
     custom_live = choices.expires_at is None or choices.expires_at > now
-    show_custom = custom_live and permits(choices.activity_visibility, relation)
-    custom = {
-        "text": choices.text if show_custom else None,
-        "emoji": choices.emoji if show_custom else None,
-        "activity": choices.activity if show_custom else None,
-    }
+    shown = (
+        Presence(text=choices.text, emoji=choices.emoji, activity=choices.activity)
+        if custom_live and permits(choices.activity_visibility, relation)
+        else HIDDEN
+    )
     if relation.is_self:
         online = true_status is not Status.OFFLINE
-        return Presence(
+        return replace(
+            shown,
             status=true_status,
             last_seen=_timestamp(last_seen_ts),
             devices=tuple(live.devices) if online else (),
             invisible=choices.invisible,
-            **custom,
         )
 
     # Invisible looks exactly like offline with last seen hidden.
@@ -246,23 +245,36 @@ def resolve(
     # A fresh last seen would reveal being online, so it needs both permissions.
     show_last_seen = show_online and permits(choices.last_seen_visibility, relation)
     status = true_status if show_online else Status.OFFLINE
-    return Presence(
+    return replace(
+        shown,
         status=status,
         last_seen=_timestamp(last_seen_ts) if show_last_seen else None,
         devices=tuple(live.devices) if status is not Status.OFFLINE else (),
-        **custom,
     )
 
 
+#: timesince's units as presence's own strings: Django's catalogs lack some of them in some
+#: languages (vi), which would leave "5 minutes" untranslated inside a translated "... ago".
+TIME_STRINGS = {
+    "year": npgettext_lazy("last seen", "%(num)d year", "%(num)d years", "num"),
+    "month": npgettext_lazy("last seen", "%(num)d month", "%(num)d months", "num"),
+    "week": npgettext_lazy("last seen", "%(num)d week", "%(num)d weeks", "num"),
+    "day": npgettext_lazy("last seen", "%(num)d day", "%(num)d days", "num"),
+    "hour": npgettext_lazy("last seen", "%(num)d hour", "%(num)d hours", "num"),
+    "minute": npgettext_lazy("last seen", "%(num)d minute", "%(num)d minutes", "num"),
+}
+
+
 def humanize(presence: Presence, now: datetime) -> str:
-    """ "online", "just now", "5 minutes ago"...; empty when last seen is hidden."""
+    """Say "online", "just now", "5 minutes ago"...; empty when last seen is hidden."""
     if presence.is_online:
         return gettext("online")
     if presence.last_seen is None:
         return ""
     if (now - presence.last_seen).total_seconds() < 60:
         return gettext("just now")
-    return gettext("%(delta)s ago") % {"delta": timesince(presence.last_seen, now, depth=1)}
+    delta = timesince(presence.last_seen, now, time_strings=TIME_STRINGS, depth=1)
+    return gettext("%(delta)s ago") % {"delta": delta}
 
 
 # --- validating a status change (shared by the JSON endpoint and the WebSocket) ---

@@ -20,7 +20,8 @@ logger = logging.getLogger("presence")
 
 class TouchThrottle:
     """Remembers, per process, when each user was last written, to write at most once per
-    ``TOUCH_INTERVAL``. Bounded: forgets everything older than the interval when it grows."""
+    ``TOUCH_INTERVAL``. Bounded: past ``MAX_ENTRIES`` it forgets entries older than the interval,
+    and everything if that is not enough (forgetting costs at most one extra write a user)."""
 
     MAX_ENTRIES = 100_000
 
@@ -30,21 +31,41 @@ class TouchThrottle:
 
     def due(self, user_id: int, now: float, interval: float) -> bool:
         last = self._last.get(user_id)
+        # A clock that went backwards (now < last) must not stop recording.
         return last is None or now - last >= interval or now < last
+
+    def claim(self, user_id: int, now: float, interval: float) -> bool:
+        """Whether to write ``user_id`` now; if so, remembers it. Atomic, so concurrent
+        requests of one user in one process write once."""
+        with self._lock:
+            if not self.due(user_id, now, interval):
+                return False
+            self._remember(user_id, now, interval)
+            return True
 
     def mark(self, user_id: int, now: float | None = None) -> None:
         now = time.time() if now is None else now
         with self._lock:
+            self._remember(user_id, now, get_settings().TOUCH_INTERVAL)
+
+    def _remember(self, user_id: int, now: float, interval: float) -> None:
+        if len(self._last) >= self.MAX_ENTRIES and user_id not in self._last:
+            self._last = {k: v for k, v in self._last.items() if 0 <= now - v < interval}
             if len(self._last) >= self.MAX_ENTRIES:
-                interval = get_settings().TOUCH_INTERVAL
-                self._last = {k: v for k, v in self._last.items() if now - v < interval}
-            self._last[user_id] = now
+                # Everyone is recent: pruning again on every request would cost O(n) each.
+                self._last.clear()
+        self._last[user_id] = now
 
     def forget(self, user_id: int) -> None:
-        self._last.pop(user_id, None)
+        with self._lock:
+            self._last.pop(user_id, None)
 
     def clear(self) -> None:
-        self._last.clear()
+        with self._lock:
+            self._last.clear()
+
+    def __len__(self) -> int:
+        return len(self._last)
 
 
 throttle = TouchThrottle()
@@ -54,11 +75,9 @@ def _claim(request: HttpRequest, user: Any) -> tuple[int, str] | None:
     """Whether this request should be recorded: (user id, device), claiming the slot."""
     if user is None or not user.is_authenticated:
         return None
-    now = time.time()
-    if not throttle.due(user.pk, now, get_settings().TOUCH_INTERVAL):
-        return None
     # Claim before writing so concurrent requests of the same user do not all write.
-    throttle.mark(user.pk, now)
+    if not throttle.claim(user.pk, time.time(), get_settings().TOUCH_INTERVAL):
+        return None
     device = device_from_user_agent(request.META.get("HTTP_USER_AGENT"))
     return user.pk, device.value
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -197,7 +198,7 @@ class LastSeenManager(models.Manager):
             for start in range(0, len(rows), self.BATCH):
                 chunk = rows[start : start + self.BATCH]
                 placeholders = ", ".join(["(%s, %s)"] * len(chunk))
-                params: list[object] = []
+                params: list[Any] = []
                 for user_id, seen_at in chunk:
                     params += [user_id, connection.ops.adapt_datetimefield_value(seen_at)]
                 cursor.execute(

@@ -7,6 +7,7 @@ one each per user otherwise).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.templatetags.static import static
@@ -14,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
 from presence import api, domain
 
@@ -26,7 +28,7 @@ def _viewer(request: Any) -> Any:
 
 def _cache(request: Any) -> dict[int, domain.Presence]:
     if request is None:
-        return {}
+        return {}  # nothing to keep it on: every read is fresh
     cache = getattr(request, _CACHE_ATTR, None)
     if cache is None:
         cache = {}
@@ -35,12 +37,19 @@ def _cache(request: Any) -> dict[int, domain.Presence]:
 
 
 def _pk(target: Any) -> int | None:
-    pk = target if isinstance(target, int) and not isinstance(target, bool) else None
-    pk = pk if pk is not None else getattr(target, "pk", None)
+    """A user's pk from a user, an int or a string of digits; None for anything else."""
+    if isinstance(target, bool):
+        return None
+    if isinstance(target, int):
+        return target
+    if isinstance(target, str):
+        return int(target) if target.isascii() and target.isdigit() else None
+    pk = getattr(target, "pk", None)
     return int(pk) if pk is not None else None
 
 
 def prefetch(request: Any, targets: Any) -> None:
+    """Read the presence of ``targets`` for this request at once (one query, one round trip)."""
     cache = _cache(request)
     ids = [pk for pk in map(_pk, targets or ()) if pk is not None and pk not in cache]
     if ids:
@@ -52,12 +61,12 @@ def presence_for(request: Any, target: Any) -> tuple[int | None, domain.Presence
     pk = _pk(target)
     if pk is None:
         return None, domain.HIDDEN
+    if request is None:  # no request to cache on (a template rendered outside a request)
+        return pk, api.get_presence(pk, None)
     cache = _cache(request)
     if pk not in cache:
         prefetch(request, [pk])
-        if request is None:  # no request to cache on
-            return pk, api.get_presence(pk, _viewer(request))
-    return pk, cache.get(pk, domain.HIDDEN)
+    return pk, cache[pk]
 
 
 def dot(request: Any, target: Any) -> SafeString:
@@ -89,9 +98,17 @@ def online_friends(request: Any, limit: int | None) -> list[Any]:
     return friends
 
 
+def script_labels() -> dict[str, str]:
+    """The words presence.js puts on dots and last-seen texts, in the active language."""
+    labels = {status.value: str(label) for status, label in domain.STATUS_LABELS.items()}
+    labels["onlineText"] = gettext("online")
+    return labels
+
+
 def script_tag() -> SafeString:
     return format_html(
-        '<script src="{}" data-presence-endpoint="{}" defer></script>',
+        '<script src="{}" data-presence-endpoint="{}" data-presence-labels="{}" defer></script>',
         static("presence/presence.js"),
         reverse("presence:presence"),
+        json.dumps(script_labels(), ensure_ascii=False, separators=(",", ":")),
     )

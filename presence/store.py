@@ -142,10 +142,6 @@ class Plan(Generic[T]):
     #: returned when Redis is unavailable; RAISE to raise StoreUnavailable instead
     fallback: T | _Raise
 
-    @property
-    def scripts(self) -> list[Script]:
-        return [cmd[1] for cmd in self.commands if cmd[0] == "SCRIPT"]
-
 
 def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("SCRIPT", script, tuple(keys), tuple(args))
@@ -309,13 +305,24 @@ class PresenceStore:
     # --- executing plans --------------------------------------------------------------------
 
     @staticmethod
-    def _queue(pipe: Any, plan: Plan[Any]) -> None:
-        for command in plan.commands:
+    def _queue(pipe: Any, commands: Sequence[tuple[Any, ...]]) -> None:
+        for command in commands:
             if command[0] == "SCRIPT":
                 _, script, keys, args = command
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
             else:
                 pipe.execute_command(*command)
+
+    @staticmethod
+    def _without_script(replies: list[Any]) -> list[int]:
+        """Positions of the commands Redis refused for not knowing their script."""
+        return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+
+    @staticmethod
+    def _raise_first_error(replies: list[Any]) -> None:
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
 
     def _failed(self, plan: Plan[T], error: Exception) -> T:
         self.health.failed(error, self.conf.RETRY_INTERVAL)
@@ -329,23 +336,37 @@ class PresenceStore:
             ) from error
         return plan.fallback
 
+    # When Redis has lost its scripts (restart, SCRIPT FLUSH, or another client loading them
+    # half-way through our pipeline), the other commands of the pipeline have run already: only
+    # the refused ones are sent again, after loading their scripts, so no command runs twice.
+
+    def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        with self.client.pipeline(transaction=False) as pipe:
+            self._queue(pipe, commands)
+            return list(pipe.execute(raise_on_error=False))
+
+    async def _aexecute(
+        self, client: redis.asyncio.Redis, commands: Sequence[tuple[Any, ...]]
+    ) -> list[Any]:
+        async with client.pipeline(transaction=False) as pipe:
+            self._queue(pipe, commands)
+            return list(await pipe.execute(raise_on_error=False))
+
     def run(self, plan: Plan[T]) -> T:
         if not plan.commands:
             return plan.parse([])
         if not self.health.available():
             return self._fallback(plan)
         try:
-            for attempt in (1, 2):
-                try:
-                    with self.client.pipeline(transaction=False) as pipe:
-                        self._queue(pipe, plan)
-                        replies = pipe.execute()
-                    break
-                except NoScriptError:
-                    if attempt == 2:
-                        raise
-                    for script in plan.scripts:
-                        self.client.script_load(script.source)
+            replies = self._execute(plan.commands)
+            missing = self._without_script(replies)
+            if missing:
+                for script in {plan.commands[i][1] for i in missing}:
+                    self.client.script_load(script.source)
+                retried = self._execute([plan.commands[i] for i in missing])
+                for i, reply in zip(missing, retried, strict=True):
+                    replies[i] = reply
+            self._raise_first_error(replies)
         except RedisError as error:
             return self._failed(plan, error)
         self.health.succeeded()
@@ -358,17 +379,15 @@ class PresenceStore:
             return self._fallback(plan)
         try:
             client = self.async_client
-            for attempt in (1, 2):
-                try:
-                    async with client.pipeline(transaction=False) as pipe:
-                        self._queue(pipe, plan)
-                        replies = await pipe.execute()
-                    break
-                except NoScriptError:
-                    if attempt == 2:
-                        raise
-                    for script in plan.scripts:
-                        await client.script_load(script.source)
+            replies = await self._aexecute(client, plan.commands)
+            missing = self._without_script(replies)
+            if missing:
+                for script in {plan.commands[i][1] for i in missing}:
+                    await client.script_load(script.source)
+                retried = await self._aexecute(client, [plan.commands[i] for i in missing])
+                for i, reply in zip(missing, retried, strict=True):
+                    replies[i] = reply
+            self._raise_first_error(replies)
         except (RedisError, OSError) as error:
             return self._failed(plan, error)
         self.health.succeeded()

@@ -1,50 +1,96 @@
-"""JSON endpoints. Errors are JSON too: 400 for bad input, 401 for anonymous callers."""
+"""JSON endpoints. Every answer is JSON, errors included: 400 for bad input, 401 for anonymous
+callers (never a redirect to a login page), 403 for a failed CSRF check, 405 for a wrong method.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
-from django.views.decorators.csrf import csrf_protect
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.csrf import csrf_exempt
 
-from presence import api
+from presence import api, domain
 from presence.domain import InvalidInput
 
 MAX_IDS = 500
 MAX_BODY_BYTES = 4096
+#: longest id accepted (BigAutoField ids have at most 19 digits)
+_MAX_ID_DIGITS = 19
+
+View = Callable[[HttpRequest], HttpResponse]
 
 
 def error(code: str, message: str, status: int = 400) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
-def _unauthenticated() -> JsonResponse:
-    return error("not_authenticated", _("Log in to see presence."), status=401)
+def _json_view(*methods: str) -> Callable[[View], View]:
+    """Allow only ``methods`` (405 as JSON otherwise), require a login (401 as JSON), and keep
+    answers out of shared caches: they depend on who asks."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def wrapper(request: HttpRequest) -> HttpResponse:
+            if request.method not in methods:
+                response: HttpResponse = error(
+                    "method_not_allowed",
+                    _("Use %(methods)s.") % {"methods": ", ".join(methods)},
+                    status=405,
+                )
+                response["Allow"] = ", ".join(methods)
+            elif not request.user.is_authenticated:
+                response = error("not_authenticated", _("Log in to see presence."), status=401)
+            else:
+                response = view(request)
+            add_never_cache_headers(response)
+            return response
+
+        return wrapper
+
+    return decorate
+
+
+class _JsonCsrfCheck(CsrfViewMiddleware):
+    """Django's own CSRF check, answering a failure in JSON instead of an HTML page."""
+
+    def _reject(self, request: HttpRequest, reason: str) -> HttpResponse:
+        message = _("CSRF verification failed: %(reason)s") % {"reason": reason}
+        return error("csrf_failed", message, status=403)
+
+
+_csrf_check = _JsonCsrfCheck(lambda request: HttpResponse())
 
 
 def parse_user_ids(raw: str | None) -> list[int]:
-    if raw is None or not raw.strip():
-        raise InvalidInput("missing_users", "Pass user ids as ?users=1,2,3.")
-    parts = [part.strip() for part in raw.split(",") if part.strip()]
+    parts = [part.strip() for part in (raw or "").split(",") if part.strip()]
+    if not parts:
+        raise InvalidInput("missing_users", _("Pass user ids as ?users=1,2,3."))
     if len(parts) > MAX_IDS:
         raise InvalidInput(
-            "too_many_users", f"At most {MAX_IDS} ids per request; got {len(parts)}."
+            "too_many_users",
+            _("At most %(max)d ids per request; got %(count)d.")
+            % {"max": MAX_IDS, "count": len(parts)},
         )
     ids: list[int] = []
     for part in parts:
-        if not part.isdigit() or len(part) > 18:
-            raise InvalidInput("invalid_users", f"{part[:40]!r} is not a user id.")
+        # isascii(): str.isdigit() also accepts "²" and other digits int() refuses.
+        if not (part.isascii() and part.isdigit()) or len(part) > _MAX_ID_DIGITS:
+            raise InvalidInput(
+                "invalid_users", _("%(value)s is not a user id.") % {"value": repr(part[:40])}
+            )
         ids.append(int(part))
     return ids
 
 
-@require_GET
-def presence_view(request: HttpRequest) -> JsonResponse:
-    if not request.user.is_authenticated:
-        return _unauthenticated()
+@_json_view("GET")
+def presence_view(request: HttpRequest) -> HttpResponse:
+    """``GET ?users=1,2,3``: ``{"presences": {"1": {...}}}``; ids of no user are left out."""
     try:
         ids = parse_user_ids(request.GET.get("users"))
     except InvalidInput as exc:
@@ -55,19 +101,35 @@ def presence_view(request: HttpRequest) -> JsonResponse:
     )
 
 
-@csrf_protect
-@require_POST
-def status_view(request: HttpRequest) -> JsonResponse:
-    if not request.user.is_authenticated:
-        return _unauthenticated()
-    if len(request.body) > MAX_BODY_BYTES:
-        return error("payload_too_large", f"The body must be at most {MAX_BODY_BYTES} bytes.")
+def _body_length(request: HttpRequest) -> int | None:
     try:
-        data: Any = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        return error("invalid_json", "The body is not valid JSON.")
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return None
+
+
+@csrf_exempt  # checked below, after the login check, so failures are answered in JSON
+@_json_view("POST")
+def status_view(request: HttpRequest) -> HttpResponse:
+    """``POST`` a JSON object with the fields of the WebSocket ``set_status`` message; answers
+    ``{"presence": {...}}``, the caller's own presence (with ``invisible``)."""
+    # Refuse a large body before reading it; read it before the CSRF check parses a form body
+    # (reading request.body after a multipart request.POST would raise).
+    length = _body_length(request)
+    if length is None or length > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
+        return error(
+            "payload_too_large",
+            _("The body must be at most %(max)d bytes.") % {"max": MAX_BODY_BYTES},
+        )
+    rejected = _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    if rejected is not None:
+        return rejected
     try:
-        change = api.domain.parse_status_change(data, api.limits())
+        data: Any = json.loads(request.body)
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+        return error("invalid_json", _("The body is not valid JSON."))
+    try:
+        change = domain.parse_status_change(data, api.limits())
     except InvalidInput as exc:
         return error(exc.code, exc.message)
     presence = api.apply_change(request.user, change)

@@ -59,3 +59,68 @@ def make_user(db: Any) -> Callable[..., Any]:
         return get_user_model().objects.create_user(username=name, password="pw", **fields)
 
     return make
+
+
+# --- Fixtures for the middleware, signals and presence_cleanup tests --------------------------
+# (imports are local so this section can be appended without touching the header above)
+
+
+class RedisCommandCounter:
+    """Counts the commands the real Redis server executed, from ``INFO commandstats`` deltas.
+
+    Server-side counting needs no client instrumentation; the counter's own INFO calls are
+    left out. One command in a delta also means one round trip.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def snapshot(self) -> dict[str, int]:
+        stats = self.client.info("commandstats")
+        return {
+            name.removeprefix("cmdstat_"): int(values["calls"])
+            for name, values in stats.items()
+            if name != "cmdstat_info"
+        }
+
+    def delta(self, before: dict[str, int]) -> dict[str, int]:
+        after = self.snapshot()
+        return {
+            name: calls - before.get(name, 0)
+            for name, calls in after.items()
+            if calls != before.get(name, 0)
+        }
+
+
+@pytest.fixture
+def redis_commands(redis_client: redis.Redis) -> RedisCommandCounter:
+    return RedisCommandCounter(redis_client)
+
+
+@pytest.fixture
+def private_redis(settings: Any) -> Iterator[Any]:
+    """A second, private redis-server that a test may stop and start again (outage tests).
+
+    The default cache (and so presence) points at it; presence rebuilds its clients on
+    ``setting_changed``.
+    """
+    from tools.redis_server import RedisServer
+
+    with RedisServer() as server:
+        caches = {alias: dict(conf) for alias, conf in settings.CACHES.items()}
+        caches["default"]["LOCATION"] = server.url
+        settings.CACHES = caches
+        yield server
+
+
+# --- Language hygiene for the template tag, JSON endpoint and admin tests ---------------------
+
+
+@pytest.fixture(autouse=True)
+def _reset_language() -> Iterator[None]:
+    """A request with Accept-Language activates its language in the test's thread (Django's
+    LocaleMiddleware does not undo it); start the next test in the default language again."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()

@@ -1,0 +1,101 @@
+"""``python -m benchmarks [--quick] [NAME ...]`` — run the benchmarks and print a summary.
+
+Needs REDIS_URL pointing at a Redis whose database may be flushed (``make bench`` starts a
+throwaway one). The database is a fresh SQLite file in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+NAMES = ("middleware", "online_friends", "memory", "cleanup")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"benchmarks to run (default: all): {NAMES}"
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, a smoke check")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in NAMES]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(NAMES)}")
+    return args
+
+
+def setup(db_dir: str) -> None:
+    os.environ["BENCH_DB_DIR"] = db_dir
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def summary(rows: list, quick: bool, elapsed: float) -> None:  # type: ignore[type-arg]
+    headers = ("benchmark", "metric", "value", "goal", "")
+    table = [
+        (r.benchmark, r.metric, r.value, r.goal, "" if r.passed is None else
+         ("PASS" if r.passed else "MISS"))
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in [headers, *table]) for i in range(len(headers))]
+    line = "  ".join("-" * w for w in widths)
+    print(f"\n== summary{' (--quick: small sizes, not the reported figures)' if quick else ''} ==")
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print(line)
+    for row in table:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print(line)
+    goals = [r for r in rows if r.passed is not None]
+    passed = sum(1 for r in goals if r.passed)
+    print(f"{passed}/{len(goals)} goals met; total run time {elapsed:.0f} s")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    from benchmarks.common import Report, Sizes, raw_client, redis_url
+
+    redis_url()  # fail early with a helpful message
+    started = time.perf_counter()
+    db_dir = tempfile.mkdtemp(prefix="presence-bench-")
+    try:
+        setup(db_dir)
+        from benchmarks import bench_cleanup, bench_memory, bench_middleware, bench_online_friends
+
+        runners: dict[str, Callable[[Sizes, Report], None]] = {
+            "middleware": bench_middleware.run,
+            "online_friends": bench_online_friends.run,
+            "memory": bench_memory.run,
+            "cleanup": bench_cleanup.run,
+        }
+        client = raw_client(decode=True)
+        server = client.info("server")
+        client.close()
+        sizes = Sizes.for_mode(args.quick)
+        print(
+            f"Redis {server['redis_version']} ({redis_url()}), Python {platform.python_version()}"
+            f", {os.cpu_count()} CPUs, SQLite in {db_dir}; {'quick' if args.quick else 'full'} run",
+            flush=True,
+        )
+        report = Report()
+        for name in args.names or NAMES:
+            runners[name](sizes, report)
+        summary(report.rows, args.quick, time.perf_counter() - started)
+    finally:
+        shutil.rmtree(db_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""presence.api.cleanup() over a million stale entries: total time and the longest Redis command.
+
+Setup (not measured): N users inserted straight into auth_user (LastSeen rows need them), N stale
+entries in the buckets (last active one to 25 hours ago; every tenth signed off), plus a few
+hundred users online now, which cleanup must leave alone.
+
+Every Redis command slower than 100 µs is logged by SLOWLOG during the run (a finer threshold
+than the 1 ms asked for, so the longest command is known even when it is short; commands run
+inside Lua scripts are logged too). The log is checked not to have overflowed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+
+from benchmarks.common import (
+    Report,
+    Sizes,
+    activity_scores,
+    command_stats,
+    fill_buckets,
+    flush,
+    ms,
+    presence_keys,
+    raw_client,
+    say,
+    slowlog,
+    store,
+    timed,
+)
+from presence import api
+from presence.models import LastSeen
+
+NAME = "cleanup"
+FIRST_ID = 10_000_001  # outside the id ranges of the other benchmarks
+ONLINE_FIRST_ID = 20_000_001
+ONLINE_COUNT = 500
+SLOWLOG_US = 100
+
+
+def insert_users(first: int, count: int) -> None:
+    table = connection.ops.quote_name(get_user_model()._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (id, password, is_superuser, username, first_name, last_name, "
+        "email, is_staff, is_active, date_joined) VALUES (%s, '!', 0, %s, '', '', '', 0, 1, "
+        "'2024-01-01 00:00:00')"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, ((uid, f"stale{uid}") for uid in range(first, first + count)))
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    n = sizes.stale
+    say(f"\n== cleanup: {n:,} stale entries ==")
+    client = raw_client()
+    s = store()
+    now = int(time.time())
+
+    elapsed, _ = timed(lambda: insert_users(FIRST_ID, n))
+    say(f"  setup: {n:,} users inserted into auth_user in {elapsed:.1f} s (not measured)")
+    stale_ids = range(FIRST_ID, FIRST_ID + n)
+    scores = activity_scores(stale_ids, now, spread=24 * 3600, offset=s.conf.ONLINE_WINDOW + 3600)
+    for uid in stale_ids[::10]:
+        scores[uid] = -scores[uid]  # signed off (logged out) at that time
+    online = activity_scores(range(ONLINE_FIRST_ID, ONLINE_FIRST_ID + ONLINE_COUNT), now, 60)
+    flush(client)
+    elapsed, _ = timed(lambda: fill_buckets(client, s, {**scores, **online}))
+    say(f"  setup: {n + ONLINE_COUNT:,} entries written to Redis in {elapsed:.1f} s (not measured)")
+
+    stats_before = command_stats(client)
+    with slowlog(client, slower_than_us=SLOWLOG_US) as slow:
+        elapsed, result = timed(api.cleanup)
+    stats_after = command_stats(client)
+
+    left = sum(client.zcard(key) for key in presence_keys(client, s))
+    rows = LastSeen.objects.filter(user_id__gte=FIRST_ID, user_id__lt=FIRST_ID + n).count()
+    if result.persisted != n or result.removed != n or left != ONLINE_COUNT or rows != n:
+        raise RuntimeError(
+            f"cleanup did not do its job: {result}, {left} entries left, {rows} LastSeen rows"
+        )
+    say(
+        f"  {result.buckets:,} buckets scanned; {result.stale:,} stale, {result.persisted:,} "
+        f"persisted, {result.removed:,} removed; the {ONLINE_COUNT} online users kept"
+    )
+    for name in ("zrangebyscore", "evalsha"):
+        calls = stats_after.get(name, (0, 0))[0] - stats_before.get(name, (0, 0))[0]
+        usec = stats_after.get(name, (0, 0))[1] - stats_before.get(name, (0, 0))[1]
+        if calls:
+            say(f"  {name.upper()}: {calls:,} calls, {usec / calls:,.1f} µs on average")
+    longest = slow[0].micros / 1e6 if slow else 0.0
+    over_1ms = sum(1 for e in slow if e.micros > 1000)
+    if slow:
+        say(
+            f"  SLOWLOG: {len(slow):,} commands over {SLOWLOG_US} µs, {over_1ms} over 1 ms; "
+            f"longest {slow[0].micros:,} µs ({slow[0].command})"
+        )
+        for entry in slow[:8]:
+            if entry.micros > 1000:
+                say(f"    {entry.micros:>7,} µs  {entry.command}  (at +{entry.start - now} s)")
+        longest_text = f"{ms(longest)} ({slow[0].command.split(' ')[0]})"
+    else:
+        say(f"  SLOWLOG: no command over {SLOWLOG_US} µs")
+        longest_text = f"< {SLOWLOG_US} µs (no command over {SLOWLOG_US} µs)"
+    flush(client)
+    client.close()
+
+    report.add(NAME, "total time", f"{elapsed:.1f} s ({n / elapsed:,.0f} entries/s)")
+    report.add(NAME, "LastSeen rows persisted", f"{result.persisted:,}")
+    report.add(
+        NAME, "longest single Redis command", longest_text, "≤ 10 ms", longest <= 0.010
+    )
+    report.add(NAME, "Redis commands over 1 ms", str(over_1ms))

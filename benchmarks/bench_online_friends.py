@@ -1,0 +1,208 @@
+"""online_friends for a user with thousands of friends while a million users are in Redis.
+
+The same population (ids 1..N, last active uniformly over the last two online windows, so about
+half are online) is written twice: in presence's bucketed layout, and as one global sorted set
+(``bench:online``) for the approaches found in the literature. The viewer is user 1; users
+2..F+1 are its friends (mutual Contact rows), so about half of the friends are online.
+
+Round trips are counted by wrapping ``send_packed_command`` of the store's connection class:
+redis-py writes each pipeline (and each single command) with exactly one call, and reads the
+replies afterwards, so one call is one round trip.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from benchmarks.common import (
+    Report,
+    Sizes,
+    activity_scores,
+    fill_buckets,
+    fill_single_set,
+    flush,
+    median,
+    ms,
+    raw_client,
+    say,
+    slowlog,
+    store,
+    timed,
+)
+from presence import api
+from presence.models import Contact
+from presence.store import SCORE_FACTOR
+
+NAME = "online_friends"
+VIEWER_ID = 1
+ONLINE = "bench:online"
+FRIENDS = "bench:friends:1"
+TMP = "bench:tmp"
+RESULT = "bench:result"
+
+
+@contextmanager
+def count_round_trips(client: redis.Redis) -> Iterator[list[int]]:
+    cls = client.connection_pool.connection_class
+    own = "send_packed_command" in cls.__dict__
+    original = cls.send_packed_command
+    counter = [0]
+
+    def counting(self: Any, command: Any, check_health: bool = True) -> Any:
+        counter[0] += 1
+        return original(self, command, check_health)
+
+    cls.send_packed_command = counting  # type: ignore[method-assign]
+    try:
+        yield counter
+    finally:
+        if own:
+            cls.send_packed_command = original  # type: ignore[method-assign]
+        else:
+            del cls.send_packed_command
+
+
+def command_calls(client: redis.Redis, name: str) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+def populate(sizes: Sizes, client: redis.Redis) -> tuple[int, list[int]]:
+    """Redis population and DB friends; returns (now, friend ids)."""
+    s = store()
+    window = s.conf.ONLINE_WINDOW
+    now = int(time.time())
+    _, scores = timed(
+        lambda: activity_scores(range(1, sizes.population + 1), now, spread=2 * window)
+    )
+    flush(client)
+    t_buckets, _ = timed(lambda: fill_buckets(client, s, scores))
+    t_single, _ = timed(lambda: fill_single_set(client, ONLINE, scores))
+    say(
+        f"  setup: {sizes.population:,} users written to {s.conf.BUCKETS:,} buckets in "
+        f"{t_buckets:.1f} s and to one sorted set in {t_single:.1f} s (not measured)"
+    )
+
+    friend_ids = list(range(VIEWER_ID + 1, VIEWER_ID + 1 + sizes.friends))
+    user_model = get_user_model()
+    start = time.perf_counter()
+    user_model._default_manager.bulk_create(
+        [user_model(id=uid, username=f"friend{uid}", password="!") for uid in friend_ids]
+        + [user_model(id=VIEWER_ID, username="viewer", password="!")],
+        batch_size=1000,
+    )
+    Contact.objects.bulk_create(
+        [Contact(owner_id=VIEWER_ID, contact_id=uid) for uid in friend_ids]
+        + [Contact(owner_id=uid, contact_id=VIEWER_ID) for uid in friend_ids],
+        batch_size=1000,
+    )
+    # The literature keeps each user's friends as a set in Redis; we give it that for free.
+    client.zadd(FRIENDS, dict.fromkeys(friend_ids, 0))
+    say(
+        f"  setup: {len(friend_ids) + 1:,} users and {2 * len(friend_ids):,} Contact rows in "
+        f"{time.perf_counter() - start:.1f} s (not measured)"
+    )
+    return now, friend_ids
+
+
+def copy_approach(client: redis.Redis, threshold: int) -> list[Any]:
+    """ZUNIONSTORE copy, trim the stale, intersect with the friend set: one pipeline."""
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command("ZUNIONSTORE", TMP, 1, ONLINE)
+    pipe.execute_command("ZREMRANGEBYSCORE", TMP, "-inf", f"({threshold}")
+    pipe.execute_command("ZINTERSTORE", RESULT, 2, TMP, FRIENDS, "WEIGHTS", 1, 0)
+    pipe.execute_command("ZRANGE", RESULT, 0, -1, "WITHSCORES")
+    pipe.delete(TMP, RESULT)
+    return list(pipe.execute()[3])
+
+
+def zscore_each(client: redis.Redis, friend_ids: list[int]) -> list[Any]:
+    return [client.zscore(ONLINE, uid) for uid in friend_ids]
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    say(
+        f"\n== online_friends: viewer with {sizes.friends:,} friends, "
+        f"{sizes.population:,} users in Redis =="
+    )
+    client = raw_client()
+    now, friend_ids = populate(sizes, client)
+    s = store()
+    window = s.conf.ONLINE_WINDOW
+    viewer = get_user_model()._default_manager.get(pk=VIEWER_ID)
+
+    # --- the public API, end to end ------------------------------------------------------
+    api.online_friends(viewer)  # warm: connection, query plans
+    zmscore_before = command_calls(client, "zmscore")
+    with CaptureQueriesContext(connection) as queries, count_round_trips(s.client) as trips:
+        found = api.online_friends(viewer)
+    zmscore = command_calls(client, "zmscore") - zmscore_before
+    latencies = [timed(lambda: api.online_friends(viewer))[0] for _ in range(sizes.friends_runs)]
+    say(
+        f"  online_friends() returned {len(found):,} of {len(friend_ids):,} friends; "
+        f"{trips[0]} Redis round trip(s) carrying {zmscore:,} ZMSCORE (one per bucket); "
+        f"{len(queries)} DB queries"
+    )
+    for query in queries.captured_queries:
+        say(f"    query: {query['sql'][:110]}...")
+
+    # --- Redis level, side by side -------------------------------------------------------
+    # Online means last active less than ONLINE_WINDOW ago (domain.resolve), in the encoding
+    # seconds * 8 + devices: seconds > now - window.
+    now = int(time.time())
+    threshold = (now - window + 1) * SCORE_FACTOR
+    literature = raw_client(decode=True)
+    literature.ping()
+    bucketed: list[float] = []
+    per_friend: list[float] = []
+    copying: list[float] = []
+    with slowlog(client, slower_than_us=1000) as slow:
+        for _ in range(sizes.literature_runs):
+            for _ in range(3):
+                elapsed, states = timed(lambda: s.run(s.read(friend_ids)))
+                bucketed.append(elapsed)
+            elapsed, zscores = timed(lambda: zscore_each(literature, friend_ids))
+            per_friend.append(elapsed)
+            elapsed, copied = timed(lambda: copy_approach(literature, threshold))
+            copying.append(elapsed)
+    with count_round_trips(s.client) as read_trips:
+        s.run(s.read(friend_ids))
+
+    # All three must find the same online friends, or the comparison means nothing.
+    ours = {uid for uid, state in (states or {}).items() if state.last_active >= now - window + 1}
+    theirs_b = {uid for uid, score in zip(friend_ids, zscores, strict=True)
+                if score is not None and float(score) >= threshold}
+    theirs_c = {int(member) for member, _ in copied}
+    if not ours == theirs_b == theirs_c:
+        raise RuntimeError(
+            f"approaches disagree: ours {len(ours)}, ZSCORE {len(theirs_b)}, copy {len(theirs_c)}"
+        )
+    literature.close()
+
+    a, b, c = median(bucketed), median(per_friend), median(copying)
+    full = median(latencies)
+    say(f"  all three approaches agree: {len(ours):,} friends online")
+    say(f"  (a) bucketed ZMSCORE pipeline: median {ms(a)} ({read_trips[0]} round trip)")
+    say(f"  (b) ZSCORE per friend:         median {ms(b)} ({len(friend_ids):,} round trips)")
+    say(f"  (c) copy + trim + intersect:   median {ms(c)} (1 pipelined round trip)")
+    if slow:
+        say(f"      longest single command in (c): {slow[0].micros / 1000:,.1f} ms "
+            f"({slow[0].command}), blocking every other client meanwhile")
+
+    report.add(NAME, "Redis round trips of online_friends()", str(trips[0]), "≤ 2", trips[0] <= 2)
+    report.add(NAME, "DB queries of online_friends()", str(len(queries)))
+    report.add(NAME, "online_friends() median latency (DB + Redis)", ms(full))
+    report.add(NAME, "(a) our Redis read of all friends, median", ms(a))
+    report.add(NAME, "(b)/(a) ZSCORE per friend vs ours", f"{b / a:,.1f}x")
+    report.add(NAME, "(c)/(a) copy approach vs ours", f"{c / a:,.1f}x", "≥ 20x", c / a >= 20)
+    report.add(NAME, "(c)/online_friends() end to end", f"{c / full:,.1f}x")
+    flush(client)
+    client.close()

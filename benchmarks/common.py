@@ -1,0 +1,235 @@
+"""Shared pieces: sizes, result rows, timing, direct Redis access and bulk fills."""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from presence.store import SCORE_FACTOR, PresenceStore, get_store
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each benchmark is; ``--quick`` shrinks everything for a smoke check."""
+
+    population: int
+    friends: int
+    stale: int
+    middleware_rounds: int
+    middleware_requests: int
+    friends_runs: int
+    literature_runs: int
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> Sizes:
+        if quick:
+            return cls(
+                population=100_000,
+                friends=1_000,
+                stale=100_000,
+                middleware_rounds=15,
+                middleware_requests=20,
+                friends_runs=5,
+                literature_runs=2,
+            )
+        return cls(
+            population=1_000_000,
+            friends=5_000,
+            stale=1_000_000,
+            middleware_rounds=60,
+            middleware_requests=30,
+            friends_runs=15,
+            literature_runs=5,
+        )
+
+
+@dataclass
+class Row:
+    """One line of the summary: a figure, and its goal when it has one."""
+
+    benchmark: str
+    metric: str
+    value: str
+    goal: str = ""
+    passed: bool | None = None
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+
+    def add(
+        self,
+        benchmark: str,
+        metric: str,
+        value: str,
+        goal: str = "",
+        passed: bool | None = None,
+    ) -> None:
+        self.rows.append(Row(benchmark, metric, value, goal, passed))
+        mark = "" if passed is None else ("  [PASS]" if passed else "  [MISS]")
+        goal_text = f"  (goal {goal})" if goal else ""
+        print(f"  {metric}: {value}{goal_text}{mark}", flush=True)
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.2f} ms"
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        raise SystemExit(
+            "REDIS_URL is not set. Run `make bench` (it starts a throwaway redis-server), or "
+            "`python -m tools.redis_server -- python -m benchmarks`, or set REDIS_URL to a Redis "
+            "whose database the benchmarks may flush."
+        )
+    return url
+
+
+def raw_client(decode: bool = False) -> redis.Redis:
+    """A plain client for setup and for the literature approaches (not the store's client)."""
+    return redis.Redis.from_url(redis_url(), decode_responses=decode, socket_timeout=120)
+
+
+def flush(client: redis.Redis) -> None:
+    client.flushdb()
+    client.slowlog_reset()
+
+
+def encode(seconds: int, mask: int) -> int:
+    """The store's score encoding (store.py docstring): seconds * 8 + device mask."""
+    return seconds * SCORE_FACTOR + mask
+
+
+def activity_scores(
+    user_ids: Iterable[int], now: int, spread: int, offset: int = 0, seed: int = 2
+) -> dict[int, int]:
+    """Encoded scores last active uniformly in ``[now - offset - spread, now - offset]``.
+
+    Mostly web (mask 1), some mobile and both, like a real mix of devices.
+    """
+    rnd = random.Random(seed)
+    masks = (1, 1, 1, 2, 3)
+    return {
+        uid: encode(now - offset - rnd.randrange(spread + 1), masks[rnd.randrange(5)])
+        for uid in user_ids
+    }
+
+
+def fill_buckets(
+    client: redis.Redis,
+    store: PresenceStore,
+    scores: dict[int, int],
+    commands_per_round_trip: int = 256,
+) -> None:
+    """Write entries with the store's key scheme: one ZADD per bucket, pipelined."""
+    grouped: dict[int, list[int]] = defaultdict(list)
+    buckets = store.conf.BUCKETS
+    for uid, score in scores.items():
+        grouped[uid % buckets] += (score, uid)
+    pipe = client.pipeline(transaction=False)
+    for n, (bucket, args) in enumerate(grouped.items(), 1):
+        pipe.execute_command("ZADD", store.seen_key(bucket), *args)
+        if n % commands_per_round_trip == 0:
+            pipe.execute()
+    pipe.execute()
+
+
+def fill_single_set(
+    client: redis.Redis, key: str, scores: dict[int, int], chunk: int = 10_000
+) -> None:
+    """The naive layout: every user in one global sorted set."""
+    items = list(scores.items())
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, len(items), chunk):
+        args: list[int] = []
+        for uid, score in items[start : start + chunk]:
+            args += (score, uid)
+        pipe.execute_command("ZADD", key, *args)
+        if (start // chunk) % 10 == 9:
+            pipe.execute()
+    pipe.execute()
+
+
+def presence_keys(client: redis.Redis, store: PresenceStore) -> Iterator[bytes | str]:
+    # SCAN, never KEYS: the same code must be safe against a live server.
+    yield from client.scan_iter(match=f"{store.conf.KEY_PREFIX}:*", count=1000)
+
+
+@dataclass
+class SlowEntry:
+    micros: int
+    command: str
+    #: unix time the command started
+    start: int = 0
+
+
+@contextmanager
+def slowlog(client: redis.Redis, slower_than_us: int, max_len: int = 100_000) -> Iterator[
+    list[SlowEntry]
+]:
+    """Log every Redis command slower than ``slower_than_us`` while the block runs.
+
+    Yields a list filled on exit, slowest first; restores the server's settings afterwards.
+    """
+    old = client.config_get("slowlog-*")
+    entries: list[SlowEntry] = []
+    client.config_set("slowlog-log-slower-than", slower_than_us)
+    client.config_set("slowlog-max-len", max_len)
+    client.slowlog_reset()
+    try:
+        yield entries
+        logged = client.slowlog_len()
+        if logged >= max_len:
+            raise RuntimeError(f"SLOWLOG overflowed ({logged} entries): raise max_len")
+        for entry in client.slowlog_get(max_len):
+            command = entry["command"]
+            text = command.decode(errors="replace") if isinstance(command, bytes) else command
+            # Long argument lists are shortened: the name and key say what the command was.
+            entries.append(
+                SlowEntry(
+                    int(entry["duration"]), " ".join(text.split(" ")[:2]), entry["start_time"]
+                )
+            )
+        entries.sort(key=lambda e: e.micros, reverse=True)
+    finally:
+        client.slowlog_reset()
+        for name, value in old.items():
+            client.config_set(name, value)
+
+
+def store() -> PresenceStore:
+    return get_store()
+
+
+def command_stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """(calls, total microseconds) per command name, from INFO commandstats."""
+    stats: dict[str, Any] = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): (int(value["calls"]), int(value["usec"]))
+        for name, value in stats.items()
+    }

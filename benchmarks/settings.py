@@ -1,0 +1,29 @@
+"""Settings for ``python -m benchmarks``: the test settings, a throwaway SQLite file, our urlconf.
+
+``BENCH_DB_DIR`` is set by ``benchmarks.__main__`` to a fresh temporary directory, so every run
+starts from an empty database (migrated programmatically) and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from tests.settings import *  # noqa: F403
+from tests.settings import TEMPLATES
+
+_DB_DIR = Path(os.environ.get("BENCH_DB_DIR") or tempfile.gettempdir())
+
+DEBUG = False
+ROOT_URLCONF = "benchmarks.urls"
+# Always SQLite (even when DATABASE_URL is set for the tests): the bulk setup uses SQLite SQL.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(_DB_DIR / "bench.sqlite3"),
+    }
+}
+TEMPLATES = [
+    {**TEMPLATES[0], "DIRS": [Path(__file__).resolve().parent / "templates"]},
+]

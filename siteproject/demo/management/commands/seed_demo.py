@@ -1,0 +1,115 @@
+"""Create the demo's users, contacts, blocks, privacy settings and statuses. Idempotent."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from presence import api
+from presence.models import Block, Contact, LastSeen, PrivacySettings
+from siteproject.demo import seed
+
+
+def _ago(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+class Command(BaseCommand):
+    help = (
+        f"Create demo users (password {seed.DEMO_PASSWORD!r}), friends, a one-way follow, a close "
+        "friend, a block, privacy variations, custom statuses and an admin superuser. "
+        "Safe to run again."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--online",
+            nargs="+",
+            metavar="USERNAME",
+            default=[],
+            help="Also record activity of these demo users now, so they show online for a few "
+            "minutes (needs Redis).",
+        )
+
+    def handle(self, *args: Any, online: list[str], **options: Any) -> None:
+        unknown = sorted(set(online) - set(seed.DEMO_USERS))
+        if unknown:
+            raise CommandError(f"Not demo users: {', '.join(unknown)}")
+        with transaction.atomic():
+            users = self._users()
+            self._relations(users)
+        # Statuses go through the API (it validates them and tells the live layer).
+        for name, (status, text, emoji) in seed.STATUSES.items():
+            api.set_status(users[name], status, text=text, emoji=emoji)
+            self.stdout.write(f"status   {name}: {status} {emoji or ''} {text or ''}".rstrip())
+        # Never moves a last seen backwards, so running again keeps real activity.
+        now = time.time()
+        LastSeen.objects.record_many(
+            {users[name].pk: now - ago for name, ago in seed.LAST_SEEN_AGO.items()}
+        )
+        self.stdout.write(
+            "last seen "
+            + ", ".join(f"{name} {_ago(ago)} ago" for name, ago in seed.LAST_SEEN_AGO.items())
+        )
+        for name in online:
+            api.touch(users[name])
+            self.stdout.write(f"online   {name} (for the next few minutes)")
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Demo ready: log in as {', '.join(seed.DEMO_USERS)} or admin, "
+                f"password {seed.DEMO_PASSWORD!r}."
+            )
+        )
+
+    def _users(self) -> dict[str, Any]:
+        user_model = get_user_model()
+        users: dict[str, Any] = {}
+        for name, (first, last) in seed.DEMO_USERS.items():
+            user, created = user_model._default_manager.get_or_create(
+                username=name,
+                defaults={"first_name": first, "last_name": last, "email": f"{name}@example.com"},
+            )
+            # Reset the password on every run, so the printed one always works.
+            user.set_password(seed.DEMO_PASSWORD)
+            user.save()
+            users[name] = user
+            self.stdout.write(f"user     {name} ({'created' if created else 'exists'})")
+        admin, created = user_model._default_manager.get_or_create(
+            username="admin", defaults={"email": "admin@example.com"}
+        )
+        admin.is_staff = admin.is_superuser = True
+        admin.set_password(seed.DEMO_PASSWORD)
+        admin.save()
+        self.stdout.write(f"superuser admin ({'created' if created else 'exists'})")
+        return users
+
+    def _relations(self, users: dict[str, Any]) -> None:
+        def follow(owner: str, contact: str) -> None:
+            Contact.objects.get_or_create(owner=users[owner], contact=users[contact])
+
+        for a, b in seed.FRIENDS:
+            follow(a, b)
+            follow(b, a)
+            self.stdout.write(f"friends  {a} <-> {b}")
+        for a, b in seed.FOLLOWS:
+            follow(a, b)
+            self.stdout.write(f"follows  {a} -> {b}")
+        for owner, contact in seed.CLOSE_FRIENDS:
+            Contact.objects.update_or_create(
+                owner=users[owner], contact=users[contact], defaults={"close_friend": True}
+            )
+            self.stdout.write(f"close    {owner} marked {contact} a close friend")
+        for blocker, blocked in seed.BLOCKS:
+            Block.objects.get_or_create(blocker=users[blocker], blocked=users[blocked])
+            self.stdout.write(f"block    {blocker} blocked {blocked}")
+        for name, fields in seed.PRIVACY.items():
+            PrivacySettings.objects.update_or_create(user=users[name], defaults=fields)
+            shown = ", ".join(f"{key}={value}" for key, value in fields.items())
+            self.stdout.write(f"privacy  {name}: {shown}")

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+from django.views.i18n import set_language
+
+from siteproject.demo import views
+
+app_name = "demo"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="demo:login"), name="logout"),
+    path("people/", views.people, name="people"),
+    path("people/<int:pk>/<slug:action>/", views.relation_action, name="relation"),
+    path("u/<str:username>/", views.profile, name="profile"),
+    path("settings/privacy/", views.privacy, name="privacy"),
+    path("settings/status/", views.status, name="status"),
+    # Here rather than in the root urls, so the demo is complete wherever it is included.
+    path("i18n/setlang/", set_language, name="set_language"),
+]

@@ -1,0 +1,247 @@
+"""Pages of the demo social site.
+
+Presence is only ever read through ``presence.api`` and the template tags; relations (follow,
+close friend, block) are plain rows in presence's models, and privacy is computed on read, so
+changing them needs no further call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from presence import api
+from presence.conf import get_settings
+from presence.models import Block, Contact, PrivacySettings
+from siteproject.demo import seed
+from siteproject.demo.forms import PrivacyForm, StatusForm
+
+User = get_user_model()
+
+
+def member_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    # An explicit login URL keeps the demo working wherever its urls are included.
+    return login_required(view, login_url="demo:login")
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "demo/login.html"
+    redirect_authenticated_user = True
+    next_page = "demo:home"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return super().get_context_data(
+            demo_users=list(seed.DEMO_USERS), demo_password=seed.DEMO_PASSWORD, **kwargs
+        )
+
+
+def friends_of(user: Any) -> QuerySet[Any]:
+    """Mutual contacts: ``user`` follows them and they follow ``user``."""
+    return User._default_manager.filter(
+        presence_followers__owner=user, presence_contacts__contact=user
+    ).order_by("first_name", "username")
+
+
+def with_relations(queryset: QuerySet[Any], me: Any) -> QuerySet[Any]:
+    """How each user relates to ``me``, in the same query."""
+    them = OuterRef("pk")
+    return queryset.annotate(
+        i_follow=Exists(Contact.objects.filter(owner=me, contact=them)),
+        follows_me=Exists(Contact.objects.filter(owner=them, contact=me)),
+        close_friend=Exists(Contact.objects.filter(owner=me, contact=them, close_friend=True)),
+        i_blocked=Exists(Block.objects.filter(blocker=me, blocked=them)),
+    )
+
+
+@member_view
+def home(request: HttpRequest) -> HttpResponse:
+    me = request.user
+    friends = list(friends_of(me))
+    # People who follow me that I do not follow (back) yet, except those I blocked.
+    followers = list(
+        User._default_manager.filter(presence_contacts__contact=me)
+        .exclude(presence_followers__owner=me)
+        .exclude(presence_blocked_by__blocker=me)
+        .order_by("first_name", "username")
+    )
+    return render(
+        request,
+        "demo/home.html",
+        {
+            "friends": friends,
+            "followers": followers,
+            "me_presence": api.get_presence(me, me),
+            "page_users": [me, *friends, *followers],
+        },
+    )
+
+
+@member_view
+def people(request: HttpRequest) -> HttpResponse:
+    me = request.user
+    query = request.GET.get("q", "").strip()
+    everyone = User._default_manager.filter(is_active=True).exclude(pk=me.pk)
+    if query:
+        everyone = everyone.filter(
+            Q(username__icontains=query)
+            | Q(first_name__icontains=query)
+            | Q(last_name__icontains=query)
+        )
+    everyone = with_relations(everyone, me).order_by("first_name", "username")[:200]
+    users = list(everyone)
+    return render(
+        request,
+        "demo/people.html",
+        {"people": users, "query": query, "page_users": [me, *users]},
+    )
+
+
+@member_view
+def profile(request: HttpRequest, username: str) -> HttpResponse:
+    me = request.user
+    target = get_object_or_404(with_relations(User._default_manager.all(), me), username=username)
+    return render(
+        request,
+        "demo/profile.html",
+        {
+            "target": target,
+            "is_me": target.pk == me.pk,
+            "presence": api.get_presence(target, me),
+            "page_users": [me, target],
+        },
+    )
+
+
+def _follow(me: Any, target: Any) -> str:
+    Contact.objects.get_or_create(owner=me, contact=target)
+    return _("You follow %(name)s.")
+
+
+def _unfollow(me: Any, target: Any) -> str:
+    Contact.objects.filter(owner=me, contact=target).delete()
+    return _("You no longer follow %(name)s.")
+
+
+def _close_friend(me: Any, target: Any) -> str:
+    # A close friend is a contact marked so: marking follows too.
+    Contact.objects.update_or_create(owner=me, contact=target, defaults={"close_friend": True})
+    return _("%(name)s is now one of your close friends.")
+
+
+def _unclose_friend(me: Any, target: Any) -> str:
+    Contact.objects.filter(owner=me, contact=target).update(close_friend=False)
+    return _("%(name)s is no longer a close friend.")
+
+
+def _block(me: Any, target: Any) -> str:
+    Block.objects.get_or_create(blocker=me, blocked=target)
+    return _("You blocked %(name)s. Neither of you sees the other's presence.")
+
+
+def _unblock(me: Any, target: Any) -> str:
+    Block.objects.filter(blocker=me, blocked=target).delete()
+    return _("You unblocked %(name)s.")
+
+
+ACTIONS: dict[str, Callable[[Any, Any], str]] = {
+    "follow": _follow,
+    "unfollow": _unfollow,
+    "close-friend": _close_friend,
+    "unclose-friend": _unclose_friend,
+    "block": _block,
+    "unblock": _unblock,
+}
+
+
+def _back(request: HttpRequest, fallback: str) -> HttpResponse:
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(target)
+    return redirect(fallback)
+
+
+@member_view
+@require_POST
+def relation_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    act = ACTIONS.get(action)
+    if act is None:
+        raise Http404("Unknown action.")
+    target = get_object_or_404(User, pk=pk)
+    if target.pk == request.user.pk:
+        return HttpResponseBadRequest("You cannot do that to yourself.")
+    message = act(request.user, target)
+    messages.success(request, message % {"name": target.get_full_name() or target.username})
+    return _back(request, "demo:people")
+
+
+@member_view
+def privacy(request: HttpRequest) -> HttpResponse:
+    me = request.user
+    # No row until the user saves: a missing row means the defaults.
+    instance = PrivacySettings.objects.filter(user=me).first() or PrivacySettings(user=me)
+    form = PrivacyForm(request.POST or None, instance=instance)
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        messages.success(request, _("Privacy settings saved."))
+        return redirect("demo:privacy")
+    return render(request, "demo/privacy.html", {"form": form, "page_users": [me]})
+
+
+def _initial_status(presence: api.Presence) -> dict[str, Any]:
+    if presence.invisible:
+        choice = "invisible"
+    elif presence.status == "dnd":
+        choice = "dnd"
+    else:
+        choice = "auto"
+    return {"status": choice, "text": presence.text or "", "emoji": presence.emoji or ""}
+
+
+def _field_named_in(error: api.InvalidInput, form: StatusForm) -> str | None:
+    # The API names the bad field in its message ("'text' is 150 characters long; ...").
+    return next((name for name in form.fields if f"'{name}'" in error.message), None)
+
+
+@member_view
+def status(request: HttpRequest) -> HttpResponse:
+    me = request.user
+    presence = api.get_presence(me, me)
+    form = StatusForm(request.POST or None, initial=_initial_status(presence))
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            api.set_status(
+                me,
+                data["status"],
+                text=data["text"] or None,
+                emoji=data["emoji"] or None,
+                expires_at=form.expires_at(),
+            )
+        except api.InvalidInput as error:
+            form.add_error(_field_named_in(error, form), error.message)
+        else:
+            messages.success(request, _("Status updated."))
+            return redirect("demo:home")
+    return render(
+        request,
+        "demo/status.html",
+        {
+            "form": form,
+            "presence": presence,
+            "text_max": get_settings().TEXT_MAX_LENGTH,
+            "page_users": [me],
+        },
+    )

@@ -1,0 +1,214 @@
+"""The admin: presence models are listed, searchable, editable; privacy is on the User page."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
+
+pytestmark = pytest.mark.django_db
+
+SEEN_AT = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
+
+
+class _FormValues(HTMLParser):
+    """The values a browser would submit for the page's main form (no JavaScript)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, Any] = {}
+        self._select: str | None = None
+        self._multiple = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        name = a.get("name")
+        if tag == "input" and name and "__prefix__" not in name:
+            kind = a.get("type", "text")
+            if kind in {"submit", "button"}:
+                return
+            if kind == "checkbox":
+                if "checked" in a:
+                    self.values[name] = "on"
+                return
+            self.values[name] = a.get("value") or ""
+        elif tag == "select" and name and "__prefix__" not in name:
+            self._select = name
+            self._multiple = "multiple" in a
+            if not self._multiple:  # a multiple select with nothing selected sends nothing
+                self.values.setdefault(name, "")
+        elif tag == "option" and self._select and "selected" in a:
+            value = a.get("value") or ""
+            if self._multiple:
+                self.values.setdefault(self._select, []).append(value)
+            else:
+                self.values[self._select] = value
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "select":
+            self._select = None
+
+
+def form_values(html: str) -> dict[str, Any]:
+    parser = _FormValues()
+    parser.feed(html)
+    values = parser.values
+    values.pop("csrfmiddlewaretoken", None)
+    return values
+
+
+@pytest.fixture
+def people(make_user: Callable[..., Any]) -> dict[str, Any]:
+    alice = make_user("alice", email="alice@example.com", first_name="Alice")
+    bob = make_user("bob", email="bob@example.com", first_name="Bob")
+    carol = make_user("carol")
+    PrivacySettings.objects.create(user=alice, online_visibility="everyone")
+    PrivacySettings.objects.create(user=bob, invisible=True)
+    UserStatus.objects.create(user=alice, text="Sailing", emoji="⛵")
+    UserStatus.objects.create(user=bob, dnd=True, text="Deep work")
+    Contact.objects.create(owner=alice, contact=carol, close_friend=True)
+    Contact.objects.create(owner=bob, contact=carol)
+    Block.objects.create(blocker=alice, blocked=carol)
+    Block.objects.create(blocker=bob, blocked=carol)
+    LastSeen.objects.create(user=alice, seen_at=SEEN_AT)
+    LastSeen.objects.create(user=bob, seen_at=SEEN_AT)
+    return {"alice": alice, "bob": bob, "carol": carol}
+
+
+@pytest.fixture
+def admin_client(make_user: Callable[..., Any]) -> Client:
+    client = Client()
+    client.force_login(make_user("root", is_staff=True, is_superuser=True))
+    return client
+
+
+MODELS = ["privacysettings", "userstatus", "contact", "block", "lastseen"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_changelist_renders_and_searches(
+    model: str, admin_client: Client, people: dict[str, Any]
+) -> None:
+    url = f"/admin/presence/{model}/"
+    everything = admin_client.get(url)
+    assert everything.status_code == 200
+    assert "2 total" not in everything.content.decode()
+    found = admin_client.get(url, {"q": "alice"})
+    assert found.status_code == 200
+    page = found.content.decode()
+    # One of the two rows matches; Django says so in the search summary.
+    assert "1 result" in page
+    assert "2 total" in page
+    by_email = admin_client.get(url, {"q": "bob@example"}).content.decode()
+    assert "1 result" in by_email
+
+
+def test_user_status_search_covers_the_text(admin_client: Client, people: dict[str, Any]) -> None:
+    page = admin_client.get("/admin/presence/userstatus/", {"q": "deep work"}).content.decode()
+    assert "1 result" in page
+    assert "Deep work" in page
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_change_pages_render(model: str, admin_client: Client, people: dict[str, Any]) -> None:
+    alice = people["alice"]
+    pk = {
+        "privacysettings": alice.pk,
+        "userstatus": alice.pk,
+        "contact": Contact.objects.get(owner=alice).pk,
+        "block": Block.objects.get(blocker=alice).pk,
+        "lastseen": alice.pk,
+    }[model]
+    assert admin_client.get(f"/admin/presence/{model}/{pk}/change/").status_code == 200
+
+
+@pytest.mark.parametrize("model", ["privacysettings", "userstatus", "contact", "block"])
+def test_add_pages_render(model: str, admin_client: Client) -> None:
+    assert admin_client.get(f"/admin/presence/{model}/add/").status_code == 200
+
+
+def test_last_seen_is_read_only(admin_client: Client, people: dict[str, Any]) -> None:
+    assert admin_client.get("/admin/presence/lastseen/add/").status_code == 403
+    page = admin_client.get(f"/admin/presence/lastseen/{people['alice'].pk}/change/")
+    assert 'name="seen_at' not in page.content.decode()
+
+
+def test_admin_adds_a_contact(admin_client: Client, people: dict[str, Any]) -> None:
+    alice, bob = people["alice"], people["bob"]
+    response = admin_client.post(
+        "/admin/presence/contact/add/",
+        {"owner": alice.pk, "contact": bob.pk, "close_friend": "on"},
+    )
+    assert response.status_code == 302
+    assert Contact.objects.get(owner=alice, contact=bob).close_friend is True
+    # A duplicate and a self-contact are refused by the form, not by a server error.
+    duplicate = admin_client.post(
+        "/admin/presence/contact/add/", {"owner": alice.pk, "contact": bob.pk}
+    )
+    assert duplicate.status_code == 200
+    self_contact = admin_client.post(
+        "/admin/presence/contact/add/", {"owner": alice.pk, "contact": alice.pk}
+    )
+    assert self_contact.status_code == 200
+    assert Contact.objects.filter(owner=alice).count() == 2
+
+
+def test_autocomplete_finds_users(admin_client: Client, people: dict[str, Any]) -> None:
+    response = admin_client.get(
+        "/admin/autocomplete/",
+        {"term": "ali", "app_label": "presence", "model_name": "contact", "field_name": "owner"},
+    )
+    assert response.status_code == 200
+    assert [r["id"] for r in response.json()["results"]] == [str(people["alice"].pk)]
+
+
+def test_user_page_edits_privacy_inline(admin_client: Client, people: dict[str, Any]) -> None:
+    carol = people["carol"]
+    url = f"/admin/auth/user/{carol.pk}/change/"
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    values = form_values(page.content.decode())
+    # A user without a row is shown the defaults.
+    assert values["presence_privacy-0-online_visibility"] == "contacts"
+    assert "presence_privacy-0-invisible" not in values
+
+    values["presence_privacy-0-online_visibility"] = "close_friends"
+    values["presence_privacy-0-last_seen_visibility"] = "nobody"
+    values["presence_privacy-0-invisible"] = "on"
+    response = admin_client.post(url, values)
+    assert response.status_code == 302
+    privacy = PrivacySettings.objects.get(user=carol)
+    assert (privacy.online_visibility, privacy.last_seen_visibility, privacy.invisible) == (
+        "close_friends",
+        "nobody",
+        True,
+    )
+
+    values = form_values(admin_client.get(url).content.decode())
+    assert values["presence_privacy-0-online_visibility"] == "close_friends"
+    values["presence_privacy-0-online_visibility"] = "everyone"
+    values.pop("presence_privacy-0-invisible")
+    assert admin_client.post(url, values).status_code == 302
+    privacy.refresh_from_db()
+    assert (privacy.online_visibility, privacy.invisible) == ("everyone", False)
+
+
+def test_user_page_shows_last_seen(admin_client: Client, people: dict[str, Any]) -> None:
+    page = admin_client.get(f"/admin/auth/user/{people['alice'].pk}/change/").content.decode()
+    assert "March 14, 2025" in page
+    assert 'name="presence_last_seen-0-seen_at' not in page  # read-only
+
+
+def test_admin_speaks_japanese(admin_client: Client, people: dict[str, Any]) -> None:
+    page = admin_client.get(
+        "/admin/presence/privacysettings/", HTTP_ACCEPT_LANGUAGE="ja"
+    ).content.decode()
+    assert "プライバシー設定" in page
+    assert "オンライン状態を表示する相手" in page  # the online_visibility column
+    assert "全員" in page  # alice's "everyone"

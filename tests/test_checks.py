@@ -1,0 +1,359 @@
+"""System checks presence.E001..E008 and W001: each fails on a bad config, passes on a good one."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.checks import CheckMessage, run_checks
+from django.db import models
+from django.test.utils import isolate_apps
+
+from presence import checks
+
+MIDDLEWARE = "presence.middleware.PresenceMiddleware"
+AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+SESSIONS = "django.contrib.sessions.middleware.SessionMiddleware"
+
+ALL_CHECKS: list[Callable[..., list[CheckMessage]]] = [
+    checks.check_settings,
+    checks.check_cache,
+    checks.check_middleware,
+    checks.check_user_model,
+]
+
+
+def ids(*functions: Callable[..., list[CheckMessage]]) -> list[str]:
+    found = [message.id for function in functions or ALL_CHECKS for message in function()]
+    return [i for i in found if i is not None]
+
+
+def messages_with(check_id: str) -> list[CheckMessage]:
+    return [m for function in ALL_CHECKS for m in function() if m.id == check_id]
+
+
+def test_the_test_settings_pass_every_check() -> None:
+    assert ids() == []
+
+
+def test_checks_are_registered_with_django(settings: Any) -> None:
+    # run_checks is what `manage.py check` calls; our ids reach it.
+    settings.PRESENCE = {"ONLINE_WINDOW": 0, "NOPE": 1}
+    settings.MIDDLEWARE = [SESSIONS, AUTH]
+    found = {m.id for m in run_checks() if m.id and m.id.startswith("presence.")}
+    assert found == {"presence.E002", "presence.W001", "presence.E006"}
+
+
+# --- E001: PRESENCE is not a dict --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [None, [("ONLINE_WINDOW", 300)], "ONLINE_WINDOW=300", 300])
+def test_e001_presence_must_be_a_dict(settings: Any, value: Any) -> None:
+    settings.PRESENCE = value
+    assert ids(checks.check_settings) == ["presence.E001"]
+    (message,) = messages_with("presence.E001")
+    assert type(value).__name__ in message.msg and message.hint
+    # The cache check still runs on the default alias instead of crashing.
+    assert ids(checks.check_cache) == []
+
+
+def test_e001_absent_for_a_dict_or_no_setting(settings: Any) -> None:
+    settings.PRESENCE = {}
+    assert "presence.E001" not in ids()
+    del settings.PRESENCE
+    assert "presence.E001" not in ids()
+
+
+# --- E002: a value of the wrong type or range --------------------------------------------------
+
+INT_KEYS = [
+    "ONLINE_WINDOW",
+    "TOUCH_INTERVAL",
+    "HEARTBEAT_INTERVAL",
+    "IDLE_AFTER",
+    "OFFLINE_GRACE",
+    "MAX_SUBSCRIPTIONS",
+    "BUCKETS",
+    "TEXT_MAX_LENGTH",
+    "EMOJI_MAX_LENGTH",
+    "MAX_STATUS_EXPIRY",
+    "CLEANUP_BATCH",
+]
+
+
+@pytest.mark.parametrize("key", INT_KEYS)
+@pytest.mark.parametrize("bad", [0, -5, "30", 1.5, True, None])
+def test_e002_counts_and_seconds_must_be_positive_ints(settings: Any, key: str, bad: Any) -> None:
+    settings.PRESENCE = {key: bad}
+    assert ids(checks.check_settings) == ["presence.E002"]
+    (message,) = messages_with("presence.E002")
+    assert repr(key) in message.msg and repr(bad) in message.msg
+
+
+@pytest.mark.parametrize("key", INT_KEYS)
+def test_e002_absent_for_small_positive_ints(settings: Any, key: str) -> None:
+    # Small values (1-3 s) are valid and used by tests.
+    settings.PRESENCE = {key: 2}
+    assert ids(checks.check_settings) == []
+
+
+def test_e002_connection_ttl_must_be_a_positive_int(settings: Any) -> None:
+    # (CONNECTION_TTL alone: valid values of it also have to exceed the heartbeat, see E003.)
+    settings.PRESENCE = {"CONNECTION_TTL": -90}
+    assert ids(checks.check_settings) == ["presence.E002"]
+    settings.PRESENCE = {"CONNECTION_TTL": 31}
+    assert ids(checks.check_settings) == []
+
+
+@pytest.mark.parametrize("key", ["SOCKET_TIMEOUT", "RETRY_INTERVAL"])
+@pytest.mark.parametrize("bad", [0, -1, 0.0, "0.5", True, None])
+def test_e002_timeouts_must_be_positive_numbers(settings: Any, key: str, bad: Any) -> None:
+    settings.PRESENCE = {key: bad}
+    assert ids(checks.check_settings) == ["presence.E002"]
+
+
+@pytest.mark.parametrize("key", ["SOCKET_TIMEOUT", "RETRY_INTERVAL"])
+@pytest.mark.parametrize("good", [0.25, 2])
+def test_e002_absent_for_positive_seconds(settings: Any, key: str, good: float) -> None:
+    settings.PRESENCE = {key: good}
+    assert ids(checks.check_settings) == []
+
+
+@pytest.mark.parametrize("key", ["CACHE_ALIAS", "KEY_PREFIX"])
+@pytest.mark.parametrize("bad", ["", "pre{fix", "pre}fix", 5, None, ["default"]])
+def test_e002_names_must_be_plain_strings(settings: Any, key: str, bad: Any) -> None:
+    # Braces would break the Redis Cluster hash tags of presence's keys.
+    settings.PRESENCE = {key: bad}
+    assert ids(checks.check_settings) == ["presence.E002"]
+
+
+@pytest.mark.parametrize("bad", [5, None, ["default"]])
+def test_cache_check_leaves_a_non_string_alias_to_e002(settings: Any, bad: Any) -> None:
+    # A list is not even hashable: the cache check must not crash on it.
+    settings.PRESENCE = {"CACHE_ALIAS": bad}
+    assert ids(checks.check_cache) == []
+    assert ids() == ["presence.E002"]
+
+
+def test_e002_absent_for_a_custom_prefix(settings: Any) -> None:
+    settings.PRESENCE = {"KEY_PREFIX": "site1:presence"}
+    assert ids() == []
+
+
+@pytest.mark.parametrize(
+    "bad", [(60,), (60, 10, 1), (60, 0), (0, 10), ("60", "10"), (True, 10), "60/10", 60, None]
+)
+def test_e002_rate_limit_must_be_a_pair_of_positive_ints(settings: Any, bad: Any) -> None:
+    settings.PRESENCE = {"RATE_LIMIT": bad}
+    assert ids(checks.check_settings) == ["presence.E002"]
+
+
+@pytest.mark.parametrize("good", [(60, 10), [5, 1]])
+def test_e002_absent_for_a_rate_limit_pair(settings: Any, good: Any) -> None:
+    settings.PRESENCE = {"RATE_LIMIT": good}
+    assert ids(checks.check_settings) == []
+
+
+def test_e002_reports_every_bad_key(settings: Any) -> None:
+    settings.PRESENCE = {"ONLINE_WINDOW": 0, "TOUCH_INTERVAL": "30", "RATE_LIMIT": (1,)}
+    reported = "".join(m.msg for m in messages_with("presence.E002"))
+    assert ids(checks.check_settings) == ["presence.E002"] * 3
+    assert all(repr(k) in reported for k in ("ONLINE_WINDOW", "TOUCH_INTERVAL", "RATE_LIMIT"))
+
+
+# --- E003: CONNECTION_TTL must exceed HEARTBEAT_INTERVAL ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"HEARTBEAT_INTERVAL": 30, "CONNECTION_TTL": 30},
+        {"HEARTBEAT_INTERVAL": 30, "CONNECTION_TTL": 20},
+        {"CONNECTION_TTL": 30},  # against the default heartbeat of 30
+        {"HEARTBEAT_INTERVAL": 90},  # against the default TTL of 90
+    ],
+)
+def test_e003_ttl_not_above_heartbeat(settings: Any, conf: dict[str, int]) -> None:
+    settings.PRESENCE = conf
+    assert ids(checks.check_settings) == ["presence.E003"]
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"HEARTBEAT_INTERVAL": 1, "CONNECTION_TTL": 3},
+        {"CONNECTION_TTL": 31},
+        {"HEARTBEAT_INTERVAL": 89},
+    ],
+)
+def test_e003_absent_when_ttl_exceeds_heartbeat(settings: Any, conf: dict[str, int]) -> None:
+    settings.PRESENCE = conf
+    assert ids(checks.check_settings) == []
+
+
+# --- E004 / E005: the cache presence uses ------------------------------------------------------
+
+
+def redis_cache(location: Any = "redis://127.0.0.1:6379/0") -> dict[str, Any]:
+    return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location}
+
+
+def test_e004_cache_alias_missing_from_caches(settings: Any) -> None:
+    settings.PRESENCE = {"CACHE_ALIAS": "presence"}
+    assert ids(checks.check_cache) == ["presence.E004"]
+    assert "'presence'" in messages_with("presence.E004")[0].msg
+
+    settings.CACHES = {**settings.CACHES, "presence": redis_cache()}
+    assert ids(checks.check_cache) == []
+
+
+def test_e004_default_alias_missing(settings: Any) -> None:
+    settings.CACHES = {"other": redis_cache()}
+    assert ids(checks.check_cache) == ["presence.E004"]
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "django.core.cache.backends.locmem.LocMemCache",
+        "django.core.cache.backends.dummy.DummyCache",
+        "django.core.cache.backends.redis.RedisCache",
+    ],
+)
+def test_e005_cache_is_not_django_redis(settings: Any, backend: str) -> None:
+    settings.CACHES = {"default": {**redis_cache(), "BACKEND": backend}}
+    assert ids(checks.check_cache) == ["presence.E005"]
+    assert backend in messages_with("presence.E005")[0].msg
+
+
+@pytest.mark.parametrize("location", ["127.0.0.1:6379", "", None, [], "memcached://x:11211"])
+def test_e005_location_is_not_a_redis_url(settings: Any, location: Any) -> None:
+    # The store builds its own clients from this URL; anything else fails on every request.
+    settings.CACHES = {"default": redis_cache(location)}
+    assert ids(checks.check_cache) == ["presence.E005"]
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "redis://127.0.0.1:6379/0",
+        "rediss://cache.example.com:6380/1",
+        "unix:///run/redis.sock?db=0",
+        ["redis://primary:6379/0", "redis://replica:6379/0"],
+        "redis://primary:6379/0,redis://replica:6379/0",
+    ],
+)
+def test_e005_absent_for_django_redis_with_a_redis_url(settings: Any, location: Any) -> None:
+    settings.CACHES = {"default": redis_cache(location)}
+    assert ids(checks.check_cache) == []
+
+
+# --- E006 / E007: the middleware ---------------------------------------------------------------
+
+
+def test_e006_middleware_missing(settings: Any) -> None:
+    settings.MIDDLEWARE = [SESSIONS, AUTH]
+    assert ids(checks.check_middleware) == ["presence.E006"]
+    settings.MIDDLEWARE = [SESSIONS, AUTH, MIDDLEWARE]
+    assert ids(checks.check_middleware) == []
+
+
+@pytest.mark.parametrize(
+    "middleware",
+    [[SESSIONS, MIDDLEWARE, AUTH], [MIDDLEWARE, SESSIONS, AUTH], [SESSIONS, MIDDLEWARE]],
+)
+def test_e007_middleware_before_or_without_authentication(
+    settings: Any, middleware: list[str]
+) -> None:
+    settings.MIDDLEWARE = middleware
+    assert ids(checks.check_middleware) == ["presence.E007"]
+
+
+def test_e007_absent_when_after_authentication(settings: Any) -> None:
+    settings.MIDDLEWARE = [SESSIONS, AUTH, "x.Other", MIDDLEWARE]
+    assert ids(checks.check_middleware) == []
+
+
+# --- E008: the user model's primary key --------------------------------------------------------
+# Models in an isolated registry stand in for AUTH_USER_MODEL: the check reads the model that
+# get_user_model() returns, and swapping the real user model needs migrations of its own.
+
+
+@isolate_apps("presence")
+def user_models() -> dict[str, type[models.Model]]:
+    class StandIn(models.Model):
+        class Meta:
+            abstract = True
+            app_label = "presence"
+
+        def __str__(self) -> str:
+            return str(self.pk)
+
+    class IntUser(StandIn):
+        pass
+
+    class BigIntUser(StandIn):
+        id = models.BigAutoField(primary_key=True)
+
+    class PositiveIntUser(StandIn):
+        id = models.PositiveIntegerField(primary_key=True)
+
+    class ChildUser(IntUser):  # multi-table inheritance: pk is a one-to-one to IntUser
+        pass
+
+    class CharUser(StandIn):
+        username = models.CharField(max_length=150, primary_key=True)
+
+    class UUIDUser(StandIn):
+        id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+
+    class CharChildUser(CharUser):
+        pass
+
+    stand_ins = (IntUser, BigIntUser, PositiveIntUser, ChildUser, CharUser, UUIDUser, CharChildUser)
+    return {model.__name__: model for model in stand_ins}
+
+
+USER_MODELS = user_models()
+
+
+def use_user_model(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr("django.contrib.auth.get_user_model", lambda: USER_MODELS[name])
+
+
+@pytest.mark.parametrize("name", ["CharUser", "UUIDUser", "CharChildUser"])
+def test_e008_non_integer_user_pk(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    use_user_model(monkeypatch, name)
+    assert ids(checks.check_user_model) == ["presence.E008"]
+
+
+@pytest.mark.parametrize("name", ["IntUser", "BigIntUser", "PositiveIntUser", "ChildUser"])
+def test_e008_absent_for_integer_user_pk(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    use_user_model(monkeypatch, name)
+    assert ids(checks.check_user_model) == []
+
+
+def test_e008_absent_for_the_real_user_model() -> None:
+    assert ids(checks.check_user_model) == []
+
+
+# --- W001: unknown keys ------------------------------------------------------------------------
+
+
+def test_w001_unknown_key(settings: Any) -> None:
+    settings.PRESENCE = {"ONLINE_WINDOWS": 300, "ONLINE_WINDOW": 300}
+    assert ids(checks.check_settings) == ["presence.W001"]
+    (warning,) = messages_with("presence.W001")
+    assert "'ONLINE_WINDOWS'" in warning.msg and "ONLINE_WINDOW" in (warning.hint or "")
+
+
+def test_w001_one_warning_per_unknown_key_of_any_type(settings: Any) -> None:
+    settings.PRESENCE = {"online_window": 300, 5: "x", ("A",): 1}
+    assert ids(checks.check_settings) == ["presence.W001"] * 3
+
+
+def test_w001_absent_for_known_keys(settings: Any) -> None:
+    settings.PRESENCE = {"ONLINE_WINDOW": 120, "TOUCH_INTERVAL": 15, "RATE_LIMIT": [30, 5]}
+    assert ids() == []

@@ -14,6 +14,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmarks.common import Row
 
 NAMES = ("middleware", "online_friends", "memory", "cleanup")
 
@@ -42,16 +46,22 @@ def setup(db_dir: str) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
-def summary(rows: list, quick: bool, elapsed: float) -> None:  # type: ignore[type-arg]
+def summary(rows: list[Row], quick: bool, elapsed: float) -> None:
     headers = ("benchmark", "metric", "value", "goal", "")
     table = [
-        (r.benchmark, r.metric, r.value, r.goal, "" if r.passed is None else
-         ("PASS" if r.passed else "MISS"))
+        (
+            r.benchmark,
+            r.metric,
+            r.value,
+            r.goal,
+            "" if r.passed is None else ("PASS" if r.passed else "MISS"),
+        )
         for r in rows
     ]
     widths = [max(len(str(row[i])) for row in [headers, *table]) for i in range(len(headers))]
     line = "  ".join("-" * w for w in widths)
-    print(f"\n== summary{' (--quick: small sizes, not the reported figures)' if quick else ''} ==")
+    title = " (--quick: small sizes; goals are judged at full size only)" if quick else ""
+    print(f"\n== summary{title} ==")
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print(line)
     for row in table:
@@ -59,12 +69,13 @@ def summary(rows: list, quick: bool, elapsed: float) -> None:  # type: ignore[ty
     print(line)
     goals = [r for r in rows if r.passed is not None]
     passed = sum(1 for r in goals if r.passed)
-    print(f"{passed}/{len(goals)} goals met; total run time {elapsed:.0f} s")
+    verdict = f"{passed}/{len(goals)} goals met; " if goals else ""
+    print(f"{verdict}total run time {elapsed:.0f} s")
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from benchmarks.common import Report, Sizes, raw_client, redis_url
+    from benchmarks.common import Report, Sizes, cpu_pressure_us, raw_client, redis_url, say
 
     redis_url()  # fail early with a helpful message
     started = time.perf_counter()
@@ -88,9 +99,18 @@ def main(argv: list[str]) -> int:
             f", {os.cpu_count()} CPUs, SQLite in {db_dir}; {'quick' if args.quick else 'full'} run",
             flush=True,
         )
-        report = Report()
+        report = Report(quick=args.quick)
         for name in args.names or NAMES:
+            # Other processes competing for the CPUs distort wall-clock figures: say how much.
+            pressure, start = cpu_pressure_us(), time.perf_counter()
             runners[name](sizes, report)
+            after = cpu_pressure_us()
+            if pressure is not None and after is not None:
+                share = (after - pressure) / 1e6 / (time.perf_counter() - start)
+                say(
+                    f"  (machine: some task waited for a CPU {share:.0%} of this benchmark's "
+                    f"time; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+                )
         summary(report.rows, args.quick, time.perf_counter() - started)
     finally:
         shutil.rmtree(db_dir, ignore_errors=True)

@@ -65,6 +65,8 @@ class Row:
 
 @dataclass
 class Report:
+    #: goals are judged at full size only: a --quick run shows them without PASS/MISS
+    quick: bool = False
     rows: list[Row] = field(default_factory=list)
 
     def add(
@@ -75,6 +77,8 @@ class Report:
         goal: str = "",
         passed: bool | None = None,
     ) -> None:
+        if self.quick:
+            passed = None
         self.rows.append(Row(benchmark, metric, value, goal, passed))
         mark = "" if passed is None else ("  [PASS]" if passed else "  [MISS]")
         goal_text = f"  (goal {goal})" if goal else ""
@@ -189,9 +193,9 @@ class SlowEntry:
 
 
 @contextmanager
-def slowlog(client: redis.Redis, slower_than_us: int, max_len: int = 100_000) -> Iterator[
-    list[SlowEntry]
-]:
+def slowlog(
+    client: redis.Redis, slower_than_us: int, max_len: int = 100_000
+) -> Iterator[list[SlowEntry]]:
     """Log every Redis command slower than ``slower_than_us`` while the block runs.
 
     Yields a list filled on exit, slowest first; restores the server's settings afterwards.
@@ -233,3 +237,13 @@ def command_stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
         name.removeprefix("cmdstat_"): (int(value["calls"]), int(value["usec"]))
         for name, value in stats.items()
     }
+
+
+def cpu_pressure_us() -> int | None:
+    """Microseconds some runnable task waited for a CPU since boot (Linux PSI), or None."""
+    try:
+        with open("/proc/pressure/cpu") as psi:
+            some = psi.readline().split()
+    except OSError:
+        return None
+    return int(some[-1].removeprefix("total="))

@@ -165,9 +165,9 @@ def check_user_model(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     from django.contrib.auth import get_user_model
     from django.db import models
 
-    pk = get_user_model()._meta.pk
+    pk: Any = get_user_model()._meta.pk
     # A multi-table-inheritance user's pk is a one-to-one link to its parent's pk.
-    while pk is not None and pk.is_relation and pk.target_field is not None:
+    while isinstance(pk, models.ForeignKey):
         pk = pk.target_field
     if not isinstance(pk, models.AutoField | models.BigAutoField | models.IntegerField):
         return [

@@ -255,7 +255,7 @@ def resolve(
 
 #: timesince's units as presence's own strings: Django's catalogs lack some of them in some
 #: languages (vi), which would leave "5 minutes" untranslated inside a translated "... ago".
-TIME_STRINGS = {
+TIME_STRINGS: dict[str, Any] = {
     "year": npgettext_lazy("last seen", "%(num)d year", "%(num)d years", "num"),
     "month": npgettext_lazy("last seen", "%(num)d month", "%(num)d months", "num"),
     "week": npgettext_lazy("last seen", "%(num)d week", "%(num)d weeks", "num"),

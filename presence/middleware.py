@@ -105,7 +105,7 @@ class PresenceMiddleware:
                 api.touch(*claim)
             except Exception:  # the store already fails open; this guards anything else
                 logger.exception("Presence: could not record activity")
-        return self.get_response(request)  # type: ignore[return-value]
+        return self.get_response(request)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         auser = getattr(request, "auser", None)
@@ -116,4 +116,4 @@ class PresenceMiddleware:
                 await api.atouch(*claim)
             except Exception:
                 logger.exception("Presence: could not record activity")
-        return await self.get_response(request)  # type: ignore[no-any-return,misc]
+        return await self.get_response(request)  # type: ignore[misc]

@@ -33,7 +33,7 @@ def _cache(request: Any) -> dict[int, domain.Presence]:
     if cache is None:
         cache = {}
         setattr(request, _CACHE_ATTR, cache)
-    return cache  # type: ignore[no-any-return]
+    return cache
 
 
 def _pk(target: Any) -> int | None:

@@ -124,3 +124,14 @@ def _reset_language() -> Iterator[None]:
     from django.utils import translation
 
     translation.deactivate()
+
+
+@pytest.fixture
+async def close_async_db_connections() -> Any:
+    """For async tests using the database: close the connection Django opened in the
+    sync_to_async worker thread, so the test database can be flushed and dropped."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()

@@ -152,6 +152,30 @@ def test_bulk_presence_costs_one_query_and_one_round_trip(
     assert {pk for pk, p in presences.items() if p.status is Status.ONLINE} == online_ids
 
 
+def test_async_bulk_presence_costs_one_query_and_one_round_trip(
+    make_user: Callable[..., Any],
+) -> None:
+    viewer = make_user()
+    targets = _users(100)
+    for target in targets[:10]:
+        api.touch(target)
+
+    async def read() -> dict[int, Presence]:
+        try:
+            await get_store().async_client.ping()  # connect outside the measured part
+            with count_round_trips() as trips:
+                presences = await api.abulk_presence(targets, viewer)
+            assert trips.count == 1
+            return presences
+        finally:
+            await get_store().aclose()
+
+    with CaptureQueriesContext(connection) as queries:
+        presences = async_to_sync(read)()
+    assert len(queries) == 1
+    assert set(presences) == {t.pk for t in targets}
+
+
 def test_bulk_presence_of_nobody_costs_nothing(make_user: Callable[..., Any]) -> None:
     viewer = make_user()
     with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
@@ -393,6 +417,7 @@ def test_reads_survive_a_redis_outage(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
 async def test_async_twins(make_user: Callable[..., Any]) -> None:
     from asgiref.sync import sync_to_async
 

@@ -19,7 +19,7 @@ from django.urls import path
 from presence import api
 from presence.conf import get_settings
 from presence.domain import Status
-from presence.middleware import PresenceMiddleware, TouchThrottle
+from presence.middleware import PresenceMiddleware, TouchThrottle, throttle
 from presence.store import get_store
 from tests.conftest import RedisCommandCounter
 
@@ -162,6 +162,7 @@ def test_anonymous_requests_make_no_redis_command(
 @pytest.mark.parametrize(
     ("user_agent", "device"),
     [(IPHONE, "mobile"), (ANDROID, "mobile"), (ELECTRON, "desktop"), (FIREFOX, "web"), ("", "web")],
+    ids=["iphone", "android", "electron", "firefox", "no-user-agent"],
 )
 def test_device_comes_from_user_agent(
     client: Client,
@@ -245,26 +246,54 @@ def test_page_is_served_through_a_redis_outage_and_recording_resumes(
     assert errors(caplog) == []
 
     private_redis.start()  # same port, empty: nothing was recorded during the outage
-    clock.shift(1)  # T0+9: still within the retry interval of the T0+8 failure
-    assert client.get("/ok/").status_code == 200
-    assert warnings_about(caplog, "reachable again") == []
-    assert api.get_presence(user, user).last_seen is None
-
-    clock.shift(5)  # T0+14: past it; recording resumes by itself
-    assert client.get("/ok/").status_code == 200
-    assert len(warnings_about(caplog, "reachable again")) == 1
-    assert len(warnings_about(caplog, "Redis is unavailable")) == 1
-    own = api.get_presence(user, user)
-    assert own.status is Status.ONLINE
-    assert own.last_seen == at(14)
-    # And it really is the private server that holds it.
     private = redis.Redis.from_url(private_redis.url, decode_responses=True)
+    commands = RedisCommandCounter(private)
     try:
+        clock.shift(1)  # T0+9: still within the retry interval of the T0+8 failure
+        before = commands.snapshot()
+        assert client.get("/ok/").status_code == 200
+        assert commands.delta(before) == {}  # Redis is left alone until the interval ends
+        assert warnings_about(caplog, "reachable again") == []
+
+        clock.shift(5)  # T0+14: past it; recording resumes by itself
+        before = commands.snapshot()
+        assert client.get("/ok/").status_code == 200
+        assert "evalsha" in commands.delta(before)
         store = get_store()
         score = private.zscore(store.seen_key(store.bucket_of(user.pk)), str(user.pk))
     finally:
         private.close()
+    assert len(warnings_about(caplog, "reachable again")) == 1
+    assert len(warnings_about(caplog, "Redis is unavailable")) == 1
     assert score is not None and int(score) // 8 == int(at(14).timestamp())
+    own = api.get_presence(user, user)
+    assert own.status is Status.ONLINE
+    assert own.last_seen == at(14)
+
+
+def test_request_without_user_passes_through(redis_commands: RedisCommandCounter) -> None:
+    # A site whose middleware order is wrong (presence.E007) still serves its pages.
+    middleware = PresenceMiddleware(ok_view)
+    before = redis_commands.snapshot()
+    assert middleware(RequestFactory().get("/ok/")).status_code == 200
+    assert redis_commands.delta(before) == {}
+
+
+def test_a_broken_presence_config_does_not_break_pages(
+    client: Client,
+    make_user: Callable[..., Any],
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # presence.E004 reports this at start-up; pages keep working meanwhile.
+    user = make_user()
+    client.force_login(user)
+    throttle.clear()
+    settings.PRESENCE = {"CACHE_ALIAS": "missing"}
+    assert client.get("/ok/").status_code == 200
+    assert client.get("/ok/").status_code == 200  # throttled: not logged again
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(logged) == 1 and "could not record activity" in logged[0].getMessage()
 
 
 # --- the throttle on its own -------------------------------------------------------------------
@@ -304,6 +333,7 @@ def test_throttle_stays_bounded() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
 async def test_async_stack_records_last_seen_and_throttles(
     async_client: AsyncClient,
     make_user: Callable[..., Any],

@@ -215,6 +215,7 @@ def test_login_and_logout_survive_a_broken_presence_config(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
 async def test_async_login_and_logout(
     make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

@@ -12,7 +12,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import connection
 from django.template import Context, Template
 from django.test import RequestFactory
-from django.test.utils import CaptureQueriesContext
+from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import translation
 
 from presence import api
@@ -360,3 +360,23 @@ def test_presence_script_markup(language: str, labels: str) -> None:
         'data-presence-endpoint="/presence/api/presence" '
         f'data-presence-labels="{labels}" defer></script>'
     )
+
+
+def test_tags_during_a_redis_outage(make_user: Callable[..., Any]) -> None:
+    viewer, friend = make_user(), make_user()
+    _friends(viewer, friend)
+    LastSeen.objects.create(user=friend, seen_at=NOW - timedelta(hours=5))
+    api.touch(friend)  # online in the real Redis, which is out of reach below
+    down = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+        }
+    }
+    with override_settings(CACHES=down), time_machine.travel(NOW, tick=False):
+        html = render(
+            "{% presence_dot f %}|{% last_seen f %}|{% online_friends as fs %}{{ fs|length }}",
+            request_for(viewer),
+            f=friend,
+        )
+    assert html == f"{dot_html(friend.pk, 'offline')}|5{NBSP}hours ago|0"

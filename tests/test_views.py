@@ -11,12 +11,12 @@ import pytest
 import time_machine
 from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
+from django.test.utils import CaptureQueriesContext, override_settings
 from django.urls import reverse
 from django.utils.crypto import get_random_string
 
 from presence import api
-from presence.models import Contact, PrivacySettings, UserStatus
+from presence.models import Contact, LastSeen, PrivacySettings, UserStatus
 from tests.privacy_cases import (
     CASE_IDS,
     CASES,
@@ -367,3 +367,38 @@ def test_error_messages_follow_the_language_codes_do_not(
     assert _error(missing, 400, "missing_users")["message"] == (
         "Hãy truyền ID người dùng theo dạng ?users=1,2,3."
     )
+
+
+# --- Redis outage ---------------------------------------------------------------------------
+
+DOWN = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",
+    }
+}
+
+
+def test_get_during_a_redis_outage_shows_persisted_last_seen(
+    make_user: Callable[..., Any],
+) -> None:
+    viewer, target = make_user(), make_user()
+    Contact.objects.create(owner=target, contact=viewer)
+    LastSeen.objects.create(user=target, seen_at=NOW - timedelta(hours=5))
+    api.touch(target)  # online in the real Redis, which is out of reach below
+    client = Client()
+    with override_settings(CACHES=DOWN), time_machine.travel(NOW, tick=False):
+        client.force_login(viewer)  # the login's touch fails open
+        response = client.get(PRESENCE_URL, {"users": target.pk})
+        assert response.status_code == 200
+        assert response.json()["presences"][str(target.pk)] == {
+            "status": "offline",
+            "last_seen": (NOW - timedelta(hours=5)).isoformat(),
+            "devices": [],
+            "text": None,
+            "emoji": None,
+            "activity": None,
+        }
+        # Choices live in the database: setting a status still works.
+        assert _post(client, {"status": "dnd"}).status_code == 200
+    assert UserStatus.objects.get(user=viewer).dnd is True

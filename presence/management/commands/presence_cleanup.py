@@ -33,7 +33,11 @@ class Command(BaseCommand):
         try:
             report = api.cleanup(dry_run=dry_run, batch=batch)
         except StoreUnavailable as exc:
-            raise CommandError(f"{exc}. Nothing was removed; run again when Redis is up.") from exc
+            # Each batch is persisted before it is removed, so stopping half-way loses nothing.
+            raise CommandError(
+                f"{exc}. Cleanup stopped; entries leave Redis only after their last seen is "
+                "saved, so nothing was lost. Run it again when Redis answers."
+            ) from exc
         if dry_run:
             self.stdout.write(
                 f"Dry run: {report.stale} stale entries in {report.buckets} buckets would be "

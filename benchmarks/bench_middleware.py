@@ -1,12 +1,14 @@
 """Middleware overhead: authenticated requests/s of a small page with and without presence.
 
-Three variants run in alternating order within each round, so drift and noise hit all alike:
+Three variants are interleaved request by request (order rotated), so drift and noise hit all
+alike; each round gives each variant's requests/s, and ratios are medians over rounds:
 
 * ``without``   MIDDLEWARE minus ``presence.middleware.PresenceMiddleware``;
 * ``throttled`` with the middleware, TOUCH_INTERVAL 3600 s: the steady state of a busy user,
   where the per-process throttle answers and Redis is not contacted;
-* ``touching``  with the middleware and the throttle cleared before every request, so every
-  request pays its one Redis round trip (the worst case: a user's first request per interval).
+* ``touching``  with the middleware, the throttle forgetting the user before every request, so
+  every request pays its one Redis round trip (the worst case: a user's first request per
+  interval).
 """
 
 from __future__ import annotations
@@ -39,54 +41,57 @@ def _evalsha_calls() -> int:
 
 
 class Variant:
-    def __init__(self, name: str, middleware: list[str], clear_throttle: bool) -> None:
+    def __init__(self, name: str, middleware: list[str], forget_user: bool) -> None:
         self.name = name
         self.middleware = middleware
-        self.clear_throttle = clear_throttle
+        self.forget_user = forget_user
         self.client = Client()
         self.rps: list[float] = []
         #: process CPU seconds per request: insensitive to other processes competing for CPUs
         self.cpu: list[float] = []
-        self.redis_writes = 0
-        self.requests = 0
-
-    def settings(self) -> AbstractContextManager[Any]:
-        if self.middleware == list(settings.MIDDLEWARE):
-            return nullcontext()
-        return override_settings(MIDDLEWARE=self.middleware)
+        self.wall_total = 0.0
+        self.cpu_total = 0.0
 
     def login(self, user: Any) -> None:
-        with self.settings():
+        if self.middleware == list(settings.MIDDLEWARE):
+            build: AbstractContextManager[Any] = nullcontext()
+        else:
+            build = override_settings(MIDDLEWARE=self.middleware)
+        with build:
             self.client.force_login(user)
-            # The first request builds this client's middleware chain under these settings.
-            self.requests_of(50)
+            # The first request builds this client's middleware chain, once, under these
+            # settings; later requests reuse it without touching settings.
+            for _ in range(20):
+                self.request()
 
-    def requests_of(self, count: int) -> tuple[float, float]:
-        client, clear = self.client, self.clear_throttle
-        gc.collect()  # a collection triggered by another variant's garbage must not land here
+    def request(self) -> None:
+        if self.forget_user:
+            throttle.forget(USER_ID)
         start, start_cpu = time.perf_counter(), time.process_time()
-        for _ in range(count):
-            if clear:
-                throttle.clear()
-            response = client.get(URL)
-            if response.status_code != 200:
-                raise RuntimeError(f"{self.name}: GET {URL} answered {response.status_code}")
-        return time.perf_counter() - start, time.process_time() - start_cpu
+        response = self.client.get(URL)
+        self.wall_total += time.perf_counter() - start
+        self.cpu_total += time.process_time() - start_cpu
+        if response.status_code != 200:
+            raise RuntimeError(f"{self.name}: GET {URL} answered {response.status_code}")
 
-    def round(self, count: int) -> None:
+    def end_round(self, count: int) -> None:
+        self.rps.append(count / self.wall_total)
+        self.cpu.append(self.cpu_total / count)
+        self.wall_total = self.cpu_total = 0.0
+
+    def redis_writes_per_request(self, count: int = 20) -> float:
         before = _evalsha_calls()
-        with self.settings():
-            elapsed, cpu = self.requests_of(count)
-        self.redis_writes += _evalsha_calls() - before
-        self.requests += count
-        self.rps.append(count / elapsed)
-        self.cpu.append(cpu / count)
+        for _ in range(count):
+            self.request()
+        self.wall_total = self.cpu_total = 0.0
+        return (_evalsha_calls() - before) / count
 
 
 def run(sizes: Sizes, report: Report) -> None:
+    rounds, per_round = sizes.middleware_rounds, sizes.middleware_requests
     say(
-        f"\n== middleware: {sizes.middleware_rounds} rounds x {sizes.middleware_requests} "
-        "authenticated GETs per variant, alternating =="
+        f"\n== middleware: {rounds} rounds x {per_round} authenticated GETs per variant, "
+        "the variants interleaved request by request =="
     )
     with_presence = list(settings.MIDDLEWARE)
     if PRESENCE_MIDDLEWARE not in with_presence:
@@ -94,19 +99,24 @@ def run(sizes: Sizes, report: Report) -> None:
     without = [m for m in with_presence if m != PRESENCE_MIDDLEWARE]
     user = get_user_model().objects.create_user(id=USER_ID, username="bench-middleware")
     variants = [
-        Variant("without", without, clear_throttle=False),
-        Variant("throttled", with_presence, clear_throttle=False),
-        Variant("touching", with_presence, clear_throttle=True),
+        Variant("without", without, forget_user=False),
+        Variant("throttled", with_presence, forget_user=False),
+        Variant("touching", with_presence, forget_user=True),
     ]
     with override_settings(PRESENCE={"TOUCH_INTERVAL": 3600}):
         throttle.clear()
         for variant in variants:
             variant.login(user)
-        for n in range(sizes.middleware_rounds):
-            # Rotate the order so no variant always runs first (warm caches) or last.
-            shift = n % len(variants)
-            for variant in variants[shift:] + variants[:shift]:
-                variant.round(sizes.middleware_requests)
+        for _ in range(rounds):
+            gc.collect()  # start each round with no garbage left by the previous one
+            for n in range(per_round):
+                # Rotate the order so no variant always runs first or after a given one.
+                shift = n % len(variants)
+                for variant in variants[shift:] + variants[:shift]:
+                    variant.request()
+            for variant in variants:
+                variant.end_round(per_round)
+        writes = {variant.name: variant.redis_writes_per_request() for variant in variants}
         throttle.clear()
 
     base, throttled, touching = variants
@@ -114,7 +124,7 @@ def run(sizes: Sizes, report: Report) -> None:
         say(
             f"  {variant.name:>9}: median {median(variant.rps):,.0f} req/s, "
             f"{median(variant.cpu) * 1e6:,.0f} µs CPU per request; "
-            f"Redis writes {variant.redis_writes} for {variant.requests} requests"
+            f"{writes[variant.name]:.2f} Redis writes per request"
         )
     ratio = median(t / b for t, b in zip(throttled.rps, base.rps, strict=True))
     ratio_cpu = median(b / t for t, b in zip(throttled.cpu, base.cpu, strict=True))

@@ -36,8 +36,8 @@ class Sizes:
                 population=100_000,
                 friends=1_000,
                 stale=100_000,
-                middleware_rounds=15,
-                middleware_requests=20,
+                middleware_rounds=10,
+                middleware_requests=30,
                 friends_runs=5,
                 literature_runs=2,
             )
@@ -45,8 +45,8 @@ class Sizes:
             population=1_000_000,
             friends=5_000,
             stale=1_000_000,
-            middleware_rounds=60,
-            middleware_requests=30,
+            middleware_rounds=40,
+            middleware_requests=50,
             friends_runs=15,
             literature_runs=5,
         )

@@ -66,7 +66,7 @@ class LastSeenAdmin(admin.ModelAdmin):
 class PrivacySettingsInline(admin.StackedInline):
     model = PrivacySettings
     can_delete = False
-    verbose_name_plural = _("presence privacy")
+    verbose_name = verbose_name_plural = _("presence privacy")
 
 
 class LastSeenInline(admin.TabularInline):

@@ -30,6 +30,7 @@ __all__ = [
     "abulk_presence",
     "aget_presence",
     "aonline_friends",
+    "aonline_friends_with_presence",
     "aset_status",
     "asign_off",
     "atouch",
@@ -37,6 +38,7 @@ __all__ = [
     "cleanup",
     "get_presence",
     "online_friends",
+    "online_friends_with_presence",
     "set_status",
     "sign_off",
     "touch",
@@ -173,29 +175,50 @@ def _live_online(live: dict[int, domain.LiveState] | None, now: float) -> list[i
     ]
 
 
+def _with_presence(
+    users: list[Any], presences: dict[int, Presence]
+) -> list[tuple[Any, Presence]]:
+    return [(user, presences[user.pk]) for user in users]
+
+
+def online_friends_with_presence(
+    user: Any, limit: int | None = None
+) -> list[tuple[Any, Presence]]:
+    """Like :func:`online_friends`, with each friend's presence as ``user`` sees it."""
+    _check_limit(limit)
+    store = get_store()
+    live = store.run(store.read(relations.friend_ids(user)))
+    now = _now()
+    facts = relations.load(user, _live_online(live, now))
+    presences = _resolve_all(facts, live, now)
+    users = _users_in_order(_most_recent_online(presences, limit))
+    return _with_presence(users, presences)
+
+
+async def aonline_friends_with_presence(
+    user: Any, limit: int | None = None
+) -> list[tuple[Any, Presence]]:
+    _check_limit(limit)
+    store = get_store()
+    live = await store.arun(store.read(await relations.afriend_ids(user)))
+    now = _now()
+    facts = await relations.aload(user, _live_online(live, now))
+    presences = _resolve_all(facts, live, now)
+    users = await sync_to_async(_users_in_order)(_most_recent_online(presences, limit))
+    return _with_presence(users, presences)
+
+
 def online_friends(user: Any, limit: int | None = None) -> list[Any]:
     """Friends (mutual contacts) online and visible to ``user``, most recently active first.
 
     Redis is asked first (one round trip for all friends), so privacy facts are loaded only
     for friends who are online at all: three queries whatever the number of friends.
     """
-    _check_limit(limit)
-    store = get_store()
-    live = store.run(store.read(relations.friend_ids(user)))
-    now = _now()
-    facts = relations.load(user, _live_online(live, now))
-    ids = _most_recent_online(_resolve_all(facts, live, now), limit)
-    return _users_in_order(ids)
+    return [friend for friend, _ in online_friends_with_presence(user, limit)]
 
 
 async def aonline_friends(user: Any, limit: int | None = None) -> list[Any]:
-    _check_limit(limit)
-    store = get_store()
-    live = await store.arun(store.read(await relations.afriend_ids(user)))
-    now = _now()
-    facts = await relations.aload(user, _live_online(live, now))
-    ids = _most_recent_online(_resolve_all(facts, live, now), limit)
-    return await sync_to_async(_users_in_order)(ids)
+    return [friend for friend, _ in await aonline_friends_with_presence(user, limit)]
 
 
 # --- choosing a status ----------------------------------------------------------------------
@@ -305,10 +328,17 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     batch = batch or conf.CLEANUP_BATCH
     now = _now()
     before = now - conf.ONLINE_WINDOW
+    # Signed-off users stay online to others for OFFLINE_GRACE; removing them earlier would
+    # cut the grace short.
+    grace_start = now - conf.OFFLINE_GRACE
     report = CleanupReport(dry_run=dry_run)
     for start in range(0, conf.BUCKETS, batch):
         buckets = list(range(start, min(start + batch, conf.BUCKETS)))
-        entries = store.run(store.scan_stale(buckets, before))
+        entries = [
+            entry
+            for entry in store.run(store.scan_stale(buckets, before))
+            if not (entry.signed_off and entry.seen_at > grace_start)
+        ]
         report.buckets += len(buckets)
         report.stale += len(entries)
         if dry_run or not entries:

@@ -236,7 +236,7 @@ def resolve(
             shown,
             status=true_status,
             last_seen=_timestamp(last_seen_ts),
-            devices=tuple(live.devices) if online else (),
+            devices=tuple(d.value for d in live.devices) if online else (),
             invisible=choices.invisible,
         )
 
@@ -249,7 +249,7 @@ def resolve(
         shown,
         status=status,
         last_seen=_timestamp(last_seen_ts) if show_last_seen else None,
-        devices=tuple(live.devices) if status is not Status.OFFLINE else (),
+        devices=tuple(d.value for d in live.devices) if status is not Status.OFFLINE else (),
     )
 
 

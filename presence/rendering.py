@@ -93,9 +93,10 @@ def online_friends(request: Any, limit: int | None) -> list[Any]:
     viewer = _viewer(request)
     if viewer is None or not viewer.is_authenticated:
         return []
-    friends = api.online_friends(viewer, limit)
-    prefetch(request, friends)
-    return friends
+    found = api.online_friends_with_presence(viewer, limit)
+    # The dots of these friends then show the very presence that listed them.
+    _cache(request).update({friend.pk: presence for friend, presence in found})
+    return [friend for friend, _ in found]
 
 
 def script_labels() -> dict[str, str]:

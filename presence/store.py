@@ -180,6 +180,10 @@ class StaleEntry:
         assert last_active is not None
         return last_active
 
+    @property
+    def signed_off(self) -> bool:
+        return decode_score(self.score).signed_off
+
 
 class _Health:
     """Tracks an outage so it is logged once and Redis is not hammered while down."""

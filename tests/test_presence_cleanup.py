@@ -258,6 +258,23 @@ def test_signed_off_users_are_persisted_and_removed(
     assert (seen.status, seen.last_seen) == (Status.OFFLINE, at(30))
 
 
+def test_a_user_signed_off_within_the_grace_stays_online_to_friends(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    target, friend = make_user(), make_user()
+    befriend(target, friend)
+    api.touch(target)
+    api.sign_off(target)
+    clock.shift(get_settings().OFFLINE_GRACE - 1)
+
+    assert counts(cleanup())["removed"] == 0
+
+    assert api.get_presence(target, friend).status is Status.ONLINE
+    clock.shift(2)
+    assert counts(cleanup())["removed"] == 1
+    assert api.get_presence(target, friend).status is Status.OFFLINE
+
+
 def test_expired_custom_statuses_are_cleared(
     make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

@@ -310,41 +310,51 @@ def _optional_text(data: Mapping[str, Any], name: str, max_length: int) -> str |
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidInput("invalid_message", f"'{name}' must be a string or null.")
+        raise InvalidInput(
+            "invalid_message", gettext("'%(field)s' must be a string or null.") % {"field": name}
+        )
     value = value.strip()
     if any(ord(ch) < 32 for ch in value):
-        raise InvalidInput("invalid_value", f"'{name}' must not contain control characters.")
+        raise InvalidInput(
+            "invalid_value",
+            gettext("'%(field)s' must not contain control characters.") % {"field": name},
+        )
     if len(value) > max_length:
         raise InvalidInput(
-            "invalid_value", f"'{name}' is {len(value)} characters long; at most {max_length}."
+            "invalid_value",
+            gettext("'%(field)s' is %(length)d characters long; at most %(limit)d.")
+            % {"field": name, "length": len(value), "limit": max_length},
         )
     return value or None
 
 
 def parse_status_change(data: Any, limits: Limits) -> StatusChange:
     if not isinstance(data, Mapping):
-        raise InvalidInput("invalid_message", "Expected a JSON object.")
+        raise InvalidInput("invalid_message", gettext("Expected a JSON object."))
     status = data.get("status")
     if not isinstance(status, str):
         raise InvalidInput(
-            "invalid_message", "'status' is required: one of 'auto', 'dnd', 'invisible'."
+            "invalid_message", gettext("'status' is required: one of 'auto', 'dnd', 'invisible'.")
         )
     try:
         choice = StatusChoice(status)
     except ValueError:
         raise InvalidInput(
-            "invalid_value", f"Unknown status {status!r}: use 'auto', 'dnd' or 'invisible'."
+            "invalid_value",
+            gettext("Unknown status %(status)s: use 'auto', 'dnd' or 'invisible'.")
+            % {"status": repr(status)[:60]},
         ) from None
     expires_in = data.get("expires_in")
     if expires_in is not None:
         if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
             raise InvalidInput(
-                "invalid_message", "'expires_in' must be a number of seconds or null."
+                "invalid_message", gettext("'expires_in' must be a number of seconds or null.")
             )
         if not 1 <= expires_in <= limits.max_expiry:
             raise InvalidInput(
                 "invalid_value",
-                f"'expires_in' must be between 1 and {limits.max_expiry} seconds.",
+                gettext("'expires_in' must be between 1 and %(limit)d seconds.")
+                % {"limit": limits.max_expiry},
             )
         expires_in = int(expires_in)
     return StatusChange(

@@ -266,3 +266,9 @@ class TestParseStatusChange:
             domain.parse_status_change(data, LIMITS)
         assert info.value.code == code
         assert info.value.message
+
+
+def test_error_messages_follow_the_active_language() -> None:
+    with translation.override("ja"), pytest.raises(InvalidInput) as info:
+        domain.parse_status_change({"status": "auto", "expires_in": 0}, LIMITS)
+    assert info.value.message == "'expires_in' は 1 から 3600 秒の間でなければなりません。"

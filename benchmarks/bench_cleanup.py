@@ -55,7 +55,7 @@ def insert_users(first: int, count: int) -> None:
         "'2024-01-01 00:00:00')"
     )
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(sql, ((uid, f"stale{uid}") for uid in range(first, first + count)))
+        cursor.executemany(sql, [(uid, f"stale{uid}") for uid in range(first, first + count)])
 
 
 def heaviest_commands(
@@ -73,7 +73,7 @@ def heaviest_commands(
     durations: dict[str, list[int]] = {"ZRANGEBYSCORE": [], "EVALSHA": []}
     with slowlog(client, slower_than_us=0) as log:
         for _ in range(25):
-            client.zadd(key, members)
+            client.execute_command("ZADD", key, *(a for m, sc in members.items() for a in (sc, m)))
             entries = s.run(s.scan_stale([bucket], now - s.conf.ONLINE_WINDOW))
             if s.run(s.remove_unchanged(entries)) != size:
                 raise RuntimeError("the probe bucket was not emptied")
@@ -160,10 +160,25 @@ def run(sizes: Sizes, report: Report) -> None:
 
     report.add(NAME, "total time", f"{elapsed:.1f} s ({n / elapsed:,.0f} entries/s)")
     report.add(NAME, "LastSeen rows persisted", f"{result.persisted:,}")
-    report.add(NAME, "longest single Redis command", longest_text, "≤ 10 ms", longest <= 0.010)
-    report.add(NAME, "Redis commands over 1 ms", str(over_1ms))
+    # Two readings of the goal: what SLOWLOG saw during the run (wall time inside Redis,
+    # including any time the OS kept Redis off the CPU), and the commands' own cost.
     report.add(
         NAME,
-        f"heaviest command alone ({largest} entries), median",
-        f"{max(own.values()):,.0f} µs",
+        "longest Redis command during the run (SLOWLOG)",
+        longest_text,
+        "≤ 10 ms",
+        longest <= 0.010,
+    )
+    calls = sum(
+        stats_after.get(c, (0, 0))[0] - stats_before.get(c, (0, 0))[0]
+        for c in ("zrangebyscore", "evalsha")
+    )
+    report.add(NAME, "Redis commands over 1 ms during the run", f"{over_1ms} of {calls:,}")
+    heaviest = max(own.values())
+    report.add(
+        NAME,
+        f"heaviest command alone ({largest} entries, median of 25)",
+        f"{heaviest:,.0f} µs",
+        "≤ 10 ms",
+        heaviest <= 10_000,
     )

@@ -86,7 +86,8 @@ def run(sizes: Sizes, report: Report) -> None:
         f"  one sorted set: encoding {dict(single_encoding)}; MEMORY USAGE {single_total:,} B; "
         f"used_memory grew {single_grown:,} B"
     )
-    limit = client.config_get("zset-max-ziplist-entries")["zset-max-ziplist-entries"]
+    config: dict[str, Any] = dict(client.config_get("zset-max-ziplist-entries"))  # type: ignore[arg-type]
+    limit = config["zset-max-ziplist-entries"]
     flush(client)
     client.close()
 

@@ -200,7 +200,7 @@ def slowlog(
 
     Yields a list filled on exit, slowest first; restores the server's settings afterwards.
     """
-    old = client.config_get("slowlog-*")
+    old: dict[str, Any] = dict(client.config_get("slowlog-*"))  # type: ignore[arg-type]
     entries: list[SlowEntry] = []
     client.config_set("slowlog-log-slower-than", slower_than_us)
     client.config_set("slowlog-max-len", max_len)

@@ -83,8 +83,16 @@ def device_from_user_agent(user_agent: str | None) -> Device:
     return Device.WEB
 
 
-def devices_from_mask(mask: int) -> tuple[Device, ...]:
+def _devices_of(mask: int) -> tuple[Device, ...]:
     return tuple(device for device, bit in DEVICE_BITS.items() if mask & bit)
+
+
+#: Every mask's devices, computed once: decoding is on the path of every read.
+_DEVICES_BY_MASK = tuple(_devices_of(mask) for mask in range(DEVICE_MASK_LIMIT))
+
+
+def devices_from_mask(mask: int) -> tuple[Device, ...]:
+    return _DEVICES_BY_MASK[mask]
 
 
 def devices_to_mask(devices: Iterable[Device]) -> int:

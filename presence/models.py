@@ -171,11 +171,15 @@ class LastSeenManager(models.Manager):
             return 0
         alias = router.db_for_write(self.model)
         user_model = get_user_model()
-        existing = set(
-            user_model._default_manager.using(alias)
-            .filter(pk__in=list(seen))
-            .values_list("pk", flat=True)
-        )
+        ids = list(seen)
+        existing: set[int] = set()
+        # Chunked: SQLite builds without a raised limit allow 32,766 parameters a query.
+        for start in range(0, len(ids), 10_000):
+            existing.update(
+                user_model._default_manager.using(alias)
+                .filter(pk__in=ids[start : start + 10_000])
+                .values_list("pk", flat=True)
+            )
         rows = [
             (user_id, datetime.fromtimestamp(ts, tz=UTC))
             for user_id, ts in seen.items()

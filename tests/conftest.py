@@ -135,3 +135,14 @@ async def close_async_db_connections() -> Any:
     from django.db import connections
 
     await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def clock() -> Iterator[Any]:
+    """Time stands still at tests.clock.T0 until the test shifts it."""
+    import time_machine
+
+    from tests.clock import T0
+
+    with time_machine.travel(T0, tick=False) as traveller:
+        yield traveller

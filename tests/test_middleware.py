@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,10 +20,10 @@ from presence.conf import get_settings
 from presence.domain import Status
 from presence.middleware import PresenceMiddleware, TouchThrottle, throttle
 from presence.store import get_store
+from tests.clock import T0, at
 from tests.conftest import RedisCommandCounter
 
 # Whole seconds: the store keeps activity to the second.
-T0 = datetime(2030, 1, 7, 9, 30, tzinfo=UTC)
 
 IPHONE = (
     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 "
@@ -53,14 +52,7 @@ urlpatterns = [path("ok/", ok_view), path("async-ok/", async_ok_view)]
 pytestmark = pytest.mark.urls(__name__)
 
 
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(T0, tick=False) as traveller:
-        yield traveller
 
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from io import StringIO
 from typing import Any
 
@@ -21,18 +20,7 @@ from presence.conf import get_settings
 from presence.domain import Device, Status
 from presence.models import Contact, LastSeen, UserStatus
 from presence.store import RAISE, REMOVE_IF_UNCHANGED, Plan, StoreUnavailable, get_store
-
-T0 = datetime(2030, 5, 4, 8, 0, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(T0, tick=False) as traveller:
-        yield traveller
+from tests.clock import T0, at
 
 
 def cleanup(*args: str) -> str:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,9 +20,9 @@ from presence.conf import get_settings
 from presence.domain import Status
 from presence.middleware import throttle
 from presence.models import Contact, LastSeen
+from tests.clock import T0, at
 from tests.conftest import RedisCommandCounter
 
-T0 = datetime(2030, 3, 2, 18, 0, tzinfo=UTC)
 IPHONE = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148 Safari/604.1"
 ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 1}  # commandstats count the script's commands
 
@@ -36,14 +35,7 @@ urlpatterns = [path("ok/", ok_view)]
 pytestmark = pytest.mark.urls(__name__)
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
-
-@pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
-    with time_machine.travel(T0, tick=False) as traveller:
-        yield traveller
 
 
 def make_pair(make_user: Callable[..., Any]) -> tuple[Any, Any]:

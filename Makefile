@@ -29,6 +29,7 @@ test: install
 
 lint: install
 	$(VENV)/bin/ruff check presence siteproject tests benchmarks tools
+	$(VENV)/bin/ruff format --check presence siteproject tests benchmarks tools
 	$(VENV)/bin/mypy
 
 bench: install

@@ -176,15 +176,11 @@ def _live_online(live: dict[int, domain.LiveState] | None, now: float) -> list[i
     ]
 
 
-def _with_presence(
-    users: list[Any], presences: dict[int, Presence]
-) -> list[tuple[Any, Presence]]:
+def _with_presence(users: list[Any], presences: dict[int, Presence]) -> list[tuple[Any, Presence]]:
     return [(user, presences[user.pk]) for user in users]
 
 
-def online_friends_with_presence(
-    user: Any, limit: int | None = None
-) -> list[tuple[Any, Presence]]:
+def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tuple[Any, Presence]]:
     """Like :func:`online_friends`, with each friend's presence as ``user`` sees it."""
     _check_limit(limit)
     store = get_store()

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
+from presence.store import redis_location
 
 MIDDLEWARE_PATH = "presence.middleware.PresenceMiddleware"
 AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 DJANGO_REDIS_BACKENDS = {"django_redis.cache.RedisCache"}
-REDIS_SCHEMES = {"redis", "rediss", "unix"}
 
 _POSITIVE_INTS = (
     "ONLINE_WINDOW",
@@ -119,12 +118,8 @@ def check_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         ]
     # The store connects to the first location itself (presence.store), so it must be a URL.
-    location = caches[alias].get("LOCATION")
-    if isinstance(location, list | tuple):
-        location = location[0] if location else None
-    if isinstance(location, str):
-        location = location.split(",")[0]
-    if not isinstance(location, str) or urlsplit(location).scheme not in REDIS_SCHEMES:
+    if redis_location(caches[alias]) is None:
+        location = caches[alias].get("LOCATION")
         return [
             Error(
                 f"CACHES[{alias!r}]['LOCATION'] is {location!r}; presence needs a redis://, "

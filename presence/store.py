@@ -217,6 +217,22 @@ class _Health:
                     logger.warning("Presence: Redis is reachable again; recording resumed.")
 
 
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+
+def redis_location(cache_conf: dict[str, Any]) -> str | None:
+    """The URL presence connects to: a django-redis cache's first (primary) location, or None
+    when it is not a redis://, rediss:// or unix:// URL."""
+    location = cache_conf.get("LOCATION")
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    if isinstance(location, str):
+        location = location.split(",")[0]
+    if not isinstance(location, str) or urlsplit(location).scheme not in REDIS_SCHEMES:
+        return None
+    return location
+
+
 class PresenceStore:
     def __init__(self, conf: PresenceSettings) -> None:
         self.conf = conf
@@ -251,12 +267,8 @@ class PresenceStore:
                 f"PRESENCE['CACHE_ALIAS'] is {self.conf.CACHE_ALIAS!r}, which is not in CACHES "
                 "(see presence.E004)."
             ) from None
-        location = cache_conf.get("LOCATION")
-        if isinstance(location, list | tuple):
-            location = location[0]
-        if isinstance(location, str) and "," in location:
-            location = location.split(",")[0]
-        if not location or urlsplit(location).scheme not in {"redis", "rediss", "unix"}:
+        location = redis_location(cache_conf)
+        if location is None:
             raise ImproperlyConfigured(
                 f"CACHES[{self.conf.CACHE_ALIAS!r}]['LOCATION'] must be a redis:// URL."
             )

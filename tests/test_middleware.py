@@ -52,9 +52,6 @@ urlpatterns = [path("ok/", ok_view), path("async-ok/", async_ok_view)]
 pytestmark = pytest.mark.urls(__name__)
 
 
-
-
-
 def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
     return [
         r

@@ -35,9 +35,6 @@ urlpatterns = [path("ok/", ok_view)]
 pytestmark = pytest.mark.urls(__name__)
 
 
-
-
-
 def make_pair(make_user: Callable[..., Any]) -> tuple[Any, Any]:
     """A target and a friend who may see the target's online status and last seen."""
     target, friend = make_user(), make_user()
@@ -182,9 +179,7 @@ def test_logout_of_one_session_lets_another_session_be_recorded_again(
 
 
 @pytest.mark.django_db
-def test_anonymous_logout_does_nothing(
-    client: Client, redis_commands: RedisCommandCounter
-) -> None:
+def test_anonymous_logout_does_nothing(client: Client, redis_commands: RedisCommandCounter) -> None:
     before = redis_commands.snapshot()
     client.logout()
     assert redis_commands.delta(before) == {}

@@ -11,3 +11,5 @@ class PresenceConfig(AppConfig):
 
     def ready(self) -> None:
         from presence import checks, signals  # noqa: F401  (registers checks and receivers)
+
+        signals.connect_model_signals()

@@ -10,9 +10,11 @@ from django.dispatch import Signal, receiver
 
 logger = logging.getLogger("presence")
 
-#: Sent after a user's visible presence may have changed for a reason other than activity
-#: (``reason``: "status", "privacy", "contacts", "block"), with ``user_id``. The live layer
-#: listens to push updates to open connections.
+#: Sent after commit when what others may see of ``user_id`` may have changed for a reason other
+#: than activity: ``reason`` is "status" (set_status), "privacy" (PrivacySettings saved or
+#: deleted), "contacts" (a Contact of user_id's added, changed or removed) or "block" (sent for
+#: both users). One change can send more than one (set_status also saves PrivacySettings);
+#: listeners should coalesce. The live layer listens to push updates to open connections.
 presence_changed = Signal()
 
 
@@ -51,3 +53,49 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
         api.sign_off(user, _device(request))
     except Exception:  # logging out must never fail because of presence
         logger.exception("Presence: could not record the logout of user %s", user.pk)
+
+
+def _changed(sender: Any, user_ids: tuple[int, ...], reason: str) -> None:
+    from django.db import transaction
+
+    def send() -> None:
+        for user_id in user_ids:
+            presence_changed.send(sender=sender, user_id=user_id, reason=reason)
+
+    # After commit: listeners re-read the database and must see the change.
+    transaction.on_commit(send)
+
+
+def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
+    _changed(sender, (instance.user_id,), "privacy")
+
+
+def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # Only the owner's presence changes for someone: who may see it depends on its contacts.
+    _changed(sender, (instance.owner_id,), "contacts")
+
+
+def _on_block_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    _changed(sender, (instance.blocker_id, instance.blocked_id), "block")
+
+
+def connect_model_signals() -> None:
+    """Send ``presence_changed`` whenever a row deciding who sees whom changes."""
+    from django.db.models.signals import post_delete, post_save
+
+    from presence.models import Block, Contact, PrivacySettings
+
+    for signal in (post_save, post_delete):
+        signal.connect(
+            _on_privacy_saved,
+            sender=PrivacySettings,
+            dispatch_uid=f"presence_privacy_{signal is post_save}",
+        )
+        signal.connect(
+            _on_contact_changed,
+            sender=Contact,
+            dispatch_uid=f"presence_contact_{signal is post_save}",
+        )
+        signal.connect(
+            _on_block_changed, sender=Block, dispatch_uid=f"presence_block_{signal is post_save}"
+        )

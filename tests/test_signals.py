@@ -224,3 +224,69 @@ async def test_async_login_and_logout(
     clock.shift(get_settings().OFFLINE_GRACE)
     assert (await api.aget_presence(target, friend)).status is Status.OFFLINE
     assert (await LastSeen.objects.aget(user=target)).seen_at == at(7)
+
+
+# --- presence_changed ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def changes() -> Any:
+    """Every presence_changed sent during the test, as (user_id, reason)."""
+    from presence.signals import presence_changed
+
+    seen: list[tuple[int, str]] = []
+
+    def listen(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+        seen.append((user_id, reason))
+
+    presence_changed.connect(listen)
+    yield seen
+    presence_changed.disconnect(listen)
+
+
+def test_graph_and_privacy_changes_are_announced_after_commit(
+    make_user: Callable[..., Any],
+    changes: list[tuple[int, str]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from presence.models import Block, PrivacySettings
+
+    a, b = make_user(), make_user()
+    with django_capture_on_commit_callbacks(execute=False) as pending:
+        contact = Contact.objects.create(owner=a, contact=b)
+    assert changes == []  # nothing before the transaction commits
+    for callback in pending:
+        callback()
+    assert changes == [(a.pk, "contacts")]
+
+    changes.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        contact.close_friend = True
+        contact.save()
+        contact.delete()
+        block = Block.objects.create(blocker=b, blocked=a)
+        block.delete()
+        settings = PrivacySettings.objects.create(user=b, online_visibility="nobody")
+        settings.delete()
+    assert changes == [
+        (a.pk, "contacts"),
+        (a.pk, "contacts"),
+        (b.pk, "block"),
+        (a.pk, "block"),
+        (b.pk, "block"),
+        (a.pk, "block"),
+        (b.pk, "privacy"),
+        (b.pk, "privacy"),
+    ]
+
+
+def test_set_status_is_announced(
+    make_user: Callable[..., Any],
+    changes: list[tuple[int, str]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    user = make_user()
+    with django_capture_on_commit_callbacks(execute=True):
+        api.set_status(user, "dnd", text="busy")
+    assert (user.pk, "status") in changes
+    assert {user_id for user_id, _ in changes} == {user.pk}

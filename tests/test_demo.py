@@ -1,6 +1,6 @@
 """The demo social site (siteproject.demo): seed command, pages, forms and their cost.
 
-The demo's urls are included at the root of tests/urls.py; presence runs against the real
+The demo's urls (siteproject/urls.py) serve the tests too; presence runs against the real
 test Redis like everywhere else.
 """
 

@@ -1,8 +1,0 @@
-from django.contrib import admin
-from django.urls import include, path
-
-urlpatterns = [
-    path("admin/", admin.site.urls),
-    path("presence/", include("presence.urls")),
-    path("", include("siteproject.demo.urls")),
-]

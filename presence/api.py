@@ -325,16 +325,16 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     batch = batch or conf.CLEANUP_BATCH
     now = _now()
     before = now - conf.ONLINE_WINDOW
-    # Signed-off users stay online to others for OFFLINE_GRACE; removing them earlier would
-    # cut the grace short.
-    grace_start = now - conf.OFFLINE_GRACE
+    timing = _timing()
     report = CleanupReport(dry_run=dry_run)
     for start in range(0, conf.BUCKETS, batch):
         buckets = list(range(start, min(start + batch, conf.BUCKETS)))
+        # The scan's bound catches every signed-off entry; the same rule as every read decides
+        # which of those are still within OFFLINE_GRACE, so cleanup never cuts a grace short.
         entries = [
             entry
             for entry in store.run(store.scan_stale(buckets, before))
-            if not (entry.signed_off and entry.seen_at > grace_start)
+            if domain.live_status(entry.state, now, timing) is domain.Status.OFFLINE
         ]
         report.buckets += len(buckets)
         report.stale += len(entries)

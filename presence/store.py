@@ -175,14 +175,14 @@ class StaleEntry:
     score: str
 
     @property
-    def seen_at(self) -> float:
-        last_active = decode_score(self.score).last_active
-        assert last_active is not None
-        return last_active
+    def state(self) -> domain.LiveState:
+        return decode_score(self.score)
 
     @property
-    def signed_off(self) -> bool:
-        return decode_score(self.score).signed_off
+    def seen_at(self) -> float:
+        last_active = self.state.last_active
+        assert last_active is not None
+        return last_active
 
 
 class _Health:

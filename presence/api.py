@@ -7,7 +7,7 @@ targets, user ids); an anonymous viewer (``None`` or ``AnonymousUser``) is a str
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,12 +17,12 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from presence import domain, relations
+from presence import domain, live, relations
 from presence.conf import get_settings
 from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
 from presence.models import LastSeen, PrivacySettings, UserStatus
 from presence.signals import presence_changed
-from presence.store import get_store
+from presence.store import ConnectionOp, Transition, get_store, merge
 
 __all__ = [
     "InvalidInput",
@@ -62,7 +62,11 @@ def _pk(user_or_id: Any) -> int:
 
 def _timing() -> domain.Timing:
     conf = get_settings()
-    return domain.Timing(online_window=conf.ONLINE_WINDOW, offline_grace=conf.OFFLINE_GRACE)
+    return domain.Timing(
+        online_window=conf.ONLINE_WINDOW,
+        offline_grace=conf.OFFLINE_GRACE,
+        connection_ttl=conf.CONNECTION_TTL,
+    )
 
 
 def limits() -> domain.Limits:
@@ -71,6 +75,14 @@ def limits() -> domain.Limits:
         text_max_length=conf.TEXT_MAX_LENGTH,
         emoji_max_length=conf.EMOJI_MAX_LENGTH,
         max_expiry=conf.MAX_STATUS_EXPIRY,
+        max_frame_bytes=conf.MAX_FRAME_BYTES,
+        max_subscriptions=conf.MAX_SUBSCRIPTIONS,
+    )
+
+
+def _is_news(transition: Transition | None, now: float) -> bool:
+    return transition is not None and domain.live_news(
+        transition.before, transition.after, now, _timing()
     )
 
 
@@ -78,14 +90,22 @@ def limits() -> domain.Limits:
 
 
 def touch(user: Any, device: str = "web") -> None:
-    """Record activity of ``user`` now. Never raises for a Redis outage (it is logged)."""
+    """Record activity of ``user`` now. Never raises for a Redis outage (it is logged).
+
+    A user coming online is announced to open connections (once per online stretch)."""
+    now = _now()
     store = get_store()
-    store.run(store.touch(_pk(user), domain.Device(device), _now()))
+    transition = store.run(store.touch(_pk(user), domain.Device(device), now))
+    if _is_news(transition, now):
+        live.announce([_pk(user)])
 
 
 async def atouch(user: Any, device: str = "web") -> None:
+    now = _now()
     store = get_store()
-    await store.arun(store.touch(_pk(user), domain.Device(device), _now()))
+    transition = await store.arun(store.touch(_pk(user), domain.Device(device), now))
+    if _is_news(transition, now):
+        await live.aannounce([_pk(user)])
 
 
 def sign_off(user: Any, device: str = "web") -> None:
@@ -270,6 +290,13 @@ def apply_change(user: Any, change: StatusChange, expires_at: datetime | None = 
         transaction.on_commit(
             lambda: presence_changed.send(sender=UserStatus, user_id=_pk(user), reason="status")
         )
+    # The live layer announces the custom status clearing by itself when it expires.
+    store = get_store()
+    store.run(
+        store.schedule_expiry(
+            _pk(user), expires_at.timestamp() if has_custom and expires_at else None
+        )
+    )
     return get_presence(user, user)
 
 
@@ -345,9 +372,129 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
             seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
         report.persisted += LastSeen.objects.record_many(seen)
         report.removed += store.run(store.remove_unchanged(entries))
+    if not dry_run:
+        store.run(store.prune_schedules(now - conf.ONLINE_WINDOW))
     expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
     if dry_run:
         report.expired_statuses = expired.count()
     else:
         report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
     return report
+
+
+# --- live connections (the WebSocket consumer's side) ---------------------------------------
+
+
+async def _connection(
+    user_id: int,
+    op: ConnectionOp,
+    connection_id: str,
+    device: domain.Device = domain.Device.WEB,
+    idle: bool = False,
+) -> Transition | None:
+    now = _now()
+    store = get_store()
+    transition = await store.arun(
+        store.connection(user_id, op, now, connection_id, device=device, idle=idle)
+    )
+    if transition is not None and op == "close" and transition.connections == 0:
+        # The last connection ended: last seen survives a Redis flush from now on.
+        await sync_to_async(LastSeen.objects.record_many)({user_id: now})
+    if _is_news(transition, now):
+        await live.aannounce([user_id])
+    return transition
+
+
+async def aheartbeat(
+    user: Any, connection_id: str, device: str = "web", idle: bool = False
+) -> Transition | None:
+    """A live connection is alive (also its opening): recorded with its device and idle state.
+
+    Announced to viewers only when the user's status or devices changed. Returns None when
+    Redis is unavailable (the outage is logged once).
+    """
+    return await _connection(_pk(user), "beat", connection_id, domain.Device(device), idle)
+
+
+async def adisconnect(user: Any, connection_id: str) -> Transition | None:
+    """A live connection closed. The last one records last seen; friends see the user offline
+    after OFFLINE_GRACE (announced by :func:`asweep`), so a page reload does not flap."""
+    return await _connection(_pk(user), "close", connection_id)
+
+
+@dataclass
+class SweepReport:
+    offline: list[int]
+    rescheduled: int = 0
+    expired_statuses: int = 0
+
+
+async def asweep(limit: int | None = None) -> SweepReport:
+    """Announce users who turned offline by themselves (crashed connections past
+    CONNECTION_TTL, the end of OFFLINE_GRACE or ONLINE_WINDOW) and custom statuses that expired.
+
+    Each due user is claimed by one sweeper only; every live process runs this every
+    SWEEP_INTERVAL (presence.live), and running it more often or from several processes is safe.
+    """
+    conf = get_settings()
+    store = get_store()
+    now = _now()
+    timing = _timing()
+    due, expiring = await store.arun(store.claim_due(now, limit or conf.SWEEP_BATCH))
+    report = SweepReport(offline=[], expired_statuses=len(expiring))
+    transitions: list[Transition | None] = []
+    if due:
+        # One round trip: each user's connections not heard from for CONNECTION_TTL go.
+        transitions = await store.arun(
+            merge([store.connection(user_id, "expire", now) for user_id in due])
+        )
+    later: dict[int, float] = {}
+    crashed: dict[int, float] = {}
+    for user_id, transition in zip(due, transitions, strict=True):
+        if transition is None:
+            later[user_id] = now + conf.RETRY_INTERVAL  # Redis failed: try again soon
+            continue
+        state = transition.after
+        if domain.live_status(state, now, timing) is domain.Status.OFFLINE:
+            report.offline.append(user_id)
+            if transition.before.connected and state.signed_off and state.last_active:
+                crashed[user_id] = state.last_active
+        else:
+            offline_at = domain.offline_at(state, timing)
+            if offline_at is not None:
+                later[user_id] = offline_at
+    if later:
+        report.rescheduled = len(later)
+        await store.arun(store.schedule(later))
+    if crashed:
+        await sync_to_async(LastSeen.objects.record_many)(crashed)
+    if report.offline or expiring:
+        await live.aannounce(list(dict.fromkeys([*report.offline, *expiring])))
+    return report
+
+
+async def apresence_for_viewers(
+    watchers: Mapping[int, Collection[int]],
+) -> dict[int, dict[int, Presence]] | None:
+    """Presence of each target as each of its viewers may see it, for the live fan-out:
+    ``{target: {viewer: presence}}`` from ``{target: viewer ids}``. Three queries and one Redis
+    round trip whatever the number of viewers. Targets of no user are left out; None when
+    Redis is unavailable (nothing is guessed)."""
+    store = get_store()
+    states = await store.arun(store.read(watchers))
+    if states is None:
+        return None
+    viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
+    pairs = await relations.aload_pairs(viewers, list(watchers))
+    now = _now()
+    timing = _timing()
+    unknown = domain.LiveState()
+    return {
+        target: {
+            viewer: domain.resolve(
+                states.get(target, unknown), choices, pairs.relation(viewer, target), now, timing
+            )
+            for viewer in watchers[target]
+        }
+        for target, choices in pairs.choices.items()
+    }

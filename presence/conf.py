@@ -48,6 +48,15 @@ class PresenceSettings:
     RETRY_INTERVAL: float = 2.0
     #: buckets read per round trip by presence_cleanup
     CLEANUP_BATCH: int = 256
+    #: longest WebSocket frame a client may send, in bytes (a subscribe of 1,000 ids is ~12 KB)
+    MAX_FRAME_BYTES: int = 65536
+    #: changes of one user arriving within this many seconds are sent as one diff
+    COALESCE_WINDOW: float = 0.2
+    #: how often each live process looks for users due to turn offline (crashed connections,
+    #: the end of OFFLINE_GRACE, ONLINE_WINDOW) and custom statuses due to expire, in seconds
+    SWEEP_INTERVAL: float = 1.0
+    #: users one sweep handles per round trip
+    SWEEP_BATCH: int = 500
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))

@@ -7,6 +7,7 @@ template tags, JSON endpoint, WebSocket) hands both to :func:`resolve`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -113,8 +114,14 @@ class LiveState:
 
     last_active: float | None = None
     devices: tuple[Device, ...] = ()
-    #: the user went offline explicitly (logout) at ``last_active``
+    #: the user went offline explicitly (logout, last connection closed) at ``last_active``;
+    #: ``devices`` and ``idle`` then describe the moment before, shown during the grace
     signed_off: bool = False
+    #: the user has live WebSocket connections: ``last_active`` is their latest heartbeat and
+    #: liveness is judged by CONNECTION_TTL (crash detection) instead of ONLINE_WINDOW
+    connected: bool = False
+    #: every live connection reported no input for IDLE_AFTER (or a hidden tab)
+    idle: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,7 @@ STRANGER = Relation()
 class Timing:
     online_window: float
     offline_grace: float
+    connection_ttl: float = 90
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,19 @@ class Presence:
 HIDDEN = Presence()
 
 
+def visibly_differs(before: Presence | None, after: Presence) -> bool:
+    """Whether a viewer who was shown ``before`` must be told ``after``.
+
+    While a user stays online their last seen is "about now" and moves with every heartbeat;
+    that alone is no news, so it is compared only when the user is (or goes) offline.
+    """
+    if before is None:
+        return True
+    if before.is_online and after.is_online:
+        return replace(before, last_seen=None) != replace(after, last_seen=None)
+    return before != after
+
+
 def permits(level: Visibility, relation: Relation) -> bool:
     if relation.is_self:
         return True
@@ -204,14 +225,34 @@ def permits(level: Visibility, relation: Relation) -> bool:
     return False
 
 
-def live_status(live: LiveState, now: float, timing: Timing) -> Status:
-    """Online or offline from activity alone (idle arrives with live connections)."""
+def offline_at(live: LiveState, timing: Timing) -> float | None:
+    """When the user turns offline if nothing else happens (None: never online)."""
     if live.last_active is None:
-        return Status.OFFLINE
-    quiet_for = now - live.last_active
+        return None
     if live.signed_off:
-        return Status.ONLINE if quiet_for < timing.offline_grace else Status.OFFLINE
-    return Status.ONLINE if quiet_for < timing.online_window else Status.OFFLINE
+        return live.last_active + timing.offline_grace
+    if live.connected:
+        return live.last_active + timing.connection_ttl
+    return live.last_active + timing.online_window
+
+
+def live_status(live: LiveState, now: float, timing: Timing) -> Status:
+    """Online, idle or offline from activity and connections (dnd is a choice, see resolve)."""
+    deadline = offline_at(live, timing)
+    if deadline is None or now >= deadline:
+        return Status.OFFLINE
+    return Status.IDLE if live.idle else Status.ONLINE
+
+
+def live_news(before: LiveState, after: LiveState, now: float, timing: Timing) -> bool:
+    """Whether a write changed the user's status or devices, as opposed to only moving their
+    last activity forward (a heartbeat that changes nothing is no news)."""
+
+    def view(state: LiveState) -> tuple[Status, tuple[Device, ...]]:
+        status = live_status(state, now, timing)
+        return status, (state.devices if status is not Status.OFFLINE else ())
+
+    return view(before) != view(after)
 
 
 def _timestamp(value: float | None) -> datetime | None:
@@ -302,6 +343,10 @@ class Limits:
     text_max_length: int
     emoji_max_length: int
     max_expiry: int
+    #: longest WebSocket text frame, in bytes of UTF-8
+    max_frame_bytes: int = 65536
+    #: most user ids one subscribe/unsubscribe frame (and one connection) may name
+    max_subscriptions: int = 1000
 
 
 @dataclass(frozen=True)
@@ -371,4 +416,103 @@ def parse_status_change(data: Any, limits: Limits) -> StatusChange:
         emoji=_optional_text(data, "emoji", limits.emoji_max_length),
         activity=_optional_text(data, "activity", limits.text_max_length),
         expires_in=expires_in,
+    )
+
+
+# --- validating WebSocket frames (the consumer's whole input surface, kept pure) ---
+
+
+class HeartbeatState(StrEnum):
+    ACTIVE = "active"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    state: HeartbeatState = HeartbeatState.ACTIVE
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    users: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    users: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SetStatus:
+    change: StatusChange
+
+
+ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus
+
+CLIENT_TYPES = ("heartbeat", "subscribe", "unsubscribe", "set_status")
+
+
+def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int, ...]:
+    users = data.get("users")
+    if not isinstance(users, list) or not all(
+        isinstance(user, int) and not isinstance(user, bool) for user in users
+    ):
+        raise InvalidInput(
+            "invalid_message", gettext("'users' must be a list of user ids (integers).")
+        )
+    if any(user < 1 for user in users):
+        raise InvalidInput("invalid_value", gettext("User ids are positive integers."))
+    unique = tuple(dict.fromkeys(users))
+    if len(unique) > limits.max_subscriptions:
+        raise InvalidInput(
+            "too_many_subscriptions",
+            gettext("%(count)d user ids in one frame; at most %(limit)d.")
+            % {"count": len(unique), "limit": limits.max_subscriptions},
+        )
+    return unique
+
+
+def parse_frame(text: str | None, limits: Limits) -> ClientMessage:
+    """One client frame as a message, or InvalidInput naming the problem (contract codes, plus
+    ``frame_too_large``)."""
+    if text is None:
+        raise InvalidInput("invalid_message", gettext("Send JSON text frames, not binary ones."))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_frame_bytes:
+        raise InvalidInput(
+            "frame_too_large",
+            gettext("The frame is %(size)d bytes long; at most %(limit)d.")
+            % {"size": size, "limit": limits.max_frame_bytes},
+        )
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise InvalidInput("invalid_json", gettext("The frame is not valid JSON.")) from None
+    if not isinstance(data, dict):
+        raise InvalidInput("invalid_message", gettext("Expected a JSON object."))
+    kind = data.get("type")
+    if not isinstance(kind, str):
+        raise InvalidInput("invalid_message", gettext("'type' is required and must be a string."))
+    if kind == "heartbeat":
+        state = data.get("state", HeartbeatState.ACTIVE.value)
+        if not isinstance(state, str):
+            raise InvalidInput("invalid_message", gettext("'state' must be 'active' or 'idle'."))
+        try:
+            return Heartbeat(HeartbeatState(state))
+        except ValueError:
+            raise InvalidInput(
+                "invalid_value",
+                gettext("Unknown state %(state)s: use 'active' or 'idle'.")
+                % {"state": repr(state)[:60]},
+            ) from None
+    if kind == "subscribe":
+        return Subscribe(_user_ids(data, limits))
+    if kind == "unsubscribe":
+        return Unsubscribe(_user_ids(data, limits))
+    if kind == "set_status":
+        return SetStatus(parse_status_change(data, limits))
+    raise InvalidInput(
+        "unknown_type",
+        gettext("Unknown message type %(type)s: use one of %(types)s.")
+        % {"type": repr(kind)[:60], "types": ", ".join(CLIENT_TYPES)},
     )

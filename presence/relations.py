@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -128,3 +129,63 @@ def friend_ids(user: Any) -> list[int]:
 async def afriend_ids(user: Any) -> list[int]:
     user_pk = viewer_id(user)
     return [] if user_pk is None else [pk async for pk in friends_query(user_pk)]
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """Choices of many targets and their relations to many viewers (the live fan-out's input)."""
+
+    choices: dict[int, domain.Choices]
+    #: (target, viewer) -> viewer is close friend, for each target that has the viewer as contact
+    contacts: dict[tuple[int, int], bool]
+    #: {a, b} pairs with a block in either direction
+    blocks: set[frozenset[int]]
+
+    def relation(self, viewer_pk: int | None, target_pk: int) -> domain.Relation:
+        """The same relation :func:`load` computes for one viewer (tests hold them equal)."""
+        if viewer_pk is None:
+            return domain.STRANGER
+        if viewer_pk == target_pk:
+            return domain.SELF
+        close = self.contacts.get((target_pk, viewer_pk))
+        return domain.Relation(
+            is_contact=close is not None,
+            is_close_friend=bool(close),
+            blocked=frozenset((viewer_pk, target_pk)) in self.blocks,
+        )
+
+
+def _pairs_queries(viewer_pks: Collection[int], target_ids: Collection[int]) -> tuple[Any, ...]:
+    return (
+        facts_query(None, target_ids),
+        Contact.objects.filter(owner__in=target_ids, contact__in=viewer_pks).values_list(
+            "owner_id", "contact_id", "close_friend"
+        ),
+        Block.objects.filter(
+            Q(blocker__in=target_ids, blocked__in=viewer_pks)
+            | Q(blocker__in=viewer_pks, blocked__in=target_ids)
+        ).values_list("blocker_id", "blocked_id"),
+    )
+
+
+async def aload_pairs(viewer_pks: Collection[int], target_ids: Collection[int]) -> PairFacts:
+    """Choices of every existing target and its relation to every viewer: three queries
+    whatever the number of viewers (unknown targets are left out)."""
+    if not target_ids:
+        return PairFacts({}, {}, set())
+    rows_query, contacts_query, blocks_query = _pairs_queries(viewer_pks, target_ids)
+    rows = [row async for row in rows_query]
+    contacts = {(owner, contact): close async for owner, contact, close in contacts_query}
+    blocks = {frozenset(pair) async for pair in blocks_query}
+    return PairFacts({int(row["pk"]): _choices(row) for row in rows}, contacts, blocks)
+
+
+def load_pairs(viewer_pks: Collection[int], target_ids: Collection[int]) -> PairFacts:
+    if not target_ids:
+        return PairFacts({}, {}, set())
+    rows_query, contacts_query, blocks_query = _pairs_queries(viewer_pks, target_ids)
+    return PairFacts(
+        {int(row["pk"]): _choices(row) for row in rows_query},
+        {(owner, contact): close for owner, contact, close in contacts_query},
+        {frozenset(pair) for pair in blocks_query},
+    )

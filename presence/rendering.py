@@ -11,13 +11,14 @@ import json
 from typing import Any
 
 from django.templatetags.static import static
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
 from presence import api, domain
+from presence.conf import get_settings
 
 _CACHE_ATTR = "_presence_cache"
 
@@ -103,13 +104,30 @@ def script_labels() -> dict[str, str]:
     """The words presence.js puts on dots and last-seen texts, in the active language."""
     labels = {status.value: str(label) for status, label in domain.STATUS_LABELS.items()}
     labels["onlineText"] = gettext("online")
+    labels["justNow"] = gettext("just now")
     return labels
 
 
-def script_tag() -> SafeString:
+#: where ``presence.routing.websocket_urlpatterns`` serves the consumer (CONTRACT.md)
+SOCKET_PATH = "ws/presence/"
+
+
+def script_tag(socket: str | None = None) -> SafeString:
+    """The ``<script>`` of presence.js with what it needs as data attributes (README
+    "Template tags"). ``socket`` overrides the WebSocket path; ``""`` leaves the socket out,
+    and the client polls the JSON endpoint instead."""
+    conf = get_settings()
+    if socket is None:
+        socket = get_script_prefix() + SOCKET_PATH
     return format_html(
-        '<script src="{}" data-presence-endpoint="{}" data-presence-labels="{}" defer></script>',
+        '<script src="{}" data-presence-endpoint="{}" data-presence-status-endpoint="{}"{} '
+        'data-presence-heartbeat="{}" data-presence-idle-after="{}" data-presence-labels="{}" '
+        "defer></script>",
         static("presence/presence.js"),
         reverse("presence:presence"),
+        reverse("presence:status"),
+        format_html(' data-presence-socket="{}"', socket) if socket else "",
+        conf.HEARTBEAT_INTERVAL,
+        conf.IDLE_AFTER,
         json.dumps(script_labels(), ensure_ascii=False, separators=(",", ":")),
     )

@@ -1,8 +1,12 @@
-"""WebSocket routes. The live consumer (``ws/presence/``) arrives with the live presence issue;
-the list exists now so sites can wire their ASGI application once."""
+"""WebSocket routes: include them in the site's ASGI application behind
+``AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))``."""
 
 from __future__ import annotations
 
-from typing import Any
+from django.urls import path
 
-websocket_urlpatterns: list[Any] = []
+from presence.consumers import PresenceConsumer
+
+websocket_urlpatterns = [
+    path("ws/presence/", PresenceConsumer.as_asgi(), name="presence-socket"),
+]

@@ -3,13 +3,18 @@
 Layout (see README "Redis layout")::
 
     {KEY_PREFIX}:{<bucket>}:seen    sorted set, member = user id, score = encoded activity
+    {KEY_PREFIX}:{<bucket>}:conns   hash, field = user id, value = the user's live connections
+    {KEY_PREFIX}:{live}:due         sorted set, member = user id, score = when the user turns
+                                    offline unless something happens (swept by live.py)
+    {KEY_PREFIX}:{live}:expiring    sorted set, member = user id, score = when a custom status
+                                    expires
 
 Users are spread over ``BUCKETS`` small sorted sets (bucket = user id mod BUCKETS). The bucket
 is the key's hash tag, so everything a script touches shares one Redis Cluster slot, and small
-sets stay in Redis's compact listpack/ziplist encoding (about 15 bytes a user instead of ~100 in
-one big skiplist). A score packs the last activity (whole seconds) and the device kinds seen
-during the current online stretch: ``seconds * 8 + device_mask``; a negative score means the user
-signed off (logged out) at that time.
+sets stay in Redis's compact listpack/ziplist encoding (about 16 bytes a user instead of ~100 in
+one big skiplist). A score packs the last activity (whole seconds) and flags:
+``seconds * 32 + device_mask + 8 * idle + 16 * connected``; a negative score means the user
+signed off (logout, last connection closed) at that time, its flags describing the moment before.
 
 Every command goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which batch a
 plan into one pipeline (one round trip) and apply one failure policy: a Redis error is logged
@@ -27,7 +32,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import redis
@@ -45,7 +50,8 @@ logger = logging.getLogger("presence")
 
 T = TypeVar("T")
 
-SCORE_FACTOR = domain.DEVICE_MASK_LIMIT
+#: score = seconds * SCORE_FACTOR + flags (device mask, FLAG_IDLE, FLAG_CONNECTED)
+SCORE_FACTOR = 32
 
 
 class StoreUnavailable(RuntimeError):
@@ -70,54 +76,141 @@ class Script:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
-# KEYS[1] bucket; ARGV member, now, device bit, start of the online window. Returns the score.
-# Never moves activity backwards; keeps the device kinds of the current online stretch.
+# Score flags (low bits of a score, above the device mask):
+FLAG_IDLE = 8
+FLAG_CONNECTED = 16
+
+# KEYS[1] bucket; ARGV member, now, device bit, start of the online window, start of the
+# connection TTL. Returns {old score or false, new score}. Never moves activity backwards; keeps
+# the device kinds of the current online stretch and the "connected" flag of live connections;
+# a request is input, so it clears "idle".
 TOUCH = Script(
     """
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local mask = tonumber(ARGV[3])
+local connected = 0
 local ts = now
 if old then
-  old = tonumber(old)
-  if old > 0 then
-    local old_ts = math.floor(old / 8)
-    if old_ts >= tonumber(ARGV[4]) then mask = bit.bor(old % 8, mask) end
+  local o = tonumber(old)
+  if o > 0 then
+    local old_ts = math.floor(o / 32)
+    local flags = o % 32
+    if old_ts >= tonumber(ARGV[4]) then mask = bit.bor(flags % 8, mask) end
+    if flags >= 16 and old_ts >= tonumber(ARGV[5]) then connected = 16 end
     if old_ts > ts then ts = old_ts end
   end
 end
-local score = ts * 8 + mask
+local score = ts * 32 + connected + mask
 redis.call('ZADD', KEYS[1], score, ARGV[1])
-return tostring(score)
+return {old or false, tostring(score)}
 """
 )
 
-# KEYS[1] bucket; ARGV member, now, device bit. The device signs off; the last one signing off
-# turns the score negative (signed off at that time). Returns the new score.
+# KEYS[1] bucket; ARGV member, now, device bit, start of the connection TTL. The device signs
+# off (logout); the last one signing off turns the score negative (signed off at that time,
+# keeping the devices and idle flag shown during the grace). Live connections keep the user
+# online. Returns {old score or false, new score}.
 SIGN_OFF = Script(
     """
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local bit_ = tonumber(ARGV[3])
 local ts = now
+local flags = 0
 local mask = 0
+local connected = false
 if old then
-  old = tonumber(old)
-  if old > 0 then
-    local old_ts = math.floor(old / 8)
+  local o = tonumber(old)
+  if o > 0 then
+    local old_ts = math.floor(o / 32)
+    flags = o % 32
     if old_ts > ts then ts = old_ts end
-    mask = bit.band(old % 8, bit.bnot(bit_))
+    connected = flags >= 16 and old_ts >= tonumber(ARGV[4])
+    mask = bit.band(flags % 8, bit.bnot(bit_))
   end
 end
 local score
-if mask == 0 then score = -(ts * 8 + bit_) else score = ts * 8 + mask end
+if connected then
+  score = ts * 32 + flags
+elseif mask == 0 then
+  score = -(ts * 32 + flags % 16)
+else
+  score = ts * 32 + mask
+end
 redis.call('ZADD', KEYS[1], score, ARGV[1])
-return tostring(score)
+return {old or false, tostring(score)}
 """
 )
 
-# KEYS[1] bucket; ARGV member1, score1, member2, score2... Removes each member whose score is
-# still the one read (so a user active again since is kept). Returns how many were removed.
+# KEYS[1] bucket's seen, KEYS[2] bucket's connections; ARGV member, op ("beat", "close" or
+# "expire"), connection id, device bit, idle (0/1), now, start of the connection TTL.
+# A user's live connections are one hash field, "id:device_bit:idle:connected_at:heartbeat,...".
+# Connections not heard from since the TTL's start are dropped (crash detection); the seen
+# score is recomputed from those left: latest heartbeat, their devices, idle only if all are.
+# When none is left the user signs off at their last activity (now for a close).
+# Returns {old score or false, new score or false, connections left}.
+CONNECTION = Script(
+    """
+local now = tonumber(ARGV[6])
+local horizon = tonumber(ARGV[7])
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+local kept = {}
+local mask = 0
+local all_idle = true
+local latest = 0
+local since = now
+if raw then
+  for entry in string.gmatch(raw, '[^,]+') do
+    local id, b, idle, s, hb = string.match(entry, '^([^:]+):(%d+):(%d):(%d+):(%d+)$')
+    if id == ARGV[3] then
+      since = tonumber(s)
+    elseif id and tonumber(hb) >= horizon then
+      kept[#kept + 1] = entry
+      mask = bit.bor(mask, tonumber(b))
+      if idle == '0' then all_idle = false end
+      if tonumber(hb) > latest then latest = tonumber(hb) end
+    end
+  end
+end
+if ARGV[2] == 'beat' then
+  kept[#kept + 1] = table.concat({ARGV[3], ARGV[4], ARGV[5], since, now}, ':')
+  mask = bit.bor(mask, tonumber(ARGV[4]))
+  if ARGV[5] == '0' then all_idle = false end
+  latest = now
+end
+if #kept > 0 then
+  redis.call('HSET', KEYS[2], ARGV[1], table.concat(kept, ','))
+elseif raw then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local o = old and tonumber(old) or 0
+local old_ts = math.floor(math.abs(o) / 32)
+local old_flags = math.abs(o) % 32
+local score = false
+if #kept > 0 then
+  local ts = latest
+  if o > 0 and old_ts > ts then ts = old_ts end
+  score = ts * 32 + 16 + mask
+  if all_idle then score = score + 8 end
+elseif o > 0 and old_flags >= 16 then
+  local ts = old_ts
+  if ARGV[2] == 'close' and now > ts then ts = now end
+  score = -(ts * 32 + old_flags % 16)
+end
+if score and score ~= o then
+  redis.call('ZADD', KEYS[1], score, ARGV[1])
+else
+  score = old or false
+end
+return {old or false, score and tostring(score) or false, #kept}
+"""
+)
+
+# KEYS[1] bucket's seen, KEYS[2] bucket's connections; ARGV member1, score1, member2, score2...
+# Removes each member whose score is still the one read (so a user active again since is kept),
+# with what is left of its connections. Returns how many were removed.
 REMOVE_IF_UNCHANGED = Script(
     """
 local removed = 0
@@ -125,10 +218,21 @@ for i = 1, #ARGV, 2 do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if s and tonumber(s) == tonumber(ARGV[i + 1]) then
     redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
     removed = removed + 1
   end
 end
 return removed
+"""
+)
+
+# KEYS[1] a schedule (sorted set of user ids by due time); ARGV now, limit. Takes the due
+# members out and returns them, so two sweepers never handle the same one.
+CLAIM_DUE = Script(
+    """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
+return due
 """
 )
 
@@ -143,6 +247,24 @@ class Plan(Generic[T]):
     fallback: T | _Raise
 
 
+def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
+    """Several plans as one (one round trip); falls back to each plan's fallback, or raises
+    if any plan must not fail silently."""
+    bounds: list[tuple[int, int]] = []
+    commands: list[tuple[Any, ...]] = []
+    for plan in plans:
+        bounds.append((len(commands), len(commands) + len(plan.commands)))
+        commands += plan.commands
+
+    def parse(replies: list[Any]) -> list[T]:
+        return [plan.parse(replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)]
+
+    fallback: list[T] | _Raise = RAISE
+    if not any(isinstance(plan.fallback, _Raise) for plan in plans):
+        fallback = [plan.fallback for plan in plans]  # type: ignore[misc]
+    return Plan(commands=commands, parse=parse, fallback=fallback)
+
+
 def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("SCRIPT", script, tuple(keys), tuple(args))
 
@@ -152,12 +274,13 @@ def decode_score(score: float | str | None) -> domain.LiveState:
         return domain.LiveState()
     value = int(float(score))
     signed_off = value < 0
-    value = abs(value)
-    seconds, mask = divmod(value, SCORE_FACTOR)
+    seconds, flags = divmod(abs(value), SCORE_FACTOR)
     return domain.LiveState(
         last_active=float(seconds),
-        devices=() if signed_off else domain.devices_from_mask(mask),
+        devices=domain.devices_from_mask(flags % domain.DEVICE_MASK_LIMIT),
         signed_off=signed_off,
+        connected=not signed_off and bool(flags & FLAG_CONNECTED),
+        idle=bool(flags & FLAG_IDLE),
     )
 
 
@@ -183,6 +306,29 @@ class StaleEntry:
         last_active = self.state.last_active
         assert last_active is not None
         return last_active
+
+
+ConnectionOp = Literal["beat", "close", "expire"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A user's live state before and after a write."""
+
+    user_id: int
+    before: domain.LiveState
+    after: domain.LiveState
+    #: live connections left (connection writes only)
+    connections: int | None = None
+
+    @classmethod
+    def from_reply(cls, user_id: int, reply: list[Any]) -> Transition:
+        return cls(
+            user_id,
+            decode_score(reply[0]),
+            decode_score(reply[1]),
+            int(reply[2]) if len(reply) > 2 else None,
+        )
 
 
 class _Health:
@@ -249,6 +395,17 @@ class PresenceStore:
 
     def seen_key(self, bucket: int) -> str:
         return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:seen"
+
+    def conns_key(self, bucket: int) -> str:
+        return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:conns"
+
+    @property
+    def due_key(self) -> str:
+        return f"{self.conf.KEY_PREFIX}:{{live}}:due"
+
+    @property
+    def expiring_key(self) -> str:
+        return f"{self.conf.KEY_PREFIX}:{{live}}:expiring"
 
     def by_bucket(self, user_ids: Iterable[int]) -> dict[int, list[int]]:
         grouped: dict[int, list[int]] = defaultdict(list)
@@ -411,7 +568,9 @@ class PresenceStore:
 
     # --- plans ------------------------------------------------------------------------------
 
-    def touch(self, user_id: int, device: domain.Device, now: float) -> Plan[bool]:
+    def touch(self, user_id: int, device: domain.Device, now: float) -> Plan[Transition | None]:
+        """Record a request. The user is due to turn offline ONLINE_WINDOW later at the latest
+        (``LT``: an earlier due time, such as a connection's, is kept)."""
         seconds = int(now)
         return Plan(
             commands=[
@@ -423,24 +582,118 @@ class PresenceStore:
                         seconds,
                         domain.DEVICE_BITS[device],
                         seconds - self.conf.ONLINE_WINDOW,
+                        seconds - self.conf.CONNECTION_TTL,
                     ],
-                )
+                ),
+                ("ZADD", self.due_key, "LT", seconds + self.conf.ONLINE_WINDOW, user_id),
             ],
-            parse=lambda replies: True,
-            fallback=False,
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
         )
 
-    def sign_off(self, user_id: int, device: domain.Device, now: float) -> Plan[bool]:
+    def sign_off(self, user_id: int, device: domain.Device, now: float) -> Plan[Transition | None]:
+        seconds = int(now)
         return Plan(
             commands=[
                 script_call(
                     SIGN_OFF,
                     [self.seen_key(self.bucket_of(user_id))],
-                    [user_id, int(now), domain.DEVICE_BITS[device]],
-                )
+                    [
+                        user_id,
+                        seconds,
+                        domain.DEVICE_BITS[device],
+                        seconds - self.conf.CONNECTION_TTL,
+                    ],
+                ),
+                ("ZADD", self.due_key, seconds + self.conf.OFFLINE_GRACE, user_id),
             ],
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def connection(
+        self,
+        user_id: int,
+        op: ConnectionOp,
+        now: float,
+        connection_id: str = "-",
+        device: domain.Device = domain.Device.WEB,
+        idle: bool = False,
+    ) -> Plan[Transition | None]:
+        """A connection's heartbeat ("beat", also its opening), its close, or ("expire") a
+        check that drops the user's connections not heard from for CONNECTION_TTL.
+
+        One round trip: the script, then the user's due time (a heartbeat's TTL, or the
+        grace after the last connection closed).
+        """
+        bucket = self.bucket_of(user_id)
+        seconds = int(now)
+        commands: list[tuple[Any, ...]] = [
+            script_call(
+                CONNECTION,
+                [self.seen_key(bucket), self.conns_key(bucket)],
+                [
+                    user_id,
+                    op,
+                    connection_id,
+                    domain.DEVICE_BITS[device],
+                    int(idle),
+                    seconds,
+                    seconds - self.conf.CONNECTION_TTL,
+                ],
+            )
+        ]
+        if op == "beat":
+            commands.append(("ZADD", self.due_key, seconds + self.conf.CONNECTION_TTL, user_id))
+        elif op == "close":
+            commands.append(("ZADD", self.due_key, seconds + self.conf.OFFLINE_GRACE, user_id))
+        return Plan(
+            commands=commands,
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def claim_due(self, now: float, limit: int) -> Plan[tuple[list[int], list[int]]]:
+        """Users due to turn offline and users whose custom status expired, taken out of their
+        schedules (each handed to one sweeper only)."""
+        return Plan(
+            commands=[
+                script_call(CLAIM_DUE, [self.due_key], [int(now), limit]),
+                script_call(CLAIM_DUE, [self.expiring_key], [int(now), limit]),
+            ],
+            parse=lambda replies: ([int(m) for m in replies[0]], [int(m) for m in replies[1]]),
+            fallback=([], []),
+        )
+
+    def schedule(self, due: dict[int, float]) -> Plan[bool]:
+        """Check these users again at these times (an earlier time already set is kept)."""
+        args: list[Any] = []
+        for user_id, at in due.items():
+            args += [int(at) + 1, user_id]
+        return Plan(
+            commands=[("ZADD", self.due_key, "LT", *args)] if args else [],
             parse=lambda replies: True,
             fallback=False,
+        )
+
+    def schedule_expiry(self, user_id: int, at: float | None) -> Plan[bool]:
+        """Announce the user's custom status clearing at ``at`` (None: it never expires)."""
+        command: tuple[Any, ...] = (
+            ("ZADD", self.expiring_key, int(at) + 1, user_id)
+            if at is not None
+            else ("ZREM", self.expiring_key, user_id)
+        )
+        return Plan(commands=[command], parse=lambda replies: True, fallback=False)
+
+    def prune_schedules(self, before: float) -> Plan[int]:
+        """Forget due times long past (sites without a live process never sweep them)."""
+        return Plan(
+            commands=[
+                ("ZREMRANGEBYSCORE", self.due_key, "-inf", f"({int(before)}"),
+                ("ZREMRANGEBYSCORE", self.expiring_key, "-inf", f"({int(before)}"),
+            ],
+            parse=lambda replies: int(replies[0]) + int(replies[1]),
+            fallback=RAISE,
         )
 
     def read(self, user_ids: Iterable[int]) -> Plan[dict[int, domain.LiveState] | None]:
@@ -493,7 +746,9 @@ class PresenceStore:
             grouped[entry.bucket] += [entry.user_id, entry.score]
         return Plan(
             commands=[
-                script_call(REMOVE_IF_UNCHANGED, [self.seen_key(bucket)], args)
+                script_call(
+                    REMOVE_IF_UNCHANGED, [self.seen_key(bucket), self.conns_key(bucket)], args
+                )
                 for bucket, args in grouped.items()
             ],
             parse=lambda replies: sum(int(r) for r in replies),

@@ -15,6 +15,7 @@ from presence import domain
 from presence.conf import PresenceSettings
 from presence.domain import Device
 from presence.store import (
+    SCORE_FACTOR,
     PresenceStore,
     StaleEntry,
     StoreUnavailable,
@@ -67,7 +68,7 @@ class TestTouch:
     def test_records_time_and_device(self, store: PresenceStore, redis_client: redis.Redis) -> None:
         store.run(store.touch(5, Device.MOBILE, NOW + 0.7))
         assert live(store, 5) == domain.LiveState(last_active=NOW, devices=(Device.MOBILE,))
-        assert redis_client.zscore("presence:{5}:seen", "5") == NOW * 8 + 2
+        assert redis_client.zscore("presence:{5}:seen", "5") == NOW * SCORE_FACTOR + 2
 
     def test_never_moves_backwards(self, store: PresenceStore) -> None:
         store.run(store.touch(5, Device.WEB, NOW))
@@ -100,7 +101,10 @@ class TestSignOff:
         store.run(store.sign_off(5, Device.WEB, NOW + 2))
         assert live(store, 5) == domain.LiveState(last_active=NOW + 2, devices=(Device.MOBILE,))
         store.run(store.sign_off(5, Device.MOBILE, NOW + 3))
-        assert live(store, 5) == domain.LiveState(last_active=NOW + 3, signed_off=True)
+        # The devices of the moment before are kept for the grace: nothing flaps meanwhile.
+        assert live(store, 5) == domain.LiveState(
+            last_active=NOW + 3, devices=(Device.MOBILE,), signed_off=True
+        )
 
     def test_touch_after_sign_off_is_online_again(self, store: PresenceStore) -> None:
         store.run(store.sign_off(5, Device.WEB, NOW))
@@ -125,10 +129,15 @@ class TestRead:
 
     def test_decode_score(self) -> None:
         assert decode_score(None) == domain.LiveState()
-        assert decode_score(str(NOW * 8 + 5)) == domain.LiveState(
+        assert decode_score(str(NOW * SCORE_FACTOR + 5)) == domain.LiveState(
             last_active=NOW, devices=(Device.WEB, Device.DESKTOP)
         )
-        assert decode_score(-(NOW * 8 + 1)) == domain.LiveState(last_active=NOW, signed_off=True)
+        assert decode_score(str(NOW * SCORE_FACTOR + 16 + 8 + 2)) == domain.LiveState(
+            last_active=NOW, devices=(Device.MOBILE,), connected=True, idle=True
+        )
+        assert decode_score(-(NOW * SCORE_FACTOR + 1)) == domain.LiveState(
+            last_active=NOW, devices=(Device.WEB,), signed_off=True
+        )
 
 
 class TestStale:
@@ -155,7 +164,7 @@ class TestStale:
         assert store.run(store.remove_unchanged(entries)) == 0
 
     def test_stale_entry_seen_at(self) -> None:
-        assert StaleEntry(1, 1, str(-(NOW * 8 + 1))).seen_at == NOW
+        assert StaleEntry(1, 1, str(-(NOW * SCORE_FACTOR + 1))).seen_at == NOW
 
 
 class TestAsyncFace:
@@ -187,7 +196,7 @@ class TestFailurePolicy:
             caplog.at_level(logging.WARNING, logger="presence"),
             time_machine.travel(NOW, tick=False) as clock,
         ):
-            assert down_store.run(down_store.touch(1, Device.WEB, NOW)) is False
+            assert down_store.run(down_store.touch(1, Device.WEB, NOW)) is None
             assert down_store.run(down_store.read([1])) is None
             clock.shift(down_store.conf.RETRY_INTERVAL + 1)
             assert down_store.run(down_store.read([1])) is None  # retried, failed again

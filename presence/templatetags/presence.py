@@ -35,5 +35,6 @@ def online_friends(context: template.Context, limit: int | None = None) -> list[
 
 
 @register.simple_tag
-def presence_script() -> SafeString:
-    return rendering.script_tag()
+def presence_script(socket: str | None = None) -> SafeString:
+    """presence.js and its configuration; ``socket=""`` makes it poll instead of a WebSocket."""
+    return rendering.script_tag(socket)

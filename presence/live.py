@@ -1,0 +1,336 @@
+"""Live fan-out: one hub per process (per event loop) between open connections and the others.
+
+Interest-based: a process joins the channel-layer group of user X only while one of its
+connections subscribes to X, so a change of X reaches the processes that have subscribers of X,
+once each, and costs one delivery per subscribed connection there, never one per follower.
+
+A change travels as "user X changed" (no presence in it): each hub resolves X for each of its
+viewers through :func:`presence.api.apresence_for_viewers` (the one privacy resolver, three
+queries and one Redis round trip per batch), compares with what each connection was last sent,
+and sends a ``presence_diff`` only where the visible presence changed. A viewer who may not see
+a change therefore receives nothing at all, at no different time.
+
+Changes of one user are coalesced for COALESCE_WINDOW from the first one; each user's window is
+its own, so the timing of a diff never depends on changes of other users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from channels.layers import get_channel_layer
+from django.dispatch import receiver
+
+from presence.conf import get_settings
+from presence.domain import Presence, visibly_differs
+from presence.signals import presence_changed
+
+logger = logging.getLogger("presence")
+
+#: channel-layer message type of "these users changed" (handled by the hub, not by consumers)
+CHANGED = "presence.changed"
+#: how soon a pending batch counts as due (saves a wake-up per batch)
+_TICK = 0.005
+
+
+class Connection(Protocol):
+    """What the hub needs of a consumer."""
+
+    viewer_id: int
+    #: the presence last sent for each subscribed user
+    sent: dict[int, Presence]
+    #: users whose snapshot is being read; a change meanwhile is delivered again after it
+    snapshotting: set[int]
+
+    async def send_presences(self, kind: str, presences: dict[int, Presence]) -> None: ...
+
+
+def group_name(user_id: int) -> str:
+    prefix = re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
+    return f"{prefix}.user.{user_id}"
+
+
+# --- announcing changes -----------------------------------------------------------------------
+
+
+async def aannounce(user_ids: Iterable[int]) -> None:
+    """Tell every process with subscribers of these users that their presence may have changed.
+
+    Never raises: a live update that cannot be sent is logged, and the next one catches up.
+    """
+    ids = list(dict.fromkeys(user_ids))
+    if not ids:
+        return
+    layer = get_channel_layer()
+    if layer is None:
+        # No channel layer: this process only.
+        hub = Hub.current()
+        if hub is not None:
+            hub.changed(ids)
+        return
+    try:
+        for user_id in ids:
+            await layer.group_send(group_name(user_id), {"type": CHANGED, "users": [user_id]})
+    except Exception as error:  # the channel layer's Redis is down, full, ...
+        logger.warning("Presence: could not announce a change of users %s (%s).", ids, error)
+
+
+class _AnnouncerLoop:
+    """One event loop thread per process for announcements from sync code.
+
+    ``async_to_sync`` would start a new event loop per call, and with it a new connection to
+    the channel layer's Redis (connect, HELLO, CLIENT SETINFO) for one small message.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._loop.run_forever, name="presence-announcer", daemon=True
+                ).start()
+            return self._loop
+
+
+_announcer = _AnnouncerLoop()
+
+
+def announce(user_ids: Iterable[int]) -> None:
+    """:func:`aannounce` for sync code (views, signal receivers): waits until it is sent (at
+    most a socket timeout), so the caller's next step observes it."""
+    future = asyncio.run_coroutine_threadsafe(aannounce(list(user_ids)), _announcer.loop())
+    try:
+        future.result(timeout=get_settings().SOCKET_TIMEOUT * 4)
+    except Exception as error:
+        future.cancel()
+        logger.warning("Presence: announcing a change timed out (%s).", error)
+
+
+@receiver(presence_changed, dispatch_uid="presence_live_announce")
+def _on_presence_changed(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+    # Privacy, contacts, blocks and statuses take effect on open connections right away.
+    announce([user_id])
+
+
+# --- the hub ----------------------------------------------------------------------------------
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+
+
+class Hub:
+    """The process's (event loop's) registry of live connections and their subscriptions."""
+
+    def __init__(self) -> None:
+        self.layer = get_channel_layer()
+        self.connections: set[Connection] = set()
+        self.watchers: dict[int, set[Connection]] = {}
+        #: user id -> loop time when its coalescing window ends
+        self.pending: dict[int, float] = {}
+        self.channel: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def current(cls) -> Hub | None:
+        try:
+            return _hubs.get(asyncio.get_running_loop())
+        except RuntimeError:
+            return None
+
+    @classmethod
+    def get(cls) -> Hub:
+        loop = asyncio.get_running_loop()
+        hub = _hubs.get(loop)
+        if hub is None:
+            hub = _hubs[loop] = cls()
+        return hub
+
+    # --- connections and subscriptions ---
+
+    async def attach(self, connection: Connection) -> None:
+        async with self._lock:
+            self.connections.add(connection)
+            if not self._tasks:
+                await self._start()
+
+    async def detach(self, connection: Connection) -> None:
+        await self.unwatch(connection, list(connection.sent) + list(connection.snapshotting))
+        async with self._lock:
+            self.connections.discard(connection)
+            if not self.connections and self._tasks:
+                await self._stop()
+
+    async def watch(self, connection: Connection, user_ids: Iterable[int]) -> None:
+        first = []
+        for user_id in user_ids:
+            watchers = self.watchers.setdefault(user_id, set())
+            if not watchers:
+                first.append(user_id)
+            watchers.add(connection)
+        await self._groups("group_add", first)
+
+    async def unwatch(self, connection: Connection, user_ids: Iterable[int]) -> None:
+        last = []
+        for user_id in user_ids:
+            watchers = self.watchers.get(user_id)
+            if watchers is None or connection not in watchers:
+                continue
+            watchers.discard(connection)
+            if not watchers:
+                del self.watchers[user_id]
+                self.pending.pop(user_id, None)
+                last.append(user_id)
+        await self._groups("group_discard", last)
+
+    async def _groups(self, method: str, user_ids: list[int]) -> None:
+        if self.layer is None or self.channel is None or not user_ids:
+            return
+        call = getattr(self.layer, method)
+        try:
+            await asyncio.gather(*(call(group_name(uid), self.channel) for uid in user_ids))
+        except Exception as error:
+            logger.warning("Presence: channel layer %s failed (%s).", method, error)
+
+    # --- changes ---
+
+    def changed(self, user_ids: Iterable[int]) -> None:
+        """Users whose presence may have changed: delivered after their coalescing window."""
+        loop_now = asyncio.get_running_loop().time()
+        window = get_settings().COALESCE_WINDOW
+        for user_id in user_ids:
+            if user_id in self.watchers and user_id not in self.pending:
+                self.pending[user_id] = loop_now + window
+                self._wake.set()
+
+    async def deliver(self, user_ids: Iterable[int]) -> None:
+        """Resolve these users for every viewer subscribed to them here; send the diffs."""
+        from presence import api
+
+        watchers = {uid: list(self.watchers[uid]) for uid in user_ids if self.watchers.get(uid)}
+        if not watchers:
+            return
+        # A snapshot being read may be newer or older than what is read here: such users are
+        # delivered once more after it, compared with the snapshot.
+        again = {
+            uid
+            for uid, connections in watchers.items()
+            if any(uid in connection.snapshotting for connection in connections)
+        }
+        resolved = await api.apresence_for_viewers(
+            {uid: {c.viewer_id for c in connections} for uid, connections in watchers.items()}
+        )
+        if resolved is None:
+            # Redis is unavailable: nothing is guessed; these users are tried again later.
+            retry_at = asyncio.get_running_loop().time() + get_settings().RETRY_INTERVAL
+            for uid in watchers:
+                self.pending.setdefault(uid, retry_at)
+            return
+        outbox: dict[Connection, dict[int, Presence]] = {}
+        for uid, connections in watchers.items():
+            for connection in connections:
+                if uid in again or uid in connection.snapshotting:
+                    again.add(uid)
+                    continue
+                presence = resolved.get(uid, {}).get(connection.viewer_id)
+                if presence is None or uid not in connection.sent:
+                    continue  # the user was deleted, or the connection unsubscribed meanwhile
+                if visibly_differs(connection.sent[uid], presence):
+                    connection.sent[uid] = presence
+                    outbox.setdefault(connection, {})[uid] = presence
+        if again:
+            self.changed(again)
+        for connection, presences in outbox.items():
+            try:
+                await connection.send_presences("presence_diff", presences)
+            except Exception:  # a connection closing under us must not stop the others
+                logger.debug("Presence: could not send a diff", exc_info=True)
+
+    # --- background tasks ---
+
+    async def _start(self) -> None:
+        if self.layer is not None:
+            self.channel = await self.layer.new_channel()
+        self._tasks = [
+            asyncio.ensure_future(self._deliver_loop()),
+            asyncio.ensure_future(self._sweep_loop()),
+        ]
+        if self.layer is not None:
+            self._tasks.append(asyncio.ensure_future(self._receive_loop()))
+
+    async def _stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.pending.clear()
+        self.channel = None
+
+    async def _receive_loop(self) -> None:
+        assert self.layer is not None and self.channel is not None
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                logger.warning("Presence: channel layer receive failed (%s); retrying.", error)
+                await asyncio.sleep(get_settings().RETRY_INTERVAL)
+                continue
+            if message.get("type") == CHANGED:
+                self.changed(int(uid) for uid in message.get("users", ()))
+
+    async def _deliver_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.pending:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            now = loop.time()
+            due = [uid for uid, at in self.pending.items() if at <= now + _TICK]
+            if not due:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(self.pending.values()) - now)
+                continue
+            for uid in due:
+                del self.pending[uid]
+            try:
+                await self.deliver(due)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Presence: delivering live updates failed")
+
+    async def _sweep_loop(self) -> None:
+        from presence import api
+
+        loop = asyncio.get_running_loop()
+        # Channel-layer groups expire (channels_redis: group_expiry, a day by default): renew
+        # the memberships of long-lived subscriptions at half that.
+        renew_every = float(getattr(self.layer, "group_expiry", 86400)) / 2
+        renewed = loop.time()
+        while True:
+            await asyncio.sleep(get_settings().SWEEP_INTERVAL)
+            try:
+                if loop.time() - renewed >= renew_every:
+                    renewed = loop.time()
+                    await self._groups("group_add", list(self.watchers))
+                await api.asweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Presence: sweeping due users failed")

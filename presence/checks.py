@@ -176,3 +176,27 @@ def check_user_model(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             )
         ]
     return []
+
+
+CHANNELS_REDIS_BACKENDS = {
+    "channels_redis.core.RedisChannelLayer",
+    "channels_redis.pubsub.RedisPubSubChannelLayer",
+}
+
+
+@register(Tags.compatibility)
+def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    backend = layers.get("default", {}).get("BACKEND") if isinstance(layers, dict) else None
+    if backend in CHANNELS_REDIS_BACKENDS:
+        return []
+    return [
+        Warning(
+            "CHANNEL_LAYERS has no 'default' channels_redis layer "
+            f"(BACKEND is {backend!r}), so live updates reach only the WebSocket connections of "
+            "the process where a change happens.",
+            hint='Set CHANNEL_LAYERS = {"default": {"BACKEND": '
+            '"channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}.',
+            id="presence.W002",
+        )
+    ]

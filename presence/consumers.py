@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils.translation import gettext
 
 from presence import api, domain
 from presence.conf import get_settings
@@ -56,7 +57,9 @@ def _device(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:
     try:
         return domain.Device(asked), None
     except ValueError:
-        return guess, f"Unknown device {asked[:20]!r}: use web, mobile or desktop; using {guess}."
+        return guess, gettext(
+            "Unknown device %(device)s: use web, mobile or desktop; using %(guess)s."
+        ) % {"device": repr(asked[:20]), "guess": guess.value}
 
 
 class PresenceConsumer(AsyncWebsocketConsumer):
@@ -132,8 +135,11 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if total > self.limits.max_subscriptions:
             raise domain.InvalidInput(
                 "too_many_subscriptions",
-                f"This would make {total} subscriptions; at most "
-                f"{self.limits.max_subscriptions} per connection. Unsubscribe from some first.",
+                gettext(
+                    "This would make %(total)d subscriptions; at most %(limit)d per connection. "
+                    "Unsubscribe from some first."
+                )
+                % {"total": total, "limit": self.limits.max_subscriptions},
             )
         # Watch before reading, so that a change during the read is delivered after it.
         self.snapshotting.update(new)
@@ -149,8 +155,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if unknown:
             await self.send_error(
                 "unknown_users",
-                "No user has the id(s) " + ", ".join(map(str, unknown)) + "; the others are "
-                "subscribed.",
+                gettext("No user has the id(s) %(ids)s; the others are subscribed.")
+                % {"ids": ", ".join(map(str, unknown))},
                 users=unknown,
             )
 

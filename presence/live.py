@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import threading
 import weakref
@@ -91,11 +92,14 @@ class _AnnouncerLoop:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
         self._lock = threading.Lock()
 
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is None or self._loop.is_closed():
+            # A forked worker (gunicorn --preload) inherits the loop but not its thread.
+            if self._loop is None or self._loop.is_closed() or self._pid != os.getpid():
+                self._pid = os.getpid()
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(
                     target=self._loop.run_forever, name="presence-announcer", daemon=True

@@ -441,6 +441,9 @@ async def asweep(limit: int | None = None) -> SweepReport:
     now = _now()
     timing = _timing()
     due, expiring = await store.arun(store.claim_due(now, limit or conf.SWEEP_BATCH))
+    # Users claimed by an earlier sweep here whose check failed are checked again first.
+    due = list(dict.fromkeys([*store.unswept, *due]))
+    store.unswept.difference_update(due)
     report = SweepReport(offline=[], expired_statuses=len(expiring))
     transitions: list[Transition | None] = []
     if due:
@@ -465,7 +468,10 @@ async def asweep(limit: int | None = None) -> SweepReport:
                 later[user_id] = offline_at
     if later:
         report.rescheduled = len(later)
-        await store.arun(store.schedule(later))
+        if not await store.arun(store.schedule(later)):
+            # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users
+            # out of the schedule, so this process keeps them for its next sweep.
+            store.unswept.update(later)
     if crashed:
         await sync_to_async(LastSeen.objects.record_many)(crashed)
     if report.offline or expiring:

@@ -451,6 +451,10 @@ ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus
 
 CLIENT_TYPES = ("heartbeat", "subscribe", "unsubscribe", "set_status")
 
+#: the largest id a database integer key holds (BigAutoField; SQLite's INTEGER): a larger one
+#: names no user, and SQLite cannot even be asked about it (OverflowError)
+MAX_USER_ID = 2**63 - 1
+
 
 def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int, ...]:
     users = data.get("users")
@@ -460,7 +464,7 @@ def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int, ...]:
         raise InvalidInput(
             "invalid_message", gettext("'users' must be a list of user ids (integers).")
         )
-    if any(user < 1 for user in users):
+    if any(not 1 <= user <= MAX_USER_ID for user in users):
         raise InvalidInput("invalid_value", gettext("User ids are positive integers."))
     unique = tuple(dict.fromkeys(users))
     if len(unique) > limits.max_subscriptions:

@@ -80,10 +80,11 @@ class Script:
 FLAG_IDLE = 8
 FLAG_CONNECTED = 16
 
-# KEYS[1] bucket; ARGV member, now, device bit, start of the online window, start of the
-# connection TTL. Returns {old score or false, new score}. Never moves activity backwards; keeps
-# the device kinds of the current online stretch and the "connected" flag of live connections;
-# a request is input, so it clears "idle".
+# KEYS[1] bucket's seen, KEYS[2] its connections; ARGV member, now, device bit, start of the
+# online window, start of the connection TTL (activity at a start is already past it, as in domain.live_status: online while
+# now < activity + window). Returns {old score or false, new score}. Never moves activity
+# backwards; keeps the device kinds of the current online stretch and the "connected" flag of
+# live connections; a request is input, so it clears "idle".
 TOUCH = Script(
     """
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -96,10 +97,24 @@ if old then
   if o > 0 then
     local old_ts = math.floor(o / 32)
     local flags = o % 32
-    if old_ts >= tonumber(ARGV[4]) then mask = bit.bor(flags % 8, mask) end
-    if flags >= 16 and old_ts >= tonumber(ARGV[5]) then connected = 16 end
+    if old_ts > tonumber(ARGV[4]) then mask = bit.bor(flags % 8, mask) end
+    if flags >= 16 and old_ts > tonumber(ARGV[5]) then connected = 16 end
     if old_ts > ts then ts = old_ts end
   end
+end
+if connected == 16 then
+  -- Live connections recompute the devices on each heartbeat: the page view's device kind is
+  -- kept beside them as a pseudo-connection "h<bit>" that lasts the online window.
+  local page = 'h' .. ARGV[3]
+  local entries = {}
+  local raw = redis.call('HGET', KEYS[2], ARGV[1])
+  if raw then
+    for entry in string.gmatch(raw, '[^,]+') do
+      if string.match(entry, '^([^:]+)') ~= page then entries[#entries + 1] = entry end
+    end
+  end
+  entries[#entries + 1] = table.concat({page, ARGV[3], 1, now, now}, ':')
+  redis.call('HSET', KEYS[2], ARGV[1], table.concat(entries, ','))
 end
 local score = ts * 32 + connected + mask
 redis.call('ZADD', KEYS[1], score, ARGV[1])
@@ -126,7 +141,7 @@ if old then
     local old_ts = math.floor(o / 32)
     flags = o % 32
     if old_ts > ts then ts = old_ts end
-    connected = flags >= 16 and old_ts >= tonumber(ARGV[4])
+    connected = flags >= 16 and old_ts > tonumber(ARGV[4])
     mask = bit.band(flags % 8, bit.bnot(bit_))
   end
 end
@@ -144,18 +159,22 @@ return {old or false, tostring(score)}
 )
 
 # KEYS[1] bucket's seen, KEYS[2] bucket's connections; ARGV member, op ("beat", "close" or
-# "expire"), connection id, device bit, idle (0/1), now, start of the connection TTL.
+# "expire"), connection id, device bit, idle (0/1), now, start of the connection TTL, start of
+# the online window (for the devices of page views, kept as "h<bit>" entries by TOUCH).
 # A user's live connections are one hash field, "id:device_bit:idle:connected_at:heartbeat,...".
-# Connections not heard from since the TTL's start are dropped (crash detection); the seen
-# score is recomputed from those left: latest heartbeat, their devices, idle only if all are.
+# Connections last heard at or before the TTL's start are dropped (crash detection, at the
+# moment domain.live_status counts them gone); the seen score is recomputed from those left:
+# latest heartbeat, their devices, idle only if all are.
 # When none is left the user signs off at their last activity (now for a close).
 # Returns {old score or false, new score or false, connections left}.
 CONNECTION = Script(
     """
 local now = tonumber(ARGV[6])
 local horizon = tonumber(ARGV[7])
+local page_horizon = tonumber(ARGV[8])
 local raw = redis.call('HGET', KEYS[2], ARGV[1])
 local kept = {}
+local pages = {}
 local mask = 0
 local all_idle = true
 local latest = 0
@@ -165,11 +184,30 @@ if raw then
     local id, b, idle, s, hb = string.match(entry, '^([^:]+):(%d+):(%d):(%d+):(%d+)$')
     if id == ARGV[3] then
       since = tonumber(s)
-    elseif id and tonumber(hb) >= horizon then
+    elseif id and string.sub(id, 1, 1) == 'h' then
+      -- a page view's device (see TOUCH): shown within the online window, never a connection
+      if tonumber(hb) > page_horizon then
+        pages[#pages + 1] = entry
+        mask = bit.bor(mask, tonumber(b))
+      end
+    elseif id and tonumber(hb) > horizon then
       kept[#kept + 1] = entry
       mask = bit.bor(mask, tonumber(b))
       if idle == '0' then all_idle = false end
       if tonumber(hb) > latest then latest = tonumber(hb) end
+    end
+  end
+end
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local o = old and tonumber(old) or 0
+local old_ts = math.floor(math.abs(o) / 32)
+local old_flags = math.abs(o) % 32
+if ARGV[2] == 'beat' and o > 0 and old_flags < 16 and old_ts > page_horizon then
+  -- the first connection of a user seen by page views: their devices stay for the window
+  for _, b in ipairs({1, 2, 4}) do
+    if bit.band(old_flags, b) ~= 0 then
+      pages[#pages + 1] = table.concat({'h' .. b, b, 1, old_ts, old_ts}, ':')
+      mask = bit.bor(mask, b)
     end
   end
 end
@@ -180,14 +218,12 @@ if ARGV[2] == 'beat' then
   latest = now
 end
 if #kept > 0 then
+  for _, entry in ipairs(pages) do kept[#kept + 1] = entry end
   redis.call('HSET', KEYS[2], ARGV[1], table.concat(kept, ','))
+  for _ = 1, #pages do kept[#kept] = nil end
 elseif raw then
   redis.call('HDEL', KEYS[2], ARGV[1])
 end
-local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local o = old and tonumber(old) or 0
-local old_ts = math.floor(math.abs(o) / 32)
-local old_flags = math.abs(o) % 32
 local score = false
 if #kept > 0 then
   local ts = latest
@@ -383,6 +419,9 @@ class PresenceStore:
     def __init__(self, conf: PresenceSettings) -> None:
         self.conf = conf
         self.health = _Health()
+        #: users this process claimed from the due schedule but could neither check nor put
+        #: back (Redis failed in between): its next sweep checks them, so an outage loses nobody
+        self.unswept: set[int] = set()
         self._client: redis.Redis | None = None
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
@@ -576,7 +615,10 @@ class PresenceStore:
             commands=[
                 script_call(
                     TOUCH,
-                    [self.seen_key(self.bucket_of(user_id))],
+                    [
+                        self.seen_key(self.bucket_of(user_id)),
+                        self.conns_key(self.bucket_of(user_id)),
+                    ],
                     [
                         user_id,
                         seconds,
@@ -640,6 +682,7 @@ class PresenceStore:
                     int(idle),
                     seconds,
                     seconds - self.conf.CONNECTION_TTL,
+                    seconds - self.conf.ONLINE_WINDOW,
                 ],
             )
         ]

@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain
-from presence.domain import InvalidInput
+from presence.domain import MAX_USER_ID, InvalidInput
 
 MAX_IDS = 500
 MAX_BODY_BYTES = 4096
@@ -80,7 +80,11 @@ def parse_user_ids(raw: str | None) -> list[int]:
     ids: list[int] = []
     for part in parts:
         # isascii(): str.isdigit() also accepts "²" and other digits int() refuses.
-        if not (part.isascii() and part.isdigit()) or len(part) > _MAX_ID_DIGITS:
+        if (
+            not (part.isascii() and part.isdigit())
+            or len(part) > _MAX_ID_DIGITS
+            or int(part) > MAX_USER_ID
+        ):
             raise InvalidInput(
                 "invalid_users", _("%(value)s is not a user id.") % {"value": repr(part[:40])}
             )

@@ -357,3 +357,76 @@ def test_w001_one_warning_per_unknown_key_of_any_type(settings: Any) -> None:
 def test_w001_absent_for_known_keys(settings: Any) -> None:
     settings.PRESENCE = {"ONLINE_WINDOW": 120, "TOUCH_INTERVAL": 15, "RATE_LIMIT": [30, 5]}
     assert ids() == []
+
+
+# --- E002 for the live layer's settings --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "default"), [("MAX_FRAME_BYTES", 65536), ("SWEEP_BATCH", 500)])
+@pytest.mark.parametrize("bad", [0, -1, "500", 1.5, 2.0, True, None])
+def test_e002_live_counts_must_be_positive_ints(
+    settings: Any, key: str, default: int, bad: Any
+) -> None:
+    settings.PRESENCE = {key: bad}
+    assert ids(checks.check_settings) == ["presence.E002"]
+    (message,) = messages_with("presence.E002")
+    assert message.msg == (
+        f"PRESENCE[{key!r}] is {bad!r}; it must be a positive integer (seconds or a count)."
+    )
+    assert message.hint == f"Fix or remove PRESENCE[{key!r}] (default: {default!r})."
+
+
+@pytest.mark.parametrize(("key", "default"), [("COALESCE_WINDOW", 0.2), ("SWEEP_INTERVAL", 1.0)])
+@pytest.mark.parametrize("bad", [0, 0.0, -0.5, "0.2", False, None, [1]])
+def test_e002_live_intervals_must_be_positive_numbers(
+    settings: Any, key: str, default: float, bad: Any
+) -> None:
+    settings.PRESENCE = {key: bad}
+    assert ids(checks.check_settings) == ["presence.E002"]
+    (message,) = messages_with("presence.E002")
+    assert message.msg == f"PRESENCE[{key!r}] is {bad!r}; it must be a positive number of seconds."
+    assert message.hint == f"Fix or remove PRESENCE[{key!r}] (default: {default!r})."
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"MAX_FRAME_BYTES": 1},
+        {"MAX_FRAME_BYTES": 1_048_576},
+        {"SWEEP_BATCH": 1},
+        {"COALESCE_WINDOW": 0.05},
+        {"COALESCE_WINDOW": 2},
+        {"SWEEP_INTERVAL": 0.25},
+        {"SWEEP_INTERVAL": 5},
+        {"MAX_FRAME_BYTES": 4096, "SWEEP_BATCH": 100, "COALESCE_WINDOW": 1, "SWEEP_INTERVAL": 1},
+    ],
+)
+def test_e002_absent_for_good_live_settings(settings: Any, conf: dict[str, Any]) -> None:
+    settings.PRESENCE = conf
+    assert ids() == []
+
+
+def test_e002_reports_each_bad_live_setting(settings: Any) -> None:
+    settings.PRESENCE = {
+        "MAX_FRAME_BYTES": 0,
+        "SWEEP_BATCH": "500",
+        "COALESCE_WINDOW": -1,
+        "SWEEP_INTERVAL": None,
+    }
+    assert ids(checks.check_settings) == ["presence.E002"] * 4
+    reported = {m.msg.split("]")[0] + "]" for m in messages_with("presence.E002")}
+    assert reported == {
+        "PRESENCE['MAX_FRAME_BYTES']",
+        "PRESENCE['SWEEP_BATCH']",
+        "PRESENCE['COALESCE_WINDOW']",
+        "PRESENCE['SWEEP_INTERVAL']",
+    }
+
+
+def test_live_settings_are_known_keys(settings: Any) -> None:
+    settings.PRESENCE = {"MAX_FRAME_BYTES": 100, "SWEEP_BATCHES": 10}
+    assert ids(checks.check_settings) == ["presence.W001"]
+    (warning,) = messages_with("presence.W001")
+    assert "'SWEEP_BATCHES'" in warning.msg
+    for key in ("MAX_FRAME_BYTES", "COALESCE_WINDOW", "SWEEP_INTERVAL", "SWEEP_BATCH"):
+        assert key in (warning.hint or "")

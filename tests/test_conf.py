@@ -116,3 +116,26 @@ def test_a_presence_that_is_not_a_dict_runs_on_defaults(settings: Any, value: An
 def test_settings_are_read_only() -> None:
     with pytest.raises(FrozenInstanceError):
         get_settings().ONLINE_WINDOW = 1  # type: ignore[misc]
+
+
+#: The live layer's settings (README "Settings").
+LIVE_DEFAULTS = {
+    "MAX_FRAME_BYTES": 65536,
+    "COALESCE_WINDOW": 0.2,
+    "SWEEP_INTERVAL": 1.0,
+    "SWEEP_BATCH": 500,
+}
+
+
+def test_live_defaults(settings: Any) -> None:
+    del settings.PRESENCE
+    conf = get_settings()
+    assert {key: getattr(conf, key) for key in LIVE_DEFAULTS} == LIVE_DEFAULTS
+    assert frozenset(LIVE_DEFAULTS) <= SETTING_NAMES
+
+
+def test_live_overrides(settings: Any) -> None:
+    settings.PRESENCE = {"COALESCE_WINDOW": 0.05, "SWEEP_INTERVAL": 3, "SWEEP_BATCH": 20}
+    conf = get_settings()
+    assert (conf.COALESCE_WINDOW, conf.SWEEP_INTERVAL, conf.SWEEP_BATCH) == (0.05, 3, 20)
+    assert conf.MAX_FRAME_BYTES == 65536

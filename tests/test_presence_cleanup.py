@@ -488,3 +488,100 @@ def test_cleanup_report_from_the_api(
     assert (dry.stale, dry.persisted, dry.removed, dry.dry_run) == (2, 0, 0, True)
     report = api.cleanup()
     assert (report.stale, report.persisted, report.removed) == (2, 2, 2)
+
+
+# --- live connections and the live layer's schedules -----------------------------------------
+
+
+def beat(user: Any, connection_id: str = "c1", device: Device = Device.WEB) -> None:
+    store = get_store()
+    store.run(store.connection(user.pk, "beat", time.time(), connection_id, device=device))
+
+
+def connections_of(user: Any, redis_client: redis.Redis) -> str | None:
+    store = get_store()
+    value = redis_client.hget(store.conns_key(store.bucket_of(user.pk)), str(user.pk))
+    return None if value is None else str(value)
+
+
+@pytest.mark.django_db
+def test_prunes_schedules_older_than_the_online_window(
+    redis_client: redis.Redis, clock: time_machine.Coordinates
+) -> None:
+    store = get_store()
+    now = int(T0.timestamp())
+    window = get_settings().ONLINE_WINDOW
+    redis_client.zadd(store.due_key, {"1": now - window - 100, "2": now - window, "3": now + 5})
+    redis_client.zadd(store.expiring_key, {"4": now - window - 1, "5": now - 10})
+
+    cleanup()
+
+    # Long past: no live process swept them (a site without one never does).
+    assert redis_client.zrange(store.due_key, 0, -1) == ["2", "3"]
+    assert redis_client.zrange(store.expiring_key, 0, -1) == ["5"]
+
+
+@pytest.mark.django_db
+def test_dry_run_keeps_the_schedules(
+    redis_client: redis.Redis, clock: time_machine.Coordinates
+) -> None:
+    store = get_store()
+    redis_client.zadd(store.due_key, {"1": int(T0.timestamp()) - 10_000})
+    cleanup("--dry-run")
+    assert redis_client.zrange(store.due_key, 0, -1) == ["1"]
+
+
+def test_crashed_connections_are_persisted_at_their_last_heartbeat_and_removed(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, redis_client: redis.Redis
+) -> None:
+    crashed, live, closed = make_user(), make_user(), make_user()
+    beat(crashed, "a", Device.MOBILE)
+    beat(live, "b")
+    beat(closed, "c")
+    clock.shift(20)
+    beat(crashed, "a", Device.MOBILE)  # its last heartbeat
+    store = get_store()
+    store.run(store.connection(closed.pk, "close", time.time(), "c"))
+    clock.shift(get_settings().ONLINE_WINDOW + 1)
+    beat(live, "b")  # still connected
+
+    report = counts(cleanup())
+
+    assert (report["stale"], report["persisted"], report["removed"]) == (2, 2, 2)
+    assert LastSeen.objects.get(user=crashed).seen_at == at(20)
+    assert LastSeen.objects.get(user=closed).seen_at == at(20)
+    for user in (crashed, closed):
+        assert not in_redis(user)
+        assert connections_of(user, redis_client) is None
+    assert in_redis(live)
+    assert connections_of(live, redis_client) == f"b:1:0:{int(T0.timestamp())}:{int(time.time())}"
+    assert not LastSeen.objects.filter(user=live).exists()
+
+
+def test_connected_users_within_their_ttl_are_kept(
+    make_user: Callable[..., Any],
+    settings: Any,
+    clock: time_machine.Coordinates,
+    redis_client: redis.Redis,
+) -> None:
+    # A CONNECTION_TTL longer than ONLINE_WINDOW: a connection last heard 350 s ago is still
+    # live, although its score is older than the window.
+    settings.PRESENCE = {"CONNECTION_TTL": 400, "ONLINE_WINDOW": 300}
+    user, gone = make_user(), make_user()
+    beat(user, "a")
+    beat(gone, "b")
+    clock.shift(50)
+    beat(user, "a")
+    clock.shift(350)  # 350 s after user's last heartbeat, 400 s after gone's
+
+    report = counts(cleanup())
+
+    assert (report["stale"], report["persisted"], report["removed"]) == (1, 1, 1)
+    assert in_redis(user)
+    assert connections_of(user, redis_client) == (
+        f"a:1:0:{int(T0.timestamp())}:{int(T0.timestamp()) + 50}"
+    )
+    assert api.get_presence(user, user).status is Status.ONLINE
+    assert not in_redis(gone)
+    assert connections_of(gone, redis_client) is None
+    assert LastSeen.objects.get(user=gone).seen_at == T0

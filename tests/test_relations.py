@@ -151,3 +151,132 @@ def test_async_load_matches_sync(make_user: Callable[..., Any]) -> None:
     ids = [viewer.pk, contact.pk, stranger.pk, 987654321]
     assert async_to_sync(relations.aload)(viewer, ids) == relations.load(viewer, ids)
     assert async_to_sync(relations.aload)(viewer, []) == {}
+
+
+# --- many viewers at once (the live fan-out) ----------------------------------------------------
+
+
+def test_pair_facts_relation_of_each_kind() -> None:
+    viewer, contact, close, stranger, blocker, blocked = 1, 2, 3, 4, 5, 6
+    facts = relations.PairFacts(
+        choices={},
+        # (target, viewer) -> close friend: the target has the viewer among its contacts
+        contacts={
+            (contact, viewer): False,
+            (close, viewer): True,
+            (blocker, viewer): True,
+            (blocked, viewer): True,
+            (viewer, stranger): True,  # the viewer's own choice grants the viewer nothing
+        },
+        blocks={frozenset((blocker, viewer)), frozenset((viewer, blocked))},
+    )
+    assert facts.relation(viewer, viewer) == domain.SELF
+    assert facts.relation(viewer, contact) == domain.Relation(is_contact=True)
+    assert facts.relation(viewer, close) == domain.Relation(is_contact=True, is_close_friend=True)
+    assert facts.relation(viewer, stranger) == domain.STRANGER
+    for target in (blocker, blocked):
+        assert facts.relation(viewer, target) == domain.Relation(
+            is_contact=True, is_close_friend=True, blocked=True
+        )
+    assert facts.relation(None, close) == domain.STRANGER
+    assert facts.relation(None, viewer) == domain.STRANGER
+    # A block between others does not touch the viewer's relations.
+    assert facts.relation(stranger, viewer) == domain.Relation(
+        is_contact=True, is_close_friend=True
+    )
+
+
+def _mixed_graph(make_user: Callable[..., Any]) -> list[Any]:
+    """Seven users with contacts one way and both ways, close friends, blocks in either
+    direction (some between contacts), and varied choices."""
+    a, b, c, d, e, f, g = users = [make_user() for _ in range(7)]
+    for owner, contact, close in [
+        (a, b, False),
+        (b, a, True),
+        (a, c, True),
+        (c, d, False),
+        (d, c, False),
+        (e, a, True),
+        (f, a, False),
+        (f, b, True),
+        (g, f, True),
+        (b, g, False),
+    ]:
+        Contact.objects.create(owner=owner, contact=contact, close_friend=close)
+    for blocker, blocked in [(e, a), (a, f), (c, g), (g, c)]:
+        Block.objects.create(blocker=blocker, blocked=blocked)
+    PrivacySettings.objects.create(user=a, online_visibility="everyone", invisible=True)
+    PrivacySettings.objects.create(user=c, last_seen_visibility="close_friends")
+    UserStatus.objects.create(user=b, dnd=True, text="Busy", emoji="📵")
+    UserStatus.objects.create(
+        user=d, activity="Travelling", expires_at=datetime(2030, 1, 1, tzinfo=UTC)
+    )
+    LastSeen.objects.create(user=e, seen_at=datetime(2025, 1, 1, tzinfo=UTC))
+    return users
+
+
+def test_pairs_give_the_relations_and_choices_of_load_for_every_pair(
+    make_user: Callable[..., Any],
+) -> None:
+    users = _mixed_graph(make_user)
+    targets = [u.pk for u in users] + [987654321]
+    viewers = [u.pk for u in users]
+    pairs = relations.load_pairs(viewers, targets)
+    async_pairs = async_to_sync(relations.aload_pairs)(viewers, targets)
+    assert async_pairs == pairs
+    assert set(pairs.choices) == {u.pk for u in users}  # the id of no user is left out
+    seen_kinds = set()
+    for viewer in [*users, None]:
+        facts = relations.load(viewer, targets)
+        assert set(facts) == set(pairs.choices)
+        for target, (relation, choices) in facts.items():
+            viewer_pk = viewer.pk if viewer is not None else None
+            assert pairs.relation(viewer_pk, target) == relation, (viewer_pk, target)
+            assert pairs.choices[target] == choices
+            seen_kinds.add(relation)
+    # The graph is not trivial: every kind of relation occurs.
+    assert seen_kinds == {
+        domain.SELF,
+        domain.STRANGER,
+        domain.Relation(is_contact=True),
+        domain.Relation(is_contact=True, is_close_friend=True),
+        domain.Relation(blocked=True),
+        domain.Relation(is_contact=True, blocked=True),
+        domain.Relation(is_contact=True, is_close_friend=True, blocked=True),
+    }
+
+
+@pytest.mark.parametrize("viewer_count", [1, 40])
+def test_pairs_cost_three_queries_whatever_the_number_of_viewers(
+    viewer_count: int, make_user: Callable[..., Any], django_assert_num_queries: Any
+) -> None:
+    targets = [make_user() for _ in range(3)]
+    viewers = [make_user() for _ in range(viewer_count)]
+    for viewer in viewers:
+        Contact.objects.create(owner=targets[0], contact=viewer)
+        Block.objects.create(blocker=viewer, blocked=targets[1])
+    target_ids = [t.pk for t in targets]
+    viewer_ids = [v.pk for v in viewers]
+    with django_assert_num_queries(3):
+        pairs = relations.load_pairs(viewer_ids, target_ids)
+    with django_assert_num_queries(3):
+        assert async_to_sync(relations.aload_pairs)(viewer_ids, target_ids) == pairs
+    assert len(pairs.contacts) == len(pairs.blocks) == viewer_count
+
+
+def test_pairs_of_no_target_cost_nothing(
+    make_user: Callable[..., Any], django_assert_num_queries: Any
+) -> None:
+    viewer = make_user()
+    with django_assert_num_queries(0):
+        assert relations.load_pairs([viewer.pk], []) == relations.PairFacts({}, {}, set())
+        assert async_to_sync(relations.aload_pairs)([viewer.pk], []) == relations.PairFacts(
+            {}, {}, set()
+        )
+
+
+def test_pairs_without_viewers_still_give_the_choices(make_user: Callable[..., Any]) -> None:
+    target = make_user()
+    UserStatus.objects.create(user=target, text="Hello")
+    pairs = relations.load_pairs([], [target.pk])
+    assert pairs == relations.PairFacts({target.pk: domain.Choices(text="Hello")}, {}, set())

@@ -124,6 +124,7 @@ def viewer_client(make_user: Callable[..., Any]) -> tuple[Client, Any]:
         ({"users": "0x10"}, "invalid_users"),
         ({"users": "²"}, "invalid_users"),
         ({"users": "1" * 20}, "invalid_users"),
+        ({"users": str(2**63)}, "invalid_users"),
         ({"users": ",".join(str(i) for i in range(1, 502))}, "too_many_users"),
     ],
     ids=[
@@ -136,6 +137,7 @@ def viewer_client(make_user: Callable[..., Any]) -> tuple[Client, Any]:
         "hex",
         "superscript",
         "too-long-id",
+        "past-the-largest-id",
         "501-ids",
     ],
 )

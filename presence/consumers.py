@@ -20,6 +20,7 @@ from django.utils.translation import gettext
 from presence import api, domain
 from presence.conf import get_settings
 from presence.live import Hub
+from presence.store import get_store
 
 logger = logging.getLogger("presence")
 
@@ -146,11 +147,19 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.hub.watch(self, new)
         try:
             presences = await api.abulk_presence(new, self.user)
+            # Read at once: after a failure the store leaves Redis alone for RETRY_INTERVAL, so
+            # nothing can clear the flag in between.
+            guessed = get_store().health.in_outage
         finally:
             self.snapshotting.difference_update(new)
         unknown = [uid for uid in new if uid not in presences]
         await self.hub.unwatch(self, unknown)
         self.sent.update(presences)
+        if guessed:
+            # Redis could not be read: the snapshot shows what the database alone knows
+            # (offline). The hub resolves these users again, retrying until Redis answers,
+            # and sends a diff where the snapshot was wrong.
+            self.hub.changed(presences)
         await self.send_presences("presence_state", presences)
         if unknown:
             await self.send_error(

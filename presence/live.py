@@ -171,7 +171,8 @@ class Hub:
                 await self._start()
 
     async def detach(self, connection: Connection) -> None:
-        await self.unwatch(connection, list(connection.sent) + list(connection.snapshotting))
+        watched = [uid for uid, watchers in self.watchers.items() if connection in watchers]
+        await self.unwatch(connection, watched)
         async with self._lock:
             self.connections.discard(connection)
             if not self.connections and self._tasks:
@@ -276,24 +277,34 @@ class Hub:
 
     async def _stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         self.pending.clear()
         self.channel = None
+        for task in tasks:
+            task.cancel()
+        # Not waited for: a channel-layer receive can swallow its cancellation (channels_redis
+        # with redis-py) and block until its BZPOPMIN times out (5 s), which would hold up this
+        # close and every new connection (they wait on the hub's lock). Such a receive loop
+        # ends by itself, its channel being gone; one more cancel usually ends it at once.
+        if tasks:
+            _, lingering = await asyncio.wait(tasks, timeout=_TICK)
+            for task in lingering:
+                task.cancel()
 
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.channel is not None
-        while True:
+        channel = self.channel
+        while self.channel == channel:  # the hub stopped (or restarted on a new channel)
             try:
-                message = await self.layer.receive(self.channel)
+                message = await self.layer.receive(channel)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
+                if self.channel != channel:
+                    return  # a cancellation the layer turned into an error
                 logger.warning("Presence: channel layer receive failed (%s); retrying.", error)
                 await asyncio.sleep(get_settings().RETRY_INTERVAL)
                 continue
-            if message.get("type") == CHANGED:
+            if message.get("type") == CHANGED and self.channel == channel:
                 self.changed(int(uid) for uid in message.get("users", ()))
 
     async def _deliver_loop(self) -> None:

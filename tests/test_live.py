@@ -1,0 +1,350 @@
+"""presence.live: the hub between connections and the channel layer, announcements, and
+api.asweep (what turns users offline by themselves). Real channels_redis layer, real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis
+import time_machine
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.test import override_settings
+
+from presence import api, live
+from presence.conf import get_settings
+from presence.live import Hub, group_name
+from presence.models import LastSeen, UserStatus
+from presence.signals import presence_changed
+from presence.store import get_store
+from tests.clock import at
+from tests.test_consumers import (
+    BASE,
+    HIDDEN,
+    UNKNOWN_ID,
+    Sockets,
+    assert_silent,
+    connections_in_redis,
+    diff,
+    eventually,
+    heartbeat,
+    lets_see,
+    new_user,
+    online,
+    open_sockets,
+    presence,
+    presence_settings,
+    receive,
+    state,
+    subscribe,
+)
+from tools.redis_server import free_port
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+]
+
+
+@pytest.fixture
+async def sockets(transactional_db: Any, close_async_db_connections: Any) -> AsyncIterator[Sockets]:
+    async for opened in open_sockets():
+        yield opened
+
+
+@pytest.fixture(autouse=True)
+def _base_settings(settings: Any) -> None:
+    settings.PRESENCE = dict(BASE)
+
+
+def group_key(user_id: int) -> str:
+    """channels_redis keeps a group as the sorted set "<layer prefix>:group:<name>"."""
+    return f"{get_channel_layer().prefix}:group:{group_name(user_id)}"
+
+
+def groups(client: redis.Redis) -> dict[str, list[str]]:
+    """Every channel-layer group in Redis and its members."""
+    prefix = f"{get_channel_layer().prefix}:group:"
+    return {
+        key.removeprefix(prefix): client.zrange(key, 0, -1)
+        for key in sorted(client.scan_iter(prefix + "*"))
+    }
+
+
+def unreachable_presence_redis(settings: Any) -> override_settings:
+    """Presence's Redis (the cache's) on a port nobody listens on; the channel layer's stays."""
+    caches = {alias: dict(conf) for alias, conf in settings.CACHES.items()}
+    caches["default"]["LOCATION"] = f"redis://127.0.0.1:{free_port()}/0"
+    return override_settings(CACHES=caches)
+
+
+# --- groups and tasks ---------------------------------------------------------------------------
+
+
+async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    redis_client: redis.Redis,
+) -> None:
+    first_viewer, second_viewer, a, b = [await new_user(make_user) for _ in range(4)]
+    first = await sockets.open(first_viewer)
+    second = await sockets.open(second_viewer)
+    hub = Hub.current()
+    assert hub is not None and hub.channel is not None
+    layer = get_channel_layer()
+    # One process-local channel of the layer for the whole process.
+    assert hub.channel.startswith(f"specific.{layer.client_prefix}!")
+    assert groups(redis_client) == {}
+
+    assert await subscribe(first, a, b, UNKNOWN_ID) == state({a.pk: HIDDEN, b.pk: HIDDEN})
+    assert (await receive(first))["code"] == "unknown_users"
+    # Joined for a and b; an id of no user is left at once.
+    assert groups(redis_client) == {
+        group_name(a.pk): [hub.channel],
+        group_name(b.pk): [hub.channel],
+    }
+    assert await subscribe(second, a) == state({a.pk: HIDDEN})
+    assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]  # still one member
+
+    await first.send_json_to({"type": "unsubscribe", "users": [a.pk]})
+    assert await subscribe(first) == state({})
+    assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]  # second still wants a
+    await second.send_json_to({"type": "unsubscribe", "users": [a.pk]})
+    assert await subscribe(second) == state({})
+    assert groups(redis_client) == {group_name(b.pk): [hub.channel]}
+
+    await sockets.close(first)  # its subscriptions go with it
+    assert groups(redis_client) == {}
+    assert hub.watchers == {}
+
+
+async def test_the_hub_stops_its_tasks_when_the_last_connection_leaves(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    one, two = await new_user(make_user), await new_user(make_user)
+    layer = get_channel_layer()
+    first = await sockets.open(one)
+    hub = Hub.current()
+    assert hub is not None
+    tasks, channel = list(hub._tasks), hub.channel
+    assert len(tasks) == 3  # deliver, sweep, receive
+    assert not any(task.done() for task in tasks)
+    second = await sockets.open(two)
+    assert Hub.current() is hub and hub._tasks == tasks  # one hub per event loop
+
+    await sockets.close(first)
+    assert hub._tasks == tasks and not any(task.done() for task in tasks)
+    await sockets.close(second)
+    assert hub._tasks == [] and hub.channel is None and hub.connections == set()
+    # Cancelled; a channel-layer receive may take up to its BZPOPMIN timeout (5 s) to end.
+    assert await eventually(lambda: all(task.done() for task in tasks), timeout=6)
+    assert layer.receive_count == 0  # nothing waits on the channel layer's Redis any more
+
+    # A new connection starts them again, on a new channel.
+    third = await sockets.open(one)
+    assert len(hub._tasks) == 3 and hub.channel not in (None, channel)
+    await sockets.close(third)
+    assert hub._tasks == []
+
+
+# --- Redis outages ------------------------------------------------------------------------------
+
+
+async def test_a_redis_outage_during_delivery_sends_nothing_wrong_and_catches_up(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with presence_settings(RETRY_INTERVAL=0.2):
+        viewer, target = await new_user(make_user), await new_user(make_user)
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        await sockets.open(target)
+        assert await subscribe(watcher, target) == state({target.pk: online()})
+        caplog.set_level(logging.WARNING, logger="presence")
+
+        with unreachable_presence_redis(settings):
+            # The target chooses dnd (saved without signals); the news travels over the
+            # channel layer, whose Redis is fine, but the hub cannot read the live state.
+            await sync_to_async(UserStatus.objects.bulk_create)([UserStatus(user=target, dnd=True)])
+            await live.aannounce([target.pk])
+            # Several retries fail meanwhile; nothing is guessed (such as "offline").
+            await assert_silent(watcher, seconds=0.8)
+        assert [r.getMessage()[:32] for r in caplog.records] == ["Presence: Redis is unavailable ("]
+        # Redis answers again: the change is delivered, once.
+        assert await receive(watcher) == diff(
+            {target.pk: presence("dnd", at(0).isoformat(), ["web"])}
+        )
+        await assert_silent(watcher)
+
+
+async def test_a_snapshot_read_during_an_outage_is_corrected_when_redis_answers(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    settings: Any,
+) -> None:
+    with presence_settings(RETRY_INTERVAL=0.2):
+        viewer, target = await new_user(make_user), await new_user(make_user)
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        await sockets.open(target)
+        with unreachable_presence_redis(settings):
+            # Only the database can be asked: offline, for want of knowing better...
+            assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+            await assert_silent(watcher, seconds=0.5)
+        # ... and the truth follows once Redis answers, though the target changed nothing.
+        assert await receive(watcher) == diff({target.pk: online()})
+        await assert_silent(watcher)
+
+
+# --- coalescing and announcements ---------------------------------------------------------------
+
+
+async def test_each_users_coalescing_window_is_its_own(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    window = 0.6
+    with presence_settings(COALESCE_WINDOW=window):
+        viewer, a, b = [await new_user(make_user) for _ in range(3)]
+        await lets_see(a, viewer)
+        await lets_see(b, viewer)
+        watcher = await sockets.open(viewer)
+        assert await subscribe(watcher, a, b) == state({a.pk: HIDDEN, b.pk: HIDDEN})
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        tab_a = await sockets.open(a)  # a's window opens
+        await asyncio.sleep(window / 2)
+        tab_b = await sockets.open(b)  # b's opens in the middle of a's...
+        await heartbeat(tab_b, "idle")  # ... and b keeps changing
+        assert loop.time() - started < window, "too slow to test this"
+        # a's diff comes at the end of a's window, with nothing of b's in it...
+        assert await receive(watcher) == diff({a.pk: online()})
+        assert loop.time() - started < window * 1.5
+        # ... and b's at the end of its own, with its final state.
+        assert await receive(watcher) == diff({b.pk: presence("idle", at(0).isoformat(), ["web"])})
+        assert loop.time() - started >= window * 1.5
+        await assert_silent(watcher, tab_a, tab_b)
+
+
+async def test_announce_from_sync_code_reaches_a_connected_viewer(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await lets_see(target, viewer)
+    watcher = await sockets.open(viewer)
+    await sockets.open(target)
+    assert await subscribe(watcher, target) == state({target.pk: online()})
+
+    # A change made behind presence's back (no signal) reaches nobody...
+    await sync_to_async(UserStatus.objects.bulk_create)([UserStatus(user=target, dnd=True)])
+    await assert_silent(watcher)
+    # ... until sync code (a view, a signal receiver, a thread) announces it.
+    await asyncio.to_thread(live.announce, [target.pk])
+    assert await receive(watcher) == diff({target.pk: presence("dnd", at(0).isoformat(), ["web"])})
+
+    await sync_to_async(UserStatus.objects.filter(user=target).update)(text="Back at 3")
+    await sync_to_async(presence_changed.send)(
+        sender=UserStatus, user_id=target.pk, reason="status"
+    )
+    assert await receive(watcher) == diff(
+        {target.pk: presence("dnd", at(0).isoformat(), ["web"], "Back at 3")}
+    )
+    await assert_silent(watcher)
+
+
+# --- sweeping -----------------------------------------------------------------------------------
+
+
+async def test_racing_sweeps_claim_each_due_user_once_and_reschedule_the_online(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    redis_client: redis.Redis,
+) -> None:
+    with presence_settings(CONNECTION_TTL=10, HEARTBEAT_INTERVAL=5, SWEEP_BATCH=2):
+        viewer = await new_user(make_user)
+        crashed = [await new_user(make_user) for _ in range(4)]
+        still_on = await new_user(make_user)
+        for user in (*crashed, still_on):
+            await lets_see(user, viewer)
+        watcher = await sockets.open(viewer)
+        for user in crashed:
+            await sockets.open(user)  # at T0, and never heard from again
+        clock.shift(5)
+        await heartbeat(watcher)
+        await sockets.open(still_on)
+        await sockets.close(await sockets.open(still_on))  # one tab of two closes: due at +10
+        assert await subscribe(watcher, *crashed, still_on) == state(
+            {user.pk: online(0 if user in crashed else 5) for user in (*crashed, still_on)}
+        )
+        due = redis_client.zrange(get_store().due_key, 0, -1, withscores=True)
+        t0 = at(0).timestamp()
+        assert sorted(due) == sorted(
+            [(str(u.pk), t0 + 10) for u in (*crashed, still_on)] + [(str(viewer.pk), t0 + 15)]
+        )
+
+        clock.shift(6)  # +11: the four crashed and the closed tab are due; batches of 2
+        first, second = await asyncio.gather(api.asweep(), api.asweep())
+        third, fourth = await api.asweep(), await api.asweep()
+        claims = [len(r.offline) + r.rescheduled for r in (first, second, third, fourth)]
+        assert claims == [2, 2, 1, 0]  # both racers got work, nobody got a user twice
+        offline = first.offline + second.offline + third.offline
+        assert sorted(offline) == sorted(u.pk for u in crashed)
+        assert first.rescheduled + second.rescheduled + third.rescheduled == 1
+        # The one still online is checked again when its open tab's heartbeat runs out.
+        assert sorted(redis_client.zrange(get_store().due_key, 0, -1, withscores=True)) == sorted(
+            [(str(still_on.pk), t0 + 5 + 10 + 1), (str(viewer.pk), t0 + 15)]
+        )
+        # Each crashed user is announced offline once, with last seen at its only heartbeat.
+        told: dict[str, Any] = {}
+        while len(told) < len(crashed):
+            frame = await receive(watcher)
+            assert frame["type"] == "presence_diff"
+            assert not set(frame["presences"]) & set(told), frame
+            told |= frame["presences"]
+        assert told == {str(u.pk): presence("offline", at(0).isoformat()) for u in crashed}
+        await assert_silent(watcher)
+        rows = await sync_to_async(lambda: dict(LastSeen.objects.values_list("user", "seen_at")))()
+        assert rows == {u.pk: at(0) for u in crashed}
+
+
+async def test_the_hub_sweeps_by_itself(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # Set before the first connection: the hub's sweep loop reads the interval as it sleeps.
+    with presence_settings(SWEEP_INTERVAL=0.05):
+        viewer, target = await new_user(make_user), await new_user(make_user)
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        await sockets.open(target)
+        assert await subscribe(watcher, target) == state({target.pk: online()})
+        clock.shift(get_settings().CONNECTION_TTL + 1)  # every connection fell silent
+        assert await receive(watcher) == diff({target.pk: presence("offline", at(0).isoformat())})
+        await assert_silent(watcher)
+
+
+async def test_a_connection_closes_at_once_whenever_the_hub_stops(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    """The last connection's close stops the hub, whose channel-layer receive is then
+    cancelled wherever it is (channels_redis with redis-py sometimes swallows that cancellation
+    and blocks until its BZPOPMIN times out). Neither that close nor the next connection may
+    wait for it."""
+    user = await new_user(make_user)
+    loop = asyncio.get_running_loop()
+    for cycle, delay in enumerate([0, 0.0005, 0.001, 0.002, 0.003, 0.005] * 3):
+        communicator = await sockets.open(user)
+        await asyncio.sleep(delay)
+        started = loop.time()
+        await sockets.close(communicator)
+        assert not communicator.future.cancelled(), f"close {cycle} did not end by itself"
+        assert loop.time() - started < 1, f"close {cycle} took {loop.time() - started:.1f} s"
+        assert await connections_in_redis(user) == []  # the close was recorded

@@ -54,3 +54,29 @@ LAST_SEEN_AGO: dict[str, int] = {
     "erin": 3 * 86400,
     "frank": 40 * 86400,
 }
+
+#: groups: slug -> (name, description, members)
+GROUPS: dict[str, tuple[str, str, list[str]]] = {
+    "book-club": (
+        "Book club",
+        "One book a month, discussed on Sundays.",
+        ["alice", "bob", "carol"],
+    ),
+    "climbers": ("Climbers", "Bouldering after work.", ["alice", "dave", "erin", "frank"]),
+}
+
+#: posts, oldest first: (author, text with @mentions, minutes ago); bob shares his activity
+#: with close friends only (PRIVACY), so alice sees his posts and carol does not
+POSTS: list[tuple[str, str, int]] = [
+    ("carol", "Finished the first half of the book. No spoilers please, @alice!", 26 * 60),
+    ("alice", "@carol deal. @bob, are you in for Sunday?", 25 * 60),
+    ("bob", "In for Sunday, @alice. Bringing snacks.", 24 * 60),
+    ("dave", "New problems set at the gym: @erin the purple one is yours.", 5 * 60),
+    ("erin", "@dave sent it on the third try. Who else is coming on Thursday?", 3 * 60),
+    ("frank", "Thursday works for me. @alice?", 2 * 60),
+    (
+        "alice",
+        "Thursday it is, @frank and @erin. Mail me at alice@example.com for the address.",
+        50,
+    ),
+]

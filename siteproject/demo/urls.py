@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.i18n import set_language
 
-from siteproject.demo import views
+from siteproject.demo import feed_views, views
 
 app_name = "demo"
 
@@ -17,6 +17,13 @@ urlpatterns = [
     path("u/<str:username>/", views.profile, name="profile"),
     path("settings/privacy/", views.privacy, name="privacy"),
     path("settings/status/", views.status, name="status"),
+    # The activity feed (siteproject/demo/feed_views.py).
+    path("feed/", feed_views.following, name="feed"),
+    path("feed/mentions/", feed_views.mentions, name="feed_mentions"),
+    path("u/<str:username>/activity/", feed_views.user_activity, name="user_feed"),
+    path("groups/", feed_views.groups, name="groups"),
+    path("groups/<slug:slug>/", feed_views.group, name="group"),
+    path("groups/<slug:slug>/<slug:action>/", feed_views.group_action, name="group_action"),
     # Here rather than in the root urls, so the demo is complete wherever it is included.
     path("i18n/setlang/", set_language, name="set_language"),
 ]

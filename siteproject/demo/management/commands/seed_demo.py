@@ -1,16 +1,19 @@
-"""Create the demo's users, contacts, blocks, privacy settings and statuses. Idempotent."""
+"""Create the demo's users, contacts, blocks, privacy settings, statuses, groups and posts.
+Idempotent."""
 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
+from django.utils import timezone
 
-from presence import api
-from presence.models import Block, Contact, LastSeen, PrivacySettings
+from presence import api, feed
+from presence.models import Activity, Block, Contact, Group, LastSeen, Mention, PrivacySettings
 from siteproject.demo import seed
 
 
@@ -45,6 +48,8 @@ class Command(BaseCommand):
         with transaction.atomic():
             users = self._users()
             self._relations(users)
+            self._groups(users)
+            self._posts(users)
         # Statuses go through the API (it validates them and tells the live layer).
         for name, (status, text, emoji) in seed.STATUSES.items():
             api.set_status(users[name], status, text=text, emoji=emoji)
@@ -113,3 +118,24 @@ class Command(BaseCommand):
             PrivacySettings.objects.update_or_create(user=users[name], defaults=fields)
             shown = ", ".join(f"{key}={value}" for key, value in fields.items())
             self.stdout.write(f"privacy  {name}: {shown}")
+
+    def _groups(self, users: dict[str, Any]) -> None:
+        for slug, (name, description, members) in seed.GROUPS.items():
+            group, _ = Group.objects.update_or_create(
+                slug=slug, defaults={"name": name, "description": description}
+            )
+            for member in members:
+                feed.join(users[member], group)
+            self.stdout.write(f"group    {name}: {', '.join(members)}")
+
+    def _posts(self, users: dict[str, Any]) -> None:
+        now = timezone.now()
+        for author, text, minutes_ago in seed.POSTS:
+            if Activity.objects.filter(author=users[author], text=text).exists():
+                continue
+            # Through the feed, which parses the mentions; then dated as the seed says.
+            activity = feed.post(users[author], text)
+            when = now - timedelta(minutes=minutes_ago)
+            Activity.objects.filter(pk=activity.pk).update(created_at=when)
+            Mention.objects.filter(activity=activity).update(created_at=when)
+            self.stdout.write(f"post     {author}: {text}")

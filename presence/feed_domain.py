@@ -1,0 +1,199 @@
+"""The pure rules of the activity feed, free of I/O: post text, ``@mentions`` and cursors.
+
+Kept apart from :mod:`presence.domain` (presence's rules) but in the same style: plain functions
+raising :class:`presence.domain.InvalidInput` with a contract error code.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Generic, TypeVar
+
+from django.utils.translation import gettext
+
+from presence.domain import InvalidInput
+
+T = TypeVar("T")
+
+# --- post text ------------------------------------------------------------------------------
+
+#: characters allowed in a post besides printable ones
+_ALLOWED_CONTROLS = frozenset("\n\t")
+
+
+def clean_text(text: object, max_length: int) -> str:
+    """A post's text, stripped, with line breaks normalized to ``\\n``.
+
+    Raises InvalidInput: ``invalid_message`` (not a string), ``invalid_value`` (empty, too long,
+    control characters other than line breaks and tabs).
+    """
+    if not isinstance(text, str):
+        raise InvalidInput("invalid_message", gettext("'text' must be a string."))
+    text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
+    if not text:
+        raise InvalidInput("invalid_value", gettext("Write something first: the post is empty."))
+    if any(ord(ch) < 32 and ch not in _ALLOWED_CONTROLS for ch in text) or "\x7f" in text:
+        raise InvalidInput(
+            "invalid_value", gettext("The post must not contain control characters.")
+        )
+    if len(text) > max_length:
+        raise InvalidInput(
+            "invalid_value",
+            gettext("The post is %(length)d characters long; at most %(limit)d.")
+            % {"length": len(text), "limit": max_length},
+        )
+    return text
+
+
+# --- mentions -------------------------------------------------------------------------------
+
+#: Characters of a mentionable username: Django's username characters except ``@``.
+_NAME = r"[\w.+-]"
+#: An ``@`` starts a mention at the start of the text or after a character that cannot be part
+#: of an e-mail address, a URL path or another mention (so ``a@b.com``, ``x.org/@bob`` and
+#: ``@@bob`` mention nobody).
+_MENTION_RE = re.compile(rf"(?<![\w.+\-@/=])@({_NAME}+)")
+#: characters at which a name may end early: ``@bob.`` (end of a sentence) mentions bob
+_SEPARATORS = frozenset("._+-")
+#: Django's default username max_length
+MAX_NAME_LENGTH = 150
+
+
+@dataclass(frozen=True)
+class MentionCandidate:
+    """An ``@`` that may mention someone: the typed names it may stand for, longest first."""
+
+    #: index of the ``@`` in the text
+    start: int
+    names: tuple[str, ...]
+
+
+def mention_candidates(text: str) -> list[MentionCandidate]:
+    """Every ``@name`` of ``text`` with the names it may stand for.
+
+    After the ``@`` comes a run of username characters (letters, digits, ``_ . + -``); the run
+    and each of its prefixes that end before a ``. _ + -`` are candidates, longest first: in
+    ``@john.doe.`` they are ``john.doe.``, ``john.doe`` and ``john``; the longest that names a
+    user wins (see :func:`resolve_mentions`). Anything else (space, comma, ``'``, ``!``, ``)``,
+    ``@``...) ends the name.
+    """
+    found: list[MentionCandidate] = []
+    for match in _MENTION_RE.finditer(text):
+        run = match.group(1)[:MAX_NAME_LENGTH]
+        names = [run] + [run[:end] for end in range(len(run) - 1, 0, -1) if run[end] in _SEPARATORS]
+        found.append(MentionCandidate(match.start(), tuple(names)))
+    return found
+
+
+def candidate_names(text: str) -> list[str]:
+    """All names the mentions of ``text`` may stand for, without repeats (in text order)."""
+    return list(dict.fromkeys(name for c in mention_candidates(text) for name in c.names))
+
+
+@dataclass(frozen=True)
+class MentionSpan(Generic[T]):
+    """``text[start:end]`` (``@`` included) mentions ``target``."""
+
+    start: int
+    end: int
+    target: T
+
+
+def case_insensitive_lookup(known: Mapping[str, T]) -> Callable[[str], T | None]:
+    """A resolver over ``known`` (username -> user): an exact match first, else a match
+    ignoring case, if only one known name matches that way."""
+    folded: dict[str, list[T]] = {}
+    for name, target in known.items():
+        folded.setdefault(name.casefold(), []).append(target)
+
+    def lookup(name: str) -> T | None:
+        if name in known:
+            return known[name]
+        matches = folded.get(name.casefold(), [])
+        return matches[0] if len(matches) == 1 else None
+
+    return lookup
+
+
+def resolve_mentions(text: str, lookup: Callable[[str], T | None]) -> list[MentionSpan[T]]:
+    """The mentions of ``text`` whose name ``lookup`` knows (its longest known candidate each);
+    unknown names are left as text. A user mentioned twice gives two spans."""
+    spans: list[MentionSpan[T]] = []
+    for candidate in mention_candidates(text):
+        for name in candidate.names:
+            target = lookup(name)
+            if target is not None:
+                spans.append(MentionSpan(candidate.start, candidate.start + 1 + len(name), target))
+                break
+    return spans
+
+
+def unique_targets(spans: Iterable[MentionSpan[T]], key: Callable[[T], object]) -> list[T]:
+    """The mentioned targets in text order, each once."""
+    seen: dict[object, T] = {}
+    for span in spans:
+        seen.setdefault(key(span.target), span.target)
+    return list(seen.values())
+
+
+# --- cursors --------------------------------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CURSOR_RE = re.compile(r"(-?\d{1,18})\.(\d{1,19})")
+#: longest cursor accepted, in characters
+MAX_CURSOR_LENGTH = 64
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where a page ends: the (created_at, id) key of its last (oldest) activity. The next page
+    starts strictly below it, so activities posted meanwhile never shift later pages."""
+
+    created_at: datetime
+    id: int
+
+
+def encode_cursor(position: Position) -> str:
+    """An opaque, URL-safe token for ``position`` (base64 of microseconds since the epoch and
+    the id)."""
+    micros = (position.created_at - _EPOCH) // timedelta(microseconds=1)
+    raw = f"{micros}.{position.id}".encode("ascii")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> Position | None:
+    """The position a cursor stands for; None for no cursor (the first page).
+
+    Raises InvalidInput ``invalid_cursor`` for anything :func:`encode_cursor` did not make.
+    """
+    if cursor is None or cursor == "":
+        return None
+    invalid = InvalidInput(
+        "invalid_cursor", gettext("The cursor is not valid: use the one a page returned.")
+    )
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_LENGTH or not cursor.isascii():
+        raise invalid
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (binascii.Error, ValueError):
+        raise invalid from None
+    match = _CURSOR_RE.fullmatch(raw)
+    if match is None:
+        raise invalid
+    try:
+        created_at = _EPOCH + timedelta(microseconds=int(match.group(1)))
+    except OverflowError:
+        raise invalid from None
+    activity_id = int(match.group(2))
+    if (
+        activity_id < 1
+        or activity_id >= 2**63
+        or encode_cursor(Position(created_at, activity_id)) != cursor
+    ):
+        raise invalid
+    return Position(created_at, activity_id)

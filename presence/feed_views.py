@@ -1,0 +1,189 @@
+"""JSON endpoints of the activity feed, in the style of :mod:`presence.views`: every answer is
+JSON, errors included (400 bad input, 401 anonymous, 403 CSRF, 404 unknown group or user, 405
+wrong method), and nothing is cached by shared caches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.cache import add_never_cache_headers
+from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
+
+from presence import feed
+from presence.conf import get_settings
+from presence.domain import InvalidInput
+from presence.models import Group
+from presence.views import _body_length, _csrf_check, error
+
+#: most users one mention-completion answer lists
+MAX_SUGGESTIONS = 10
+#: longest prefix accepted for mention completion
+MAX_PREFIX = 150
+
+FeedView = Callable[..., HttpResponse]
+
+
+def _feed_view(*methods: str, csrf: bool = False) -> Callable[[FeedView], FeedView]:
+    """Allow only ``methods`` (405 otherwise), require a login (401), check CSRF after the
+    login check when ``csrf`` (so failures are answered in JSON), turn InvalidInput into 400."""
+
+    def decorate(view: FeedView) -> FeedView:
+        @csrf_exempt  # checked below when asked, after the login check
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                response: HttpResponse = error(
+                    "method_not_allowed",
+                    _("Use %(methods)s.") % {"methods": ", ".join(methods)},
+                    status=405,
+                )
+                response["Allow"] = ", ".join(methods)
+            elif not request.user.is_authenticated:
+                response = error("not_authenticated", _("Log in to see the feed."), status=401)
+            else:
+                rejected = (
+                    _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
+                    if csrf
+                    else None
+                )
+                if rejected is not None:
+                    response = rejected
+                else:
+                    try:
+                        response = view(request, *args, **kwargs)
+                    except InvalidInput as exc:
+                        response = error(exc.code, exc.message)
+            add_never_cache_headers(response)
+            return response
+
+        return wrapper
+
+    return decorate
+
+
+def _cursor(request: HttpRequest) -> str | None:
+    return request.GET.get("cursor") or None
+
+
+def _page(page: feed.Page) -> JsonResponse:
+    return JsonResponse(feed.page_as_dict(page))
+
+
+def _group_or_404(slug: str) -> Group | HttpResponse:
+    group = Group.objects.filter(slug=slug).first()
+    if group is None:
+        return error(
+            "unknown_group", _("No group %(slug)s.") % {"slug": repr(slug[:60])}, status=404
+        )
+    return group
+
+
+@_feed_view("GET")
+def following_view(request: HttpRequest) -> HttpResponse:
+    """``GET ?cursor=``: ``{"activities": [ACTIVITY...], "next_cursor"}`` of the people the
+    caller follows."""
+    return _page(feed.following_timeline(request.user, cursor=_cursor(request)))
+
+
+@_feed_view("GET")
+def mentions_view(request: HttpRequest) -> HttpResponse:
+    return _page(feed.mentions_timeline(request.user, cursor=_cursor(request)))
+
+
+@_feed_view("GET")
+def user_view(request: HttpRequest, user_id: int) -> HttpResponse:
+    if not get_user_model()._default_manager.filter(pk=user_id).exists():
+        return error("unknown_user", _("No user %(id)d.") % {"id": user_id}, status=404)
+    return _page(feed.user_timeline(user_id, request.user, cursor=_cursor(request)))
+
+
+@_feed_view("GET")
+def group_view(request: HttpRequest, slug: str) -> HttpResponse:
+    group = _group_or_404(slug)
+    if isinstance(group, HttpResponse):
+        return group
+    return _page(feed.group_timeline(group, request.user, cursor=_cursor(request)))
+
+
+def _group_state(group: Group, user: Any) -> dict[str, Any]:
+    return {
+        "group": {
+            "slug": group.slug,
+            "name": group.name,
+            "member": feed.is_member(user, group),
+            "members": group.memberships.count(),
+        }
+    }
+
+
+@_feed_view("POST", csrf=True)
+def join_view(request: HttpRequest, slug: str) -> HttpResponse:
+    """``POST``: join the group; answers ``{"group": {"slug", "name", "member", "members"}}``."""
+    group = _group_or_404(slug)
+    if isinstance(group, HttpResponse):
+        return group
+    feed.join(request.user, group)
+    return JsonResponse(_group_state(group, request.user))
+
+
+@_feed_view("POST", csrf=True)
+def leave_view(request: HttpRequest, slug: str) -> HttpResponse:
+    group = _group_or_404(slug)
+    if isinstance(group, HttpResponse):
+        return group
+    feed.leave(request.user, group)
+    return JsonResponse(_group_state(group, request.user))
+
+
+def max_post_bytes() -> int:
+    # Each character may take up to 12 bytes as a JSON escape (a surrogate pair of \\uXXXX).
+    return 12 * get_settings().ACTIVITY_MAX_LENGTH + 1024
+
+
+@_feed_view("POST")
+def post_view(request: HttpRequest) -> HttpResponse:
+    """``POST`` a JSON object ``{"text": "..."}`` (CSRF-protected); answers 201
+    ``{"activity": ACTIVITY}``."""
+    limit = max_post_bytes()
+    # Refuse a large body before reading it; read it before the CSRF check parses a form body.
+    length = _body_length(request)
+    if length is None or length > limit or len(request.body) > limit:
+        return error(
+            "payload_too_large",
+            _("The body must be at most %(max)d bytes.") % {"max": limit},
+        )
+    rejected = _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    if rejected is not None:
+        return rejected
+    try:
+        data: Any = json.loads(request.body)
+    except (ValueError, RecursionError):
+        return error("invalid_json", _("The body is not valid JSON."))
+    if not isinstance(data, dict):
+        return error("invalid_message", _("Expected a JSON object."))
+    if "text" not in data:
+        return error("invalid_message", _("'text' is required."))
+    activity = feed.post(request.user, data["text"])
+    return JsonResponse({"activity": feed.activity_as_dict(activity)}, status=201)
+
+
+@_feed_view("GET")
+def mention_suggestions_view(request: HttpRequest) -> HttpResponse:
+    """``GET ?q=al``: ``{"users": [{"id", "username"}, ...]}``, usernames starting with ``q``
+    (ignoring case), at most 10; users blocked either way are left out."""
+    prefix = (request.GET.get("q") or "").strip().removeprefix("@")
+    if not prefix:
+        return JsonResponse({"users": []})
+    if len(prefix) > MAX_PREFIX:
+        return error("invalid_value", _("'q' is too long."))
+    users = feed.usernames_starting_with(prefix, request.user, MAX_SUGGESTIONS)
+    return JsonResponse(
+        {"users": [{"id": user.pk, "username": user.get_username()} for user in users]}
+    )

@@ -447,9 +447,48 @@ class SetStatus:
     change: StatusChange
 
 
-ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus
+@dataclass(frozen=True)
+class WatchFeed:
+    """Live activities of one timeline (the activity feed): ``following``, ``mentions``,
+    ``user:<id>`` or ``group:<slug>``."""
 
-CLIENT_TYPES = ("heartbeat", "subscribe", "unsubscribe", "set_status")
+    feed: str
+
+
+@dataclass(frozen=True)
+class UnwatchFeed:
+    feed: str
+
+
+ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus | WatchFeed | UnwatchFeed
+
+CLIENT_TYPES = (
+    "heartbeat",
+    "subscribe",
+    "unsubscribe",
+    "set_status",
+    "watch_feed",
+    "unwatch_feed",
+)
+
+FEED_NAME = re.compile(r"^(?:following|mentions|user:[1-9][0-9]{0,18}|group:[-a-zA-Z0-9_]{1,100})$")
+
+
+def _feed(data: Mapping[str, Any]) -> str:
+    feed = data.get("feed")
+    if not isinstance(feed, str):
+        raise InvalidInput(
+            "invalid_message",
+            gettext("'feed' must be a string: following, mentions, user:<id> or group:<slug>."),
+        )
+    if not FEED_NAME.match(feed):
+        raise InvalidInput(
+            "invalid_value",
+            gettext("Unknown feed %(feed)s: use following, mentions, user:<id> or group:<slug>.")
+            % {"feed": repr(feed)[:60]},
+        )
+    return feed
+
 
 #: the largest id a database integer key holds (BigAutoField; SQLite's INTEGER): a larger one
 #: names no user, and SQLite cannot even be asked about it (OverflowError)
@@ -515,6 +554,10 @@ def parse_frame(text: str | None, limits: Limits) -> ClientMessage:
         return Unsubscribe(_user_ids(data, limits))
     if kind == "set_status":
         return SetStatus(parse_status_change(data, limits))
+    if kind == "watch_feed":
+        return WatchFeed(_feed(data))
+    if kind == "unwatch_feed":
+        return UnwatchFeed(_feed(data))
     raise InvalidInput(
         "unknown_type",
         gettext("Unknown message type %(type)s: use one of %(types)s.")

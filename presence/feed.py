@@ -666,3 +666,63 @@ def connect_signals() -> None:
         _status_before_save, sender=UserStatus, dispatch_uid="presence_feed_status_pre"
     )
     post_save.connect(_status_saved, sender=UserStatus, dispatch_uid="presence_feed_status_post")
+
+
+# --- live timelines (the WebSocket's watch_feed) ---------------------------------------------
+
+
+def feed_exists(feed: str) -> bool:
+    """Whether a feed name (already valid in form, see domain.FEED_NAME) names a timeline."""
+    kind, _, key = feed.partition(":")
+    if kind == "user":
+        return get_user_model()._default_manager.filter(pk=int(key)).exists()
+    if kind == "group":
+        return Group.objects.filter(slug=key).exists()
+    return True
+
+
+def live_audience(
+    activity_id: int, watching: dict[int, set[str]], url_name: str | None = None
+) -> tuple[dict[str, Any] | None, dict[int, list[str]]]:
+    """Which of the ``watching`` viewers ({viewer id: feed names}) see a new activity on which
+    of their feeds, by the same rules as the timelines and :func:`can_see`: the activity as
+    JSON and {viewer id: [feeds]}. Five queries whatever the number of viewers."""
+    activity = Activity.objects.select_related("author").filter(pk=activity_id).first()
+    if activity is None or not watching:
+        return None, {}
+    author = activity.author_id
+    viewers = set(watching)
+    wanted = {feed for feeds in watching.values() for feed in feeds}
+    followers = set(
+        Contact.objects.filter(owner__in=viewers, contact=author).values_list("owner", flat=True)
+    )
+    slugs = {feed[6:] for feed in wanted if feed.startswith("group:")}
+    groups = (
+        set(
+            Membership.objects.filter(user=author, group__slug__in=slugs).values_list(
+                "group__slug", flat=True
+            )
+        )
+        if slugs
+        else set()
+    )
+    mentioned = {mention.user_id for mention in mentions_of(activity)}
+    pairs = relations.load_pairs(viewers, [author])
+    choices = pairs.choices.get(author)
+    if choices is None:
+        return None, {}
+    audience: dict[int, list[str]] = {}
+    for viewer, feeds in watching.items():
+        if not domain.permits(choices.activity_visibility, pairs.relation(viewer, author)):
+            continue
+        matched = [
+            feed
+            for feed in sorted(feeds)
+            if (feed == "following" and (viewer in followers or viewer == author))
+            or (feed == "mentions" and viewer in mentioned)
+            or feed == f"user:{author}"
+            or (feed.startswith("group:") and feed[6:] in groups)
+        ]
+        if matched:
+            audience[viewer] = matched
+    return (activity_as_dict(activity, url_name) if audience else None), audience

@@ -37,6 +37,8 @@ logger = logging.getLogger("presence")
 
 #: channel-layer message type of "these users changed" (handled by the hub, not by consumers)
 CHANGED = "presence.changed"
+#: channel-layer message type of "activity N was posted" (the activity feed's live timelines)
+POSTED = "presence.activity"
 #: how soon a pending batch counts as due (saves a wake-up per batch)
 _TICK = 0.005
 
@@ -51,6 +53,8 @@ class Connection(Protocol):
     snapshotting: set[int]
 
     async def send_presences(self, kind: str, presences: dict[int, Presence]) -> None: ...
+
+    async def send_activity(self, feeds: list[str], activity: dict[str, Any]) -> None: ...
 
 
 def group_name(user_id: int) -> str:
@@ -121,6 +125,41 @@ def announce(user_ids: Iterable[int]) -> None:
         logger.warning("Presence: announcing a change timed out (%s).", error)
 
 
+def feed_group_name() -> str:
+    prefix = re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
+    return f"{prefix}.feed"
+
+
+async def aannounce_activity(activity_id: int) -> None:
+    """Tell every process with live timelines open that an activity was posted. Each decides
+    per viewer, with the feed's rules, who sees it on which timeline. Never raises."""
+    layer = get_channel_layer()
+    if layer is None:
+        hub = Hub.current()
+        if hub is not None:
+            hub.posted(activity_id)
+        return
+    try:
+        await layer.group_send(feed_group_name(), {"type": POSTED, "activity": activity_id})
+    except Exception as error:
+        logger.warning("Presence: could not announce activity %s (%s).", activity_id, error)
+
+
+def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
+    future = asyncio.run_coroutine_threadsafe(aannounce_activity(activity.pk), _announcer.loop())
+    try:
+        future.result(timeout=get_settings().SOCKET_TIMEOUT * 4)
+    except Exception as error:
+        future.cancel()
+        logger.warning("Presence: announcing an activity timed out (%s).", error)
+
+
+def connect_feed_signals() -> None:
+    from presence.feed import activity_posted
+
+    activity_posted.connect(_on_activity_posted, dispatch_uid="presence_live_activity")
+
+
 @receiver(presence_changed, dispatch_uid="presence_live_announce")
 def _on_presence_changed(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
     # Privacy, contacts, blocks and statuses take effect on open connections right away.
@@ -140,6 +179,9 @@ class Hub:
         self.layer = get_channel_layer()
         self.connections: set[Connection] = set()
         self.watchers: dict[int, set[Connection]] = {}
+        #: live timelines open on each connection (feed names, see domain.FEED_NAME)
+        self.feeds: dict[Connection, set[str]] = {}
+        self._posting: set[asyncio.Task[None]] = set()
         #: user id -> loop time when its coalescing window ends
         self.pending: dict[int, float] = {}
         self.channel: str | None = None
@@ -173,6 +215,8 @@ class Hub:
     async def detach(self, connection: Connection) -> None:
         watched = [uid for uid, watchers in self.watchers.items() if connection in watchers]
         await self.unwatch(connection, watched)
+        for feed in list(self.feeds.get(connection, ())):
+            await self.unwatch_feed(connection, feed)
         async with self._lock:
             self.connections.discard(connection)
             if not self.connections and self._tasks:
@@ -199,6 +243,61 @@ class Hub:
                 self.pending.pop(user_id, None)
                 last.append(user_id)
         await self._groups("group_discard", last)
+
+    async def watch_feed(self, connection: Connection, feed: str) -> None:
+        first = not self.feeds
+        self.feeds.setdefault(connection, set()).add(feed)
+        if first:
+            await self._group(self.layer and "group_add", feed_group_name())
+
+    async def unwatch_feed(self, connection: Connection, feed: str) -> None:
+        feeds = self.feeds.get(connection)
+        if feeds is None or feed not in feeds:
+            return
+        feeds.discard(feed)
+        if not feeds:
+            del self.feeds[connection]
+            if not self.feeds:
+                await self._group(self.layer and "group_discard", feed_group_name())
+
+    async def _group(self, method: str | None, group: str) -> None:
+        if method is None or self.channel is None:
+            return
+        try:
+            await getattr(self.layer, method)(group, self.channel)
+        except Exception as error:
+            logger.warning("Presence: channel layer %s failed (%s).", method, error)
+
+    def posted(self, activity_id: int) -> None:
+        if self.feeds:
+            task = asyncio.ensure_future(self.deliver_activity(activity_id))
+            self._posting.add(task)
+            task.add_done_callback(self._posting.discard)
+
+    async def deliver_activity(self, activity_id: int) -> None:
+        """Send a new activity to the connections whose open timelines it belongs on and whose
+        viewer may see it (one evaluation for all local viewers)."""
+        from asgiref.sync import sync_to_async
+
+        from presence import feed
+
+        watching: dict[int, set[str]] = {}
+        for connection, feeds in self.feeds.items():
+            watching.setdefault(connection.viewer_id, set()).update(feeds)
+        try:
+            activity, audience = await sync_to_async(feed.live_audience)(activity_id, watching)
+        except Exception:
+            logger.exception("Presence: resolving the audience of activity %s failed", activity_id)
+            return
+        if activity is None:
+            return
+        for connection, feeds in list(self.feeds.items()):
+            matched = [name for name in audience.get(connection.viewer_id, ()) if name in feeds]
+            if matched:
+                try:
+                    await connection.send_activity(matched, activity)
+                except Exception:
+                    logger.debug("Presence: could not send an activity", exc_info=True)
 
     async def _groups(self, method: str, user_ids: list[int]) -> None:
         if self.layer is None or self.channel is None or not user_ids:
@@ -277,6 +376,7 @@ class Hub:
 
     async def _stop(self) -> None:
         tasks, self._tasks = self._tasks, []
+        tasks += list(self._posting)
         self.pending.clear()
         self.channel = None
         for task in tasks:
@@ -304,8 +404,12 @@ class Hub:
                 logger.warning("Presence: channel layer receive failed (%s); retrying.", error)
                 await asyncio.sleep(get_settings().RETRY_INTERVAL)
                 continue
-            if message.get("type") == CHANGED and self.channel == channel:
+            if self.channel != channel:
+                continue
+            if message.get("type") == CHANGED:
                 self.changed(int(uid) for uid in message.get("users", ()))
+            elif message.get("type") == POSTED:
+                self.posted(int(message["activity"]))
 
     async def _deliver_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -344,6 +448,8 @@ class Hub:
                 if loop.time() - renewed >= renew_every:
                     renewed = loop.time()
                     await self._groups("group_add", list(self.watchers))
+                    if self.feeds:
+                        await self._group(self.layer and "group_add", feed_group_name())
                 await api.asweep()
             except asyncio.CancelledError:
                 raise

@@ -764,7 +764,8 @@ BAD_FRAMES = [
     (
         '{"type": "ping"}',
         "unknown_type",
-        "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, set_status.",
+        "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, set_status, "
+        "watch_feed, unwatch_feed.",
     ),
     *[
         (

@@ -360,7 +360,7 @@ class TestParseFrame:
         with translation.override("en"):
             assert refused({"type": kind}).message == (
                 f"Unknown message type {kind!r}: use one of heartbeat, subscribe, unsubscribe, "
-                "set_status."
+                "set_status, watch_feed, unwatch_feed."
             )
 
     @pytest.mark.parametrize(
@@ -658,3 +658,34 @@ class TestResolveIdle:
         seen = domain.resolve(closed, Choices(), CONTACT, NOW + 3, LIVE_TIMING)
         assert (seen.status, seen.devices) == (Status.OFFLINE, ())
         assert seen.last_seen == datetime.fromtimestamp(NOW - 2, tz=UTC)
+
+
+class TestParseFeedFrames:
+    @pytest.mark.parametrize("feed", ["following", "mentions", "user:12", "group:climb-ers_2"])
+    def test_watch_and_unwatch(self, feed: str) -> None:
+        assert domain.parse_frame(
+            json.dumps({"type": "watch_feed", "feed": feed}), LIMITS
+        ) == domain.WatchFeed(feed)
+        assert domain.parse_frame(
+            json.dumps({"type": "unwatch_feed", "feed": feed}), LIMITS
+        ) == domain.UnwatchFeed(feed)
+
+    @pytest.mark.parametrize(
+        ("feed", "code"),
+        [
+            (None, "invalid_message"),
+            (3, "invalid_message"),
+            (["following"], "invalid_message"),
+            ("", "invalid_value"),
+            ("Following", "invalid_value"),
+            ("user:0", "invalid_value"),
+            ("user:abc", "invalid_value"),
+            ("group:", "invalid_value"),
+            ("group:a b", "invalid_value"),
+            ("following ", "invalid_value"),
+        ],
+    )
+    def test_bad_feed_names(self, feed: Any, code: str) -> None:
+        with pytest.raises(InvalidInput) as raised:
+            domain.parse_frame(json.dumps({"type": "watch_feed", "feed": feed}), LIMITS)
+        assert raised.value.code == code

@@ -20,3 +20,13 @@ DATABASES = {"default": dj_database_url.config(default=f"sqlite:///{BASE_DIR / '
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tests capture presence's log records themselves (caplog); keep Django's defaults quiet.
 LOGGING_CONFIG = None
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The test database in a file rather than in memory, so that the daphne processes of the live
+    # tests (tests/daphne.py) open the very database this process created. One per test run, in
+    # /dev/shm (memory) where there is one.
+    import os
+    import tempfile
+
+    _dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    DATABASES["default"]["TEST"] = {"NAME": os.path.join(_dir, f"presence-test-{os.getpid()}.db")}

@@ -1,10 +1,15 @@
 """The demo site and presence.js in a real browser: headless Debian Chromium driven by Playwright.
 
-The demo is served by pytest-django's ``live_server`` (a thread of this process, static files
-included through ``django.contrib.staticfiles``), so it shares this process's settings, the
-throttle and the controlled clock: the ``clock`` fixture freezes ``time.time()`` for the server
-too, and the offline grace is crossed with ``clock.shift()`` instead of waiting. Chromium keeps its
-own (real) clock; nothing here depends on it.
+Two kinds of server:
+
+- **Live** (most tests): the demo run by real daphne processes (tests/daphne.py) on the test
+  database, with small ``PRESENCE`` timings; presence.js talks to ``ws/presence/``. Everything
+  waits for a DOM condition with Playwright's ``expect`` (bounded by a timeout), never for a
+  fixed time.
+- **Polling fallback**: pytest-django's ``live_server`` (a WSGI thread of this process: no
+  WebSockets), with ``window.WebSocket`` removed from the pages, so presence.js polls the JSON
+  endpoint and POSTs status changes. It shares this process's controlled clock: the offline grace
+  is crossed with ``clock.shift()``.
 
 Needs /usr/bin/chromium (``apt-get install chromium``); skipped otherwise. Never run
 ``playwright install``: the system Chromium is used.
@@ -13,8 +18,9 @@ Needs /usr/bin/chromium (``apt-get install chromium``); skipped otherwise. Never
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +31,12 @@ from django.urls import reverse
 
 from presence.models import Contact
 from tests.clock import T0
+from tests.daphne import Daphne, daphne_fixture  # noqa: F401 (the daphne fixture)
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
 expect = sync_api.expect
 
+CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
     "--disable-gpu",
@@ -42,20 +50,38 @@ CHROMIUM_ARGS = [
 WAIT_MS = 10_000
 expect.set_options(timeout=WAIT_MS)
 GRACE = 2  # OFFLINE_GRACE for these tests, unlike the default 5, to show the server reads it
+#: what the daphne processes run with: heartbeats every second, a crashed connection gone after
+#: 3 s, sweeps every 0.2 s; IDLE_AFTER long enough that no test goes idle unless it wants to
+LIVE = {
+    "HEARTBEAT_INTERVAL": 1,
+    "CONNECTION_TTL": 3,
+    "OFFLINE_GRACE": GRACE,
+    "IDLE_AFTER": 600,
+    "SWEEP_INTERVAL": 0.2,
+}
+MARGIN = 4  # seconds allowed past a deadline for the sweep, the coalescing window, a slow CI
 ONLINE = re.compile(r"\bpresence-dot--online\b")
+IDLE = re.compile(r"\bpresence-dot--idle\b")
+DND = re.compile(r"\bpresence-dot--dnd\b")
 OFFLINE = re.compile(r"\bpresence-dot--offline\b")
 REFRESH = "() => window.presence.refresh()"
 API_PATH = "/presence/api/presence"
+STATUS_PATH = "/presence/api/status"
+NO_WEBSOCKET = "delete window.WebSocket;"
+#: record every "update" and "connection" event of presence.js from the start of each page
+RECORDER = """
+window.__presence = {updates: [], states: []};
+document.addEventListener("presence:update", (e) => window.__presence.updates.push(e.detail));
+document.addEventListener("presence:connection",
+    (e) => window.__presence.states.push(e.detail.state));
+"""
 
 
 @pytest.fixture
 def chromium() -> str:
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.skip(
-            "Chromium not found at /usr/bin/chromium: apt-get install chromium (CI installs it)"
-        )
-    return executable
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"Chromium not found at {CHROMIUM}: apt-get install chromium (CI installs it)")
+    return CHROMIUM
 
 
 @dataclass
@@ -67,12 +93,24 @@ class Session:
     page: Any
     base_url: str
     errors: list[str] = field(default_factory=list)
-    presence_requests: list[str] = field(default_factory=list)
+    #: console errors this test expects (a server it stopped on purpose), as regexes
+    allowed: list[str] = field(default_factory=list)
+    http_requests: list[str] = field(default_factory=list)
+    frames_sent: list[dict[str, Any]] = field(default_factory=list)
+    frames_received: list[dict[str, Any]] = field(default_factory=list)
+    sockets: list[Any] = field(default_factory=list)  # Playwright's WebSocket objects
 
     def console(self, message: Any) -> None:
         if message.type != "error":
             return
+        if any(re.search(pattern, message.text) for pattern in self.allowed):
+            return
         self.errors.append(f"console: {message.text} at {message.location}")
+
+    def on_websocket(self, ws: Any) -> None:
+        self.sockets.append(ws)
+        ws.on("framesent", lambda payload: self.frames_sent.append(json.loads(payload)))
+        ws.on("framereceived", lambda payload: self.frames_received.append(json.loads(payload)))
 
     def url(self, name: str, *args: Any) -> str:
         return self.base_url + reverse(name, args=args)
@@ -95,59 +133,111 @@ class Session:
             f'.presence-dot[data-presence-user="{user.pk}"]:not([data-testid])'
         ).first
 
+    def last_seen(self, user: Any) -> Any:
+        return self.page.locator(f'[data-presence-last-seen="{user.pk}"]').first
+
+    def wait_connected(self, timeout: float = WAIT_MS) -> None:
+        self.page.wait_for_function(
+            "() => window.presence && window.presence.state === 'open'", timeout=timeout
+        )
+
     def refresh(self) -> dict[str, Any]:
-        """presence.js's own refresh: fetches, renders, resolves to {id: presence}."""
+        """presence.js's own refresh: resolves to {id: presence}."""
         result: dict[str, Any] = self.page.evaluate(REFRESH)
         return result
 
+    def statuses_of(self, user: Any) -> list[str]:
+        """The statuses presence.js rendered for ``user`` on this page, in order."""
+        result: list[str] = self.page.evaluate(
+            "(pk) => window.__presence.updates.filter((u) => u.presences[pk])"
+            ".map((u) => u.presences[pk].status)",
+            str(user.pk),
+        )
+        return result
 
-@pytest.fixture
-def open_session(chromium: str, live_server: Any) -> Iterator[Callable[[Any], Session]]:
-    """Opens a logged-in browser session for a user; at the end, no session may have logged a
-    console error or thrown an uncaught exception.
+    def set_status(self, status: str, text: str = "", emoji: str = "", expires: str = "") -> None:
+        """Through the header's status menu."""
+        menu = self.page.locator("[data-status-menu]")
+        if not menu.evaluate("(details) => details.open"):
+            menu.locator("summary").click()
+        menu.get_by_role("radio", name=status).check()
+        menu.get_by_label("Emoji").fill(emoji)
+        menu.get_by_label("What's happening?").fill(text)
+        if expires:
+            menu.get_by_label("Clear status").select_option(label=expires)
+        menu.get_by_role("button", name="Save status").click()
+
+
+class Browser:
+    """Chromium, started with the first session.
 
     Playwright's sync API runs an asyncio loop in this thread while it is started, and Django
     refuses database calls under a running loop. So it starts with the first session, once the
-    test's fixtures have written their rows, and stops before the database is flushed.
+    test has written its rows, and stops before the database is flushed.
     """
-    sessions: list[Session] = []
-    started: list[Any] = []  # the Playwright instance and the browser, once started
 
-    def open_(user: Any) -> Session:
-        if not started:
-            playwright = sync_api.sync_playwright().start()
-            started.append(playwright)
-            started.append(
-                playwright.chromium.launch(
-                    executable_path=chromium, headless=True, args=CHROMIUM_ARGS
-                )
+    def __init__(self, executable: str) -> None:
+        self.executable = executable
+        self.sessions: list[Session] = []
+        self.playwright: Any = None
+        self.browser: Any = None
+
+    def open(
+        self,
+        user: Any,
+        base_url: str,
+        *,
+        websocket: bool = True,
+        log_in: bool = True,
+        server: Callable[[Any], None] | None = None,
+    ) -> Session:
+        """``websocket=False`` removes WebSocket from the pages; ``server`` answers their
+        WebSockets instead of the real server (Playwright's ``route_web_socket``)."""
+        if self.browser is None:
+            self.playwright = sync_api.sync_playwright().start()
+            self.browser = self.playwright.chromium.launch(
+                executable_path=self.executable, headless=True, args=CHROMIUM_ARGS
             )
-        context = started[1].new_context(locale="en-US")
+        context = self.browser.new_context(locale="en-US")
         context.set_default_timeout(WAIT_MS)
+        context.add_init_script(RECORDER if websocket else NO_WEBSOCKET + RECORDER)
+        if server is not None:
+            context.route_web_socket(re.compile(r"/ws/presence/"), server)
         page = context.new_page()
-        session = Session(user, context, page, live_server.url)
-        page.on("console", lambda msg: session.console(msg))
+        session = Session(user, context, page, base_url)
+        page.on("console", session.console)
         page.on("pageerror", lambda exc: session.errors.append(f"pageerror: {exc}"))
+        page.on("websocket", session.on_websocket)
         page.on(
             "request",
             lambda req: (
-                session.presence_requests.append(req.url)
-                if urlsplit(req.url).path == API_PATH
+                session.http_requests.append(req.url)
+                if urlsplit(req.url).path in (API_PATH, STATUS_PATH)
                 else None
             ),
         )
-        sessions.append(session)
-        session.log_in()
+        self.sessions.append(session)
+        if log_in:
+            session.log_in()
         return session
 
-    yield open_
-    if started:
-        playwright, browser = started
-        try:
-            browser.close()
-        finally:
-            playwright.stop()
-    errors = {s.user.username: s.errors for s in sessions if s.errors}
+    def close(self) -> dict[str, list[str]]:
+        """Closes everything; returns the errors each user's pages logged."""
+        if self.browser is not None:
+            try:
+                self.browser.close()
+            finally:
+                self.playwright.stop()
+        return {s.user.username: s.errors for s in self.sessions if s.errors}
+
+
+@pytest.fixture
+def browser(chromium: str, daphne: Callable[..., Daphne]) -> Iterator[Browser]:
+    """At the end, no page may have logged a console error or thrown an uncaught exception.
+    (Requests the daphne fixture so that its servers stop after the pages are closed.)"""
+    b = Browser(chromium)
+    yield b
+    errors = b.close()
     assert not errors, f"browser errors: {errors}"
 
 
@@ -161,25 +251,254 @@ def people(make_user: Callable[..., Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
+def live(daphne: Callable[..., Daphne], people: dict[str, Any]) -> Daphne:
+    """The demo served by daphne (after the people exist: the server reads them)."""
+    return daphne(LIVE)
+
+
+# --- live: the WebSocket client against daphne ------------------------------------------------
+
+
+def test_a_friend_comes_online_and_leaves_without_reload(
+    browser: Browser, live: Daphne, people: dict[str, Any]
+) -> None:
+    ann, ben = people["ann"], people["ben"]
+    a = browser.open(ann, live.url)
+    expect(a.dot(ben)).to_have_class(OFFLINE)
+    a.wait_connected()
+    a.page.evaluate("() => { window.loadedOnce = true; }")  # gone if the page reloads
+
+    b = browser.open(ben, live.url)  # the real login form, then the home page connects
+    expect(a.dot(ben)).to_have_class(ONLINE)
+    expect(a.dot(ben)).to_have_attribute("title", "Online")
+    expect(a.dot(ben)).to_have_attribute("aria-label", "Online")
+    expect(a.last_seen(ben)).to_have_text("online")
+    # Pushed, not polled: the page made no HTTP request for presence.
+    assert a.http_requests == []
+    subscribes = [f for f in a.frames_sent if f["type"] == "subscribe"]
+    assert ben.pk in subscribes[0]["users"]
+    heartbeats = [f for f in a.frames_sent if f["type"] == "heartbeat"]
+    assert heartbeats and {f["state"] for f in heartbeats} == {"active"}
+
+    closed = time.monotonic()
+    b.page.close()
+    # Grey after OFFLINE_GRACE (a reload must not flicker), not before.
+    expect(a.dot(ben)).to_have_class(OFFLINE, timeout=(GRACE + MARGIN) * 1000)
+    elapsed = time.monotonic() - closed
+    assert elapsed >= GRACE - 0.2, f"offline after {elapsed:.2f} s, before the grace"
+    expect(a.dot(ben)).to_have_attribute("title", "Offline")
+    # A friend sees when: "just now", in the page's language.
+    expect(a.last_seen(ben)).to_have_text("just now")
+    assert a.page.evaluate("() => window.loadedOnce") is True
+
+
+def test_a_reload_does_not_flap(browser: Browser, live: Daphne, people: dict[str, Any]) -> None:
+    ann, ben = people["ann"], people["ben"]
+    a = browser.open(ann, live.url)
+    b = browser.open(ben, live.url)
+    expect(a.dot(ben)).to_have_class(ONLINE)
+    seen_before = len(a.statuses_of(ben))
+
+    reloaded = time.monotonic()
+    b.page.reload()
+    b.wait_connected()
+    # That nothing happens can only be seen by letting the time pass: the grace and a margin,
+    # checking the dot all along.
+    while time.monotonic() < reloaded + GRACE + 1.5:
+        expect(a.dot(ben)).to_have_class(ONLINE, timeout=500)
+        a.page.wait_for_timeout(200)
+    assert "offline" not in a.statuses_of(ben)[seen_before:]
+
+    b.page.close()
+    expect(a.dot(ben)).to_have_class(OFFLINE, timeout=(GRACE + MARGIN) * 1000)
+
+
+def test_status_menu_sets_dnd_over_the_socket(
+    browser: Browser, live: Daphne, people: dict[str, Any]
+) -> None:
+    ann, ben = people["ann"], people["ben"]
+    a = browser.open(ann, live.url)
+    b = browser.open(ben, live.url)
+    expect(a.dot(ben)).to_have_class(ONLINE)
+    b.wait_connected()
+
+    b.set_status("Do not disturb", text="Focus", emoji="🎧", expires="in 1 hour")
+    expect(a.dot(ben)).to_have_class(DND)
+    expect(a.dot(ben)).to_have_attribute("title", "Do not disturb")
+    expect(b.dot(ben)).to_have_class(DND)  # ben's own dot in the header
+    expect(b.page.locator("[data-status-summary]")).to_have_text("🎧 Focus")
+    sent = [f for f in b.frames_sent if f["type"] == "set_status"]
+    assert sent == [
+        {
+            "type": "set_status",
+            "status": "dnd",
+            "text": "Focus",
+            "emoji": "🎧",
+            "expires_in": 3600,
+        }
+    ]
+    replies = [f for f in b.frames_received if f["type"] == "status"]
+    assert replies[-1]["presence"]["status"] == "dnd"
+    assert replies[-1]["presence"]["text"] == "Focus"
+    assert b.http_requests == []  # over the socket, not the HTTP endpoint
+
+    # The server refuses a text over TEXT_MAX_LENGTH; the menu shows its words; nothing changes.
+    b.set_status("Automatic — online while you are active", text="x" * 200)
+    alert = b.page.locator("[data-status-menu] [role=alert]")
+    expect(alert).to_be_visible()
+    expect(alert).to_contain_text("text")
+    errors = [f for f in b.frames_received if f["type"] == "error"]
+    assert errors[-1]["code"] == "invalid_value"
+    expect(a.dot(ben)).to_have_class(DND)
+
+    b.set_status("Automatic — online while you are active")
+    expect(alert).to_be_hidden()
+    expect(a.dot(ben)).to_have_class(ONLINE)
+    expect(b.page.locator("[data-status-summary]")).to_have_text("Set status")
+
+
+def test_a_stranger_never_sees_an_online_user(
+    browser: Browser, live: Daphne, people: dict[str, Any]
+) -> None:
+    ann, ben, cy = people["ann"], people["ben"], people["cy"]
+    c = browser.open(cy, live.url)
+    c.page.goto(c.url("demo:profile", ben.username))
+    c.wait_connected()
+    expect(c.dot(ben)).to_have_class(OFFLINE)
+    a = browser.open(ann, live.url)
+
+    b = browser.open(ben, live.url)
+    expect(a.dot(ben)).to_have_class(ONLINE)  # the change was fanned out...
+    b.set_status("Do not disturb", text="Secret plans", emoji="🤫")
+    expect(a.dot(ben)).to_have_class(DND)
+    # ... and cy's connection is past it: a reply to cy's own frame comes after anything the
+    # server had queued for cy.
+    c.page.evaluate("() => window.presence.setStatus({status: 'auto'})")
+
+    expect(c.dot(ben)).to_have_class(OFFLINE)
+    expect(c.last_seen(ben)).to_have_text("")
+    assert set(c.statuses_of(ben)) == {"offline"}
+    about_ben = [
+        f["presences"][str(ben.pk)]
+        for f in c.frames_received
+        if f["type"].startswith("presence_") and str(ben.pk) in f["presences"]
+    ]
+    # One snapshot (offline, nothing else), and not a single diff.
+    assert about_ben == [
+        {
+            "status": "offline",
+            "last_seen": None,
+            "devices": [],
+            "text": None,
+            "emoji": None,
+            "activity": None,
+        }
+    ]
+    assert "Secret plans" not in json.dumps(c.frames_received)
+
+
+def test_idle_without_input_and_back_with_it(
+    browser: Browser, daphne: Callable[..., Daphne], people: dict[str, Any]
+) -> None:
+    ann, ben = people["ann"], people["ben"]
+    server = daphne({**LIVE, "IDLE_AFTER": 2})
+    a = browser.open(ann, server.url)
+    b = browser.open(ben, server.url)
+    # No input on ben's page: idle after IDLE_AFTER, reported at once.
+    expect(a.dot(ben)).to_have_class(IDLE, timeout=(2 + MARGIN) * 1000)
+    expect(a.dot(ben)).to_have_attribute("title", "Idle")
+    b.page.mouse.move(20, 20)
+    b.page.mouse.move(40, 60)
+    expect(a.dot(ben)).to_have_class(ONLINE, timeout=MARGIN * 1000)
+    states = [f["state"] for f in b.frames_sent if f["type"] == "heartbeat"]
+    assert "idle" in states
+    assert states[-1] == "active" or "active" in states[states.index("idle") :]
+
+
+def test_dots_added_and_removed_later_subscribe_and_unsubscribe(
+    browser: Browser, live: Daphne, people: dict[str, Any]
+) -> None:
+    ann, ben, cy = people["ann"], people["ben"], people["cy"]
+    a = browser.open(ann, live.url)
+    a.wait_connected()
+    browser.open(ben, live.url)
+    expect(a.dot(ben)).to_have_class(ONLINE)
+    first = [f for f in a.frames_sent if f["type"] == "subscribe"]
+    assert all(cy.pk not in f["users"] for f in first)  # only who the page shows
+
+    # As a page would add a list of people: a dot and a last-seen text, no status known.
+    a.page.evaluate(
+        """(pk) => {
+            const item = document.createElement("li");
+            item.dataset.testid = "late";
+            item.innerHTML = `<span class="presence-dot" data-presence-user="${pk}"
+                data-testid="late-dot"></span><span data-presence-last-seen="${pk}"
+                data-testid="late-text"></span>`;
+            document.querySelector("main").append(item);
+        }""",
+        cy.pk,
+    )
+    expect(a.page.get_by_test_id("late-dot")).to_have_class(OFFLINE)  # what ann may see of cy
+    expect(a.page.get_by_test_id("late-dot")).to_have_attribute("title", "Offline")
+    assert {"type": "subscribe", "users": [cy.pk]} in a.frames_sent
+
+    # Gone from the page: unsubscribed (ben, still shown, stays subscribed).
+    unsubscribe = {"type": "unsubscribe", "users": [cy.pk]}
+    with a.sockets[-1].expect_event("framesent", lambda frame: json.loads(frame) == unsubscribe):
+        a.page.get_by_test_id("late").evaluate("(el) => el.remove()")
+    assert a.http_requests == []
+
+
+def test_reconnects_and_resubscribes_after_a_server_restart(
+    browser: Browser, daphne: Callable[..., Daphne], people: dict[str, Any]
+) -> None:
+    ann, ben = people["ann"], people["ben"]
+    first = daphne(LIVE)
+    a = browser.open(ann, first.url)
+    a.wait_connected()
+    # While the server is away, Chromium reports each refused connection on the console.
+    a.allowed += [r"WebSocket connection to .* failed", r"ERR_CONNECTION_REFUSED"]
+
+    first.stop()
+    a.page.wait_for_function("() => window.presence.state !== 'open'")
+    daphne(LIVE, port=first.port)  # back on the same address
+    a.wait_connected(timeout=30_000)  # backoff with jitter: retries 0.5-1 s, 1-2 s, 2-4 s, ...
+    states = a.page.evaluate("() => window.__presence.states")
+    assert states[0] == "connecting" and states[-1] == "open"
+    assert "closed" in states
+
+    b = browser.open(ben, first.url)  # the resubscribed page learns of ben at once
+    expect(a.dot(ben)).to_have_class(ONLINE)
+    b.page.close()
+    expect(a.dot(ben)).to_have_class(OFFLINE, timeout=(GRACE + MARGIN) * 1000)
+    subscribes = [f for f in a.frames_sent if f["type"] == "subscribe"]
+    assert len(subscribes) == 2 and all(ben.pk in f["users"] for f in subscribes)
+
+
+# --- polling fallback: no WebSocket in the page, live_server and the controlled clock ---------
+
+
+@pytest.fixture
 def grace(settings: Any) -> int:
     settings.PRESENCE = {"OFFLINE_GRACE": GRACE}
     return GRACE
 
 
-def test_a_friend_goes_online_and_offline_without_reload(
-    open_session: Callable[[Any], Session], people: dict[str, Any], clock: Any, grace: int
+def test_polling_a_friend_goes_online_and_offline_without_reload(
+    browser: Browser, live_server: Any, people: dict[str, Any], clock: Any, grace: int
 ) -> None:
     ann, ben = people["ann"], people["ben"]
-    a = open_session(ann)
+    a = browser.open(ann, live_server.url, websocket=False)
     expect(a.dot(ben)).to_have_class(OFFLINE)
+    assert a.page.evaluate("() => window.presence.state") == "polling"
     a.page.evaluate("() => { window.loadedOnce = true; }")  # gone if the page reloads
 
-    b = open_session(ben)  # the login signal records ben online
+    b = browser.open(ben, live_server.url, websocket=False)  # the login signal: ben online
     presences = a.refresh()
     assert presences[str(ben.pk)]["status"] == "online"
     expect(a.dot(ben)).to_have_class(ONLINE)
     expect(a.dot(ben)).to_have_attribute("title", "Online")
-    expect(a.page.locator(f'[data-presence-last-seen="{ben.pk}"]')).to_have_text("online")
+    expect(a.last_seen(ben)).to_have_text("online")
 
     b.log_out()
     # Logged out, ben stays online to others for the grace (a reload or a quick reconnect
@@ -202,12 +521,12 @@ def test_a_friend_goes_online_and_offline_without_reload(
     assert a.page.evaluate("() => window.loadedOnce") is True
 
 
-def test_a_stranger_sees_an_online_user_offline_and_no_last_seen(
-    open_session: Callable[[Any], Session], people: dict[str, Any]
+def test_polling_a_stranger_sees_an_online_user_offline_and_no_last_seen(
+    browser: Browser, live_server: Any, people: dict[str, Any]
 ) -> None:
     ann, ben, cy = people["ann"], people["ben"], people["cy"]
-    open_session(ben)
-    c = open_session(cy)
+    browser.open(ben, live_server.url, websocket=False)
+    c = browser.open(cy, live_server.url, websocket=False)
     c.page.goto(c.url("demo:profile", ben.username))
     expect(c.dot(ben)).to_have_class(OFFLINE)
 
@@ -220,11 +539,11 @@ def test_a_stranger_sees_an_online_user_offline_and_no_last_seen(
     assert seen_by_stranger["last_seen"] is None
     assert seen_by_stranger["devices"] == []
     expect(c.dot(ben)).to_have_class(OFFLINE)
-    expect(c.page.locator(f'[data-presence-last-seen="{ben.pk}"]')).to_have_text("")
+    expect(c.last_seen(ben)).to_have_text("")
 
     # The same endpoint tells a friend that ben is online and since when: what cy got is
     # privacy, not missing data.
-    a = open_session(ann)
+    a = browser.open(ann, live_server.url, websocket=False)
     seen_by_friend = a.refresh()[str(ben.pk)]
     assert seen_by_friend["status"] == "online"
     assert seen_by_friend["last_seen"]
@@ -233,14 +552,14 @@ def test_a_stranger_sees_an_online_user_offline_and_no_last_seen(
     assert seen_by_friend["last_seen"] not in json.dumps(others)
 
 
-def test_dots_added_after_load_get_their_status_without_reload(
-    open_session: Callable[[Any], Session], people: dict[str, Any]
+def test_polling_dots_added_after_load_get_their_status_without_reload(
+    browser: Browser, live_server: Any, people: dict[str, Any]
 ) -> None:
     ann, ben = people["ann"], people["ben"]
-    a = open_session(ann)
+    a = browser.open(ann, live_server.url, websocket=False)
     expect(a.dot(ben)).to_have_class(OFFLINE)
-    open_session(ben)
-    assert a.presence_requests == []  # the first poll is 15 s away: nothing fetched yet
+    browser.open(ben, live_server.url, websocket=False)
+    assert a.http_requests == []  # the first poll is 15 s away: nothing fetched yet
 
     # As a page would add a list of people: a dot and a last-seen text, no status known.
     a.page.evaluate(
@@ -258,8 +577,8 @@ def test_dots_added_after_load_get_their_status_without_reload(
     expect(late_dot).to_have_attribute("title", "Online")
     expect(a.page.get_by_test_id("late-text")).to_have_text("online")
     # One request, for the added user only; it also refreshed ben's older dot.
-    assert len(a.presence_requests) == 1
-    assert parse_qs(urlsplit(a.presence_requests[0]).query)["users"] == [str(ben.pk)]
+    assert len(a.http_requests) == 1
+    assert parse_qs(urlsplit(a.http_requests[0]).query)["users"] == [str(ben.pk)]
     expect(a.dot(ben)).to_have_class(ONLINE)
 
     # A user already fetched is shown at once, from memory: no second request.
@@ -276,4 +595,106 @@ def test_dots_added_after_load_get_their_status_without_reload(
         ben.pk,
     )
     assert "presence-dot--online" in classes.split()
-    assert len(a.presence_requests) == 1
+    assert len(a.http_requests) == 1
+
+
+def test_polling_status_menu_posts_without_a_socket(
+    browser: Browser, live_server: Any, people: dict[str, Any]
+) -> None:
+    ann, ben = people["ann"], people["ben"]
+    a = browser.open(ann, live_server.url, websocket=False)
+    b = browser.open(ben, live_server.url, websocket=False)
+    with b.page.expect_response(lambda r: urlsplit(r.url).path == STATUS_PATH) as answer:
+        b.set_status("Do not disturb", text="Focus", expires="in 30 minutes")
+    assert answer.value.status == 200
+    assert answer.value.request.post_data_json == {
+        "status": "dnd",
+        "text": "Focus",
+        "emoji": None,
+        "expires_in": 1800,
+    }
+    expect(b.dot(ben)).to_have_class(DND)  # the page refreshed its dots after the change
+    expect(b.page.locator("[data-status-summary]")).to_have_text("Focus")
+    assert a.refresh()[str(ben.pk)]["status"] == "dnd"
+    expect(a.dot(ben)).to_have_class(DND)
+
+
+class ScriptedServer:
+    """Plays the server's side of the pages' WebSockets, frame by frame, to reach the client's
+    corner cases on purpose."""
+
+    def __init__(self) -> None:
+        self.sockets: list[Any] = []
+        self.received: list[dict[str, Any]] = []
+
+    def __call__(self, ws: Any) -> None:
+        self.sockets.append(ws)
+        ws.on_message(lambda message: self.received.append(json.loads(message)))
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sockets[-1].send(json.dumps(message))
+
+    def wait_for(self, page: Any, predicate: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        # Playwright delivers the frames while it waits on the page.
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while True:
+            found = [frame for frame in self.received if predicate(frame)]
+            if found:
+                return found[-1]
+            assert time.monotonic() < deadline, f"no such frame: {self.received}"
+            page.wait_for_timeout(20)
+
+
+def presence(status: str, **fields: Any) -> dict[str, Any]:
+    base = {"last_seen": None, "devices": [], "text": None, "emoji": None, "activity": None}
+    return {"status": status, **base, **fields}
+
+
+def test_client_against_a_scripted_server(
+    browser: Browser, live_server: Any, people: dict[str, Any]
+) -> None:
+    ann, ben = people["ann"], people["ben"]
+    server = ScriptedServer()
+    a = browser.open(ann, live_server.url, server=server)
+    a.wait_connected()
+    subscribe = server.wait_for(a.page, lambda f: f["type"] == "subscribe")
+    assert ben.pk in subscribe["users"]
+    assert server.wait_for(a.page, lambda f: f["type"] == "heartbeat")["state"] == "active"
+
+    # A diff that overtakes the snapshot of its user is kept, and wins over the snapshot.
+    server.send({"type": "presence_diff", "presences": {str(ben.pk): presence("online")}})
+    server.send({"type": "presence_state", "presences": {str(ben.pk): presence("offline")}})
+    expect(a.dot(ben)).to_have_class(ONLINE)
+    assert a.statuses_of(ben) == ["online"]
+    # Diffs of users not subscribed are ignored.
+    server.send({"type": "presence_diff", "presences": {"999999": presence("online")}})
+
+    # setStatus: an error frame about subscriptions is not its answer; the next error is.
+    settle = "() => { window.__settled = null; }"
+    call = """(change) => { window.presence.setStatus(change).then(
+        (p) => { window.__settled = ["ok", p.status]; },
+        (e) => { window.__settled = ["error", e.code, e.message]; }); }"""
+    a.page.evaluate(settle)
+    a.page.evaluate(call, {"status": "dnd", "text": "x"})
+    sent = server.wait_for(a.page, lambda f: f["type"] == "set_status")
+    assert sent == {"type": "set_status", "status": "dnd", "text": "x"}
+    server.send({"type": "error", "code": "unknown_users", "message": "No user 7", "users": [7]})
+    server.send({"type": "error", "code": "invalid_value", "message": "Too long."})
+    a.page.wait_for_function("() => window.__settled !== null")
+    assert a.page.evaluate("() => window.__settled") == ["error", "invalid_value", "Too long."]
+
+    a.page.evaluate(settle)
+    a.page.evaluate(call, {"status": "dnd"})
+    server.wait_for(a.page, lambda f: f == {"type": "set_status", "status": "dnd"})
+    server.send({"type": "status", "presence": presence("dnd", invisible=False)})
+    a.page.wait_for_function("() => window.__settled !== null")
+    assert a.page.evaluate("() => window.__settled") == ["ok", "dnd"]
+    assert a.http_requests == []
+
+    # 4401 (logged out meanwhile): the client stops; it neither reconnects nor polls.
+    connections = len(server.sockets)
+    server.sockets[-1].close(code=4401, reason="not authenticated")
+    a.page.wait_for_function("() => window.presence.state === 'unauthorized'")
+    a.page.wait_for_timeout(1500)  # longer than the first retry would wait (0.5-1 s)
+    assert len(server.sockets) == connections
+    assert a.page.evaluate("() => window.presence.state") == "unauthorized"

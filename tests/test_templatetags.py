@@ -343,13 +343,13 @@ def test_prefetch_of_a_queryset(make_user: Callable[..., Any]) -> None:
             "en",
             "{&quot;online&quot;:&quot;Online&quot;,&quot;idle&quot;:&quot;Idle&quot;,"
             "&quot;dnd&quot;:&quot;Do not disturb&quot;,&quot;offline&quot;:&quot;Offline&quot;,"
-            "&quot;onlineText&quot;:&quot;online&quot;}",
+            "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;}",
         ),
         (
             "ja",
             "{&quot;online&quot;:&quot;オンライン&quot;,&quot;idle&quot;:&quot;退席中&quot;,"
             "&quot;dnd&quot;:&quot;取り込み中&quot;,&quot;offline&quot;:&quot;オフライン&quot;,"
-            "&quot;onlineText&quot;:&quot;オンライン&quot;}",
+            "&quot;onlineText&quot;:&quot;オンライン&quot;,&quot;justNow&quot;:&quot;たった今&quot;}",
         ),
     ],
 )
@@ -359,8 +359,63 @@ def test_presence_script_markup(language: str, labels: str) -> None:
     assert html == (
         '<script src="/static/presence/presence.js" '
         'data-presence-endpoint="/presence/api/presence" '
+        'data-presence-status-endpoint="/presence/api/status" '
+        'data-presence-socket="/ws/presence/" '
+        'data-presence-heartbeat="30" data-presence-idle-after="300" '
         f'data-presence-labels="{labels}" defer></script>'
     )
+
+
+SCRIPT_LABELS = (
+    "{&quot;online&quot;:&quot;Online&quot;,&quot;idle&quot;:&quot;Idle&quot;,"
+    "&quot;dnd&quot;:&quot;Do not disturb&quot;,&quot;offline&quot;:&quot;Offline&quot;,"
+    "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;}"
+)
+
+
+def test_presence_script_reads_the_timings_from_settings() -> None:
+    with override_settings(PRESENCE={"HEARTBEAT_INTERVAL": 5, "IDLE_AFTER": 60}):
+        html = render("{% presence_script %}")
+    assert html == (
+        '<script src="/static/presence/presence.js" '
+        'data-presence-endpoint="/presence/api/presence" '
+        'data-presence-status-endpoint="/presence/api/status" '
+        'data-presence-socket="/ws/presence/" '
+        'data-presence-heartbeat="5" data-presence-idle-after="60" '
+        f'data-presence-labels="{SCRIPT_LABELS}" defer></script>'
+    )
+
+
+def test_presence_script_with_another_socket_path_or_none() -> None:
+    html = render('{% presence_script socket="/live/presence/?device=desktop" %}')
+    assert html == (
+        '<script src="/static/presence/presence.js" '
+        'data-presence-endpoint="/presence/api/presence" '
+        'data-presence-status-endpoint="/presence/api/status" '
+        'data-presence-socket="/live/presence/?device=desktop" '
+        'data-presence-heartbeat="30" data-presence-idle-after="300" '
+        f'data-presence-labels="{SCRIPT_LABELS}" defer></script>'
+    )
+    # No socket: the client polls the JSON endpoint (a site served without ASGI).
+    assert render('{% presence_script socket="" %}') == (
+        '<script src="/static/presence/presence.js" '
+        'data-presence-endpoint="/presence/api/presence" '
+        'data-presence-status-endpoint="/presence/api/status" '
+        'data-presence-heartbeat="30" data-presence-idle-after="300" '
+        f'data-presence-labels="{SCRIPT_LABELS}" defer></script>'
+    )
+
+
+def test_presence_script_under_a_script_prefix() -> None:
+    from django.urls import set_script_prefix
+
+    set_script_prefix("/site/")
+    try:
+        html = render("{% presence_script %}")
+    finally:
+        set_script_prefix("/")
+    assert 'data-presence-endpoint="/site/presence/api/presence"' in html
+    assert 'data-presence-socket="/site/ws/presence/"' in html
 
 
 def test_tags_during_a_redis_outage(make_user: Callable[..., Any]) -> None:

@@ -1,32 +1,75 @@
-/* django-live-presence client: keeps presence dots and last-seen texts fresh.
+/* django-live-presence client: keeps presence dots and last-seen texts live.
  *
- * Loaded by {% presence_script %} as
- *   <script src=".../presence/presence.js" data-presence-endpoint="/presence/api/presence" defer>
- * It watches every [data-presence-user="PK"] element (also ones added later), polls
- * GET endpoint?users=1,2,3 every 15 s and when the tab becomes visible again, and updates
+ * Loaded by {% presence_script %}, which passes its configuration as data attributes:
+ *   data-presence-socket           WebSocket path (ws/presence/); absent: poll over HTTP only
+ *   data-presence-endpoint         GET ?users=1,2,3 (polling while there is no socket)
+ *   data-presence-status-endpoint  POST (setStatus while there is no socket)
+ *   data-presence-heartbeat        HEARTBEAT_INTERVAL, seconds
+ *   data-presence-idle-after       IDLE_AFTER, seconds
+ *   data-presence-labels           {"online": "Online", ..., "onlineText", "justNow"} (localized)
+ *
+ * It watches every [data-presence-user="PK"] and [data-presence-last-seen="PK"] element (also
+ * ones added later; users whose elements all left the page are unsubscribed), subscribes to
+ * exactly those users, and renders what the server pushes:
  *   - the dot's class presence-dot--STATUS, its title and aria-label,
- *   - the text of [data-presence-last-seen="PK"]: "online", a relative time, or empty.
- * API: window.presence.refresh() -> Promise of {id: presence};
- *      window.presence.on("update", ({presences}) => ...) -> function that unsubscribes.
- * Every update is also a "presence:update" CustomEvent on document, detail {presences}.
- * Optional: data-presence-labels='{"online": "Online", ..., "onlineText": "online"}' on the
- * script tag; otherwise the words are taken from the server-rendered (localized) page.
- * Plain ES2017, no build step. A WebSocket client replaces the polling in a later release.
+ *   - the text of [data-presence-last-seen="PK"]: "online", a relative time (refreshed every
+ *     30 s), or empty.
+ * It sends a heartbeat every HEARTBEAT_INTERVAL ("active", or "idle" after IDLE_AFTER without
+ * input or while the tab is hidden; at once when that changes), reconnects with exponential
+ * backoff and jitter, and resubscribes. While the socket is down (or where WebSocket is missing)
+ * it polls the JSON endpoint every 15 s instead.
+ *
+ * API (window.presence):
+ *   on(event, fn) -> function that removes the listener; fn(detail). Events:
+ *     "update"     {presences: {id: PRESENCE}}   new presence rendered (snapshot, diff or poll)
+ *     "status"     {presence}                     the user's own presence after a status change
+ *     "error"      {code, message}                an error frame, or a failed status change
+ *     "connection" {state, code}                  "connecting" | "open" | "closed" (retrying,
+ *                                                 polling meanwhile) | "polling" (no socket) |
+ *                                                 "unauthorized" (4401: stopped)
+ *     Each is also a CustomEvent "presence:EVENT" on document.
+ *   refresh() -> Promise of {id: presence}: fetches over HTTP, or, while the socket is open
+ *     (presence is pushed then), resolves to what the page shows.
+ *   setStatus({status, text, emoji, activity, expires_in}) -> Promise of the own presence;
+ *     over the socket, else POSTed to the status endpoint. Rejects with an Error with .code.
+ *   state: the connection state above.
+ * Plain ES2017, no build step.
  */
 (() => {
   "use strict";
 
   const script = document.currentScript;
-  const endpoint = script && script.dataset.presenceEndpoint;
-  if (!endpoint || (window.presence && window.presence.refresh)) return;
+  if (!script || (window.presence && window.presence.refresh)) return;
+  const config = script.dataset;
+  const ms = (seconds, fallback) => (Number(seconds) > 0 ? Number(seconds) : fallback) * 1000;
 
+  const endpoint = config.presenceEndpoint || "";
+  const statusEndpoint = config.presenceStatusEndpoint || "";
+  const HEARTBEAT_MS = ms(config.presenceHeartbeat, 30);
+  const IDLE_MS = ms(config.presenceIdleAfter, 300);
   const POLL_MS = 15000;
-  const MAX_DELAY_MS = 5 * 60 * 1000;
-  const MAX_IDS = 500; // the endpoint's limit per request
+  const MAX_POLL_DELAY_MS = 5 * 60 * 1000;
+  const RETRY_MS = 1000; // first reconnection delay; doubles up to RETRY_MAX_MS
+  const RETRY_MAX_MS = 30000;
+  const RATE_LIMITED_MS = 10000; // at least this long after a 4429 close
+  const STABLE_MS = 10000; // a connection open this long resets the backoff
+  const STATUS_TIMEOUT_MS = 10000;
+  const CLOCK_MS = 30000; // relative times are rewritten this often
+  const MAX_IDS = 500; // per HTTP request and per subscribe frame
+  const CLOSE_UNAUTHORIZED = 4401;
+  const CLOSE_RATE_LIMITED = 4429;
   const STATUSES = ["online", "idle", "dnd", "offline"];
   const USER = "data-presence-user";
   const LAST_SEEN = "data-presence-last-seen";
   const WATCHED = `[${USER}], [${LAST_SEEN}]`;
+
+  const socketUrl = (() => {
+    if (!config.presenceSocket || typeof WebSocket === "undefined") return null;
+    const url = new URL(config.presenceSocket, location.href);
+    if (url.protocol === "http:") url.protocol = "ws:";
+    if (url.protocol === "https:") url.protocol = "wss:";
+    return url.href;
+  })();
 
   const labels = {
     online: "Online",
@@ -34,26 +77,39 @@
     dnd: "Do not disturb",
     offline: "Offline",
     onlineText: "online",
+    justNow: "",
   };
-  const latest = new Map(); // user id -> last presence received
-  const pending = new Set(); // ids of elements added since, not fetched yet
-  let delay = POLL_MS;
-  let timer = null;
-  let pendingTimer = null;
+  const latest = new Map(); // user id -> presence last rendered
+  let state = socketUrl ? "connecting" : "polling";
+
+  // --- events -----------------------------------------------------------------------------
+
+  function emit(name, detail) {
+    document.dispatchEvent(new CustomEvent(`presence:${name}`, { detail }));
+  }
+
+  function setState(next, code) {
+    state = next;
+    emit("connection", { state: next, code: code === undefined ? null : code });
+  }
+
+  const failure = (code, message) => Object.assign(new Error(message || code), { code });
+
+  // --- rendering ----------------------------------------------------------------------------
 
   const statusOf = (el) => STATUSES.find((s) => el.classList.contains(`presence-dot--${s}`));
 
   function readLabels() {
     try {
-      Object.assign(labels, JSON.parse(script.dataset.presenceLabels || "{}"));
-      return Boolean(script.dataset.presenceLabels);
+      Object.assign(labels, JSON.parse(config.presenceLabels || "{}"));
+      return Boolean(config.presenceLabels);
     } catch (e) {
       return false;
     }
   }
 
-  // The server renders dots and texts in the page's language: reuse its words, so updates
-  // stay localized without a second translation catalog.
+  // Without data-presence-labels (a hand-written script tag), reuse the words of the
+  // server-rendered (localized) page.
   function learnLabels() {
     document.querySelectorAll(`.presence-dot[${USER}]`).forEach((dot) => {
       const status = statusOf(dot);
@@ -91,8 +147,15 @@
     if (!p.last_seen) return "";
     const seconds = Math.max(0, (Date.now() - Date.parse(p.last_seen)) / 1000);
     const unit = UNITS.find(([, size]) => seconds >= size);
-    if (!unit) return relative.format(0, "second"); // "now"
+    if (!unit) return labels.justNow || relative.format(0, "second");
     return relative.format(-Math.floor(seconds / unit[1]), unit[0]);
+  }
+
+  function renderText(id, p) {
+    document.querySelectorAll(`[${LAST_SEEN}="${id}"]`).forEach((el) => {
+      const text = lastSeenText(p);
+      if (el.textContent !== text) el.textContent = text;
+    });
   }
 
   function render(id, p) {
@@ -104,9 +167,18 @@
         el.setAttribute("aria-label", label);
       }
     });
-    document.querySelectorAll(`[${LAST_SEEN}="${id}"]`).forEach((el) => {
-      el.textContent = lastSeenText(p);
+    renderText(id, p);
+  }
+
+  // Render and announce {id: presence}.
+  function apply(presences) {
+    const ids = Object.keys(presences);
+    if (!ids.length) return;
+    ids.forEach((id) => {
+      latest.set(id, presences[id]);
+      render(id, presences[id]);
     });
+    emit("update", { presences });
   }
 
   function watchedIds(root = document) {
@@ -115,6 +187,11 @@
     const ids = found.map((el) => el.getAttribute(USER) || el.getAttribute(LAST_SEEN));
     return Array.from(new Set(ids.filter((id) => /^\d+$/.test(id))));
   }
+
+  // --- polling (no socket, or while it is down) --------------------------------------------
+
+  let pollDelay = POLL_MS;
+  let pollTimer = null;
 
   async function fetchChunk(ids) {
     const url = `${endpoint}${endpoint.includes("?") ? "&" : "?"}users=${ids.join(",")}`;
@@ -128,85 +205,333 @@
 
   // Fetch presence of `ids` (default: every watched user), render and announce it.
   // Resolves to {id: presence}; never rejects: errors (401 once logged out, network, 5xx)
-  // only lengthen the polling delay, doubling up to MAX_DELAY_MS.
+  // only lengthen the polling delay, doubling up to MAX_POLL_DELAY_MS.
   async function load(ids = watchedIds()) {
-    if (!ids.length) return {};
+    if (!ids.length || !endpoint) return {};
     const chunks = [];
     for (let i = 0; i < ids.length; i += MAX_IDS) chunks.push(ids.slice(i, i + MAX_IDS));
     let presences;
     try {
       presences = Object.assign({}, ...(await Promise.all(chunks.map(fetchChunk))));
     } catch (e) {
-      delay = Math.min(delay * 2, MAX_DELAY_MS);
+      pollDelay = Math.min(pollDelay * 2, MAX_POLL_DELAY_MS);
       return {};
     }
-    delay = POLL_MS;
-    Object.entries(presences).forEach(([id, p]) => {
-      latest.set(id, p);
-      render(id, p);
-    });
-    document.dispatchEvent(new CustomEvent("presence:update", { detail: { presences } }));
+    pollDelay = POLL_MS;
+    apply(presences);
     return presences;
   }
 
-  function schedule() {
-    clearTimeout(timer);
+  const polling = () => state === "polling" || state === "closed";
+
+  function schedulePoll() {
+    clearTimeout(pollTimer);
     // Hidden tabs do not poll; becoming visible polls at once.
-    timer = document.hidden ? null : setTimeout(poll, delay);
+    pollTimer = polling() && !document.hidden ? setTimeout(poll, pollDelay) : null;
   }
 
   async function poll() {
-    clearTimeout(timer);
+    clearTimeout(pollTimer);
     const presences = await load();
-    schedule();
+    schedulePoll();
     return presences;
   }
 
-  // Added elements show what is known at once; unknown users are fetched shortly after,
-  // together, so inserting a list of 50 people costs one request.
-  function onAdded(node) {
-    watchedIds(node).forEach((id) => {
-      if (latest.has(id)) render(id, latest.get(id));
-      else pending.add(id);
-    });
-    if (pending.size && !pendingTimer) {
-      pendingTimer = setTimeout(() => {
-        const ids = Array.from(pending);
-        pending.clear();
-        pendingTimer = null;
-        load(ids);
-      }, 250);
+  // --- the socket ---------------------------------------------------------------------------
+
+  let socket = null;
+  let attempts = 0; // connections in a row that failed or did not last
+  let retryTimer = null;
+  let stableTimer = null;
+  let beatTimer = null;
+  const subscribed = new Set(); // ids subscribed on this connection
+  const snapshotted = new Set(); // ... whose presence_state has arrived
+  const early = new Map(); // id -> a diff that arrived before its snapshot
+  const waiting = []; // set_status frames sent, waiting for their "status" reply, in order
+
+  const isOpen = () => socket !== null && socket.readyState === WebSocket.OPEN;
+
+  function send(message) {
+    if (isOpen()) socket.send(JSON.stringify(message));
+  }
+
+  function connect() {
+    clearTimeout(retryTimer);
+    if (!socketUrl || socket || state === "unauthorized") return;
+    setState("connecting");
+    const ws = new WebSocket(socketUrl);
+    socket = ws;
+    ws.onopen = () => {
+      // Not at once: a server that accepts and drops every connection must not be hammered.
+      stableTimer = setTimeout(() => {
+        attempts = 0;
+      }, STABLE_MS);
+      setState("open");
+      clearTimeout(pollTimer);
+      heartbeat();
+      beatTimer = setInterval(heartbeat, HEARTBEAT_MS);
+      sync();
+    };
+    ws.onmessage = (event) => receive(event.data);
+    // An error is always followed by a close.
+    ws.onclose = (event) => {
+      if (socket !== ws) return;
+      socket = null;
+      clearInterval(beatTimer);
+      clearTimeout(stableTimer);
+      subscribed.clear();
+      snapshotted.clear();
+      early.clear();
+      // Unanswered status changes are sent again over HTTP (setting a status is idempotent).
+      waiting.splice(0).forEach((entry) => {
+        clearTimeout(entry.timer);
+        postStatus(entry.change).then(entry.resolve, entry.reject);
+      });
+      if (event.code === CLOSE_UNAUTHORIZED) {
+        // Not logged in (any more): the HTTP endpoint would answer 401 too. Stop.
+        setState("unauthorized", event.code);
+        return;
+      }
+      setState("closed", event.code);
+      schedulePoll();
+      retryTimer = setTimeout(connect, retryDelay(event.code));
+    };
+  }
+
+  // Exponential backoff with "equal jitter": half the delay fixed, half random, so that the
+  // pages of a restarted server do not all come back in the same instant.
+  function retryDelay(code) {
+    attempts += 1;
+    const delay = Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (attempts - 1));
+    const jittered = delay / 2 + (Math.random() * delay) / 2;
+    return code === CLOSE_RATE_LIMITED ? Math.max(RATE_LIMITED_MS, jittered) : jittered;
+  }
+
+  function receive(raw) {
+    let message;
+    try {
+      message = JSON.parse(raw);
+    } catch (e) {
+      return;
+    }
+    const presences = message.presences || {};
+    if (message.type === "presence_state") {
+      Object.keys(presences).forEach((id) => {
+        snapshotted.add(id);
+        // A diff cannot be older than the snapshot it overtook: it describes a change made
+        // after this subscription began. Keep it.
+        if (early.has(id)) presences[id] = early.get(id);
+        early.delete(id);
+      });
+      apply(presences);
+    } else if (message.type === "presence_diff") {
+      const now = {};
+      Object.keys(presences).forEach((id) => {
+        if (subscribed.has(id) && !snapshotted.has(id)) early.set(id, presences[id]);
+        else if (subscribed.has(id)) now[id] = presences[id];
+      });
+      apply(now);
+    } else if (message.type === "status") {
+      const entry = waiting.shift();
+      if (entry) {
+        clearTimeout(entry.timer);
+        entry.resolve(message.presence);
+      }
+      emit("status", { presence: message.presence });
+    } else if (message.type === "error") {
+      // Errors carry no request id. This client sends only well-formed subscribe and heartbeat
+      // frames, so an error other than these two answers the oldest pending set_status.
+      const subscriptionError = ["unknown_users", "too_many_subscriptions"];
+      if (!subscriptionError.includes(message.code) && waiting.length) {
+        const entry = waiting.shift();
+        clearTimeout(entry.timer);
+        entry.reject(failure(message.code, message.message));
+      }
+      emit("error", { code: message.code, message: message.message });
     }
   }
+
+  // Subscribe to the users on the page that are not subscribed yet, unsubscribe from those
+  // gone; with no socket, fetch the added users whose presence is unknown.
+  const added = new Set(); // ids of elements added since the last sync
+  function sync() {
+    syncTimer = null;
+    const ids = watchedIds();
+    const present = new Set(ids);
+    const unknown = Array.from(added).filter((id) => present.has(id) && !latest.has(id));
+    added.clear();
+    if (isOpen()) {
+      const fresh = ids.filter((id) => !subscribed.has(id));
+      const gone = Array.from(subscribed).filter((id) => !present.has(id));
+      for (let i = 0; i < fresh.length; i += MAX_IDS) {
+        const chunk = fresh.slice(i, i + MAX_IDS);
+        chunk.forEach((id) => subscribed.add(id));
+        send({ type: "subscribe", users: chunk.map(Number) });
+      }
+      if (gone.length) {
+        gone.forEach((id) => {
+          subscribed.delete(id);
+          snapshotted.delete(id);
+          early.delete(id);
+          latest.delete(id); // no longer kept fresh
+        });
+        send({ type: "unsubscribe", users: gone.map(Number) });
+      }
+    } else if (polling() && unknown.length) {
+      load(unknown);
+    }
+  }
+
+  let syncTimer = null;
+  function scheduleSync() {
+    // Together, so that inserting a list of 50 people costs one frame or one request.
+    if (!syncTimer) syncTimer = setTimeout(sync, isOpen() ? 50 : 250);
+  }
+
+  // --- activity: heartbeats and idle detection ----------------------------------------------
+
+  let activity = "active";
+  let lastInput = Date.now();
+  let idleTimer = null;
+
+  function heartbeat() {
+    send({ type: "heartbeat", state: activity });
+  }
+
+  // Idle after IDLE_AFTER without input, or while the tab is hidden; a change is reported
+  // at once. The timer is armed only while active, for the moment idleness would begin.
+  function checkActivity() {
+    clearTimeout(idleTimer);
+    const quiet = Date.now() - lastInput;
+    const next = document.hidden || quiet >= IDLE_MS ? "idle" : "active";
+    if (next !== activity) {
+      activity = next;
+      heartbeat();
+    }
+    if (activity === "active") idleTimer = setTimeout(checkActivity, IDLE_MS - quiet + 50);
+  }
+
+  function onInput() {
+    lastInput = Date.now();
+    if (activity === "idle" && !document.hidden) checkActivity();
+  }
+
+  // --- status -------------------------------------------------------------------------------
+
+  function csrfToken() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    if (input) return input.value;
+    const cookie = document.cookie.split("; ").find((c) => c.startsWith("csrftoken="));
+    return cookie ? decodeURIComponent(cookie.slice("csrftoken=".length)) : "";
+  }
+
+  async function postStatus(change) {
+    if (!statusEndpoint) throw failure("unavailable", "No status endpoint.");
+    const response = await fetch(statusEndpoint, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: {
+        Accept: "application/json",
+        "Content-Type": "application/json",
+        "X-CSRFToken": csrfToken(),
+      },
+      body: JSON.stringify(change),
+    });
+    let body = {};
+    try {
+      body = await response.json();
+    } catch (e) {
+      // not JSON: described by the status code below
+    }
+    if (!response.ok) {
+      const error = body.error || { code: `http_${response.status}`, message: response.statusText };
+      emit("error", error);
+      throw failure(error.code, error.message);
+    }
+    emit("status", { presence: body.presence });
+    if (!isOpen()) load(); // nothing pushes the change to this page's dots
+    return body.presence;
+  }
+
+  function setStatus(change = {}) {
+    if (!isOpen()) return postStatus(change);
+    return new Promise((resolve, reject) => {
+      const entry = { change, resolve, reject };
+      entry.timer = setTimeout(() => {
+        if (waiting.includes(entry)) waiting.splice(waiting.indexOf(entry), 1);
+        reject(failure("timeout", "The server did not answer."));
+      }, STATUS_TIMEOUT_MS);
+      waiting.push(entry);
+      send(Object.assign({}, change, { type: "set_status" }));
+    });
+  }
+
+  // --- start --------------------------------------------------------------------------------
+
+  const isWatched = (node) =>
+    node.nodeType === Node.ELEMENT_NODE && (node.matches(WATCHED) || node.querySelector(WATCHED));
 
   function start() {
     if (!readLabels()) learnLabels();
     new MutationObserver((mutations) => {
+      let changed = false;
       mutations.forEach((m) => {
         m.addedNodes.forEach((node) => {
-          if (node.nodeType === Node.ELEMENT_NODE) onAdded(node);
+          if (!isWatched(node)) return;
+          changed = true;
+          watchedIds(node).forEach((id) => {
+            added.add(id);
+            if (latest.has(id)) render(id, latest.get(id)); // known users are shown at once
+          });
+        });
+        m.removedNodes.forEach((node) => {
+          if (isWatched(node)) changed = true;
         });
       });
+      if (changed) scheduleSync();
     }).observe(document.documentElement, { childList: true, subtree: true });
+
+    ["pointerdown", "pointermove", "keydown", "wheel", "touchstart", "scroll"].forEach((type) =>
+      window.addEventListener(type, onInput, { passive: true, capture: true })
+    );
     document.addEventListener("visibilitychange", () => {
-      if (document.hidden) clearTimeout(timer);
-      else poll();
+      if (!document.hidden) lastInput = Date.now(); // coming back counts as input
+      checkActivity();
+      if (document.hidden) clearTimeout(pollTimer);
+      else if (state === "closed") connect(); // try now rather than at the end of a backoff
+      else if (state === "polling") poll();
     });
+    window.addEventListener("online", () => state === "closed" && connect());
     // A page restored from the back/forward cache shows old presence.
     window.addEventListener("pageshow", (event) => {
-      if (event.persisted) poll();
+      if (!event.persisted) return;
+      if (socketUrl) connect();
+      else poll();
     });
-    // The server rendered fresh presence: the first poll can wait a full interval.
-    schedule();
+    setInterval(() => latest.forEach((p, id) => renderText(id, p)), CLOCK_MS);
+    checkActivity();
+
+    // The server rendered fresh presence: polling can wait a full interval.
+    if (socketUrl) connect();
+    else schedulePoll();
   }
 
   window.presence = {
-    refresh: poll,
+    refresh() {
+      if (!isOpen()) return poll();
+      const shown = {};
+      watchedIds().forEach((id) => latest.has(id) && (shown[id] = latest.get(id)));
+      return Promise.resolve(shown);
+    },
+    setStatus,
     on(event, fn) {
       const type = event.includes(":") ? event : `presence:${event}`;
       const listener = (e) => fn(e.detail, e);
       document.addEventListener(type, listener);
       return () => document.removeEventListener(type, listener);
+    },
+    get state() {
+      return state;
     },
   };
 

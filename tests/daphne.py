@@ -1,0 +1,121 @@
+"""Real daphne processes serving the demo (``siteproject.asgi``) for the live tests.
+
+A test module uses the ``daphne`` fixture with ``from tests.daphne import daphne_fixture``.
+
+Each process runs ``daphne -b 127.0.0.1 -p PORT siteproject.asgi:application`` with
+``tests.daphne_settings``: the test database this process created (committed rows only, so tests
+using it are ``transaction=True``), the same ``REDIS_URL``, and ``PRESENCE`` passed as JSON.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from tools.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+DAPHNE = Path(sys.executable).parent / "daphne"
+START_TIMEOUT = 30.0
+
+
+class Daphne:
+    def __init__(self, presence: dict[str, Any], port: int | None = None) -> None:
+        self.presence = presence
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = tempfile.NamedTemporaryFile(prefix="presence-daphne-", suffix=".log")  # noqa: SIM115
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/presence/"
+
+    def start(self) -> Daphne:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.daphne_settings",
+            "PRESENCE_TEST_DATABASE": str(connection.settings_dict["NAME"]),
+            "PRESENCE_TEST_SETTINGS": json.dumps(self.presence),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        self.process = subprocess.Popen(
+            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(self.port), "siteproject.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"daphne exited with {self.process.returncode}:\n{self.output()}"
+                )
+            if self._answers():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"daphne did not answer on port {self.port}:\n{self.output()}")
+
+    def _answers(self) -> bool:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            conn.request("GET", "/login/")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM): open connections are closed and disconnect runs."""
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, nothing runs on the way out."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-5000:]
+
+
+@pytest.fixture(name="daphne")
+def daphne_fixture(transactional_db: Any) -> Iterator[Callable[..., Daphne]]:
+    """Starts daphne processes: ``daphne(PRESENCE_dict, port=None)``; all stop at the end,
+    before the database is flushed."""
+    started: list[Daphne] = []
+
+    def start(presence: dict[str, Any] | None = None, port: int | None = None) -> Daphne:
+        server = Daphne(presence or {}, port)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+        server.log.close()

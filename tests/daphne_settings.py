@@ -1,0 +1,19 @@
+"""Settings of the daphne processes the live tests start (tests/daphne.py): the test suite's
+settings, on the test database the test process created, with ``PRESENCE`` from the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import DATABASES as _DATABASES
+
+# siteproject.asgi serves static files (presence.js) only in DEBUG.
+DEBUG = True
+
+DATABASES = {
+    "default": {**_DATABASES["default"], "NAME": os.environ["PRESENCE_TEST_DATABASE"]},
+}
+PRESENCE = json.loads(os.environ.get("PRESENCE_TEST_SETTINGS") or "{}")

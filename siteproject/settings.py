@@ -84,7 +84,10 @@ CHANNEL_LAYERS = {
 }
 
 # Every key is optional; the defaults are listed in presence/conf.py and the README.
-PRESENCE: dict[str, object] = {}
+PRESENCE: dict[str, object] = {
+    # Mentions in activities link to the demo's profile pages (also in live timelines).
+    "MENTION_URL": "demo:profile",
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

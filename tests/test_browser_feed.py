@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 import pytest
 from django.db import connection
 
-from presence.models import Activity, Mention, PrivacySettings
+from presence import feed
+from presence.models import Activity, Contact, Mention, PrivacySettings
 from tests.daphne import daphne_fixture  # noqa: F401 (the browser fixture's daphne)
-from tests.test_browser import Browser, browser, chromium, expect, people  # noqa: F401
+from tests.test_browser import Browser, browser, chromium, expect, live, people  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,3 +89,31 @@ def test_an_empty_post_shows_the_error(
     a.page.get_by_role("button", name="Post").click()
     expect(a.page.get_by_role("alert")).to_contain_text("Write something first")
     assert not in_thread(Activity.objects.exists)
+
+
+def test_a_followed_users_post_appears_live_on_the_feed(
+    browser: Browser,  # noqa: F811
+    live: Any,  # noqa: F811
+    people: dict[str, Any],  # noqa: F811
+) -> None:
+    """Through the page's presence WebSocket (watch_feed), no reload: ann follows ben and is
+    among ben's contacts (the default activity_visibility); cy is neither and sees nothing."""
+    ann, ben, cy = people["ann"], people["ben"], people["cy"]
+    Contact.objects.create(owner=cy, contact=ben)  # cy follows ben; ben does not know cy
+    a = browser.open(ann, live.url)
+    c = browser.open(cy, live.url)
+    for page in (a, c):
+        page.page.goto(page.url("demo:feed"))
+        page.wait_connected()
+        page.page.evaluate("() => { window.loadedOnce = true; }")
+    expect(a.page.locator("[data-live-feed=following]")).to_be_attached()
+    a.page.wait_for_function("() => window.presence.state === 'open'")
+
+    in_thread(lambda: feed.post(ben, "Climbing tonight, @ann?"))
+
+    item = a.page.locator(".activity--live").first
+    expect(item).to_contain_text("Climbing tonight")
+    expect(item.locator(".mention")).to_have_text("@ann")  # a stored mention, marked up
+    assert a.page.evaluate("() => window.loadedOnce") is True
+    c.page.wait_for_timeout(500)
+    expect(c.page.locator(".activity--live")).to_have_count(0)

@@ -73,6 +73,7 @@ def following(request: HttpRequest) -> HttpResponse:
         page,
         form=form,
         tab="following",
+        live_feed="following",
         text_max=get_settings().ACTIVITY_MAX_LENGTH,
     )
     return render(request, "demo/feed.html", context)
@@ -86,7 +87,9 @@ def mentions(request: HttpRequest) -> HttpResponse:
     )
     if isinstance(page, HttpResponse):
         return page
-    return render(request, "demo/feed.html", _context(request, page, tab="mentions"))
+    return render(
+        request, "demo/feed.html", _context(request, page, tab="mentions", live_feed="mentions")
+    )
 
 
 @member_view
@@ -99,7 +102,9 @@ def user_activity(request: HttpRequest, username: str) -> HttpResponse:
     )
     if isinstance(page, HttpResponse):
         return page
-    context = _context(request, page, target=target, page_users=[target])
+    context = _context(
+        request, page, target=target, page_users=[target], live_feed=f"user:{target.pk}"
+    )
     return render(request, "demo/user_feed.html", context)
 
 
@@ -140,6 +145,7 @@ def group(request: HttpRequest, slug: str) -> HttpResponse:
         is_member=any(m.pk == me.pk for m in members) or feed.is_member(me, found),
         member_count=found.memberships.count(),
         online=online,
+        live_feed=f"group:{found.slug}",
     )
     return render(request, "demo/group.html", context)
 

@@ -30,6 +30,9 @@
  *     Each is also a CustomEvent "presence:EVENT" on document.
  *   refresh() -> Promise of {id: presence}: fetches over HTTP, or, while the socket is open
  *     (presence is pushed then), resolves to what the page shows.
+ *     "activity"   {feeds, activity}              a new activity on watched timelines
+ *   watchFeed(name) / unwatchFeed(name): live timelines ("following", "mentions",
+ *     "user:<id>", "group:<slug>"), watched again after every reconnect.
  *   setStatus({status, text, emoji, activity, expires_in}) -> Promise of the own presence;
  *     over the socket, else POSTed to the status endpoint. Rejects with an Error with .code.
  *   state: the connection state above.
@@ -248,6 +251,7 @@
   const snapshotted = new Set(); // ... whose presence_state has arrived
   const early = new Map(); // id -> a diff that arrived before its snapshot
   const waiting = []; // set_status frames sent, waiting for their "status" reply, in order
+  const feeds = new Set(); // live timelines watched (sent again on every new connection)
 
   const isOpen = () => socket !== null && socket.readyState === WebSocket.OPEN;
 
@@ -270,6 +274,7 @@
       clearTimeout(pollTimer);
       heartbeat();
       beatTimer = setInterval(heartbeat, HEARTBEAT_MS);
+      feeds.forEach((feed) => send({ type: "watch_feed", feed }));
       sync();
     };
     ws.onmessage = (event) => receive(event.data);
@@ -331,6 +336,8 @@
         else if (subscribed.has(id)) now[id] = presences[id];
       });
       apply(now);
+    } else if (message.type === "activity") {
+      emit("activity", { feeds: message.feeds, activity: message.activity });
     } else if (message.type === "status") {
       const entry = waiting.shift();
       if (entry) {
@@ -341,7 +348,12 @@
     } else if (message.type === "error") {
       // Errors carry no request id. This client sends only well-formed subscribe and heartbeat
       // frames, so an error other than these two answers the oldest pending set_status.
-      const subscriptionError = ["unknown_users", "too_many_subscriptions"];
+      const subscriptionError = [
+        "unknown_users",
+        "too_many_subscriptions",
+        "unknown_feed",
+        "too_many_feeds",
+      ];
       if (!subscriptionError.includes(message.code) && waiting.length) {
         const entry = waiting.shift();
         clearTimeout(entry.timer);
@@ -524,6 +536,14 @@
       return Promise.resolve(shown);
     },
     setStatus,
+    watchFeed(feed) {
+      feeds.add(feed);
+      send({ type: "watch_feed", feed });
+    },
+    unwatchFeed(feed) {
+      feeds.delete(feed);
+      send({ type: "unwatch_feed", feed });
+    },
     on(event, fn) {
       const type = event.includes(":") ? event : `presence:${event}`;
       const listener = (e) => fn(e.detail, e);

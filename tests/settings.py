@@ -30,3 +30,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
     _dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     DATABASES["default"]["TEST"] = {"NAME": os.path.join(_dir, f"presence-test-{os.getpid()}.db")}
+
+# The tests start from presence's defaults (the demo links mentions to its profiles).
+PRESENCE: dict[str, object] = {}

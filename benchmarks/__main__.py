@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from benchmarks.common import Row
 
-NAMES = ("middleware", "online_friends", "memory", "cleanup")
+NAMES = (
+    "middleware",
+    "online_friends",
+    "memory",
+    "cleanup",
+    "feed",
+    "fanout",
+    "heartbeats",
+    "connections",
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -28,6 +37,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "names", nargs="*", metavar="NAME", help=f"benchmarks to run (default: all): {NAMES}"
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke check")
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        default=os.environ.get("BENCH_POSTGRES_URL") or None,
+        help="also run the feed benchmark on this PostgreSQL database, which it empties "
+        "(default: $BENCH_POSTGRES_URL)",
+    )
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in NAMES]
     if unknown:
@@ -35,15 +51,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def setup(db_dir: str) -> None:
+def setup(db_dir: str, postgres: str | None = None) -> None:
     os.environ["BENCH_DB_DIR"] = db_dir
+    if postgres:
+        os.environ["BENCH_POSTGRES_URL"] = postgres
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     import django
 
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
+    from django.db import connections
 
-    call_command("migrate", verbosity=0, interactive=False)
+    for alias in settings.DATABASES:
+        connection = connections[alias]
+        if connection.vendor == "postgresql":
+            # The feed benchmark's own databases: create them when missing.
+            name = connection.settings_dict["NAME"]
+            with connection._nodb_cursor() as cursor:
+                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+                if cursor.fetchone() is None:
+                    cursor.execute(f"CREATE DATABASE {connection.ops.quote_name(name)}")
+        call_command("migrate", verbosity=0, interactive=False, database=alias)
 
 
 def summary(rows: list[Row], quick: bool, elapsed: float) -> None:
@@ -81,14 +110,27 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     db_dir = tempfile.mkdtemp(prefix="presence-bench-")
     try:
-        setup(db_dir)
-        from benchmarks import bench_cleanup, bench_memory, bench_middleware, bench_online_friends
+        setup(db_dir, args.postgres)
+        from benchmarks import (
+            bench_cleanup,
+            bench_connections,
+            bench_fanout,
+            bench_feed,
+            bench_heartbeats,
+            bench_memory,
+            bench_middleware,
+            bench_online_friends,
+        )
 
         runners: dict[str, Callable[[Sizes, Report], None]] = {
             "middleware": bench_middleware.run,
             "online_friends": bench_online_friends.run,
             "memory": bench_memory.run,
             "cleanup": bench_cleanup.run,
+            "feed": bench_feed.run,
+            "fanout": bench_fanout.run,
+            "heartbeats": bench_heartbeats.run,
+            "connections": bench_connections.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -10,6 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import dj_database_url
+
 from tests.settings import *  # noqa: F403
 from tests.settings import TEMPLATES
 
@@ -24,6 +26,19 @@ DATABASES = {
         "NAME": str(_DB_DIR / "bench.sqlite3"),
     }
 }
+# The feed benchmark compares two table sizes side by side, in a second database of each kind,
+# and runs on PostgreSQL too when given one (python -m benchmarks --postgres URL): that database
+# and one named like it with "_small" appended (created when missing) are emptied.
+DATABASES["feed_small"] = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": str(_DB_DIR / "feed_small.sqlite3"),
+}
+if os.environ.get("BENCH_POSTGRES_URL"):
+    DATABASES["postgres"] = dj_database_url.parse(os.environ["BENCH_POSTGRES_URL"])
+    DATABASES["postgres_small"] = {
+        **DATABASES["postgres"],
+        "NAME": f"{DATABASES['postgres']['NAME']}_small",
+    }
 TEMPLATES = [
     {**TEMPLATES[0], "DIRS": [Path(__file__).resolve().parent / "templates"]},
 ]

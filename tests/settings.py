@@ -32,4 +32,4 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": os.path.join(_dir, f"presence-test-{os.getpid()}.db")}
 
 # The tests start from presence's defaults (the demo links mentions to its profiles).
-PRESENCE: dict[str, object] = {}
+PRESENCE = {}

@@ -39,6 +39,8 @@ logger = logging.getLogger("presence")
 CHANGED = "presence.changed"
 #: channel-layer message type of "activity N was posted" (the activity feed's live timelines)
 POSTED = "presence.activity"
+#: channel-layer group calls in flight at once
+_GROUP_CALLS = 16
 #: how soon a pending batch counts as due (saves a wake-up per batch)
 _TICK = 0.005
 
@@ -303,10 +305,14 @@ class Hub:
         if self.layer is None or self.channel is None or not user_ids:
             return
         call = getattr(self.layer, method)
-        try:
-            await asyncio.gather(*(call(group_name(uid), self.channel) for uid in user_ids))
-        except Exception as error:
-            logger.warning("Presence: channel layer %s failed (%s).", method, error)
+        # A few at a time: channels_redis draws each call's connection from a bounded pool, and
+        # a subscribe of 1,000 ids at once would exhaust it ("Too many connections").
+        for start in range(0, len(user_ids), _GROUP_CALLS):
+            batch = user_ids[start : start + _GROUP_CALLS]
+            try:
+                await asyncio.gather(*(call(group_name(uid), self.channel) for uid in batch))
+            except Exception as error:
+                logger.warning("Presence: channel layer %s failed (%s).", method, error)
 
     # --- changes ---
 

@@ -157,10 +157,10 @@ async def open_ring(
     )
 
 
-async def settle(comms: list[WebsocketCommunicator]) -> int:
+async def settle(comms: list[WebsocketCommunicator], quiet: float = 1.0) -> int:
     """Wait until no frame has arrived for a while (past the coalescing window), reading what
     arrived (diffs update the connection's view); returns the number of frames read."""
-    quiet_for = get_settings().COALESCE_WINDOW + 1.0
+    quiet_for = get_settings().COALESCE_WINDOW + quiet
     frames = 0
     last = time.perf_counter()
     while time.perf_counter() - last < quiet_for:
@@ -207,7 +207,7 @@ def used_memory(client: redis.Redis) -> int:
     return int(info["used_memory"])
 
 
-async def child(variant: str, count: int) -> dict[str, Any]:
+async def child(variant: str, count: int, quiet: float = 1.0) -> dict[str, Any]:
     dropped = OverCapacity()
     channels_logger = logging.getLogger("channels_redis.core")
     channels_logger.addHandler(dropped)
@@ -216,14 +216,14 @@ async def child(variant: str, count: int) -> dict[str, Any]:
     client = raw_client()
     keepalive = KeepAlive()
     warm = await open_ring(app, BASE_ID + count, WARM, keepalive)
-    await settle(warm)
+    await settle(warm, quiet)
     gc.collect()
     rss_before, objects_before = rss_bytes(), len(gc.get_objects())
     redis_before = used_memory(client)
     started = time.perf_counter()
     comms = await open_ring(app, BASE_ID, count, keepalive)
     opened = time.perf_counter() - started
-    frames = await settle(comms)
+    frames = await settle(comms, quiet)
     gc.collect()
     result: dict[str, Any] = {
         "rss": rss_bytes() - rss_before,
@@ -258,19 +258,19 @@ async def child(variant: str, count: int) -> dict[str, Any]:
 def child_main(argv: list[str]) -> int:
     """Entry point of a child process (Django is set up by the caller)."""
     variant, count = argv[0], int(argv[1])
-    result = run_async(child(variant, count))
+    result = run_async(child(variant, count, float(argv[2])))
     print("RESULT " + json.dumps(result), flush=True)
     # Skip closing thousands of connections: the parent flushes Redis.
     os._exit(0)
 
 
-def run_child(variant: str, count: int) -> dict[str, Any]:
+def run_child(variant: str, count: int, quiet: float) -> dict[str, Any]:
     code = (
         "import sys, django; django.setup(); "
         "from benchmarks.bench_connections import child_main; child_main(sys.argv[1:])"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, variant, str(count)],
+        [sys.executable, "-c", code, variant, str(count), str(quiet)],
         cwd=Path(__file__).resolve().parent.parent,
         env=dict(os.environ),
         stdout=subprocess.PIPE,
@@ -342,7 +342,7 @@ def run(sizes: Sizes, report: Report) -> None:
     Contact.objects.bulk_create(contacts, batch_size=1000, ignore_conflicts=True)
     results = {}
     for variant in (OURS, BARE):
-        results[variant] = run_child(variant, count)
+        results[variant] = run_child(variant, count, 0.3 if report.quick else 1.0)
         flush(client)
         r = results[variant]
         say(

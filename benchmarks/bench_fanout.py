@@ -667,8 +667,13 @@ async def run_approach(
     warnings: WarningCounter,
     after_failure: bool = False,
     warmups: int = 2,
+    close_timeout: float = 10,
 ) -> tuple[Approach, float | None]:
     approach = Approach(label)
+    # The target starts online, without dnd, whatever the previous approach left: the changes
+    # start with dnd, and each must be visible.
+    await api.aset_status(target, "auto")
+    await api.aheartbeat(target, TARGET_CONNECTION, "web", idle=False)
     subscribers = [Subscriber(app, user) for user in users]
     fanout = Fanout(approach, subscribers, target, tally, stats, sweep_commands)
     started = time.perf_counter()
@@ -694,7 +699,7 @@ async def run_approach(
             delayed = await fanout.change_after_receive_failure(warnings)
     finally:
         started = time.perf_counter()
-        failed = await close_all(s.comm for s in subscribers)
+        failed = await close_all((s.comm for s in subscribers), timeout=close_timeout)
         say(
             f"  {label}: disconnected in {time.perf_counter() - started:.1f} s (not measured)"
             + (f"; {failed} closed with an error" if failed else "")
@@ -802,6 +807,9 @@ async def main(report: Report, subscribers_n: int, changes: int, users: list[Any
                 sweep_commands,
                 warnings,
                 warmups=1 if report.quick else 2,
+                # A naive consumer's channel-layer receive can swallow the cancellation at
+                # close and wait for its BZPOPMIN: not worth waiting for.
+                close_timeout=2,
             )
         finally:
             del layer.brpop_timeout

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 from django.dispatch import receiver
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence.conf import get_settings
 from presence.domain import Presence, visibly_differs
@@ -404,6 +405,9 @@ class Hub:
                 message = await self.layer.receive(channel)
             except asyncio.CancelledError:
                 raise
+            except RedisTimeoutError:
+                # An idle channel: the layer's blocking pop outlived the socket timeout.
+                continue
             except Exception as error:
                 if self.channel != channel:
                     return  # a cancellation the layer turned into an error
@@ -417,9 +421,14 @@ class Hub:
             elif message.get("type") == POSTED:
                 self.posted(int(message["activity"]))
 
+    def _owns_current_task(self) -> bool:
+        # A cancellation can be swallowed (sync_to_async waits for its thread and returns its
+        # result): a loop whose hub stopped must end by itself.
+        return asyncio.current_task() in self._tasks
+
     async def _deliver_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while self._owns_current_task():
             if not self.pending:
                 self._wake.clear()
                 await self._wake.wait()
@@ -448,7 +457,7 @@ class Hub:
         # the memberships of long-lived subscriptions at half that.
         renew_every = float(getattr(self.layer, "group_expiry", 86400)) / 2
         renewed = loop.time()
-        while True:
+        while self._owns_current_task():
             await asyncio.sleep(get_settings().SWEEP_INTERVAL)
             try:
                 if loop.time() - renewed >= renew_every:

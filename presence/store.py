@@ -499,7 +499,15 @@ class PresenceStore:
 
             location, kwargs = self._connection_kwargs()
             kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
-            client = redis.asyncio.Redis.from_url(location, **kwargs)
+            # Many connections of one process write at once: past the pool's size, wait for a
+            # connection instead of failing ("Too many connections" would look like an outage).
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                location,
+                max_connections=kwargs.pop("max_connections", 100),
+                timeout=max(5.0, self.conf.SOCKET_TIMEOUT * 10),
+                **kwargs,
+            )
+            client = redis.asyncio.Redis(connection_pool=pool)
             self._async_clients[loop] = client
         return client
 

@@ -79,7 +79,12 @@ CACHES = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            # Each process's presence hub listens on one channel ("specific.*"): give it room
+            # for bursts (channels_redis drops messages to a full channel; the default is 100).
+            "channel_capacity": {"specific.*": 10000},
+        },
     }
 }
 

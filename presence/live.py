@@ -23,7 +23,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
@@ -60,9 +60,13 @@ class Connection(Protocol):
     async def send_activity(self, feeds: list[str], activity: dict[str, Any]) -> None: ...
 
 
+def _group_prefix() -> str:
+    # Channel-layer group names allow only these characters.
+    return re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
+
+
 def group_name(user_id: int) -> str:
-    prefix = re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
-    return f"{prefix}.user.{user_id}"
+    return f"{_group_prefix()}.user.{user_id}"
 
 
 # --- announcing changes -----------------------------------------------------------------------
@@ -117,20 +121,24 @@ class _AnnouncerLoop:
 _announcer = _AnnouncerLoop()
 
 
-def announce(user_ids: Iterable[int]) -> None:
-    """:func:`aannounce` for sync code (views, signal receivers): waits until it is sent (at
-    most a socket timeout), so the caller's next step observes it."""
-    future = asyncio.run_coroutine_threadsafe(aannounce(list(user_ids)), _announcer.loop())
+def _announce_from_sync(coroutine: Coroutine[Any, Any, None], what: str) -> None:
+    """Run an announcement on the announcer loop and wait until it is sent (at most a few
+    socket timeouts), so the sync caller's next step observes it."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, _announcer.loop())
     try:
         future.result(timeout=get_settings().SOCKET_TIMEOUT * 4)
     except Exception as error:
         future.cancel()
-        logger.warning("Presence: announcing a change timed out (%s).", error)
+        logger.warning("Presence: announcing %s timed out (%s).", what, error)
+
+
+def announce(user_ids: Iterable[int]) -> None:
+    """:func:`aannounce` for sync code (views, signal receivers)."""
+    _announce_from_sync(aannounce(list(user_ids)), "a change")
 
 
 def feed_group_name() -> str:
-    prefix = re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
-    return f"{prefix}.feed"
+    return f"{_group_prefix()}.feed"
 
 
 async def aannounce_activity(activity_id: int) -> None:
@@ -149,12 +157,7 @@ async def aannounce_activity(activity_id: int) -> None:
 
 
 def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
-    future = asyncio.run_coroutine_threadsafe(aannounce_activity(activity.pk), _announcer.loop())
-    try:
-        future.result(timeout=get_settings().SOCKET_TIMEOUT * 4)
-    except Exception as error:
-        future.cancel()
-        logger.warning("Presence: announcing an activity timed out (%s).", error)
+    _announce_from_sync(aannounce_activity(activity.pk), "an activity")
 
 
 def connect_feed_signals() -> None:

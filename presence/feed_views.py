@@ -5,7 +5,6 @@ wrong method), and nothing is cached by shared caches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -20,7 +19,7 @@ from presence import feed
 from presence.conf import get_settings
 from presence.domain import InvalidInput
 from presence.models import Group
-from presence.views import _body_length, _csrf_check, error
+from presence.views import _csrf_check, error, json_body
 
 #: most users one mention-completion answer lists
 MAX_SUGGESTIONS = 10
@@ -151,21 +150,9 @@ def max_post_bytes() -> int:
 def post_view(request: HttpRequest) -> HttpResponse:
     """``POST`` a JSON object ``{"text": "..."}`` (CSRF-protected); answers 201
     ``{"activity": ACTIVITY}``."""
-    limit = max_post_bytes()
-    # Refuse a large body before reading it; read it before the CSRF check parses a form body.
-    length = _body_length(request)
-    if length is None or length > limit or len(request.body) > limit:
-        return error(
-            "payload_too_large",
-            _("The body must be at most %(max)d bytes.") % {"max": limit},
-        )
-    rejected = _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
-    if rejected is not None:
-        return rejected
-    try:
-        data: Any = json.loads(request.body)
-    except (ValueError, RecursionError):
-        return error("invalid_json", _("The body is not valid JSON."))
+    data, refused = json_body(request, max_post_bytes())
+    if refused is not None:
+        return refused
     if not isinstance(data, dict):
         return error("invalid_message", _("Expected a JSON object."))
     if "text" not in data:

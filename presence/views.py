@@ -112,26 +112,33 @@ def _body_length(request: HttpRequest) -> int | None:
         return None
 
 
+def json_body(request: HttpRequest, limit: int) -> tuple[Any, HttpResponse | None]:
+    """The parsed JSON body of a CSRF-checked POST, or the JSON error answering it."""
+    # Refuse a large body before reading it; read it before the CSRF check parses a form body
+    # (reading request.body after a multipart request.POST would raise).
+    length = _body_length(request)
+    if length is None or length > limit or len(request.body) > limit:
+        return None, error(
+            "payload_too_large",
+            _("The body must be at most %(max)d bytes.") % {"max": limit},
+        )
+    rejected = _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    if rejected is not None:
+        return None, rejected
+    try:
+        return json.loads(request.body), None
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+        return None, error("invalid_json", _("The body is not valid JSON."))
+
+
 @csrf_exempt  # checked below, after the login check, so failures are answered in JSON
 @_json_view("POST")
 def status_view(request: HttpRequest) -> HttpResponse:
     """``POST`` a JSON object with the fields of the WebSocket ``set_status`` message; answers
     ``{"presence": {...}}``, the caller's own presence (with ``invisible``)."""
-    # Refuse a large body before reading it; read it before the CSRF check parses a form body
-    # (reading request.body after a multipart request.POST would raise).
-    length = _body_length(request)
-    if length is None or length > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
-        return error(
-            "payload_too_large",
-            _("The body must be at most %(max)d bytes.") % {"max": MAX_BODY_BYTES},
-        )
-    rejected = _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
-    if rejected is not None:
-        return rejected
-    try:
-        data: Any = json.loads(request.body)
-    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
-        return error("invalid_json", _("The body is not valid JSON."))
+    data, refused = json_body(request, MAX_BODY_BYTES)
+    if refused is not None:
+        return refused
     try:
         change = domain.parse_status_change(data, api.limits())
     except InvalidInput as exc:

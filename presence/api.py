@@ -29,6 +29,7 @@ __all__ = [
     "Presence",
     "abulk_presence",
     "aget_presence",
+    "anotify_changed",
     "aonline_friends",
     "aonline_friends_with_presence",
     "aset_status",
@@ -37,6 +38,7 @@ __all__ = [
     "bulk_presence",
     "cleanup",
     "get_presence",
+    "notify_changed",
     "online_friends",
     "online_friends_with_presence",
     "set_status",
@@ -325,6 +327,34 @@ async def aset_status(
     expires_at: datetime | None = None,
 ) -> Presence:
     return await sync_to_async(set_status)(user, status, text, emoji, activity, expires_at)
+
+
+# --- writes the signals do not see ---------------------------------------------------------
+
+
+def notify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
+    """Tell open connections that what others may see of ``users`` may have changed.
+
+    Presence hears about changes to its models through ``post_save``/``post_delete``; a
+    ``QuerySet.update()``, ``bulk_create``/``bulk_update``, a queryset ``delete()`` of rows
+    without signals, or raw SQL sends none, so a site calls this after such a write (of
+    PrivacySettings, Contact, Block or UserStatus rows). ``users`` are users or ids: every user
+    whose presence others see differently (for a Contact, its owner; for a Block, both users).
+    Sends :data:`presence.signals.presence_changed` with ``reason`` for each, after the current
+    transaction commits (right away outside one), which pushes diffs to open WebSockets.
+    """
+    user_ids = _target_ids(users)
+
+    def send() -> None:
+        for user_id in user_ids:
+            presence_changed.send(sender=None, user_id=user_id, reason=reason)
+
+    if user_ids:
+        transaction.on_commit(send)
+
+
+async def anotify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
+    await sync_to_async(notify_changed)(list(users), reason)
 
 
 # --- maintenance ----------------------------------------------------------------------------

@@ -87,6 +87,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     rate = raw.get("RATE_LIMIT", (1, 1))
     if not (isinstance(rate, list | tuple) and len(rate) == 2 and all(map(_is_positive_int, rate))):
         messages.append(_bad_value("RATE_LIMIT", rate, "a pair (frames, seconds) of positive ints"))
+    http_rate = raw.get("HTTP_RATE_LIMIT", (1, 1))
+    if http_rate is not None and not (
+        isinstance(http_rate, list | tuple)
+        and len(http_rate) == 2
+        and all(map(_is_positive_int, http_rate))
+    ):
+        messages.append(
+            _bad_value(
+                "HTTP_RATE_LIMIT", http_rate, "a pair (requests, seconds) of positive ints, or None"
+            )
+        )
+    messages += _lengths_beyond_columns(raw)
     heartbeat = raw.get("HEARTBEAT_INTERVAL", PresenceSettings.HEARTBEAT_INTERVAL)
     ttl = raw.get("CONNECTION_TTL", PresenceSettings.CONNECTION_TTL)
     if _is_positive_int(heartbeat) and _is_positive_int(ttl) and ttl <= heartbeat:
@@ -99,6 +111,36 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="presence.E003",
             )
         )
+    return messages
+
+
+#: length settings and the UserStatus columns whose values they bound
+_LENGTH_COLUMNS = {"TEXT_MAX_LENGTH": ("text", "activity"), "EMOJI_MAX_LENGTH": ("emoji",)}
+
+
+def _lengths_beyond_columns(raw: dict[str, Any]) -> list[CheckMessage]:
+    """presence.W003: a length setting the database column cannot hold. Validation would let
+    such a value through and the database refuse it (PostgreSQL: a 500) or, on SQLite, keep it
+    whole. The limits are read from the model fields."""
+    from presence.models import UserStatus
+
+    messages: list[CheckMessage] = []
+    for key, columns in _LENGTH_COLUMNS.items():
+        value = raw.get(key, getattr(PresenceSettings, key))
+        if not _is_positive_int(value):
+            continue  # presence.E002 reports it
+        for column in columns:
+            max_length = getattr(UserStatus._meta.get_field(column), "max_length", None)
+            if max_length is not None and value > max_length:
+                messages.append(
+                    Warning(
+                        f"PRESENCE[{key!r}] is {value}, but the {column!r} column of "
+                        f"UserStatus holds at most {max_length} characters.",
+                        hint=f"Set PRESENCE[{key!r}] to at most {max_length}: a longer "
+                        "value passes validation and then fails in the database.",
+                        id="presence.W003",
+                    )
+                )
     return messages
 
 

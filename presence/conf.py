@@ -57,6 +57,9 @@ class PresenceSettings:
     SWEEP_INTERVAL: float = 1.0
     #: users one sweep handles per round trip
     SWEEP_BATCH: int = 500
+    #: at most this many HTTP writes (status changes, posts, group joins and leaves) per user in
+    #: each window of this many seconds, across processes (presence.ratelimit); None: no limit
+    HTTP_RATE_LIMIT: tuple[int, int] | None = (30, 60)
     # --- activity feed (presence.feed; README "Activity feed") ---
     #: longest activity (post) text, in characters
     ACTIVITY_MAX_LENGTH: int = 500
@@ -82,8 +85,9 @@ def get_settings() -> PresenceSettings:
         # presence.E001 reports this; run on defaults meanwhile.
         return PresenceSettings()
     known = {key: value for key, value in raw.items() if key in SETTING_NAMES}
-    if isinstance(known.get("RATE_LIMIT"), list):
-        known["RATE_LIMIT"] = tuple(known["RATE_LIMIT"])
+    for pair in ("RATE_LIMIT", "HTTP_RATE_LIMIT"):
+        if isinstance(known.get(pair), list):
+            known[pair] = tuple(known[pair])
     return PresenceSettings(**known)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -358,6 +359,48 @@ class StatusChange:
     expires_in: int | None = None
 
 
+#: Invisible format characters (Unicode category Cf) that real text and emoji need, so they are
+#: allowed: ZERO WIDTH NON-JOINER (Persian, Indic scripts), ZERO WIDTH JOINER (emoji sequences
+#: such as "woman technologist", and Indic scripts) and the tag characters U+E0020-E007F of
+#: subdivision flags (black flag + tags + CANCEL TAG, e.g. the flag of England). Variation
+#: selectors (VS16 in a red heart) and skin tone modifiers are not Cf, so need no exception.
+ALLOWED_FORMAT_CHARACTERS = frozenset(
+    ["\u200c", "\u200d", *(chr(code) for code in range(0xE0020, 0xE0080))]
+)
+#: control characters a multi-line text (a post) may contain
+_LINE_CONTROLS = frozenset("\n\t")
+
+
+def check_text(value: str, name: str, *, multiline: bool = False) -> str:
+    """Refuse text that cannot be stored or would mislead readers; return it unchanged.
+
+    The one rule for every text a client sends (status text, emoji and activity, posts, search
+    and mention queries, usernames in URLs). Raises InvalidInput ``invalid_value`` for:
+
+    - lone surrogates (not Unicode text: no database can store them as UTF-8);
+    - control characters (category Cc, NUL included: PostgreSQL refuses NUL in text), except
+      line breaks and tabs when ``multiline``;
+    - invisible format characters (category Cf) such as RIGHT-TO-LEFT OVERRIDE, which can make
+      text read differently from what it is, except :data:`ALLOWED_FORMAT_CHARACTERS`.
+    """
+    for ch in value:
+        category = unicodedata.category(ch)
+        if category == "Cs":
+            raise InvalidInput(
+                "invalid_value",
+                gettext("'%(field)s' is not valid Unicode text (a lone surrogate).")
+                % {"field": name},
+            )
+        if (category == "Cc" and not (multiline and ch in _LINE_CONTROLS)) or (
+            category == "Cf" and ch not in ALLOWED_FORMAT_CHARACTERS
+        ):
+            raise InvalidInput(
+                "invalid_value",
+                gettext("'%(field)s' must not contain control characters.") % {"field": name},
+            )
+    return value
+
+
 def _optional_text(data: Mapping[str, Any], name: str, max_length: int) -> str | None:
     value = data.get(name)
     if value is None:
@@ -366,12 +409,7 @@ def _optional_text(data: Mapping[str, Any], name: str, max_length: int) -> str |
         raise InvalidInput(
             "invalid_message", gettext("'%(field)s' must be a string or null.") % {"field": name}
         )
-    value = value.strip()
-    if any(ord(ch) < 32 for ch in value):
-        raise InvalidInput(
-            "invalid_value",
-            gettext("'%(field)s' must not contain control characters.") % {"field": name},
-        )
+    value = check_text(value.strip(), name)
     if len(value) > max_length:
         raise InvalidInput(
             "invalid_value",

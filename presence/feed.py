@@ -241,8 +241,24 @@ def mentioned_users(text: str) -> list[Any]:
     return feed_domain.unique_targets(spans, key=lambda user: user.pk)
 
 
+def _not_blocked(author_pk: int, users: list[Any]) -> list[Any]:
+    """``users`` without those blocked by, or blocking, the author: a mention across a block is
+    not stored at all (it would reach the blocked user's mentions again after an unblock)."""
+    ids = [user.pk for user in users]
+    if not ids:
+        return users
+    pairs = Block.objects.filter(
+        Q(blocker=author_pk, blocked__in=ids) | Q(blocker__in=ids, blocked=author_pk)
+    ).values_list("blocker", "blocked")
+    blocked = {other for pair in pairs for other in pair if other != author_pk}
+    return [user for user in users if user.pk not in blocked]
+
+
 def post(author: Any, text: Any, *, kind: str = ActivityKind.POST) -> Activity:
     """Post ``text`` as ``author`` and record its ``@mentions``, all in one transaction.
+
+    Users blocked by the author, or blocking the author, are not recorded as mentioned (their
+    name stays plain text).
 
     Raises :class:`InvalidInput` (``invalid_message``: not a string; ``invalid_value``: empty,
     longer than ``ACTIVITY_MAX_LENGTH``, control characters); nothing is saved then. Sends
@@ -252,7 +268,7 @@ def post(author: Any, text: Any, *, kind: str = ActivityKind.POST) -> Activity:
     text = feed_domain.clean_text(text, get_settings().ACTIVITY_MAX_LENGTH)
     alias = router.db_for_write(Activity)
     with transaction.atomic(using=alias):
-        users = mentioned_users(text)
+        users = _not_blocked(author_pk, mentioned_users(text))
         activity = Activity(author_id=author_pk, text=text, kind=ActivityKind(kind))
         if not isinstance(author, int):
             activity.author = author

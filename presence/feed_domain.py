@@ -16,31 +16,27 @@ from typing import Generic, TypeVar
 
 from django.utils.translation import gettext
 
-from presence.domain import InvalidInput
+from presence.domain import InvalidInput, check_text
 
 T = TypeVar("T")
 
 # --- post text ------------------------------------------------------------------------------
-
-#: characters allowed in a post besides printable ones
-_ALLOWED_CONTROLS = frozenset("\n\t")
 
 
 def clean_text(text: object, max_length: int) -> str:
     """A post's text, stripped, with line breaks normalized to ``\\n``.
 
     Raises InvalidInput: ``invalid_message`` (not a string), ``invalid_value`` (empty, too long,
-    control characters other than line breaks and tabs).
+    text :func:`presence.domain.check_text` refuses with line breaks and tabs allowed).
     """
     if not isinstance(text, str):
         raise InvalidInput("invalid_message", gettext("'text' must be a string."))
     text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
     if not text:
         raise InvalidInput("invalid_value", gettext("Write something first: the post is empty."))
-    if any(ord(ch) < 32 and ch not in _ALLOWED_CONTROLS for ch in text) or "\x7f" in text:
-        raise InvalidInput(
-            "invalid_value", gettext("The post must not contain control characters.")
-        )
+    # Surrogates, control characters other than line breaks and tabs, invisible format
+    # characters (the one rule, presence.domain.check_text).
+    check_text(text, "text", multiline=True)
     if len(text) > max_length:
         raise InvalidInput(
             "invalid_value",

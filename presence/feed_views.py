@@ -17,9 +17,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from presence import feed
 from presence.conf import get_settings
-from presence.domain import InvalidInput
+from presence.domain import InvalidInput, check_text
 from presence.models import Group
-from presence.views import _csrf_check, error, json_body
+from presence.views import _csrf_check, error, json_body, over_rate_limit
 
 #: most users one mention-completion answer lists
 MAX_SUGGESTIONS = 10
@@ -128,6 +128,9 @@ def join_view(request: HttpRequest, slug: str) -> HttpResponse:
     group = _group_or_404(slug)
     if isinstance(group, HttpResponse):
         return group
+    limited = over_rate_limit(request)
+    if limited is not None:
+        return limited
     feed.join(request.user, group)
     return JsonResponse(_group_state(group, request.user))
 
@@ -137,6 +140,9 @@ def leave_view(request: HttpRequest, slug: str) -> HttpResponse:
     group = _group_or_404(slug)
     if isinstance(group, HttpResponse):
         return group
+    limited = over_rate_limit(request)
+    if limited is not None:
+        return limited
     feed.leave(request.user, group)
     return JsonResponse(_group_state(group, request.user))
 
@@ -151,6 +157,8 @@ def post_view(request: HttpRequest) -> HttpResponse:
     """``POST`` a JSON object ``{"text": "..."}`` (CSRF-protected); answers 201
     ``{"activity": ACTIVITY}``."""
     data, refused = json_body(request, max_post_bytes())
+    if refused is None:
+        refused = over_rate_limit(request)
     if refused is not None:
         return refused
     if not isinstance(data, dict):
@@ -170,6 +178,8 @@ def mention_suggestions_view(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"users": []})
     if len(prefix) > MAX_PREFIX:
         return error("invalid_value", _("'q' is too long."))
+    # NUL would reach the database (PostgreSQL refuses it in text: a 500).
+    check_text(prefix, "q")
     users = feed.usernames_starting_with(prefix, request.user, MAX_SUGGESTIONS)
     return JsonResponse(
         {"users": [{"id": user.pk, "username": user.get_username()} for user in users]}

@@ -15,7 +15,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
-from presence import api, domain
+from presence import api, domain, ratelimit
 from presence.domain import MAX_USER_ID, InvalidInput
 
 MAX_IDS = 500
@@ -131,12 +131,30 @@ def json_body(request: HttpRequest, limit: int) -> tuple[Any, HttpResponse | Non
         return None, error("invalid_json", _("The body is not valid JSON."))
 
 
+def over_rate_limit(request: HttpRequest) -> HttpResponse | None:
+    """Count one HTTP write of the caller (``HTTP_RATE_LIMIT``, shared by every process): None
+    when allowed, else the 429 answering it, with ``Retry-After``."""
+    wait = ratelimit.retry_after(request.user)
+    if wait is None:
+        return None
+    response = error(
+        "rate_limited",
+        _("Too many changes in a short time; try again in %(seconds)d seconds.")
+        % {"seconds": wait},
+        status=429,
+    )
+    response["Retry-After"] = str(wait)
+    return response
+
+
 @csrf_exempt  # checked below, after the login check, so failures are answered in JSON
 @_json_view("POST")
 def status_view(request: HttpRequest) -> HttpResponse:
     """``POST`` a JSON object with the fields of the WebSocket ``set_status`` message; answers
     ``{"presence": {...}}``, the caller's own presence (with ``invisible``)."""
     data, refused = json_body(request, MAX_BODY_BYTES)
+    if refused is None:
+        refused = over_rate_limit(request)
     if refused is not None:
         return refused
     try:

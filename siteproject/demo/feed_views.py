@@ -17,11 +17,17 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from presence import feed, rendering
+from presence import feed, ratelimit, rendering
 from presence.conf import get_settings
 from presence.models import Group, Membership
 from siteproject.demo.feed_forms import PostForm
-from siteproject.demo.views import _back, member_view
+from siteproject.demo.views import (
+    _back,
+    member_view,
+    rate_limited_message,
+    rate_limited_page,
+    refuse_bad_text,
+)
 
 User = get_user_model()
 
@@ -53,14 +59,19 @@ def following(request: HttpRequest) -> HttpResponse:
     """The people I follow, and me, newest first; with the post box."""
     me = request.user
     form = PostForm(request.POST or None)
+    wait = None
     if request.method == "POST" and form.is_valid():
-        try:
-            feed.post(me, form.cleaned_data["text"])
-        except feed.InvalidInput as error:
-            form.add_error("text", error.message)
+        wait = ratelimit.retry_after(me)
+        if wait is not None:
+            form.add_error("text", rate_limited_message(wait))
         else:
-            messages.success(request, _("Posted."))
-            return redirect("demo:feed")
+            try:
+                feed.post(me, form.cleaned_data["text"])
+            except feed.InvalidInput as error:
+                form.add_error("text", error.message)
+            else:
+                messages.success(request, _("Posted."))
+                return redirect("demo:feed")
     page = _timeline(
         request,
         lambda cursor: feed.following_timeline(me, cursor=cursor, include_self=True),
@@ -76,7 +87,8 @@ def following(request: HttpRequest) -> HttpResponse:
         live_feed="following",
         text_max=get_settings().ACTIVITY_MAX_LENGTH,
     )
-    return render(request, "demo/feed.html", context)
+    response = render(request, "demo/feed.html", context)
+    return response if wait is None else rate_limited_page(response, wait)
 
 
 @member_view
@@ -94,6 +106,9 @@ def mentions(request: HttpRequest) -> HttpResponse:
 
 @member_view
 def user_activity(request: HttpRequest, username: str) -> HttpResponse:
+    refused = refuse_bad_text(username, "username")
+    if refused is not None:
+        return refused
     target = get_object_or_404(User, username=username)
     page = _timeline(
         request,

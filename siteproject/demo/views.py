@@ -21,8 +21,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from presence import api
+from presence import api, ratelimit
 from presence.conf import get_settings
+from presence.domain import InvalidInput, check_text
 from presence.models import Block, Contact, PrivacySettings
 from siteproject.demo import seed
 from siteproject.demo.forms import PrivacyForm, StatusForm
@@ -87,10 +88,23 @@ def home(request: HttpRequest) -> HttpResponse:
     )
 
 
+def refuse_bad_text(value: str, name: str) -> HttpResponse | None:
+    """A 400 page for text presence's one rule refuses (NUL, which PostgreSQL cannot store or
+    even compare, surrogates, invisible controls), before it reaches a query; else None."""
+    try:
+        check_text(value, name)
+    except InvalidInput as error:
+        return HttpResponseBadRequest(error.message, content_type="text/plain; charset=utf-8")
+    return None
+
+
 @member_view
 def people(request: HttpRequest) -> HttpResponse:
     me = request.user
     query = request.GET.get("q", "").strip()
+    refused = refuse_bad_text(query, "q")
+    if refused is not None:
+        return refused
     everyone = User._default_manager.filter(is_active=True).exclude(pk=me.pk)
     if query:
         everyone = everyone.filter(
@@ -109,6 +123,9 @@ def people(request: HttpRequest) -> HttpResponse:
 
 @member_view
 def profile(request: HttpRequest, username: str) -> HttpResponse:
+    refused = refuse_bad_text(username, "username")
+    if refused is not None:
+        return refused
     me = request.user
     target = get_object_or_404(with_relations(User._default_manager.all(), me), username=username)
     return render(
@@ -140,7 +157,12 @@ def _close_friend(me: Any, target: Any) -> str:
 
 
 def _unclose_friend(me: Any, target: Any) -> str:
-    Contact.objects.filter(owner=me, contact=target).update(close_friend=False)
+    # save(), not QuerySet.update(): update() sends no post_save, so open connections of the
+    # former close friend would keep showing what only close friends may see.
+    contact = Contact.objects.filter(owner=me, contact=target, close_friend=True).first()
+    if contact is not None:
+        contact.close_friend = False
+        contact.save(update_fields=["close_friend"])
     return _("%(name)s is no longer a close friend.")
 
 
@@ -200,6 +222,19 @@ def privacy(request: HttpRequest) -> HttpResponse:
     return render(request, "demo/privacy.html", {"form": form, "page_users": [me]})
 
 
+def rate_limited_message(wait: int) -> str:
+    return _("Too many changes in a short time; try again in %(seconds)d seconds.") % {
+        "seconds": wait
+    }
+
+
+def rate_limited_page(response: HttpResponse, wait: int) -> HttpResponse:
+    """The form page again, answering 429 with Retry-After (PRESENCE["HTTP_RATE_LIMIT"])."""
+    response.status_code = 429
+    response["Retry-After"] = str(wait)
+    return response
+
+
 def _initial_status(presence: api.Presence) -> dict[str, Any]:
     if presence.invisible:
         choice = "invisible"
@@ -220,22 +255,27 @@ def status(request: HttpRequest) -> HttpResponse:
     me = request.user
     presence = api.get_presence(me, me)
     form = StatusForm(request.POST or None, initial=_initial_status(presence))
+    wait = None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        try:
-            api.set_status(
-                me,
-                data["status"],
-                text=data["text"] or None,
-                emoji=data["emoji"] or None,
-                expires_at=form.expires_at(),
-            )
-        except api.InvalidInput as error:
-            form.add_error(_field_named_in(error, form), error.message)
+        wait = ratelimit.retry_after(me)
+        if wait is not None:
+            form.add_error(None, rate_limited_message(wait))
         else:
-            messages.success(request, _("Status updated."))
-            return redirect("demo:home")
-    return render(
+            try:
+                api.set_status(
+                    me,
+                    data["status"],
+                    text=data["text"] or None,
+                    emoji=data["emoji"] or None,
+                    expires_at=form.expires_at(),
+                )
+            except api.InvalidInput as error:
+                form.add_error(_field_named_in(error, form), error.message)
+            else:
+                messages.success(request, _("Status updated."))
+                return redirect("demo:home")
+    response = render(
         request,
         "demo/status.html",
         {
@@ -245,3 +285,4 @@ def status(request: HttpRequest) -> HttpResponse:
             "page_users": [me],
         },
     )
+    return response if wait is None else rate_limited_page(response, wait)

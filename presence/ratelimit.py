@@ -1,0 +1,52 @@
+"""A per-user limit on HTTP writes (posting, joining or leaving groups, status changes), shared
+by every process through one small Redis counter per user and window.
+
+The WebSocket has its own per-connection limit (``RATE_LIMIT``, close code 4429); this one
+guards the HTTP endpoints (and the demo's forms) against one account flooding the database.
+``HTTP_RATE_LIMIT = (requests, seconds)``: at most ``requests`` writes of one user in each
+fixed window of ``seconds`` (windows start at multiples of ``seconds`` since the epoch, so a
+burst across a window boundary may reach twice the limit: simple, and one round trip).
+When Redis is unavailable the limit fails open: writes go on, as with the rest of presence.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from presence.conf import get_settings
+from presence.store import Plan, PresenceStore, get_store
+
+
+def counter_plan(store: PresenceStore, user_id: int, now: float) -> Plan[int | None]:
+    """Count one write of ``user_id`` in the window of ``now``: the count so far, or None when
+    Redis is unavailable (the caller lets the write through)."""
+    limit = get_settings().HTTP_RATE_LIMIT
+    assert limit is not None
+    _, seconds = limit
+    window = math.floor(now / seconds)
+    key = f"{store.conf.KEY_PREFIX}:http-rate:{user_id}:{window}"
+    return Plan(
+        # The key names its window, so the expiry only cleans up (a second of slack for clocks).
+        commands=[("INCR", key), ("EXPIRE", key, seconds + 1)],
+        parse=lambda replies: int(replies[0]),
+        fallback=None,
+    )
+
+
+def retry_after(user: Any) -> int | None:
+    """Count one HTTP write of ``user``: None when it is allowed, else the whole seconds until
+    the current window ends (the ``Retry-After`` of a 429). Fails open when Redis is down or
+    ``HTTP_RATE_LIMIT`` is None."""
+    limit = get_settings().HTTP_RATE_LIMIT
+    if limit is None:
+        return None
+    requests, seconds = limit
+    now = time.time()
+    store = get_store()
+    count = store.run(counter_plan(store, int(user.pk), now))
+    if count is None or count <= requests:
+        return None
+    window_end = (math.floor(now / seconds) + 1) * seconds
+    return max(1, math.ceil(window_end - now))

@@ -523,3 +523,84 @@ def test_home_costs_the_same_for_few_and_many_friends(
     with django_assert_max_num_queries(9):
         client.get(reverse("demo:home"))
     assert many_trips <= 3  # own presence, page prefetch, online friends
+
+
+# --- text the database cannot store, or that misleads readers -------------------------------
+
+
+@pytest.mark.parametrize("query", ["\x00", "car\x00ol", "\u202e"])
+def test_people_search_refuses_nul_and_controls_with_400(
+    client: Any, demo: dict[str, Any], query: str
+) -> None:
+    login(client, demo["alice"])
+    assert client.get(reverse("demo:people"), {"q": query}).status_code == 400
+
+
+@pytest.mark.parametrize("path", ["/u/bo%00b/", "/u/%00/", "/u/bob%E2%80%AE/"])
+def test_profile_url_with_nul_or_controls_is_400(
+    client: Any, demo: dict[str, Any], path: str
+) -> None:
+    login(client, demo["alice"])
+    assert client.get(path).status_code == 400
+
+
+@pytest.mark.parametrize("field", ["text", "emoji"])
+@pytest.mark.parametrize("bad", ["a\x00b", "x\u202ey"])
+def test_status_form_refuses_nul_and_controls_and_saves_nothing(
+    client: Any, demo: dict[str, Any], field: str, bad: str
+) -> None:
+    alice = demo["alice"]
+    login(client, alice)
+    data = {"status": "dnd", "emoji": "", "text": "", "expires": "never", field: bad}
+    response = client.post(reverse("demo:status"), data)
+    assert response.status_code == 200
+    assert response.context["form"].errors[field]
+    assert not UserStatus.objects.filter(user=alice).exists()
+
+
+# --- privacy reaches open sockets -----------------------------------------------------------
+
+
+@pytest.fixture
+async def sockets(transactional_db: Any, close_async_db_connections: Any) -> Any:
+    from tests.test_consumers import open_sockets
+
+    async for opened in open_sockets():
+        yield opened
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_removing_a_close_friend_reaches_their_open_socket(
+    sockets: Any, settings: Any, make_user: Any
+) -> None:
+    # The former close friend stops seeing "secret plans" at once, without reloading.
+    from asgiref.sync import sync_to_async
+    from django.test import Client
+
+    from tests.test_consumers import BASE, receive, subscribe
+
+    settings.PRESENCE = dict(BASE)
+    alice, carol = await sync_to_async(make_user)(), await sync_to_async(make_user)()
+
+    @sync_to_async
+    def arrange() -> None:
+        Contact.objects.create(owner=alice, contact=carol, close_friend=True)
+        PrivacySettings.objects.create(user=alice, activity_visibility="close_friends")
+        api.set_status(alice, "auto", text="secret plans")
+
+    await arrange()
+    await sockets.open(alice)  # online through a live connection
+    carol_tab = await sockets.open(carol)
+    snapshot = (await subscribe(carol_tab, alice))["presences"][str(alice.pk)]
+    assert (snapshot["status"], snapshot["text"]) == ("online", "secret plans")
+
+    client = Client()
+    await sync_to_async(client.force_login)(alice)
+    response = await sync_to_async(client.post)(
+        reverse("demo:relation", args=[carol.pk, "unclose-friend"])
+    )
+    assert response.status_code == 302
+    changed = await receive(carol_tab)
+    assert changed["type"] == "presence_diff"
+    seen = changed["presences"][str(alice.pk)]
+    assert (seen["status"], seen["text"]) == ("online", None)  # still a contact

@@ -269,3 +269,22 @@ def test_feed_page_costs_do_not_grow_with_the_page(make_user: Callable[..., Any]
     for n in range(40):
         feed.post(friends[n % 5], f"post {n} @me")
     assert cost() == few
+
+
+# --- text the database cannot store, or that misleads readers -------------------------------
+
+
+@pytest.mark.parametrize("path", ["/u/bo%00b/activity/", "/u/bob%E2%80%AE/activity/"])
+def test_user_activity_url_with_nul_or_controls_is_400(
+    make_user: Callable[..., Any], path: str
+) -> None:
+    make_user("bob")
+    assert client_for(make_user()).get(path).status_code == 400
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "evil\u202etxt.exe"])
+def test_post_box_refuses_nul_and_controls(make_user: Callable[..., Any], text: str) -> None:
+    response = client_for(make_user()).post("/feed/", {"text": text})
+    assert response.status_code == 200
+    assert re.search(r'data-testid="post-error">', response.content.decode())
+    assert not Activity.objects.exists()

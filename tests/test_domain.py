@@ -689,3 +689,81 @@ class TestParseFeedFrames:
         with pytest.raises(InvalidInput) as raised:
             domain.parse_frame(json.dumps({"type": "watch_feed", "feed": feed}), LIMITS)
         assert raised.value.code == code
+
+
+# --- text the one rule refuses (check_text) ---------------------------------------------------
+
+#: each unstorable or misleading input, named for the test ids
+BAD_TEXT = {
+    "lone-high-surrogate": "hi \ud800",
+    "lone-low-surrogate": "\udc00",
+    "nul": "a\x00b",
+    "bell": "bell\x07",
+    "del": "del\x7f",
+    "c1-control": "next\x85line",
+    "right-to-left-override": "evil\u202egnp.exe",
+    "left-to-right-mark": "a\u200eb",
+    "bom": "\ufeffhi",
+    "word-joiner": "a\u2060b",
+    "language-tag": "\U000e0001en",
+}
+#: text and emoji real people send: ZWJ sequences, tag flags, VS16, skin tones, ZWNJ
+GOOD_TEXT = {
+    "family-zwj": "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+    "technologist-zwj": "\U0001f469\U0001f3fd\u200d\U0001f4bb",
+    "flag-of-england-tags": "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",
+    "red-heart-vs16": "\u2764\ufe0f",
+    "rainbow-flag": "\U0001f3f3\ufe0f\u200d\U0001f308",
+    "persian-zwnj": "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+    "accents-and-cjk": "Café 東京",
+}
+
+
+@pytest.mark.parametrize("text", BAD_TEXT.values(), ids=BAD_TEXT.keys())
+def test_check_text_refuses_unstorable_and_invisible_characters(text: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        domain.check_text(text, "text")
+    assert raised.value.code == "invalid_value"
+    assert "'text'" in raised.value.message
+
+
+@pytest.mark.parametrize("text", GOOD_TEXT.values(), ids=GOOD_TEXT.keys())
+def test_check_text_keeps_what_emoji_and_scripts_need(text: str) -> None:
+    assert domain.check_text(text, "emoji") == text
+
+
+def test_check_text_allows_line_breaks_and_tabs_only_when_multiline() -> None:
+    assert domain.check_text("one\ntwo\tthree", "text", multiline=True) == "one\ntwo\tthree"
+    for text in ("one\ntwo", "a\tb"):
+        with pytest.raises(InvalidInput):
+            domain.check_text(text, "text")
+    for text in ("a\x00b", "a\rb", "a\ud800"):
+        with pytest.raises(InvalidInput):
+            domain.check_text(text, "text", multiline=True)
+
+
+@pytest.mark.parametrize("field", ["text", "emoji", "activity"])
+@pytest.mark.parametrize("bad", BAD_TEXT.values(), ids=BAD_TEXT.keys())
+def test_status_change_refuses_bad_text_in_every_field(field: str, bad: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        domain.parse_status_change({"status": "auto", field: bad[:16]}, LIMITS_FOR_TEXT)
+    assert raised.value.code == "invalid_value"
+    assert f"'{field}'" in raised.value.message
+
+
+@pytest.mark.parametrize("field", ["text", "emoji", "activity"])
+def test_status_change_keeps_emoji_sequences(field: str) -> None:
+    flag = GOOD_TEXT["flag-of-england-tags"]
+    change = domain.parse_status_change({"status": "auto", field: flag}, LIMITS_FOR_TEXT)
+    assert getattr(change, field) == flag
+
+
+def test_a_set_status_frame_with_a_lone_surrogate_is_invalid_value() -> None:
+    # JSON can spell a lone surrogate; json.loads lets it through into a str.
+    frame = '{"type": "set_status", "status": "auto", "text": "\\ud83d"}'
+    with pytest.raises(InvalidInput) as raised:
+        domain.parse_frame(frame, LIMITS_FOR_TEXT)
+    assert raised.value.code == "invalid_value"
+
+
+LIMITS_FOR_TEXT = domain.Limits(text_max_length=140, emoji_max_length=16, max_expiry=3600)

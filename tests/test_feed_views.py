@@ -323,3 +323,22 @@ def test_mention_suggestions(client: Client, alice: Any, make_user: Callable[...
 def test_errors_follow_the_language(client: Client) -> None:
     message = _error(client.get(group_url("nope"), HTTP_ACCEPT_LANGUAGE="en"), 404, "unknown_group")
     assert message == "No group 'nope'."
+
+
+# --- text the database cannot store, or that misleads readers -------------------------------
+
+UNSTORABLE = {"surrogate": "hi \ud800", "nul": "a\x00b", "rlo": "x\u202ey"}
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE.values(), ids=UNSTORABLE.keys())
+def test_post_with_unstorable_text_is_400_and_saves_nothing(client: Client, bad: str) -> None:
+    _error(_post(client, POST, {"text": bad}), 400, "invalid_value")
+    assert not Activity.objects.exists()
+
+
+@pytest.mark.parametrize("query", ["\x00", "al\x00", "@\x00ice", "a\u202e"])
+def test_mention_suggestions_refuse_nul_and_controls(
+    client: Client, make_user: Callable[..., Any], query: str
+) -> None:
+    make_user("alina")
+    _error(client.get(SUGGEST, {"q": query}), 400, "invalid_value")

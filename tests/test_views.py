@@ -404,3 +404,23 @@ def test_get_during_a_redis_outage_shows_persisted_last_seen(
         # Choices live in the database: setting a status still works.
         assert _post(client, {"status": "dnd"}).status_code == 200
     assert UserStatus.objects.get(user=viewer).dnd is True
+
+
+# --- text the database cannot store, or that misleads readers -------------------------------
+
+#: lone surrogates (UnicodeEncodeError in every database), NUL (PostgreSQL refuses it), an
+#: invisible control (RIGHT-TO-LEFT OVERRIDE)
+UNSTORABLE = {"surrogate": "hi \ud800", "nul": "a\x00b", "rlo": "x\u202ey"}
+
+
+@pytest.mark.parametrize("field", ["text", "emoji", "activity"])
+@pytest.mark.parametrize("bad", UNSTORABLE.values(), ids=UNSTORABLE.keys())
+def test_status_with_unstorable_text_is_400_and_saves_nothing(
+    make_user: Callable[..., Any], field: str, bad: str
+) -> None:
+    client = Client()
+    client.force_login(make_user())
+    response = _post(client, {"status": "dnd", field: bad})
+    assert f"'{field}'" in _error(response, 400, "invalid_value")["message"]
+    assert not UserStatus.objects.exists()
+    assert not PrivacySettings.objects.exists()

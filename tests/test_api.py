@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from presence import api, live
@@ -909,3 +909,59 @@ def test_limits_come_from_settings() -> None:
         16,
         30 * 24 * 3600,
     )
+
+
+# --- notify_changed: writes the model signals do not see -------------------------------------
+
+
+@pytest.fixture
+async def sockets(transactional_db: Any, close_async_db_connections: Any) -> Any:
+    from tests.test_consumers import open_sockets
+
+    async for opened in open_sockets():
+        yield opened
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_notify_changed_after_a_bulk_update_reaches_open_sockets(
+    sockets: Any, settings: Any, make_user: Callable[..., Any]
+) -> None:
+    from tests.test_consumers import BASE, assert_silent, receive, subscribe
+
+    settings.PRESENCE = dict(BASE)
+    alice, carol = await sync_to_async(make_user)(), await sync_to_async(make_user)()
+
+    @sync_to_async
+    def arrange() -> None:
+        Contact.objects.create(owner=alice, contact=carol, close_friend=True)
+        PrivacySettings.objects.create(user=alice, activity_visibility="close_friends")
+        api.set_status(alice, "auto", text="secret plans")
+
+    await arrange()
+    await sockets.open(alice)
+    carol_tab = await sockets.open(carol)
+    seen = (await subscribe(carol_tab, alice))["presences"][str(alice.pk)]
+    assert seen["text"] == "secret plans"
+
+    # update() sends no post_save: open sockets hear nothing of it by themselves...
+    await sync_to_async(Contact.objects.filter(owner=alice).update)(close_friend=False)
+    await assert_silent(carol_tab)
+    # ...until the site says so.
+    await api.anotify_changed([alice], reason="contacts")
+    changed = await receive(carol_tab)
+    assert changed["type"] == "presence_diff"
+    assert changed["presences"][str(alice.pk)]["text"] is None
+
+    # The sync call, after commit, with user ids.
+    await sync_to_async(PrivacySettings.objects.filter(user=alice).update)(
+        activity_visibility="everyone"
+    )
+
+    @sync_to_async
+    def notify_in_a_transaction() -> None:
+        with transaction.atomic():
+            api.notify_changed([alice.pk])
+
+    await notify_in_a_transaction()
+    changed = await receive(carol_tab)
+    assert changed["presences"][str(alice.pk)]["text"] == "secret plans"

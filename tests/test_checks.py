@@ -430,3 +430,32 @@ def test_live_settings_are_known_keys(settings: Any) -> None:
     assert "'SWEEP_BATCHES'" in warning.msg
     for key in ("MAX_FRAME_BYTES", "COALESCE_WINDOW", "SWEEP_INTERVAL", "SWEEP_BATCH"):
         assert key in (warning.hint or "")
+
+
+# --- E002 / W003: the HTTP rate limit and lengths beyond the database columns ------------------
+
+
+@pytest.mark.parametrize("bad", [(30,), (30, 0), (0, 60), ("30", "60"), (True, 60), "30/60", 30])
+def test_e002_http_rate_limit_must_be_a_pair_of_positive_ints(settings: Any, bad: Any) -> None:
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": bad}
+    assert ids(checks.check_settings) == ["presence.E002"]
+
+
+@pytest.mark.parametrize("good", [(30, 60), [5, 1], None])
+def test_e002_absent_for_an_http_rate_limit_pair_or_none(settings: Any, good: Any) -> None:
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": good}
+    assert ids(checks.check_settings) == []
+
+
+def test_w003_length_settings_beyond_the_columns(settings: Any) -> None:
+    # UserStatus.text and .activity hold 255 characters, .emoji 32 (read from the model).
+    settings.PRESENCE = {"TEXT_MAX_LENGTH": 255, "EMOJI_MAX_LENGTH": 32}
+    assert ids(checks.check_settings) == []
+    settings.PRESENCE = {"TEXT_MAX_LENGTH": 256, "EMOJI_MAX_LENGTH": 33}
+    assert ids(checks.check_settings) == ["presence.W003"] * 3
+    found = messages_with("presence.W003")
+    named = {
+        column for m in found for column in ("text", "activity", "emoji") if f"'{column}'" in m.msg
+    }
+    assert named == {"text", "activity", "emoji"}
+    assert all(m.hint and "at most" in m.hint for m in found)

@@ -711,7 +711,10 @@ BAD_TEXT = {
 GOOD_TEXT = {
     "family-zwj": "\U0001f468\u200d\U0001f469\u200d\U0001f467",
     "technologist-zwj": "\U0001f469\U0001f3fd\u200d\U0001f4bb",
-    "flag-of-england-tags": "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",
+    # black flag, tags "gbeng", cancel tag
+    "flag-of-england-tags": "\U0001f3f4"
+    + "".join(chr(0xE0000 + ord(c)) for c in "gbeng")
+    + "\U000e007f",
     "red-heart-vs16": "\u2764\ufe0f",
     "rainbow-flag": "\U0001f3f3\ufe0f\u200d\U0001f308",
     "persian-zwnj": "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",

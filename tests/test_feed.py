@@ -761,3 +761,25 @@ def test_good_feed_settings_pass_the_checks(settings: Any) -> None:
     assert check_settings() == []
     settings.PRESENCE = {"MENTION_URL": None, "RECORD_STATUS_ACTIVITIES": False}
     assert check_settings() == []
+
+
+# --- mentions across a block ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction", ["author_blocks", "author_is_blocked"])
+def test_no_mention_is_stored_across_a_block(make_user: Callable[..., Any], direction: str) -> None:
+    author, blocked, friend = make_user("author"), make_user("blocked"), make_user("friend")
+    for viewer in (blocked, friend):  # both may see the author's activities (contacts)
+        Contact.objects.create(owner=author, contact=viewer)
+    if direction == "author_blocks":
+        Block.objects.create(blocker=author, blocked=blocked)
+    else:
+        Block.objects.create(blocker=blocked, blocked=author)
+    activity = feed.post(author, "Hi @blocked and @friend")
+    assert list(Mention.objects.values_list("user", flat=True)) == [friend.pk]
+    # Unblocking does not bring the mention back, and the name stays plain text.
+    Block.objects.all().delete()
+    assert list(feed.mentions_timeline(blocked)) == []
+    assert [a.pk for a in feed.mentions_timeline(friend)] == [activity.pk]
+    html = str(feed.render_text(Activity.objects.get()))
+    assert "Hi @blocked and" in html and html.count('class="mention"') == 1

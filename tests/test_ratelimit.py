@@ -1,0 +1,148 @@
+"""HTTP_RATE_LIMIT (presence.ratelimit): a per-user limit on HTTP writes, shared through Redis,
+answered with 429 ``rate_limited`` and Retry-After, failing open when Redis is down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import time_machine
+from django.test import Client
+
+from presence import store as store_module
+from presence.models import Activity, Group, UserStatus
+
+pytestmark = pytest.mark.django_db
+
+STATUS = "/presence/api/status"
+POST = "/presence/api/feed/post"
+
+
+def _json(client: Client, url: str, data: Any) -> Any:
+    return client.post(url, json.dumps(data), content_type="application/json")
+
+
+def _assert_rate_limited(response: Any, retry_after: int) -> None:
+    assert response.status_code == 429, response.content
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert body["error"]["code"] == "rate_limited" and body["error"]["message"]
+    assert response["Retry-After"] == str(retry_after)
+
+
+@pytest.fixture
+def limited(settings: Any) -> None:
+    # 2 writes per minute; the clock fixture starts on a whole minute (tests.clock.T0).
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": (2, 60)}
+
+
+@pytest.fixture
+def client(clock: time_machine.Coordinates, make_user: Callable[..., Any]) -> Client:
+    # Logged in after the clock stopped, so the session is fresh at the test's time.
+    client = Client()
+    client.force_login(make_user())
+    return client
+
+
+def status_write(client: Client, n: int) -> Any:
+    return _json(client, STATUS, {"status": "auto", "text": f"status {n}"})
+
+
+def post_write(client: Client, n: int) -> Any:
+    return _json(client, POST, {"text": f"post {n}"})
+
+
+def join_leave_write(client: Client, n: int) -> Any:
+    Group.objects.get_or_create(slug="g", defaults={"name": "G"})
+    return client.post(f"/presence/api/feed/group/g/{'join' if n % 2 == 0 else 'leave'}")
+
+
+WRITES = {"status": status_write, "feed-post": post_write, "join-leave": join_leave_write}
+
+
+@pytest.mark.usefixtures("limited")
+@pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
+def test_past_the_limit_answers_429_with_retry_after_until_the_window_ends(
+    client: Client, clock: time_machine.Coordinates, write: Callable[[Client, int], Any]
+) -> None:
+    assert write(client, 0).status_code in (200, 201)
+    clock.shift(10)
+    assert write(client, 1).status_code in (200, 201)
+    clock.shift(5)
+    _assert_rate_limited(write(client, 2), retry_after=45)
+    clock.shift(44)
+    _assert_rate_limited(write(client, 3), retry_after=1)
+    clock.shift(1)  # a new window
+    assert write(client, 4).status_code in (200, 201)
+
+
+@pytest.mark.usefixtures("limited")
+def test_a_refused_write_changes_nothing_and_other_users_are_not_limited(
+    client: Client, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # One count for all of a user's HTTP writes.
+    assert status_write(client, 0).status_code == 200
+    assert post_write(client, 1).status_code == 201
+    _assert_rate_limited(status_write(client, 9), retry_after=60)
+    _assert_rate_limited(post_write(client, 9), retry_after=60)
+    assert UserStatus.objects.get().text == "status 0"
+    assert list(Activity.objects.values_list("text", flat=True)) == ["post 1"]
+    other = Client()
+    other.force_login(make_user())
+    assert status_write(other, 0).status_code == 200
+
+
+@pytest.mark.usefixtures("limited")
+def test_the_count_is_shared_across_processes(
+    client: Client, clock: time_machine.Coordinates
+) -> None:
+    # Each process has its own store (clients); the counter lives in Redis.
+    assert status_write(client, 0).status_code == 200
+    store_module.reset_clients()
+    assert post_write(client, 1).status_code == 201
+    store_module.reset_clients()
+    _assert_rate_limited(status_write(client, 2), retry_after=60)
+
+
+@pytest.mark.usefixtures("limited")
+def test_demo_forms_answer_429_with_the_error_on_the_page(
+    client: Client, clock: time_machine.Coordinates
+) -> None:
+    form = {"status": "dnd", "emoji": "", "text": "busy", "expires": "never"}
+    assert client.post("/settings/status/", form).status_code == 302
+    assert client.post("/feed/", {"text": "hello"}).status_code == 302
+    refused = client.post("/settings/status/", {**form, "text": "again"})
+    assert refused.status_code == 429 and refused["Retry-After"] == "60"
+    assert "try again in 60 seconds" in refused.content.decode()
+    refused = client.post("/feed/", {"text": "again"})
+    assert refused.status_code == 429 and "try again in 60 seconds" in refused.content.decode()
+    assert UserStatus.objects.get().text == "busy"
+    assert list(Activity.objects.values_list("text", flat=True)) == ["hello"]
+
+
+def test_none_turns_the_limit_off(
+    settings: Any, client: Client, clock: time_machine.Coordinates
+) -> None:
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": None}
+    for n in range(5):
+        assert status_write(client, n).status_code == 200
+
+
+def test_the_default_allows_30_writes_a_minute(
+    client: Client, clock: time_machine.Coordinates
+) -> None:
+    for n in range(30):
+        assert post_write(client, n).status_code == 201
+    _assert_rate_limited(post_write(client, 30), retry_after=60)
+
+
+@pytest.mark.usefixtures("limited")
+def test_fails_open_when_redis_is_down(
+    private_redis: Any, client: Client, clock: time_machine.Coordinates
+) -> None:
+    private_redis.stop()
+    for n in range(4):
+        assert post_write(client, n).status_code == 201
+    assert Activity.objects.count() == 4

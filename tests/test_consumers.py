@@ -1609,3 +1609,129 @@ async def test_the_consumer_refuses_foreign_origins_by_itself_with_4403(
     ):
         communicator = await sockets.open(user, headers=headers)
         assert await subscribe(communicator, user) == state({user.pk: online(invisible=False)})
+
+
+# --- sessions: logout and password changes close their sockets --------------------------------
+
+
+def _logged_in_client(user: Any) -> Client:
+    client = Client()
+    quiet_login(client, user)
+    return client
+
+
+def _cookie_of(client: Client) -> bytes:
+    name = settings.SESSION_COOKIE_NAME
+    return f"{name}={client.cookies[name].value}".encode()
+
+
+async def _site_socket(sockets: Sockets, client: Client) -> WebsocketCommunicator:
+    """A socket through the demo's ASGI application, authenticated by the client's session."""
+    from siteproject.asgi import application
+
+    cookie = await sync_to_async(_cookie_of)(client)
+    communicator = sockets.make(
+        ..., headers=_asgi_headers(b"http://testserver", cookie), app=application
+    )
+    assert await communicator.connect(timeout=TIMEOUT) == (True, None)
+    assert await subscribe(communicator) == state({})
+    return communicator
+
+
+async def assert_closed_with(communicator: WebsocketCommunicator, code: int) -> None:
+    assert await communicator.receive_output(timeout=TIMEOUT) == {
+        "type": "websocket.close",
+        "code": code,
+    }
+
+
+async def test_logout_closes_that_sessions_sockets_with_4401_only(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    user, viewer = await new_user(make_user), await new_user(make_user)
+    await lets_see(user, viewer)
+    laptop, phone = [await sync_to_async(_logged_in_client)(user) for _ in range(2)]
+    laptop_key = laptop.session.session_key
+    tabs = [await _site_socket(sockets, laptop) for _ in range(2)]
+    other_session = await _site_socket(sockets, phone)
+    watcher = await sockets.open(viewer)
+    assert await subscribe(tabs[0], user) == state({user.pk: online(invisible=False)})
+    assert await subscribe(watcher, user) == state({user.pk: online()})
+
+    with caplog.at_level("DEBUG"):
+        response = await sync_to_async(laptop.post)("/logout/")
+    assert response.status_code == 302
+    for tab in tabs:
+        await assert_closed_with(tab, 4401)
+    assert laptop_key not in caplog.text  # never logged
+
+    # The other session's socket is open, receives and keeps the user online.
+    assert await subscribe(other_session, user) == state({user.pk: online(invisible=False)})
+    await assert_silent(watcher)
+    hub = Hub.current()
+    assert hub is not None and len(hub.accounts[user.pk]) == 1
+    await sockets.close(other_session)
+    assert user.pk not in hub.accounts
+
+
+async def test_a_password_change_closes_the_sockets_of_the_other_sessions(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    from django.contrib.auth import update_session_auth_hash
+    from django.http import HttpRequest
+
+    user = await new_user(make_user)
+    changing, other = [await sync_to_async(_logged_in_client)(user) for _ in range(2)]
+    other_socket = await _site_socket(sockets, other)
+    changing_socket = await _site_socket(sockets, changing)
+
+    @sync_to_async
+    def change_password() -> None:
+        # As django.contrib.auth's PasswordChangeView does.
+        request = HttpRequest()
+        request.session = changing.session
+        request.user = user
+        user.set_password("a new secret")
+        user.save()
+        update_session_auth_hash(request, user)
+        request.session.save()
+        changing.cookies[settings.SESSION_COOKIE_NAME] = request.session.session_key
+
+    await change_password()
+    await assert_closed_with(other_socket, 4401)
+    # The changing session's socket was opened with the session's old key (Django cycles it):
+    # it closes too, and the browser reconnects with its renewed session.
+    await assert_closed_with(changing_socket, 4401)
+    renewed = await _site_socket(sockets, changing)
+    assert await subscribe(renewed, user) == state({user.pk: online(invisible=False)})
+    # The other session is no session any more: anonymous.
+    from siteproject.asgi import application
+
+    cookie = await sync_to_async(_cookie_of)(other)
+    refused = sockets.make(
+        ..., headers=_asgi_headers(b"http://testserver", cookie), app=application
+    )
+    assert await refused.connect(timeout=TIMEOUT) == (True, None)
+    await assert_closed_with(refused, 4401)
+
+
+async def test_a_session_ended_out_of_band_closes_its_socket_at_heartbeat_pace(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    user = await new_user(make_user)
+    client = await sync_to_async(_logged_in_client)(user)
+    communicator = await _site_socket(sockets, client)
+    # The session is deleted without a logout (an admin, a "log out everywhere" feature, ...).
+    await sync_to_async(client.session.delete)()
+    await heartbeat(communicator)  # checked at most once per HEARTBEAT_INTERVAL: still open
+    clock.shift(get_settings().HEARTBEAT_INTERVAL)
+    await communicator.send_json_to({"type": "heartbeat", "state": "active"})
+    await assert_closed_with(communicator, 4401)
+
+    async def gone() -> bool:
+        return await connections_in_redis(user) == []
+
+    assert await eventually(gone)

@@ -6,46 +6,82 @@ A thin edge: frames are validated by :func:`presence.domain.parse_frame`, record
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import time
 import uuid
 from collections import deque
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlparse
 
+from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.security.websocket import OriginValidator
+from django.conf import settings
 from django.utils.translation import gettext
 
-from presence import api, domain
+from presence import api, domain, relations, sessions
 from presence.conf import get_settings
 from presence.live import Hub
 from presence.store import get_store
 
 logger = logging.getLogger("presence")
 
-#: close codes (CONTRACT.md)
+#: close codes (CONTRACT.md; 4403 README "WebSocket")
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FOREIGN_ORIGIN = 4403
 CLOSE_RATE_LIMITED = 4429
 #: live timelines one connection may watch
 MAX_FEEDS = 10
+#: a subscribe or unsubscribe of n user ids counts as ceil(n / IDS_PER_FRAME) frames of
+#: RATE_LIMIT (each id costs channel-layer and Redis work; a frame may carry a thousand)
+IDS_PER_FRAME = 100
 
 
 class RateLimit:
-    """At most ``frames`` frames in any ``seconds``-long window (a sliding log)."""
+    """At most ``frames`` frames in any ``seconds``-long window (a sliding log); a frame may
+    weigh more than one."""
 
     def __init__(self, frames: int, seconds: float) -> None:
         self.frames = frames
         self.seconds = seconds
-        self._times: deque[float] = deque()
+        self._log: deque[tuple[float, int]] = deque()
+        self._used = 0
 
-    def allow(self, now: float) -> bool:
-        while self._times and self._times[0] <= now - self.seconds:
-            self._times.popleft()
-        if len(self._times) >= self.frames:
+    def allow(self, now: float, cost: int = 1) -> bool:
+        while self._log and self._log[0][0] <= now - self.seconds:
+            self._used -= self._log.popleft()[1]
+        # A frame heavier than the whole budget may still pass, alone in its window.
+        cost = min(cost, self.frames)
+        if self._used + cost > self.frames:
             return False
-        self._times.append(now)
+        self._log.append((now, cost))
+        self._used += cost
         return True
+
+
+def frame_cost(user_ids: int) -> int:
+    """What a subscribe or unsubscribe of this many ids counts against RATE_LIMIT."""
+    return max(1, math.ceil(user_ids / IDS_PER_FRAME))
+
+
+def _foreign_origin(scope: dict[str, Any]) -> bool:
+    """Whether a browser page of another site opened this socket (its Origin is outside
+    ALLOWED_HOSTS), as channels' AllowedHostsOriginValidator decides, in case a site forgot
+    it. No Origin header: not a browser (browsers always send one), so no cross-site risk."""
+    origin = dict(scope.get("headers") or []).get(b"origin")
+    if origin is None:
+        return False
+    allowed = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = ["localhost", "127.0.0.1", "[::1]"]
+    try:
+        parsed = urlparse(origin.decode("latin-1"))
+    except ValueError:
+        return True
+    return not OriginValidator(None, allowed).valid_origin(parsed)
 
 
 def _device(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:
@@ -74,11 +110,25 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     sent: dict[int, domain.Presence]
     snapshotting: set[int]
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Whatever ends the consumer (a handler's exception, a cancellation by the server,
+            # a close without websocket.disconnect), it leaves the hub and Redis; shielded,
+            # so that a second cancellation cannot cut the cleanup short.
+            if getattr(self, "attached", False):
+                await asyncio.shield(self.disconnect(1011))
+
     async def connect(self) -> None:
         user = self.scope.get("user")
         await self.accept()
+        # Accepted first, so that browsers see the code (a refused handshake is only 1006).
+        if _foreign_origin(self.scope):
+            logger.info("Presence: closing a connection from a foreign origin")
+            await self.close(code=CLOSE_FOREIGN_ORIGIN)
+            return
         if user is None or not user.is_authenticated:
-            # Accepted first, so that browsers see the code (a refused handshake is only 1006).
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         conf = get_settings()
@@ -91,6 +141,12 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.rate = RateLimit(*conf.RATE_LIMIT)
         self.sent = {}
         self.snapshotting = set()
+        # Sockets of a session close with it (logout, password change; presence.sessions).
+        self.session_key = sessions.session_key_of(self.scope)
+        self.session_digest = (
+            sessions.session_digest(self.session_key) if self.session_key else None
+        )
+        self.session_checked = time.time()
         self.hub = Hub.get()
         await self.hub.attach(self)
         self.attached = True
@@ -102,8 +158,31 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if not getattr(self, "attached", False):
             return
         self.attached = False
-        await self.hub.detach(self)
-        await api.adisconnect(self.user, self.connection_id)
+        try:
+            await self.hub.detach(self)
+        except Exception:
+            logger.exception("Presence: detaching a connection of user %s failed", self.viewer_id)
+        try:
+            await api.adisconnect(self.user, self.connection_id)
+        except Exception:
+            logger.exception("Presence: signing off a connection of user %s failed", self.viewer_id)
+
+    async def end_session(self) -> None:
+        """Its session ended (logout, password change): closed with 4401 like an anonymous
+        connection, and gone for presence at once."""
+        if not getattr(self, "attached", False):
+            return
+        logger.info("Presence: closing connection of user %s: session ended", self.viewer_id)
+        await self.close(code=CLOSE_UNAUTHENTICATED)
+        await self.disconnect(CLOSE_UNAUTHENTICATED)
+
+    async def recheck_session(self) -> None:
+        if self.session_key is None or not getattr(self, "attached", False):
+            return
+        self.session_checked = time.time()
+        valid = await sync_to_async(sessions.session_is_valid)(self.session_key, self.viewer_id)
+        if not valid:
+            await self.end_session()
 
     # --- frames -------------------------------------------------------------------------------
 
@@ -111,30 +190,56 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if not getattr(self, "attached", False):
             return
         if not self.rate.allow(time.time()):
-            logger.info("Presence: closing connection of user %s: rate limit", self.viewer_id)
-            await self.close(code=CLOSE_RATE_LIMITED)
-            await self.disconnect(CLOSE_RATE_LIMITED)
+            await self.rate_limited()
             return
         try:
-            message = domain.parse_frame(text_data, self.limits)
-            if isinstance(message, domain.Heartbeat):
-                await self.heartbeat(message)
-            elif isinstance(message, domain.Subscribe):
-                await self.subscribe(message.users)
-            elif isinstance(message, domain.Unsubscribe):
-                await self.unsubscribe(message.users)
-            elif isinstance(message, domain.SetStatus):
-                await self.set_status(message.change)
-            elif isinstance(message, domain.WatchFeed):
-                await self.watch_feed(message.feed)
-            else:
-                await self.hub.unwatch_feed(self, message.feed)
+            await self.handle(text_data)
         except domain.InvalidInput as error:
             await self.send_error(error.code, error.message)
+        except Exception:
+            # A bug or a failure below (database, ...) must not end the connection: it is
+            # logged, the client told, and the connection goes on (each handler leaves its
+            # state as it found it).
+            logger.exception("Presence: handling a frame of user %s failed", self.viewer_id)
+            if getattr(self, "attached", False):
+                await self.send_error(
+                    "internal_error",
+                    gettext("The server failed to handle this frame; try again later."),
+                )
+
+    async def handle(self, text_data: str | None) -> None:
+        message = domain.parse_frame(text_data, self.limits)
+        if isinstance(message, domain.Subscribe | domain.Unsubscribe):
+            # Ids cost work each: a large (un)subscribe counts as several frames.
+            extra = min(frame_cost(len(message.users)), self.rate.frames) - 1
+            if extra and not self.rate.allow(time.time(), extra):
+                await self.rate_limited()
+                return
+        if isinstance(message, domain.Heartbeat):
+            await self.heartbeat(message)
+        elif isinstance(message, domain.Subscribe):
+            await self.subscribe(message.users)
+        elif isinstance(message, domain.Unsubscribe):
+            await self.unsubscribe(message.users)
+        elif isinstance(message, domain.SetStatus):
+            await self.set_status(message.change)
+        elif isinstance(message, domain.WatchFeed):
+            await self.watch_feed(message.feed)
+        else:
+            await self.hub.unwatch_feed(self, message.feed)
+
+    async def rate_limited(self) -> None:
+        logger.info("Presence: closing connection of user %s: rate limit", self.viewer_id)
+        await self.close(code=CLOSE_RATE_LIMITED)
+        await self.disconnect(CLOSE_RATE_LIMITED)
 
     async def heartbeat(self, message: domain.Heartbeat) -> None:
         self.idle = message.state is domain.HeartbeatState.IDLE
         await api.aheartbeat(self.user, self.connection_id, self.device.value, self.idle)
+        # At heartbeat pace, at most: a session that ended where no announcement reached
+        # (deleted sessions, expiry, a password set without saving the user model) ends here.
+        if time.time() - self.session_checked >= get_settings().HEARTBEAT_INTERVAL:
+            await self.recheck_session()
 
     async def subscribe(self, users: tuple[int, ...]) -> None:
         new = [uid for uid in users if uid not in self.sent and uid not in self.snapshotting]
@@ -148,18 +253,28 @@ class PresenceConsumer(AsyncWebsocketConsumer):
                 )
                 % {"total": total, "limit": self.limits.max_subscriptions},
             )
-        # Watch before reading, so that a change during the read is delivered after it.
-        self.snapshotting.update(new)
-        await self.hub.watch(self, new)
+        # Ids of no user first, at the cost of one query: they join no channel-layer group
+        # (a frame of unknown ids would otherwise cost Redis commands for each).
+        existing = await relations.aexisting(new)
+        known = [uid for uid in new if uid in existing]
+        # Watch before reading (relations and live state), so that a change during the read
+        # is delivered after it (see Hub.deliver).
+        self.snapshotting.update(known)
         try:
-            presences = await api.abulk_presence(new, self.user)
+            await self.hub.watch(self, known)
+            presences = await api.abulk_presence(known, self.user)
             # Read at once: after a failure the store leaves Redis alone for RETRY_INTERVAL, so
             # nothing can clear the flag in between.
             guessed = get_store().health.in_outage
+        except BaseException:
+            # Nothing of a failed subscribe stays watched.
+            await asyncio.shield(self.hub.unwatch(self, known))
+            raise
         finally:
-            self.snapshotting.difference_update(new)
+            self.snapshotting.difference_update(known)
         unknown = [uid for uid in new if uid not in presences]
-        await self.hub.unwatch(self, unknown)
+        # Users deleted since the existence check were watched: leave them again.
+        await self.hub.unwatch(self, [uid for uid in unknown if uid in existing])
         self.sent.update(presences)
         if guessed:
             # Redis could not be read: the snapshot shows what the database alone knows

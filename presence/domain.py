@@ -569,6 +569,12 @@ def parse_frame(text: str | None, limits: Limits) -> ClientMessage:
         data = json.loads(text)
     except ValueError:
         raise InvalidInput("invalid_json", gettext("The frame is not valid JSON.")) from None
+    except RecursionError:
+        # Valid JSON nested deeper than the parser's recursion limit (1 KB of "[" suffices):
+        # no frame of the protocol nests more than two levels.
+        raise InvalidInput(
+            "invalid_message", gettext("The frame nests arrays or objects too deeply.")
+        ) from None
     if not isinstance(data, dict):
         raise InvalidInput("invalid_message", gettext("Expected a JSON object."))
     kind = data.get("type")

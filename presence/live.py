@@ -40,6 +40,10 @@ logger = logging.getLogger("presence")
 CHANGED = "presence.changed"
 #: channel-layer message type of "activity N was posted" (the activity feed's live timelines)
 POSTED = "presence.activity"
+#: channel-layer message types for the sockets of one user's sessions: "this session logged out"
+#: (with a digest of its key, never the key) and "check your sessions again" (password change)
+SESSION_ENDED = "presence.session_ended"
+SESSIONS_CHANGED = "presence.sessions_changed"
 #: channel-layer group calls in flight at once
 _GROUP_CALLS = 16
 #: how soon a pending batch counts as due (saves a wake-up per batch)
@@ -58,6 +62,15 @@ class Connection(Protocol):
     async def send_presences(self, kind: str, presences: dict[int, Presence]) -> None: ...
 
     async def send_activity(self, feeds: list[str], activity: dict[str, Any]) -> None: ...
+
+    #: digest of the connection's session key (presence.sessions), None without a session
+    session_digest: str | None
+
+    async def end_session(self) -> None:
+        """Close the connection: its session ended."""
+
+    async def recheck_session(self) -> None:
+        """Close the connection if its session is no longer valid."""
 
 
 def _group_prefix() -> str:
@@ -137,6 +150,51 @@ def announce(user_ids: Iterable[int]) -> None:
     _announce_from_sync(aannounce(list(user_ids)), "a change")
 
 
+def account_group_name(user_id: int) -> str:
+    """The group of the processes holding session-bound sockets of this user."""
+    return f"{_group_prefix()}.account.{user_id}"
+
+
+async def _asend_account(user_id: int, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        hub = Hub.current()
+        if hub is not None:
+            hub.session_message(message)
+        return
+    try:
+        await layer.group_send(account_group_name(user_id), message)
+    except Exception as error:
+        logger.warning(
+            "Presence: could not tell the sockets of user %s (%s) (%s).",
+            user_id,
+            message["type"],
+            error,
+        )
+
+
+async def aannounce_session_ended(user_id: int, session_key: str) -> None:
+    """Close the sockets of this session (logout), in every process. Never raises."""
+    from presence.sessions import session_digest
+
+    digest = session_digest(session_key)
+    await _asend_account(user_id, {"type": SESSION_ENDED, "user": user_id, "session": digest})
+
+
+def announce_session_ended(user_id: int, session_key: str) -> None:
+    _announce_from_sync(aannounce_session_ended(user_id, session_key), "a logout")
+
+
+async def aannounce_sessions_changed(user_id: int) -> None:
+    """Have every socket of this user check its session again (a password change invalidates
+    the other sessions). Never raises."""
+    await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": user_id})
+
+
+def announce_sessions_changed(user_id: int) -> None:
+    _announce_from_sync(aannounce_sessions_changed(user_id), "a session change")
+
+
 def feed_group_name() -> str:
     return f"{_group_prefix()}.feed"
 
@@ -188,6 +246,9 @@ class Hub:
         #: live timelines open on each connection (feed names, see domain.FEED_NAME)
         self.feeds: dict[Connection, set[str]] = {}
         self._posting: set[asyncio.Task[None]] = set()
+        #: session-bound connections of each user (see account_group_name)
+        self.accounts: dict[int, set[Connection]] = {}
+        self._session_tasks: set[asyncio.Task[None]] = set()
         #: user id -> loop time when its coalescing window ends
         self.pending: dict[int, float] = {}
         self.channel: str | None = None
@@ -217,18 +278,37 @@ class Hub:
             self.connections.add(connection)
             if not self._tasks:
                 await self._start()
+            if connection.session_digest is not None:
+                sockets = self.accounts.setdefault(connection.viewer_id, set())
+                sockets.add(connection)
+                if len(sockets) == 1:
+                    await self._group(
+                        self.layer and "group_add", account_group_name(connection.viewer_id)
+                    )
 
     async def detach(self, connection: Connection) -> None:
+        # First out of the registry: a handler of this connection still running (or a frame
+        # racing the close) can no longer watch anything for it.
+        self.connections.discard(connection)
         watched = [uid for uid, watchers in self.watchers.items() if connection in watchers]
         await self.unwatch(connection, watched)
         for feed in list(self.feeds.get(connection, ())):
             await self.unwatch_feed(connection, feed)
         async with self._lock:
-            self.connections.discard(connection)
+            sockets = self.accounts.get(connection.viewer_id)
+            if sockets is not None and connection in sockets:
+                sockets.discard(connection)
+                if not sockets:
+                    del self.accounts[connection.viewer_id]
+                    await self._group(
+                        self.layer and "group_discard", account_group_name(connection.viewer_id)
+                    )
             if not self.connections and self._tasks:
                 await self._stop()
 
     async def watch(self, connection: Connection, user_ids: Iterable[int]) -> None:
+        if connection not in self.connections:
+            return  # detached meanwhile (closed by the server while its frame was handled)
         first = []
         for user_id in user_ids:
             watchers = self.watchers.setdefault(user_id, set())
@@ -251,6 +331,8 @@ class Hub:
         await self._groups("group_discard", last)
 
     async def watch_feed(self, connection: Connection, feed: str) -> None:
+        if connection not in self.connections:
+            return
         first = not self.feeds
         self.feeds.setdefault(connection, set()).add(feed)
         if first:
@@ -273,6 +355,27 @@ class Hub:
             await getattr(self.layer, method)(group, self.channel)
         except Exception as error:
             logger.warning("Presence: channel layer %s failed (%s).", method, error)
+
+    def session_message(self, message: dict[str, Any]) -> None:
+        """A session of a user here logged out, or their sessions must be checked again."""
+        sockets = list(self.accounts.get(int(message.get("user", 0)), ()))
+        if message.get("type") == SESSION_ENDED:
+            ending = [c for c in sockets if c.session_digest == message.get("session")]
+            calls = [connection.end_session() for connection in ending]
+        else:
+            calls = [connection.recheck_session() for connection in sockets]
+        if calls:
+            # Not on the receive loop: closing detaches, which may stop this hub's tasks.
+            task = asyncio.ensure_future(self._run_session_calls(calls))
+            self._session_tasks.add(task)
+            task.add_done_callback(self._session_tasks.discard)
+
+    async def _run_session_calls(self, calls: list[Coroutine[Any, Any, None]]) -> None:
+        for call in calls:
+            try:
+                await call
+            except Exception:
+                logger.exception("Presence: closing the sockets of an ended session failed")
 
     def posted(self, activity_id: int) -> None:
         if self.feeds:
@@ -423,6 +526,8 @@ class Hub:
                 self.changed(int(uid) for uid in message.get("users", ()))
             elif message.get("type") == POSTED:
                 self.posted(int(message["activity"]))
+            elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
+                self.session_message(message)
 
     def _owns_current_task(self) -> bool:
         # A cancellation can be swallowed (sync_to_async waits for its thread and returns its
@@ -468,6 +573,8 @@ class Hub:
                     await self._groups("group_add", list(self.watchers))
                     if self.feeds:
                         await self._group(self.layer and "group_add", feed_group_name())
+                    for user_id in list(self.accounts):
+                        await self._group(self.layer and "group_add", account_group_name(user_id))
                 await api.asweep()
             except asyncio.CancelledError:
                 raise

@@ -112,6 +112,14 @@ async def aload(viewer: Any, target_ids: Collection[int]) -> Facts:
     return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)])
 
 
+async def aexisting(target_ids: Collection[int]) -> set[int]:
+    """Which of these ids are users' (one query)."""
+    if not target_ids:
+        return set()
+    query = get_user_model()._default_manager.filter(pk__in=target_ids).values_list("pk", flat=True)
+    return {int(pk) async for pk in query}
+
+
 def friends_query(user_pk: int) -> Any:
     """Ids of mutual contacts of a user, in one query."""
     return (

@@ -49,6 +49,17 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
     # Another session of the same user must be recorded again on its next request.
     throttle.forget(user.pk)
+    session = getattr(request, "session", None)
+    session_key = getattr(session, "session_key", None)
+    if session_key:
+        # Sent before Django flushes the session: its open sockets close with 4401, in every
+        # process; the user's other sessions keep theirs.
+        from presence import live
+
+        try:
+            live.announce_session_ended(int(user.pk), session_key)
+        except Exception:
+            logger.exception("Presence: could not close the sockets of user %s", user.pk)
     try:
         api.sign_off(user, _device(request))
     except Exception:  # logging out must never fail because of presence
@@ -79,11 +90,32 @@ def _on_block_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     _changed(sender, (instance.blocker_id, instance.blocked_id), "block")
 
 
+_SESSION_FIELDS = {"password", "is_active"}
+
+
+def _on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    update_fields = kwargs.get("update_fields")
+    if created or (update_fields is not None and not _SESSION_FIELDS & set(update_fields)):
+        return  # e.g. login's last_login update: sessions cannot have changed
+    from django.db import transaction
+
+    from presence import live
+
+    user_id = int(instance.pk)
+    # A password change (or deactivation) invalidates sessions: open sockets check theirs.
+    transaction.on_commit(lambda: live.announce_sessions_changed(user_id))
+
+
 def connect_model_signals() -> None:
     """Send ``presence_changed`` whenever a row deciding who sees whom changes."""
+    from django.contrib.auth import get_user_model
     from django.db.models.signals import post_delete, post_save
 
     from presence.models import Block, Contact, PrivacySettings
+
+    post_save.connect(
+        _on_user_saved, sender=get_user_model(), dispatch_uid="presence_user_sessions"
+    )
 
     for signal in (post_save, post_delete):
         signal.connect(

@@ -1374,3 +1374,364 @@ async def test_a_change_reaches_subscribed_connections_only_through_one_group_me
         assert await receive(communicator) == diff({target.pk: online()})
     await assert_silent(*subscribers, *others)
     assert redis_client.zrange(group, 0, -1) == [hub.channel]
+
+
+# --- crash frames and failures inside handlers ------------------------------------------------
+
+#: valid JSON nested past the parser's recursion limit: 1 KB of "[" once killed the consumer
+DEEP = "[" * 1000 + "]" * 1000
+SURROGATE = "\ud800"
+#: frames the consumer must survive with an error frame (valid JSON, deep or with a lone
+#: surrogate, escaped as JSON allows, in every string field of every frame type)
+CRASH_FRAMES = [
+    DEEP,
+    "[" * 30_000 + "]" * 30_000,
+    '{"type": "subscribe", "users": ' + DEEP + "}",
+    '{"type": "heartbeat", "pad": ' + "{" * 1000 + "}" * 1000 + "}",
+    *[
+        json.dumps(frame)
+        for frame in (
+            {"type": SURROGATE},
+            {SURROGATE: "x", "type": "ping"},
+            {"type": "heartbeat", "state": SURROGATE},
+            {"type": "subscribe", "users": [SURROGATE]},
+            {"type": "unsubscribe", "users": [SURROGATE]},
+            {"type": "set_status", "status": SURROGATE},
+            {"type": "set_status", "status": "auto", "text": SURROGATE},
+            {"type": "set_status", "status": "dnd", "text": "a" + SURROGATE + "b"},
+            {"type": "set_status", "status": "auto", "emoji": SURROGATE},
+            {"type": "set_status", "status": "auto", "activity": SURROGATE},
+            {"type": "set_status", "status": "auto", "text": "x", "expires_in": SURROGATE},
+            {"type": "watch_feed", "feed": SURROGATE},
+            {"type": "unwatch_feed", "feed": SURROGATE},
+        )
+    ],
+]
+
+
+async def test_deep_json_and_lone_surrogates_are_answered_and_change_nothing(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    redis_client: redis.Redis,
+) -> None:
+    with presence_settings(RATE_LIMIT=(1000, 10)):
+        sender, friend = await new_user(make_user), await new_user(make_user)
+        await lets_see(sender, friend)
+        await lets_see(friend, sender)
+        tab = await sockets.open(sender)
+        mine = presence("dnd", iso(0), ["web"], "Busy", invisible=False)
+        assert await set_status(tab, status="dnd", text="Busy") == status_reply(mine)
+        watcher = await sockets.open(friend)
+        assert await subscribe(tab, friend) == state({friend.pk: online()})
+        assert await subscribe(watcher, sender) == state(
+            {sender.pk: presence("dnd", iso(0), ["web"], "Busy")}
+        )
+        redis_before = redis_state(redis_client)
+        database_before = await database_state(sender, friend)
+        subscribed_before = subscriptions()
+
+        wrong = {}
+        for frame in CRASH_FRAMES:
+            await send_frame(tab, frame)
+            reply = await receive(tab)
+            if reply.get("type") != "error" or not reply.get("message"):
+                wrong[frame[:80]] = reply
+            if (reply := await subscribe(tab)) != state({}):
+                wrong[frame[:80]] = reply
+            if redis_state(redis_client) != redis_before:
+                wrong[frame[:80]] = "changed Redis"
+            if await database_state(sender, friend) != database_before:
+                wrong[frame[:80]] = "changed the database"
+            if subscriptions() != subscribed_before:
+                wrong[frame[:80]] = "changed subscriptions"
+        assert wrong == {}
+        await assert_silent(tab, watcher)
+        # Deep JSON gets its own clear answer.
+        await send_frame(tab, DEEP)
+        assert await receive(tab) == error(
+            "invalid_message", "The frame nests arrays or objects too deeply."
+        )
+        # Still working both ways.
+        assert await set_status(tab, status="auto") == status_reply(online(invisible=False))
+        assert await receive(watcher) == diff({sender.pk: online()})
+
+
+async def test_a_failure_inside_a_handler_answers_internal_error_and_leaves_no_watch(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    viewer, target, other = [await new_user(make_user) for _ in range(3)]
+    await lets_see(target, viewer)
+    watcher = await sockets.open(viewer)
+    assert await subscribe(watcher, other) == state({other.pk: HIDDEN})
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug below the consumer")
+
+    # The failure comes after the hub watched the new ids.
+    monkeypatch.setattr(api, "abulk_presence", broken)
+    with caplog.at_level("ERROR", logger="presence"):
+        assert await subscribe(watcher, target) == error(
+            "internal_error", "The server failed to handle this frame; try again later."
+        )
+    assert "handling a frame of user" in caplog.text and "RuntimeError" in caplog.text
+    # Open, and nothing of the failed subscribe is watched.
+    assert subscriptions() == {other.pk: 1}
+    monkeypatch.undo()
+    assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+    await sockets.open(target)
+    assert await receive(watcher) == diff({target.pk: online()})
+
+
+async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+) -> None:
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    keeper = await sockets.open(target)  # keeps the hub running
+    communicator = await sockets.open(viewer)
+    assert await subscribe(communicator, target) == state({target.pk: HIDDEN})
+    await communicator.send_json_to({"type": "watch_feed", "feed": "following"})
+    assert await subscribe(communicator) == state({})
+    hub = Hub.current()
+    assert hub is not None and len(hub.connections) == 2 and hub.feeds
+    assert await connections_in_redis(viewer) != []
+
+    # The server cancels the application (as daphne does at shutdown or after a close
+    # timeout): no websocket.disconnect is ever handled.
+    communicator.future.cancel()
+
+    async def gone() -> bool:
+        return await connections_in_redis(viewer) == []
+
+    assert await eventually(gone)
+    assert len(hub.connections) == 1
+    assert hub.watchers == {}
+    assert hub.feeds == {}
+    # The other connection is unaffected.
+    assert await subscribe(keeper, target) == state({target.pk: online(invisible=False)})
+
+
+# --- subscribe cost ---------------------------------------------------------------------------
+
+
+async def test_a_subscribe_of_unknown_ids_joins_no_channel_layer_group(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    redis_client: redis.Redis,
+    redis_commands: Any,
+) -> None:
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    watcher = await sockets.open(viewer)
+    unknown = list(range(UNKNOWN_ID, UNKNOWN_ID + 1000))
+    group_keys = f"{get_channel_layer().prefix}:group:*"
+    before = redis_commands.snapshot()
+    await watcher.send_json_to({"type": "subscribe", "users": unknown})
+    assert await receive(watcher) == state({})
+    assert (await receive(watcher))["users"] == unknown
+    used = redis_commands.delta(before)
+    # Nothing joined or left for them (group_add is a ZADD and an EXPIRE, group_discard a ZREM
+    # per id), and hardly any Redis work at all.
+    assert not {"zadd", "zrem", "expire"} & set(used), used
+    assert sum(used.values()) <= 5, used
+    assert list(redis_client.scan_iter(group_keys)) == []
+    assert subscriptions() == {}
+    # A known id among them still joins its group.
+    await watcher.send_json_to({"type": "subscribe", "users": [UNKNOWN_ID, target.pk]})
+    assert await receive(watcher) == state({target.pk: HIDDEN})
+    assert (await receive(watcher))["users"] == [UNKNOWN_ID]
+    assert [key.rsplit(":", 1)[1] for key in redis_client.scan_iter(group_keys)] == [
+        group_name(target.pk)
+    ]
+
+
+async def test_large_subscribes_count_as_several_frames_of_the_rate_limit(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    from presence.consumers import IDS_PER_FRAME
+
+    many = list(range(UNKNOWN_ID, UNKNOWN_ID + 2 * IDS_PER_FRAME + 1))  # three frames' worth
+    with presence_settings(RATE_LIMIT=(5, 10)):
+        user = await new_user(make_user)
+        communicator = await sockets.open(user)  # 1
+        await communicator.send_json_to({"type": "subscribe", "users": many})  # 2, 3, 4
+        assert await receive(communicator) == state({})
+        assert (await receive(communicator))["code"] == "unknown_users"
+        await communicator.send_json_to({"type": "unsubscribe", "users": many})  # 5, 6, 7
+        assert await communicator.receive_output(timeout=TIMEOUT) == {
+            "type": "websocket.close",
+            "code": 4429,
+        }
+
+        # A frame weighing more than the whole budget passes alone in its window.
+        clock.shift(10)
+        other = await sockets.open(await new_user(make_user))  # 1 of its own window
+        clock.shift(10)
+        heavy = list(range(UNKNOWN_ID, UNKNOWN_ID + 5 * IDS_PER_FRAME))  # five frames' worth
+        await other.send_json_to({"type": "subscribe", "users": heavy})
+        assert await receive(other) == state({})
+        assert (await receive(other))["code"] == "unknown_users"
+        await other.send_json_to({"type": "heartbeat"})  # the budget is spent
+        assert await other.receive_output(timeout=TIMEOUT) == {
+            "type": "websocket.close",
+            "code": 4429,
+        }
+
+
+# --- origin -----------------------------------------------------------------------------------
+
+
+async def test_the_consumer_refuses_foreign_origins_by_itself_with_4403(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # APP has no AllowedHostsOriginValidator in front, as on a site that forgot it.
+    user = await new_user(make_user)
+    for origin in (b"http://evil.example", b"https://testserver.evil.example", b"null"):
+        communicator = sockets.make(user, headers=[(b"origin", origin)])
+        assert await communicator.connect(timeout=TIMEOUT) == (True, None)
+        assert await communicator.receive_output(timeout=TIMEOUT) == {
+            "type": "websocket.close",
+            "code": 4403,
+        }, origin
+    assert await connections_in_redis(user) == []
+    # A page of the site itself (ALLOWED_HOSTS), and a client sending no Origin (not a
+    # browser, so no other site's page), are served.
+    for headers in (
+        [(b"origin", b"http://testserver")],
+        [(b"origin", b"http://localhost:8000")],
+        [],
+    ):
+        communicator = await sockets.open(user, headers=headers)
+        assert await subscribe(communicator, user) == state({user.pk: online(invisible=False)})
+
+
+# --- sessions: logout and password changes close their sockets --------------------------------
+
+
+def _logged_in_client(user: Any) -> Client:
+    client = Client()
+    quiet_login(client, user)
+    return client
+
+
+def _cookie_of(client: Client) -> bytes:
+    name = settings.SESSION_COOKIE_NAME
+    return f"{name}={client.cookies[name].value}".encode()
+
+
+async def _site_socket(sockets: Sockets, client: Client) -> WebsocketCommunicator:
+    """A socket through the demo's ASGI application, authenticated by the client's session."""
+    from siteproject.asgi import application
+
+    cookie = await sync_to_async(_cookie_of)(client)
+    communicator = sockets.make(
+        ..., headers=_asgi_headers(b"http://testserver", cookie), app=application
+    )
+    assert await communicator.connect(timeout=TIMEOUT) == (True, None)
+    assert await subscribe(communicator) == state({})
+    return communicator
+
+
+async def assert_closed_with(communicator: WebsocketCommunicator, code: int) -> None:
+    assert await communicator.receive_output(timeout=TIMEOUT) == {
+        "type": "websocket.close",
+        "code": code,
+    }
+
+
+async def test_logout_closes_that_sessions_sockets_with_4401_only(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    user, viewer = await new_user(make_user), await new_user(make_user)
+    await lets_see(user, viewer)
+    laptop, phone = [await sync_to_async(_logged_in_client)(user) for _ in range(2)]
+    laptop_key = laptop.session.session_key
+    tabs = [await _site_socket(sockets, laptop) for _ in range(2)]
+    other_session = await _site_socket(sockets, phone)
+    watcher = await sockets.open(viewer)
+    assert await subscribe(tabs[0], user) == state({user.pk: online(invisible=False)})
+    assert await subscribe(watcher, user) == state({user.pk: online()})
+
+    with caplog.at_level("DEBUG"):
+        response = await sync_to_async(laptop.post)("/logout/")
+    assert response.status_code == 302
+    for tab in tabs:
+        await assert_closed_with(tab, 4401)
+    assert laptop_key not in caplog.text  # never logged
+
+    # The other session's socket is open, receives and keeps the user online.
+    assert await subscribe(other_session, user) == state({user.pk: online(invisible=False)})
+    await assert_silent(watcher)
+    hub = Hub.current()
+    assert hub is not None and len(hub.accounts[user.pk]) == 1
+    await sockets.close(other_session)
+    assert user.pk not in hub.accounts
+
+
+async def test_a_password_change_closes_the_sockets_of_the_other_sessions(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    from django.contrib.auth import update_session_auth_hash
+    from django.http import HttpRequest
+
+    user = await new_user(make_user)
+    changing, other = [await sync_to_async(_logged_in_client)(user) for _ in range(2)]
+    other_socket = await _site_socket(sockets, other)
+    changing_socket = await _site_socket(sockets, changing)
+
+    @sync_to_async
+    def change_password() -> None:
+        # As django.contrib.auth's PasswordChangeView does.
+        request = HttpRequest()
+        request.session = changing.session
+        request.user = user
+        user.set_password("a new secret")
+        user.save()
+        update_session_auth_hash(request, user)
+        request.session.save()
+        changing.cookies[settings.SESSION_COOKIE_NAME] = request.session.session_key
+
+    await change_password()
+    await assert_closed_with(other_socket, 4401)
+    # The changing session's socket was opened with the session's old key (Django cycles it):
+    # it closes too, and the browser reconnects with its renewed session.
+    await assert_closed_with(changing_socket, 4401)
+    renewed = await _site_socket(sockets, changing)
+    assert await subscribe(renewed, user) == state({user.pk: online(invisible=False)})
+    # The other session is no session any more: anonymous.
+    from siteproject.asgi import application
+
+    cookie = await sync_to_async(_cookie_of)(other)
+    refused = sockets.make(
+        ..., headers=_asgi_headers(b"http://testserver", cookie), app=application
+    )
+    assert await refused.connect(timeout=TIMEOUT) == (True, None)
+    await assert_closed_with(refused, 4401)
+
+
+async def test_a_session_ended_out_of_band_closes_its_socket_at_heartbeat_pace(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    user = await new_user(make_user)
+    client = await sync_to_async(_logged_in_client)(user)
+    communicator = await _site_socket(sockets, client)
+    # The session is deleted without a logout (an admin, a "log out everywhere" feature, ...).
+    await sync_to_async(client.session.delete)()
+    await heartbeat(communicator)  # checked at most once per HEARTBEAT_INTERVAL: still open
+    clock.shift(get_settings().HEARTBEAT_INTERVAL)
+    await communicator.send_json_to({"type": "heartbeat", "state": "active"})
+    await assert_closed_with(communicator, 4401)
+
+    async def gone() -> bool:
+        return await connections_in_redis(user) == []
+
+    assert await eventually(gone)

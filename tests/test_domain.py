@@ -342,6 +342,22 @@ class TestParseFrame:
     def test_invalid_json(self, text: str) -> None:
         assert refused(text).code == "invalid_json"
 
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "[" * 1000 + "]" * 1000,  # 2 KB: once a RecursionError that killed the consumer
+            "{" + '"a":{' * 1000 + "}" * 1001,
+            '{"type": "subscribe", "users": ' + "[" * 1000 + "]" * 1000 + "}",
+            "[" * 30_000 + "]" * 30_000,  # within the default MAX_FRAME_BYTES
+        ],
+    )
+    def test_valid_json_nested_too_deeply_is_refused(self, text: str) -> None:
+        error = refused(text, replace(FRAME_LIMITS, max_frame_bytes=65536))
+        assert (error.code, error.message) == (
+            "invalid_message",
+            "The frame nests arrays or objects too deeply.",
+        )
+
     @pytest.mark.parametrize("text", ["[]", '[{"type": "heartbeat"}]', '"heartbeat"', "1", "null"])
     def test_json_that_is_not_an_object(self, text: str) -> None:
         assert refused(text).code == "invalid_message"

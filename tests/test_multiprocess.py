@@ -262,3 +262,49 @@ def test_protocol_through_a_real_server(
             open_timeout=WAIT,
         )
     assert foreign.value.response.status_code == 403
+
+
+def post_logout(server: Daphne, session: str) -> int:
+    """POST /logout/ as a browser would (session and CSRF cookies, the CSRF header)."""
+    import http.client
+
+    token = "a" * 32  # any well-formed CSRF secret, sent as cookie and header alike
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
+    try:
+        conn.request(
+            "POST",
+            "/logout/",
+            headers={
+                "Cookie": f"sessionid={session}; csrftoken={token}",
+                "X-CSRFToken": token,
+                "Host": "127.0.0.1",
+            },
+        )
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_logout_on_one_process_closes_that_sessions_socket_on_another(
+    daphne: Callable[..., Daphne], friends: tuple[Any, Any]
+) -> None:
+    ann, _ = friends
+    first, second = daphne(TIMINGS), daphne(TIMINGS)
+    session, other_session = bare_session_of(ann), bare_session_of(ann)
+    socket = Socket(first, session, beat=False)
+    other = Socket(first, other_session, beat=False)
+    for each in (socket, other):
+        each.send({"type": "subscribe", "users": []})
+        each.wait_for(lambda f: f["type"] == "presence_state")
+
+    assert post_logout(second, session) == 302  # served by the other process
+    with pytest.raises(ConnectionClosed) as closed:
+        socket.wait_for(lambda f: False, timeout=WAIT)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+    # The same user's other session keeps its socket.
+    count = len(other.frames)
+    other.send({"type": "subscribe", "users": [ann.pk]})
+    state = other.wait_for(lambda f: f["type"] == "presence_state", since=count)
+    assert state["presences"][str(ann.pk)]["status"] == "online"
+    socket.close()
+    other.close()

@@ -699,8 +699,7 @@ async def test_a_silent_connection_is_dropped_after_its_ttl(
 async def connections_in_redis(user: Any) -> list[str]:
     """The user's live connections as the store keeps them ("id:bit:idle:since:beat")."""
     store = get_store()
-    raw = await store.async_client.hget(store.conns_key(store.bucket_of(user.pk)), str(user.pk))
-    return raw.split(",") if raw else []
+    return await store.arun(store.describe_connections(user.pk))
 
 
 async def test_a_crash_swept_exactly_at_the_ttl_persists_last_seen(

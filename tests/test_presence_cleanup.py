@@ -500,8 +500,8 @@ def beat(user: Any, connection_id: str = "c1", device: Device = Device.WEB) -> N
 
 def connections_of(user: Any, redis_client: redis.Redis) -> str | None:
     store = get_store()
-    value = redis_client.hget(store.conns_key(store.bucket_of(user.pk)), str(user.pk))
-    return None if value is None else str(value)
+    entries = store.run(store.describe_connections(user.pk))
+    return ",".join(entries) if entries else None
 
 
 @pytest.mark.django_db

@@ -249,7 +249,6 @@ class TestFailurePolicy:
 # --- live connections, schedules, merged plans ------------------------------------------------
 
 SEEN = "presence:{5}:seen"
-CONNS = "presence:{5}:conns"
 DUE = "presence:{live}:due"
 EXPIRING = "presence:{live}:expiring"
 #: default CONNECTION_TTL, OFFLINE_GRACE and ONLINE_WINDOW
@@ -280,8 +279,16 @@ def conn(
 
 
 def entries(redis_client: redis.Redis, user_id: int = 5) -> set[str]:
-    raw = redis_client.hget(f"presence:{{{user_id}}}:conns", str(user_id))
-    return set(str(raw).split(",")) if raw is not None else set()
+    """The user's connections, "id:device_bit:idle:connected_at:heartbeat"."""
+    return set(get_store().run(get_store().describe_connections(user_id)))
+
+
+def has_connections(redis_client: redis.Redis, user_id: int = 5) -> bool:
+    """Whether anything of the user's connections is left in Redis (aggregate or entries)."""
+    bucket = f"presence:{{{user_id}}}"
+    fields = [f for f in redis_client.hkeys(f"{bucket}:conns") if f.split(":")[0] == str(user_id)]
+    expiries = redis_client.zrangebylex(f"{bucket}:expiries", f"[{user_id}:", f"({user_id};")
+    return bool(fields or expiries)
 
 
 class TestConnection:
@@ -370,7 +377,7 @@ class TestConnection:
             ),
             connections=0,
         )
-        assert redis_client.hexists(CONNS, "5") is False
+        assert has_connections(redis_client) is False
         assert redis_client.zscore(DUE, "5") == NOW + 20 + GRACE
 
     def test_close_of_an_unknown_connection_changes_nothing(
@@ -401,7 +408,7 @@ class TestConnection:
             last_active=NOW + 50, devices=(Device.MOBILE,), signed_off=True
         )
         assert redis_client.zscore(SEEN, "5") == -(NOW + 50) * 32 - 2
-        assert redis_client.hexists(CONNS, "5") is False
+        assert has_connections(redis_client) is False
         # An expiry check is no activity: the due time is the heartbeat's.
         assert redis_client.zscore(DUE, "5") == NOW + 50 + TTL
 
@@ -418,7 +425,7 @@ class TestConnection:
         conn(store, "beat", NOW)
         transition = conn(store, "expire", NOW + after, "-")
         assert transition.connections == int(alive)
-        assert redis_client.hexists(CONNS, "5") is alive
+        assert has_connections(redis_client) is alive
         if alive:
             assert transition.after == domain.LiveState(NOW, (Device.WEB,), connected=True)
         else:

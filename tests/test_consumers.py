@@ -1449,7 +1449,9 @@ async def test_connections_of_other_processes_count_and_only_live_ones(
         store = get_store()
         # Two connections recorded by another process (the store is all processes share).
         for connection_id in ("other1", "other2"):
-            opened = await store.arun(store.connection(user.pk, "open", at(0).timestamp(), connection_id))
+            opened = await store.arun(
+                store.connection(user.pk, "open", at(0).timestamp(), connection_id)
+            )
             assert opened is not None and not opened.refused
         assert await refused(sockets.make(user))
         clock.shift(ttl - 1)

@@ -17,7 +17,6 @@ import time
 from dataclasses import replace
 
 from benchmarks.common import Report, Sizes, flush, raw_client, say
-from presence import domain
 from presence.conf import get_settings
 from presence.store import CONNECTION, PresenceStore, Script, script_call
 
@@ -181,7 +180,8 @@ def run(sizes: Sizes, report: Report) -> None:
                 ]
             results[layout, n] = _per_beat_us(store, client, commands)
         say(
-            f"  {n:>5,} connections: old {results['old', n]:8.1f} µs, new {results['new', n]:6.1f} µs per heartbeat"
+            f"  {n:>5,} connections: old {results['old', n]:8.1f} µs, "
+            f"new {results['new', n]:6.1f} µs per heartbeat"
         )
     top = 1000
     for layout in ("old", "new"):
@@ -229,7 +229,8 @@ def run(sizes: Sizes, report: Report) -> None:
             _run(store, [_new_beat(store, uid, "c0123456789abcde", now, "open") for uid in ids])
         memory[layout] = (int(client.info("memory")["used_memory"]) - base) / users
     say(
-        f"  Redis memory per connected user (1 connection, {users:,} users): old {memory['old']:.0f} B, new {memory['new']:.0f} B"
+        f"  Redis memory per connected user (1 connection, {users:,} users): "
+        f"old {memory['old']:.0f} B, new {memory['new']:.0f} B"
     )
     report.add(
         NAME,

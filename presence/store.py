@@ -186,7 +186,8 @@ end
 # them); the seen score is recomputed from the aggregate: latest heartbeat, the devices, idle
 # only if every connection is. When none is left the user signs off at their last activity (now
 # for a close). An open (or a beat) of a connection that is not live while the user has the
-# most live connections allowed is refused and changes nothing. Returns {old score or false, new score or false, live connections, refused (0/1)}.
+# most live connections allowed is refused and changes nothing.
+# Returns {old score or false, new score or false, live connections, refused (0/1)}.
 CONNECTION = Script(
     _AGGREGATE
     + _CONNECTIONS

@@ -28,6 +28,7 @@ NAMES = (
     "fanout",
     "heartbeats",
     "connections",
+    "user_connections",
 )
 
 
@@ -120,6 +121,7 @@ def main(argv: list[str]) -> int:
             bench_memory,
             bench_middleware,
             bench_online_friends,
+            bench_user_connections,
         )
 
         runners: dict[str, Callable[[Sizes, Report], None]] = {
@@ -131,6 +133,7 @@ def main(argv: list[str]) -> int:
             "fanout": bench_fanout.run,
             "heartbeats": bench_heartbeats.run,
             "connections": bench_connections.run,
+            "user_connections": bench_user_connections.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

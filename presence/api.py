@@ -427,6 +427,11 @@ async def _connection(
     transition = await store.arun(
         store.connection(user_id, op, now, connection_id, device=device, idle=idle)
     )
+    if transition is not None and transition.refused:
+        return transition  # nothing was recorded, nothing to announce
+    if transition is not None and op == "open":
+        # Only now: a refused open must leave no trace, not even a due time.
+        await store.arun(store.connected(user_id, now))
     if transition is not None and op == "close" and transition.connections == 0:
         # The last connection ended: last seen survives a Redis flush from now on.
         await sync_to_async(LastSeen.objects.record_many)({user_id: now})
@@ -435,10 +440,19 @@ async def _connection(
     return transition
 
 
+async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transition | None:
+    """A live connection opened: recorded like a heartbeat, unless the user already has
+    MAX_CONNECTIONS_PER_USER live connections; then nothing is recorded and the transition says
+    ``refused`` (the consumer closes the connection with 4429). Returns None when Redis is
+    unavailable (the connection is not counted then)."""
+    return await _connection(_pk(user), "open", connection_id, domain.Device(device))
+
+
 async def aheartbeat(
     user: Any, connection_id: str, device: str = "web", idle: bool = False
 ) -> Transition | None:
-    """A live connection is alive (also its opening): recorded with its device and idle state.
+    """A live connection is alive: recorded with its device and idle state (a connection
+    dropped meanwhile by crash detection comes back, within MAX_CONNECTIONS_PER_USER).
 
     Announced to viewers only when the user's status or devices changed. Returns None when
     Redis is unavailable (the outage is logged once).

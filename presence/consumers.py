@@ -33,6 +33,8 @@ logger = logging.getLogger("presence")
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FOREIGN_ORIGIN = 4403
 CLOSE_RATE_LIMITED = 4429
+#: also past MAX_CONNECTIONS_PER_USER (the user's other connections stay open)
+CLOSE_TOO_MANY_CONNECTIONS = CLOSE_RATE_LIMITED
 #: live timelines one connection may watch
 MAX_FEEDS = 10
 #: a subscribe or unsubscribe of n user ids counts as ceil(n / IDS_PER_FRAME) frames of
@@ -137,6 +139,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.connection_id = uuid.uuid4().hex[:16]
         self.device, device_error = _device(self.scope)
         self.idle = False
+        #: when this connection's state was last written to Redis (see heartbeat)
+        self.written_at = 0.0
+        self.heartbeat_interval = conf.HEARTBEAT_INTERVAL
         self.limits = api.limits()
         self.rate = RateLimit(*conf.RATE_LIMIT)
         self.sent = {}
@@ -152,7 +157,21 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.attached = True
         if device_error:
             await self.send_error("invalid_value", device_error)
-        await api.aheartbeat(self.user, self.connection_id, self.device.value)
+        opened = await api.aconnect(self.user, self.connection_id, self.device.value)
+        if await self._refused(opened):
+            return
+        self.written_at = time.time()
+
+    async def _refused(self, transition: Any) -> bool:
+        """Close a connection the store refused (MAX_CONNECTIONS_PER_USER): nothing of it was
+        recorded, so nothing is closed in Redis either."""
+        if transition is None or not transition.refused:
+            return False
+        logger.info("Presence: closing connection of user %s: too many connections", self.viewer_id)
+        self.attached = False
+        await self.hub.detach(self)
+        await self.close(code=CLOSE_TOO_MANY_CONNECTIONS)
+        return True
 
     async def disconnect(self, code: int) -> None:
         if not getattr(self, "attached", False):
@@ -234,12 +253,24 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.disconnect(CLOSE_RATE_LIMITED)
 
     async def heartbeat(self, message: domain.Heartbeat) -> None:
-        self.idle = message.state is domain.HeartbeatState.IDLE
-        await api.aheartbeat(self.user, self.connection_id, self.device.value, self.idle)
+        idle = message.state is domain.HeartbeatState.IDLE
+        now = time.time()
         # At heartbeat pace, at most: a session that ended where no announcement reached
         # (deleted sessions, expiry, a password set without saving the user model) ends here.
-        if time.time() - self.session_checked >= get_settings().HEARTBEAT_INTERVAL:
+        if now - self.session_checked >= get_settings().HEARTBEAT_INTERVAL:
             await self.recheck_session()
+            if not getattr(self, "attached", False):
+                return
+        # A heartbeat that changes nothing, well within HEARTBEAT_INTERVAL of the last write,
+        # costs Redis nothing: the connection is recorded as alive for CONNECTION_TTL anyway.
+        if idle == self.idle and now - self.written_at < self.heartbeat_interval / 2:
+            return
+        self.idle = idle
+        written = await api.aheartbeat(self.user, self.connection_id, self.device.value, idle)
+        if await self._refused(written):
+            return
+        if written is not None:
+            self.written_at = now
 
     async def subscribe(self, users: tuple[int, ...]) -> None:
         new = [uid for uid in users if uid not in self.sent and uid not in self.snapshotting]

@@ -80,13 +80,24 @@ class Script:
 FLAG_IDLE = 8
 FLAG_CONNECTED = 16
 
+# A connected user's aggregate (one hash field, field = user id, see CONNECTION):
+# "connections:web:mobile:desktop:active:page_web:page_mobile:page_desktop" -- live connections,
+# those of each device kind, the non-idle ones, and the time of the latest page view of each
+# device kind while connected (0: none). Parsed and written in O(1) whatever the connections.
+# Fields 2-4 (connections) and 6-8 (page views) of device bit b are 1 + slot(b), 5 + slot(b).
+_AGGREGATE = """
+local AGGREGATE = '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$'
+local function slot(b) return math.floor(b / 2) + 1 end
+"""
+
 # KEYS[1] bucket's seen, KEYS[2] its connections; ARGV member, now, device bit, start of the
 # online window, start of the connection TTL (activity at a start is already past it, as in
 # domain.live_status: online while now < activity + window). Returns {old score or false, new
 # score}. Never moves activity backwards; keeps the device kinds of the current online stretch
 # and the "connected" flag of live connections; a request is input, so it clears "idle".
 TOUCH = Script(
-    """
+    _AGGREGATE
+    + """
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local mask = tonumber(ARGV[3])
@@ -104,17 +115,13 @@ if old then
 end
 if connected == 16 then
   -- Live connections recompute the devices on each heartbeat: the page view's device kind is
-  -- kept beside them as a pseudo-connection "h<bit>" that lasts the online window.
-  local page = 'h' .. ARGV[3]
-  local entries = {}
-  local raw = redis.call('HGET', KEYS[2], ARGV[1])
-  if raw then
-    for entry in string.gmatch(raw, '[^,]+') do
-      if string.match(entry, '^([^:]+)') ~= page then entries[#entries + 1] = entry end
-    end
+  -- kept in the user's aggregate beside them, a pseudo-connection that lasts the online window.
+  local agg = redis.call('HGET', KEYS[2], ARGV[1])
+  local a = agg and {string.match(agg, AGGREGATE)}
+  if a and #a == 8 then
+    a[5 + slot(tonumber(ARGV[3]))] = tostring(now)
+    redis.call('HSET', KEYS[2], ARGV[1], table.concat(a, ':'))
   end
-  entries[#entries + 1] = table.concat({page, ARGV[3], 1, now, now}, ':')
-  redis.call('HSET', KEYS[2], ARGV[1], table.concat(entries, ','))
 end
 local score = ts * 32 + connected + mask
 redis.call('ZADD', KEYS[1], score, ARGV[1])
@@ -158,107 +165,201 @@ return {old or false, tostring(score)}
 """
 )
 
-# KEYS[1] bucket's seen, KEYS[2] bucket's connections; ARGV member, op ("beat", "close" or
-# "expire"), connection id, device bit, idle (0/1), now, start of the connection TTL, start of
-# the online window (for the devices of page views, kept as "h<bit>" entries by TOUCH).
-# A user's live connections are one hash field, "id:device_bit:idle:connected_at:heartbeat,...".
-# Connections last heard at or before the TTL's start are dropped (crash detection, at the
-# moment domain.live_status counts them gone); the seen score is recomputed from those left:
-# latest heartbeat, their devices, idle only if all are.
-# When none is left the user signs off at their last activity (now for a close).
-# Returns {old score or false, new score or false, connections left}.
-CONNECTION = Script(
-    """
-local now = tonumber(ARGV[6])
-local horizon = tonumber(ARGV[7])
-local page_horizon = tonumber(ARGV[8])
-local raw = redis.call('HGET', KEYS[2], ARGV[1])
-local kept = {}
-local pages = {}
-local mask = 0
-local all_idle = true
-local latest = 0
-local since = now
-if raw then
-  for entry in string.gmatch(raw, '[^,]+') do
-    local id, b, idle, s, hb = string.match(entry, '^([^:]+):(%d+):(%d):(%d+):(%d+)$')
-    if id == ARGV[3] then
-      since = tonumber(s)
-    elseif id and string.sub(id, 1, 1) == 'h' then
-      -- a page view's device (see TOUCH): shown within the online window, never a connection
-      if tonumber(hb) > page_horizon then
-        pages[#pages + 1] = entry
-        mask = bit.bor(mask, tonumber(b))
-      end
-    elseif id and tonumber(hb) > horizon then
-      kept[#kept + 1] = entry
-      mask = bit.bor(mask, tonumber(b))
-      if idle == '0' then all_idle = false end
-      if tonumber(hb) > latest then latest = tonumber(hb) end
-    end
-  end
+# Where a user's connections are, in the bucket's "expiries" sorted set: all scores 0, ordered
+# by member "user:expiry:connection" (expiry = last heartbeat + TTL, ten digits), so one user's
+# connections are a lexicographic range, those gone by ``now`` (expiry <= now, as in
+# domain.live_status: online while now < heartbeat + TTL) a range below "user:<now + 1>".
+_CONNECTIONS = """
+local function expiry_member(prefix, expiry, id)
+  return prefix .. string.format('%010d', expiry) .. ':' .. id
 end
-local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+"""
+
+# KEYS[1] bucket's seen, KEYS[2] bucket's connections (hash), KEYS[3] bucket's expiries;
+# ARGV member, op ("open", "beat", "close" or "expire"), connection id, device bit, idle (0/1), now,
+# start of the connection TTL, start of the online window (page views' devices, see TOUCH),
+# most live connections a user may have.
+# Each connection is one hash field "user:id" = "device_bit:idle:connected_at:expiry" and one
+# member of the expiries set; the user's aggregate (field "user", see TOUCH) counts them, so a
+# heartbeat costs O(log n) whatever the user's connections. Connections gone by now are dropped
+# first (crash detection, at the moment domain.live_status counts them gone; a range query finds
+# them); the seen score is recomputed from the aggregate: latest heartbeat, the devices, idle
+# only if every connection is. When none is left the user signs off at their last activity (now
+# for a close). An open (or a beat) of a connection that is not live while the user has the
+# most live connections allowed is refused and changes nothing.
+# Returns {old score or false, new score or false, live connections, refused (0/1)}.
+CONNECTION = Script(
+    _AGGREGATE
+    + _CONNECTIONS
+    + """
+local uid = ARGV[1]
+local op = ARGV[2]
+local beat = op == 'beat' or op == 'open'
+local id = ARGV[3]
+local now = tonumber(ARGV[6])
+local ttl = now - tonumber(ARGV[7])
+local page_horizon = tonumber(ARGV[8])
+local prefix = uid .. ':'
+local field = prefix .. id
+local first = '[' .. prefix
+local gone_below = '(' .. prefix .. string.format('%010d', now + 1)
+local old = redis.call('ZSCORE', KEYS[1], uid)
 local o = old and tonumber(old) or 0
 local old_ts = math.floor(math.abs(o) / 32)
 local old_flags = math.abs(o) % 32
-if ARGV[2] == 'beat' and o > 0 and old_flags < 16 and old_ts > page_horizon then
-  -- the first connection of a user seen by page views: their devices stay for the window
-  for _, b in ipairs({1, 2, 4}) do
-    if bit.band(old_flags, b) ~= 0 then
-      pages[#pages + 1] = table.concat({'h' .. b, b, 1, old_ts, old_ts}, ':')
-      mask = bit.bor(mask, b)
-    end
+local raw = redis.call('HGET', KEYS[2], uid)
+local a = raw and {string.match(raw, AGGREGATE)}
+if not a or #a ~= 8 then a = {0, 0, 0, 0, 0, 0, 0, 0} end
+for i = 1, 8 do a[i] = tonumber(a[i]) end
+-- this connection's entry, unless it is gone already (a connection heard again after that
+-- keeps its connected_at)
+local cur = false
+local since = now
+if op ~= 'expire' then
+  local value = redis.call('HGET', KEYS[2], field)
+  if value then
+    local b, idle, s, expiry = string.match(value, '^(%d+):(%d):(%d+):(%d+)$')
+    if b then since = s end
+    if b and tonumber(expiry) > now then cur = {tonumber(b), idle, s, tonumber(expiry)} end
   end
 end
-if ARGV[2] == 'beat' then
-  kept[#kept + 1] = table.concat({ARGV[3], ARGV[4], ARGV[5], since, now}, ':')
-  mask = bit.bor(mask, tonumber(ARGV[4]))
-  if ARGV[5] == '0' then all_idle = false end
-  latest = now
+if beat and not cur and a[1] >= tonumber(ARGV[9]) then
+  local live = a[1] - redis.call('ZLEXCOUNT', KEYS[3], first, gone_below)
+  if live >= tonumber(ARGV[9]) then return {old or false, old or false, live, 1} end
 end
-if #kept > 0 then
-  for _, entry in ipairs(pages) do kept[#kept + 1] = entry end
-  redis.call('HSET', KEYS[2], ARGV[1], table.concat(kept, ','))
-  for _ = 1, #pages do kept[#kept] = nil end
+-- crash detection: drop the connections not heard from for the TTL
+local gone = redis.call('ZRANGEBYLEX', KEYS[3], first, gone_below)
+for _, member in ipairs(gone) do
+  local f = prefix .. string.sub(member, #prefix + 12)
+  local value = redis.call('HGET', KEYS[2], f)
+  if value then
+    local b, idle = string.match(value, '^(%d+):(%d)')
+    b = tonumber(b)
+    a[1] = math.max(a[1] - 1, 0)
+    a[1 + slot(b)] = math.max(a[1 + slot(b)] - 1, 0)
+    if idle == '0' then a[5] = math.max(a[5] - 1, 0) end
+    redis.call('HDEL', KEYS[2], f)
+  end
+end
+if #gone > 0 then redis.call('ZREMRANGEBYLEX', KEYS[3], first, gone_below) end
+if cur and op ~= 'expire' then
+  -- taken out; a beat puts it back with its new state
+  a[1] = a[1] - 1
+  a[1 + slot(cur[1])] = a[1 + slot(cur[1])] - 1
+  if cur[2] == '0' then a[5] = a[5] - 1 end
+end
+if beat then
+  local b = tonumber(ARGV[4])
+  local expiry = now + ttl
+  if cur and cur[4] ~= expiry then
+    redis.call('ZREM', KEYS[3], expiry_member(prefix, cur[4], id))
+  end
+  if o > 0 and old_flags < 16 and old_ts > page_horizon then
+    -- the first connection of a user seen by page views: their devices stay for the window
+    for _, pb in ipairs({1, 2, 4}) do
+      if bit.band(old_flags, pb) ~= 0 then a[5 + slot(pb)] = math.max(a[5 + slot(pb)], old_ts) end
+    end
+  end
+  a[1] = a[1] + 1
+  a[1 + slot(b)] = a[1 + slot(b)] + 1
+  if ARGV[5] == '0' then a[5] = a[5] + 1 end
+  redis.call('ZADD', KEYS[3], 0, expiry_member(prefix, expiry, id))
+  redis.call('HSET', KEYS[2], field, table.concat({b, ARGV[5], since, expiry}, ':'))
+elseif op == 'close' and cur then
+  redis.call('ZREM', KEYS[3], expiry_member(prefix, cur[4], id))
+  redis.call('HDEL', KEYS[2], field)
+end
+local mask = 0
+for _, pb in ipairs({1, 2, 4}) do
+  if a[5 + slot(pb)] <= page_horizon then a[5 + slot(pb)] = 0 end
+  if a[1 + slot(pb)] > 0 or a[5 + slot(pb)] > 0 then mask = bit.bor(mask, pb) end
+end
+if a[1] > 0 then
+  local value = table.concat(a, ':')
+  if value ~= raw then redis.call('HSET', KEYS[2], uid, value) end
 elseif raw then
-  redis.call('HDEL', KEYS[2], ARGV[1])
+  -- no connection left: page views' devices go with them (the score keeps the last ones)
+  redis.call('HDEL', KEYS[2], uid)
 end
 local score = false
-if #kept > 0 then
-  local ts = latest
+if a[1] > 0 then
+  local ts = now
+  if not beat then
+    if o > 0 then
+      ts = old_ts
+    else
+      local latest = redis.call('ZREVRANGEBYLEX', KEYS[3], '(' .. uid .. ';', first, 'LIMIT', 0, 1)
+      if latest[1] then ts = tonumber(string.sub(latest[1], #prefix + 1, #prefix + 10)) - ttl end
+    end
+  end
   if o > 0 and old_ts > ts then ts = old_ts end
   score = ts * 32 + 16 + mask
-  if all_idle then score = score + 8 end
+  if a[5] == 0 then score = score + 8 end
 elseif o > 0 and old_flags >= 16 then
   local ts = old_ts
-  if ARGV[2] == 'close' and now > ts then ts = now end
+  if op == 'close' and now > ts then ts = now end
   score = -(ts * 32 + old_flags % 16)
 end
 if score and score ~= o then
-  redis.call('ZADD', KEYS[1], score, ARGV[1])
+  redis.call('ZADD', KEYS[1], score, uid)
 else
   score = old or false
 end
-return {old or false, score and tostring(score) or false, #kept}
+return {old or false, score and tostring(score) or false, a[1], 0}
 """
 )
 
-# KEYS[1] bucket's seen, KEYS[2] bucket's connections; ARGV member1, score1, member2, score2...
-# Removes each member whose score is still the one read (so a user active again since is kept),
-# with what is left of its connections. Returns how many were removed.
+# KEYS[1] bucket's seen, KEYS[2] bucket's connections, KEYS[3] bucket's expiries; ARGV member1,
+# score1, member2, score2... Removes each member whose score is still the one read (so a user
+# active again since is kept), with everything left of its connections. Returns how many were
+# removed.
 REMOVE_IF_UNCHANGED = Script(
     """
 local removed = 0
 for i = 1, #ARGV, 2 do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if s and tonumber(s) == tonumber(ARGV[i + 1]) then
+    local prefix = ARGV[i] .. ':'
+    local first, last = '[' .. prefix, '(' .. ARGV[i] .. ';'
+    for _, member in ipairs(redis.call('ZRANGEBYLEX', KEYS[3], first, last)) do
+      redis.call('HDEL', KEYS[2], prefix .. string.sub(member, #prefix + 12))
+    end
+    redis.call('ZREMRANGEBYLEX', KEYS[3], first, last)
     redis.call('ZREM', KEYS[1], ARGV[i])
     redis.call('HDEL', KEYS[2], ARGV[i])
     removed = removed + 1
   end
 end
 return removed
+"""
+)
+
+# KEYS[1] bucket's connections, KEYS[2] bucket's expiries; ARGV member, TTL. A user's live and
+# not yet dropped connections as "id:device_bit:idle:connected_at:heartbeat", and page views'
+# devices as "h<bit>:bit:1:at:at" (for inspection: tests, debugging).
+DESCRIBE_CONNECTIONS = Script(
+    _AGGREGATE
+    + """
+local prefix = ARGV[1] .. ':'
+local entries = {}
+local members = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. prefix, '(' .. ARGV[1] .. ';')
+for _, member in ipairs(members) do
+  local id = string.sub(member, #prefix + 12)
+  local value = redis.call('HGET', KEYS[1], prefix .. id)
+  if value then
+    local b, idle, since, expiry = string.match(value, '^(%d+):(%d):(%d+):(%d+)$')
+    entries[#entries + 1] = table.concat({id, b, idle, since, expiry - ARGV[2]}, ':')
+  end
+end
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local a = raw and {string.match(raw, AGGREGATE)}
+if a and #a == 8 then
+  for _, pb in ipairs({1, 2, 4}) do
+    local at = a[5 + slot(pb)]
+    if at ~= '0' then entries[#entries + 1] = table.concat({'h' .. pb, pb, 1, at, at}, ':') end
+  end
+end
+return entries
 """
 )
 
@@ -344,7 +445,7 @@ class StaleEntry:
         return last_active
 
 
-ConnectionOp = Literal["beat", "close", "expire"]
+ConnectionOp = Literal["open", "beat", "close", "expire"]
 
 
 @dataclass(frozen=True)
@@ -356,6 +457,8 @@ class Transition:
     after: domain.LiveState
     #: live connections left (connection writes only)
     connections: int | None = None
+    #: a new connection past MAX_CONNECTIONS_PER_USER: nothing was recorded
+    refused: bool = False
 
     @classmethod
     def from_reply(cls, user_id: int, reply: list[Any]) -> Transition:
@@ -364,6 +467,7 @@ class Transition:
             decode_score(reply[0]),
             decode_score(reply[1]),
             int(reply[2]) if len(reply) > 2 else None,
+            bool(int(reply[3])) if len(reply) > 3 else False,
         )
 
 
@@ -437,6 +541,9 @@ class PresenceStore:
 
     def conns_key(self, bucket: int) -> str:
         return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:conns"
+
+    def expiries_key(self, bucket: int) -> str:
+        return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:expiries"
 
     @property
     def due_key(self) -> str:
@@ -670,18 +777,21 @@ class PresenceStore:
         device: domain.Device = domain.Device.WEB,
         idle: bool = False,
     ) -> Plan[Transition | None]:
-        """A connection's heartbeat ("beat", also its opening), its close, or ("expire") a
-        check that drops the user's connections not heard from for CONNECTION_TTL.
+        """A connection's opening ("open"), heartbeat ("beat"), close, or ("expire") a check
+        that drops the user's connections not heard from for CONNECTION_TTL.
 
-        One round trip: the script, then the user's due time (a heartbeat's TTL, or the
-        grace after the last connection closed).
+        An open (or a beat of a connection no longer live) while the user has
+        MAX_CONNECTIONS_PER_USER live connections is refused (``Transition.refused``) and
+        records nothing. One round trip: the script, then the user's due time (a heartbeat's
+        TTL, or the grace after the last connection closed); an open sets its due time only
+        once accepted (:meth:`connected`), so a refused one leaves no trace at all.
         """
         bucket = self.bucket_of(user_id)
         seconds = int(now)
         commands: list[tuple[Any, ...]] = [
             script_call(
                 CONNECTION,
-                [self.seen_key(bucket), self.conns_key(bucket)],
+                [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
                 [
                     user_id,
                     op,
@@ -691,17 +801,45 @@ class PresenceStore:
                     seconds,
                     seconds - self.conf.CONNECTION_TTL,
                     seconds - self.conf.ONLINE_WINDOW,
+                    self.conf.MAX_CONNECTIONS_PER_USER,
                 ],
             )
         ]
         if op == "beat":
-            commands.append(("ZADD", self.due_key, seconds + self.conf.CONNECTION_TTL, user_id))
+            commands.append(self._connected_due(user_id, seconds))
         elif op == "close":
             commands.append(("ZADD", self.due_key, seconds + self.conf.OFFLINE_GRACE, user_id))
         return Plan(
             commands=commands,
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
             fallback=None,
+        )
+
+    def _connected_due(self, user_id: int, seconds: int) -> tuple[Any, ...]:
+        return ("ZADD", self.due_key, seconds + self.conf.CONNECTION_TTL, user_id)
+
+    def connected(self, user_id: int, now: float) -> Plan[bool]:
+        """The due time of a user whose connection was just opened (heartbeat + TTL)."""
+        return Plan(
+            commands=[self._connected_due(user_id, int(now))],
+            parse=lambda replies: True,
+            fallback=False,
+        )
+
+    def describe_connections(self, user_id: int) -> Plan[list[str]]:
+        """The user's connections as "id:device_bit:idle:connected_at:heartbeat" and the devices
+        of their page views while connected as "h<bit>:bit:1:at:at" (inspection and tests)."""
+        bucket = self.bucket_of(user_id)
+        return Plan(
+            commands=[
+                script_call(
+                    DESCRIBE_CONNECTIONS,
+                    [self.conns_key(bucket), self.expiries_key(bucket)],
+                    [user_id, self.conf.CONNECTION_TTL],
+                )
+            ],
+            parse=lambda replies: [str(entry) for entry in replies[0]],
+            fallback=RAISE,
         )
 
     def claim_due(self, now: float, limit: int) -> Plan[tuple[list[int], list[int]]]:
@@ -798,7 +936,9 @@ class PresenceStore:
         return Plan(
             commands=[
                 script_call(
-                    REMOVE_IF_UNCHANGED, [self.seen_key(bucket), self.conns_key(bucket)], args
+                    REMOVE_IF_UNCHANGED,
+                    [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
+                    args,
                 )
                 for bucket, args in grouped.items()
             ],

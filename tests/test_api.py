@@ -627,7 +627,7 @@ async def test_sweep_finds_crashed_connections_at_their_ttl(
             last_active=T + 60, devices=(Device.DESKTOP,), signed_off=True
         )
         assert await last_seen(crashed) == at(60)
-        assert not redis_client.hexists(get_store().conns_key(crashed.pk % 16384), crashed.pk)
+        assert get_store().run(get_store().describe_connections(crashed.pk)) == []
         # The other user's connection is untouched.
         assert await state_of(fine) == LiveState(
             last_active=T + 120, devices=(Device.WEB,), connected=True

@@ -606,8 +606,10 @@ async def test_closing_one_of_two_tabs_keeps_the_user_online(
     # ... but the open tab keeps them online: checked again when its heartbeat runs out.
     assert (report.offline, report.rescheduled) == ([], 1)
     await assert_silent(watcher)
+    interval = get_settings().HEARTBEAT_INTERVAL
+    clock.shift(interval - 11)  # the tab's next heartbeat, an interval after its first
     await heartbeat(first, "active")
-    assert await subscribe(first, target) == state({target.pk: online(11, invisible=False)})
+    assert await subscribe(first, target) == state({target.pk: online(interval, invisible=False)})
 
 
 # --- going offline: reload grace, last seen, crashed connections ------------------------------
@@ -699,8 +701,7 @@ async def test_a_silent_connection_is_dropped_after_its_ttl(
 async def connections_in_redis(user: Any) -> list[str]:
     """The user's live connections as the store keeps them ("id:bit:idle:since:beat")."""
     store = get_store()
-    raw = await store.async_client.hget(store.conns_key(store.bucket_of(user.pk)), str(user.pk))
-    return raw.split(",") if raw else []
+    return await store.arun(store.describe_connections(user.pk))
 
 
 async def test_a_crash_swept_exactly_at_the_ttl_persists_last_seen(
@@ -1735,3 +1736,125 @@ async def test_a_session_ended_out_of_band_closes_its_socket_at_heartbeat_pace(
         return await connections_in_redis(user) == []
 
     assert await eventually(gone)
+
+
+# --- connections per user (MAX_CONNECTIONS_PER_USER) ------------------------------------------
+
+
+async def redis_trace(user: Any) -> dict[str, Any]:
+    """Everything Redis holds about a user's presence: their seen score, the fields and members
+    of their connections in the bucket, their due time."""
+    store = get_store()
+    client = store.async_client
+    bucket = store.bucket_of(user.pk)
+    fields = await client.hgetall(store.conns_key(bucket))
+    members = await client.zrange(store.expiries_key(bucket), 0, -1)
+    mine = f"{user.pk}:"
+    return {
+        "seen": await client.zscore(store.seen_key(bucket), user.pk),
+        "fields": {k: v for k, v in fields.items() if k == str(user.pk) or k.startswith(mine)},
+        "members": [m for m in members if m.startswith(mine)],
+        "due": await client.zscore(store.due_key, user.pk),
+    }
+
+
+async def refused(communicator: WebsocketCommunicator) -> bool:
+    """Whether the connection was accepted and then closed with 4429 before any frame."""
+    connected, _ = await communicator.connect(timeout=TIMEOUT)
+    assert connected  # accepted first, so that browsers see the close code
+    return await communicator.receive_output(timeout=TIMEOUT) == {
+        "type": "websocket.close",
+        "code": 4429,
+    }
+
+
+async def test_a_connection_past_the_limit_is_closed_with_4429_and_leaves_no_trace(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    with presence_settings(MAX_CONNECTIONS_PER_USER=3):
+        viewer, target = await new_user(make_user), await new_user(make_user)
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+        tabs = [await sockets.open(target)]
+        assert await receive(watcher) == diff({target.pk: online()})
+        clock.shift(10)
+        tabs += [await sockets.open(target), await sockets.open(target)]
+        assert len(await connections_in_redis(target)) == 3
+        before = await redis_trace(target)
+
+        clock.shift(5)
+        assert await refused(sockets.make(target, "?device=mobile"))
+        # Nothing recorded: no connection, no device, no newer activity, no due time moved...
+        assert await redis_trace(target) == before
+        # ... and nothing announced.
+        await assert_silent(watcher)
+        # The open ones are untouched and keep working.
+        await heartbeat(tabs[0], "idle")
+        assert len(await connections_in_redis(target)) == 3
+
+        # Once one closes, there is room again.
+        await sockets.close(tabs[1])
+        phone = await sockets.open(target, "?device=mobile")
+        assert await receive(watcher) == diff({target.pk: online(15, devices=("web", "mobile"))})
+        assert len(await connections_in_redis(target)) == 3
+        await heartbeat(phone)
+
+
+async def test_connections_of_other_processes_count_and_only_live_ones(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    ttl = get_settings().CONNECTION_TTL
+    with presence_settings(MAX_CONNECTIONS_PER_USER=2):
+        user = await new_user(make_user)
+        store = get_store()
+        # Two connections recorded by another process (the store is all processes share).
+        for connection_id in ("other1", "other2"):
+            opened = await store.arun(
+                store.connection(user.pk, "open", at(0).timestamp(), connection_id)
+            )
+            assert opened is not None and not opened.refused
+        assert await refused(sockets.make(user))
+        clock.shift(ttl - 1)
+        assert await refused(sockets.make(user))
+        # The other process crashed: its connections are gone after CONNECTION_TTL, and
+        # count no more (even before a sweep drops them).
+        clock.shift(1)
+        await sockets.open(user)
+        assert len(await connections_in_redis(user)) == 1
+
+
+async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_interval(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    interval = get_settings().HEARTBEAT_INTERVAL
+    user = await new_user(make_user)
+    tab = await sockets.open(user)
+
+    async def last_written() -> int:
+        (entry,) = await connections_in_redis(user)
+        return int(entry.split(":")[4]) - int(at(0).timestamp())
+
+    async def seen() -> float | None:
+        store = get_store()
+        return await store.async_client.zscore(store.seen_key(store.bucket_of(user.pk)), user.pk)
+
+    before = await seen()
+    clock.shift(interval / 2 - 1)
+    await heartbeat(tab)  # a client beating too often: nothing to write
+    assert await last_written() == 0
+    assert await seen() == before
+    await heartbeat(tab, "idle")  # a change is written at once
+    assert await last_written() == interval / 2 - 1
+    assert (await api.aget_presence(user, user)).status == "idle"
+    clock.shift(interval / 2 - 1)
+    await heartbeat(tab, "idle")
+    assert await last_written() == interval / 2 - 1
+    clock.shift(1)  # half an interval since the last write
+    await heartbeat(tab, "idle")
+    assert await last_written() == interval - 1
+    # The skipped beats never made the connection look dead: due when its last write expires.
+    store = get_store()
+    assert await store.async_client.zscore(store.due_key, user.pk) == (
+        at(interval - 1).timestamp() + get_settings().CONNECTION_TTL
+    )

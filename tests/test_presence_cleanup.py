@@ -500,8 +500,8 @@ def beat(user: Any, connection_id: str = "c1", device: Device = Device.WEB) -> N
 
 def connections_of(user: Any, redis_client: redis.Redis) -> str | None:
     store = get_store()
-    value = redis_client.hget(store.conns_key(store.bucket_of(user.pk)), str(user.pk))
-    return None if value is None else str(value)
+    entries = store.run(store.describe_connections(user.pk))
+    return ",".join(entries) if entries else None
 
 
 @pytest.mark.django_db
@@ -553,6 +553,12 @@ def test_crashed_connections_are_persisted_at_their_last_heartbeat_and_removed(
     for user in (crashed, closed):
         assert not in_redis(user)
         assert connections_of(user, redis_client) is None
+        # Nothing of their connections is left behind in the bucket.
+        bucket = f"presence:{{{get_store().bucket_of(user.pk)}}}"
+        assert [
+            f for f in redis_client.hkeys(f"{bucket}:conns") if f.split(":")[0] == str(user.pk)
+        ] == []
+        assert redis_client.zrangebylex(f"{bucket}:expiries", f"[{user.pk}:", f"({user.pk};") == []
     assert in_redis(live)
     assert connections_of(live, redis_client) == f"b:1:0:{int(T0.timestamp())}:{int(time.time())}"
     assert not LastSeen.objects.filter(user=live).exists()

@@ -67,6 +67,10 @@ class TestKeyScheme:
         # Everything one script touches is one key, so it is always in one cluster slot; two
         # users of one bucket share that slot.
         assert key_slot(store.seen_key(store.bucket_of(7)).encode()) == key_slot(b"{7}")
+        assert {
+            key_slot(key(store.bucket_of(7)).encode())
+            for key in (store.seen_key, store.conns_key, store.expiries_key)
+        } == {key_slot(b"{7}")}
 
     @override_settings(PRESENCE={"KEY_PREFIX": "site1", "BUCKETS": 10})
     def test_prefix_and_bucket_count_come_from_settings(self) -> None:
@@ -249,7 +253,6 @@ class TestFailurePolicy:
 # --- live connections, schedules, merged plans ------------------------------------------------
 
 SEEN = "presence:{5}:seen"
-CONNS = "presence:{5}:conns"
 DUE = "presence:{live}:due"
 EXPIRING = "presence:{live}:expiring"
 #: default CONNECTION_TTL, OFFLINE_GRACE and ONLINE_WINDOW
@@ -280,8 +283,16 @@ def conn(
 
 
 def entries(redis_client: redis.Redis, user_id: int = 5) -> set[str]:
-    raw = redis_client.hget(f"presence:{{{user_id}}}:conns", str(user_id))
-    return set(str(raw).split(",")) if raw is not None else set()
+    """The user's connections, "id:device_bit:idle:connected_at:heartbeat"."""
+    return set(get_store().run(get_store().describe_connections(user_id)))
+
+
+def has_connections(redis_client: redis.Redis, user_id: int = 5) -> bool:
+    """Whether anything of the user's connections is left in Redis (aggregate or entries)."""
+    bucket = f"presence:{{{user_id}}}"
+    fields = [f for f in redis_client.hkeys(f"{bucket}:conns") if f.split(":")[0] == str(user_id)]
+    expiries = redis_client.zrangebylex(f"{bucket}:expiries", f"[{user_id}:", f"({user_id};")
+    return bool(fields or expiries)
 
 
 class TestConnection:
@@ -370,7 +381,7 @@ class TestConnection:
             ),
             connections=0,
         )
-        assert redis_client.hexists(CONNS, "5") is False
+        assert has_connections(redis_client) is False
         assert redis_client.zscore(DUE, "5") == NOW + 20 + GRACE
 
     def test_close_of_an_unknown_connection_changes_nothing(
@@ -401,7 +412,7 @@ class TestConnection:
             last_active=NOW + 50, devices=(Device.MOBILE,), signed_off=True
         )
         assert redis_client.zscore(SEEN, "5") == -(NOW + 50) * 32 - 2
-        assert redis_client.hexists(CONNS, "5") is False
+        assert has_connections(redis_client) is False
         # An expiry check is no activity: the due time is the heartbeat's.
         assert redis_client.zscore(DUE, "5") == NOW + 50 + TTL
 
@@ -418,7 +429,7 @@ class TestConnection:
         conn(store, "beat", NOW)
         transition = conn(store, "expire", NOW + after, "-")
         assert transition.connections == int(alive)
-        assert redis_client.hexists(CONNS, "5") is alive
+        assert has_connections(redis_client) is alive
         if alive:
             assert transition.after == domain.LiveState(NOW, (Device.WEB,), connected=True)
         else:
@@ -490,6 +501,73 @@ class TestConnection:
         assert transition.after == domain.LiveState(
             last_active=NOW + TTL, devices=(Device.WEB,), signed_off=True
         )
+
+
+class TestConnectionLimit:
+    @pytest.fixture(autouse=True)
+    def _limit(self, settings: Any) -> None:
+        settings.PRESENCE = {"MAX_CONNECTIONS_PER_USER": 3}
+
+    def bucket(self, redis_client: redis.Redis) -> dict[str, Any]:
+        """Everything in user 5's bucket and the schedule."""
+        return {
+            "seen": redis_client.zrange(SEEN, 0, -1, withscores=True),
+            "conns": redis_client.hgetall("presence:{5}:conns"),
+            "expiries": redis_client.zrange("presence:{5}:expiries", 0, -1),
+            "due": redis_client.zrange(DUE, 0, -1, withscores=True),
+        }
+
+    @pytest.mark.parametrize("op", ["open", "beat"])
+    def test_a_new_connection_past_the_limit_is_refused_and_changes_nothing(
+        self, store: PresenceStore, redis_client: redis.Redis, op: ConnectionOp
+    ) -> None:
+        for second, connection_id in enumerate(("c1", "c2", "c3")):
+            assert conn(store, "open", NOW + second, connection_id).refused is False
+        before = self.bucket(redis_client)
+        transition = conn(store, op, NOW + 10, "c4", Device.MOBILE)
+        assert transition.refused is True
+        assert transition.connections == 3
+        assert transition.before == transition.after == live(store, 5)
+        if op == "open":  # (a beat also sets the due time, to its TTL: see store.connection)
+            assert self.bucket(redis_client) == before
+        assert entries(redis_client) == {
+            f"c1:1:0:{NOW}:{NOW}",
+            f"c2:1:0:{NOW + 1}:{NOW + 1}",
+            f"c3:1:0:{NOW + 2}:{NOW + 2}",
+        }
+
+    def test_the_live_connections_keep_beating_at_the_limit(self, store: PresenceStore) -> None:
+        for connection_id in ("c1", "c2", "c3"):
+            conn(store, "open", NOW, connection_id)
+        transition = conn(store, "beat", NOW + 30, "c2", idle=True)
+        assert (transition.refused, transition.connections) == (False, 3)
+
+    def test_a_close_makes_room(self, store: PresenceStore) -> None:
+        for connection_id in ("c1", "c2", "c3"):
+            conn(store, "open", NOW, connection_id)
+        conn(store, "close", NOW + 1, "c2")
+        assert conn(store, "open", NOW + 2, "c4").refused is False
+        assert conn(store, "open", NOW + 3, "c5").refused is True
+
+    def test_only_connections_within_the_ttl_count(
+        self, store: PresenceStore, redis_client: redis.Redis
+    ) -> None:
+        conn(store, "open", NOW, "c1")
+        conn(store, "open", NOW + 10, "c2")
+        conn(store, "open", NOW + 10, "c3")
+        assert conn(store, "open", NOW + TTL - 1, "c4").refused is True
+        # c1 is gone by domain.live_status's rule at NOW + TTL, swept or not.
+        transition = conn(store, "open", NOW + TTL, "c4", Device.MOBILE)
+        assert (transition.refused, transition.connections) == (False, 3)
+        assert {entry.split(":")[0] for entry in entries(redis_client)} == {"c2", "c3", "c4"}
+        assert transition.after.devices == (Device.WEB, Device.MOBILE)
+
+    def test_a_dropped_connection_heard_again_counts_as_new(self, store: PresenceStore) -> None:
+        conn(store, "open", NOW, "c1")
+        conn(store, "open", NOW + TTL, "c2")
+        conn(store, "open", NOW + TTL, "c3")
+        conn(store, "open", NOW + TTL, "c4")  # c1 was dropped
+        assert conn(store, "beat", NOW + TTL + 1, "c1").refused is True
 
 
 class TestDueSchedule:

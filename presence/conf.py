@@ -57,15 +57,6 @@ class PresenceSettings:
     SWEEP_INTERVAL: float = 1.0
     #: users one sweep handles per round trip
     SWEEP_BATCH: int = 500
-    # --- activity feed (presence.feed; README "Activity feed") ---
-    #: longest activity (post) text, in characters
-    ACTIVITY_MAX_LENGTH: int = 500
-    #: record each change of a user's custom status text as an activity of kind "status"
-    RECORD_STATUS_ACTIVITIES: bool = False
-    #: URL name reversed with a username as its one argument to link ``@username`` mentions
-    #: (e.g. "accounts:profile"); None: the user's get_absolute_url() (ABSOLUTE_URL_OVERRIDES),
-    #: else the mention is not linked
-    MENTION_URL: str | None = None
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))

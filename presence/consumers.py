@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils.translation import gettext
 
-from presence import api, domain
+from presence import api, domain, extensions
 from presence.conf import get_settings
 from presence.live import Hub
 from presence.store import get_store
@@ -27,8 +27,6 @@ logger = logging.getLogger("presence")
 #: close codes (CONTRACT.md)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_RATE_LIMITED = 4429
-#: live timelines one connection may watch
-MAX_FEEDS = 10
 
 
 class RateLimit:
@@ -116,7 +114,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             await self.disconnect(CLOSE_RATE_LIMITED)
             return
         try:
-            message = domain.parse_frame(text_data, self.limits)
+            message = domain.parse_frame(text_data, self.limits, extensions.frame_parsers())
             if isinstance(message, domain.Heartbeat):
                 await self.heartbeat(message)
             elif isinstance(message, domain.Subscribe):
@@ -125,10 +123,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
                 await self.unsubscribe(message.users)
             elif isinstance(message, domain.SetStatus):
                 await self.set_status(message.change)
-            elif isinstance(message, domain.WatchFeed):
-                await self.watch_feed(message.feed)
-            else:
-                await self.hub.unwatch_feed(self, message.feed)
+            else:  # a frame type an installed app added (presence.extensions)
+                await extensions.frame_handler(message.type)(self, message.message)
         except domain.InvalidInput as error:
             await self.send_error(error.code, error.message)
 
@@ -181,25 +177,6 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             del self.sent[uid]
         await self.hub.unwatch(self, subscribed)
 
-    async def watch_feed(self, feed: str) -> None:
-        from asgiref.sync import sync_to_async
-
-        from presence.feed import feed_exists
-
-        watched = self.hub.feeds.get(self, set())
-        if feed in watched:
-            return
-        if len(watched) >= MAX_FEEDS:
-            raise domain.InvalidInput(
-                "too_many_feeds",
-                gettext("At most %(limit)d live timelines per connection.") % {"limit": MAX_FEEDS},
-            )
-        if not await sync_to_async(feed_exists)(feed):
-            raise domain.InvalidInput(
-                "unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed}
-            )
-        await self.hub.watch_feed(self, feed)
-
     async def set_status(self, change: domain.StatusChange) -> None:
         presence = await _apply_change(self.user, change)
         await self.send_json({"type": "status", "presence": presence.as_dict()})
@@ -213,9 +190,6 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.send_json(
             {"type": kind, "presences": {str(uid): p.as_dict() for uid, p in presences.items()}}
         )
-
-    async def send_activity(self, feeds: list[str], activity: dict[str, Any]) -> None:
-        await self.send_json({"type": "activity", "feeds": feeds, "activity": activity})
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
         await self.send_json({"type": "error", "code": code, "message": message, **extra})

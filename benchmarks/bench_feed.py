@@ -37,8 +37,9 @@ from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from benchmarks.common import Report, Sizes, median, ms, say, timed
-from presence import feed
-from presence.models import Activity, Contact, Group
+from presence.feed import api as feed
+from presence.feed.models import Activity, Group
+from presence.models import Contact
 
 NAME = "feed"
 FIRST_ID = 40_000_001  # outside the id ranges of the other benchmarks
@@ -147,7 +148,8 @@ class Graph:
 
 def clear(alias: str) -> None:
     """Delete this benchmark's rows (users in its id range and all that hangs on them)."""
-    from presence.models import Block, Membership, Mention, PrivacySettings
+    from presence.feed.models import Membership, Mention
+    from presence.models import Block, PrivacySettings
 
     connection = connections[alias]
     low, high = FIRST_ID, FIRST_ID + 10_000_000
@@ -174,7 +176,8 @@ def clear(alias: str) -> None:
 
 
 def build_graph(alias: str, sizes: FeedSizes) -> Graph:
-    from presence.models import Block, Membership, PrivacySettings
+    from presence.feed.models import Membership
+    from presence.models import Block, PrivacySettings
 
     rnd = random.Random(5)
     ids = list(range(FIRST_ID, FIRST_ID + sizes.users))
@@ -282,7 +285,7 @@ def activity_rows(
 
 def add_activities(alias: str, graph: Graph, first: int, end: int) -> float:
     """Write activities ``first`` to ``end``; returns the seconds it took."""
-    from presence.models import Mention
+    from presence.feed.models import Mention
 
     start = time.perf_counter()
     rows, mentions = activity_rows(graph.users, first, end)

@@ -13,4 +13,3 @@ class PresenceConfig(AppConfig):
         from presence import checks, live, signals  # noqa: F401  (registers checks and receivers)
 
         signals.connect_model_signals()
-        live.connect_feed_signals()

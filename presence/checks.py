@@ -30,7 +30,6 @@ _POSITIVE_INTS = (
     "CLEANUP_BATCH",
     "MAX_FRAME_BYTES",
     "SWEEP_BATCH",
-    "ACTIVITY_MAX_LENGTH",
 )
 _POSITIVE_NUMBERS = ("SOCKET_TIMEOUT", "RETRY_INTERVAL", "COALESCE_WINDOW", "SWEEP_INTERVAL")
 
@@ -79,12 +78,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         value = raw.get(key, "x")
         if not isinstance(value, str) or not value or "{" in value or "}" in value:
             messages.append(_bad_value(key, value, "a non-empty string without { or }"))
-    if not isinstance(raw.get("RECORD_STATUS_ACTIVITIES", False), bool):
-        value = raw["RECORD_STATUS_ACTIVITIES"]
-        messages.append(_bad_value("RECORD_STATUS_ACTIVITIES", value, "True or False"))
-    mention_url = raw.get("MENTION_URL")
-    if mention_url is not None and (not isinstance(mention_url, str) or not mention_url):
-        messages.append(_bad_value("MENTION_URL", mention_url, "a URL name (a string) or None"))
     rate = raw.get("RATE_LIMIT", (1, 1))
     if not (isinstance(rate, list | tuple) and len(rate) == 2 and all(map(_is_positive_int, rate))):
         messages.append(_bad_value("RATE_LIMIT", rate, "a pair (frames, seconds) of positive ints"))

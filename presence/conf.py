@@ -62,15 +62,6 @@ class PresenceSettings:
     #: at most this many HTTP writes (status changes, posts, group joins and leaves) per user in
     #: each window of this many seconds, across processes (presence.ratelimit); None: no limit
     HTTP_RATE_LIMIT: tuple[int, int] | None = (30, 60)
-    # --- activity feed (presence.feed; README "Activity feed") ---
-    #: longest activity (post) text, in characters
-    ACTIVITY_MAX_LENGTH: int = 500
-    #: record each change of a user's custom status text as an activity of kind "status"
-    RECORD_STATUS_ACTIVITIES: bool = False
-    #: URL name reversed with a username as its one argument to link ``@username`` mentions
-    #: (e.g. "accounts:profile"); None: the user's get_absolute_url() (ABSOLUTE_URL_OVERRIDES),
-    #: else the mention is not linked
-    MENTION_URL: str | None = None
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))

@@ -22,7 +22,7 @@ from channels.security.websocket import OriginValidator
 from django.conf import settings
 from django.utils.translation import gettext
 
-from presence import api, domain, relations, sessions
+from presence import api, domain, extensions, relations, sessions
 from presence.conf import get_settings
 from presence.live import Hub
 from presence.store import get_store
@@ -35,8 +35,6 @@ CLOSE_FOREIGN_ORIGIN = 4403
 CLOSE_RATE_LIMITED = 4429
 #: also past MAX_CONNECTIONS_PER_USER (the user's other connections stay open)
 CLOSE_TOO_MANY_CONNECTIONS = CLOSE_RATE_LIMITED
-#: live timelines one connection may watch
-MAX_FEEDS = 10
 #: a subscribe or unsubscribe of n user ids counts as ceil(n / IDS_PER_FRAME) frames of
 #: RATE_LIMIT (each id costs channel-layer and Redis work; a frame may carry a thousand)
 IDS_PER_FRAME = 100
@@ -227,7 +225,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
                 )
 
     async def handle(self, text_data: str | None) -> None:
-        message = domain.parse_frame(text_data, self.limits)
+        message = domain.parse_frame(text_data, self.limits, extensions.frame_parsers())
         if isinstance(message, domain.Subscribe | domain.Unsubscribe):
             # Ids cost work each: a large (un)subscribe counts as several frames.
             extra = min(frame_cost(len(message.users)), self.rate.frames) - 1
@@ -242,10 +240,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             await self.unsubscribe(message.users)
         elif isinstance(message, domain.SetStatus):
             await self.set_status(message.change)
-        elif isinstance(message, domain.WatchFeed):
-            await self.watch_feed(message.feed)
-        else:
-            await self.hub.unwatch_feed(self, message.feed)
+        else:  # a frame type an installed app added (presence.extensions)
+            await extensions.frame_handler(message.type)(self, message.message)
 
     async def rate_limited(self) -> None:
         logger.info("Presence: closing connection of user %s: rate limit", self.viewer_id)
@@ -327,25 +323,6 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             del self.sent[uid]
         await self.hub.unwatch(self, subscribed)
 
-    async def watch_feed(self, feed: str) -> None:
-        from asgiref.sync import sync_to_async
-
-        from presence.feed import feed_exists
-
-        watched = self.hub.feeds.get(self, set())
-        if feed in watched:
-            return
-        if len(watched) >= MAX_FEEDS:
-            raise domain.InvalidInput(
-                "too_many_feeds",
-                gettext("At most %(limit)d live timelines per connection.") % {"limit": MAX_FEEDS},
-            )
-        if not await sync_to_async(feed_exists)(feed):
-            raise domain.InvalidInput(
-                "unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed}
-            )
-        await self.hub.watch_feed(self, feed)
-
     async def set_status(self, change: domain.StatusChange) -> None:
         presence = await _apply_change(self.user, change)
         await self.send_json({"type": "status", "presence": presence.as_dict()})
@@ -359,9 +336,6 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.send_json(
             {"type": kind, "presences": {str(uid): p.as_dict() for uid, p in presences.items()}}
         )
-
-    async def send_activity(self, feeds: list[str], activity: dict[str, Any]) -> None:
-        await self.send_json({"type": "activity", "feeds": feeds, "activity": activity})
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
         await self.send_json({"type": "error", "code": code, "message": message, **extra})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -486,46 +486,22 @@ class SetStatus:
 
 
 @dataclass(frozen=True)
-class WatchFeed:
-    """Live activities of one timeline (the activity feed): ``following``, ``mentions``,
-    ``user:<id>`` or ``group:<slug>``."""
+class Extension:
+    """A frame of a type an installed app added (presence.extensions): its type, and what the
+    app's parser made of it."""
 
-    feed: str
-
-
-@dataclass(frozen=True)
-class UnwatchFeed:
-    feed: str
+    type: str
+    message: Any
 
 
-ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus | WatchFeed | UnwatchFeed
+ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus | Extension
 
 CLIENT_TYPES = (
     "heartbeat",
     "subscribe",
     "unsubscribe",
     "set_status",
-    "watch_feed",
-    "unwatch_feed",
 )
-
-FEED_NAME = re.compile(r"^(?:following|mentions|user:[1-9][0-9]{0,18}|group:[-a-zA-Z0-9_]{1,100})$")
-
-
-def _feed(data: Mapping[str, Any]) -> str:
-    feed = data.get("feed")
-    if not isinstance(feed, str):
-        raise InvalidInput(
-            "invalid_message",
-            gettext("'feed' must be a string: following, mentions, user:<id> or group:<slug>."),
-        )
-    if not FEED_NAME.match(feed):
-        raise InvalidInput(
-            "invalid_value",
-            gettext("Unknown feed %(feed)s: use following, mentions, user:<id> or group:<slug>.")
-            % {"feed": repr(feed)[:60]},
-        )
-    return feed
 
 
 #: the largest id a database integer key holds (BigAutoField; SQLite's INTEGER): a larger one
@@ -553,9 +529,14 @@ def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int, ...]:
     return unique
 
 
-def parse_frame(text: str | None, limits: Limits) -> ClientMessage:
+def parse_frame(
+    text: str | None,
+    limits: Limits,
+    extra: Mapping[str, Callable[[Mapping[str, Any]], Any]] | None = None,
+) -> ClientMessage:
     """One client frame as a message, or InvalidInput naming the problem (contract codes, plus
-    ``frame_too_large``)."""
+    ``frame_too_large``). ``extra`` parses the types installed apps added (type -> parser,
+    see presence.extensions); presence's own types come first."""
     if text is None:
         raise InvalidInput("invalid_message", gettext("Send JSON text frames, not binary ones."))
     size = len(text.encode("utf-8", "surrogatepass"))
@@ -598,12 +579,10 @@ def parse_frame(text: str | None, limits: Limits) -> ClientMessage:
         return Unsubscribe(_user_ids(data, limits))
     if kind == "set_status":
         return SetStatus(parse_status_change(data, limits))
-    if kind == "watch_feed":
-        return WatchFeed(_feed(data))
-    if kind == "unwatch_feed":
-        return UnwatchFeed(_feed(data))
+    if extra and kind in extra:
+        return Extension(kind, extra[kind](data))
     raise InvalidInput(
         "unknown_type",
         gettext("Unknown message type %(type)s: use one of %(types)s.")
-        % {"type": repr(kind)[:60], "types": ", ".join(CLIENT_TYPES)},
+        % {"type": repr(kind)[:60], "types": ", ".join([*CLIENT_TYPES, *(extra or ())])},
     )

@@ -38,8 +38,8 @@ logger = logging.getLogger("presence")
 
 #: channel-layer message type of "these users changed" (handled by the hub, not by consumers)
 CHANGED = "presence.changed"
-#: channel-layer message type of "activity N was posted" (the activity feed's live timelines)
-POSTED = "presence.activity"
+#: channel-layer message type of "a payload for topic kind K" (presence.extensions)
+TOPIC = "presence.topic"
 #: channel-layer message types for the sockets of one user's sessions: "this session logged out"
 #: (with a digest of its key, never the key) and "check your sessions again" (password change)
 SESSION_ENDED = "presence.session_ended"
@@ -61,7 +61,7 @@ class Connection(Protocol):
 
     async def send_presences(self, kind: str, presences: dict[int, Presence]) -> None: ...
 
-    async def send_activity(self, feeds: list[str], activity: dict[str, Any]) -> None: ...
+    async def send_json(self, content: dict[str, Any]) -> None: ...
 
     #: digest of the connection's session key (presence.sessions), None without a session
     session_digest: str | None
@@ -195,33 +195,30 @@ def announce_sessions_changed(user_id: int) -> None:
     _announce_from_sync(aannounce_sessions_changed(user_id), "a session change")
 
 
-def feed_group_name() -> str:
-    return f"{_group_prefix()}.feed"
+def topic_group_name(kind: str) -> str:
+    return f"{_group_prefix()}.topic.{kind}"
 
 
-async def aannounce_activity(activity_id: int) -> None:
-    """Tell every process with live timelines open that an activity was posted. Each decides
-    per viewer, with the feed's rules, who sees it on which timeline. Never raises."""
+async def aannounce_to_topic(kind: str, payload: Any) -> None:
+    """Send ``payload`` to every process with connections that have topics of ``kind``; each
+    hands it to the delivery registered for ``kind`` (presence.extensions). Never raises."""
     layer = get_channel_layer()
     if layer is None:
         hub = Hub.current()
         if hub is not None:
-            hub.posted(activity_id)
+            hub.topic_message(kind, payload)
         return
     try:
-        await layer.group_send(feed_group_name(), {"type": POSTED, "activity": activity_id})
+        await layer.group_send(
+            topic_group_name(kind), {"type": TOPIC, "kind": kind, "payload": payload}
+        )
     except Exception as error:
-        logger.warning("Presence: could not announce activity %s (%s).", activity_id, error)
+        logger.warning("Presence: could not announce to topic %s (%s).", kind, error)
 
 
-def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
-    _announce_from_sync(aannounce_activity(activity.pk), "an activity")
-
-
-def connect_feed_signals() -> None:
-    from presence.feed import activity_posted
-
-    activity_posted.connect(_on_activity_posted, dispatch_uid="presence_live_activity")
+def announce_to_topic(kind: str, payload: Any) -> None:
+    """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
+    _announce_from_sync(aannounce_to_topic(kind, payload), f"a {kind} message")
 
 
 @receiver(presence_changed, dispatch_uid="presence_live_announce")
@@ -243,9 +240,9 @@ class Hub:
         self.layer = get_channel_layer()
         self.connections: set[Connection] = set()
         self.watchers: dict[int, set[Connection]] = {}
-        #: live timelines open on each connection (feed names, see domain.FEED_NAME)
-        self.feeds: dict[Connection, set[str]] = {}
-        self._posting: set[asyncio.Task[None]] = set()
+        #: topics of each connection (presence.extensions): kind -> connection -> keys
+        self.topics: dict[str, dict[Connection, set[str]]] = {}
+        self._delivering: set[asyncio.Task[None]] = set()
         #: session-bound connections of each user (see account_group_name)
         self.accounts: dict[int, set[Connection]] = {}
         self._session_tasks: set[asyncio.Task[None]] = set()
@@ -292,8 +289,9 @@ class Hub:
         self.connections.discard(connection)
         watched = [uid for uid, watchers in self.watchers.items() if connection in watchers]
         await self.unwatch(connection, watched)
-        for feed in list(self.feeds.get(connection, ())):
-            await self.unwatch_feed(connection, feed)
+        for kind in [kind for kind, members in self.topics.items() if connection in members]:
+            for key in list(self.topics[kind].get(connection, ())):
+                await self.leave_topic(connection, kind, key)
         async with self._lock:
             sockets = self.accounts.get(connection.viewer_id)
             if sockets is not None and connection in sockets:
@@ -330,23 +328,36 @@ class Hub:
                 last.append(user_id)
         await self._groups("group_discard", last)
 
-    async def watch_feed(self, connection: Connection, feed: str) -> None:
+    async def join_topic(self, connection: Connection, kind: str, key: str) -> None:
+        """Give ``connection`` the topic ``key`` of ``kind``; this process then receives
+        what is announced to ``kind`` (presence.extensions)."""
         if connection not in self.connections:
-            return
-        first = not self.feeds
-        self.feeds.setdefault(connection, set()).add(feed)
+            return  # detached: a handler still running must not add anything for it
+        members = self.topics.setdefault(kind, {})
+        first = not members
+        members.setdefault(connection, set()).add(key)
         if first:
-            await self._group(self.layer and "group_add", feed_group_name())
+            await self._group(self.layer and "group_add", topic_group_name(kind))
 
-    async def unwatch_feed(self, connection: Connection, feed: str) -> None:
-        feeds = self.feeds.get(connection)
-        if feeds is None or feed not in feeds:
+    async def leave_topic(self, connection: Connection, kind: str, key: str) -> None:
+        members = self.topics.get(kind)
+        keys = None if members is None else members.get(connection)
+        if members is None or keys is None or key not in keys:
             return
-        feeds.discard(feed)
-        if not feeds:
-            del self.feeds[connection]
-            if not self.feeds:
-                await self._group(self.layer and "group_discard", feed_group_name())
+        keys.discard(key)
+        if not keys:
+            del members[connection]
+            if not members:
+                del self.topics[kind]
+                await self._group(self.layer and "group_discard", topic_group_name(kind))
+
+    def topics_of(self, connection: Connection, kind: str) -> set[str]:
+        """The keys of ``kind`` that ``connection`` has (a copy)."""
+        return set(self.topics.get(kind, {}).get(connection, ()))
+
+    def topic_members(self, kind: str) -> dict[Connection, set[str]]:
+        """Every local connection with topics of ``kind``, and its keys (copies)."""
+        return {c: set(keys) for c, keys in self.topics.get(kind, {}).items()}
 
     async def _group(self, method: str | None, group: str) -> None:
         if method is None or self.channel is None:
@@ -377,36 +388,25 @@ class Hub:
             except Exception:
                 logger.exception("Presence: closing the sockets of an ended session failed")
 
-    def posted(self, activity_id: int) -> None:
-        if self.feeds:
-            task = asyncio.ensure_future(self.deliver_activity(activity_id))
-            self._posting.add(task)
-            task.add_done_callback(self._posting.discard)
+    def topic_message(self, kind: str, payload: Any) -> None:
+        """Hand a payload announced to ``kind`` to its registered delivery, in a task of its
+        own (a slow delivery must not hold up the receive loop)."""
+        from presence import extensions
 
-    async def deliver_activity(self, activity_id: int) -> None:
-        """Send a new activity to the connections whose open timelines it belongs on and whose
-        viewer may see it (one evaluation for all local viewers)."""
-        from asgiref.sync import sync_to_async
+        deliver = extensions.delivery(kind)
+        if deliver is None or not self.topics.get(kind):
+            return
+        task = asyncio.ensure_future(self._deliver_topic(deliver, kind, payload))
+        self._delivering.add(task)
+        task.add_done_callback(self._delivering.discard)
 
-        from presence import feed
-
-        watching: dict[int, set[str]] = {}
-        for connection, feeds in self.feeds.items():
-            watching.setdefault(connection.viewer_id, set()).update(feeds)
+    async def _deliver_topic(self, deliver: Any, kind: str, payload: Any) -> None:
         try:
-            activity, audience = await sync_to_async(feed.live_audience)(activity_id, watching)
+            await deliver(self, payload)
+        except asyncio.CancelledError:
+            raise
         except Exception:
-            logger.exception("Presence: resolving the audience of activity %s failed", activity_id)
-            return
-        if activity is None:
-            return
-        for connection, feeds in list(self.feeds.items()):
-            matched = [name for name in audience.get(connection.viewer_id, ()) if name in feeds]
-            if matched:
-                try:
-                    await connection.send_activity(matched, activity)
-                except Exception:
-                    logger.debug("Presence: could not send an activity", exc_info=True)
+            logger.exception("Presence: delivering a %s message failed", kind)
 
     async def _groups(self, method: str, user_ids: list[int]) -> None:
         if self.layer is None or self.channel is None or not user_ids:
@@ -489,7 +489,7 @@ class Hub:
 
     async def _stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        tasks += list(self._posting)
+        tasks += list(self._delivering)
         self.pending.clear()
         self.channel = None
         for task in tasks:
@@ -524,8 +524,8 @@ class Hub:
                 continue
             if message.get("type") == CHANGED:
                 self.changed(int(uid) for uid in message.get("users", ()))
-            elif message.get("type") == POSTED:
-                self.posted(int(message["activity"]))
+            elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
+                self.topic_message(message["kind"], message.get("payload"))
             elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
                 self.session_message(message)
 
@@ -571,8 +571,8 @@ class Hub:
                 if loop.time() - renewed >= renew_every:
                     renewed = loop.time()
                     await self._groups("group_add", list(self.watchers))
-                    if self.feeds:
-                        await self._group(self.layer and "group_add", feed_group_name())
+                    for kind in list(self.topics):
+                        await self._group(self.layer and "group_add", topic_group_name(kind))
                     for user_id in list(self.accounts):
                         await self._group(self.layer and "group_add", account_group_name(user_id))
                 await api.asweep()

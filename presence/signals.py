@@ -131,8 +131,3 @@ def connect_model_signals() -> None:
         signal.connect(
             _on_block_changed, sender=Block, dispatch_uid=f"presence_block_{signal is post_save}"
         )
-
-    # The activity feed records custom status changes when RECORD_STATUS_ACTIVITIES is on.
-    from presence import feed
-
-    feed.connect_signals()

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "presence",
+    "presence.feed",
     "siteproject.demo",
 ]
 
@@ -89,7 +90,10 @@ CHANNEL_LAYERS = {
 }
 
 # Every key is optional; the defaults are listed in presence/conf.py and the README.
-PRESENCE: dict[str, object] = {
+PRESENCE: dict[str, object] = {}
+
+# The activity feed's settings (presence/feed/conf.py, README "Activity feed").
+PRESENCE_FEED: dict[str, object] = {
     # Mentions in activities link to the demo's profile pages (also in live timelines).
     "MENTION_URL": "demo:profile",
 }

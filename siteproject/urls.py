@@ -6,5 +6,6 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("presence/", include("presence.urls")),
+    path("presence/", include("presence.feed.urls")),
     path("", include("siteproject.demo.urls")),
 ]

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from presence.models import Activity, Block, Contact, Group, Membership, Mention, PrivacySettings
+from presence.feed.models import Activity, Group, Membership, Mention
+from presence.models import Block, Contact, PrivacySettings
 from tests.privacy_cases import ADMITS
 
 #: None: the author has no PrivacySettings row (the default, "contacts")

@@ -33,3 +33,4 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 # The tests start from presence's defaults (the demo links mentions to its profiles).
 PRESENCE = {}
+PRESENCE_FEED = {}

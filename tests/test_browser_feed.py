@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 import pytest
 from django.db import connection
 
-from presence import feed
-from presence.models import Activity, Contact, Mention, PrivacySettings
+from presence.feed import api as feed
+from presence.feed.models import Activity, Mention
+from presence.models import Contact, PrivacySettings
 from tests.daphne import daphne_fixture  # noqa: F401 (the browser fixture's daphne)
 from tests.test_browser import Browser, browser, chromium, expect, live, people  # noqa: F401
 

@@ -1500,7 +1500,7 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
     await communicator.send_json_to({"type": "watch_feed", "feed": "following"})
     assert await subscribe(communicator) == state({})
     hub = Hub.current()
-    assert hub is not None and len(hub.connections) == 2 and hub.feeds
+    assert hub is not None and len(hub.connections) == 2 and hub.topic_members("feed")
     assert await connections_in_redis(viewer) != []
 
     # The server cancels the application (as daphne does at shutdown or after a close
@@ -1513,7 +1513,7 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
     assert await eventually(gone)
     assert len(hub.connections) == 1
     assert hub.watchers == {}
-    assert hub.feeds == {}
+    assert hub.topics == {}
     # The other connection is unaffected.
     assert await subscribe(keeper, target) == state({target.pk: online(invisible=False)})
 

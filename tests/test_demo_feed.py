@@ -15,8 +15,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from presence import api, feed
-from presence.models import Activity, Block, Contact, Group, Membership, Mention, PrivacySettings
+from presence import api
+from presence.feed import api as feed
+from presence.feed.models import Activity, Group, Membership, Mention
+from presence.models import Block, Contact, PrivacySettings
 from siteproject.demo import seed
 
 pytestmark = pytest.mark.django_db

@@ -376,7 +376,7 @@ class TestParseFrame:
         with translation.override("en"):
             assert refused({"type": kind}).message == (
                 f"Unknown message type {kind!r}: use one of heartbeat, subscribe, unsubscribe, "
-                "set_status, watch_feed, unwatch_feed."
+                "set_status."
             )
 
     @pytest.mark.parametrize(
@@ -676,35 +676,38 @@ class TestResolveIdle:
         assert seen.last_seen == datetime.fromtimestamp(NOW - 2, tz=UTC)
 
 
-class TestParseFeedFrames:
-    @pytest.mark.parametrize("feed", ["following", "mentions", "user:12", "group:climb-ers_2"])
-    def test_watch_and_unwatch(self, feed: str) -> None:
-        assert domain.parse_frame(
-            json.dumps({"type": "watch_feed", "feed": feed}), LIMITS
-        ) == domain.WatchFeed(feed)
-        assert domain.parse_frame(
-            json.dumps({"type": "unwatch_feed", "feed": feed}), LIMITS
-        ) == domain.UnwatchFeed(feed)
+class TestParseExtensionFrames:
+    """Frame types added by installed apps (presence.extensions) reach parse_frame as parsers."""
 
-    @pytest.mark.parametrize(
-        ("feed", "code"),
-        [
-            (None, "invalid_message"),
-            (3, "invalid_message"),
-            (["following"], "invalid_message"),
-            ("", "invalid_value"),
-            ("Following", "invalid_value"),
-            ("user:0", "invalid_value"),
-            ("user:abc", "invalid_value"),
-            ("group:", "invalid_value"),
-            ("group:a b", "invalid_value"),
-            ("following ", "invalid_value"),
-        ],
-    )
-    def test_bad_feed_names(self, feed: Any, code: str) -> None:
+    def test_an_added_type_is_parsed_by_its_parser(self) -> None:
+        def parse(data: Any) -> tuple[str, Any]:
+            if not isinstance(data.get("to"), int):
+                raise InvalidInput("invalid_message", "'to' must be an int.")
+            return ("typing", data["to"])
+
+        extra = {"typing": parse}
+        assert domain.parse_frame(
+            json.dumps({"type": "typing", "to": 3}), LIMITS, extra
+        ) == domain.Extension("typing", ("typing", 3))
         with pytest.raises(InvalidInput) as raised:
-            domain.parse_frame(json.dumps({"type": "watch_feed", "feed": feed}), LIMITS)
-        assert raised.value.code == code
+            domain.parse_frame(json.dumps({"type": "typing"}), LIMITS, extra)
+        assert raised.value.code == "invalid_message"
+
+    def test_presence_types_come_first(self) -> None:
+        def hijack(data: Any) -> str:
+            return "hijacked"
+
+        frame = json.dumps({"type": "heartbeat"})
+        assert domain.parse_frame(frame, LIMITS, {"heartbeat": hijack}) == domain.Heartbeat()
+
+    def test_unknown_types_list_the_added_types(self) -> None:
+        with translation.override("en"), pytest.raises(InvalidInput) as raised:
+            domain.parse_frame(json.dumps({"type": "ping"}), LIMITS, {"typing": lambda d: d})
+        assert raised.value.code == "unknown_type"
+        assert raised.value.message == (
+            "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, "
+            "set_status, typing."
+        )
 
 
 # --- text the one rule refuses (check_text) ---------------------------------------------------

@@ -1,4 +1,4 @@
-"""presence.feed_domain: post text, mention parsing and cursors (pure; no database)."""
+"""presence.feed.domain: post text, mention parsing and cursors (pure; no database)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from presence.domain import InvalidInput
-from presence.feed_domain import (
+from presence.feed.domain import (
     MAX_NAME_LENGTH,
     Position,
     candidate_names,

@@ -11,8 +11,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.crypto import get_random_string
 
-from presence import feed
-from presence.models import Activity, Block, Contact, Group, Membership, Mention, PrivacySettings
+from presence.feed import api as feed
+from presence.feed.models import Activity, Group, Membership, Mention
+from presence.models import Block, Contact, PrivacySettings
 from tests.clock import T0, at
 from tests.feed_cases import FEED_CASE_IDS, FEED_CASES, admitted, build_case
 
@@ -60,14 +61,14 @@ def client(alice: Any) -> Client:
 
 
 def test_urls_are_named() -> None:
-    assert reverse("presence:feed-following") == FOLLOWING
-    assert reverse("presence:feed-mentions") == MENTIONS
-    assert reverse("presence:feed-user", args=[7]) == user_url(7)
-    assert reverse("presence:feed-group", args=["book-club"]) == group_url("book-club")
-    assert reverse("presence:feed-group-join", args=["x"]) == group_url("x", "join")
-    assert reverse("presence:feed-group-leave", args=["x"]) == group_url("x", "leave")
-    assert reverse("presence:feed-post") == POST
-    assert reverse("presence:feed-mention-suggestions") == SUGGEST
+    assert reverse("presence_feed:feed-following") == FOLLOWING
+    assert reverse("presence_feed:feed-mentions") == MENTIONS
+    assert reverse("presence_feed:feed-user", args=[7]) == user_url(7)
+    assert reverse("presence_feed:feed-group", args=["book-club"]) == group_url("book-club")
+    assert reverse("presence_feed:feed-group-join", args=["x"]) == group_url("x", "join")
+    assert reverse("presence_feed:feed-group-leave", args=["x"]) == group_url("x", "leave")
+    assert reverse("presence_feed:feed-post") == POST
+    assert reverse("presence_feed:feed-mention-suggestions") == SUGGEST
 
 
 # --- answers --------------------------------------------------------------------------------

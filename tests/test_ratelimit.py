@@ -12,7 +12,8 @@ import time_machine
 from django.test import Client
 
 from presence import store as store_module
-from presence.models import Activity, Group, UserStatus
+from presence.feed.models import Activity, Group
+from presence.models import UserStatus
 
 pytestmark = pytest.mark.django_db
 

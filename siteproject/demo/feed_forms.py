@@ -7,11 +7,11 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from presence.conf import get_settings
+from presence.feed.conf import get_settings
 
 
 class PostForm(forms.Form):
-    """Only the shape of the input; ``presence.feed.post`` checks the text (one rule)."""
+    """Only the shape of the input; ``presence.feed.api.post`` checks the text (one rule)."""
 
     text = forms.CharField(
         label=_("What's new?"),

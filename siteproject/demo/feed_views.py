@@ -17,9 +17,10 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from presence import feed, ratelimit, rendering
-from presence.conf import get_settings
-from presence.models import Group, Membership
+from presence import ratelimit, rendering
+from presence.feed import api as feed
+from presence.feed.conf import get_settings
+from presence.feed.models import Group, Membership
 from siteproject.demo.feed_forms import PostForm
 from siteproject.demo.views import (
     _back,

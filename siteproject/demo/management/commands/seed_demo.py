@@ -12,8 +12,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-from presence import api, feed
-from presence.models import Activity, Block, Contact, Group, LastSeen, Mention, PrivacySettings
+from presence import api
+from presence.feed import api as feed
+from presence.feed.models import Activity, Group, Mention
+from presence.models import Block, Contact, LastSeen, PrivacySettings
 from siteproject.demo import seed
 
 

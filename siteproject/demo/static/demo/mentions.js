@@ -8,7 +8,7 @@
   "use strict";
 
   // An "@" starts a mention at the start of the text or after a character that cannot be part
-  // of an e-mail address or a URL (the same rule as the server's, presence/feed_domain.py).
+  // of an e-mail address or a URL (the same rule as the server's, presence/feed/domain.py).
   var BEFORE_AT = /[\p{L}\p{N}_.+\-@\/=]/u;
   var NAME = /^[\p{L}\p{N}_.+\-]*$/u;
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from presence import feed
-from presence.models import Activity, Group, Membership, Mention, PrivacySettings
+from presence.feed import api as feed
+from presence.feed.models import Activity, Group, Membership, Mention
+from presence.models import PrivacySettings
 from tests.clock import T0
 from tests.test_admin import form_values
 
@@ -37,12 +38,12 @@ def content(make_user: Callable[..., Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("model", ["group", "activity"])
 def test_changelists_render(model: str, admin_client: Client, content: dict[str, Any]) -> None:
-    page = admin_client.get(f"/admin/presence/{model}/")
+    page = admin_client.get(f"/admin/presence_feed/{model}/")
     assert page.status_code == 200
 
 
 def test_group_list_shows_member_counts(admin_client: Client, content: dict[str, Any]) -> None:
-    page = admin_client.get("/admin/presence/group/").content.decode()
+    page = admin_client.get("/admin/presence_feed/group/").content.decode()
     assert "Book club" in page
     assert '<td class="field-member_count">2</td>' in page
 
@@ -50,12 +51,12 @@ def test_group_list_shows_member_counts(admin_client: Client, content: dict[str,
 def test_activity_search_covers_text_and_author(
     admin_client: Client, content: dict[str, Any]
 ) -> None:
-    by_text = admin_client.get("/admin/presence/activity/", {"q": "dune"}).content.decode()
+    by_text = admin_client.get("/admin/presence_feed/activity/", {"q": "dune"}).content.decode()
     assert "Reading Dune with @bob" in by_text and "Chapter two" not in by_text
-    by_author = admin_client.get("/admin/presence/activity/", {"q": "bob"}).content.decode()
+    by_author = admin_client.get("/admin/presence_feed/activity/", {"q": "bob"}).content.decode()
     assert "Chapter two tonight" in by_author
     # The newest first.
-    everything = admin_client.get("/admin/presence/activity/").content.decode()
+    everything = admin_client.get("/admin/presence_feed/activity/").content.decode()
     assert everything.index("Chapter two tonight") < everything.index("Reading Dune")
 
 
@@ -64,7 +65,7 @@ def test_group_change_page_edits_members_inline(
 ) -> None:
     carol = make_user("carol")
     group = content["group"]
-    url = f"/admin/presence/group/{group.pk}/change/"
+    url = f"/admin/presence_feed/group/{group.pk}/change/"
     values = form_values(admin_client.get(url).content.decode())
     values["description"] = group.description  # a textarea, which form_values does not read
     assert values["memberships-TOTAL_FORMS"] == "2"
@@ -81,9 +82,9 @@ def test_group_change_page_edits_members_inline(
 
 
 def test_add_group_with_a_member(admin_client: Client, content: dict[str, Any]) -> None:
-    assert admin_client.get("/admin/presence/group/add/").status_code == 200
+    assert admin_client.get("/admin/presence_feed/group/add/").status_code == 200
     response = admin_client.post(
-        "/admin/presence/group/add/",
+        "/admin/presence_feed/group/add/",
         {
             "name": "Climbers",
             "slug": "climbers",
@@ -96,7 +97,7 @@ def test_add_group_with_a_member(admin_client: Client, content: dict[str, Any]) 
     assert response.status_code == 302
     assert list(Group.objects.get(slug="climbers").members.all()) == [content["alice"]]
     duplicate = admin_client.post(
-        "/admin/presence/group/add/",
+        "/admin/presence_feed/group/add/",
         {
             "name": "Again",
             "slug": "climbers",
@@ -112,7 +113,7 @@ def test_activity_change_keeps_mention_times_in_step(
 ) -> None:
     activity = content["first"]
     carol = make_user("carol")
-    url = f"/admin/presence/activity/{activity.pk}/change/"
+    url = f"/admin/presence_feed/activity/{activity.pk}/change/"
     page = admin_client.get(url)
     assert page.status_code == 200
     values = form_values(page.content.decode())
@@ -137,5 +138,5 @@ def test_activity_change_keeps_mention_times_in_step(
 
 
 def test_activity_add_page_renders(admin_client: Client) -> None:
-    assert admin_client.get("/admin/presence/activity/add/").status_code == 200
+    assert admin_client.get("/admin/presence_feed/activity/add/").status_code == 200
     assert Activity.objects.count() == 0

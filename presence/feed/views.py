@@ -15,10 +15,10 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
-from presence import feed
-from presence.conf import get_settings
 from presence.domain import InvalidInput, check_text
-from presence.models import Group
+from presence.feed import api as feed
+from presence.feed.conf import get_settings
+from presence.feed.models import Group
 from presence.views import _csrf_check, error, json_body, over_rate_limit
 
 #: most users one mention-completion answer lists

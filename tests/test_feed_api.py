@@ -17,18 +17,11 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 
-from presence import api, feed
+from presence import api
 from presence.domain import InvalidInput
-from presence.models import (
-    Activity,
-    ActivityKind,
-    Block,
-    Contact,
-    Group,
-    Membership,
-    Mention,
-    PrivacySettings,
-)
+from presence.feed import api as feed
+from presence.feed.models import Activity, ActivityKind, Group, Membership, Mention
+from presence.models import Block, Contact, PrivacySettings
 from tests.clock import T0
 from tests.feed_cases import (
     FEED_CASE_IDS,
@@ -126,7 +119,7 @@ def test_bad_posts_save_nothing(text: Any, code: str, make_user: Callable[..., A
 def test_the_length_limit_is_a_setting(make_user: Callable[..., Any], settings: Any) -> None:
     author = make_user()
     assert len(feed.post(author, "x" * 500).text) == 500
-    settings.PRESENCE = {"ACTIVITY_MAX_LENGTH": 10}
+    settings.PRESENCE_FEED = {"ACTIVITY_MAX_LENGTH": 10}
     feed.post(author, "ten chars!")
     with pytest.raises(InvalidInput, match="11 characters long; at most 10"):
         feed.post(author, "eleven char")
@@ -529,7 +522,7 @@ def test_each_next_page_follows_the_graph_as_it_is_then(
             "mentions": truth.mentioning(viewer.pk),
         }[kind]
         if position is not None:
-            from presence.feed_domain import decode_cursor
+            from presence.feed.domain import decode_cursor
 
             at = decode_cursor(position)
             assert at is not None
@@ -611,9 +604,9 @@ def test_render_text_escapes_and_links_mentions(
     assert feed.render_text(activity).startswith(
         '&lt;b&gt;hi&lt;/b&gt; <span class="mention">@BOB</span>'
     )
-    settings.PRESENCE = {"MENTION_URL": "demo:profile"}
+    settings.PRESENCE_FEED = {"MENTION_URL": "demo:profile"}
     assert '<a class="mention" href="/u/bob/">@BOB</a>' in feed.render_text(activity)
-    settings.PRESENCE = {}
+    settings.PRESENCE_FEED = {}
     # What ABSOLUTE_URL_OVERRIDES = {"auth.user": ...} gives the user model when it loads.
     monkeypatch.setattr(User, "get_absolute_url", lambda user: f"/people/{user.pk}", raising=False)
     bob = User.objects.get(username="bob")
@@ -670,7 +663,7 @@ def test_status_changes_are_recorded_only_when_enabled(
     set_status("Off by default")
     assert not Activity.objects.exists()
 
-    settings.PRESENCE = {"RECORD_STATUS_ACTIVITIES": True}
+    settings.PRESENCE_FEED = {"RECORD_STATUS_ACTIVITIES": True}
     set_status("At the gym with @bob")
     set_status("At the gym with @bob", status="dnd")  # same text: no new activity
     set_status(None)  # cleared: nothing to record
@@ -692,7 +685,7 @@ def test_a_status_that_cannot_be_an_activity_is_still_set(
     caplog: Any,
 ) -> None:
     user = make_user()
-    settings.PRESENCE = {"RECORD_STATUS_ACTIVITIES": True, "ACTIVITY_MAX_LENGTH": 3}
+    settings.PRESENCE_FEED = {"RECORD_STATUS_ACTIVITIES": True, "ACTIVITY_MAX_LENGTH": 3}
     with django_capture_on_commit_callbacks(execute=True):
         presence = api.set_status(user, "auto", text="Too long for a post")
     assert presence.text == "Too long for a post"
@@ -726,41 +719,6 @@ def test_clock_helper_sanity(clock: Any) -> None:
     first = timezone.now()
     clock.shift(timedelta(seconds=1))
     assert timezone.now() - first == timedelta(seconds=1)
-
-
-# --- settings checks ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("key", "bad"),
-    [
-        ("ACTIVITY_MAX_LENGTH", 0),
-        ("ACTIVITY_MAX_LENGTH", "500"),
-        ("ACTIVITY_MAX_LENGTH", True),
-        ("RECORD_STATUS_ACTIVITIES", "yes"),
-        ("RECORD_STATUS_ACTIVITIES", 1),
-        ("MENTION_URL", ""),
-        ("MENTION_URL", 5),
-    ],
-)
-def test_feed_settings_are_checked(settings: Any, key: str, bad: Any) -> None:
-    from presence.checks import check_settings
-
-    settings.PRESENCE = {key: bad}
-    assert [m.id for m in check_settings()] == ["presence.E002"]
-
-
-def test_good_feed_settings_pass_the_checks(settings: Any) -> None:
-    from presence.checks import check_settings
-
-    settings.PRESENCE = {
-        "ACTIVITY_MAX_LENGTH": 280,
-        "RECORD_STATUS_ACTIVITIES": True,
-        "MENTION_URL": "demo:profile",
-    }
-    assert check_settings() == []
-    settings.PRESENCE = {"MENTION_URL": None, "RECORD_STATUS_ACTIVITIES": False}
-    assert check_settings() == []
 
 
 # --- mentions across a block ----------------------------------------------------------------

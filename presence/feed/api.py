@@ -41,20 +41,13 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from presence import domain, feed_domain, relations
-from presence.conf import get_settings
-from presence.domain import InvalidInput, Relation, Visibility
-from presence.feed_domain import Position
-from presence.models import (
-    Activity,
-    ActivityKind,
-    Block,
-    Contact,
-    Group,
-    Membership,
-    Mention,
-    UserStatus,
-)
+from presence import domain, privacy, relations
+from presence.domain import InvalidInput
+from presence.feed import domain as feed_domain
+from presence.feed.conf import get_settings
+from presence.feed.domain import Position
+from presence.feed.models import Activity, ActivityKind, Group, Membership, Mention
+from presence.models import Block, Contact, UserStatus
 
 __all__ = [
     "PAGE_SIZE",
@@ -94,47 +87,6 @@ MAX_MENTION_NAMES = 100
 # --- who may see what ------------------------------------------------------------------------
 
 
-def _tie_required(level: Visibility) -> str | None:
-    """The weakest tie of the author to the viewer that ``level`` admits, read off
-    :func:`presence.domain.permits` (the one rule): "none", "contact", "close_friend" or None
-    (nobody). Checked at import against every relation the database can express."""
-    if domain.permits(level, domain.STRANGER):
-        return "none"
-    if domain.permits(level, Relation(is_contact=True)):
-        return "contact"
-    if domain.permits(level, Relation(is_contact=True, is_close_friend=True)):
-        return "close_friend"
-    return None
-
-
-TIES: dict[Visibility, str | None] = {level: _tie_required(level) for level in Visibility}
-_TIE_RANK = {"none": 0, "contact": 1, "close_friend": 2}
-
-
-def _check_ties() -> None:
-    # The SQL filter below assumes the rule is "a block hides; else the tie must reach the
-    # level's minimum" for each relation a Contact row can express. Fail loudly if the rule
-    # in domain.permits ever stops being that.
-    relations_ = {
-        "none": Relation(),
-        "contact": Relation(is_contact=True),
-        "close_friend": Relation(is_contact=True, is_close_friend=True),
-    }
-    for level, needed in TIES.items():
-        for tie, relation in relations_.items():
-            expected = needed is not None and _TIE_RANK[tie] >= _TIE_RANK[needed]
-            blocked = Relation(
-                is_contact=relation.is_contact,
-                is_close_friend=relation.is_close_friend,
-                blocked=True,
-            )
-            if domain.permits(level, relation) != expected or domain.permits(level, blocked):
-                raise AssertionError(f"presence.feed cannot express permits({level}, {tie})")
-
-
-_check_ties()
-
-
 def _viewer_pk(viewer: Any) -> int | None:
     if isinstance(viewer, int) and not isinstance(viewer, bool):
         return viewer
@@ -146,41 +98,11 @@ def visible_to(viewer: Any, author: str = "author") -> Q:
 
     ``author`` is the lookup of the author's user from the filtered model: ``"author"`` on
     Activity, ``"contact"`` on Contact, ``"user"`` on Membership, ``"activity__author"`` on
-    Mention, ``"pk"`` on the user model. The rule: the author always sees their own; a block in
-    either direction hides; else the author's ``activity_visibility`` (no PrivacySettings row:
-    the default) decides: ``everyone``, ``contacts`` (the author has the viewer among its
-    contacts), ``close_friends`` (the author marked the viewer a close friend), ``nobody``.
+    Mention, ``"pk"`` on the user model. The rule is presence's (:mod:`presence.privacy`) for the
+    author's ``activity_visibility``: the author always sees their own; a block in either
+    direction hides; else ``everyone``, ``contacts``, ``close_friends`` or ``nobody`` decides.
     """
-    viewer_pk = _viewer_pk(viewer)
-    prefix = "" if author == "pk" else f"{author}__"
-    level_field = f"{prefix}presence_privacy__activity_visibility"
-    default = domain.Choices().activity_visibility
-    them = OuterRef(author)
-
-    def level_is(level: Visibility) -> Q:
-        q = Q(**{level_field: level.value})
-        if level is default:
-            q |= Q(**{f"{prefix}presence_privacy__isnull": True})
-        return q
-
-    ties: dict[str, Any] = {"none": None}
-    if viewer_pk is not None:
-        ties["contact"] = Exists(Contact.objects.filter(owner=them, contact=viewer_pk))
-        ties["close_friend"] = Exists(
-            Contact.objects.filter(owner=them, contact=viewer_pk, close_friend=True)
-        )
-    admitted = Q(pk__in=[])  # nothing, until a level admits
-    for level, needed in TIES.items():
-        if needed is None or needed not in ties:
-            continue
-        tie = ties[needed]
-        admitted |= level_is(level) if tie is None else level_is(level) & tie
-    if viewer_pk is None:
-        return admitted
-    not_blocked = ~Exists(Block.objects.filter(blocker=them, blocked=viewer_pk)) & ~Exists(
-        Block.objects.filter(blocker=viewer_pk, blocked=them)
-    )
-    return Q(**{author: viewer_pk}) | (not_blocked & admitted)
+    return privacy.visible_to(viewer, owner_field=author, setting="activity_visibility")
 
 
 def can_see(viewer: Any, activity: Activity) -> bool:

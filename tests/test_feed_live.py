@@ -3,14 +3,19 @@ reaches the connections whose open timeline it belongs on and whose viewer may s
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from presence import feed
-from presence.models import Block, Contact, Group, PrivacySettings
+from presence import domain, extensions
+from presence.domain import InvalidInput
+from presence.feed import api as feed
+from presence.feed import live
+from presence.feed.models import Group
+from presence.models import Block, Contact, PrivacySettings
 from tests.test_consumers import (
     Sockets,
     assert_silent,
@@ -168,3 +173,42 @@ async def test_a_connection_watches_at_most_ten_timelines(
     assert await receive(socket) == error(
         "too_many_feeds", "At most 10 live timelines per connection."
     )
+
+
+LIMITS = domain.Limits(text_max_length=10, emoji_max_length=4, max_expiry=3600)
+
+
+def parse(data: dict[str, Any]) -> Any:
+    """A frame through presence's parser with the frame types installed apps registered."""
+    return domain.parse_frame(json.dumps(data), LIMITS, extensions.frame_parsers())
+
+
+class TestParseFeedFrames:
+    @pytest.mark.parametrize("feed", ["following", "mentions", "user:12", "group:climb-ers_2"])
+    def test_watch_and_unwatch(self, feed: str) -> None:
+        assert parse({"type": "watch_feed", "feed": feed}) == domain.Extension(
+            "watch_feed", live.WatchFeed(feed)
+        )
+        assert parse({"type": "unwatch_feed", "feed": feed}) == domain.Extension(
+            "unwatch_feed", live.UnwatchFeed(feed)
+        )
+
+    @pytest.mark.parametrize(
+        ("feed", "code"),
+        [
+            (None, "invalid_message"),
+            (3, "invalid_message"),
+            (["following"], "invalid_message"),
+            ("", "invalid_value"),
+            ("Following", "invalid_value"),
+            ("user:0", "invalid_value"),
+            ("user:abc", "invalid_value"),
+            ("group:", "invalid_value"),
+            ("group:a b", "invalid_value"),
+            ("following ", "invalid_value"),
+        ],
+    )
+    def test_bad_feed_names(self, feed: Any, code: str) -> None:
+        with pytest.raises(InvalidInput) as raised:
+            parse({"type": "watch_feed", "feed": feed})
+        assert raised.value.code == code

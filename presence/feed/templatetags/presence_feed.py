@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
-from presence import feed
+from presence.feed import api as feed
 
 register = template.Library()
 
@@ -16,5 +16,5 @@ register = template.Library()
 def render_activity(activity: Any, url_name: str | None = None) -> SafeString:
     """``{{ activity|render_activity }}``: the text as HTML, escaped, with each mention linked
     (``{{ activity|render_activity:"accounts:profile" }}`` names the profile URL; without it,
-    ``PRESENCE["MENTION_URL"]``, then the user's ``get_absolute_url()``)."""
+    ``PRESENCE_FEED["MENTION_URL"]``, then the user's ``get_absolute_url()``)."""
     return feed.render_text(activity, url_name or None)

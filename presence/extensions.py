@@ -1,0 +1,106 @@
+"""Extension points of presence's WebSocket for other installed apps (README "Extending the
+WebSocket"): extra client frame types, and hub "topics" with deliveries across processes.
+
+Register from your ``AppConfig.ready()``::
+
+    from presence import extensions
+
+    extensions.register_frame("typing", parse_typing, handle_typing)
+    extensions.register_delivery("typing", deliver_typing)
+
+- ``parse(data)`` gets the frame's JSON object and returns a message (anything), or raises
+  :class:`presence.domain.InvalidInput` (answered as an ``error`` frame; the connection stays).
+- ``async handle(connection, message)`` runs on the connection's consumer: ``connection.user``,
+  ``connection.viewer_id``, ``connection.send_json(...)``, ``connection.hub``; it may raise
+  InvalidInput too.
+- ``connection.hub.join_topic(connection, kind, key)`` / ``leave_topic`` /
+  ``topics_of(connection, kind)`` / ``topic_members(kind)``: while any connection of a process
+  has a topic of ``kind``, that process receives what :func:`announce_to_topic` sends for
+  ``kind``, and ``async deliver(hub, payload)`` of :func:`register_delivery` handles it there.
+  Topics are dropped when their connection closes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from presence import domain
+
+if TYPE_CHECKING:
+    from presence.live import Hub
+
+__all__ = [
+    "aannounce_to_topic",
+    "announce_to_topic",
+    "delivery",
+    "frame_handler",
+    "frame_parsers",
+    "register_delivery",
+    "register_frame",
+]
+
+Parse = Callable[[Mapping[str, Any]], Any]
+Handle = Callable[[Any, Any], Awaitable[None]]
+Deliver = Callable[["Hub", Any], Awaitable[None]]
+
+#: topic kinds become part of channel-layer group names, which allow only these characters
+TOPIC_KIND = re.compile(r"^[a-zA-Z0-9_.-]{1,40}$")
+
+
+@dataclass(frozen=True)
+class _Frame:
+    parse: Parse
+    handle: Handle
+
+
+_frames: dict[str, _Frame] = {}
+_deliveries: dict[str, Deliver] = {}
+
+
+def register_frame(type: str, parse: Parse, handle: Handle) -> None:
+    """Accept client frames ``{"type": type, ...}``: ``parse`` validates, ``handle`` acts.
+    Registering a type again replaces it; presence's own types cannot be replaced."""
+    if not isinstance(type, str) or not type:
+        raise ValueError(f"A frame type is a non-empty string, got {type!r}.")
+    if type in domain.CLIENT_TYPES:
+        raise ValueError(f"{type!r} is one of presence's own frame types.")
+    _frames[type] = _Frame(parse, handle)
+
+
+def frame_parsers() -> dict[str, Parse]:
+    """The registered frame types and their parsers (what domain.parse_frame takes)."""
+    return {type: frame.parse for type, frame in _frames.items()}
+
+
+def frame_handler(type: str) -> Handle:
+    return _frames[type].handle
+
+
+def register_delivery(kind: str, deliver: Deliver) -> None:
+    """Handle what :func:`announce_to_topic` sends for ``kind`` in each process that has
+    connections with a topic of ``kind``: ``await deliver(hub, payload)``."""
+    if not isinstance(kind, str) or not TOPIC_KIND.match(kind):
+        raise ValueError(f"A topic kind is 1-40 of a-z A-Z 0-9 _ . -, got {kind!r}.")
+    _deliveries[kind] = deliver
+
+
+def delivery(kind: str) -> Deliver | None:
+    return _deliveries.get(kind)
+
+
+async def aannounce_to_topic(kind: str, payload: Any) -> None:
+    """Send ``payload`` (JSON-serialisable) to every process with topics of ``kind``. Never
+    raises: a live update that cannot be sent is logged."""
+    from presence import live
+
+    await live.aannounce_to_topic(kind, payload)
+
+
+def announce_to_topic(kind: str, payload: Any) -> None:
+    """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
+    from presence import live
+
+    live.announce_to_topic(kind, payload)

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class FeedConfig(AppConfig):
+    name = "presence.feed"
+    label = "presence_feed"
+    verbose_name = _("Activity feed")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from presence.feed import api, checks, live  # noqa: F401  (registers checks)
+
+        # Custom status text changes become activities when RECORD_STATUS_ACTIVITIES is on.
+        api.connect_signals()
+        # watch_feed/unwatch_feed frames and live delivery, through presence's extension points.
+        live.register()

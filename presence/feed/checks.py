@@ -1,0 +1,64 @@
+"""System checks of the activity feed's settings (``PRESENCE_FEED``). Ids are stable; each has
+a hint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from presence.conf import user_settings as presence_settings
+from presence.feed.conf import SETTING_NAMES, FeedSettings, user_settings
+
+
+def _bad_value(key: str, value: Any, expected: str) -> Error:
+    return Error(
+        f"PRESENCE_FEED[{key!r}] is {value!r}; it must be {expected}.",
+        hint=f"Fix or remove PRESENCE_FEED[{key!r}] (default: {getattr(FeedSettings, key)!r}).",
+        id="presence_feed.E002",
+    )
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    core = presence_settings()
+    if isinstance(core, dict):
+        # These keys were in PRESENCE before the feed became an app of its own.
+        for key in sorted(SETTING_NAMES & set(core)):
+            messages.append(
+                Warning(
+                    f"PRESENCE[{key!r}] is a setting of the activity feed; it is ignored there.",
+                    hint=f"Move it to PRESENCE_FEED = {{{key!r}: ...}}.",
+                    id="presence_feed.W002",
+                )
+            )
+    raw = user_settings()
+    if not isinstance(raw, dict):
+        messages.append(
+            Error(
+                f"PRESENCE_FEED must be a dict, not {type(raw).__name__}.",
+                hint='Set PRESENCE_FEED = {"ACTIVITY_MAX_LENGTH": 500, ...} or remove it for '
+                "the defaults.",
+                id="presence_feed.E001",
+            )
+        )
+        return messages
+    for key in sorted(set(raw) - SETTING_NAMES, key=repr):
+        messages.append(
+            Warning(
+                f"PRESENCE_FEED has an unknown key {key!r}; it is ignored.",
+                hint="Known keys: " + ", ".join(sorted(SETTING_NAMES)) + ".",
+                id="presence_feed.W001",
+            )
+        )
+    length = raw.get("ACTIVITY_MAX_LENGTH", 1)
+    if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
+        messages.append(_bad_value("ACTIVITY_MAX_LENGTH", length, "a positive integer"))
+    if not isinstance(raw.get("RECORD_STATUS_ACTIVITIES", False), bool):
+        value = raw["RECORD_STATUS_ACTIVITIES"]
+        messages.append(_bad_value("RECORD_STATUS_ACTIVITIES", value, "True or False"))
+    mention_url = raw.get("MENTION_URL")
+    if mention_url is not None and (not isinstance(mention_url, str) or not mention_url):
+        messages.append(_bad_value("MENTION_URL", mention_url, "a URL name (a string) or None"))
+    return messages

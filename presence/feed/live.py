@@ -1,0 +1,142 @@
+"""Live timelines over presence's WebSocket, through its extension points (presence.extensions).
+
+Client frames ``{"type": "watch_feed", "feed": F}`` and ``{"type": "unwatch_feed", "feed": F}``
+(F: ``following``, ``mentions``, ``user:<id>`` or ``group:<slug>``; at most MAX_FEEDS per
+connection) give a connection the hub topic F of kind ``feed``. A posted activity is announced
+once to the processes with such topics; each resolves, for all its viewers at once, who sees it
+on which timeline with the feed's rules and privacy, and sends them
+``{"type": "activity", "feeds": [...], "activity": ACTIVITY}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.utils.translation import gettext
+
+from presence import extensions
+from presence.domain import InvalidInput
+from presence.live import Hub
+
+logger = logging.getLogger("presence")
+
+#: the hub topic kind of live timelines
+KIND = "feed"
+#: live timelines one connection may watch
+MAX_FEEDS = 10
+
+FEED_NAME = re.compile(r"^(?:following|mentions|user:[1-9][0-9]{0,18}|group:[-a-zA-Z0-9_]{1,100})$")
+
+
+@dataclass(frozen=True)
+class WatchFeed:
+    """Live activities of one timeline (the activity feed): ``following``, ``mentions``,
+    ``user:<id>`` or ``group:<slug>``."""
+
+    feed: str
+
+
+@dataclass(frozen=True)
+class UnwatchFeed:
+    feed: str
+
+
+def _feed(data: Mapping[str, Any]) -> str:
+    feed = data.get("feed")
+    if not isinstance(feed, str):
+        raise InvalidInput(
+            "invalid_message",
+            gettext("'feed' must be a string: following, mentions, user:<id> or group:<slug>."),
+        )
+    if not FEED_NAME.match(feed):
+        raise InvalidInput(
+            "invalid_value",
+            gettext("Unknown feed %(feed)s: use following, mentions, user:<id> or group:<slug>.")
+            % {"feed": repr(feed)[:60]},
+        )
+    return feed
+
+
+def parse_watch(data: Mapping[str, Any]) -> WatchFeed:
+    return WatchFeed(_feed(data))
+
+
+def parse_unwatch(data: Mapping[str, Any]) -> UnwatchFeed:
+    return UnwatchFeed(_feed(data))
+
+
+async def watch_feed(connection: Any, message: WatchFeed) -> None:
+    from presence.feed.api import feed_exists
+
+    feed = message.feed
+    hub = Hub.get()
+    watched = hub.topics_of(connection, KIND)
+    if feed in watched:
+        return
+    if len(watched) >= MAX_FEEDS:
+        raise InvalidInput(
+            "too_many_feeds",
+            gettext("At most %(limit)d live timelines per connection.") % {"limit": MAX_FEEDS},
+        )
+    if not await sync_to_async(feed_exists)(feed):
+        raise InvalidInput("unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed})
+    await hub.join_topic(connection, KIND, feed)
+
+
+async def unwatch_feed(connection: Any, message: UnwatchFeed) -> None:
+    await Hub.get().leave_topic(connection, KIND, message.feed)
+
+
+async def deliver_activity(hub: Hub, payload: Any) -> None:
+    """Send a new activity to the connections whose open timelines it belongs on and whose
+    viewer may see it (one evaluation for all local viewers)."""
+    from presence.feed import api
+
+    activity_id = int(payload["activity"])
+    members = hub.topic_members(KIND)
+    watching: dict[int, set[str]] = {}
+    for connection, feeds in members.items():
+        watching.setdefault(connection.viewer_id, set()).update(feeds)
+    try:
+        activity, audience = await sync_to_async(api.live_audience)(activity_id, watching)
+    except Exception:
+        logger.exception("Presence: resolving the audience of activity %s failed", activity_id)
+        return
+    if activity is None:
+        return
+    for connection in list(members):
+        # What the connection still watches now (it may have unwatched meanwhile).
+        feeds = hub.topics_of(connection, KIND)
+        matched = [name for name in audience.get(connection.viewer_id, ()) if name in feeds]
+        if matched:
+            try:
+                await connection.send_json(
+                    {"type": "activity", "feeds": matched, "activity": activity}
+                )
+            except Exception:
+                logger.debug("Presence: could not send an activity", exc_info=True)
+
+
+async def aannounce_activity(activity_id: int) -> None:
+    """Tell every process with live timelines open that an activity was posted. Each decides
+    per viewer, with the feed's rules, who sees it on which timeline. Never raises."""
+    await extensions.aannounce_to_topic(KIND, {"activity": activity_id})
+
+
+def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
+    extensions.announce_to_topic(KIND, {"activity": activity.pk})
+
+
+def register() -> None:
+    """Called from the feed's AppConfig.ready()."""
+    from presence.feed.api import activity_posted
+
+    extensions.register_frame("watch_feed", parse_watch, watch_feed)
+    extensions.register_frame("unwatch_feed", parse_unwatch, unwatch_feed)
+    extensions.register_delivery(KIND, deliver_activity)
+    activity_posted.connect(_on_activity_posted, dispatch_uid="presence_live_activity")

@@ -1,0 +1,10 @@
+"""A site with presence alone (no presence.feed, and no demo, which uses the feed): the app
+boundary tests (tests/test_feed_app.py) run it in a subprocess."""
+
+from __future__ import annotations
+
+from tests.settings import *  # noqa: F403
+from tests.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in {"presence.feed", "siteproject.demo"}]
+ROOT_URLCONF = "tests.urls_core_only"

@@ -8,12 +8,12 @@ WITH_REDIS := $(PY) -m tools.redis_server --
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install demo test lint bench messages clean
+.PHONY: install demo test lint docs bench messages clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,docs]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -32,6 +32,10 @@ lint: install
 	$(VENV)/bin/ruff format --check presence siteproject tests benchmarks tools
 	$(VENV)/bin/mypy
 
+# The book (docs/, mkdocs.yml) as a static site in site/; --strict turns broken links into errors.
+docs: install
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: install
 	$(WITH_REDIS) $(PY) -m benchmarks $(BENCH_ARGS)
 
@@ -40,4 +44,4 @@ messages: install
 	cd presence && ../$(PY) ../manage.py compilemessages
 
 clean:
-	rm -rf $(VENV) *.egg-info db.sqlite3 test.sqlite3
+	rm -rf $(VENV) *.egg-info db.sqlite3 test.sqlite3 site

@@ -40,7 +40,7 @@ bench: install
 	$(WITH_REDIS) $(PY) -m benchmarks $(BENCH_ARGS)
 
 messages: install
-	cd presence && ../$(PY) ../manage.py makemessages -l ja -l zh_Hans -l vi --no-obsolete
+	cd presence && ../$(PY) ../manage.py makemessages -l ja -l zh_Hans -l vi --no-obsolete --no-location
 	cd presence && ../$(PY) ../manage.py compilemessages
 
 clean:

@@ -63,9 +63,9 @@ from benchmarks.bench_fanout import (
     run_async,
 )
 from benchmarks.common import Report, Sizes, flush, raw_client, say
-from presence import api
+from presence import lifecycle
 from presence.conf import get_settings
-from presence.live import Hub
+from presence.hub import Hub
 from presence.models import Contact
 from presence.routing import websocket_urlpatterns
 from presence.store import get_store
@@ -302,7 +302,7 @@ async def subscribe_burst(
     missing = [uid for uid in targets if str(uid) not in groups][:10]
     # Users of missing groups come online: their diffs should arrive within the window.
     for uid in missing:
-        await api.aheartbeat(uid, "burst", "web")
+        await lifecycle.aheartbeat(uid, "burst", "web")
     await asyncio.sleep(get_settings().COALESCE_WINDOW + (0.3 if quick else 1.5))
     diffs = 0
     while not comm.output_queue.empty():
@@ -310,7 +310,7 @@ async def subscribe_burst(
         if '"presence_diff"' in message.get("text", ""):
             diffs += len(json.loads(message["text"])["presences"])
     for uid in missing:
-        await api.adisconnect(uid, "burst")
+        await lifecycle.adisconnect(uid, "burst")
     await close_all([comm])
     await get_store().aclose()
     return watched, len(groups), diffs, len(missing)

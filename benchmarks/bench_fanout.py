@@ -1,15 +1,16 @@
 """fanout: one presence change of a user with many connected subscribers on one process.
 
-The target T has a live connection (recorded with ``api.aheartbeat``, as its consumer would) and
+The target T has a live connection (recorded with ``lifecycle.aheartbeat``, as its consumer
+would) and
 lets every subscriber see it (a ``Contact`` row T -> subscriber: contacts visibility, the
 default). Each subscriber is one ``PresenceConsumer`` driven through a ``WebsocketCommunicator``
 in this process and event loop, subscribed to T only; the channel layer is the real
 channels_redis layer of the settings, the store the real Redis.
 
 Changes alternate: ``api.aset_status(T, "dnd")``, ``api.aset_status(T, "auto")`` (the database
-write, ``presence_changed`` after commit, ``live.announce`` from the sync thread), then
-``api.aheartbeat(T, ..., idle=True)`` and ``idle=False`` (the consumer's path: Redis write,
-``live.aannounce``). Each one is visible to every subscriber, so every subscriber must receive
+write, ``presence_changed`` after commit, ``announce.announce`` from the sync thread), then
+``lifecycle.aheartbeat(T, ..., idle=True)`` and ``idle=False`` (the consumer's path: Redis write,
+``announce.aannounce``). Each one is visible to every subscriber, so every subscriber must receive
 exactly one ``presence_diff`` with the expected status (checked).
 
 Latency = from just before the change call to the moment the consumer hands the diff to the
@@ -62,11 +63,12 @@ from django.db.backends.utils import CursorWrapper
 from django.urls import path
 
 from benchmarks.common import Report, Sizes, command_stats, flush, median, ms, raw_client, say
-from presence import api
+from presence import api, lifecycle
 from presence import store as store_module
+from presence.announce import group_name
 from presence.conf import get_settings
 from presence.domain import Presence, visibly_differs
-from presence.live import Hub, group_name
+from presence.hub import Hub
 from presence.models import Contact
 from presence.routing import websocket_urlpatterns
 
@@ -182,7 +184,7 @@ def instrumented() -> Iterator[Tally]:
             tally.queries[PHASE.get()] += 1
         return execute(self, sql, params, many, executor)
 
-    asweep, resolve = api.asweep, api.apresence_for_viewers
+    asweep, resolve = lifecycle.asweep, lifecycle.apresence_for_viewers
 
     async def sweep(*args: Any, **kwargs: Any) -> Any:
         if tally.active:
@@ -361,12 +363,12 @@ class NaiveConsumer(AsyncWebsocketConsumer):
         self.connection_id = uuid.uuid4().hex[:16]
         self.sent: dict[int, Presence] = {}
         await self.accept()
-        await api.aheartbeat(self.user, self.connection_id, "web")
+        await lifecycle.aheartbeat(self.user, self.connection_id, "web")
 
     async def disconnect(self, code: int) -> None:
         for uid in self.sent:
             await self.channel_layer.group_discard(group_name(uid), self.channel_name)
-        await api.adisconnect(self.user, self.connection_id)
+        await lifecycle.adisconnect(self.user, self.connection_id)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         users = [int(uid) for uid in json.loads(text_data or "{}")["users"]]
@@ -377,7 +379,7 @@ class NaiveConsumer(AsyncWebsocketConsumer):
         await self.send_presences("presence_state", presences)
 
     async def presence_changed(self, event: dict[str, Any]) -> None:
-        """The message live.aannounce sends ("presence.changed") to the user's group."""
+        """The message announce.aannounce sends ("presence.changed") to the user's group."""
         token = PHASE.set("deliver")
         try:
             for uid in event["users"]:
@@ -652,7 +654,7 @@ async def apply_change(target: Any, kind: str, on: bool) -> None:
     if kind == "status":
         await api.aset_status(target, "dnd" if on else "auto")
     else:
-        await api.aheartbeat(target, TARGET_CONNECTION, "web", idle=on)
+        await lifecycle.aheartbeat(target, TARGET_CONNECTION, "web", idle=on)
 
 
 async def run_approach(
@@ -673,7 +675,7 @@ async def run_approach(
     # The target starts online, without dnd, whatever the previous approach left: the changes
     # start with dnd, and each must be visible.
     await api.aset_status(target, "auto")
-    await api.aheartbeat(target, TARGET_CONNECTION, "web", idle=False)
+    await lifecycle.aheartbeat(target, TARGET_CONNECTION, "web", idle=False)
     subscribers = [Subscriber(app, user) for user in users]
     fanout = Fanout(approach, subscribers, target, tally, stats, sweep_commands)
     started = time.perf_counter()
@@ -768,10 +770,10 @@ async def main(report: Report, subscribers_n: int, changes: int, users: list[Any
     stats = raw_client(decode=True)
     target, viewers = users[0], users[1:]
     await api.aset_status(target, "auto")
-    await api.aheartbeat(target, TARGET_CONNECTION, "web")
+    await lifecycle.aheartbeat(target, TARGET_CONNECTION, "web")
     # What one idle sweep costs, to take the hub's background sweeps out of the counts.
     before = server_commands(stats)
-    await api.asweep()
+    await lifecycle.asweep()
     sweep_commands = server_commands(stats) - before
     ours_app = URLRouter(websocket_urlpatterns)
     naive_app = URLRouter([path("ws/presence/", NaiveConsumer.as_asgi())])
@@ -813,7 +815,7 @@ async def main(report: Report, subscribers_n: int, changes: int, users: list[Any
             )
         finally:
             del layer.brpop_timeout
-    await api.adisconnect(target, TARGET_CONNECTION)
+    await lifecycle.adisconnect(target, TARGET_CONNECTION)
     describe(ours, window)
     describe(naive, None)
     say(

@@ -14,7 +14,7 @@ state changes nothing visible (``domain.live_news``), so none is announced.
 A phase: all connections of a variant start; after a warm-up (2 s), frames handled, process
 CPU time, Redis round trips (client side: one ``send_packed_command`` per pipeline), Redis
 commands (``INFO commandstats``, commands inside the CONNECTION script included),
-``api.aheartbeat`` calls that returned, and those the store did not record (it returned None:
+``lifecycle.aheartbeat`` calls that returned, and those the store did not record (it returned None:
 the store had declared Redis unavailable) are counted for 4 s; round trips and commands are
 given per recorded heartbeat. Then the connections stop and every frame in flight is finished
 before the next phase. Variants alternate phase by phase on the same loop (3 rounds, after one
@@ -61,7 +61,7 @@ from benchmarks.bench_fanout import (
     server_commands,
 )
 from benchmarks.common import Report, Sizes, flush, median, raw_client, say
-from presence import api
+from presence import lifecycle
 from presence import store as store_module
 from presence.routing import websocket_urlpatterns
 
@@ -170,7 +170,7 @@ class Phase:
     store_trips: int = 0
     commands: int = 0
     not_recorded: int = 0
-    #: api.aheartbeat calls that returned while counted (a round trip is counted when sent,
+    #: lifecycle.aheartbeat calls that returned while counted (a round trip is counted when sent,
     #: a few milliseconds before: counting calls as they start would include the frames
     #: queued for Channels' per-frame thread hop)
     calls: int = 0
@@ -206,7 +206,7 @@ class Variant:
         return self.total(attribute) / self.frames()
 
     def per_call(self, attribute: str) -> float:
-        """Per heartbeat (api.aheartbeat call) that returned while counted."""
+        """Per heartbeat (lifecycle.aheartbeat call) that returned while counted."""
         return self.total(attribute) / max(1, self.total("calls"))
 
     def per_recorded(self, attribute: str) -> float:
@@ -299,7 +299,7 @@ async def main(
 
     with instrumented() as tally, counting_warnings() as warnings:
         bench = Bench(tally, stats)
-        heartbeat = api.aheartbeat
+        heartbeat = lifecycle.aheartbeat
 
         async def counting_heartbeat(*args: Any, **kwargs: Any) -> Any:
             transition = await heartbeat(*args, **kwargs)
@@ -318,7 +318,7 @@ async def main(
             f"{time.perf_counter() - started:.1f} s (not measured); then {rounds} rounds of "
             f"{warm:g} + {seconds:g} s (warm-up + counted) per variant"
         )
-        api.aheartbeat = counting_heartbeat  # type: ignore[assignment]
+        lifecycle.aheartbeat = counting_heartbeat  # type: ignore[assignment]
         started = time.perf_counter()
         try:
             # One unmeasured phase each first: every pool opens its connections.
@@ -328,7 +328,7 @@ async def main(
                 for variant in variants:
                     await bench.phase(variant, seconds, warm, record=True)
         finally:
-            api.aheartbeat = heartbeat  # type: ignore[assignment]
+            lifecycle.aheartbeat = heartbeat  # type: ignore[assignment]
             store._async_clients[asyncio.get_running_loop()] = variants[0].client
             store.health.down_until = 0.0
             say(f"  phases took {time.perf_counter() - started:.0f} s")

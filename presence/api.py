@@ -1,13 +1,19 @@
-"""The public service: the only place where the store, the relations and the domain meet.
+"""The public Python API: record activity, read presence as a viewer may see it, choose a
+status, notify after bulk writes, clean up.
 
-Every function has an async twin prefixed ``a``. Targets and viewers are users (or, for
-targets, user ids); an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
+Every function has an async twin prefixed ``a`` (``touch``/``atouch``, ``get_presence``/
+``aget_presence``, ...) except :func:`cleanup` (a batch job for ``manage.py presence_cleanup``
+and cron, not for request paths) and :func:`apply_change` (the step ``set_status`` shares with
+the status endpoint and the WebSocket; use ``set_status``/``aset_status``). Targets and viewers
+are users or user ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
+
+The live connections' side (opening, heartbeats, sweeps, the hub's reads) is
+:mod:`presence.lifecycle`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,12 +23,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from presence import domain, live, relations
+from presence import announce, domain, relations, rules
 from presence.conf import get_settings
 from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
 from presence.models import LastSeen, PrivacySettings, UserStatus
 from presence.signals import presence_changed
-from presence.store import ConnectionOp, Transition, get_store, merge
+from presence.store import get_store
+from presence.users import user_pk as _pk
 
 __all__ = [
     "InvalidInput",
@@ -32,6 +39,7 @@ __all__ = [
     "anotify_changed",
     "aonline_friends",
     "aonline_friends_with_presence",
+    "apply_change",
     "aset_status",
     "asign_off",
     "atouch",
@@ -47,47 +55,6 @@ __all__ = [
 ]
 
 
-def _now() -> float:
-    return time.time()
-
-
-def _pk(user_or_id: Any) -> int:
-    if isinstance(user_or_id, bool):
-        raise TypeError("Expected a user or a user id, got a bool.")
-    if isinstance(user_or_id, int):
-        return user_or_id
-    pk = getattr(user_or_id, "pk", None)
-    if pk is None:
-        raise TypeError(f"Expected a saved user or a user id, got {user_or_id!r}.")
-    return int(pk)
-
-
-def _timing() -> domain.Timing:
-    conf = get_settings()
-    return domain.Timing(
-        online_window=conf.ONLINE_WINDOW,
-        offline_grace=conf.OFFLINE_GRACE,
-        connection_ttl=conf.CONNECTION_TTL,
-    )
-
-
-def limits() -> domain.Limits:
-    conf = get_settings()
-    return domain.Limits(
-        text_max_length=conf.TEXT_MAX_LENGTH,
-        emoji_max_length=conf.EMOJI_MAX_LENGTH,
-        max_expiry=conf.MAX_STATUS_EXPIRY,
-        max_frame_bytes=conf.MAX_FRAME_BYTES,
-        max_subscriptions=conf.MAX_SUBSCRIPTIONS,
-    )
-
-
-def _is_news(transition: Transition | None, now: float) -> bool:
-    return transition is not None and domain.live_news(
-        transition.before, transition.after, now, _timing()
-    )
-
-
 # --- recording activity ---------------------------------------------------------------------
 
 
@@ -95,49 +62,37 @@ def touch(user: Any, device: str = "web") -> None:
     """Record activity of ``user`` now. Never raises for a Redis outage (it is logged).
 
     A user coming online is announced to open connections (once per online stretch)."""
-    now = _now()
+    now = rules.now()
     store = get_store()
     transition = store.run(store.touch(_pk(user), domain.Device(device), now))
-    if _is_news(transition, now):
-        live.announce([_pk(user)])
+    if rules.is_news(transition, now):
+        announce.announce([_pk(user)])
 
 
 async def atouch(user: Any, device: str = "web") -> None:
-    now = _now()
+    now = rules.now()
     store = get_store()
     transition = await store.arun(store.touch(_pk(user), domain.Device(device), now))
-    if _is_news(transition, now):
-        await live.aannounce([_pk(user)])
+    if rules.is_news(transition, now):
+        await announce.aannounce([_pk(user)])
 
 
 def sign_off(user: Any, device: str = "web") -> None:
     """The user left on ``device`` (logout): persist last seen; offline once no device is left."""
-    now = _now()
+    now = rules.now()
     store = get_store()
     store.run(store.sign_off(_pk(user), domain.Device(device), now))
     LastSeen.objects.record_many({_pk(user): now})
 
 
 async def asign_off(user: Any, device: str = "web") -> None:
-    now = _now()
+    now = rules.now()
     store = get_store()
     await store.arun(store.sign_off(_pk(user), domain.Device(device), now))
     await sync_to_async(LastSeen.objects.record_many)({_pk(user): now})
 
 
 # --- reading presence -----------------------------------------------------------------------
-
-
-def _resolve_all(
-    facts: relations.Facts, live: dict[int, domain.LiveState] | None, now: float
-) -> dict[int, Presence]:
-    states = live or {}
-    timing = _timing()
-    unknown = domain.LiveState()
-    return {
-        user_id: domain.resolve(states.get(user_id, unknown), choices, relation, now, timing)
-        for user_id, (relation, choices) in facts.items()
-    }
 
 
 def _target_ids(targets: Iterable[Any]) -> list[int]:
@@ -152,14 +107,14 @@ def bulk_presence(targets: Iterable[Any], viewer: Any) -> dict[int, Presence]:
     facts = relations.load(viewer, _target_ids(targets))
     store = get_store()
     live = store.run(store.read(facts))
-    return _resolve_all(facts, live, _now())
+    return rules.resolve_all(facts, live, rules.now())
 
 
 async def abulk_presence(targets: Iterable[Any], viewer: Any) -> dict[int, Presence]:
     facts = await relations.aload(viewer, _target_ids(targets))
     store = get_store()
     live = await store.arun(store.read(facts))
-    return _resolve_all(facts, live, _now())
+    return rules.resolve_all(facts, live, rules.now())
 
 
 def get_presence(target: Any, viewer: Any) -> Presence:
@@ -190,7 +145,7 @@ def _users_in_order(ids: list[int]) -> list[Any]:
 
 
 def _live_online(live: dict[int, domain.LiveState] | None, now: float) -> list[int]:
-    timing = _timing()
+    timing = rules.timing()
     return [
         user_id
         for user_id, state in (live or {}).items()
@@ -207,9 +162,9 @@ def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tu
     _check_limit(limit)
     store = get_store()
     live = store.run(store.read(relations.friend_ids(user)))
-    now = _now()
+    now = rules.now()
     facts = relations.load(user, _live_online(live, now))
-    presences = _resolve_all(facts, live, now)
+    presences = rules.resolve_all(facts, live, now)
     users = _users_in_order(_most_recent_online(presences, limit))
     return _with_presence(users, presences)
 
@@ -220,9 +175,9 @@ async def aonline_friends_with_presence(
     _check_limit(limit)
     store = get_store()
     live = await store.arun(store.read(await relations.afriend_ids(user)))
-    now = _now()
+    now = rules.now()
     facts = await relations.aload(user, _live_online(live, now))
-    presences = _resolve_all(facts, live, now)
+    presences = rules.resolve_all(facts, live, now)
     users = await sync_to_async(_users_in_order)(_most_recent_online(presences, limit))
     return _with_presence(users, presences)
 
@@ -265,7 +220,7 @@ def _change(
             "activity": activity,
             "expires_in": expires_in,
         },
-        limits(),
+        rules.limits(),
     )
     return change, expires_at
 
@@ -380,9 +335,9 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     conf = get_settings()
     store = get_store()
     batch = batch or conf.CLEANUP_BATCH
-    now = _now()
+    now = rules.now()
     before = now - conf.ONLINE_WINDOW
-    timing = _timing()
+    timing = rules.timing()
     report = CleanupReport(dry_run=dry_run)
     for start in range(0, conf.BUCKETS, batch):
         buckets = list(range(start, min(start + batch, conf.BUCKETS)))
@@ -410,141 +365,3 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     else:
         report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
     return report
-
-
-# --- live connections (the WebSocket consumer's side) ---------------------------------------
-
-
-async def _connection(
-    user_id: int,
-    op: ConnectionOp,
-    connection_id: str,
-    device: domain.Device = domain.Device.WEB,
-    idle: bool = False,
-) -> Transition | None:
-    now = _now()
-    store = get_store()
-    transition = await store.arun(
-        store.connection(user_id, op, now, connection_id, device=device, idle=idle)
-    )
-    if transition is not None and transition.refused:
-        return transition  # nothing was recorded, nothing to announce
-    if transition is not None and op == "open":
-        # Only now: a refused open must leave no trace, not even a due time.
-        await store.arun(store.connected(user_id, now))
-    if transition is not None and op == "close" and transition.connections == 0:
-        # The last connection ended: last seen survives a Redis flush from now on.
-        await sync_to_async(LastSeen.objects.record_many)({user_id: now})
-    if _is_news(transition, now):
-        await live.aannounce([user_id])
-    return transition
-
-
-async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transition | None:
-    """A live connection opened: recorded like a heartbeat, unless the user already has
-    MAX_CONNECTIONS_PER_USER live connections; then nothing is recorded and the transition says
-    ``refused`` (the consumer closes the connection with 4429). Returns None when Redis is
-    unavailable (the connection is not counted then)."""
-    return await _connection(_pk(user), "open", connection_id, domain.Device(device))
-
-
-async def aheartbeat(
-    user: Any, connection_id: str, device: str = "web", idle: bool = False
-) -> Transition | None:
-    """A live connection is alive: recorded with its device and idle state (a connection
-    dropped meanwhile by crash detection comes back, within MAX_CONNECTIONS_PER_USER).
-
-    Announced to viewers only when the user's status or devices changed. Returns None when
-    Redis is unavailable (the outage is logged once).
-    """
-    return await _connection(_pk(user), "beat", connection_id, domain.Device(device), idle)
-
-
-async def adisconnect(user: Any, connection_id: str) -> Transition | None:
-    """A live connection closed. The last one records last seen; friends see the user offline
-    after OFFLINE_GRACE (announced by :func:`asweep`), so a page reload does not flap."""
-    return await _connection(_pk(user), "close", connection_id)
-
-
-@dataclass
-class SweepReport:
-    offline: list[int]
-    rescheduled: int = 0
-    expired_statuses: int = 0
-
-
-async def asweep(limit: int | None = None) -> SweepReport:
-    """Announce users who turned offline by themselves (crashed connections past
-    CONNECTION_TTL, the end of OFFLINE_GRACE or ONLINE_WINDOW) and custom statuses that expired.
-
-    Each due user is claimed by one sweeper only; every live process runs this every
-    SWEEP_INTERVAL (presence.live), and running it more often or from several processes is safe.
-    """
-    conf = get_settings()
-    store = get_store()
-    now = _now()
-    timing = _timing()
-    due, expiring = await store.arun(store.claim_due(now, limit or conf.SWEEP_BATCH))
-    # Users claimed by an earlier sweep here whose check failed are checked again first.
-    due = list(dict.fromkeys([*store.unswept, *due]))
-    store.unswept.difference_update(due)
-    report = SweepReport(offline=[], expired_statuses=len(expiring))
-    transitions: list[Transition | None] = []
-    if due:
-        # One round trip: each user's connections not heard from for CONNECTION_TTL go.
-        transitions = await store.arun(
-            merge([store.connection(user_id, "expire", now) for user_id in due])
-        )
-    later: dict[int, float] = {}
-    crashed: dict[int, float] = {}
-    for user_id, transition in zip(due, transitions, strict=True):
-        if transition is None:
-            later[user_id] = now + conf.RETRY_INTERVAL  # Redis failed: try again soon
-            continue
-        state = transition.after
-        if domain.live_status(state, now, timing) is domain.Status.OFFLINE:
-            report.offline.append(user_id)
-            if transition.before.connected and state.signed_off and state.last_active:
-                crashed[user_id] = state.last_active
-        else:
-            offline_at = domain.offline_at(state, timing)
-            if offline_at is not None:
-                later[user_id] = offline_at
-    if later:
-        report.rescheduled = len(later)
-        if not await store.arun(store.schedule(later)):
-            # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users
-            # out of the schedule, so this process keeps them for its next sweep.
-            store.unswept.update(later)
-    if crashed:
-        await sync_to_async(LastSeen.objects.record_many)(crashed)
-    if report.offline or expiring:
-        await live.aannounce(list(dict.fromkeys([*report.offline, *expiring])))
-    return report
-
-
-async def apresence_for_viewers(
-    watchers: Mapping[int, Collection[int]],
-) -> dict[int, dict[int, Presence]] | None:
-    """Presence of each target as each of its viewers may see it, for the live fan-out:
-    ``{target: {viewer: presence}}`` from ``{target: viewer ids}``. Three queries and one Redis
-    round trip whatever the number of viewers. Targets of no user are left out; None when
-    Redis is unavailable (nothing is guessed)."""
-    store = get_store()
-    states = await store.arun(store.read(watchers))
-    if states is None:
-        return None
-    viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
-    pairs = await relations.aload_pairs(viewers, list(watchers))
-    now = _now()
-    timing = _timing()
-    unknown = domain.LiveState()
-    return {
-        target: {
-            viewer: domain.resolve(
-                states.get(target, unknown), choices, pairs.relation(viewer, target), now, timing
-            )
-            for viewer in watchers[target]
-        }
-        for target, choices in pairs.choices.items()
-    }

@@ -10,6 +10,6 @@ class PresenceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from presence import checks, live, signals  # noqa: F401  (registers checks and receivers)
+        from presence import checks, receivers  # noqa: F401  (checks register on import)
 
-        signals.connect_model_signals()
+        receivers.connect()

@@ -1,7 +1,8 @@
 """The WebSocket consumer at ``ws/presence/`` (protocol: CONTRACT.md and README "WebSocket").
 
 A thin edge: frames are validated by :func:`presence.domain.parse_frame`, recorded through
-:mod:`presence.api`, and fanned out by the process's :class:`presence.live.Hub`.
+:mod:`presence.lifecycle` (and :mod:`presence.api` for status changes), and fanned out by
+the process's :class:`presence.hub.Hub`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from channels.security.websocket import OriginValidator
 from django.conf import settings
 from django.utils.translation import gettext
 
-from presence import api, domain, extensions, relations, sessions
+from presence import api, domain, extensions, lifecycle, relations, sessions
 from presence.conf import get_settings
-from presence.live import Hub
-from presence.store import get_store
+from presence.hub import Hub
 
 logger = logging.getLogger("presence")
 
@@ -140,7 +140,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         #: when this connection's state was last written to Redis (see heartbeat)
         self.written_at = 0.0
         self.heartbeat_interval = conf.HEARTBEAT_INTERVAL
-        self.limits = api.limits()
+        self.limits = lifecycle.limits()
         self.rate = RateLimit(*conf.RATE_LIMIT)
         self.sent = {}
         self.snapshotting = set()
@@ -155,7 +155,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.attached = True
         if device_error:
             await self.send_error("invalid_value", device_error)
-        opened = await api.aconnect(self.user, self.connection_id, self.device.value)
+        opened = await lifecycle.aconnect(self.user, self.connection_id, self.device.value)
         if await self._refused(opened):
             return
         self.written_at = time.time()
@@ -180,7 +180,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         except Exception:
             logger.exception("Presence: detaching a connection of user %s failed", self.viewer_id)
         try:
-            await api.adisconnect(self.user, self.connection_id)
+            await lifecycle.adisconnect(self.user, self.connection_id)
         except Exception:
             logger.exception("Presence: signing off a connection of user %s failed", self.viewer_id)
 
@@ -262,7 +262,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if idle == self.idle and now - self.written_at < self.heartbeat_interval / 2:
             return
         self.idle = idle
-        written = await api.aheartbeat(self.user, self.connection_id, self.device.value, idle)
+        written = await lifecycle.aheartbeat(self.user, self.connection_id, self.device.value, idle)
         if await self._refused(written):
             return
         if written is not None:
@@ -289,10 +289,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.snapshotting.update(known)
         try:
             await self.hub.watch(self, known)
-            presences = await api.abulk_presence(known, self.user)
-            # Read at once: after a failure the store leaves Redis alone for RETRY_INTERVAL, so
-            # nothing can clear the flag in between.
-            guessed = get_store().health.in_outage
+            presences, guessed = await lifecycle.asnapshot(known, self.user)
         except BaseException:
             # Nothing of a failed subscribe stays watched.
             await asyncio.shield(self.hub.unwatch(self, known))
@@ -342,6 +339,4 @@ class PresenceConsumer(AsyncWebsocketConsumer):
 
 
 async def _apply_change(user: Any, change: domain.StatusChange) -> domain.Presence:
-    from asgiref.sync import sync_to_async
-
     return await sync_to_async(api.apply_change)(user, change)

@@ -27,10 +27,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from presence import domain
+from presence import announce, domain
 
 if TYPE_CHECKING:
-    from presence.live import Hub
+    from presence.hub import Hub
 
 __all__ = [
     "aannounce_to_topic",
@@ -94,13 +94,9 @@ def delivery(kind: str) -> Deliver | None:
 async def aannounce_to_topic(kind: str, payload: Any) -> None:
     """Send ``payload`` (JSON-serialisable) to every process with topics of ``kind``. Never
     raises: a live update that cannot be sent is logged."""
-    from presence import live
-
-    await live.aannounce_to_topic(kind, payload)
+    await announce.aannounce_to_topic(kind, payload)
 
 
 def announce_to_topic(kind: str, payload: Any) -> None:
     """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
-    from presence import live
-
-    live.announce_to_topic(kind, payload)
+    announce.announce_to_topic(kind, payload)

@@ -16,9 +16,10 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
-from presence import domain, relations
+from presence import domain
 from presence.domain import Relation, Visibility, permits
 from presence.models import Block, Contact
+from presence.users import viewer_pk as _viewer_pk_of
 
 __all__ = ["SETTINGS", "TIES", "permits", "visible_to"]
 
@@ -67,12 +68,6 @@ def _check_ties() -> None:
 _check_ties()
 
 
-def _viewer_pk(viewer: Any) -> int | None:
-    if isinstance(viewer, int) and not isinstance(viewer, bool):
-        return viewer
-    return relations.viewer_id(viewer)
-
-
 def visible_to(viewer: Any, owner_field: str = "author", setting: str = "activity_visibility") -> Q:
     """A filter keeping the rows whose owner lets ``viewer`` see them by ``setting``.
 
@@ -82,7 +77,7 @@ def visible_to(viewer: Any, owner_field: str = "author", setting: str = "activit
     """
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {setting!r}.")
-    viewer_pk = _viewer_pk(viewer)
+    viewer_pk = _viewer_pk_of(viewer)
     prefix = "" if owner_field == "pk" else f"{owner_field}__"
     level_field = f"{prefix}presence_privacy__{setting}"
     default = getattr(domain.Choices(), setting)

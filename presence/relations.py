@@ -12,6 +12,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from presence import domain
 from presence.models import Block, Contact
+from presence.users import viewer_pk as viewer_id
 
 Facts = dict[int, tuple[domain.Relation, domain.Choices]]
 
@@ -28,12 +29,6 @@ _FIELDS = (
     "presence_status__expires_at",
     "presence_last_seen__seen_at",
 )
-
-
-def viewer_id(viewer: Any) -> int | None:
-    if viewer is None or not getattr(viewer, "is_authenticated", False):
-        return None
-    return int(viewer.pk)
 
 
 def _epoch(value: datetime | None) -> float | None:

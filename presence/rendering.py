@@ -19,6 +19,7 @@ from django.utils.translation import gettext
 
 from presence import api, domain
 from presence.conf import get_settings
+from presence.users import user_pk
 
 _CACHE_ATTR = "_presence_cache"
 
@@ -39,14 +40,12 @@ def _cache(request: Any) -> dict[int, domain.Presence]:
 
 def _pk(target: Any) -> int | None:
     """A user's pk from a user, an int or a string of digits; None for anything else."""
-    if isinstance(target, bool):
-        return None
-    if isinstance(target, int):
-        return target
     if isinstance(target, str):
         return int(target) if target.isascii() and target.isdigit() else None
-    pk = getattr(target, "pk", None)
-    return int(pk) if pk is not None else None
+    try:
+        return user_pk(target)
+    except TypeError:
+        return None
 
 
 def prefetch(request: Any, targets: Any) -> None:

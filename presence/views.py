@@ -15,7 +15,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
-from presence import api, domain, ratelimit
+from presence import api, domain, ratelimit, rules
 from presence.domain import MAX_USER_ID, InvalidInput
 
 MAX_IDS = 500
@@ -158,7 +158,7 @@ def status_view(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     try:
-        change = domain.parse_status_change(data, api.limits())
+        change = domain.parse_status_change(data, rules.limits())
     except InvalidInput as exc:
         return error(exc.code, exc.message)
     presence = api.apply_change(request.user, change)

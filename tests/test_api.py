@@ -18,7 +18,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 
-from presence import api, live
+from presence import announce, api, lifecycle
 from presence.conf import get_settings
 from presence.domain import Device, InvalidInput, LiveState, Presence, Status
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
@@ -483,7 +483,7 @@ TTL, GRACE, WINDOW = 90, 5, 300
 
 class Announcements:
     """A channel of the real channel layer in the groups of some users: what presence announced
-    about them (live.aannounce group_sends ``presence.changed`` to each user's group)."""
+    about them (announce.aannounce group_sends ``presence.changed`` to each user's group)."""
 
     def __init__(self) -> None:
         self.layer: Any = get_channel_layer()
@@ -493,7 +493,7 @@ class Announcements:
         if not self.channel:
             self.channel = await self.layer.new_channel()
         for user in users:
-            await self.layer.group_add(live.group_name(user.pk), self.channel)
+            await self.layer.group_add(announce.group_name(user.pk), self.channel)
 
     async def received(self, quiet: float = 0.2) -> list[int]:
         """The users announced since the last call, sorted. An announcement is in Redis when
@@ -504,7 +504,7 @@ class Announcements:
                 message = await asyncio.wait_for(self.layer.receive(self.channel), quiet)
             except TimeoutError:
                 return sorted(users)
-            assert message["type"] == live.CHANGED
+            assert message["type"] == announce.CHANGED
             users += message["users"]
 
 
@@ -535,25 +535,25 @@ async def test_heartbeats_and_disconnects_announce_only_news(
     news = Announcements()
     await news.watch(user)
     try:
-        first = await api.aheartbeat(user, "c1")
+        first = await lifecycle.aheartbeat(user, "c1")
         assert first is not None
         assert first.after == LiveState(last_active=T, devices=(Device.WEB,), connected=True)
         assert await news.received() == [user.pk]  # came online
         clock.shift(30)
-        await api.aheartbeat(user, "c1")
+        await lifecycle.aheartbeat(user, "c1")
         assert await news.received() == []  # only time moved
-        await api.aheartbeat(user, "c2", "mobile")
+        await lifecycle.aheartbeat(user, "c2", "mobile")
         assert await news.received() == [user.pk]  # one device more
-        await api.aheartbeat(user.pk, "c2", "mobile")
-        await api.aheartbeat(user, "c1", idle=True)  # c2 is still in use
+        await lifecycle.aheartbeat(user.pk, "c2", "mobile")
+        await lifecycle.aheartbeat(user, "c1", idle=True)  # c2 is still in use
         assert await news.received() == []
-        await api.aheartbeat(user, "c2", "mobile", idle=True)
+        await lifecycle.aheartbeat(user, "c2", "mobile", idle=True)
         assert await news.received() == [user.pk]  # idle now
-        one_left = await api.adisconnect(user, "c2")
+        one_left = await lifecycle.adisconnect(user, "c2")
         assert one_left is not None and one_left.connections == 1
         assert await news.received() == [user.pk]  # the mobile device left
         assert await last_seen(user) is None
-        none_left = await api.adisconnect(user, "c1")
+        none_left = await lifecycle.adisconnect(user, "c1")
         assert none_left is not None and none_left.connections == 0
         assert none_left.after == LiveState(
             last_active=T + 30, devices=(Device.WEB,), signed_off=True, idle=True
@@ -576,23 +576,23 @@ async def test_sweep_announces_the_end_of_the_grace(
     news = Announcements()
     await news.watch(user)
     try:
-        await api.aheartbeat(user, "c1")
+        await lifecycle.aheartbeat(user, "c1")
         clock.shift(10)
-        await api.adisconnect(user, "c1")
+        await lifecycle.adisconnect(user, "c1")
         assert await news.received() == [user.pk]  # (came online)
         assert due_at(redis_client, user) == T + 10 + GRACE
 
         clock.shift(GRACE - 1)
-        assert await api.asweep() == api.SweepReport(offline=[])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         assert await news.received() == []
         clock.shift(1)
-        assert await api.asweep() == api.SweepReport(offline=[user.pk])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
         assert await news.received() == [user.pk]
         assert (await api.aget_presence(user, user)).status is Status.OFFLINE
         assert await last_seen(user) == at(10)  # a close is no crash: unchanged
         assert due_at(redis_client, user) is None
         # Claimed once: the next sweep has nothing to do.
-        assert await api.asweep() == api.SweepReport(offline=[])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         assert await news.received() == []
     finally:
         await get_store().aclose()
@@ -607,20 +607,20 @@ async def test_sweep_finds_crashed_connections_at_their_ttl(
     news = Announcements()
     await news.watch(crashed, fine)
     try:
-        await api.aheartbeat(crashed, "c1", "desktop")
-        await api.aheartbeat(fine, "c9")
+        await lifecycle.aheartbeat(crashed, "c1", "desktop")
+        await lifecycle.aheartbeat(fine, "c9")
         # (read before the clock moves a minute on: channels_redis drops older messages)
         assert await news.received() == [crashed.pk, fine.pk]
         clock.shift(60)
-        await api.aheartbeat(crashed, "c1", "desktop")  # its last heartbeat
-        await api.aheartbeat(fine, "c9")
+        await lifecycle.aheartbeat(crashed, "c1", "desktop")  # its last heartbeat
+        await lifecycle.aheartbeat(fine, "c9")
         clock.shift(60)
-        await api.aheartbeat(fine, "c9")
+        await lifecycle.aheartbeat(fine, "c9")
         assert await news.received() == []
         clock.move_to(at(60 + TTL - 1))
-        assert await api.asweep() == api.SweepReport(offline=[])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         clock.shift(1.4)  # in the second CONNECTION_TTL after the last heartbeat ends
-        assert await api.asweep() == api.SweepReport(offline=[crashed.pk])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[crashed.pk])
         assert await news.received() == [crashed.pk]
         # Signed off at its last heartbeat, which is persisted as last seen.
         assert await state_of(crashed) == LiveState(
@@ -646,18 +646,18 @@ async def test_sweep_reschedules_users_still_online(
     news = Announcements()
     await news.watch(user)
     try:
-        await api.aheartbeat(user, "c1")
-        await api.aheartbeat(user, "c2")
+        await lifecycle.aheartbeat(user, "c1")
+        await lifecycle.aheartbeat(user, "c2")
         clock.shift(10)
-        await api.adisconnect(user, "c2")  # one tab of two closed: due at the grace's end
+        await lifecycle.adisconnect(user, "c2")  # one tab of two closed: due at the grace's end
         assert await news.received() == [user.pk]  # (came online)
         clock.shift(GRACE)
-        assert await api.asweep() == api.SweepReport(offline=[], rescheduled=1)
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert await news.received() == []
         # Checked again when the remaining connection's TTL ends.
         assert due_at(redis_client, user) == T + TTL + 1
         clock.move_to(at(TTL + 1))
-        assert await api.asweep() == api.SweepReport(offline=[user.pk])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
         assert await news.received() == [user.pk]
         assert await last_seen(user) == T0  # crashed: last seen at its last heartbeat
     finally:
@@ -671,12 +671,12 @@ async def test_sweep_after_logout_with_a_live_connection(
 ) -> None:
     user = await sync_to_async(make_user)()
     try:
-        await api.aheartbeat(user, "c1")
+        await lifecycle.aheartbeat(user, "c1")
         clock.shift(10)
         await api.asign_off(user)  # the WebSocket of another tab is still open
         assert await last_seen(user) == at(10)
         clock.shift(GRACE)
-        assert await api.asweep() == api.SweepReport(offline=[], rescheduled=1)
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert (await api.aget_presence(user, user)).status is Status.ONLINE
         # The logout was the last activity; the connection keeps the user on for its TTL.
         assert due_at(redis_client, user) == T + 10 + TTL + 1
@@ -700,10 +700,10 @@ async def test_sweep_of_users_seen_by_http_only(
         assert await news.received() == []
         assert due_at(redis_client, user) == T + WINDOW  # the earlier time is kept
         clock.move_to(at(WINDOW))
-        assert await api.asweep() == api.SweepReport(offline=[], rescheduled=1)
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert due_at(redis_client, user) == T + 100 + WINDOW + 1
         clock.move_to(at(100 + WINDOW + 1))
-        assert await api.asweep() == api.SweepReport(offline=[user.pk])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
         assert await news.received() == [user.pk]
         assert await last_seen(user) is None  # presence_cleanup persists these
     finally:
@@ -724,12 +724,12 @@ async def test_sweep_announces_expired_custom_statuses(
         assert set(await news.received()) == {user.pk, other.pk}  # (the changes themselves)
         assert redis_client.zscore(get_store().expiring_key, user.pk) == T + 61
         clock.shift(60)
-        assert await api.asweep() == api.SweepReport(offline=[])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         clock.shift(1)
-        assert await api.asweep() == api.SweepReport(offline=[], expired_statuses=1)
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], expired_statuses=1)
         assert await news.received() == [user.pk]
         assert (await api.aget_presence(user, user)).text is None
-        assert await api.asweep() == api.SweepReport(offline=[])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         assert await news.received() == []
     finally:
         await get_store().aclose()
@@ -742,16 +742,18 @@ async def test_sweep_during_an_outage_loses_nobody(
 ) -> None:
     user = await sync_to_async(make_user)()
     try:
-        await api.aheartbeat(user, "c1")
+        await lifecycle.aheartbeat(user, "c1")
         await api.aset_status(user, "auto", text="Back soon", expires_at=at(30))
         clock.shift(TTL)
         await get_store().aclose()
         with override_settings(CACHES=DOWN):
-            assert await api.asweep() == api.SweepReport(offline=[])
+            assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         # Nothing was claimed: both schedules are intact.
         assert due_at(redis_client, user) == T + TTL
         assert redis_client.zscore(get_store().expiring_key, user.pk) == T + 31
-        assert await api.asweep() == api.SweepReport(offline=[user.pk], expired_statuses=1)
+        assert await lifecycle.asweep() == lifecycle.SweepReport(
+            offline=[user.pk], expired_statuses=1
+        )
         assert await last_seen(user) == T0
     finally:
         await get_store().aclose()
@@ -779,18 +781,18 @@ async def test_redis_failing_after_the_claim_loses_nobody(
         return await original(self, client, commands)
 
     try:
-        await api.aheartbeat(user, "c1")
+        await lifecycle.aheartbeat(user, "c1")
         assert await news.received() == [user.pk]
         clock.shift(TTL)
         monkeypatch.setattr(PresenceStore, "_aexecute", flaky)
-        assert await api.asweep() == api.SweepReport(offline=[], rescheduled=1)
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert len(round_trips) == 2  # the claim, the failed check; then Redis is left alone
         assert await news.received() == []
         clock.shift(get_settings().RETRY_INTERVAL)
-        assert await api.asweep() == api.SweepReport(offline=[user.pk])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
         assert await news.received() == [user.pk]
         assert await last_seen(user) == T0
-        assert await api.asweep() == api.SweepReport(offline=[])
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
     finally:
         await get_store().aclose()
 
@@ -830,7 +832,7 @@ def test_presence_for_viewers_is_what_each_viewer_may_see(
             try:
                 await get_store().async_client.ping()  # connect outside the measured part
                 with count_round_trips() as trips:
-                    result = await api.apresence_for_viewers(watchers)
+                    result = await lifecycle.apresence_for_viewers(watchers)
                 assert trips.count == 1
                 return result
             finally:
@@ -867,14 +869,14 @@ def test_presence_for_viewers_is_what_each_viewer_may_see(
 def test_presence_for_viewers_while_redis_is_down(make_user: Callable[..., Any]) -> None:
     target, viewer = make_user(), make_user()
     with override_settings(CACHES=DOWN), CaptureQueriesContext(connection) as queries:
-        assert async_to_sync(api.apresence_for_viewers)({target.pk: {viewer.pk}}) is None
+        assert async_to_sync(lifecycle.apresence_for_viewers)({target.pk: {viewer.pk}}) is None
     assert len(queries) == 0  # nothing is guessed, nothing is read
 
 
 def test_presence_for_viewers_of_nobody(make_user: Callable[..., Any]) -> None:
     async def read() -> dict[int, dict[int, Presence]] | None:
         try:
-            return await api.apresence_for_viewers({})
+            return await lifecycle.apresence_for_viewers({})
         finally:
             await get_store().aclose()
 
@@ -902,7 +904,7 @@ def test_set_status_schedules_the_expiry_announcement(
 
 @override_settings(PRESENCE={"MAX_FRAME_BYTES": 4096, "MAX_SUBSCRIPTIONS": 50})
 def test_limits_come_from_settings() -> None:
-    limits = api.limits()
+    limits = lifecycle.limits()
     assert (limits.max_frame_bytes, limits.max_subscriptions) == (4096, 50)
     assert (limits.text_max_length, limits.emoji_max_length, limits.max_expiry) == (
         140,

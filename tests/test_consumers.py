@@ -29,9 +29,10 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 from django.test import Client, override_settings
 
-from presence import api
+from presence import api, lifecycle
+from presence.announce import group_name
 from presence.conf import get_settings
-from presence.live import Hub, group_name
+from presence.hub import Hub
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.routing import websocket_urlpatterns
 from presence.store import get_store
@@ -55,8 +56,8 @@ pytestmark = [
 APP = URLRouter(websocket_urlpatterns)
 UNKNOWN_ID = 987_654_321
 #: the settings every test here starts from: a short coalescing window keeps tests quick, the
-#: hub's own sweep stays out of the way (tests call api.asweep() after moving the clock), and a
-#: busy test machine is not taken for a Redis outage
+#: hub's own sweep stays out of the way (tests call lifecycle.asweep() after moving the clock),
+#: and a busy test machine is not taken for a Redis outage
 BASE = {"COALESCE_WINDOW": 0.05, "SWEEP_INTERVAL": 3600, "SOCKET_TIMEOUT": 5}
 #: long enough for a diff to arrive if one was going to (window 0.05 s + a few queries)
 QUIET = 0.2
@@ -527,16 +528,16 @@ async def test_custom_status_expires_by_itself(
     )
 
     clock.shift(59)
-    report = await api.asweep()
+    report = await lifecycle.asweep()
     assert (report.offline, report.expired_statuses) == ([], 0)
     await assert_silent(watcher)
 
     clock.shift(2)
-    report = await api.asweep()
+    report = await lifecycle.asweep()
     assert (report.offline, report.expired_statuses) == ([], 1)
     # The text and emoji clear; the dnd choice stays.
     assert await receive(watcher) == diff({target.pk: presence("dnd", iso(0), ["web"])})
-    assert (await api.asweep()).expired_statuses == 0  # claimed once
+    assert (await lifecycle.asweep()).expired_statuses == 0  # claimed once
     await assert_silent(watcher)
 
 
@@ -602,7 +603,7 @@ async def test_closing_one_of_two_tabs_keeps_the_user_online(
     assert await last_seen_row(target) is None  # a connection is still open
     # The closes made the user due at the end of the grace...
     clock.shift(get_settings().OFFLINE_GRACE + 1)
-    report = await api.asweep()
+    report = await lifecycle.asweep()
     # ... but the open tab keeps them online: checked again when its heartbeat runs out.
     assert (report.offline, report.rescheduled) == ([], 1)
     await assert_silent(watcher)
@@ -632,17 +633,17 @@ async def test_reload_within_the_grace_does_not_flap(
     tab = await sockets.open(target)  # ... and comes back within the grace
     await assert_silent(watcher)
     clock.shift(2)  # past the end of the first grace
-    assert (await api.asweep()).offline == []
+    assert (await lifecycle.asweep()).offline == []
     await assert_silent(watcher)
 
     # Closed for good: still online during the grace, offline after it.
     closed_at = 10 + grace + 1
     await sockets.close(tab)
     clock.shift(grace - 1)
-    assert (await api.asweep()).offline == []
+    assert (await lifecycle.asweep()).offline == []
     await assert_silent(watcher)
     clock.shift(1)
-    assert (await api.asweep()).offline == [target.pk]
+    assert (await lifecycle.asweep()).offline == [target.pk]
     assert await receive(watcher) == diff({target.pk: presence("offline", iso(closed_at))})
     # Last seen was persisted when the last connection ended.
     assert await last_seen_row(target) == at(closed_at)
@@ -678,16 +679,16 @@ async def test_a_silent_connection_is_dropped_after_its_ttl(
     await heartbeat(tab)
     await heartbeat(watcher)
     clock.shift(20)
-    assert (await api.asweep()).offline == []
+    assert (await lifecycle.asweep()).offline == []
     await assert_silent(watcher)
 
     # Then the target's connection goes silent (its process was killed: no close ever comes).
     clock.shift(ttl - 20 - 1)
     await heartbeat(watcher)
-    assert (await api.asweep()).offline == []
+    assert (await lifecycle.asweep()).offline == []
     await assert_silent(watcher)
     clock.shift(2)
-    assert (await api.asweep()).offline == [target.pk]
+    assert (await lifecycle.asweep()).offline == [target.pk]
     assert await receive(watcher) == diff({target.pk: presence("offline", iso(last_beat))})
     # Last seen persisted at the last heartbeat; the dead connection is gone from Redis.
     assert await last_seen_row(target) == at(last_beat)
@@ -718,7 +719,7 @@ async def test_a_crash_swept_exactly_at_the_ttl_persists_last_seen(
     # The target's deadline: due now, and gone by domain.live_status's rule; the store drops
     # the connection at the same moment (sweeps run every second: this is the common case).
     clock.shift(1)
-    assert (await api.asweep()).offline == [target.pk]
+    assert (await lifecycle.asweep()).offline == [target.pk]
     assert await receive(watcher) == diff({target.pk: presence("offline", iso(0))})
     assert await connections_in_redis(target) == []
     assert await last_seen_row(target) == at(0)
@@ -1474,7 +1475,7 @@ async def test_a_failure_inside_a_handler_answers_internal_error_and_leaves_no_w
         raise RuntimeError("a bug below the consumer")
 
     # The failure comes after the hub watched the new ids.
-    monkeypatch.setattr(api, "abulk_presence", broken)
+    monkeypatch.setattr(lifecycle, "asnapshot", broken)
     with caplog.at_level("ERROR", logger="presence"):
         assert await subscribe(watcher, target) == error(
             "internal_error", "The server failed to handle this frame; try again later."

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from presence import api
+from presence import api, lifecycle
 from presence.middleware import throttle
 from presence.models import Block, Contact, PrivacySettings, UserStatus
 from siteproject.demo import seed
@@ -446,7 +446,7 @@ def test_status_form_too_long_text_shows_error_and_saves_nothing(
 ) -> None:
     alice = demo["alice"]
     login(client, alice)
-    limit = api.limits().text_max_length
+    limit = lifecycle.limits().text_max_length
     response = client.post(
         reverse("demo:status"),
         {"status": "invisible", "emoji": "", "text": "x" * (limit + 1), "expires": "never"},

@@ -13,8 +13,9 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from presence import extensions
+from presence.announce import topic_group_name
 from presence.domain import InvalidInput
-from presence.live import Hub, topic_group_name
+from presence.hub import Hub
 from tests.test_consumers import (
     Sockets,
     assert_silent,

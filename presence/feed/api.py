@@ -36,6 +36,7 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.functions import Lower
+from django.db.models.signals import post_save, pre_save
 from django.dispatch import Signal
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape, format_html
@@ -48,6 +49,7 @@ from presence.feed.conf import get_settings
 from presence.feed.domain import Position
 from presence.feed.models import Activity, ActivityKind, Group, Membership, Mention
 from presence.models import Block, Contact, UserStatus
+from presence.users import viewer_pk as _viewer_pk_of
 
 __all__ = [
     "PAGE_SIZE",
@@ -87,12 +89,6 @@ MAX_MENTION_NAMES = 100
 # --- who may see what ------------------------------------------------------------------------
 
 
-def _viewer_pk(viewer: Any) -> int | None:
-    if isinstance(viewer, int) and not isinstance(viewer, bool):
-        return viewer
-    return relations.viewer_id(viewer)
-
-
 def visible_to(viewer: Any, author: str = "author") -> Q:
     """A filter keeping the rows whose author ``viewer`` may see activities of.
 
@@ -108,7 +104,7 @@ def visible_to(viewer: Any, author: str = "author") -> Q:
 def can_see(viewer: Any, activity: Activity) -> bool:
     """Whether ``viewer`` may see ``activity``: the rule of :func:`visible_to` for one item, as
     presence decides it for custom status (``presence.domain.permits``)."""
-    viewer_pk = _viewer_pk(viewer)
+    viewer_pk = _viewer_pk_of(viewer)
     if viewer_pk is not None and viewer_pk == activity.author_id:
         return True
     # relations.load takes a user: an unsaved instance with the pk stands for an id.
@@ -128,9 +124,7 @@ async def acan_see(viewer: Any, activity: Activity) -> bool:
 
 
 def _author_pk(author: Any) -> int:
-    if isinstance(author, int) and not isinstance(author, bool):
-        return author
-    pk = relations.viewer_id(author)
+    pk = _viewer_pk_of(author)
     if pk is None:
         raise TypeError(f"Expected a saved, authenticated user or a user id, got {author!r}.")
     return pk
@@ -227,7 +221,7 @@ def leave(user: Any, group: Group) -> bool:
 
 
 def is_member(user: Any, group: Group) -> bool:
-    user_pk = _viewer_pk(user)
+    user_pk = _viewer_pk_of(user)
     return user_pk is not None and Membership.objects.filter(group=group, user=user_pk).exists()
 
 
@@ -441,7 +435,7 @@ def following_timeline(
     may see; with ``include_self``, the viewer's own too. Empty for anonymous viewers."""
     limit = _limit(limit)
     position = feed_domain.decode_cursor(cursor)
-    viewer_pk = _viewer_pk(viewer)
+    viewer_pk = _viewer_pk_of(viewer)
     if viewer_pk is None:
         return Page([], None)
     followed = Contact.objects.filter(owner=viewer_pk).filter(visible_to(viewer_pk, "contact"))
@@ -467,7 +461,7 @@ def mentions_timeline(viewer: Any, *, cursor: str | None = None, limit: int = PA
     """Activities mentioning ``viewer`` that ``viewer`` may see. Empty for anonymous viewers."""
     limit = _limit(limit)
     position = feed_domain.decode_cursor(cursor)
-    viewer_pk = _viewer_pk(viewer)
+    viewer_pk = _viewer_pk_of(viewer)
     if viewer_pk is None:
         return Page([], None)
     mentions = (
@@ -548,7 +542,7 @@ def usernames_starting_with(prefix: str, viewer: Any, limit: int = 10) -> list[A
     users blocked either way are left out."""
     user_model = get_user_model()
     field = user_model.USERNAME_FIELD
-    viewer_pk = _viewer_pk(viewer)
+    viewer_pk = _viewer_pk_of(viewer)
     users = user_model._default_manager.filter(**{f"{field}__istartswith": prefix})
     if "is_active" in {f.name for f in user_model._meta.get_fields()}:
         users = users.filter(is_active=True)
@@ -598,8 +592,6 @@ def _status_saved(sender: Any, instance: UserStatus, raw: bool = False, **kwargs
 def connect_signals() -> None:
     """Record custom status text changes as activities when ``RECORD_STATUS_ACTIVITIES`` is on
     (connected from ``AppConfig.ready``; the setting is read at each save)."""
-    from django.db.models.signals import post_save, pre_save
-
     pre_save.connect(
         _status_before_save, sender=UserStatus, dispatch_uid="presence_feed_status_pre"
     )

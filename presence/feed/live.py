@@ -14,14 +14,17 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.utils.translation import gettext
 
 from presence import extensions
 from presence.domain import InvalidInput
-from presence.live import Hub
+from presence.feed import api
+
+if TYPE_CHECKING:
+    from presence.hub import Hub
 
 logger = logging.getLogger("presence")
 
@@ -71,10 +74,8 @@ def parse_unwatch(data: Mapping[str, Any]) -> UnwatchFeed:
 
 
 async def watch_feed(connection: Any, message: WatchFeed) -> None:
-    from presence.feed.api import feed_exists
-
     feed = message.feed
-    hub = Hub.get()
+    hub = connection.hub
     watched = hub.topics_of(connection, KIND)
     if feed in watched:
         return
@@ -83,20 +84,18 @@ async def watch_feed(connection: Any, message: WatchFeed) -> None:
             "too_many_feeds",
             gettext("At most %(limit)d live timelines per connection.") % {"limit": MAX_FEEDS},
         )
-    if not await sync_to_async(feed_exists)(feed):
+    if not await sync_to_async(api.feed_exists)(feed):
         raise InvalidInput("unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed})
     await hub.join_topic(connection, KIND, feed)
 
 
 async def unwatch_feed(connection: Any, message: UnwatchFeed) -> None:
-    await Hub.get().leave_topic(connection, KIND, message.feed)
+    await connection.hub.leave_topic(connection, KIND, message.feed)
 
 
 async def deliver_activity(hub: Hub, payload: Any) -> None:
     """Send a new activity to the connections whose open timelines it belongs on and whose
     viewer may see it (one evaluation for all local viewers)."""
-    from presence.feed import api
-
     activity_id = int(payload["activity"])
     members = hub.topic_members(KIND)
     watching: dict[int, set[str]] = {}
@@ -134,9 +133,7 @@ def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
 
 def register() -> None:
     """Called from the feed's AppConfig.ready()."""
-    from presence.feed.api import activity_posted
-
     extensions.register_frame("watch_feed", parse_watch, watch_feed)
     extensions.register_frame("unwatch_feed", parse_unwatch, unwatch_feed)
     extensions.register_delivery(KIND, deliver_activity)
-    activity_posted.connect(_on_activity_posted, dispatch_uid="presence_live_activity")
+    api.activity_posted.connect(_on_activity_posted, dispatch_uid="presence_live_activity")

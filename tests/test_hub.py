@@ -1,5 +1,5 @@
 """presence.live: the hub between connections and the channel layer, announcements, and
-api.asweep (what turns users offline by themselves). Real channels_redis layer, real Redis."""
+lifecycle.asweep (what turns users offline by themselves). Real channels_redis layer, real Redis."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.test import override_settings
 
-from presence import api, live
+from presence import announce, lifecycle
+from presence.announce import group_name
 from presence.conf import get_settings
-from presence.live import Hub, group_name
+from presence.hub import Hub
 from presence.models import LastSeen, UserStatus
 from presence.signals import presence_changed
 from presence.store import get_store
@@ -174,7 +175,7 @@ async def test_a_redis_outage_during_delivery_sends_nothing_wrong_and_catches_up
             # The target chooses dnd (saved without signals); the news travels over the
             # channel layer, whose Redis is fine, but the hub cannot read the live state.
             await sync_to_async(UserStatus.objects.bulk_create)([UserStatus(user=target, dnd=True)])
-            await live.aannounce([target.pk])
+            await announce.aannounce([target.pk])
             # Several retries fail meanwhile; nothing is guessed (such as "offline").
             await assert_silent(watcher, seconds=0.8)
         assert [r.getMessage()[:32] for r in caplog.records] == ["Presence: Redis is unavailable ("]
@@ -247,7 +248,7 @@ async def test_announce_from_sync_code_reaches_a_connected_viewer(
     await sync_to_async(UserStatus.objects.bulk_create)([UserStatus(user=target, dnd=True)])
     await assert_silent(watcher)
     # ... until sync code (a view, a signal receiver, a thread) announces it.
-    await asyncio.to_thread(live.announce, [target.pk])
+    await asyncio.to_thread(announce.announce, [target.pk])
     assert await receive(watcher) == diff({target.pk: presence("dnd", at(0).isoformat(), ["web"])})
 
     await sync_to_async(UserStatus.objects.filter(user=target).update)(text="Back at 3")
@@ -292,8 +293,8 @@ async def test_racing_sweeps_claim_each_due_user_once_and_reschedule_the_online(
         )
 
         clock.shift(6)  # +11: the four crashed and the closed tab are due; batches of 2
-        first, second = await asyncio.gather(api.asweep(), api.asweep())
-        third, fourth = await api.asweep(), await api.asweep()
+        first, second = await asyncio.gather(lifecycle.asweep(), lifecycle.asweep())
+        third, fourth = await lifecycle.asweep(), await lifecycle.asweep()
         claims = [len(r.offline) + r.rescheduled for r in (first, second, third, fourth)]
         assert claims == [2, 2, 1, 0]  # both racers got work, nobody got a user twice
         offline = first.offline + second.offline + third.offline

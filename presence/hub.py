@@ -19,31 +19,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import re
-import threading
 import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
-from django.dispatch import receiver
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from presence import announce, extensions, lifecycle
+from presence.announce import (
+    CHANGED,
+    SESSION_ENDED,
+    SESSIONS_CHANGED,
+    TOPIC,
+    account_group_name,
+    group_name,
+    topic_group_name,
+)
 from presence.conf import get_settings
 from presence.domain import Presence, visibly_differs
-from presence.signals import presence_changed
 
 logger = logging.getLogger("presence")
 
-#: channel-layer message type of "these users changed" (handled by the hub, not by consumers)
-CHANGED = "presence.changed"
-#: channel-layer message type of "a payload for topic kind K" (presence.extensions)
-TOPIC = "presence.topic"
-#: channel-layer message types for the sockets of one user's sessions: "this session logged out"
-#: (with a digest of its key, never the key) and "check your sessions again" (password change)
-SESSION_ENDED = "presence.session_ended"
-SESSIONS_CHANGED = "presence.sessions_changed"
 #: channel-layer group calls in flight at once
 _GROUP_CALLS = 16
 #: how soon a pending batch counts as due (saves a wake-up per batch)
@@ -71,163 +68,6 @@ class Connection(Protocol):
 
     async def recheck_session(self) -> None:
         """Close the connection if its session is no longer valid."""
-
-
-def _group_prefix() -> str:
-    # Channel-layer group names allow only these characters.
-    return re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
-
-
-def group_name(user_id: int) -> str:
-    return f"{_group_prefix()}.user.{user_id}"
-
-
-# --- announcing changes -----------------------------------------------------------------------
-
-
-async def aannounce(user_ids: Iterable[int]) -> None:
-    """Tell every process with subscribers of these users that their presence may have changed.
-
-    Never raises: a live update that cannot be sent is logged, and the next one catches up.
-    """
-    ids = list(dict.fromkeys(user_ids))
-    if not ids:
-        return
-    layer = get_channel_layer()
-    if layer is None:
-        # No channel layer: this process only.
-        hub = Hub.current()
-        if hub is not None:
-            hub.changed(ids)
-        return
-    try:
-        for user_id in ids:
-            await layer.group_send(group_name(user_id), {"type": CHANGED, "users": [user_id]})
-    except Exception as error:  # the channel layer's Redis is down, full, ...
-        logger.warning("Presence: could not announce a change of users %s (%s).", ids, error)
-
-
-class _AnnouncerLoop:
-    """One event loop thread per process for announcements from sync code.
-
-    ``async_to_sync`` would start a new event loop per call, and with it a new connection to
-    the channel layer's Redis (connect, HELLO, CLIENT SETINFO) for one small message.
-    """
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            # A forked worker (gunicorn --preload) inherits the loop but not its thread.
-            if self._loop is None or self._loop.is_closed() or self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=self._loop.run_forever, name="presence-announcer", daemon=True
-                ).start()
-            return self._loop
-
-
-_announcer = _AnnouncerLoop()
-
-
-def _announce_from_sync(coroutine: Coroutine[Any, Any, None], what: str) -> None:
-    """Run an announcement on the announcer loop and wait until it is sent (at most a few
-    socket timeouts), so the sync caller's next step observes it."""
-    future = asyncio.run_coroutine_threadsafe(coroutine, _announcer.loop())
-    try:
-        future.result(timeout=get_settings().SOCKET_TIMEOUT * 4)
-    except Exception as error:
-        future.cancel()
-        logger.warning("Presence: announcing %s timed out (%s).", what, error)
-
-
-def announce(user_ids: Iterable[int]) -> None:
-    """:func:`aannounce` for sync code (views, signal receivers)."""
-    _announce_from_sync(aannounce(list(user_ids)), "a change")
-
-
-def account_group_name(user_id: int) -> str:
-    """The group of the processes holding session-bound sockets of this user."""
-    return f"{_group_prefix()}.account.{user_id}"
-
-
-async def _asend_account(user_id: int, message: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        hub = Hub.current()
-        if hub is not None:
-            hub.session_message(message)
-        return
-    try:
-        await layer.group_send(account_group_name(user_id), message)
-    except Exception as error:
-        logger.warning(
-            "Presence: could not tell the sockets of user %s (%s) (%s).",
-            user_id,
-            message["type"],
-            error,
-        )
-
-
-async def aannounce_session_ended(user_id: int, session_key: str) -> None:
-    """Close the sockets of this session (logout), in every process. Never raises."""
-    from presence.sessions import session_digest
-
-    digest = session_digest(session_key)
-    await _asend_account(user_id, {"type": SESSION_ENDED, "user": user_id, "session": digest})
-
-
-def announce_session_ended(user_id: int, session_key: str) -> None:
-    _announce_from_sync(aannounce_session_ended(user_id, session_key), "a logout")
-
-
-async def aannounce_sessions_changed(user_id: int) -> None:
-    """Have every socket of this user check its session again (a password change invalidates
-    the other sessions). Never raises."""
-    await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": user_id})
-
-
-def announce_sessions_changed(user_id: int) -> None:
-    _announce_from_sync(aannounce_sessions_changed(user_id), "a session change")
-
-
-def topic_group_name(kind: str) -> str:
-    return f"{_group_prefix()}.topic.{kind}"
-
-
-async def aannounce_to_topic(kind: str, payload: Any) -> None:
-    """Send ``payload`` to every process with connections that have topics of ``kind``; each
-    hands it to the delivery registered for ``kind`` (presence.extensions). Never raises."""
-    layer = get_channel_layer()
-    if layer is None:
-        hub = Hub.current()
-        if hub is not None:
-            hub.topic_message(kind, payload)
-        return
-    try:
-        await layer.group_send(
-            topic_group_name(kind), {"type": TOPIC, "kind": kind, "payload": payload}
-        )
-    except Exception as error:
-        logger.warning("Presence: could not announce to topic %s (%s).", kind, error)
-
-
-def announce_to_topic(kind: str, payload: Any) -> None:
-    """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
-    _announce_from_sync(aannounce_to_topic(kind, payload), f"a {kind} message")
-
-
-@receiver(presence_changed, dispatch_uid="presence_live_announce")
-def _on_presence_changed(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
-    # Privacy, contacts, blocks and statuses take effect on open connections right away.
-    announce([user_id])
-
-
-# --- the hub ----------------------------------------------------------------------------------
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
@@ -266,6 +106,8 @@ class Hub:
         hub = _hubs.get(loop)
         if hub is None:
             hub = _hubs[loop] = cls()
+            # Without a channel layer, announcements on this loop come straight here.
+            announce.set_local_sink(hub.dispatch)
         return hub
 
     # --- connections and subscriptions ---
@@ -391,8 +233,6 @@ class Hub:
     def topic_message(self, kind: str, payload: Any) -> None:
         """Hand a payload announced to ``kind`` to its registered delivery, in a task of its
         own (a slow delivery must not hold up the receive loop)."""
-        from presence import extensions
-
         deliver = extensions.delivery(kind)
         if deliver is None or not self.topics.get(kind):
             return
@@ -434,8 +274,6 @@ class Hub:
 
     async def deliver(self, user_ids: Iterable[int]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
-        from presence import api
-
         watchers = {uid: list(self.watchers[uid]) for uid in user_ids if self.watchers.get(uid)}
         if not watchers:
             return
@@ -446,7 +284,7 @@ class Hub:
             for uid, connections in watchers.items()
             if any(uid in connection.snapshotting for connection in connections)
         }
-        resolved = await api.apresence_for_viewers(
+        resolved = await lifecycle.apresence_for_viewers(
             {uid: {c.viewer_id for c in connections} for uid, connections in watchers.items()}
         )
         if resolved is None:
@@ -522,12 +360,16 @@ class Hub:
                 continue
             if self.channel != channel:
                 continue
-            if message.get("type") == CHANGED:
-                self.changed(int(uid) for uid in message.get("users", ()))
-            elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
-                self.topic_message(message["kind"], message.get("payload"))
-            elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
-                self.session_message(message)
+            self.dispatch(message)
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        """Act on one message announced through :mod:`presence.announce`."""
+        if message.get("type") == CHANGED:
+            self.changed(int(uid) for uid in message.get("users", ()))
+        elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
+            self.topic_message(message["kind"], message.get("payload"))
+        elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
+            self.session_message(message)
 
     def _owns_current_task(self) -> bool:
         # A cancellation can be swallowed (sync_to_async waits for its thread and returns its
@@ -558,8 +400,6 @@ class Hub:
                 logger.exception("Presence: delivering live updates failed")
 
     async def _sweep_loop(self) -> None:
-        from presence import api
-
         loop = asyncio.get_running_loop()
         # Channel-layer groups expire (channels_redis: group_expiry, a day by default): renew
         # the memberships of long-lived subscriptions at half that.
@@ -575,7 +415,7 @@ class Hub:
                         await self._group(self.layer and "group_add", topic_group_name(kind))
                     for user_id in list(self.accounts):
                         await self._group(self.layer and "group_add", account_group_name(user_id))
-                await api.asweep()
+                await lifecycle.asweep()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -1,0 +1,198 @@
+"""Announcing changes to the live processes: the low-level side of the live layer.
+
+Anything that changes what others may see (the API, the edge receivers, installed apps through
+:mod:`presence.extensions`) announces it here; each process's :class:`presence.hub.Hub` receives
+it through the channel layer. Messages carry no presence, only "user X changed" (the hub resolves
+it per viewer), "session S of user X ended" (a digest, never the key) or a topic payload.
+
+Without a channel layer, announcements reach only the hub of the announcing event loop, through
+the sink that hub registers (:func:`set_local_sink`); this module never imports the hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from presence.conf import get_settings
+from presence.sessions import session_digest
+
+logger = logging.getLogger("presence")
+
+#: channel-layer message type of "these users changed" (handled by the hub, not by consumers)
+CHANGED = "presence.changed"
+#: channel-layer message type of "a payload for topic kind K" (presence.extensions)
+TOPIC = "presence.topic"
+#: channel-layer message types for the sockets of one user's sessions: "this session logged out"
+#: (with a digest of its key, never the key) and "check your sessions again" (password change)
+SESSION_ENDED = "presence.session_ended"
+SESSIONS_CHANGED = "presence.sessions_changed"
+
+
+#: a hub's handler of announced messages
+Sink = Callable[[dict[str, Any]], None]
+#: event loop -> the hub's message handler there (no channel layer: local delivery only)
+_local_sinks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Sink] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def set_local_sink(sink: Sink) -> None:
+    """Where announcements made on the running event loop go when there is no channel layer
+    (the hub of that loop registers its message handler)."""
+    _local_sinks[asyncio.get_running_loop()] = sink
+
+
+def _deliver_locally(message: dict[str, Any]) -> None:
+    try:
+        sink = _local_sinks.get(asyncio.get_running_loop())
+    except RuntimeError:
+        return
+    if sink is not None:
+        sink(message)
+
+
+def _group_prefix() -> str:
+    # Channel-layer group names allow only these characters.
+    return re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
+
+
+def group_name(user_id: int) -> str:
+    return f"{_group_prefix()}.user.{user_id}"
+
+
+# --- announcing changes -----------------------------------------------------------------------
+
+
+async def aannounce(user_ids: Iterable[int]) -> None:
+    """Tell every process with subscribers of these users that their presence may have changed.
+
+    Never raises: a live update that cannot be sent is logged, and the next one catches up.
+    """
+    ids = list(dict.fromkeys(user_ids))
+    if not ids:
+        return
+    layer = get_channel_layer()
+    if layer is None:
+        _deliver_locally({"type": CHANGED, "users": ids})
+        return
+    try:
+        for user_id in ids:
+            await layer.group_send(group_name(user_id), {"type": CHANGED, "users": [user_id]})
+    except Exception as error:  # the channel layer's Redis is down, full, ...
+        logger.warning("Presence: could not announce a change of users %s (%s).", ids, error)
+
+
+class _AnnouncerLoop:
+    """One event loop thread per process for announcements from sync code.
+
+    ``async_to_sync`` would start a new event loop per call, and with it a new connection to
+    the channel layer's Redis (connect, HELLO, CLIENT SETINFO) for one small message.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            # A forked worker (gunicorn --preload) inherits the loop but not its thread.
+            if self._loop is None or self._loop.is_closed() or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._loop.run_forever, name="presence-announcer", daemon=True
+                ).start()
+            return self._loop
+
+
+_announcer = _AnnouncerLoop()
+
+
+def run_from_sync(coroutine: Coroutine[Any, Any, None], what: str) -> None:
+    """Run an announcement on the announcer loop and wait until it is sent (at most a few
+    socket timeouts), so the sync caller's next step observes it."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, _announcer.loop())
+    try:
+        future.result(timeout=get_settings().SOCKET_TIMEOUT * 4)
+    except Exception as error:
+        future.cancel()
+        logger.warning("Presence: announcing %s timed out (%s).", what, error)
+
+
+def announce(user_ids: Iterable[int]) -> None:
+    """:func:`aannounce` for sync code (views, signal receivers)."""
+    run_from_sync(aannounce(list(user_ids)), "a change")
+
+
+def account_group_name(user_id: int) -> str:
+    """The group of the processes holding session-bound sockets of this user."""
+    return f"{_group_prefix()}.account.{user_id}"
+
+
+async def _asend_account(user_id: int, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        _deliver_locally(message)
+        return
+    try:
+        await layer.group_send(account_group_name(user_id), message)
+    except Exception as error:
+        logger.warning(
+            "Presence: could not tell the sockets of user %s (%s) (%s).",
+            user_id,
+            message["type"],
+            error,
+        )
+
+
+async def aannounce_session_ended(user_id: int, session_key: str) -> None:
+    """Close the sockets of this session (logout), in every process. Never raises."""
+    digest = session_digest(session_key)
+    await _asend_account(user_id, {"type": SESSION_ENDED, "user": user_id, "session": digest})
+
+
+def announce_session_ended(user_id: int, session_key: str) -> None:
+    run_from_sync(aannounce_session_ended(user_id, session_key), "a logout")
+
+
+async def aannounce_sessions_changed(user_id: int) -> None:
+    """Have every socket of this user check its session again (a password change invalidates
+    the other sessions). Never raises."""
+    await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": user_id})
+
+
+def announce_sessions_changed(user_id: int) -> None:
+    run_from_sync(aannounce_sessions_changed(user_id), "a session change")
+
+
+def topic_group_name(kind: str) -> str:
+    return f"{_group_prefix()}.topic.{kind}"
+
+
+async def aannounce_to_topic(kind: str, payload: Any) -> None:
+    """Send ``payload`` to every process with connections that have topics of ``kind``; each
+    hands it to the delivery registered for ``kind`` (presence.extensions). Never raises."""
+    message = {"type": TOPIC, "kind": kind, "payload": payload}
+    layer = get_channel_layer()
+    if layer is None:
+        _deliver_locally(message)
+        return
+    try:
+        await layer.group_send(topic_group_name(kind), message)
+    except Exception as error:
+        logger.warning("Presence: could not announce to topic %s (%s).", kind, error)
+
+
+def announce_to_topic(kind: str, payload: Any) -> None:
+    """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
+    run_from_sync(aannounce_to_topic(kind, payload), f"a {kind} message")

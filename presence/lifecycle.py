@@ -1,0 +1,179 @@
+"""The live connections' side of the service: what the WebSocket consumer and the hub call.
+
+Opening a connection, its heartbeats and close, the sweep that announces users who turned offline
+by themselves, the hub's batched resolution for many viewers, and the consumer's snapshot read.
+Like :mod:`presence.api` it meets the store, the relations and the domain only through
+:mod:`presence.rules`; it is async only (its callers run on an event loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from presence import announce, domain, relations, rules
+from presence.conf import get_settings
+from presence.domain import Presence
+from presence.models import LastSeen
+from presence.rules import limits
+from presence.store import ConnectionOp, Transition, get_store, merge
+from presence.users import user_pk
+
+__all__ = [
+    "SweepReport",
+    "aconnect",
+    "adisconnect",
+    "aheartbeat",
+    "apresence_for_viewers",
+    "asnapshot",
+    "asweep",
+    "limits",
+]
+
+
+async def _connection(
+    user_id: int,
+    op: ConnectionOp,
+    connection_id: str,
+    device: domain.Device = domain.Device.WEB,
+    idle: bool = False,
+) -> Transition | None:
+    now = rules.now()
+    store = get_store()
+    transition = await store.arun(
+        store.connection(user_id, op, now, connection_id, device=device, idle=idle)
+    )
+    if transition is not None and transition.refused:
+        return transition  # nothing was recorded, nothing to announce
+    if transition is not None and op == "open":
+        # Only now: a refused open must leave no trace, not even a due time.
+        await store.arun(store.connected(user_id, now))
+    if transition is not None and op == "close" and transition.connections == 0:
+        # The last connection ended: last seen survives a Redis flush from now on.
+        await sync_to_async(LastSeen.objects.record_many)({user_id: now})
+    if rules.is_news(transition, now):
+        await announce.aannounce([user_id])
+    return transition
+
+
+async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transition | None:
+    """A live connection opened: recorded like a heartbeat, unless the user already has
+    MAX_CONNECTIONS_PER_USER live connections; then nothing is recorded and the transition says
+    ``refused`` (the consumer closes the connection with 4429). Returns None when Redis is
+    unavailable (the connection is not counted then)."""
+    return await _connection(user_pk(user), "open", connection_id, domain.Device(device))
+
+
+async def aheartbeat(
+    user: Any, connection_id: str, device: str = "web", idle: bool = False
+) -> Transition | None:
+    """A live connection is alive: recorded with its device and idle state (a connection
+    dropped meanwhile by crash detection comes back, within MAX_CONNECTIONS_PER_USER).
+
+    Announced to viewers only when the user's status or devices changed. Returns None when
+    Redis is unavailable (the outage is logged once).
+    """
+    return await _connection(user_pk(user), "beat", connection_id, domain.Device(device), idle)
+
+
+async def adisconnect(user: Any, connection_id: str) -> Transition | None:
+    """A live connection closed. The last one records last seen; friends see the user offline
+    after OFFLINE_GRACE (announced by :func:`asweep`), so a page reload does not flap."""
+    return await _connection(user_pk(user), "close", connection_id)
+
+
+@dataclass
+class SweepReport:
+    offline: list[int]
+    rescheduled: int = 0
+    expired_statuses: int = 0
+
+
+async def asweep(limit: int | None = None) -> SweepReport:
+    """Announce users who turned offline by themselves (crashed connections past
+    CONNECTION_TTL, the end of OFFLINE_GRACE or ONLINE_WINDOW) and custom statuses that expired.
+
+    Each due user is claimed by one sweeper only; every live process runs this every
+    SWEEP_INTERVAL (presence.hub), and running it more often or from several processes is safe.
+    """
+    conf = get_settings()
+    store = get_store()
+    now = rules.now()
+    timing = rules.timing()
+    due, expiring = await store.arun(store.claim_due(now, limit or conf.SWEEP_BATCH))
+    # Users claimed by an earlier sweep here whose check failed are checked again first.
+    due = list(dict.fromkeys([*store.unswept, *due]))
+    store.unswept.difference_update(due)
+    report = SweepReport(offline=[], expired_statuses=len(expiring))
+    transitions: list[Transition | None] = []
+    if due:
+        # One round trip: each user's connections not heard from for CONNECTION_TTL go.
+        transitions = await store.arun(
+            merge([store.connection(user_id, "expire", now) for user_id in due])
+        )
+    later: dict[int, float] = {}
+    crashed: dict[int, float] = {}
+    for user_id, transition in zip(due, transitions, strict=True):
+        if transition is None:
+            later[user_id] = now + conf.RETRY_INTERVAL  # Redis failed: try again soon
+            continue
+        state = transition.after
+        if domain.live_status(state, now, timing) is domain.Status.OFFLINE:
+            report.offline.append(user_id)
+            if transition.before.connected and state.signed_off and state.last_active:
+                crashed[user_id] = state.last_active
+        else:
+            offline_at = domain.offline_at(state, timing)
+            if offline_at is not None:
+                later[user_id] = offline_at
+    if later:
+        report.rescheduled = len(later)
+        if not await store.arun(store.schedule(later)):
+            # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users
+            # out of the schedule, so this process keeps them for its next sweep.
+            store.unswept.update(later)
+    if crashed:
+        await sync_to_async(LastSeen.objects.record_many)(crashed)
+    if report.offline or expiring:
+        await announce.aannounce(rules.unique([*report.offline, *expiring]))
+    return report
+
+
+async def apresence_for_viewers(
+    watchers: Mapping[int, Collection[int]],
+) -> dict[int, dict[int, Presence]] | None:
+    """Presence of each target as each of its viewers may see it, for the live fan-out:
+    ``{target: {viewer: presence}}`` from ``{target: viewer ids}``. Three queries and one Redis
+    round trip whatever the number of viewers. Targets of no user are left out; None when
+    Redis is unavailable (nothing is guessed)."""
+    store = get_store()
+    states = await store.arun(store.read(watchers))
+    if states is None:
+        return None
+    viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
+    pairs = await relations.aload_pairs(viewers, list(watchers))
+    now = rules.now()
+    timing = rules.timing()
+    unknown = domain.LiveState()
+    return {
+        target: {
+            viewer: domain.resolve(
+                states.get(target, unknown), choices, pairs.relation(viewer, target), now, timing
+            )
+            for viewer in watchers[target]
+        }
+        for target, choices in pairs.choices.items()
+    }
+
+
+async def asnapshot(targets: Iterable[int], viewer: Any) -> tuple[dict[int, Presence], bool]:
+    """Presence of ``targets`` as ``viewer`` may see it (a subscribe's snapshot), and whether it
+    is a guess: True when Redis could not be read, so it shows what the database alone knows
+    (offline, persisted last seen) and the caller should resolve these users again later."""
+    facts = await relations.aload(viewer, rules.unique(targets))
+    store = get_store()
+    live = await store.arun(store.read(facts))
+    return rules.resolve_all(facts, live, rules.now()), live is None

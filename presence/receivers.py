@@ -1,0 +1,125 @@
+"""The receivers presence connects (from ``PresenceConfig.ready``), at the edge of the package.
+
+- login and logout record presence (and logout closes that session's open sockets);
+- a password change or deactivation makes open sockets check their sessions;
+- saving or deleting PrivacySettings, Contact or Block sends ``presence_changed`` after commit;
+- ``presence_changed`` is announced to the live processes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.signals import user_logged_in, user_logged_out
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+
+from presence import announce, api
+from presence.domain import device_from_user_agent
+from presence.middleware import throttle
+from presence.models import Block, Contact, PrivacySettings
+from presence.signals import presence_changed
+
+logger = logging.getLogger("presence")
+
+
+def _device(request: Any) -> str:
+    meta = getattr(request, "META", None) or {}
+    return device_from_user_agent(meta.get("HTTP_USER_AGENT")).value
+
+
+def _on_login(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    # Online right away, whatever the throttle remembers; the next pages need not write again.
+    throttle.forget(user.pk)
+    try:
+        api.touch(user, _device(request))
+    except Exception:  # the store fails open for outages; this guards anything else
+        logger.exception("Presence: could not record the login of user %s", user.pk)
+        return
+    throttle.mark(user.pk)
+
+
+def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return
+    # Another session of the same user must be recorded again on its next request.
+    throttle.forget(user.pk)
+    session = getattr(request, "session", None)
+    session_key = getattr(session, "session_key", None)
+    if session_key:
+        # Sent before Django flushes the session: its open sockets close with 4401, in every
+        # process; the user's other sessions keep theirs.
+        try:
+            announce.announce_session_ended(int(user.pk), session_key)
+        except Exception:
+            logger.exception("Presence: could not close the sockets of user %s", user.pk)
+    try:
+        api.sign_off(user, _device(request))
+    except Exception:  # logging out must never fail because of presence
+        logger.exception("Presence: could not record the logout of user %s", user.pk)
+
+
+def _changed(sender: Any, user_ids: tuple[int, ...], reason: str) -> None:
+    def send() -> None:
+        for user_id in user_ids:
+            presence_changed.send(sender=sender, user_id=user_id, reason=reason)
+
+    # After commit: listeners re-read the database and must see the change.
+    transaction.on_commit(send)
+
+
+def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
+    _changed(sender, (instance.user_id,), "privacy")
+
+
+def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # Only the owner's presence changes for someone: who may see it depends on its contacts.
+    _changed(sender, (instance.owner_id,), "contacts")
+
+
+def _on_block_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    _changed(sender, (instance.blocker_id, instance.blocked_id), "block")
+
+
+_SESSION_FIELDS = {"password", "is_active"}
+
+
+def _on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    update_fields = kwargs.get("update_fields")
+    if created or (update_fields is not None and not _SESSION_FIELDS & set(update_fields)):
+        return  # e.g. login's last_login update: sessions cannot have changed
+    user_id = int(instance.pk)
+    # A password change (or deactivation) invalidates sessions: open sockets check theirs.
+    transaction.on_commit(lambda: announce.announce_sessions_changed(user_id))
+
+
+def _on_presence_changed(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+    # Privacy, contacts, blocks and statuses take effect on open connections right away.
+    announce.announce([user_id])
+
+
+def connect() -> None:
+    """Connect every receiver (idempotent: each has a dispatch_uid)."""
+    user_logged_in.connect(_on_login, dispatch_uid="presence_logged_in")
+    user_logged_out.connect(_on_logout, dispatch_uid="presence_logged_out")
+    presence_changed.connect(_on_presence_changed, dispatch_uid="presence_live_announce")
+    post_save.connect(
+        _on_user_saved, sender=get_user_model(), dispatch_uid="presence_user_sessions"
+    )
+
+    for signal in (post_save, post_delete):
+        signal.connect(
+            _on_privacy_saved,
+            sender=PrivacySettings,
+            dispatch_uid=f"presence_privacy_{signal is post_save}",
+        )
+        signal.connect(
+            _on_contact_changed,
+            sender=Contact,
+            dispatch_uid=f"presence_contact_{signal is post_save}",
+        )
+        signal.connect(
+            _on_block_changed, sender=Block, dispatch_uid=f"presence_block_{signal is post_save}"
+        )

@@ -1,0 +1,62 @@
+"""What the API and the connection lifecycle share: settings as domain values, the clock, and
+the rules that turn store replies into presence (pure functions over their inputs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from presence import domain
+from presence.conf import get_settings
+from presence.domain import Presence
+from presence.relations import Facts
+from presence.store import Transition
+
+
+def now() -> float:
+    return time.time()
+
+
+def timing() -> domain.Timing:
+    conf = get_settings()
+    return domain.Timing(
+        online_window=conf.ONLINE_WINDOW,
+        offline_grace=conf.OFFLINE_GRACE,
+        connection_ttl=conf.CONNECTION_TTL,
+    )
+
+
+def limits() -> domain.Limits:
+    """The input limits of frames and status changes, from the settings."""
+    conf = get_settings()
+    return domain.Limits(
+        text_max_length=conf.TEXT_MAX_LENGTH,
+        emoji_max_length=conf.EMOJI_MAX_LENGTH,
+        max_expiry=conf.MAX_STATUS_EXPIRY,
+        max_frame_bytes=conf.MAX_FRAME_BYTES,
+        max_subscriptions=conf.MAX_SUBSCRIPTIONS,
+    )
+
+
+def is_news(transition: Transition | None, at: float) -> bool:
+    """Whether a write changed what others may see (status or devices), so it is announced."""
+    return transition is not None and domain.live_news(
+        transition.before, transition.after, at, timing()
+    )
+
+
+def resolve_all(
+    facts: Facts, live: dict[int, domain.LiveState] | None, at: float
+) -> dict[int, Presence]:
+    """Each target of ``facts`` as its viewer may see it (the one resolver)."""
+    states = live or {}
+    rules_timing = timing()
+    unknown = domain.LiveState()
+    return {
+        user_id: domain.resolve(states.get(user_id, unknown), choices, relation, at, rules_timing)
+        for user_id, (relation, choices) in facts.items()
+    }
+
+
+def unique(ids: Iterable[int]) -> list[int]:
+    return list(dict.fromkeys(ids))

@@ -86,8 +86,5 @@ def get_settings() -> PresenceSettings:
 
 @receiver(setting_changed)
 def _clear_on_change(*, setting: str, **kwargs: object) -> None:
-    if setting in {"PRESENCE", "CACHES"}:
+    if setting == "PRESENCE":
         get_settings.cache_clear()
-        from presence import store
-
-        store.reset_clients()

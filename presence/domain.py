@@ -29,7 +29,6 @@ class Status(StrEnum):
 
 
 #: Across devices the most present wins: an explicit dnd on any device wins.
-STATUS_RANK = {Status.DND: 3, Status.ONLINE: 2, Status.IDLE: 1, Status.OFFLINE: 0}
 
 STATUS_LABELS = {
     Status.ONLINE: _("Online"),
@@ -104,9 +103,6 @@ def devices_to_mask(devices: Iterable[Device]) -> int:
     return mask
 
 
-def aggregate(statuses: Iterable[Status]) -> Status:
-    """The status shown for a user with several devices: the most present one."""
-    return max(statuses, key=STATUS_RANK.__getitem__, default=Status.OFFLINE)
 
 
 @dataclass(frozen=True)

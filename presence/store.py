@@ -39,6 +39,8 @@ import redis
 import redis.asyncio
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
@@ -967,3 +969,10 @@ def reset_clients() -> None:
         if _store is not None:
             _store.close()
         _store = None
+
+
+@receiver(setting_changed)
+def _reset_on_change(*, setting: str, **kwargs: object) -> None:
+    # The store is built from PRESENCE and CACHES (override_settings in tests).
+    if setting in {"PRESENCE", "CACHES"}:
+        reset_clients()

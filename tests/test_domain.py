@@ -49,21 +49,6 @@ def resolve(live: LiveState, choices: Choices, relation: Relation) -> Presence:
     return domain.resolve(live, choices, relation, NOW, TIMING)
 
 
-class TestAggregate:
-    @pytest.mark.parametrize(
-        ("statuses", "expected"),
-        [
-            ([], Status.OFFLINE),
-            ([Status.OFFLINE], Status.OFFLINE),
-            ([Status.IDLE, Status.OFFLINE], Status.IDLE),
-            ([Status.IDLE, Status.ONLINE], Status.ONLINE),
-            ([Status.ONLINE, Status.DND, Status.IDLE], Status.DND),
-            ([Status.IDLE, Status.DND], Status.DND),
-        ],
-    )
-    def test_most_present_device_wins(self, statuses: list[Status], expected: Status) -> None:
-        assert domain.aggregate(statuses) is expected
-        assert domain.aggregate(reversed(statuses)) is expected
 
 
 class TestLiveStatus:

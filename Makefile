@@ -31,6 +31,7 @@ lint: install
 	$(VENV)/bin/ruff check presence siteproject tests benchmarks tools
 	$(VENV)/bin/ruff format --check presence siteproject tests benchmarks tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # The book (docs/, mkdocs.yml) as a static site in site/; --strict turns broken links into errors.
 docs: install

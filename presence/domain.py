@@ -103,8 +103,6 @@ def devices_to_mask(devices: Iterable[Device]) -> int:
     return mask
 
 
-
-
 @dataclass(frozen=True)
 class LiveState:
     """What Redis knows about a user right now (all times are epoch seconds)."""

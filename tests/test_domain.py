@@ -49,8 +49,6 @@ def resolve(live: LiveState, choices: Choices, relation: Relation) -> Presence:
     return domain.resolve(live, choices, relation, NOW, TIMING)
 
 
-
-
 class TestLiveStatus:
     def test_unknown_user_is_offline(self) -> None:
         assert domain.live_status(LiveState(), NOW, TIMING) is Status.OFFLINE

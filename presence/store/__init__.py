@@ -1,0 +1,107 @@
+"""The one Redis store: a key scheme, Lua scripts, plans, clients and one failure policy.
+
+- :mod:`presence.store.keys` -- where things live, and the score encoding;
+- :mod:`presence.store.scripts` -- the Lua scripts (``lua/*.lua``) with their constants;
+- :mod:`presence.store.plans` -- building plans (commands + parsing + fallback), no I/O;
+- :mod:`presence.store.client` -- clients and running plans (``run``/``arun``);
+- :mod:`presence.store.health` -- outage tracking.
+
+The rest of presence uses :func:`get_store` and the names below. Layout: docs/redis-layout.md.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from presence.conf import get_settings
+from presence.store.client import REDIS_SCHEMES, PresenceStore, StoreUnavailable, redis_location
+from presence.store.health import Health
+from presence.store.keys import (
+    DEVICE_MASK_LIMIT,
+    FLAG_CONNECTED,
+    FLAG_IDLE,
+    SCORE_FACTOR,
+    KeyScheme,
+    decode_score,
+)
+from presence.store.plans import (
+    RAISE,
+    ConnectionOp,
+    Plan,
+    PlanBuilder,
+    StaleEntry,
+    Transition,
+    merge,
+    script_call,
+)
+from presence.store.scripts import (
+    CLAIM_DUE,
+    CONNECTION,
+    DESCRIBE_CONNECTIONS,
+    REMOVE_IF_UNCHANGED,
+    SIGN_OFF,
+    TOUCH,
+    Script,
+)
+
+__all__ = [
+    "CLAIM_DUE",
+    "CONNECTION",
+    "DESCRIBE_CONNECTIONS",
+    "DEVICE_MASK_LIMIT",
+    "FLAG_CONNECTED",
+    "FLAG_IDLE",
+    "RAISE",
+    "REDIS_SCHEMES",
+    "REMOVE_IF_UNCHANGED",
+    "SCORE_FACTOR",
+    "SIGN_OFF",
+    "TOUCH",
+    "ConnectionOp",
+    "Health",
+    "KeyScheme",
+    "Plan",
+    "PlanBuilder",
+    "PresenceStore",
+    "Script",
+    "StaleEntry",
+    "StoreUnavailable",
+    "Transition",
+    "decode_score",
+    "get_store",
+    "merge",
+    "redis_location",
+    "reset_clients",
+    "script_call",
+]
+
+_store: PresenceStore | None = None
+_store_lock = threading.Lock()
+
+
+def get_store() -> PresenceStore:
+    global _store
+    if _store is None:
+        with _store_lock:
+            if _store is None:
+                _store = PresenceStore(get_settings())
+    return _store
+
+
+def reset_clients() -> None:
+    """Forget clients and cached settings (called when PRESENCE or CACHES change)."""
+    global _store
+    with _store_lock:
+        if _store is not None:
+            _store.close()
+        _store = None
+
+
+@receiver(setting_changed)
+def _reset_on_change(*, setting: str, **kwargs: object) -> None:
+    # The store is built from PRESENCE and CACHES (override_settings in tests).
+    if setting in {"PRESENCE", "CACHES"}:
+        reset_clients()

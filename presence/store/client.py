@@ -1,0 +1,226 @@
+"""Connecting to Redis and running plans: the one failure policy of the store.
+
+Every command goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which send a
+plan as one pipeline (one round trip) and apply one failure policy: a Redis error is logged once
+per outage, Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is
+returned (or :class:`StoreUnavailable` raised for plans that must not fail silently). Scripts
+that Redis lost (restart, ``SCRIPT FLUSH``) are loaded again and only their commands re-sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+from redis.retry import Retry
+
+from presence.conf import PresenceSettings
+from presence.store.health import Health
+from presence.store.plans import Plan, PlanBuilder, _Raise
+
+T = TypeVar("T")
+
+
+class StoreUnavailable(RuntimeError):
+    """Redis could not be reached; raised only by operations that must not fail silently."""
+
+
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+
+def redis_location(cache_conf: dict[str, Any]) -> str | None:
+    """The URL presence connects to: a django-redis cache's first (primary) location, or None
+    when it is not a redis://, rediss:// or unix:// URL."""
+    location = cache_conf.get("LOCATION")
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    if isinstance(location, str):
+        location = location.split(",")[0]
+    if not isinstance(location, str) or urlsplit(location).scheme not in REDIS_SCHEMES:
+        return None
+    return location
+
+
+class PresenceStore(PlanBuilder):
+    """The store: its key scheme and plans (PlanBuilder), its clients, and running plans."""
+
+    def __init__(self, conf: PresenceSettings) -> None:
+        super().__init__(conf)
+        self.health = Health()
+        #: users this process claimed from the due schedule but could neither check nor put
+        #: back (Redis failed in between): its next sweep checks them, so an outage loses nobody
+        self.unswept: set[int] = set()
+        self._client: redis.Redis | None = None
+        self._async_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, redis.asyncio.Redis
+        ] = weakref.WeakKeyDictionary()
+
+    # --- clients ----------------------------------------------------------------------------
+
+    def _connection_kwargs(self) -> tuple[str, dict[str, Any]]:
+        caches = getattr(django_settings, "CACHES", {})
+        try:
+            cache_conf = caches[self.conf.CACHE_ALIAS]
+        except KeyError:
+            raise ImproperlyConfigured(
+                f"PRESENCE['CACHE_ALIAS'] is {self.conf.CACHE_ALIAS!r}, which is not in CACHES "
+                "(see presence.E004)."
+            ) from None
+        location = redis_location(cache_conf)
+        if location is None:
+            raise ImproperlyConfigured(
+                f"CACHES[{self.conf.CACHE_ALIAS!r}]['LOCATION'] must be a redis:// URL."
+            )
+        options = cache_conf.get("OPTIONS", {})
+        kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
+        if options.get("PASSWORD"):
+            kwargs["password"] = options["PASSWORD"]
+        kwargs["socket_timeout"] = options.get("SOCKET_TIMEOUT") or self.conf.SOCKET_TIMEOUT
+        kwargs["socket_connect_timeout"] = (
+            options.get("SOCKET_CONNECT_TIMEOUT") or self.conf.SOCKET_TIMEOUT
+        )
+        kwargs["decode_responses"] = True
+        return location, kwargs
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            location, kwargs = self._connection_kwargs()
+            # Our own failure policy replaces redis-py's retries: a down Redis must cost a
+            # page one short timeout, not several.
+            kwargs["retry"] = Retry(NoBackoff(), 0)
+            self._client = redis.Redis.from_url(location, **kwargs)
+        return self._client
+
+    @property
+    def async_client(self) -> redis.asyncio.Redis:
+        # redis.asyncio connections belong to one event loop.
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            from redis.asyncio.retry import Retry as AsyncRetry
+
+            location, kwargs = self._connection_kwargs()
+            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+            # Many connections of one process write at once: past the pool's size, wait for a
+            # connection instead of failing ("Too many connections" would look like an outage).
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                location,
+                max_connections=kwargs.pop("max_connections", 100),
+                timeout=max(5.0, self.conf.SOCKET_TIMEOUT * 10),
+                **kwargs,
+            )
+            client = redis.asyncio.Redis(connection_pool=pool)
+            self._async_clients[loop] = client
+        return client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+    # --- executing plans --------------------------------------------------------------------
+
+    @staticmethod
+    def _queue(pipe: Any, commands: Sequence[tuple[Any, ...]]) -> None:
+        for command in commands:
+            if command[0] == "SCRIPT":
+                _, script, keys, args = command
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            else:
+                pipe.execute_command(*command)
+
+    @staticmethod
+    def _without_script(replies: list[Any]) -> list[int]:
+        """Positions of the commands Redis refused for not knowing their script."""
+        return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+
+    @staticmethod
+    def _raise_first_error(replies: list[Any]) -> None:
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+
+    def _failed(self, plan: Plan[T], error: Exception) -> T:
+        self.health.failed(error, self.conf.RETRY_INTERVAL)
+        return self._fallback(plan, error)
+
+    @staticmethod
+    def _fallback(plan: Plan[T], error: Exception | None = None) -> T:
+        if isinstance(plan.fallback, _Raise):
+            raise StoreUnavailable(
+                f"Redis is unavailable: {error or 'in an outage, retrying shortly'}"
+            ) from error
+        return plan.fallback
+
+    # When Redis has lost its scripts (restart, SCRIPT FLUSH, or another client loading them
+    # half-way through our pipeline), the other commands of the pipeline have run already: only
+    # the refused ones are sent again, after loading their scripts, so no command runs twice.
+
+    def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        with self.client.pipeline(transaction=False) as pipe:
+            self._queue(pipe, commands)
+            return list(pipe.execute(raise_on_error=False))
+
+    async def _aexecute(
+        self, client: redis.asyncio.Redis, commands: Sequence[tuple[Any, ...]]
+    ) -> list[Any]:
+        async with client.pipeline(transaction=False) as pipe:
+            self._queue(pipe, commands)
+            return list(await pipe.execute(raise_on_error=False))
+
+    def run(self, plan: Plan[T]) -> T:
+        if not plan.commands:
+            return plan.parse([])
+        if not self.health.available():
+            return self._fallback(plan)
+        try:
+            replies = self._execute(plan.commands)
+            missing = self._without_script(replies)
+            if missing:
+                for script in {plan.commands[i][1] for i in missing}:
+                    self.client.script_load(script.source)
+                retried = self._execute([plan.commands[i] for i in missing])
+                for i, reply in zip(missing, retried, strict=True):
+                    replies[i] = reply
+            self._raise_first_error(replies)
+        except RedisError as error:
+            return self._failed(plan, error)
+        self.health.succeeded()
+        return plan.parse(replies)
+
+    async def arun(self, plan: Plan[T]) -> T:
+        if not plan.commands:
+            return plan.parse([])
+        if not self.health.available():
+            return self._fallback(plan)
+        try:
+            client = self.async_client
+            replies = await self._aexecute(client, plan.commands)
+            missing = self._without_script(replies)
+            if missing:
+                for script in {plan.commands[i][1] for i in missing}:
+                    await client.script_load(script.source)
+                retried = await self._aexecute(client, [plan.commands[i] for i in missing])
+                for i, reply in zip(missing, retried, strict=True):
+                    replies[i] = reply
+            self._raise_first_error(replies)
+        except (RedisError, OSError) as error:
+            return self._failed(plan, error)
+        self.health.succeeded()
+        return plan.parse(replies)

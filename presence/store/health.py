@@ -1,0 +1,41 @@
+"""Outage tracking: an outage is logged once, and Redis is left alone for RETRY_INTERVAL."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+logger = logging.getLogger("presence")
+
+
+class Health:
+    """Tracks an outage so it is logged once and Redis is not hammered while down."""
+
+    def __init__(self) -> None:
+        self.down_until = 0.0
+        self.in_outage = False
+        self._lock = threading.Lock()
+
+    def available(self) -> bool:
+        return time.time() >= self.down_until
+
+    def failed(self, error: Exception, retry_interval: float) -> None:
+        with self._lock:
+            self.down_until = time.time() + retry_interval
+            if not self.in_outage:
+                self.in_outage = True
+                logger.warning(
+                    "Presence: Redis is unavailable (%s). Pages keep working; presence is not "
+                    "recorded until Redis answers again (retrying every %ss).",
+                    error,
+                    retry_interval,
+                )
+
+    def succeeded(self) -> None:
+        if self.in_outage:
+            with self._lock:
+                if self.in_outage:
+                    self.in_outage = False
+                    self.down_until = 0.0
+                    logger.warning("Presence: Redis is reachable again; recording resumed.")

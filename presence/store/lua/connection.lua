@@ -1,0 +1,127 @@
+-- KEYS[1] bucket's seen, KEYS[2] bucket's connections (hash), KEYS[3] bucket's expiries;
+-- ARGV member, op ("open", "beat", "close" or "expire"), connection id, device bit, idle (0/1), now,
+-- start of the connection TTL, start of the online window (page views' devices, see TOUCH),
+-- most live connections a user may have.
+-- Each connection is one hash field "user:id" = "device_bit:idle:connected_at:expiry" and one
+-- member of the expiries set; the user's aggregate (field "user", see TOUCH) counts them, so a
+-- heartbeat costs O(log n) whatever the user's connections. Connections gone by now are dropped
+-- first (crash detection, at the moment domain.live_status counts them gone; a range query finds
+-- them); the seen score is recomputed from the aggregate: latest heartbeat, the devices, idle
+-- only if every connection is. When none is left the user signs off at their last activity (now
+-- for a close). An open (or a beat) of a connection that is not live while the user has the
+-- most live connections allowed is refused and changes nothing.
+-- Returns {old score or false, new score or false, live connections, refused (0/1)}.
+local uid = ARGV[1]
+local op = ARGV[2]
+local beat = op == 'beat' or op == 'open'
+local id = ARGV[3]
+local now = tonumber(ARGV[6])
+local ttl = now - tonumber(ARGV[7])
+local page_horizon = tonumber(ARGV[8])
+local prefix = uid .. ':'
+local field = prefix .. id
+local first = '[' .. prefix
+local gone_below = '(' .. prefix .. string.format('%010d', now + 1)
+local old = redis.call('ZSCORE', KEYS[1], uid)
+local o = old and tonumber(old) or 0
+local old_ts = math.floor(math.abs(o) / SCORE_FACTOR)
+local old_flags = math.abs(o) % SCORE_FACTOR
+local raw = redis.call('HGET', KEYS[2], uid)
+local a = raw and {string.match(raw, AGGREGATE)}
+if not a or #a ~= 8 then a = {0, 0, 0, 0, 0, 0, 0, 0} end
+for i = 1, 8 do a[i] = tonumber(a[i]) end
+-- this connection's entry, unless it is gone already (a connection heard again after that
+-- keeps its connected_at)
+local cur = false
+local since = now
+if op ~= 'expire' then
+  local value = redis.call('HGET', KEYS[2], field)
+  if value then
+    local b, idle, s, expiry = string.match(value, '^(%d+):(%d):(%d+):(%d+)$')
+    if b then since = s end
+    if b and tonumber(expiry) > now then cur = {tonumber(b), idle, s, tonumber(expiry)} end
+  end
+end
+if beat and not cur and a[1] >= tonumber(ARGV[9]) then
+  local live = a[1] - redis.call('ZLEXCOUNT', KEYS[3], first, gone_below)
+  if live >= tonumber(ARGV[9]) then return {old or false, old or false, live, 1} end
+end
+-- crash detection: drop the connections not heard from for the TTL
+local gone = redis.call('ZRANGEBYLEX', KEYS[3], first, gone_below)
+for _, member in ipairs(gone) do
+  local f = prefix .. string.sub(member, #prefix + 12)
+  local value = redis.call('HGET', KEYS[2], f)
+  if value then
+    local b, idle = string.match(value, '^(%d+):(%d)')
+    b = tonumber(b)
+    a[1] = math.max(a[1] - 1, 0)
+    a[1 + slot(b)] = math.max(a[1 + slot(b)] - 1, 0)
+    if idle == '0' then a[5] = math.max(a[5] - 1, 0) end
+    redis.call('HDEL', KEYS[2], f)
+  end
+end
+if #gone > 0 then redis.call('ZREMRANGEBYLEX', KEYS[3], first, gone_below) end
+if cur and op ~= 'expire' then
+  -- taken out; a beat puts it back with its new state
+  a[1] = a[1] - 1
+  a[1 + slot(cur[1])] = a[1 + slot(cur[1])] - 1
+  if cur[2] == '0' then a[5] = a[5] - 1 end
+end
+if beat then
+  local b = tonumber(ARGV[4])
+  local expiry = now + ttl
+  if cur and cur[4] ~= expiry then
+    redis.call('ZREM', KEYS[3], expiry_member(prefix, cur[4], id))
+  end
+  if o > 0 and old_flags < FLAG_CONNECTED and old_ts > page_horizon then
+    -- the first connection of a user seen by page views: their devices stay for the window
+    for _, pb in ipairs({1, 2, 4}) do
+      if bit.band(old_flags, pb) ~= 0 then a[5 + slot(pb)] = math.max(a[5 + slot(pb)], old_ts) end
+    end
+  end
+  a[1] = a[1] + 1
+  a[1 + slot(b)] = a[1 + slot(b)] + 1
+  if ARGV[5] == '0' then a[5] = a[5] + 1 end
+  redis.call('ZADD', KEYS[3], 0, expiry_member(prefix, expiry, id))
+  redis.call('HSET', KEYS[2], field, table.concat({b, ARGV[5], since, expiry}, ':'))
+elseif op == 'close' and cur then
+  redis.call('ZREM', KEYS[3], expiry_member(prefix, cur[4], id))
+  redis.call('HDEL', KEYS[2], field)
+end
+local mask = 0
+for _, pb in ipairs({1, 2, 4}) do
+  if a[5 + slot(pb)] <= page_horizon then a[5 + slot(pb)] = 0 end
+  if a[1 + slot(pb)] > 0 or a[5 + slot(pb)] > 0 then mask = bit.bor(mask, pb) end
+end
+if a[1] > 0 then
+  local value = table.concat(a, ':')
+  if value ~= raw then redis.call('HSET', KEYS[2], uid, value) end
+elseif raw then
+  -- no connection left: page views' devices go with them (the score keeps the last ones)
+  redis.call('HDEL', KEYS[2], uid)
+end
+local score = false
+if a[1] > 0 then
+  local ts = now
+  if not beat then
+    if o > 0 then
+      ts = old_ts
+    else
+      local latest = redis.call('ZREVRANGEBYLEX', KEYS[3], '(' .. uid .. ';', first, 'LIMIT', 0, 1)
+      if latest[1] then ts = tonumber(string.sub(latest[1], #prefix + 1, #prefix + 10)) - ttl end
+    end
+  end
+  if o > 0 and old_ts > ts then ts = old_ts end
+  score = ts * SCORE_FACTOR + FLAG_CONNECTED + mask
+  if a[5] == 0 then score = score + FLAG_IDLE end
+elseif o > 0 and old_flags >= FLAG_CONNECTED then
+  local ts = old_ts
+  if op == 'close' and now > ts then ts = now end
+  score = -(ts * SCORE_FACTOR + old_flags % FLAG_CONNECTED)
+end
+if score and score ~= o then
+  redis.call('ZADD', KEYS[1], score, uid)
+else
+  score = old or false
+end
+return {old or false, score and tostring(score) or false, a[1], 0}

@@ -1,0 +1,20 @@
+-- KEYS[1] bucket's seen, KEYS[2] bucket's connections, KEYS[3] bucket's expiries; ARGV member1,
+-- score1, member2, score2... Removes each member whose score is still the one read (so a user
+-- active again since is kept), with everything left of its connections. Returns how many were
+-- removed.
+local removed = 0
+for i = 1, #ARGV, 2 do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) == tonumber(ARGV[i + 1]) then
+    local prefix = ARGV[i] .. ':'
+    local first, last = '[' .. prefix, '(' .. ARGV[i] .. ';'
+    for _, member in ipairs(redis.call('ZRANGEBYLEX', KEYS[3], first, last)) do
+      redis.call('HDEL', KEYS[2], prefix .. string.sub(member, #prefix + 12))
+    end
+    redis.call('ZREMRANGEBYLEX', KEYS[3], first, last)
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    removed = removed + 1
+  end
+end
+return removed

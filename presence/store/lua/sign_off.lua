@@ -1,0 +1,31 @@
+-- KEYS[1] bucket; ARGV member, now, device bit, start of the connection TTL. The device signs
+-- off (logout); the last one signing off turns the score negative (signed off at that time,
+-- keeping the devices and idle flag shown during the grace). Live connections keep the user
+-- online. Returns {old score or false, new score}.
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local now = tonumber(ARGV[2])
+local bit_ = tonumber(ARGV[3])
+local ts = now
+local flags = 0
+local mask = 0
+local connected = false
+if old then
+  local o = tonumber(old)
+  if o > 0 then
+    local old_ts = math.floor(o / SCORE_FACTOR)
+    flags = o % SCORE_FACTOR
+    if old_ts > ts then ts = old_ts end
+    connected = flags >= FLAG_CONNECTED and old_ts > tonumber(ARGV[4])
+    mask = bit.band(flags % DEVICE_MASK_LIMIT, bit.bnot(bit_))
+  end
+end
+local score
+if connected then
+  score = ts * SCORE_FACTOR + flags
+elseif mask == 0 then
+  score = -(ts * SCORE_FACTOR + flags % FLAG_CONNECTED)
+else
+  score = ts * SCORE_FACTOR + mask
+end
+redis.call('ZADD', KEYS[1], score, ARGV[1])
+return {old or false, tostring(score)}

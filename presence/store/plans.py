@@ -1,0 +1,343 @@
+"""Plans: the commands of one store operation, how to read their replies, and what to answer
+when Redis is unavailable. Building a plan does no I/O; :mod:`presence.store.client` runs it
+(one pipeline, one round trip) under the one failure policy.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from presence import domain
+from presence.store.keys import SCORE_FACTOR, KeyScheme, decode_score
+from presence.store.scripts import (
+    CLAIM_DUE,
+    CONNECTION,
+    DESCRIBE_CONNECTIONS,
+    REMOVE_IF_UNCHANGED,
+    SIGN_OFF,
+    TOUCH,
+    Script,
+)
+
+T = TypeVar("T")
+
+
+class _Raise:
+    pass
+
+
+#: a plan's fallback meaning "raise StoreUnavailable" (plans that must not fail silently)
+RAISE = _Raise()
+
+
+@dataclass
+class Plan(Generic[T]):
+    """Commands sent together in one pipeline, and how to read their replies."""
+
+    commands: list[tuple[Any, ...]]
+    parse: Callable[[list[Any]], T]
+    #: returned when Redis is unavailable; RAISE to raise StoreUnavailable instead
+    fallback: T | _Raise
+
+
+def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
+    """Several plans as one (one round trip); falls back to each plan's fallback, or raises
+    if any plan must not fail silently."""
+    bounds: list[tuple[int, int]] = []
+    commands: list[tuple[Any, ...]] = []
+    for plan in plans:
+        bounds.append((len(commands), len(commands) + len(plan.commands)))
+        commands += plan.commands
+
+    def parse(replies: list[Any]) -> list[T]:
+        return [plan.parse(replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)]
+
+    fallback: list[T] | _Raise = RAISE
+    if not any(isinstance(plan.fallback, _Raise) for plan in plans):
+        fallback = [plan.fallback for plan in plans]  # type: ignore[misc]
+    return Plan(commands=commands, parse=parse, fallback=fallback)
+
+
+def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+    return ("SCRIPT", script, tuple(keys), tuple(args))
+
+
+def _pairs(reply: list[Any]) -> list[tuple[Any, Any]]:
+    """(member, score) pairs of a WITHSCORES reply, flat (RESP2 raw) or paired (parsed)."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(member, score) for member, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class StaleEntry:
+    user_id: int
+    bucket: int
+    score: str
+
+    @property
+    def state(self) -> domain.LiveState:
+        return decode_score(self.score)
+
+    @property
+    def seen_at(self) -> float:
+        last_active = self.state.last_active
+        assert last_active is not None
+        return last_active
+
+
+ConnectionOp = Literal["open", "beat", "close", "expire"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A user's live state before and after a write."""
+
+    user_id: int
+    before: domain.LiveState
+    after: domain.LiveState
+    #: live connections left (connection writes only)
+    connections: int | None = None
+    #: a new connection past MAX_CONNECTIONS_PER_USER: nothing was recorded
+    refused: bool = False
+
+    @classmethod
+    def from_reply(cls, user_id: int, reply: list[Any]) -> Transition:
+        return cls(
+            user_id,
+            decode_score(reply[0]),
+            decode_score(reply[1]),
+            int(reply[2]) if len(reply) > 2 else None,
+            bool(int(reply[3])) if len(reply) > 3 else False,
+        )
+
+
+class PlanBuilder(KeyScheme):
+    """Every plan of the store, over its key scheme."""
+
+    def touch(self, user_id: int, device: domain.Device, now: float) -> Plan[Transition | None]:
+        """Record a request. The user is due to turn offline ONLINE_WINDOW later at the latest
+        (``LT``: an earlier due time, such as a connection's, is kept)."""
+        seconds = int(now)
+        return Plan(
+            commands=[
+                script_call(
+                    TOUCH,
+                    [
+                        self.seen_key(self.bucket_of(user_id)),
+                        self.conns_key(self.bucket_of(user_id)),
+                    ],
+                    [
+                        user_id,
+                        seconds,
+                        domain.DEVICE_BITS[device],
+                        seconds - self.conf.ONLINE_WINDOW,
+                        seconds - self.conf.CONNECTION_TTL,
+                    ],
+                ),
+                ("ZADD", self.due_key, "LT", seconds + self.conf.ONLINE_WINDOW, user_id),
+            ],
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def sign_off(self, user_id: int, device: domain.Device, now: float) -> Plan[Transition | None]:
+        seconds = int(now)
+        return Plan(
+            commands=[
+                script_call(
+                    SIGN_OFF,
+                    [self.seen_key(self.bucket_of(user_id))],
+                    [
+                        user_id,
+                        seconds,
+                        domain.DEVICE_BITS[device],
+                        seconds - self.conf.CONNECTION_TTL,
+                    ],
+                ),
+                ("ZADD", self.due_key, seconds + self.conf.OFFLINE_GRACE, user_id),
+            ],
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def connection(
+        self,
+        user_id: int,
+        op: ConnectionOp,
+        now: float,
+        connection_id: str = "-",
+        device: domain.Device = domain.Device.WEB,
+        idle: bool = False,
+    ) -> Plan[Transition | None]:
+        """A connection's opening ("open"), heartbeat ("beat"), close, or ("expire") a check
+        that drops the user's connections not heard from for CONNECTION_TTL.
+
+        An open (or a beat of a connection no longer live) while the user has
+        MAX_CONNECTIONS_PER_USER live connections is refused (``Transition.refused``) and
+        records nothing. One round trip: the script, then the user's due time (a heartbeat's
+        TTL, or the grace after the last connection closed); an open sets its due time only
+        once accepted (:meth:`connected`), so a refused one leaves no trace at all.
+        """
+        bucket = self.bucket_of(user_id)
+        seconds = int(now)
+        commands: list[tuple[Any, ...]] = [
+            script_call(
+                CONNECTION,
+                [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
+                [
+                    user_id,
+                    op,
+                    connection_id,
+                    domain.DEVICE_BITS[device],
+                    int(idle),
+                    seconds,
+                    seconds - self.conf.CONNECTION_TTL,
+                    seconds - self.conf.ONLINE_WINDOW,
+                    self.conf.MAX_CONNECTIONS_PER_USER,
+                ],
+            )
+        ]
+        if op == "beat":
+            commands.append(self._connected_due(user_id, seconds))
+        elif op == "close":
+            commands.append(("ZADD", self.due_key, seconds + self.conf.OFFLINE_GRACE, user_id))
+        return Plan(
+            commands=commands,
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def _connected_due(self, user_id: int, seconds: int) -> tuple[Any, ...]:
+        return ("ZADD", self.due_key, seconds + self.conf.CONNECTION_TTL, user_id)
+
+    def connected(self, user_id: int, now: float) -> Plan[bool]:
+        """The due time of a user whose connection was just opened (heartbeat + TTL)."""
+        return Plan(
+            commands=[self._connected_due(user_id, int(now))],
+            parse=lambda replies: True,
+            fallback=False,
+        )
+
+    def describe_connections(self, user_id: int) -> Plan[list[str]]:
+        """The user's connections as "id:device_bit:idle:connected_at:heartbeat" and the devices
+        of their page views while connected as "h<bit>:bit:1:at:at" (inspection and tests)."""
+        bucket = self.bucket_of(user_id)
+        return Plan(
+            commands=[
+                script_call(
+                    DESCRIBE_CONNECTIONS,
+                    [self.conns_key(bucket), self.expiries_key(bucket)],
+                    [user_id, self.conf.CONNECTION_TTL],
+                )
+            ],
+            parse=lambda replies: [str(entry) for entry in replies[0]],
+            fallback=RAISE,
+        )
+
+    def claim_due(self, now: float, limit: int) -> Plan[tuple[list[int], list[int]]]:
+        """Users due to turn offline and users whose custom status expired, taken out of their
+        schedules (each handed to one sweeper only)."""
+        return Plan(
+            commands=[
+                script_call(CLAIM_DUE, [self.due_key], [int(now), limit]),
+                script_call(CLAIM_DUE, [self.expiring_key], [int(now), limit]),
+            ],
+            parse=lambda replies: ([int(m) for m in replies[0]], [int(m) for m in replies[1]]),
+            fallback=([], []),
+        )
+
+    def schedule(self, due: dict[int, float]) -> Plan[bool]:
+        """Check these users again at these times (an earlier time already set is kept)."""
+        args: list[Any] = []
+        for user_id, at in due.items():
+            args += [int(at) + 1, user_id]
+        return Plan(
+            commands=[("ZADD", self.due_key, "LT", *args)] if args else [],
+            parse=lambda replies: True,
+            fallback=False,
+        )
+
+    def schedule_expiry(self, user_id: int, at: float | None) -> Plan[bool]:
+        """Announce the user's custom status clearing at ``at`` (None: it never expires)."""
+        command: tuple[Any, ...] = (
+            ("ZADD", self.expiring_key, int(at) + 1, user_id)
+            if at is not None
+            else ("ZREM", self.expiring_key, user_id)
+        )
+        return Plan(commands=[command], parse=lambda replies: True, fallback=False)
+
+    def prune_schedules(self, before: float) -> Plan[int]:
+        """Forget due times long past (sites without a live process never sweep them)."""
+        return Plan(
+            commands=[
+                ("ZREMRANGEBYSCORE", self.due_key, "-inf", f"({int(before)}"),
+                ("ZREMRANGEBYSCORE", self.expiring_key, "-inf", f"({int(before)}"),
+            ],
+            parse=lambda replies: int(replies[0]) + int(replies[1]),
+            fallback=RAISE,
+        )
+
+    def read(self, user_ids: Iterable[int]) -> Plan[dict[int, domain.LiveState] | None]:
+        """Live state of many users in one round trip (one ZMSCORE per bucket).
+
+        Falls back to None (unknown) when Redis is unavailable, so callers can tell
+        "not online" from "cannot tell".
+        """
+        grouped = self.by_bucket(set(user_ids))
+        buckets = list(grouped.items())
+
+        def parse(replies: list[Any]) -> dict[int, domain.LiveState] | None:
+            states: dict[int, domain.LiveState] = {}
+            for (_, members), scores in zip(buckets, replies, strict=True):
+                for user_id, score in zip(members, scores, strict=True):
+                    if score is not None:
+                        states[user_id] = decode_score(score)
+            return states
+
+        return Plan(
+            commands=[("ZMSCORE", self.seen_key(bucket), *members) for bucket, members in buckets],
+            parse=parse,
+            fallback=None,
+        )
+
+    def scan_stale(self, buckets: Sequence[int], before: float) -> Plan[list[StaleEntry]]:
+        """Entries last active before ``before`` (and every signed-off one) in these buckets."""
+        threshold = int(before) * SCORE_FACTOR
+
+        def parse(replies: list[Any]) -> list[StaleEntry]:
+            entries: list[StaleEntry] = []
+            for bucket, reply in zip(buckets, replies, strict=True):
+                for member, score in _pairs(reply):
+                    entries.append(StaleEntry(int(member), bucket, str(int(float(score)))))
+            return entries
+
+        return Plan(
+            commands=[
+                # "(" makes the bound exclusive.
+                ("ZRANGEBYSCORE", self.seen_key(bucket), "-inf", f"({threshold}", "WITHSCORES")
+                for bucket in buckets
+            ],
+            parse=parse,
+            fallback=RAISE,
+        )
+
+    def remove_unchanged(self, entries: Iterable[StaleEntry]) -> Plan[int]:
+        grouped: dict[int, list[Any]] = defaultdict(list)
+        for entry in entries:
+            grouped[entry.bucket] += [entry.user_id, entry.score]
+        return Plan(
+            commands=[
+                script_call(
+                    REMOVE_IF_UNCHANGED,
+                    [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
+                    args,
+                )
+                for bucket, args in grouped.items()
+            ],
+            parse=lambda replies: sum(int(r) for r in replies),
+            fallback=RAISE,
+        )

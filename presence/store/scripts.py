@@ -1,0 +1,59 @@
+"""The Lua scripts, one ``.lua`` file each in ``lua/``, with the score constants injected
+from :mod:`presence.store.keys` (so Python and Lua cannot drift) and the shared fragments
+(``aggregate.lua``, ``connections.lua``) prepended where a script uses them.
+
+What each script takes (KEYS, ARGV) and returns is described at the top of its file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+
+from presence.store.keys import DEVICE_MASK_LIMIT, FLAG_CONNECTED, FLAG_IDLE, SCORE_FACTOR
+
+#: the constants every script sees as Lua locals
+CONSTANTS = {
+    "SCORE_FACTOR": SCORE_FACTOR,
+    "FLAG_IDLE": FLAG_IDLE,
+    "FLAG_CONNECTED": FLAG_CONNECTED,
+    "DEVICE_MASK_LIMIT": DEVICE_MASK_LIMIT,
+}
+HEADER = "".join(f"local {name} = {value}\n" for name, value in CONSTANTS.items())
+
+
+@dataclass(frozen=True)
+class Script:
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+def read(name: str) -> str:
+    """The text of ``lua/<name>.lua``."""
+    return resources.files("presence.store").joinpath("lua", f"{name}.lua").read_text()
+
+
+def load(name: str, *fragments: str) -> Script:
+    """``lua/<name>.lua`` after the constants and the named shared fragments."""
+    return Script(HEADER + "".join(read(fragment) for fragment in fragments) + read(name))
+
+
+TOUCH = load("touch", "aggregate")
+SIGN_OFF = load("sign_off")
+CONNECTION = load("connection", "aggregate", "connections")
+REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
+DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
+CLAIM_DUE = load("claim_due")
+
+ALL = {
+    "touch": TOUCH,
+    "sign_off": SIGN_OFF,
+    "connection": CONNECTION,
+    "remove_if_unchanged": REMOVE_IF_UNCHANGED,
+    "describe_connections": DESCRIBE_CONNECTIONS,
+    "claim_due": CLAIM_DUE,
+}

@@ -1,4 +1,4 @@
-"""The WebSocket consumer at ``ws/presence/`` (protocol: CONTRACT.md and README "WebSocket").
+"""The WebSocket consumer at ``ws/presence/`` (protocol: docs/websocket.md).
 
 A thin edge: frames are validated by :func:`presence.domain.parse_frame`, recorded through
 :mod:`presence.lifecycle` (and :mod:`presence.api` for status changes), and fanned out by
@@ -29,7 +29,7 @@ from presence.hub import Hub
 
 logger = logging.getLogger("presence")
 
-#: close codes (CONTRACT.md; 4403 README "WebSocket")
+#: close codes (docs/websocket.md, "Close codes")
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FOREIGN_ORIGIN = 4403
 CLOSE_RATE_LIMITED = 4429

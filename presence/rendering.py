@@ -107,7 +107,7 @@ def script_labels() -> dict[str, str]:
     return labels
 
 
-#: where ``presence.routing.websocket_urlpatterns`` serves the consumer (CONTRACT.md)
+#: where ``presence.routing.websocket_urlpatterns`` serves the consumer (docs/websocket.md)
 SOCKET_PATH = "ws/presence/"
 
 

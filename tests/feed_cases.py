@@ -1,7 +1,7 @@
 """What the feed's tests expect, worked out independently of presence.feed.
 
 Who may see an author's activities comes from the small ``ADMITS`` table of
-``tests.privacy_cases`` (written from the rules in CONTRACT.md, never by calling
+``tests.privacy_cases`` (written from the rules in docs/privacy.md, never by calling
 ``presence.domain.permits``), and timelines are recomputed by brute force in Python from every
 row of the database, so a mistake in the feed's SQL cannot hide behind the same mistake here.
 """

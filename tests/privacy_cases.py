@@ -1,6 +1,6 @@
 """The privacy matrix shared by every read path's tests, and honest counters for their costs.
 
-The expected outcome of each case is computed here from the rules in CONTRACT.md with a small
+The expected outcome of each case is computed here from the rules in docs/privacy.md with a small
 table of its own (``ADMITS``), never by calling :func:`presence.domain.resolve`, so a mistake in
 the resolver cannot hide behind the same mistake in the test.
 """

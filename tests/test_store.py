@@ -826,6 +826,6 @@ def test_page_views_do_not_count_as_connections(store: PresenceStore) -> None:
     conn(store, "beat", NOW, "c1", Device.WEB)
     store.run(store.touch(5, Device.MOBILE, NOW + 1))
     closed = conn(store, "close", NOW + 2, "c1", Device.WEB)
-    # Closing the last connection signs the user off (CONTRACT), page views or not.
+    # Closing the last connection signs the user off (docs/privacy.md), page views or not.
     assert closed.connections == 0
     assert closed.after.signed_off

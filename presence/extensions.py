@@ -25,12 +25,9 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from presence import announce, domain
-
-if TYPE_CHECKING:
-    from presence.hub import Hub
 
 __all__ = [
     "aannounce_to_topic",
@@ -44,7 +41,21 @@ __all__ = [
 
 Parse = Callable[[Mapping[str, Any]], Any]
 Handle = Callable[[Any, Any], Awaitable[None]]
-Deliver = Callable[["Hub", Any], Awaitable[None]]
+
+
+class Topics(Protocol):
+    """What a delivery may ask of the process's hub (``presence.hub.Hub`` is one)."""
+
+    async def join_topic(self, connection: Any, kind: str, key: str) -> None: ...
+
+    async def leave_topic(self, connection: Any, kind: str, key: str) -> None: ...
+
+    def topics_of(self, connection: Any, kind: str) -> set[str]: ...
+
+    def topic_members(self, kind: str) -> dict[Any, set[str]]: ...
+
+
+Deliver = Callable[[Topics, Any], Awaitable[None]]
 
 #: topic kinds become part of channel-layer group names, which allow only these characters
 TOPIC_KIND = re.compile(r"^[a-zA-Z0-9_.-]{1,40}$")

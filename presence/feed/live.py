@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.utils.translation import gettext
@@ -22,9 +22,6 @@ from django.utils.translation import gettext
 from presence import extensions
 from presence.domain import InvalidInput
 from presence.feed import api
-
-if TYPE_CHECKING:
-    from presence.hub import Hub
 
 logger = logging.getLogger("presence")
 
@@ -93,7 +90,7 @@ async def unwatch_feed(connection: Any, message: UnwatchFeed) -> None:
     await connection.hub.leave_topic(connection, KIND, message.feed)
 
 
-async def deliver_activity(hub: Hub, payload: Any) -> None:
+async def deliver_activity(hub: extensions.Topics, payload: Any) -> None:
     """Send a new activity to the connections whose open timelines it belongs on and whose
     viewer may see it (one evaluation for all local viewers)."""
     activity_id = int(payload["activity"])

@@ -98,7 +98,7 @@ class Tally:
     queries: Counter[str] = field(default_factory=Counter)
     #: pipelines the store executed (successful or not)
     store_plans: int = 0
-    #: times the store declared Redis unavailable (presence.store._Health.failed)
+    #: times the store declared Redis unavailable (presence.store.Health.failed)
     store_failures: int = 0
     #: hub sweeps run
     sweeps: int = 0
@@ -171,7 +171,7 @@ def instrumented() -> Iterator[Tally]:
         finally:
             _IN_STORE.reset(token)
 
-    failed = store_module._Health.failed
+    failed = store_module.Health.failed
 
     def health_failed(self: Any, error: Exception, retry_interval: float) -> None:
         tally.store_failures += 1
@@ -209,10 +209,10 @@ def instrumented() -> Iterator[Tally]:
     patch(redis_sync_connection.AbstractConnection, "send_packed_command", sync_send_packed_command)
     patch(store_cls, "arun", store_arun)
     patch(store_cls, "run", store_run)
-    patch(store_module._Health, "failed", health_failed)
+    patch(store_module.Health, "failed", health_failed)
     patch(CursorWrapper, "_execute_with_wrappers", count_statement)
-    patch(api, "asweep", sweep)
-    patch(api, "apresence_for_viewers", presence_for_viewers)
+    patch(lifecycle, "asweep", sweep)
+    patch(lifecycle, "apresence_for_viewers", presence_for_viewers)
     try:
         yield tally
     finally:

@@ -1,5 +1,6 @@
 """The public Python API: record activity, read presence as a viewer may see it, choose a
-status, notify after bulk writes, clean up.
+status, follow/unfollow/close friends/block for a site's own graph, notify after bulk writes,
+clean up.
 
 Every function has an async twin prefixed ``a`` (``touch``/``atouch``, ``get_presence``/
 ``aget_presence``, ...) except :func:`cleanup` (a batch job for ``manage.py presence_cleanup``
@@ -26,7 +27,7 @@ from django.utils import timezone
 from presence import announce, domain, relations, rules
 from presence.conf import get_settings
 from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
-from presence.models import LastSeen, PrivacySettings, UserStatus
+from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.signals import presence_changed
 from presence.store import get_store
 from presence.users import user_pk as _pk
@@ -34,24 +35,34 @@ from presence.users import user_pk as _pk
 __all__ = [
     "InvalidInput",
     "Presence",
+    "ablock",
     "abulk_presence",
+    "afollow",
     "aget_presence",
     "anotify_changed",
     "aonline_friends",
     "aonline_friends_with_presence",
     "apply_change",
+    "aset_close_friend",
     "aset_status",
     "asign_off",
     "atouch",
+    "aunblock",
+    "aunfollow",
+    "block",
     "bulk_presence",
     "cleanup",
+    "follow",
     "get_presence",
     "notify_changed",
     "online_friends",
     "online_friends_with_presence",
+    "set_close_friend",
     "set_status",
     "sign_off",
     "touch",
+    "unblock",
+    "unfollow",
 ]
 
 
@@ -282,6 +293,86 @@ async def aset_status(
     expires_at: datetime | None = None,
 ) -> Presence:
     return await sync_to_async(set_status)(user, status, text, emoji, activity, expires_at)
+
+
+# --- contacts and blocks (a site's own graph) -------------------------------------------------
+
+
+def _two_users(first: Any, second: Any, action: str) -> tuple[int, int]:
+    first_pk, second_pk = _pk(first), _pk(second)
+    if first_pk == second_pk:
+        raise InvalidInput("invalid_value", f"A user cannot {action} themselves.")
+    found = get_user_model()._default_manager.filter(pk__in=[first_pk, second_pk]).count()
+    if found != 2:
+        raise InvalidInput("unknown_users", f"No user has the id {first_pk} or {second_pk}.")
+    return first_pk, second_pk
+
+
+def follow(owner: Any, target: Any) -> bool:
+    """``owner`` adds ``target`` to its contacts (follows it). True if that changed anything.
+
+    Saves the row like the admin does, so open connections see the change after commit. With
+    the default ``contacts`` visibility, ``target`` now sees ``owner`` online; two users who
+    follow each other are friends (``online_friends``)."""
+    owner_pk, target_pk = _two_users(owner, target, "follow")
+    _, created = Contact.objects.get_or_create(owner_id=owner_pk, contact_id=target_pk)
+    return created
+
+
+def unfollow(owner: Any, target: Any) -> bool:
+    """``owner`` removes ``target`` from its contacts (and close friends). True if it was one."""
+    owner_pk, target_pk = _pk(owner), _pk(target)
+    # A queryset delete sends post_delete for each row (presence listens to it).
+    deleted, _ = Contact.objects.filter(owner_id=owner_pk, contact_id=target_pk).delete()
+    return deleted > 0
+
+
+def set_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool:
+    """Mark (or unmark) ``target`` as one of ``owner``'s close friends, following it if needed.
+    True if that changed anything."""
+    owner_pk, target_pk = _two_users(owner, target, "befriend")
+    contact, created = Contact.objects.get_or_create(
+        owner_id=owner_pk, contact_id=target_pk, defaults={"close_friend": close_friend}
+    )
+    if created or contact.close_friend == close_friend:
+        return created
+    contact.close_friend = close_friend
+    contact.save(update_fields=["close_friend"])
+    return True
+
+
+def block(blocker: Any, blocked: Any) -> bool:
+    """``blocker`` blocks ``blocked``: each is hidden from the other (offline, no last seen, no
+    custom status, no diffs). True if it was not blocked yet."""
+    blocker_pk, blocked_pk = _two_users(blocker, blocked, "block")
+    _, created = Block.objects.get_or_create(blocker_id=blocker_pk, blocked_id=blocked_pk)
+    return created
+
+
+def unblock(blocker: Any, blocked: Any) -> bool:
+    """Lift ``blocker``'s block of ``blocked``. True if there was one."""
+    deleted, _ = Block.objects.filter(blocker_id=_pk(blocker), blocked_id=_pk(blocked)).delete()
+    return deleted > 0
+
+
+async def afollow(owner: Any, target: Any) -> bool:
+    return await sync_to_async(follow)(owner, target)
+
+
+async def aunfollow(owner: Any, target: Any) -> bool:
+    return await sync_to_async(unfollow)(owner, target)
+
+
+async def aset_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool:
+    return await sync_to_async(set_close_friend)(owner, target, close_friend)
+
+
+async def ablock(blocker: Any, blocked: Any) -> bool:
+    return await sync_to_async(block)(blocker, blocked)
+
+
+async def aunblock(blocker: Any, blocked: Any) -> bool:
+    return await sync_to_async(unblock)(blocker, blocked)
 
 
 # --- writes the signals do not see ---------------------------------------------------------

@@ -22,6 +22,7 @@ from presence import announce, api, lifecycle
 from presence.conf import get_settings
 from presence.domain import Device, InvalidInput, LiveState, Presence, Status
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
+from presence.signals import presence_changed
 from presence.store import PresenceStore, get_store
 from tests.clock import T0, at
 from tests.privacy_cases import (
@@ -967,3 +968,76 @@ async def test_notify_changed_after_a_bulk_update_reaches_open_sockets(
     await notify_in_a_transaction()
     changed = await receive(carol_tab)
     assert changed["presences"][str(alice.pk)]["text"] == "secret plans"
+
+
+# --- contacts and blocks -------------------------------------------------------------------
+
+
+def _changes(reasons: list[tuple[int, str]]) -> Callable[..., None]:
+    def record(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+        reasons.append((user_id, reason))
+
+    return record
+
+
+def test_the_contacts_api_saves_rows_and_sends_presence_changed(
+    make_user: Callable[..., Any], django_capture_on_commit_callbacks: Any
+) -> None:
+
+    ann, ben = make_user("ann"), make_user("ben")
+    sent: list[tuple[int, str]] = []
+    receiver = _changes(sent)
+    presence_changed.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert api.follow(ann, ben) is True
+            assert api.follow(ann.pk, ben.pk) is False  # ids work; nothing new
+        assert Contact.objects.filter(owner=ann, contact=ben, close_friend=False).exists()
+        assert sent == [(ann.pk, "contacts")]
+
+        sent.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            assert api.set_close_friend(ann, ben) is True
+            assert api.set_close_friend(ann, ben) is False
+        assert Contact.objects.get(owner=ann, contact=ben).close_friend is True
+        assert sent == [(ann.pk, "contacts")]
+
+        sent.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            assert api.unfollow(ann, ben) is True
+            assert api.unfollow(ann, ben) is False
+        assert not Contact.objects.exists()
+        assert sent == [(ann.pk, "contacts")]
+
+        sent.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            assert api.block(ben, ann) is True
+            assert api.block(ben, ann) is False
+            assert api.unblock(ben, ann) is True
+            assert api.unblock(ben, ann) is False
+        assert not Block.objects.exists()
+        assert sorted(sent) == sorted([(ben.pk, "block"), (ann.pk, "block")] * 2)
+    finally:
+        presence_changed.disconnect(receiver)
+
+
+def test_set_close_friend_follows_first_when_needed(make_user: Callable[..., Any]) -> None:
+
+    ann, ben = make_user("ann"), make_user("ben")
+    assert api.set_close_friend(ann, ben) is True
+    assert Contact.objects.get(owner=ann, contact=ben).close_friend is True
+
+
+@pytest.mark.parametrize("call", ["follow", "set_close_friend", "block"])
+def test_the_contacts_api_refuses_self_and_unknown_users(
+    make_user: Callable[..., Any], call: str
+) -> None:
+
+    ann = make_user("ann")
+    with pytest.raises(InvalidInput) as raised:
+        getattr(api, call)(ann, ann)
+    assert raised.value.code == "invalid_value"
+    with pytest.raises(InvalidInput) as raised:
+        getattr(api, call)(ann, 987_654_321)
+    assert raised.value.code == "unknown_users"
+    assert not Contact.objects.exists() and not Block.objects.exists()

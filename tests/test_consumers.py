@@ -1297,6 +1297,36 @@ async def test_removing_the_viewer_from_contacts_hides_at_once(watched: dict[str
     await assert_silent(watcher, watched["tab"])
 
 
+async def test_the_contacts_api_reaches_open_sockets(watched: dict[str, Any]) -> None:
+    """api.unfollow/follow/set_close_friend/block/unblock save rows as the admin does: open
+    connections see each change at once (a site's own graph kept in sync through them)."""
+    viewer, target, watcher = watched["viewer"], watched["target"], watched["watcher"]
+    shown = diff({target.pk: online(text="Hi", emoji="👋")})
+    assert await api.aunfollow(target, viewer) is True
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
+    assert await api.afollow(target, viewer) is True
+    assert await receive(watcher) == shown
+    assert await api.ablock(viewer, target) is True
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
+    assert await api.aunblock(viewer, target) is True
+    assert await receive(watcher) == shown
+    # Online to close friends only: the viewer sees it once marked, not after being unmarked
+    # (the custom status stays visible to contacts).
+    await sync_to_async(PrivacySettings.objects.create)(
+        user=target, online_visibility="close_friends"
+    )
+    status_only = diff({target.pk: presence(text="Hi", emoji="👋")})
+    assert await receive(watcher) == status_only
+    assert await api.aset_close_friend(target, viewer) is True
+    assert await receive(watcher) == shown
+    assert await api.aset_close_friend(target, viewer, False) is True
+    assert await receive(watcher) == status_only
+    # Nothing to change: no signal, no diff.
+    assert await api.aset_close_friend(target, viewer, False) is False
+    assert await api.afollow(target, viewer) is False
+    await assert_silent(watcher)
+
+
 async def test_privacy_settings_take_effect_at_once(watched: dict[str, Any]) -> None:
     target, watcher = watched["target"], watched["watcher"]
     privacy = await sync_to_async(PrivacySettings.objects.create)(
@@ -1859,3 +1889,21 @@ async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_int
     assert await store.async_client.zscore(store.due_key, user.pk) == (
         at(interval - 1).timestamp() + get_settings().CONNECTION_TTL
     )
+
+
+async def test_a_sites_own_graph_kept_in_sync_by_the_recipe_reaches_open_sockets(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    """tests.graphsite's Follow model with the receivers of docs/api.md: following there is
+    following in presence, and an open socket sees it at once."""
+    from tests.graphsite.models import Follow
+
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await sockets.open(target)
+    watcher = await sockets.open(viewer)
+    assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+    follow = await sync_to_async(Follow.objects.create)(follower=target, followed=viewer)
+    assert await sync_to_async(Contact.objects.filter(owner=target, contact=viewer).exists)()
+    assert await receive(watcher) == diff({target.pk: online()})
+    await sync_to_async(follow.delete)()
+    assert await receive(watcher) == diff({target.pk: HIDDEN})

@@ -14,11 +14,44 @@ from presence.models import (
     UserStatus,
 )
 
-USER_SEARCH = ("user__username", "user__email", "user__first_name", "user__last_name")
+
+def user_search_fields(*relations: str) -> tuple[str, ...]:
+    """Search fields for users through ``relations`` (e.g. "user"), from the site's user model:
+    its USERNAME_FIELD and EMAIL_FIELD, and first/last name where it has them. A model that
+    logs in by e-mail has no "username" to search."""
+    user_model = get_user_model()
+    concrete = {field.name for field in user_model._meta.concrete_fields}
+    email = getattr(user_model, "get_email_field_name", lambda: "email")()
+    wanted = (user_model.USERNAME_FIELD, email, "first_name", "last_name")
+    fields = [name for name in dict.fromkeys(wanted) if name in concrete]
+    return tuple(f"{relation}__{name}" for relation in relations for name in fields)
+
+
+def user_admin_searchable() -> bool:
+    """Whether the site's user model has an admin with search fields: what autocomplete widgets
+    for users need (else Django's check admin.E039/E040 would fail every manage.py command)."""
+    user_model = get_user_model()
+    if not admin.site.is_registered(user_model):
+        return False
+    return bool(admin.site.get_model_admin(user_model).search_fields)
+
+
+class UserFieldsMixin:
+    """Foreign keys to users as autocomplete widgets where the site's user admin allows it,
+    else as raw id inputs: presence never makes a site's checks fail."""
+
+    #: the foreign keys to the user model
+    user_fields: tuple[str, ...] = ()
+
+    def get_autocomplete_fields(self, request: Any) -> tuple[str, ...]:
+        return self.user_fields if user_admin_searchable() else ()
+
+
+USER_SEARCH = user_search_fields("user")
 
 
 @admin.register(PrivacySettings)
-class PrivacySettingsAdmin(admin.ModelAdmin):
+class PrivacySettingsAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_display = (
         "user",
         "online_visibility",
@@ -28,31 +61,31 @@ class PrivacySettingsAdmin(admin.ModelAdmin):
     )
     list_filter = ("online_visibility", "last_seen_visibility", "activity_visibility", "invisible")
     search_fields = USER_SEARCH
-    autocomplete_fields = ("user",)
+    user_fields = raw_id_fields = ("user",)
 
 
 @admin.register(UserStatus)
-class UserStatusAdmin(admin.ModelAdmin):
+class UserStatusAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_display = ("user", "dnd", "emoji", "text", "activity", "expires_at", "updated_at")
     list_filter = ("dnd",)
     search_fields = (*USER_SEARCH, "text", "activity")
-    autocomplete_fields = ("user",)
+    user_fields = raw_id_fields = ("user",)
 
 
 @admin.register(Contact)
-class ContactAdmin(admin.ModelAdmin):
+class ContactAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_display = ("owner", "contact", "close_friend", "created_at")
     list_filter = ("close_friend",)
-    search_fields = ("owner__username", "owner__email", "contact__username", "contact__email")
-    autocomplete_fields = ("owner", "contact")
+    search_fields = user_search_fields("owner", "contact")
+    user_fields = raw_id_fields = ("owner", "contact")
     list_select_related = ("owner", "contact")
 
 
 @admin.register(Block)
-class BlockAdmin(admin.ModelAdmin):
+class BlockAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_display = ("blocker", "blocked", "created_at")
-    search_fields = ("blocker__username", "blocker__email", "blocked__username", "blocked__email")
-    autocomplete_fields = ("blocker", "blocked")
+    search_fields = user_search_fields("blocker", "blocked")
+    user_fields = raw_id_fields = ("blocker", "blocked")
     list_select_related = ("blocker", "blocked")
 
 

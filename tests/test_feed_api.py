@@ -741,3 +741,32 @@ def test_no_mention_is_stored_across_a_block(make_user: Callable[..., Any], dire
     assert [a.pk for a in feed.mentions_timeline(friend)] == [activity.pk]
     html = str(feed.render_text(Activity.objects.get()))
     assert "Hi @blocked and" in html and html.count('class="mention"') == 1
+
+
+# --- public handles (HANDLE_FIELD) -----------------------------------------------------------
+
+
+def test_a_handle_that_is_an_email_address_is_never_shown_suggested_or_mentioned(
+    make_user: Callable[..., Any],
+) -> None:
+    author = make_user("author")
+    make_user("ann@example.com")  # a site whose usernames are e-mail addresses
+    activity = feed.post(author, "Hi @ann@example.com and @ann")
+    assert list(Mention.objects.filter(activity=activity)) == []
+    assert feed.usernames_starting_with("an", author) == []
+    shown = feed.activity_as_dict(activity)
+    assert "ann@example.com" not in str(shown["mentions"])
+
+
+def test_handle_field_names_the_public_handle(make_user: Callable[..., Any], settings: Any) -> None:
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "first_name"}
+    author = make_user("author@example.com", first_name="Author")
+    ann = make_user("ann@example.com", first_name="ann")
+    Contact.objects.create(owner=author, contact=ann)
+    activity = feed.post(author, "Lunch, @ann?")
+    assert [mention.user for mention in Mention.objects.filter(activity=activity)] == [ann]
+    assert [user.pk for user in feed.usernames_starting_with("AN", author)] == [ann.pk]
+    shown = feed.activity_as_dict(activity)
+    assert shown["author"] == {"id": author.pk, "username": "Author"}
+    assert shown["mentions"] == [{"id": ann.pk, "username": "ann"}]
+    assert "@example.com" not in str(shown)

@@ -30,6 +30,8 @@ def test_e001_presence_feed_must_be_a_dict(settings: Any) -> None:
         ("RECORD_STATUS_ACTIVITIES", 1),
         ("MENTION_URL", ""),
         ("MENTION_URL", 5),
+        ("HANDLE_FIELD", ""),
+        ("HANDLE_FIELD", 3),
     ],
 )
 def test_feed_settings_are_checked(settings: Any, key: str, bad: Any) -> None:
@@ -70,3 +72,12 @@ def test_feed_keys_left_in_presence_are_not_used(settings: Any) -> None:
     assert get_settings().ACTIVITY_MAX_LENGTH == 500
     settings.PRESENCE_FEED = {"ACTIVITY_MAX_LENGTH": 10}
     assert get_settings().ACTIVITY_MAX_LENGTH == 10
+
+
+def test_e003_handle_field_must_name_a_field_of_the_user_model(settings: Any) -> None:
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "nickname"}
+    [message] = check_settings()
+    assert message.id == "presence_feed.E003"
+    assert "'nickname'" in message.msg and "USERNAME_FIELD" in message.hint
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "first_name"}
+    assert check_settings() == []

@@ -8,13 +8,14 @@ from django.contrib import admin
 from django.db.models import Count
 from django.utils.translation import gettext_lazy as _
 
+from presence.admin import UserFieldsMixin, user_search_fields
 from presence.feed.models import Activity, Group, Membership, Mention
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(UserFieldsMixin, admin.TabularInline):
     model = Membership
     extra = 0
-    autocomplete_fields = ("user",)
+    user_fields = raw_id_fields = ("user",)
     readonly_fields = ("joined_at",)
 
 
@@ -33,20 +34,20 @@ class GroupAdmin(admin.ModelAdmin):
         return int(group._members)
 
 
-class MentionInline(admin.TabularInline):
+class MentionInline(UserFieldsMixin, admin.TabularInline):
     model = Mention
     extra = 0
-    autocomplete_fields = ("user",)
+    user_fields = raw_id_fields = ("user",)
     # The copy of the activity's time is set by presence.feed.api.post, and on save below.
     exclude = ("created_at",)
 
 
 @admin.register(Activity)
-class ActivityAdmin(admin.ModelAdmin):
+class ActivityAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_display = ("author", "short_text", "kind", "created_at")
     list_filter = ("kind",)
-    search_fields = ("text", "author__username", "author__email")
-    autocomplete_fields = ("author",)
+    search_fields = ("text", *user_search_fields("author"))
+    user_fields = raw_id_fields = ("author",)
     list_select_related = ("author",)
     # Newest first through the (created_at, id) index, however large the table; no
     # date_hierarchy (its year list reads every row) and no second count when searching.

@@ -130,22 +130,42 @@ def _author_pk(author: Any) -> int:
     return pk
 
 
+def handle_field() -> str:
+    """The user model's field of public handles (``HANDLE_FIELD``, else USERNAME_FIELD)."""
+    return get_settings().HANDLE_FIELD or get_user_model().USERNAME_FIELD
+
+
+def handle_of(user: Any) -> str | None:
+    """``user``'s public handle, or None where it must not be shown: empty, or an e-mail
+    address (a site logging in by e-mail names a public field with HANDLE_FIELD)."""
+    value = getattr(user, handle_field(), None)
+    if not value or "@" in str(value):
+        return None
+    return str(value)
+
+
 def _known_users(names: Sequence[str]) -> dict[str, Any]:
-    """Users named (exactly, or ignoring case) by ``names``: username -> user. One query for
+    """Users named (exactly, or ignoring case) by ``names``: handle -> user. One query for
     the exact names (the unique index); a second one only for names typed in another case."""
     if not names:
         return {}
-    user_model = get_user_model()
-    field = user_model.USERNAME_FIELD
-    manager = user_model._default_manager
-    known = {user.get_username(): user for user in manager.filter(**{f"{field}__in": names})}
+    field = handle_field()
+    manager = get_user_model()._default_manager
+    known: dict[str, Any] = {}
+
+    def add(users: Any) -> None:
+        for user in users:
+            handle = handle_of(user)
+            if handle is not None:
+                known.setdefault(handle, user)
+
+    add(manager.filter(**{f"{field}__in": names}))
     others = [name for name in names if name not in known]
     if others:
         folded = Q()
         for name in others:
             folded |= Q(**{f"{field}__iexact": name})
-        for user in manager.filter(folded):
-            known.setdefault(user.get_username(), user)
+        add(manager.filter(folded))
     return known
 
 
@@ -483,7 +503,8 @@ def profile_url(user: Any, url_name: str | None = None) -> str | None:
     name = url_name or get_settings().MENTION_URL
     if name:
         try:
-            return reverse(name, args=[user.get_username()])
+            handle = handle_of(user)
+            return reverse(name, args=[handle]) if handle else None
         except NoReverseMatch:
             logger.warning("Presence: cannot reverse %r for a mention link", name)
             return None
@@ -496,7 +517,11 @@ def render_text(activity: Activity, url_name: str | None = None) -> SafeString:
     (``<a class="mention" href="...">@name</a>``, or a ``<span class="mention">`` when there
     is no URL). Names that were unknown when posted stay plain text."""
     text = activity.text
-    users = {mention.user.get_username(): mention.user for mention in mentions_of(activity)}
+    users = {
+        handle: mention.user
+        for mention in mentions_of(activity)
+        if (handle := handle_of(mention.user)) is not None
+    }
     spans = feed_domain.resolve_mentions(text, feed_domain.case_insensitive_lookup(users))
     parts: list[str] = []
     start = 0
@@ -519,11 +544,11 @@ def activity_as_dict(activity: Activity, url_name: str | None = None) -> dict[st
     return {
         "id": activity.pk,
         "kind": activity.kind,
-        "author": {"id": author.pk, "username": author.get_username()},
+        "author": {"id": author.pk, "username": handle_of(author)},
         "text": activity.text,
         "html": str(render_text(activity, url_name)),
         "mentions": [
-            {"id": mention.user.pk, "username": mention.user.get_username()}
+            {"id": mention.user.pk, "username": handle_of(mention.user)}
             for mention in mentions_of(activity)
         ],
         "created_at": activity.created_at.isoformat(),
@@ -538,12 +563,15 @@ def page_as_dict(page: Page, url_name: str | None = None) -> dict[str, Any]:
 
 
 def usernames_starting_with(prefix: str, viewer: Any, limit: int = 10) -> list[Any]:
-    """Users whose username starts with ``prefix`` (ignoring case), for mention completion;
-    users blocked either way are left out."""
+    """Users whose handle (``HANDLE_FIELD``) starts with ``prefix`` (ignoring case), for mention
+    completion; users blocked either way, and handles that are e-mail addresses, are left
+    out."""
     user_model = get_user_model()
-    field = user_model.USERNAME_FIELD
+    field = handle_field()
     viewer_pk = _viewer_pk_of(viewer)
-    users = user_model._default_manager.filter(**{f"{field}__istartswith": prefix})
+    users = user_model._default_manager.filter(**{f"{field}__istartswith": prefix}).exclude(
+        **{f"{field}__contains": "@"}
+    )
     if "is_active" in {f.name for f in user_model._meta.get_fields()}:
         users = users.filter(is_active=True)
     if viewer_pk is not None:

@@ -19,6 +19,23 @@ def _bad_value(key: str, value: Any, expected: str) -> Error:
     )
 
 
+def _check_handle_field(name: str) -> list[CheckMessage]:
+    from django.contrib.auth import get_user_model
+
+    user_model = get_user_model()
+    if name in {field.name for field in user_model._meta.concrete_fields}:
+        return []
+    return [
+        Error(
+            f"PRESENCE_FEED['HANDLE_FIELD'] is {name!r}, which is not a field of "
+            f"{user_model._meta.label}.",
+            hint="Name the user model's field of public handles (e.g. 'username' or "
+            "'display_name'), or remove the key to use USERNAME_FIELD.",
+            id="presence_feed.E003",
+        )
+    ]
+
+
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     messages: list[CheckMessage] = []
@@ -58,6 +75,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if not isinstance(raw.get("RECORD_STATUS_ACTIVITIES", False), bool):
         value = raw["RECORD_STATUS_ACTIVITIES"]
         messages.append(_bad_value("RECORD_STATUS_ACTIVITIES", value, "True or False"))
+    handle = raw.get("HANDLE_FIELD")
+    if handle is not None:
+        if not isinstance(handle, str) or not handle:
+            messages.append(_bad_value("HANDLE_FIELD", handle, "a field name (a string) or None"))
+        else:
+            messages += _check_handle_field(handle)
     mention_url = raw.get("MENTION_URL")
     if mention_url is not None and (not isinstance(mention_url, str) or not mention_url):
         messages.append(_bad_value("MENTION_URL", mention_url, "a URL name (a string) or None"))

@@ -25,6 +25,10 @@ class FeedSettings:
     #: (e.g. "accounts:profile"); None: the user's get_absolute_url() (ABSOLUTE_URL_OVERRIDES),
     #: else the mention is not linked
     MENTION_URL: str | None = None
+    #: the user model's field holding each user's public handle, what ``@handle`` mentions,
+    #: mention suggestions, feed JSON ("username") and mention links use; None: USERNAME_FIELD.
+    #: A handle containing "@" (an e-mail address) is never shown, mentioned or suggested
+    HANDLE_FIELD: str | None = None
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(FeedSettings))

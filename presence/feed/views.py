@@ -182,5 +182,5 @@ def mention_suggestions_view(request: HttpRequest) -> HttpResponse:
     check_text(prefix, "q")
     users = feed.usernames_starting_with(prefix, request.user, MAX_SUGGESTIONS)
     return JsonResponse(
-        {"users": [{"id": user.pk, "username": user.get_username()} for user in users]}
+        {"users": [{"id": user.pk, "username": feed.handle_of(user)} for user in users]}
     )

@@ -19,3 +19,6 @@ class Follow(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["follower", "followed"], name="graphsite_follow_once")
         ]
+
+    def __str__(self) -> str:
+        return f"{self.follower_id} follows {self.followed_id}"

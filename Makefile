@@ -24,8 +24,11 @@ demo: install
 	@echo "Demo users: alice, bob, carol, dave, erin; password: presence-demo"
 	$(WITH_REDIS) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application
 
+# The main suite, then the same Redis for a site whose user model logs in by e-mail
+# (tests/settings_email.py: a second settings module needs a second run).
 test: install
-	$(WITH_REDIS) $(PY) -m pytest $(PYTEST_ARGS)
+	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \
+	  $(PY) -m pytest -q -p no:cacheprovider --ds=tests.settings_email tests/emailsite/tests_email.py'
 
 lint: install
 	$(VENV)/bin/ruff check presence siteproject tests benchmarks tools

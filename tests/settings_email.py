@@ -1,0 +1,13 @@
+"""A site whose user model logs in by e-mail (tests.emailsite), with no User admin registered:
+`make test` runs tests/emailsite/tests_email.py with these settings after the main suite."""
+
+from __future__ import annotations
+
+from tests.settings import *  # noqa: F403
+from tests.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [
+    app for app in INSTALLED_APPS if app not in {"siteproject.demo", "tests.graphsite"}
+] + ["tests.emailsite"]
+AUTH_USER_MODEL = "emailsite.User"
+ROOT_URLCONF = "tests.emailsite.urls"

@@ -243,3 +243,31 @@ def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             id="presence.W002",
         )
     ]
+
+
+REQUEST_CONTEXT_PROCESSOR = "django.template.context_processors.request"
+
+
+@register(Tags.templates)
+def check_request_context_processor(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """presence.W004: presence's template tags read the viewer from ``request`` in the context;
+    without the context processor they show every user as a stranger would see them."""
+    engines = [
+        engine
+        for engine in getattr(settings, "TEMPLATES", [])
+        if engine.get("BACKEND") == "django.template.backends.django.DjangoTemplates"
+    ]
+    if not engines or any(
+        REQUEST_CONTEXT_PROCESSOR in engine.get("OPTIONS", {}).get("context_processors", [])
+        for engine in engines
+    ):
+        return []
+    return [
+        Warning(
+            "No DjangoTemplates engine has the 'request' context processor: presence's "
+            "template tags would show every user as a stranger sees them (quietly offline).",
+            hint=f"Add {REQUEST_CONTEXT_PROCESSOR!r} to TEMPLATES[...]['OPTIONS']"
+            "['context_processors'].",
+            id="presence.W004",
+        )
+    ]

@@ -8,8 +8,10 @@ one each per user otherwise).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.templatetags.static import static
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
@@ -21,11 +23,31 @@ from presence import api, domain
 from presence.conf import get_settings
 from presence.users import user_pk
 
+logger = logging.getLogger("presence")
+
 _CACHE_ATTR = "_presence_cache"
+#: whether this process already said that a tag rendered without a request (DEBUG only)
+_warned_without_request = False
 
 
 def _viewer(request: Any) -> Any:
+    if request is None:
+        _warn_without_request()
     return getattr(request, "user", None)
+
+
+def _warn_without_request() -> None:
+    """In DEBUG, say once per process that a tag rendered with no ``request`` in its context:
+    it then shows presence as a stranger sees it, quietly different from the rest of the page."""
+    global _warned_without_request
+    if django_settings.DEBUG and not _warned_without_request:
+        _warned_without_request = True
+        logger.warning(
+            "Presence: a template tag rendered without `request` in its context, so it shows "
+            "presence as a stranger sees it. Enable the context processor "
+            "'django.template.context_processors.request' (presence.W004), and give inclusion "
+            "tags that use presence's tags takes_context=True."
+        )
 
 
 def _cache(request: Any) -> dict[int, domain.Presence]:
@@ -62,7 +84,7 @@ def presence_for(request: Any, target: Any) -> tuple[int | None, domain.Presence
     if pk is None:
         return None, domain.HIDDEN
     if request is None:  # no request to cache on (a template rendered outside a request)
-        return pk, api.get_presence(pk, None)
+        return pk, api.get_presence(pk, _viewer(request))
     cache = _cache(request)
     if pk not in cache:
         prefetch(request, [pk])
@@ -109,6 +131,11 @@ def script_labels() -> dict[str, str]:
 
 #: where ``presence.routing.websocket_urlpatterns`` serves the consumer (docs/websocket.md)
 SOCKET_PATH = "ws/presence/"
+
+
+def stylesheet_tag() -> SafeString:
+    """The ``<link>`` of presence.css, which gives the dots their size and colours."""
+    return format_html('<link rel="stylesheet" href="{}">', static("presence/presence.css"))
 
 
 def script_tag(socket: str | None = None) -> SafeString:

@@ -460,3 +460,28 @@ def test_w003_length_settings_beyond_the_columns(settings: Any) -> None:
     }
     assert named == {"text", "activity", "emoji"}
     assert all(m.hint and "at most" in m.hint for m in found)
+
+
+# --- presence.W004: the request context processor ------------------------------------------
+
+
+def test_w004_without_the_request_context_processor(settings: Any) -> None:
+    engine = settings.TEMPLATES[0]
+    processors = [
+        name
+        for name in engine["OPTIONS"]["context_processors"]
+        if name != checks.REQUEST_CONTEXT_PROCESSOR
+    ]
+    settings.TEMPLATES = [
+        {**engine, "OPTIONS": {**engine["OPTIONS"], "context_processors": processors}}
+    ]
+    [message] = checks.check_request_context_processor()
+    assert message.id == "presence.W004"
+    assert checks.REQUEST_CONTEXT_PROCESSOR in message.hint
+
+
+def test_w004_absent_when_an_engine_has_it(settings: Any) -> None:
+    assert (
+        checks.REQUEST_CONTEXT_PROCESSOR in settings.TEMPLATES[0]["OPTIONS"]["context_processors"]
+    )
+    assert checks.check_request_context_processor() == []

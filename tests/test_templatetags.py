@@ -436,3 +436,45 @@ def test_tags_during_a_redis_outage(make_user: Callable[..., Any]) -> None:
             f=friend,
         )
     assert html == f"{dot_html(friend.pk, 'offline')}|5{NBSP}hours ago|0"
+
+
+# --- the stylesheet, and tags rendered without a viewer -------------------------------------
+
+
+def test_presence_css_markup() -> None:
+    assert render("{% presence_css %}") == (
+        '<link rel="stylesheet" href="/static/presence/presence.css">'
+    )
+
+
+def test_a_tag_without_request_says_so_once_in_debug(
+    make_user: Callable[..., Any], caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    from presence import rendering
+
+    target = make_user("target")
+    monkeypatch.setattr(rendering, "_warned_without_request", False)
+    with caplog.at_level("WARNING", logger="presence"):
+        with override_settings(DEBUG=False):
+            render("{% presence_dot target %}", target=target)
+        assert caplog.records == []  # not outside DEBUG
+        with override_settings(DEBUG=True):
+            render("{% presence_dot target %}", target=target)
+            render("{% last_seen target %}{% presence_dot target %}", target=target)
+    [record] = caplog.records
+    assert "without `request`" in record.getMessage()
+    assert "presence.W004" in record.getMessage()
+
+
+def test_a_tag_with_request_says_nothing(
+    make_user: Callable[..., Any], caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    from presence import rendering
+
+    viewer, target = make_user("viewer"), make_user("target")
+    monkeypatch.setattr(rendering, "_warned_without_request", False)
+    request = RequestFactory().get("/")
+    request.user = viewer
+    with caplog.at_level("WARNING", logger="presence"), override_settings(DEBUG=True):
+        render("{% presence_dot target %}", request, target=target)
+    assert caplog.records == []

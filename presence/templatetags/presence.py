@@ -35,6 +35,12 @@ def online_friends(context: template.Context, limit: int | None = None) -> list[
 
 
 @register.simple_tag
+def presence_css() -> SafeString:
+    """The stylesheet of the dots (presence/presence.css); without it they measure 0 px."""
+    return rendering.stylesheet_tag()
+
+
+@register.simple_tag
 def presence_script(socket: str | None = None) -> SafeString:
     """presence.js and its configuration; ``socket=""`` makes it poll instead of a WebSocket."""
     return rendering.script_tag(socket)

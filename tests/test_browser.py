@@ -521,6 +521,32 @@ def test_polling_a_friend_goes_online_and_offline_without_reload(
     assert a.page.evaluate("() => window.loadedOnce") is True
 
 
+def test_without_an_asgi_server_the_client_says_once_why_it_polls(
+    browser: Browser, live_server: Any, people: dict[str, Any]
+) -> None:
+    """Served by plain WSGI (pytest-django's live server), ws/presence/ answers 404: the page
+    polls, and says why in the console once, however often it retries the socket."""
+    a = browser.open(people["ann"], live_server.url, log_in=False)
+    a.allowed += [r"WebSocket connection to .* failed"]  # Chromium's own report of the 404
+    warnings: list[tuple[str, str]] = []  # (the page's URL, the text)
+    a.page.on(
+        "console",
+        lambda m: warnings.append((a.page.url, m.text)) if m.type == "warning" else None,
+    )
+    a.log_in()
+    home = a.page.url
+    deadline = time.monotonic() + 15
+    while len([w for w in a.sockets if w.url.endswith("/ws/presence/")]) < 4:
+        assert time.monotonic() < deadline, "the page retries the socket"
+        a.page.wait_for_timeout(200)
+    told = [(url, text) for url, text in warnings if "could not be opened" in text]
+    # Once per page (the login page, then the home page), however often it retried.
+    assert [url for url, _ in told].count(home) == 1
+    assert len(told) == len({url for url, _ in told})
+    assert all("ASGI server" in text and "/ws/presence/" in text for _, text in told)
+    assert a.page.evaluate("() => window.presence.state") in {"closed", "connecting"}
+
+
 def test_polling_a_stranger_sees_an_online_user_offline_and_no_last_seen(
     browser: Browser, live_server: Any, people: dict[str, Any]
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -166,3 +167,29 @@ def test_the_book_builds_strictly(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "websocket" / "index.html").exists()
+
+
+def test_the_readmes_asgi_py_imports_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """The README's asgi.py, exactly as printed, works as a site's asgi.py: imported by a fresh
+    interpreter (as an ASGI server does), it sets Django up before importing presence."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(# asgi\.py.*?)```", readme, re.S)
+    assert len(blocks) == 1, "the README has one complete asgi.py block"
+    (tmp_path / "asgi_as_printed.py").write_text(blocks[0])
+    probe = (
+        "import asgi_as_printed as m, channels.routing as r;"
+        "assert isinstance(m.application, r.ProtocolTypeRouter);"
+        "print(sorted(m.application.application_mapping))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['http', 'websocket']"

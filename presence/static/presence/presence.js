@@ -84,6 +84,8 @@
   };
   const latest = new Map(); // user id -> presence last rendered
   let state = socketUrl ? "connecting" : "polling";
+  let everOpened = false; // whether the socket ever opened on this page
+  let toldWhyPolling = false; // the console hears once why the page polls
 
   // --- events -----------------------------------------------------------------------------
 
@@ -266,6 +268,7 @@
     const ws = new WebSocket(socketUrl);
     socket = ws;
     ws.onopen = () => {
+      everOpened = true;
       // Not at once: a server that accepts and drops every connection must not be hammered.
       stableTimer = setTimeout(() => {
         attempts = 0;
@@ -298,6 +301,16 @@
         return;
       }
       setState("closed", event.code);
+      if (!everOpened && !toldWhyPolling) {
+        // Never opened: usually no ASGI server or no WebSocket route (a 404 on the handshake).
+        toldWhyPolling = true;
+        console.warn(
+          `presence: the WebSocket ${socketUrl} could not be opened (code ${event.code}); ` +
+            `polling ${endpoint} instead, and retrying. Is the site served by an ASGI server ` +
+            "(daphne, uvicorn; runserver with \"daphne\" in INSTALLED_APPS) with " +
+            "presence.routing.websocket_urlpatterns in asgi.py? See the docs, Deployment.",
+        );
+      }
       schedulePoll();
       retryTimer = setTimeout(connect, retryDelay(event.code));
     };

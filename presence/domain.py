@@ -179,7 +179,7 @@ class Presence:
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "status": self.status.value,
-            "last_seen": self.last_seen.isoformat() if self.last_seen else None,
+            "last_seen": iso_time(self.last_seen),
             "devices": list(self.devices),
             "text": self.text,
             "emoji": self.emoji,
@@ -191,6 +191,15 @@ class Presence:
 
 
 HIDDEN = Presence()
+
+
+def iso_time(value: datetime | None) -> str | None:
+    """The one format of times in presence's JSON: ISO 8601 in UTC to the second
+    ("2025-01-31T09:30:00+00:00"), whichever path the time came from (Redis keeps seconds, the
+    database microseconds)."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def visibly_differs(before: Presence | None, after: Presence) -> bool:

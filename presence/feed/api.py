@@ -551,7 +551,7 @@ def activity_as_dict(activity: Activity, url_name: str | None = None) -> dict[st
             {"id": mention.user.pk, "username": handle_of(mention.user)}
             for mention in mentions_of(activity)
         ],
-        "created_at": activity.created_at.isoformat(),
+        "created_at": domain.iso_time(activity.created_at),
     }
 
 

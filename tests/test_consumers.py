@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -1907,3 +1908,30 @@ async def test_a_sites_own_graph_kept_in_sync_by_the_recipe_reaches_open_sockets
     assert await receive(watcher) == diff({target.pk: online()})
     await sync_to_async(follow.delete)()
     assert await receive(watcher) == diff({target.pk: HIDDEN})
+
+
+async def test_one_time_format_on_every_path(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    """last_seen from the database keeps microseconds, from Redis whole seconds: the JSON
+    endpoint, the WebSocket and the feed's created_at all say it one way (domain.iso_time)."""
+    from django.test import AsyncClient
+
+    from presence.feed import api as feed
+
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await sync_to_async(PrivacySettings.objects.create)(
+        user=target, online_visibility="everyone", last_seen_visibility="everyone"
+    )
+    seen = datetime(2030, 1, 7, 9, 30, 0, 123456, tzinfo=UTC)
+    await sync_to_async(LastSeen.objects.create)(user=target, seen_at=seen)
+    watcher = await sockets.open(viewer)
+    over_socket = (await subscribe(watcher, target))["presences"][str(target.pk)]["last_seen"]
+    client = AsyncClient()
+    await sync_to_async(client.force_login)(viewer)
+    over_http = (await client.get(f"/presence/api/presence?users={target.pk}")).json()
+    assert over_socket == over_http["presences"][str(target.pk)]["last_seen"]
+    assert over_socket == "2030-01-07T09:30:00+00:00"
+    activity = await sync_to_async(feed.post)(target, "Hello")
+    created = (await sync_to_async(feed.activity_as_dict)(activity))["created_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", created)

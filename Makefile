@@ -43,6 +43,17 @@ docs: install
 bench: install
 	$(WITH_REDIS) $(PY) -m benchmarks $(BENCH_ARGS)
 
+# The release: sdist and wheel in dist/, metadata checked by twine.
+dist: install
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+
+# Builds the release and installs the wheel into a clean virtualenv outside the checkout, then
+# drives a minimal site with it (tools/wheel_smoke.py): a missing package file fails here.
+release-check: install
+	$(WITH_REDIS) $(PY) -m tools.wheel_smoke
+
 messages: install
 	cd presence && ../$(PY) ../manage.py makemessages -l ja -l zh_Hans -l vi --no-obsolete --no-location
 	cd presence && ../$(PY) ../manage.py compilemessages

@@ -193,3 +193,18 @@ def test_the_readmes_asgi_py_imports_in_a_fresh_interpreter(tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['http', 'websocket']"
+
+
+def test_the_changelog_is_one_text() -> None:
+    """CHANGELOG.md (shipped in the sdist, shown by package indexes) and the book's page are the
+    same text; edit docs/changelog.md and copy it (`make docs` checks through this test)."""
+    assert (ROOT / "CHANGELOG.md").read_text() == (DOCS / "changelog.md").read_text()
+
+
+def test_the_version_is_defined_in_one_place() -> None:
+    from importlib.metadata import version
+
+    import presence
+
+    assert version("django-live-presence") == presence.__version__
+    assert "version = " not in (ROOT / "pyproject.toml").read_text().split("[tool.")[0]

@@ -138,17 +138,31 @@ def stylesheet_tag() -> SafeString:
     return format_html('<link rel="stylesheet" href="{}">', static("presence/presence.css"))
 
 
-def script_tag(socket: str | None = None) -> SafeString:
+def csp_nonce(context: Any) -> str | None:
+    """The Content Security Policy nonce of this response, if the site uses one: Django's own
+    (the ``csp`` context processor's ``csp_nonce``) or django-csp's ``request.csp_nonce``."""
+    if context is None:
+        return None
+    nonce = context.get("csp_nonce")
+    if nonce is None:
+        # django-csp's lazy nonce is falsy until read: read it (that also puts it in the header).
+        nonce = getattr(context.get("request"), "csp_nonce", None)
+    text = str(nonce) if nonce is not None else ""
+    return text or None
+
+
+def script_tag(socket: str | None = None, nonce: str | None = None) -> SafeString:
     """The ``<script>`` of presence.js with what it needs as data attributes (README
     "Template tags"). ``socket`` overrides the WebSocket path; ``""`` leaves the socket out,
-    and the client polls the JSON endpoint instead."""
+    and the client polls the JSON endpoint instead. ``nonce`` (a CSP nonce) is rendered as the
+    tag's ``nonce`` attribute, for policies such as ``script-src 'self' 'nonce-…'``."""
     conf = get_settings()
     if socket is None:
         socket = get_script_prefix() + SOCKET_PATH
     return format_html(
         '<script src="{}" data-presence-endpoint="{}" data-presence-status-endpoint="{}"{} '
         'data-presence-heartbeat="{}" data-presence-idle-after="{}" data-presence-labels="{}" '
-        "defer></script>",
+        "defer{}></script>",
         static("presence/presence.js"),
         reverse("presence:presence"),
         reverse("presence:status"),
@@ -156,4 +170,5 @@ def script_tag(socket: str | None = None) -> SafeString:
         conf.HEARTBEAT_INTERVAL,
         conf.IDLE_AFTER,
         json.dumps(script_labels(), ensure_ascii=False, separators=(",", ":")),
+        format_html(' nonce="{}"', nonce) if nonce else "",
     )

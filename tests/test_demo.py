@@ -604,3 +604,19 @@ async def test_removing_a_close_friend_reaches_their_open_socket(
     assert changed["type"] == "presence_diff"
     seen = changed["presences"][str(alice.pk)]
     assert (seen["status"], seen["text"]) == ("online", None)  # still a contact
+
+
+def test_the_demo_runs_under_a_strict_content_security_policy(client: Any, make_user: Any) -> None:
+    """script-src 'self' plus the response's nonce, which presence_script carries; the
+    browser tests fail on any violation (a console error)."""
+    import re
+
+    client.force_login(make_user("csp"))
+    response = client.get("/")
+    policy = response["Content-Security-Policy"]
+    nonce = re.search(r"script-src 'self' 'nonce-([^']+)'", policy)
+    assert nonce is not None, policy
+    assert "unsafe-inline" not in policy
+    html = response.content.decode()
+    assert 'data-presence-labels="' in html and f'nonce="{nonce.group(1)}"></script>' in html
+    assert not re.search(r"<[^>]*\son[a-z]+\s*=", html)  # no inline event handlers

@@ -478,3 +478,23 @@ def test_a_tag_with_request_says_nothing(
     with caplog.at_level("WARNING", logger="presence"), override_settings(DEBUG=True):
         render("{% presence_dot target %}", request, target=target)
     assert caplog.records == []
+
+
+# --- Content Security Policy nonces ---------------------------------------------------------
+
+
+def test_presence_script_carries_the_csp_nonce_of_django_csp() -> None:
+    request = RequestFactory().get("/")
+    request.csp_nonce = "r4nd0m"  # type: ignore[attr-defined]  # what django-csp sets
+    html = render('{% presence_script socket="" %}', request)
+    assert html.endswith(' defer nonce="r4nd0m"></script>')
+
+
+def test_presence_script_carries_djangos_own_csp_nonce() -> None:
+    # Django's csp context processor puts csp_nonce in the context.
+    html = render('{% presence_script socket="" %}', csp_nonce="fr0m-django")
+    assert html.endswith(' defer nonce="fr0m-django"></script>')
+
+
+def test_presence_script_without_a_nonce_has_no_nonce_attribute() -> None:
+    assert "nonce" not in render('{% presence_script socket="" %}', RequestFactory().get("/"))

@@ -40,7 +40,8 @@ def presence_css() -> SafeString:
     return rendering.stylesheet_tag()
 
 
-@register.simple_tag
-def presence_script(socket: str | None = None) -> SafeString:
-    """presence.js and its configuration; ``socket=""`` makes it poll instead of a WebSocket."""
-    return rendering.script_tag(socket)
+@register.simple_tag(takes_context=True)
+def presence_script(context: template.Context, socket: str | None = None) -> SafeString:
+    """presence.js and its configuration; ``socket=""`` makes it poll instead of a WebSocket.
+    Carries the response's CSP nonce where the site has one (django-csp, Django's own)."""
+    return rendering.script_tag(socket, rendering.csp_nonce(context))

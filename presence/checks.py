@@ -15,6 +15,7 @@ AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 DJANGO_REDIS_BACKENDS = {"django_redis.cache.RedisCache"}
 
 _POSITIVE_INTS = (
+    "TOKEN_MAX_AGE",
     "ONLINE_WINDOW",
     "TOUCH_INTERVAL",
     "HEARTBEAT_INTERVAL",

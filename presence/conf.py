@@ -43,6 +43,8 @@ class PresenceSettings:
     MAX_STATUS_EXPIRY: int = 30 * 24 * 3600
     #: live WebSocket connections one user may have; past it a new one is closed with 4429
     MAX_CONNECTIONS_PER_USER: int = 20
+    #: seconds a token of presence.tokens stays valid (native and mobile clients)
+    TOKEN_MAX_AGE: int = 30 * 24 * 3600
     #: Redis socket timeout (seconds) when the cache's OPTIONS set none: a slow Redis must not
     #: hold a page for long
     SOCKET_TIMEOUT: float = 0.5

@@ -1,0 +1,132 @@
+"""Tokens for native and mobile clients, which have no session cookie.
+
+A site issues a token to a logged-in user (``issue_token(user)``, e.g. from its own login API)
+and the app sends it as ``Authorization: Bearer <token>``:
+
+- on the WebSocket handshake: :class:`TokenAuthMiddleware` (ASGI) sets ``scope["user"]``;
+- on the JSON endpoints: :class:`TokenAuthenticationMiddleware` (Django) sets ``request.user``.
+
+A token is signed with the site's ``SECRET_KEY`` (``django.core.signing``), names the user and
+carries a hash of their password hash: it expires after ``TOKEN_MAX_AGE`` seconds and as soon as
+the user changes their password or is deactivated. A missing or bad token leaves the user
+anonymous, so the socket is closed with 4401 and the endpoints answer 401. Tokens are never
+logged; send them in the header, not in the URL (servers log URLs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
+from django.core import signing
+from django.http import HttpRequest, HttpResponseBase
+from django.utils.crypto import salted_hmac
+
+from presence.conf import get_settings
+
+_SALT = "presence.tokens"
+
+
+def _password_mark(user: Any) -> str:
+    # Changes with the password hash (and is no secret of it), so a new password ends tokens.
+    return salted_hmac(_SALT, user.password or "", algorithm="sha256").hexdigest()[:16]
+
+
+def issue_token(user: Any) -> str:
+    """A token that authenticates ``user`` for TOKEN_MAX_AGE seconds (until their password
+    changes)."""
+    return signing.dumps({"u": str(user.pk), "p": _password_mark(user)}, salt=_SALT)
+
+
+def user_for_token(token: str) -> Any | None:
+    """The active user ``token`` authenticates, or None (bad, expired, password changed)."""
+    try:
+        data = signing.loads(token, salt=_SALT, max_age=get_settings().TOKEN_MAX_AGE)
+    except signing.BadSignature:  # also SignatureExpired
+        return None
+    pk = data.get("u") if isinstance(data, dict) else None
+    if not isinstance(pk, str):
+        return None
+    user = get_user_model()._default_manager.filter(pk=pk).first()
+    if user is None or not getattr(user, "is_active", True):
+        return None
+    return user if data.get("p") == _password_mark(user) else None
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+class TokenAuthMiddleware:
+    """ASGI middleware for the WebSocket: a connection with ``Authorization: Bearer <token>``
+    and no authenticated user yet gets the token's user as ``scope["user"]`` (else anonymous).
+
+    Put it inside ``AuthMiddlewareStack`` (sessions first, tokens for the others)::
+
+        AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
+    """
+
+    def __init__(self, inner: Callable[..., Awaitable[None]]) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        user = scope.get("user")
+        if user is None or not getattr(user, "is_authenticated", False):
+            headers = dict(scope.get("headers") or [])
+            token = bearer_token(headers.get(b"authorization", b"").decode("latin-1"))
+            if token is not None:
+                found = await sync_to_async(user_for_token)(token)
+                scope = {**scope, "user": found or AnonymousUser()}
+        await self.inner(scope, receive, send)
+
+
+class TokenAuthenticationMiddleware:
+    """Django middleware for the JSON endpoints: a request with ``Authorization: Bearer
+    <token>`` and no session user is the token's user. Such a request carries no cookie, so
+    presence's endpoints skip their CSRF check for it. Put it after AuthenticationMiddleware."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        self._authenticate(request, user_for_token)
+        return self.get_response(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        token = self._token(request)
+        if token is not None:
+            found = await sync_to_async(user_for_token)(token)
+            self._authenticate(request, lambda _: found)
+        response: HttpResponseBase = await self.get_response(request)
+        return response
+
+    @staticmethod
+    def _token(request: HttpRequest) -> str | None:
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            return None
+        return bearer_token(request.META.get("HTTP_AUTHORIZATION"))
+
+    def _authenticate(self, request: HttpRequest, lookup: Callable[[str], Any]) -> None:
+        token = self._token(request)
+        if token is None:
+            return
+        found = lookup(token)
+        if found is not None:
+            request.user = found
+            #: authenticated by a header, not by a cookie: no cross-site request can carry it
+            request.presence_token_auth = True  # type: ignore[attr-defined]

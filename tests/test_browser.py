@@ -292,6 +292,39 @@ def test_a_friend_comes_online_and_leaves_without_reload(
     assert a.page.evaluate("() => window.loadedOnce") is True
 
 
+def test_the_online_friends_list_follows_a_friend_without_reload(
+    browser: Browser, live: Daphne, people: dict[str, Any]
+) -> None:
+    """The demo's sidebar ({% online_friends_list %}): ben appears in ann's list when he comes
+    online and leaves it after the grace, while the page stays loaded; cy (no friend) never."""
+    ann, ben = people["ann"], people["ben"]
+    a = browser.open(ann, live.url)
+    friends = a.page.locator("[data-presence-friends]")
+    count = a.page.locator("[data-presence-friends-count]")
+    ben_item = friends.locator(f'[data-presence-friend="{ben.pk}"]')
+    expect(ben_item).to_be_hidden()
+    expect(count).to_have_text("0")
+    expect(friends.locator("[data-presence-friends-empty]")).to_be_visible()
+    a.wait_connected()
+    a.page.evaluate("() => { window.loadedOnce = true; }")
+
+    b = browser.open(ben, live.url)
+    expect(ben_item).to_be_visible()
+    expect(ben_item).to_contain_text("ben")
+    expect(count).to_have_text("1")
+    expect(friends.locator("[data-presence-friends-empty]")).to_be_hidden()
+    browser.open(people["cy"], live.url)  # online, but no friend of ann's
+    expect(friends.locator("[data-presence-friend]:visible")).to_have_count(1)
+
+    closed = time.monotonic()
+    b.page.close()
+    expect(ben_item).to_be_hidden(timeout=(GRACE + MARGIN) * 1000)
+    elapsed = time.monotonic() - closed
+    assert elapsed >= GRACE - 0.2, f"left the list after {elapsed:.2f} s, before the grace"
+    expect(count).to_have_text("0")
+    assert a.page.evaluate("() => window.loadedOnce") is True
+
+
 def test_a_reload_does_not_flap(browser: Browser, live: Daphne, people: dict[str, Any]) -> None:
     ann, ben = people["ann"], people["ben"]
     a = browser.open(ann, live.url)

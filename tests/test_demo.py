@@ -229,8 +229,12 @@ def test_home_sidebar_shows_online_friends_only(client: Any, demo: dict[str, Any
     login(client, demo["alice"])
     html = client.get(reverse("demo:home")).content.decode()
     sidebar = section(html, '<aside class="layout__side', "</aside>")
-    assert "Bob Brown" in sidebar
-    assert "Carol Chen" not in sidebar and "Erin Endo" not in sidebar
+    # The live list (online_friends_list) also holds offline friends, hidden, so that
+    # presence.js can show them when they come online; strangers are never in it.
+    shown = [item for item in re.findall(r"<li [^>]*>.*?</li>", sidebar) if " hidden>" not in item]
+    assert len(shown) == 1 and "Bob Brown" in shown[0]
+    assert "Carol Chen" in sidebar and "Erin Endo" not in sidebar
+    assert "data-presence-friends-count>1</span>" in sidebar
     # bob chose do not disturb; alice sees it on every dot of him.
     assert dot_status(sidebar, demo["bob"]) == "dnd"
     assert dot_status(html, demo["carol"]) == "offline"
@@ -519,10 +523,11 @@ def test_home_costs_the_same_for_few_and_many_friends(
     assert all(f'data-presence-user="{f.pk}"' in few_html for f in few)
     assert len(re.findall(r'presence-dot--online" data-presence-user', many_html)) >= 20
     assert (many_queries, many_trips) == (few_queries, few_trips)
-    # Session, user, friends, followers, own presence, page prefetch, online friends (3).
-    with django_assert_max_num_queries(9):
+    # Session, user, friends, followers, own presence, page prefetch, the live online-friends
+    # list (online friends: 3; the offline friends it watches: their rows and presence, 2).
+    with django_assert_max_num_queries(11):
         client.get(reverse("demo:home"))
-    assert many_trips <= 3  # own presence, page prefetch, online friends
+    assert many_trips <= 4  # own presence, page prefetch, online friends, watched friends
 
 
 # --- text the database cannot store, or that misleads readers -------------------------------

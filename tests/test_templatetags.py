@@ -498,3 +498,55 @@ def test_presence_script_carries_djangos_own_csp_nonce() -> None:
 
 def test_presence_script_without_a_nonce_has_no_nonce_attribute() -> None:
     assert "nonce" not in render('{% presence_script socket="" %}', RequestFactory().get("/"))
+
+
+# --- the live online-friends list -----------------------------------------------------------
+
+
+def test_online_friends_list_markup(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    from tests.clock import T0
+
+    ann, ben, cy, dee = make_user("ann"), make_user("ben"), make_user("cy"), make_user("dee")
+    for friend in (ben, cy):  # friends: mutual contacts; dee only follows ann
+        Contact.objects.create(owner=ann, contact=friend)
+        Contact.objects.create(owner=friend, contact=ann)
+    Contact.objects.create(owner=dee, contact=ann)
+    LastSeen.objects.create(user=cy, seen_at=T0 - timedelta(hours=1))
+    api.touch(ben)
+    api.touch(dee)
+    request = RequestFactory().get("/")
+    request.user = ann
+    html = render("{% online_friends_list limit=5 %}", request)
+    ben_dot = render("{% presence_dot ben %}", request, ben=ben)
+    cy_dot = render("{% presence_dot cy %}", request, cy=cy)
+    assert html == (
+        '<div class="presence-friends" data-presence-friends data-presence-friends-limit="5">\n'
+        '  <ul class="presence-friends__list">\n'
+        f'    <li data-presence-friend="{ben.pk}" data-presence-last-seen-at="'
+        f'{T0.isoformat()}">{ben_dot} ben</li>\n'
+        f'    <li data-presence-friend="{cy.pk}" data-presence-last-seen-at="'
+        f'{(T0 - timedelta(hours=1)).isoformat()}" hidden>{cy_dot} cy</li>\n'
+        "  </ul>\n"
+        '  <p class="presence-friends__empty" data-presence-friends-empty hidden>'
+        "No friend is online right now.</p>\n"
+        "</div>\n"
+    )
+
+
+def test_online_friends_list_shows_at_most_limit_and_nothing_to_strangers(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    ann = make_user("ann")
+    friends = [make_user(f"f{n}") for n in range(4)]
+    for friend in friends:
+        Contact.objects.create(owner=ann, contact=friend)
+        Contact.objects.create(owner=friend, contact=ann)
+        api.touch(friend)
+    request = RequestFactory().get("/")
+    request.user = ann
+    html = render("{% online_friends_list limit=2 %}", request)
+    assert html.count("<li ") == 4 and html.count('" hidden>') == 2  # two shown, two hidden
+    request.user = AnonymousUser()
+    assert "<li " not in render("{% online_friends_list %}", request)

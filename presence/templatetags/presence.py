@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
 from presence import rendering
@@ -32,6 +33,20 @@ def last_seen(context: template.Context, target: Any) -> str:
 @register.simple_tag(takes_context=True)
 def online_friends(context: template.Context, limit: int | None = None) -> list[Any]:
     return rendering.online_friends(context.get("request"), limit)
+
+
+@register.simple_tag(takes_context=True)
+def online_friends_list(
+    context: template.Context, limit: int = 20, template_name: str | None = None
+) -> SafeString:
+    """A live list of the viewer's online friends: rendered now, then kept current by
+    presence.js (friends appear, reorder and disappear as their visible presence changes).
+    ``template_name`` replaces presence/online_friends_list.html (keep its data attributes)."""
+    request = context.get("request")
+    data = rendering.live_friends(request, limit)
+    return render_to_string(
+        template_name or "presence/online_friends_list.html", data, request=request
+    )
 
 
 @register.simple_tag

@@ -183,7 +183,43 @@
       latest.set(id, presences[id]);
       render(id, presences[id]);
     });
+    arrangeFriends();
     emit("update", { presences });
+  }
+
+  // Live online-friends lists ({% online_friends_list %}): each [data-presence-friend] item is
+  // shown while its friend is online (online, idle or dnd), the most recently active first, at
+  // most data-presence-friends-limit of them; the others stay in the list, hidden and watched.
+  function arrangeFriends() {
+    document.querySelectorAll("[data-presence-friends]").forEach((box) => {
+      const limit = Number(box.dataset.presenceFriendsLimit) || Infinity;
+      const items = Array.from(box.querySelectorAll("[data-presence-friend]"));
+      items.forEach((item) => {
+        const p = latest.get(item.dataset.presenceFriend);
+        if (!p) return; // not known yet: as the server rendered it
+        item.dataset.presenceLastSeenAt = p.last_seen || "";
+        item.dataset.presenceOnline = p.status !== "offline" ? "1" : "";
+      });
+      const online = (item) =>
+        item.dataset.presenceOnline !== undefined
+          ? item.dataset.presenceOnline === "1"
+          : !item.hidden;
+      const when = (item) => Date.parse(item.dataset.presenceLastSeenAt || "") || 0;
+      const shown = items.filter(online).sort((a, b) => when(b) - when(a)).slice(0, limit);
+      const list = items.length ? items[0].parentNode : null;
+      shown.forEach((item, index) => {
+        if (list && list.children[index] !== item) list.insertBefore(item, list.children[index]);
+      });
+      items.forEach((item) => {
+        item.hidden = !shown.includes(item);
+      });
+      box.querySelectorAll("[data-presence-friends-empty]").forEach((el) => {
+        el.hidden = shown.length > 0;
+      });
+      document.querySelectorAll("[data-presence-friends-count]").forEach((el) => {
+        el.textContent = String(shown.length);
+      });
+    });
   }
 
   function watchedIds(root = document) {

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.db.models import F, QuerySet
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
+from presence import api, domain
 from presence.models import (
     Block,
     Contact,
@@ -89,9 +95,109 @@ class BlockAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_select_related = ("blocker", "blocked")
 
 
+# --- presence for moderators: dots, last seen, "online now" ------------------------------------
+
+#: the presence of the users on the changelist page being rendered (as its viewer may see them)
+_page_presence: ContextVar[dict[int, domain.Presence]] = ContextVar("presence_admin_page")
+
+
+def _dot(presence: domain.Presence) -> SafeString:
+    label = domain.STATUS_LABELS[presence.status]
+    return format_html(
+        '<span class="presence-dot presence-dot--{}" title="{}" aria-hidden="true"></span> {}',
+        presence.status.value,
+        label,
+        label,
+    )
+
+
+class OnlineNowFilter(admin.SimpleListFilter):
+    """Users online now, as the moderator may see them (api.online_now: a scan of every
+    bucket, O(users online))."""
+
+    title = _("presence")
+    parameter_name = "online"
+    #: the lookup from the listed model to the user's pk
+    user_field = "pk"
+
+    def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("now", _("Online now"))]
+
+    def queryset(self, request: Any, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        if self.value() != "now":
+            return None
+        return queryset.filter(**{f"{self.user_field}__in": api.online_now(request.user)})
+
+
+class PresenceColumnsMixin:
+    """Changelist columns with each user's status dot and last seen (as the moderator may see
+    them: the one privacy resolver), read for the whole page at once."""
+
+    #: how to get the user's pk from a listed object
+    presence_user_attr = "pk"
+
+    def get_changelist_instance(self, request: Any) -> Any:
+        changelist = super().get_changelist_instance(request)  # type: ignore[misc]
+        users = [getattr(row, self.presence_user_attr) for row in changelist.result_list]
+        _page_presence.set(api.bulk_presence(users, request.user))
+        return changelist
+
+    def _presence(self, obj: Any) -> domain.Presence:
+        pk = getattr(obj, self.presence_user_attr)
+        return _page_presence.get({}).get(pk, domain.HIDDEN)
+
+    @admin.display(description=_("status"))
+    def live_status(self, obj: Any) -> SafeString:
+        return _dot(self._presence(obj))
+
+    @admin.display(description=_("last seen"))
+    def live_last_seen(self, obj: Any) -> str:
+        return domain.humanize(self._presence(obj), timezone.now())
+
+
+class PresenceUserAdminMixin(PresenceColumnsMixin):
+    """For a site's own user admin (presence never re-registers it)::
+
+        from django.contrib.auth.admin import UserAdmin
+        from presence.admin import PresenceUserAdminMixin
+
+        admin.site.unregister(User)
+
+        @admin.register(User)
+        class SiteUserAdmin(PresenceUserAdminMixin, UserAdmin):
+            pass
+
+    adds the status and last seen columns (sortable by last seen), an "online now" filter, and
+    the privacy settings and last seen inlines on each user's page."""
+
+    def get_list_display(self, request: Any) -> tuple[Any, ...]:
+        shown = tuple(super().get_list_display(request))  # type: ignore[misc]
+        return (*shown, "live_status", "live_last_seen")
+
+    def get_list_filter(self, request: Any) -> tuple[Any, ...]:
+        return (*super().get_list_filter(request), OnlineNowFilter)  # type: ignore[misc]
+
+    def get_inlines(self, request: Any, obj: Any) -> list[Any]:
+        inlines = list(super().get_inlines(request, obj))  # type: ignore[misc]
+        return [*inlines, PrivacySettingsInline, LastSeenInline]
+
+    # Never seen sorts as the oldest, on every database (PostgreSQL puts NULLs last by default).
+    @admin.display(
+        description=_("last seen"), ordering=F("presence_last_seen__seen_at").asc(nulls_first=True)
+    )
+    def live_last_seen(self, obj: Any) -> str:
+        return super().live_last_seen(obj)
+
+
+class _LastSeenOnlineNow(OnlineNowFilter):
+    user_field = "user_id"
+
+
 @admin.register(LastSeen)
-class LastSeenAdmin(admin.ModelAdmin):
-    list_display = ("user", "seen_at")
+class LastSeenAdmin(PresenceColumnsMixin, admin.ModelAdmin):
+    presence_user_attr = "user_id"
+    list_display = ("user", "seen_at", "live_status")
+    list_filter = (_LastSeenOnlineNow,)
     search_fields = USER_SEARCH
     date_hierarchy = "seen_at"
     ordering = ("-seen_at",)
@@ -116,23 +222,3 @@ class LastSeenInline(admin.TabularInline):
 
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False
-
-
-def _extend_user_admin() -> None:
-    """Put privacy settings and last seen on the site's own User admin page."""
-    user_model = get_user_model()
-    if not admin.site.is_registered(user_model):
-        return
-    base = type(admin.site.get_model_admin(user_model))
-    if PrivacySettingsInline in getattr(base, "inlines", ()):
-        return
-    extended = type(
-        base.__name__,
-        (base,),
-        {"inlines": [*base.inlines, PrivacySettingsInline, LastSeenInline]},
-    )
-    admin.site.unregister(user_model)
-    admin.site.register(user_model, extended)
-
-
-_extend_user_admin()

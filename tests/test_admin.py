@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 
+from presence import api
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 
 pytestmark = pytest.mark.django_db
@@ -212,3 +215,62 @@ def test_admin_speaks_japanese(admin_client: Client, people: dict[str, Any]) -> 
     assert "プライバシー設定" in page
     assert "オンライン状態を表示する相手" in page  # the online_visibility column
     assert "全員" in page  # alice's "everyone"
+
+
+# --- presence for moderators ----------------------------------------------------------------
+
+
+def test_presence_does_not_register_the_sites_user_admin() -> None:
+    from django.contrib import admin as django_admin
+
+    import presence.admin
+
+    user_admin = django_admin.site.get_model_admin(get_user_model())
+    # The demo's own class, which adds presence's mixin itself.
+    assert type(user_admin).__module__ == "siteproject.demo.admin"
+    assert isinstance(user_admin, presence.admin.PresenceUserAdminMixin)
+    assert "_extend_user_admin" not in vars(presence.admin)
+
+
+def test_user_changelist_shows_status_and_last_seen_as_the_moderator_may_see(
+    clock: Any, admin_client: Client, people: dict[str, Any]
+) -> None:
+    alice, bob = people["alice"], people["bob"]
+    api.touch(alice)  # alice lets everyone see her (the people fixture); bob is offline
+    page = admin_client.get("/admin/auth/user/").content.decode()
+    alice_row = section(page, f'href="/admin/auth/user/{alice.pk}/change/"', "</tr>")
+    bob_row = section(page, f'href="/admin/auth/user/{bob.pk}/change/"', "</tr>")
+    assert 'presence-dot--online"' in alice_row and "online</td>" in alice_row
+    assert 'presence-dot--offline"' in bob_row
+
+
+def test_the_online_now_filter_and_sorting_by_last_seen(
+    clock: Any, admin_client: Client, people: dict[str, Any]
+) -> None:
+    alice, bob, carol = people["alice"], people["bob"], people["carol"]
+    api.touch(alice)
+    online = admin_client.get("/admin/auth/user/", {"online": "now"}).content.decode()
+
+    def listed(user: Any) -> bool:  # change links keep the filter: ...change/?_changelist_...
+        return re.search(rf'/admin/auth/user/{user.pk}/change/[?"]', online) is not None
+
+    assert listed(alice) and not listed(bob) and not listed(carol)
+    seen = admin_client.get("/admin/presence/lastseen/", {"online": "now"})
+    assert seen.status_code == 200
+    # The last seen column sorts, by the persisted LastSeen (carol has none: last, descending).
+    columns = admin_client.get("/admin/auth/user/").content.decode()
+    at = columns.index("column-live_last_seen")
+    header = columns[columns.rfind("<th", 0, at) : columns.index("</th>", at)]
+    assert "sortable" in header
+    order = re.search(r'href="\?o=([\d.]+)"', header)
+    assert order is not None
+    number = order.group(1).split(".")[0]
+    descending = admin_client.get("/admin/auth/user/", {"o": f"-{number}"}).content.decode()
+    rows = [descending.index(f"/admin/auth/user/{u.pk}/change/") for u in (alice, bob, carol)]
+    assert max(rows[:2]) < rows[2]
+
+
+def section(html: str, start: str, end: str) -> str:
+    """The part of ``html`` from ``start`` to the next ``end``."""
+    begin = html.index(start)
+    return html[begin : html.index(end, begin)]

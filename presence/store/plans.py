@@ -325,6 +325,27 @@ class PlanBuilder(KeyScheme):
             fallback=RAISE,
         )
 
+    def scan_recent(
+        self, buckets: Sequence[int], since: float
+    ) -> Plan[list[tuple[int, domain.LiveState]]]:
+        """Users of these buckets active since ``since``, or who signed off since then (the
+        candidates of "online now"; domain.live_status decides)."""
+        low = int(since) * SCORE_FACTOR
+
+        def parse(replies: list[Any]) -> list[tuple[int, domain.LiveState]]:
+            return [
+                (int(member), decode_score(score))
+                for reply in replies
+                for member, score in _pairs(reply)
+            ]
+
+        commands: list[tuple[Any, ...]] = []
+        for bucket in buckets:
+            key = self.seen_key(bucket)
+            commands.append(("ZRANGEBYSCORE", key, low, "+inf", "WITHSCORES"))
+            commands.append(("ZRANGEBYSCORE", key, "-inf", -low, "WITHSCORES"))
+        return Plan(commands=commands, parse=parse, fallback=RAISE)
+
     def remove_unchanged(self, entries: Iterable[StaleEntry]) -> Plan[int]:
         grouped: dict[int, list[Any]] = defaultdict(list)
         for entry in entries:

@@ -1,0 +1,19 @@
+"""The demo's user admin: Django's own, with presence's columns, filter and inlines added the
+way a site adds them (presence never re-registers a site's user admin)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+
+from presence.admin import PresenceUserAdminMixin
+
+User = get_user_model()
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class DemoUserAdmin(PresenceUserAdminMixin, UserAdmin):
+    pass

@@ -30,6 +30,24 @@ def error(code: str, message: str, status: int = 400) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
+def refusal(
+    request: HttpRequest, methods: tuple[str, ...], login_message: str
+) -> HttpResponse | None:
+    """The JSON answer refusing a request before its view runs: 405 for another method, 401
+    for an anonymous caller (never a redirect to a login page); None to go on."""
+    if request.method not in methods:
+        response: HttpResponse = error(
+            "method_not_allowed",
+            _("Use %(methods)s.") % {"methods": ", ".join(methods)},
+            status=405,
+        )
+        response["Allow"] = ", ".join(methods)
+        return response
+    if not request.user.is_authenticated:
+        return error("not_authenticated", login_message, status=401)
+    return None
+
+
 def _json_view(*methods: str) -> Callable[[View], View]:
     """Allow only ``methods`` (405 as JSON otherwise), require a login (401 as JSON), and keep
     answers out of shared caches: they depend on who asks."""
@@ -37,17 +55,7 @@ def _json_view(*methods: str) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @wraps(view)
         def wrapper(request: HttpRequest) -> HttpResponse:
-            if request.method not in methods:
-                response: HttpResponse = error(
-                    "method_not_allowed",
-                    _("Use %(methods)s.") % {"methods": ", ".join(methods)},
-                    status=405,
-                )
-                response["Allow"] = ", ".join(methods)
-            elif not request.user.is_authenticated:
-                response = error("not_authenticated", _("Log in to see presence."), status=401)
-            else:
-                response = view(request)
+            response = refusal(request, methods, _("Log in to see presence.")) or view(request)
             add_never_cache_headers(response)
             return response
 
@@ -65,6 +73,15 @@ class _JsonCsrfCheck(CsrfViewMiddleware):
 
 
 _csrf_check = _JsonCsrfCheck(lambda request: HttpResponse())
+
+
+def csrf_rejection(request: HttpRequest) -> HttpResponse | None:
+    """Django's CSRF check answered in JSON (403), or None when the request passes. A request
+    authenticated by a token header (presence.tokens) carries no cookie: no other site can make
+    a browser send it, so it needs no CSRF token."""
+    if getattr(request, "presence_token_auth", False):
+        return None
+    return _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
 
 
 def parse_user_ids(raw: str | None) -> list[int]:
@@ -122,12 +139,9 @@ def json_body(request: HttpRequest, limit: int) -> tuple[Any, HttpResponse | Non
             "payload_too_large",
             _("The body must be at most %(max)d bytes.") % {"max": limit},
         )
-    # A request authenticated by a token header (presence.tokens) carries no cookie: no other
-    # site can make a browser send it, so it needs no CSRF token.
-    if not getattr(request, "presence_token_auth", False):
-        rejected = _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
-        if rejected is not None:
-            return None, rejected
+    rejected = csrf_rejection(request)
+    if rejected is not None:
+        return None, rejected
     try:
         return json.loads(request.body), None
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting

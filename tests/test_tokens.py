@@ -148,3 +148,17 @@ def test_a_session_request_still_needs_its_csrf_token(make_user: Callable[..., A
         "/presence/api/status", json.dumps({"status": "dnd"}), content_type="application/json"
     )
     assert posted.status_code == 403 and posted.json()["error"]["code"] == "csrf_failed"
+
+
+@override_settings(MIDDLEWARE=WITH_TOKENS)
+def test_the_feed_endpoints_take_a_token_too(make_user: Callable[..., Any]) -> None:
+    ann = make_user("ann")
+    client = Client(enforce_csrf_checks=True)
+    posted = client.post(
+        "/presence/api/feed/post",
+        json.dumps({"text": "Hello from the app"}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {issue_token(ann)}",
+    )
+    assert posted.status_code == 201
+    assert posted.json()["activity"]["author"]["id"] == ann.pk

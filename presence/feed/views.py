@@ -19,7 +19,7 @@ from presence.domain import InvalidInput, check_text
 from presence.feed import api as feed
 from presence.feed.conf import get_settings
 from presence.feed.models import Group
-from presence.views import _csrf_check, error, json_body, over_rate_limit
+from presence.views import csrf_rejection, error, json_body, over_rate_limit, refusal
 
 #: most users one mention-completion answer lists
 MAX_SUGGESTIONS = 10
@@ -37,28 +37,16 @@ def _feed_view(*methods: str, csrf: bool = False) -> Callable[[FeedView], FeedVi
         @csrf_exempt  # checked below when asked, after the login check
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if request.method not in methods:
-                response: HttpResponse = error(
-                    "method_not_allowed",
-                    _("Use %(methods)s.") % {"methods": ", ".join(methods)},
-                    status=405,
-                )
-                response["Allow"] = ", ".join(methods)
-            elif not request.user.is_authenticated:
-                response = error("not_authenticated", _("Log in to see the feed."), status=401)
+            refused = refusal(request, methods, _("Log in to see the feed.")) or (
+                csrf_rejection(request) if csrf else None
+            )
+            if refused is not None:
+                response = refused
             else:
-                rejected = (
-                    _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
-                    if csrf
-                    else None
-                )
-                if rejected is not None:
-                    response = rejected
-                else:
-                    try:
-                        response = view(request, *args, **kwargs)
-                    except InvalidInput as exc:
-                        response = error(exc.code, exc.message)
+                try:
+                    response = view(request, *args, **kwargs)
+                except InvalidInput as exc:
+                    response = error(exc.code, exc.message)
             add_never_cache_headers(response)
             return response
 

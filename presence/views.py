@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, rules
@@ -156,7 +157,11 @@ def over_rate_limit(request: HttpRequest) -> HttpResponse | None:
         return None
     response = error(
         "rate_limited",
-        _("Too many changes in a short time; try again in %(seconds)d seconds.")
+        ngettext(
+            "Too many changes in a short time; try again in %(seconds)d second.",
+            "Too many changes in a short time; try again in %(seconds)d seconds.",
+            wait,
+        )
         % {"seconds": wait},
         status=429,
     )

@@ -21,8 +21,8 @@ STATUS = "/presence/api/status"
 POST = "/presence/api/feed/post"
 
 
-def _json(client: Client, url: str, data: Any) -> Any:
-    return client.post(url, json.dumps(data), content_type="application/json")
+def _json(client: Client, url: str, data: Any, **headers: Any) -> Any:
+    return client.post(url, json.dumps(data), content_type="application/json", **headers)
 
 
 def _assert_rate_limited(response: Any, retry_after: int) -> None:
@@ -105,6 +105,24 @@ def test_the_count_is_shared_across_processes(
     assert post_write(client, 1).status_code == 201
     store_module.reset_clients()
     _assert_rate_limited(status_write(client, 2), retry_after=60)
+
+
+@pytest.mark.usefixtures("limited")
+def test_the_429_message_counts_the_seconds_in_the_callers_language(
+    client: Client, clock: time_machine.Coordinates
+) -> None:
+    assert status_write(client, 0).status_code == 200
+    assert status_write(client, 1).status_code == 200
+    clock.shift(59)
+    refused = status_write(client, 2)
+    assert refused["Retry-After"] == "1"
+    assert refused.json()["error"]["message"].endswith("try again in 1 second.")
+    refused = _json(client, STATUS, {"status": "dnd"}, HTTP_ACCEPT_LANGUAGE="ja")
+    assert refused.json()["error"]["message"] == (
+        "短時間に変更が多すぎます。1 秒後にもう一度お試しください。"
+    )
+    form = {"status": "dnd", "emoji": "", "text": "busy", "expires": "never"}
+    assert "try again in 1 second." in client.post("/settings/status/", form).content.decode()
 
 
 @pytest.mark.usefixtures("limited")

@@ -19,6 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from presence import api, ratelimit
@@ -223,9 +224,11 @@ def privacy(request: HttpRequest) -> HttpResponse:
 
 
 def rate_limited_message(wait: int) -> str:
-    return _("Too many changes in a short time; try again in %(seconds)d seconds.") % {
-        "seconds": wait
-    }
+    return ngettext(
+        "Too many changes in a short time; try again in %(seconds)d second.",
+        "Too many changes in a short time; try again in %(seconds)d seconds.",
+        wait,
+    ) % {"seconds": wait}
 
 
 def rate_limited_page(response: HttpResponse, wait: int) -> HttpResponse:

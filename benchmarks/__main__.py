@@ -29,6 +29,7 @@ NAMES = (
     "heartbeats",
     "connections",
     "user_connections",
+    "cluster",
 )
 
 
@@ -114,6 +115,7 @@ def main(argv: list[str]) -> int:
         setup(db_dir, args.postgres)
         from benchmarks import (
             bench_cleanup,
+            bench_cluster,
             bench_connections,
             bench_fanout,
             bench_feed,
@@ -134,6 +136,7 @@ def main(argv: list[str]) -> int:
             "heartbeats": bench_heartbeats.run,
             "connections": bench_connections.run,
             "user_connections": bench_user_connections.run,
+            "cluster": bench_cluster.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -75,6 +75,12 @@ BASE_ID = 22_000_000
 WARM = 20
 SUBSCRIPTIONS = 5
 OURS, BARE = "ours", "bare"
+#: ours on channels_redis's pub/sub layer (RedisPubSubChannelLayer) instead of the core one
+PUBSUB = "ours-pubsub"
+#: ours on the core layer with the layer's Redis keeping groups compact: a group's member (a
+#: channel name, "specific.<32 hex>!<32 hex>") is 74 bytes, over zset-max-listpack-value (64)
+COMPACT = "ours-compact"
+OURS_VARIANTS = (OURS, PUBSUB, COMPACT)
 CHANNEL_PREFIX = "asgi"
 
 
@@ -119,7 +125,7 @@ class KeepAlive:
 
 
 def application(variant: str) -> Any:
-    if variant == OURS:
+    if variant in OURS_VARIANTS:
         return URLRouter(websocket_urlpatterns)
     return URLRouter([path("ws/presence/", BareConsumer.as_asgi())])
 
@@ -232,7 +238,7 @@ async def child(variant: str, count: int, quiet: float = 1.0) -> dict[str, Any]:
         "open_seconds": opened,
         "frames_after_open": frames,
     }
-    if variant == OURS:
+    if variant in OURS_VARIANTS:
         prefix = get_store().conf.KEY_PREFIX
         result["redis_used"] = used_memory(client) - redis_before
         result["redis_keys"] = {
@@ -269,10 +275,13 @@ def run_child(variant: str, count: int, quiet: float) -> dict[str, Any]:
         "import sys, django; django.setup(); "
         "from benchmarks.bench_connections import child_main; child_main(sys.argv[1:])"
     )
+    env = dict(os.environ)
+    if variant == PUBSUB:
+        env["PRESENCE_TEST_LAYER"] = "pubsub"  # tests/settings.py: the pub/sub layer
     done = subprocess.run(
         [sys.executable, "-c", code, variant, str(count), str(quiet)],
         cwd=Path(__file__).resolve().parent.parent,
-        env=dict(os.environ),
+        env=env,
         stdout=subprocess.PIPE,
         text=True,
         timeout=1800,
@@ -341,8 +350,15 @@ def run(sizes: Sizes, report: Report) -> None:
     ]
     Contact.objects.bulk_create(contacts, batch_size=1000, ignore_conflicts=True)
     results = {}
-    for variant in (OURS, BARE):
-        results[variant] = run_child(variant, count, 0.3 if report.quick else 1.0)
+    for variant in (OURS, PUBSUB, COMPACT, BARE):
+        # zset-max-ziplist-value: Redis 7 calls it zset-max-listpack-value (both names work)
+        listpack_value = next(iter(dict(client.config_get("zset-max-ziplist-value")).values()))
+        if variant == COMPACT:
+            client.config_set("zset-max-ziplist-value", 128)
+        try:
+            results[variant] = run_child(variant, count, 0.3 if report.quick else 1.0)
+        finally:
+            client.config_set("zset-max-ziplist-value", listpack_value)
         flush(client)
         r = results[variant]
         say(
@@ -394,8 +410,23 @@ def run(sizes: Sizes, report: Report) -> None:
         "ours/bare RSS per connection",
         f"{per_ours / per_bare:.1f}x (+{kb(per_ours - per_bare)})",
     )
+    pubsub, compact = results[PUBSUB], results[COMPACT]
+    for variant in (PUBSUB, COMPACT):
+        for kind, (keys, total) in results[variant]["redis_keys"].items():
+            say(f"    {variant}: {kind:<22} {keys:>6,} keys, {total / connected:>6,.0f} B per user")
     report.add(
-        NAME, "ours: Redis used_memory per connected user", f"{ours['redis_used'] / count:,.0f} B"
+        NAME,
+        "Redis used_memory per connected user: core layer / pub/sub layer / core with "
+        "zset-max-listpack-value 128",
+        f"{ours['redis_used'] / count:,.0f} B / {pubsub['redis_used'] / count:,.0f} B / "
+        f"{compact['redis_used'] / count:,.0f} B",
+        "≤ 500 B",
+        min(pubsub["redis_used"], compact["redis_used"]) / count <= 500,
+    )
+    report.add(
+        NAME,
+        "pub/sub layer: RSS per idle connection, stale subscriptions",
+        f"{kb(pubsub['rss'] / count)}, {pubsub['stale']:,} of {pubsub['subscriptions']:,}",
     )
     report.add(
         NAME,

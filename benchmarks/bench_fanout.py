@@ -905,6 +905,56 @@ async def main(report: Report, subscribers_n: int, changes: int, users: list[Any
     stats.close()
 
 
+async def main_pubsub(report: Report, subscribers_n: int, changes: int, users: list[Any]) -> None:
+    """The same measurement of ours on channels_redis's pub/sub layer (a fresh event loop, so
+    a fresh hub on that layer)."""
+    window = get_settings().COALESCE_WINDOW
+    stats = raw_client(decode=True)
+    target, viewers = users[0], users[1:]
+    await api.aset_status(target, "auto")
+    await lifecycle.aheartbeat(target, TARGET_CONNECTION, "web")
+    before = server_commands(stats)
+    await lifecycle.asweep()
+    sweep_commands = server_commands(stats) - before
+    with instrumented() as tally, counting_warnings() as warnings:
+        pubsub, _ = await run_approach(
+            "ours on the pub/sub layer",
+            URLRouter(websocket_urlpatterns),
+            viewers,
+            target,
+            changes,
+            tally,
+            stats,
+            sweep_commands,
+            warnings,
+            warmups=1 if report.quick else 2,
+        )
+    await lifecycle.adisconnect(target, TARGET_CONNECTION)
+    describe(pubsub, window)
+    p50, p99 = percentile(pubsub.latencies(), 0.5), percentile(pubsub.latencies(), 0.99)
+    processing = pubsub.processing()
+    report.add(
+        NAME,
+        "pub/sub layer: diffs missing / wrong / extra",
+        " / ".join(map(str, pubsub.faults())),
+        "0 / 0 / 0",
+        not any(pubsub.faults()),
+    )
+    report.add(
+        NAME,
+        f"pub/sub layer: latency p50 / p99 (window {window:g} s; without: "
+        f"{ms(percentile(processing, 0.5))} / {ms(percentile(processing, 0.99))})",
+        f"{ms(p50)} / {ms(p99)}",
+    )
+    report.add(
+        NAME,
+        "pub/sub layer: Redis round trips per change",
+        f"{pubsub.trips():.1f} ({pubsub.per_change('trips_layer'):.1f} channel layer)",
+    )
+    await store_module.get_store().aclose()
+    stats.close()
+
+
 def run(sizes: Sizes, report: Report) -> None:
     subscribers_n = 50 if report.quick else 1000
     changes = 4 if report.quick else 20
@@ -920,3 +970,16 @@ def run(sizes: Sizes, report: Report) -> None:
         ignore_conflicts=True,
     )
     run_async(main(report, subscribers_n, changes, users))
+    from django.conf import settings
+    from django.test import override_settings
+
+    hosts = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
+    pubsub = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": hosts},
+        }
+    }
+    say("  -- the same on channels_redis's pub/sub layer --")
+    with override_settings(CHANNEL_LAYERS=pubsub):
+        run_async(main_pubsub(report, subscribers_n, changes, users))

@@ -60,6 +60,10 @@ def _deliver_locally(message: dict[str, Any]) -> None:
         sink(message)
 
 
+#: group_send calls in flight at once for one announcement
+_SENDS_AT_ONCE = 16
+
+
 def _group_prefix() -> str:
     # Channel-layer group names allow only these characters.
     return re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
@@ -84,11 +88,31 @@ async def aannounce(user_ids: Iterable[int]) -> None:
     if layer is None:
         _deliver_locally({"type": CHANGED, "users": ids})
         return
-    try:
-        for user_id in ids:
-            await layer.group_send(group_name(user_id), {"type": CHANGED, "users": [user_id]})
-    except Exception as error:  # the channel layer's Redis is down, full, ...
-        logger.warning("Presence: could not announce a change of users %s (%s).", ids, error)
+    # Each user's group on its own: with the layer sharded over several servers, a server down
+    # fails only the groups it holds, and the others are still told.
+    failed: list[int] = []
+    error: BaseException | None = None
+    for start in range(0, len(ids), _SENDS_AT_ONCE):
+        batch = ids[start : start + _SENDS_AT_ONCE]
+        results = await asyncio.gather(
+            *(
+                layer.group_send(group_name(user_id), {"type": CHANGED, "users": [user_id]})
+                for user_id in batch
+            ),
+            return_exceptions=True,
+        )
+        for user_id, result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):  # the layer's Redis is down, full, ...
+                failed.append(user_id)
+                error = result
+    if failed:
+        logger.warning(
+            "Presence: could not announce a change of %d of %d users %s (%s).",
+            len(failed),
+            len(ids),
+            failed[:20],
+            error,
+        )
 
 
 class _AnnouncerLoop:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -31,6 +32,7 @@ _POSITIVE_INTS = (
     "CLEANUP_BATCH",
     "MAX_FRAME_BYTES",
     "SWEEP_BATCH",
+    "CLUSTER_SHARDS",
 )
 _POSITIVE_NUMBERS = ("SOCKET_TIMEOUT", "RETRY_INTERVAL", "COALESCE_WINDOW", "SWEEP_INTERVAL")
 
@@ -139,9 +141,57 @@ def _lengths_beyond_columns(raw: dict[str, Any]) -> list[CheckMessage]:
     return messages
 
 
+CLUSTER_SCHEMES = frozenset({"redis", "rediss"})
+
+
+def _cluster_url_problem(url: Any) -> str | None:
+    """Why ``url`` is not a Redis Cluster startup node URL, or None (no network I/O)."""
+    if not isinstance(url, str):
+        return f"{url!r} is not a string"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as error:
+        return f"{url!r} is not a URL ({error})"
+    if parts.scheme not in CLUSTER_SCHEMES:
+        return f"{url!r} is not a redis:// or rediss:// URL"
+    if not parts.hostname:
+        return f"{url!r} has no host"
+    if port is None:
+        return f"{url!r} has no port"
+    if parts.path.strip("/") not in {"", "0"}:
+        return f"{url!r} names database {parts.path.strip('/')!r}; a cluster has only database 0"
+    return None
+
+
+@register(Tags.caches)
+def check_redis_cluster(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = user_settings()
+    urls = raw.get("REDIS_CLUSTER") if isinstance(raw, dict) else None
+    if urls is None:
+        return []
+    if isinstance(urls, str) or not isinstance(urls, list | tuple) or not urls:
+        problem = f"it is {urls!r}"
+    else:
+        problem = next(filter(None, map(_cluster_url_problem, urls)), "")
+    if not problem:
+        return []
+    return [
+        Error(
+            "PRESENCE['REDIS_CLUSTER'] must be a non-empty list of startup node URLs: " + problem,
+            hint='Set "REDIS_CLUSTER": ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"] '
+            "(rediss:// for TLS, credentials as redis://user:password@host:port), or leave "
+            "it out to use the Redis of CACHE_ALIAS.",
+            id="presence.E009",
+        )
+    ]
+
+
 @register(Tags.caches)
 def check_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = user_settings()
+    if isinstance(raw, dict) and raw.get("REDIS_CLUSTER") is not None:
+        return []  # presence's state is on the cluster: no cache is needed (E009 checks it)
     alias = raw.get("CACHE_ALIAS", "default") if isinstance(raw, dict) else "default"
     if not isinstance(alias, str):
         return []  # presence.E002 reports it (and a list alias is not even hashable)

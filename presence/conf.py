@@ -20,6 +20,9 @@ from django.dispatch import receiver
 @dataclass(frozen=True)
 class PresenceSettings:
     CACHE_ALIAS: str = "default"
+    #: startup node URLs of a Redis Cluster holding all of presence's state (redis-py's
+    #: RedisCluster); None: the Redis of CACHE_ALIAS
+    REDIS_CLUSTER: tuple[str, ...] | None = None
     KEY_PREFIX: str = "presence"
     #: seconds since the last authenticated request that still count as online
     ONLINE_WINDOW: int = 300
@@ -32,9 +35,12 @@ class PresenceSettings:
     OFFLINE_GRACE: int = 5
     MAX_SUBSCRIPTIONS: int = 1000
     RATE_LIMIT: tuple[int, int] = (60, 10)
-    # --- additions to the contract (documented in README "Settings") ---
-    #: number of Redis buckets the online sorted sets are split into (see README "Redis layout")
+    # --- additions to the contract (documented in docs/settings.md) ---
+    #: number of Redis buckets the online sorted sets are split into (docs/redis-layout.md)
     BUCKETS: int = 16384
+    #: on a Redis Cluster: hash tags the buckets and the schedules are spread over (each tag
+    #: holds BUCKETS / CLUSTER_SHARDS buckets and their users' due times; see docs/redis-layout.md)
+    CLUSTER_SHARDS: int = 256
     #: longest custom status text / activity, in characters
     TEXT_MAX_LENGTH: int = 140
     #: longest custom status emoji, in characters (some emoji are several code points)
@@ -80,7 +86,7 @@ def get_settings() -> PresenceSettings:
         # presence.E001 reports this; run on defaults meanwhile.
         return PresenceSettings()
     known = {key: value for key, value in raw.items() if key in SETTING_NAMES}
-    for pair in ("RATE_LIMIT", "HTTP_RATE_LIMIT"):
+    for pair in ("RATE_LIMIT", "HTTP_RATE_LIMIT", "REDIS_CLUSTER"):
         if isinstance(known.get(pair), list):
             known[pair] = tuple(known[pair])
     return PresenceSettings(**known)

@@ -107,7 +107,7 @@ CHANNEL_LAYERS = {
     }
 }
 
-# Every key is optional; the defaults are listed in presence/conf.py and the README.
+# Every key is optional; the defaults and their meaning are in docs/settings.md.
 PRESENCE: dict[str, object] = {}
 
 # The activity feed's settings (presence/feed/conf.py, README "Activity feed").

@@ -28,19 +28,101 @@ def redis_url() -> str:
     return os.environ["REDIS_URL"]
 
 
+def cluster_urls() -> list[str]:
+    """The Redis Cluster of the cluster run (tests/settings.py), or [] on one Redis."""
+    from django.conf import settings
+
+    return list(getattr(settings, "TEST_REDIS_CLUSTER", []))
+
+
+on_one_redis = pytest.mark.skipif(
+    bool(os.environ.get("REDIS_CLUSTER_URLS")),
+    reason="reads one Redis server's internals; the cluster has tests of its own",
+)
+
+
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+def redis_client(redis_url: str) -> Iterator[Any]:
+    """A client of presence's Redis: the cluster in the cluster run (same commands)."""
+    urls = cluster_urls()
+    client: Any
+    if urls:
+        from redis.cluster import ClusterNode, RedisCluster
+
+        host, port = urls[0].removeprefix("redis://").split(":")
+        client = RedisCluster(startup_nodes=[ClusterNode(host, int(port))], decode_responses=True)
+    else:
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
 
 
+def _flush_presence_state(redis_url: str) -> None:
+    urls = cluster_urls()
+    if urls:
+        from redis.cluster import ClusterNode, RedisCluster
+
+        nodes = [ClusterNode(*url.removeprefix("redis://").split(":")) for url in urls]
+        cluster = RedisCluster(startup_nodes=nodes)
+        try:
+            cluster.flushall(target_nodes=RedisCluster.PRIMARIES)
+        finally:
+            cluster.close()
+    # One Redis: presence, the cache and the channel layer; the cluster run: the layer's two.
+    for url in filter(None, [redis_url, urls and os.environ.get("REDIS_SHARD_URL")]):
+        client = redis.Redis.from_url(url)
+        client.flushdb()
+        client.close()
+
+
+UNREACHABLE = "redis://127.0.0.1:1"
+
+
+def cache_is_down() -> bool:
+    from django.conf import settings
+
+    location = str(settings.CACHES.get("default", {}).get("LOCATION", ""))
+    return location.startswith(UNREACHABLE + "/")
+
+
 @pytest.fixture(autouse=True)
-def _clean_presence_state(redis_url: str) -> Iterator[None]:
-    """Each test starts with an empty Redis database, fresh settings and no throttle memory."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    client.close()
+def _clean_presence_state(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """Each test starts with an empty Redis database, fresh settings and no throttle memory.
+
+    In the cluster run, every PRESENCE a test sets keeps pointing at the cluster.
+    """
+    urls = cluster_urls()
+    if urls:
+        from presence import conf
+
+        site_settings = conf.user_settings
+
+        def on_the_cluster() -> Any:
+            raw = site_settings()
+            if not isinstance(raw, dict):
+                return raw
+            cluster = raw.get("REDIS_CLUSTER", urls)
+            if list(cluster) == urls and cache_is_down():
+                # An outage test points the cache at a port nobody listens on: so the cluster.
+                cluster = [UNREACHABLE]
+            return {**raw, "REDIS_CLUSTER": cluster}
+
+        monkeypatch.setattr(conf, "user_settings", on_the_cluster)
+        # ... and so the settings presence read depend on CACHES too.
+        from django.core.signals import setting_changed
+
+        def reread(*, setting: str, **kwargs: object) -> None:
+            if setting == "CACHES":
+                get_settings.cache_clear()
+                store_module.reset_clients()
+
+        setting_changed.connect(reread, dispatch_uid="tests.cluster.reread")
+        request.addfinalizer(
+            lambda: setting_changed.disconnect(dispatch_uid="tests.cluster.reread")
+        )
+    _flush_presence_state(redis_url)
     get_settings.cache_clear()
     store_module.reset_clients()
     throttle.clear()
@@ -72,16 +154,23 @@ class RedisCommandCounter:
     left out. One command in a delta also means one round trip.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.client = client
+    def __init__(self, client: Any) -> None:
+        #: every master of the cluster in the cluster run, else the one Redis
+        self.clients = [client]
+        urls = cluster_urls()
+        if urls:
+            self.clients = [
+                redis.Redis(host=node.host, port=node.port) for node in client.get_primaries()
+            ]
 
     def snapshot(self) -> dict[str, int]:
-        stats = self.client.info("commandstats")
-        return {
-            name.removeprefix("cmdstat_"): int(values["calls"])
-            for name, values in stats.items()
-            if name != "cmdstat_info"
-        }
+        calls: dict[str, int] = {}
+        for client in self.clients:
+            for name, values in client.info("commandstats").items():
+                if name not in {"cmdstat_info", "cmdstat_cluster|nodes", "cmdstat_cluster|slots"}:
+                    key = name.removeprefix("cmdstat_")
+                    calls[key] = calls.get(key, 0) + int(values["calls"])
+        return calls
 
     def delta(self, before: dict[str, int]) -> dict[str, int]:
         after = self.snapshot()
@@ -106,6 +195,10 @@ def private_redis(settings: Any) -> Iterator[Any]:
     """
     from tools.redis_server import RedisServer
 
+    if cluster_urls():
+        pytest.skip(
+            "an outage of one Redis; the cluster's fault tests are in tests/test_cluster.py"
+        )
     with RedisServer() as server:
         caches = {alias: dict(conf) for alias, conf in settings.CACHES.items()}
         caches["default"]["LOCATION"] = server.url

@@ -4,7 +4,8 @@ A test module uses the ``daphne`` fixture with ``from tests.daphne import daphne
 
 Each process runs ``daphne -b 127.0.0.1 -p PORT siteproject.asgi:application`` with
 ``tests.daphne_settings``: the test database this process created (committed rows only, so tests
-using it are ``transaction=True``), the same ``REDIS_URL``, and ``PRESENCE`` passed as JSON.
+using it are ``transaction=True``), the same ``REDIS_URL``, ``PRESENCE`` passed as JSON, and
+optionally the channel layer's hosts (several: channels_redis shards over them).
 """
 
 from __future__ import annotations
@@ -32,8 +33,15 @@ START_TIMEOUT = 30.0
 
 
 class Daphne:
-    def __init__(self, presence: dict[str, Any], port: int | None = None) -> None:
+    def __init__(
+        self,
+        presence: dict[str, Any],
+        port: int | None = None,
+        layer_hosts: list[str] | None = None,
+    ) -> None:
         self.presence = presence
+        #: the channel layer's servers (default: REDIS_URL alone)
+        self.layer_hosts = layer_hosts
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="presence-daphne-", suffix=".log")  # noqa: SIM115
@@ -52,6 +60,7 @@ class Daphne:
             "DJANGO_SETTINGS_MODULE": "tests.daphne_settings",
             "PRESENCE_TEST_DATABASE": str(connection.settings_dict["NAME"]),
             "PRESENCE_TEST_SETTINGS": json.dumps(self.presence),
+            "PRESENCE_TEST_LAYER_HOSTS": json.dumps(self.layer_hosts or []),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
         self.process = subprocess.Popen(
@@ -110,8 +119,12 @@ def daphne_fixture(transactional_db: Any) -> Iterator[Callable[..., Daphne]]:
     before the database is flushed."""
     started: list[Daphne] = []
 
-    def start(presence: dict[str, Any] | None = None, port: int | None = None) -> Daphne:
-        server = Daphne(presence or {}, port)
+    def start(
+        presence: dict[str, Any] | None = None,
+        port: int | None = None,
+        layer_hosts: list[str] | None = None,
+    ) -> Daphne:
+        server = Daphne(presence or {}, port, layer_hosts)
         started.append(server)
         return server.start()
 

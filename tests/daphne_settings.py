@@ -17,3 +17,11 @@ DATABASES = {
     "default": {**_DATABASES["default"], "NAME": os.environ["PRESENCE_TEST_DATABASE"]},
 }
 PRESENCE = json.loads(os.environ.get("PRESENCE_TEST_SETTINGS") or "{}")
+_layer_hosts = json.loads(os.environ.get("PRESENCE_TEST_LAYER_HOSTS") or "[]")
+if _layer_hosts:
+    CHANNEL_LAYERS = {
+        "default": {
+            **CHANNEL_LAYERS["default"],  # noqa: F405
+            "CONFIG": {**CHANNEL_LAYERS["default"]["CONFIG"], "hosts": _layer_hosts},  # type: ignore[dict-item]  # noqa: F405
+        }
+    }

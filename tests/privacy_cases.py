@@ -244,6 +244,9 @@ class RoundTrips:
     """
 
     commands: list[list[str]] = field(default_factory=list)
+    #: on a Redis Cluster, each round's commands per master: a round is sent to every master
+    #: at once, so it counts as one round trip (and as one per master in ``per_master``)
+    per_master: list[dict[str, int]] = field(default_factory=list)
 
     @property
     def count(self) -> int:
@@ -251,6 +254,7 @@ class RoundTrips:
 
     def reset(self) -> None:
         self.commands.clear()
+        self.per_master.clear()
 
 
 @contextlib.contextmanager
@@ -299,6 +303,30 @@ def count_round_trips() -> Iterator[RoundTrips]:
         patches.append((cls, "execute_command", original))
         cls.execute_command = execute_command  # type: ignore[attr-defined]
 
+    def wrap_cluster_rounds() -> None:
+        from presence.store.cluster import ClusterRunner, wire_args
+
+        original = ClusterRunner._route
+
+        def route(self: Any, manager: Any, commands: Any, positions: Any, *args: Any) -> Any:
+            groups = original(self, manager, commands, positions, *args)
+            if groups:
+                trips.commands.append(
+                    [
+                        str(wire_args(commands[p])[0]).upper()
+                        for _, node_positions in groups.values()
+                        for p in node_positions
+                    ]
+                )
+                trips.per_master.append(
+                    {name: len(node_positions) for name, (_, node_positions) in groups.items()}
+                )
+            return groups
+
+        patches.append((ClusterRunner, "_route", original))
+        ClusterRunner._route = route  # type: ignore[method-assign]
+
+    wrap_cluster_rounds()
     wrap_execute(redis.client.Pipeline, is_async=False)
     wrap_execute(redis.asyncio.client.Pipeline, is_async=True)
     wrap_command(redis.client.Redis, is_async=False)

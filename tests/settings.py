@@ -3,6 +3,8 @@ Redis from REDIS_URL (tests/conftest.py insists on it) and SQLite, or DATABASE_U
 
 from __future__ import annotations
 
+import os
+
 import dj_database_url
 
 from siteproject.settings import *  # noqa: F403
@@ -26,7 +28,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The test database in a file rather than in memory, so that the daphne processes of the live
     # tests (tests/daphne.py) open the very database this process created. One per test run, in
     # /dev/shm (memory) where there is one.
-    import os
     import tempfile
 
     _dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -35,3 +36,31 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # The tests start from presence's defaults (the demo links mentions to its profiles).
 PRESENCE = {}
 PRESENCE_FEED = {}
+
+# The cluster run (`make test` runs the store, API, middleware, consumer, hub and cleanup tests a
+# second time this way): presence's state on a three-master Redis Cluster (tools/redis_cluster.py)
+# and the channel layer sharded over two plain Redis servers (channels_redis shards by itself).
+# tests/conftest.py makes every PRESENCE a test sets point at the cluster.
+TEST_REDIS_CLUSTER = [url for url in os.environ.get("REDIS_CLUSTER_URLS", "").split(",") if url]
+if TEST_REDIS_CLUSTER:
+    PRESENCE = {"REDIS_CLUSTER": TEST_REDIS_CLUSTER}
+    if os.environ.get("REDIS_SHARD_URL"):
+        CHANNEL_LAYERS = {
+            "default": {
+                **CHANNEL_LAYERS["default"],  # noqa: F405
+                "CONFIG": {
+                    **CHANNEL_LAYERS["default"]["CONFIG"],  # type: ignore[dict-item]  # noqa: F405
+                    "hosts": [os.environ["REDIS_URL"], os.environ["REDIS_SHARD_URL"]],
+                },
+            }
+        }
+
+# The channel layer of channels_redis's pub/sub flavour (PRESENCE_TEST_LAYER=pubsub): `make test`
+# runs the hub and consumer tests on it too (docs/deployment.md compares the two).
+if os.environ.get("PRESENCE_TEST_LAYER") == "pubsub":
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]},  # type: ignore[index]
+        }
+    }

@@ -24,7 +24,9 @@ from presence.domain import Device, InvalidInput, LiveState, Presence, Status
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.signals import presence_changed
 from presence.store import PresenceStore, get_store
+from presence.store.cluster import ClusterRunner
 from tests.clock import T0, at
+from tests.conftest import RedisCommandCounter
 from tests.privacy_cases import (
     CASE_IDS,
     CASES,
@@ -128,7 +130,7 @@ def _users(count: int) -> list[Any]:
 
 @pytest.mark.parametrize("count", [50, 500])
 def test_bulk_presence_costs_one_query_and_one_round_trip(
-    count: int, make_user: Callable[..., Any], redis_client: redis.Redis
+    count: int, make_user: Callable[..., Any], redis_commands: RedisCommandCounter
 ) -> None:
     viewer = make_user()
     targets = _users(count)
@@ -140,18 +142,17 @@ def test_bulk_presence_costs_one_query_and_one_round_trip(
         api.touch(target)
     get_store().client.ping()  # connect outside the measured part
 
-    commands_before = int(redis_client.info("stats")["total_commands_processed"])
+    before = redis_commands.snapshot()
     with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
         presences = api.bulk_presence(targets, viewer)
-    commands_after = int(redis_client.info("stats")["total_commands_processed"])
+    executed = redis_commands.delta(before)
 
     assert len(queries) == 1
-    assert trips.count == 1
-    # The one round trip reads every bucket: one ZMSCORE each (server-side count as a check;
-    # the first INFO counts itself in the second one's figure).
+    assert trips.count == 1  # on a cluster: one round trip to each master, all at once
+    # The one round trip reads every bucket: one ZMSCORE each (server-side count as a check).
     buckets = {get_store().bucket_of(t.pk) for t in targets}
     assert trips.commands[0] == ["ZMSCORE"] * len(buckets)
-    assert commands_after - commands_before == len(buckets) + 1
+    assert executed == {"zmscore": len(buckets)}
     assert len(presences) == count
     online_ids = {t.pk for t in online}
     assert {pk for pk, p in presences.items() if p.status is Status.ONLINE} == online_ids
@@ -521,7 +522,7 @@ async def state_of(user: Any) -> LiveState:
 
 
 def due_at(redis_client: redis.Redis, user: Any) -> float | None:
-    return redis_client.zscore(get_store().due_key, user.pk)
+    return redis_client.zscore(get_store().user_due_key(user.pk), user.pk)
 
 
 live_db = pytest.mark.django_db(transaction=True)
@@ -723,7 +724,7 @@ async def test_sweep_announces_expired_custom_statuses(
         await api.aset_status(user, "dnd", text="Lunch", expires_at=at(60))
         await api.aset_status(other, "auto", text="Away", expires_at=at(3600))
         assert set(await news.received()) == {user.pk, other.pk}  # (the changes themselves)
-        assert redis_client.zscore(get_store().expiring_key, user.pk) == T + 61
+        assert redis_client.zscore(get_store().user_expiring_key(user.pk), user.pk) == T + 61
         clock.shift(60)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         clock.shift(1)
@@ -751,7 +752,7 @@ async def test_sweep_during_an_outage_loses_nobody(
             assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         # Nothing was claimed: both schedules are intact.
         assert due_at(redis_client, user) == T + TTL
-        assert redis_client.zscore(get_store().expiring_key, user.pk) == T + 31
+        assert redis_client.zscore(get_store().user_expiring_key(user.pk), user.pk) == T + 31
         assert await lifecycle.asweep() == lifecycle.SweepReport(
             offline=[user.pk], expired_statuses=1
         )
@@ -772,20 +773,33 @@ async def test_redis_failing_after_the_claim_loses_nobody(
     user = await sync_to_async(make_user)()
     news = Announcements()
     await news.watch(user)
-    original = PresenceStore._aexecute
     round_trips: list[Any] = []
+    if get_store().cluster is None:
+        original = PresenceStore._aexecute
 
-    async def flaky(self: PresenceStore, client: Any, commands: Any) -> list[Any]:
-        round_trips.append(commands)
-        if len(round_trips) == 2:
-            raise redis.ConnectionError("Connection reset by peer")
-        return await original(self, client, commands)
+        async def flaky(self: Any, client: Any, commands: Any) -> list[Any]:
+            round_trips.append(commands)
+            if len(round_trips) == 2:
+                raise redis.ConnectionError("Connection reset by peer")
+            return await original(self, client, commands)
+
+        patched: Any = PresenceStore
+    else:  # the cluster run: every master fails at once
+        original_cluster = ClusterRunner.aexecute
+
+        async def flaky(self: Any, commands: Any) -> list[Any]:  # type: ignore[misc]
+            round_trips.append(commands)
+            if len(round_trips) == 2:
+                raise redis.ConnectionError("Connection reset by peer")
+            return await original_cluster(self, commands)
+
+        patched = ClusterRunner
 
     try:
         await lifecycle.aheartbeat(user, "c1")
         assert await news.received() == [user.pk]
         clock.shift(TTL)
-        monkeypatch.setattr(PresenceStore, "_aexecute", flaky)
+        monkeypatch.setattr(patched, "_aexecute" if patched is PresenceStore else "aexecute", flaky)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert len(round_trips) == 2  # the claim, the failed check; then Redis is left alone
         assert await news.received() == []
@@ -890,7 +904,7 @@ def test_set_status_schedules_the_expiry_announcement(
     make_user: Callable[..., Any], redis_client: redis.Redis
 ) -> None:
     user = make_user()
-    expiring = get_store().expiring_key
+    expiring = get_store().user_expiring_key(user.pk)
     with time_machine.travel(NOW, tick=False):
         api.set_status(user, "auto", text="Lunch", expires_at=NOW + timedelta(minutes=30))
         assert redis_client.zscore(expiring, user.pk) == NOW.timestamp() + 1800 + 1

@@ -19,6 +19,7 @@ SESSIONS = "django.contrib.sessions.middleware.SessionMiddleware"
 
 ALL_CHECKS: list[Callable[..., list[CheckMessage]]] = [
     checks.check_settings,
+    checks.check_redis_cluster,
     checks.check_cache,
     checks.check_middleware,
     checks.check_user_model,
@@ -485,3 +486,33 @@ def test_w004_absent_when_an_engine_has_it(settings: Any) -> None:
         checks.REQUEST_CONTEXT_PROCESSOR in settings.TEMPLATES[0]["OPTIONS"]["context_processors"]
     )
     assert checks.check_request_context_processor() == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "redis://127.0.0.1:7000",  # a string, not a list
+        [],
+        ["http://127.0.0.1:7000"],
+        ["redis://:7000"],
+        ["redis://127.0.0.1"],
+        ["redis://127.0.0.1:7000/2"],
+        ["redis://127.0.0.1:notaport"],
+        ["redis://127.0.0.1:7000", 7001],
+    ],
+)
+def test_e009_malformed_redis_cluster(settings: Any, value: Any) -> None:
+    settings.PRESENCE = {"REDIS_CLUSTER": value}
+    assert ids() == ["presence.E009"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["redis://127.0.0.1:7000"],
+        ("rediss://user:secret@10.0.0.1:7000", "redis://10.0.0.2:7000/0"),
+    ],
+)
+def test_e009_startup_node_urls_pass_and_no_cache_is_needed(settings: Any, value: Any) -> None:
+    settings.PRESENCE = {"REDIS_CLUSTER": value, "CACHE_ALIAS": "missing"}
+    assert ids() == []

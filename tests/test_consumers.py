@@ -38,6 +38,7 @@ from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatu
 from presence.routing import websocket_urlpatterns
 from presence.store import get_store
 from tests.clock import at
+from tests.conftest import on_one_redis
 from tests.privacy_cases import (
     CASES,
     CUSTOM,
@@ -1381,6 +1382,7 @@ def followers_of(target: Any, count: int) -> list[Any]:
     return fans
 
 
+@on_one_redis
 async def test_a_change_reaches_subscribed_connections_only_through_one_group_member(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -1553,6 +1555,7 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
 # --- subscribe cost ---------------------------------------------------------------------------
 
 
+@on_one_redis
 async def test_a_subscribe_of_unknown_ids_joins_no_channel_layer_group(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -1786,7 +1789,7 @@ async def redis_trace(user: Any) -> dict[str, Any]:
         "seen": await client.zscore(store.seen_key(bucket), user.pk),
         "fields": {k: v for k, v in fields.items() if k == str(user.pk) or k.startswith(mine)},
         "members": [m for m in members if m.startswith(mine)],
-        "due": await client.zscore(store.due_key, user.pk),
+        "due": await client.zscore(store.user_due_key(user.pk), user.pk),
     }
 
 
@@ -1887,7 +1890,7 @@ async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_int
     assert await last_written() == interval - 1
     # The skipped beats never made the connection look dead: due when its last write expires.
     store = get_store()
-    assert await store.async_client.zscore(store.due_key, user.pk) == (
+    assert await store.async_client.zscore(store.user_due_key(user.pk), user.pk) == (
         at(interval - 1).timestamp() + get_settings().CONNECTION_TTL
     )
 

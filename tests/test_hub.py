@@ -23,6 +23,7 @@ from presence.models import LastSeen, UserStatus
 from presence.signals import presence_changed
 from presence.store import get_store
 from tests.clock import at
+from tests.conftest import on_one_redis
 from tests.test_consumers import (
     BASE,
     HIDDEN,
@@ -49,6 +50,16 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("close_async_db_connections"),
 ]
+
+
+def all_due(client: Any) -> list[tuple[str, float]]:
+    """Every (user, due time) of the due schedules (one on one Redis, one per shard on a
+    cluster)."""
+    return [
+        entry
+        for due_key, _ in get_store().schedules()
+        for entry in client.zrange(due_key, 0, -1, withscores=True)
+    ]
 
 
 @pytest.fixture
@@ -86,6 +97,7 @@ def unreachable_presence_redis(settings: Any) -> override_settings:
 # --- groups and tasks ---------------------------------------------------------------------------
 
 
+@on_one_redis
 async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -156,6 +168,7 @@ async def test_the_hub_stops_its_tasks_when_the_last_connection_leaves(
 # --- Redis outages ------------------------------------------------------------------------------
 
 
+@on_one_redis
 async def test_a_redis_outage_during_delivery_sends_nothing_wrong_and_catches_up(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -186,6 +199,7 @@ async def test_a_redis_outage_during_delivery_sends_nothing_wrong_and_catches_up
         await assert_silent(watcher)
 
 
+@on_one_redis
 async def test_a_snapshot_read_during_an_outage_is_corrected_when_redis_answers(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -264,6 +278,7 @@ async def test_announce_from_sync_code_reaches_a_connected_viewer(
 # --- sweeping -----------------------------------------------------------------------------------
 
 
+@on_one_redis
 async def test_racing_sweeps_claim_each_due_user_once_and_reschedule_the_online(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -286,7 +301,7 @@ async def test_racing_sweeps_claim_each_due_user_once_and_reschedule_the_online(
         assert await subscribe(watcher, *crashed, still_on) == state(
             {user.pk: online(0 if user in crashed else 5) for user in (*crashed, still_on)}
         )
-        due = redis_client.zrange(get_store().due_key, 0, -1, withscores=True)
+        due = all_due(redis_client)
         t0 = at(0).timestamp()
         assert sorted(due) == sorted(
             [(str(u.pk), t0 + 10) for u in (*crashed, still_on)] + [(str(viewer.pk), t0 + 15)]
@@ -301,7 +316,7 @@ async def test_racing_sweeps_claim_each_due_user_once_and_reschedule_the_online(
         assert sorted(offline) == sorted(u.pk for u in crashed)
         assert first.rescheduled + second.rescheduled + third.rescheduled == 1
         # The one still online is checked again when its open tab's heartbeat runs out.
-        assert sorted(redis_client.zrange(get_store().due_key, 0, -1, withscores=True)) == sorted(
+        assert sorted(all_due(redis_client)) == sorted(
             [(str(still_on.pk), t0 + 5 + 10 + 1), (str(viewer.pk), t0 + 15)]
         )
         # Each crashed user is announced offline once, with last seen at its only heartbeat.

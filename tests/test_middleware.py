@@ -21,7 +21,7 @@ from presence.domain import Status
 from presence.middleware import PresenceMiddleware, TouchThrottle, throttle
 from presence.store import SCORE_FACTOR, get_store
 from tests.clock import T0, at
-from tests.conftest import RedisCommandCounter
+from tests.conftest import RedisCommandCounter, on_one_redis
 
 # Whole seconds: the store keeps activity to the second.
 
@@ -189,6 +189,7 @@ def test_devices_of_one_online_stretch_add_up(
     assert api.get_presence(user, user).devices == ("web", "mobile")
 
 
+@on_one_redis
 def test_concurrent_requests_of_one_user_write_once(
     make_user: Callable[..., Any], redis_commands: RedisCommandCounter
 ) -> None:
@@ -272,6 +273,7 @@ def test_request_without_user_passes_through(redis_commands: RedisCommandCounter
     assert redis_commands.delta(before) == {}
 
 
+@on_one_redis
 def test_a_broken_presence_config_does_not_break_pages(
     client: Client,
     make_user: Callable[..., Any],
@@ -399,6 +401,7 @@ def two_users(make_user: Callable[..., Any]) -> tuple[Any, Any]:
     return make_user(), make_user()
 
 
+@on_one_redis
 async def test_async_middleware_records_and_throttles(
     two_users: tuple[Any, Any],
     clock: time_machine.Coordinates,

@@ -511,14 +511,18 @@ def test_prunes_schedules_older_than_the_online_window(
     store = get_store()
     now = int(T0.timestamp())
     window = get_settings().ONLINE_WINDOW
-    redis_client.zadd(store.due_key, {"1": now - window - 100, "2": now - window, "3": now + 5})
-    redis_client.zadd(store.expiring_key, {"4": now - window - 1, "5": now - 10})
+    due = {1: now - window - 100, 2: now - window, 3: now + 5}
+    expiring = {4: now - window - 1, 5: now - 10}
+    for user_id, when in due.items():
+        redis_client.zadd(store.user_due_key(user_id), {str(user_id): when})
+    for user_id, when in expiring.items():
+        redis_client.zadd(store.user_expiring_key(user_id), {str(user_id): when})
 
     cleanup()
 
     # Long past: no live process swept them (a site without one never does).
-    assert redis_client.zrange(store.due_key, 0, -1) == ["2", "3"]
-    assert redis_client.zrange(store.expiring_key, 0, -1) == ["5"]
+    assert [u for u in due if redis_client.zscore(store.user_due_key(u), u)] == [2, 3]
+    assert [u for u in expiring if redis_client.zscore(store.user_expiring_key(u), u)] == [5]
 
 
 @pytest.mark.django_db
@@ -526,9 +530,9 @@ def test_dry_run_keeps_the_schedules(
     redis_client: redis.Redis, clock: time_machine.Coordinates
 ) -> None:
     store = get_store()
-    redis_client.zadd(store.due_key, {"1": int(T0.timestamp()) - 10_000})
+    redis_client.zadd(store.user_due_key(1), {"1": int(T0.timestamp()) - 10_000})
     cleanup("--dry-run")
-    assert redis_client.zrange(store.due_key, 0, -1) == ["1"]
+    assert redis_client.zrange(store.user_due_key(1), 0, -1) == ["1"]
 
 
 def test_crashed_connections_are_persisted_at_their_last_heartbeat_and_removed(

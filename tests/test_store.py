@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,7 @@ from django.test import override_settings
 from redis.cluster import key_slot
 
 from presence import domain
-from presence.conf import PresenceSettings
+from presence.conf import PresenceSettings, get_settings
 from presence.domain import Device
 from presence.store import (
     CLAIM_DUE,
@@ -22,6 +23,7 @@ from presence.store import (
     SCORE_FACTOR,
     TOUCH,
     ConnectionOp,
+    KeyScheme,
     Plan,
     PresenceStore,
     StaleEntry,
@@ -31,6 +33,8 @@ from presence.store import (
     get_store,
     merge,
 )
+from presence.store.keys import shard_tags
+from tests.conftest import cluster_urls, on_one_redis
 from tests.privacy_cases import count_round_trips
 
 NOW = 1_800_000_000
@@ -43,14 +47,15 @@ def store() -> PresenceStore:
 
 @pytest.fixture
 def down_store(settings: object) -> Iterator[PresenceStore]:
-    """A store pointed at a port where no Redis listens."""
+    """A store pointed at a port where no Redis (or no cluster node) listens."""
     caches = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": "redis://127.0.0.1:1/0",
         }
     }
-    with override_settings(CACHES=caches):
+    presence = {"REDIS_CLUSTER": ["redis://127.0.0.1:1"]} if cluster_urls() else {}
+    with override_settings(CACHES=caches, PRESENCE=presence):
         yield get_store()
 
 
@@ -60,6 +65,7 @@ def live(store: PresenceStore, user_id: int) -> domain.LiveState:
     return states.get(user_id, domain.LiveState())
 
 
+@on_one_redis
 class TestKeyScheme:
     def test_keys_carry_the_bucket_as_hash_tag(self, store: PresenceStore) -> None:
         assert store.seen_key(store.bucket_of(42)) == "presence:{42}:seen"
@@ -82,7 +88,7 @@ class TestTouch:
     def test_records_time_and_device(self, store: PresenceStore, redis_client: redis.Redis) -> None:
         store.run(store.touch(5, Device.MOBILE, NOW + 0.7))
         assert live(store, 5) == domain.LiveState(last_active=NOW, devices=(Device.MOBILE,))
-        assert redis_client.zscore("presence:{5}:seen", "5") == NOW * SCORE_FACTOR + 2
+        assert redis_client.zscore(SEEN, "5") == NOW * SCORE_FACTOR + 2
 
     def test_never_moves_backwards(self, store: PresenceStore) -> None:
         store.run(store.touch(5, Device.WEB, NOW))
@@ -233,6 +239,7 @@ class TestFailurePolicy:
         with pytest.raises(StoreUnavailable):
             await down_store.arun(down_store.scan_stale([0], before=NOW))
 
+    @on_one_redis
     def test_misconfigured_location_is_reported(self) -> None:
         from django.core.exceptions import ImproperlyConfigured
 
@@ -243,6 +250,7 @@ class TestFailurePolicy:
         ):
             _ = get_store().client
 
+    @on_one_redis
     def test_settings_change_rebuilds_the_store(self) -> None:
         before = get_store()
         with override_settings(PRESENCE={"ONLINE_WINDOW": 10}):
@@ -252,9 +260,11 @@ class TestFailurePolicy:
 
 # --- live connections, schedules, merged plans ------------------------------------------------
 
-SEEN = "presence:{5}:seen"
-DUE = "presence:{live}:due"
-EXPIRING = "presence:{live}:expiring"
+# User 5's keys in this run's layout (one Redis, or the cluster run's shards).
+KEYS = KeyScheme(get_settings())
+SEEN = KEYS.seen_key(KEYS.bucket_of(5))
+DUE = KEYS.user_due_key(5)
+EXPIRING = KEYS.user_expiring_key(5)
 #: default CONNECTION_TTL, OFFLINE_GRACE and ONLINE_WINDOW
 TTL, GRACE, WINDOW = 90, 5, 300
 CONNECTED = 16
@@ -289,9 +299,11 @@ def entries(redis_client: redis.Redis, user_id: int = 5) -> set[str]:
 
 def has_connections(redis_client: redis.Redis, user_id: int = 5) -> bool:
     """Whether anything of the user's connections is left in Redis (aggregate or entries)."""
-    bucket = f"presence:{{{user_id}}}"
-    fields = [f for f in redis_client.hkeys(f"{bucket}:conns") if f.split(":")[0] == str(user_id)]
-    expiries = redis_client.zrangebylex(f"{bucket}:expiries", f"[{user_id}:", f"({user_id};")
+    bucket = KEYS.bucket_of(user_id)
+    fields = [
+        f for f in redis_client.hkeys(KEYS.conns_key(bucket)) if f.split(":")[0] == str(user_id)
+    ]
+    expiries = redis_client.zrangebylex(KEYS.expiries_key(bucket), f"[{user_id}:", f"({user_id};")
     return bool(fields or expiries)
 
 
@@ -512,8 +524,8 @@ class TestConnectionLimit:
         """Everything in user 5's bucket and the schedule."""
         return {
             "seen": redis_client.zrange(SEEN, 0, -1, withscores=True),
-            "conns": redis_client.hgetall("presence:{5}:conns"),
-            "expiries": redis_client.zrange("presence:{5}:expiries", 0, -1),
+            "conns": redis_client.hgetall(KEYS.conns_key(5)),
+            "expiries": redis_client.zrange(KEYS.expiries_key(5), 0, -1),
             "due": redis_client.zrange(DUE, 0, -1, withscores=True),
         }
 
@@ -590,6 +602,7 @@ class TestDueSchedule:
         store.run(store.sign_off(5, Device.WEB, NOW + 140))
         assert due() == NOW + 140 + GRACE
 
+    @on_one_redis
     def test_claim_due_hands_each_user_out_once(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
@@ -601,6 +614,7 @@ class TestDueSchedule:
         assert redis_client.zrange(EXPIRING, 0, -1) == ["5"]
         assert store.run(store.claim_due(NOW + 10, 500)) == ([3], [5])
 
+    @on_one_redis
     def test_claim_due_takes_the_earliest_up_to_the_limit(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
@@ -616,7 +630,7 @@ class TestDueSchedule:
         assert redis_client.zscore(DUE, "5") == NOW + 101
         store.run(store.schedule({5: NOW + 200.5, 6: NOW + 49.5}))
         assert redis_client.zscore(DUE, "5") == NOW + 101
-        assert redis_client.zscore(DUE, "6") == NOW + 50
+        assert redis_client.zscore(KEYS.user_due_key(6), "6") == NOW + 50
         store.run(store.schedule({5: NOW + 10}))
         assert redis_client.zscore(DUE, "5") == NOW + 11
 
@@ -635,6 +649,7 @@ class TestDueSchedule:
         store.run(store.schedule_expiry(5, None))
         assert redis_client.zscore(EXPIRING, "5") is None
 
+    @on_one_redis
     def test_prune_schedules_forgets_times_before_the_bound(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
@@ -645,10 +660,11 @@ class TestDueSchedule:
         assert redis_client.zrange(EXPIRING, 0, -1) == ["5"]
         assert store.run(store.prune_schedules(NOW)) == 0
 
+    @on_one_redis
     @override_settings(PRESENCE={"KEY_PREFIX": "site1", "BUCKETS": 10})
     def test_schedule_keys_share_one_hash_tag(self) -> None:
         store = get_store()
-        assert (store.due_key, store.expiring_key) == ("site1:{live}:due", "site1:{live}:expiring")
+        assert store.schedules() == [("site1:{live}:due", "site1:{live}:expiring")]
         assert store.conns_key(store.bucket_of(42)) == "site1:{2}:conns"
 
 
@@ -829,3 +845,39 @@ def test_page_views_do_not_count_as_connections(store: PresenceStore) -> None:
     # Closing the last connection signs the user off (docs/privacy.md), page views or not.
     assert closed.connections == 0
     assert closed.after.signed_off
+
+
+class TestClusterKeyScheme:
+    """The layout on a Redis Cluster (docs/redis-layout.md), built without connecting."""
+
+    SCHEME = KeyScheme(PresenceSettings(REDIS_CLUSTER=("redis://127.0.0.1:7000",)))
+
+    def test_a_users_keys_and_due_times_share_one_slot(self) -> None:
+        for user_id in (1, 42, 16384 + 42, 999_999):
+            bucket = self.SCHEME.bucket_of(user_id)
+            keys = [
+                self.SCHEME.seen_key(bucket),
+                self.SCHEME.conns_key(bucket),
+                self.SCHEME.expiries_key(bucket),
+                self.SCHEME.user_due_key(user_id),
+                self.SCHEME.user_expiring_key(user_id),
+            ]
+            assert len({key_slot(key.encode()) for key in keys}) == 1, keys
+
+    def test_every_shard_has_its_schedules_and_their_slots_are_evenly_spaced(self) -> None:
+        schedules = self.SCHEME.schedules()
+        assert len(schedules) == 256
+        slots = sorted(key_slot(due.encode()) for due, _ in schedules)
+        # one shard in each 64-slot range: masters with equal slot ranges hold equal shares
+        assert [slot // 64 for slot in slots] == list(range(256))
+
+    def test_consecutive_shards_fall_far_apart(self) -> None:
+        thirds = [key_slot(self.SCHEME.due_key(shard).encode()) * 3 // 16384 for shard in range(30)]
+        assert all(a != b for a, b in itertools.pairwise(thirds))
+
+    def test_tags_are_the_same_in_every_process(self) -> None:
+        assert self.SCHEME.seen_key(42) == "presence:{" + shard_tags(256)[42] + "}:42:seen"
+        assert (
+            shard_tags(256)[:3]
+            == KeyScheme(PresenceSettings(REDIS_CLUSTER=("redis://other:1",))).tags[:3]
+        )

@@ -4,6 +4,10 @@ Used by ``make demo``, ``make test`` and ``make bench`` when ``REDIS_URL`` is un
 tests that need a Redis they can stop and start again (outage tests).
 
     python -m tools.redis_server -- COMMAND ARGS...   # runs COMMAND with REDIS_URL set
+    python -m tools.redis_server --env NAME -- COMMAND ...   # a second one, as $NAME
+
+With ``--env NAME`` the URL goes into ``NAME`` instead (and a server is started even when
+``REDIS_URL`` is set): the cluster test run uses it for a second channel-layer server.
 """
 
 from __future__ import annotations
@@ -104,16 +108,19 @@ class RedisServer:
 
 
 def main(argv: list[str]) -> int:
+    name = "REDIS_URL"
+    if argv[:1] == ["--env"] and len(argv) > 1:
+        name, argv = argv[1], argv[2:]
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         print(__doc__)
         return 2
     env = dict(os.environ)
-    if env.get("REDIS_URL"):
+    if name == "REDIS_URL" and env.get("REDIS_URL"):
         return subprocess.call(argv, env=env)
     with RedisServer() as server:
-        env["REDIS_URL"] = server.url
+        env[name] = server.url
         print(f"Started bundled redis-server at {server.url}", file=sys.stderr, flush=True)
         child = subprocess.Popen(argv, env=env)
 

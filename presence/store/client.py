@@ -20,10 +20,11 @@ import redis.asyncio
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.retry import Retry
 
 from presence.conf import PresenceSettings
+from presence.store.cluster import ClusterRunner, NodeUnavailable
 from presence.store.health import Health
 from presence.store.plans import Plan, PlanBuilder, _Raise
 
@@ -63,6 +64,12 @@ class PresenceStore(PlanBuilder):
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
         ] = weakref.WeakKeyDictionary()
+        #: on a Redis Cluster (REDIS_CLUSTER): sends each master its commands
+        self.cluster: ClusterRunner | None = None
+        if conf.REDIS_CLUSTER:
+            self.cluster = ClusterRunner(
+                conf.REDIS_CLUSTER, self._cluster_kwargs(), conf.RETRY_INTERVAL
+            )
 
     # --- clients ----------------------------------------------------------------------------
 
@@ -91,8 +98,18 @@ class PresenceStore(PlanBuilder):
         kwargs["decode_responses"] = True
         return location, kwargs
 
+    def _cluster_kwargs(self) -> dict[str, Any]:
+        return {
+            "socket_timeout": self.conf.SOCKET_TIMEOUT,
+            "socket_connect_timeout": self.conf.SOCKET_TIMEOUT,
+            "decode_responses": True,
+        }
+
     @property
     def client(self) -> redis.Redis:
+        """The Redis client (on a cluster, redis-py's RedisCluster: the same commands)."""
+        if self.cluster is not None:
+            return self.cluster.client  # type: ignore[return-value]
         if self._client is None:
             location, kwargs = self._connection_kwargs()
             # Our own failure policy replaces redis-py's retries: a down Redis must cost a
@@ -103,6 +120,9 @@ class PresenceStore(PlanBuilder):
 
     @property
     def async_client(self) -> redis.asyncio.Redis:
+        """This event loop's client (on a cluster, redis.asyncio's RedisCluster)."""
+        if self.cluster is not None:
+            return self.cluster.async_client()  # type: ignore[return-value]
         # redis.asyncio connections belong to one event loop.
         loop = asyncio.get_running_loop()
         client = self._async_clients.get(loop)
@@ -124,11 +144,15 @@ class PresenceStore(PlanBuilder):
         return client
 
     def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
         if self._client is not None:
             self._client.close()
             self._client = None
 
     async def aclose(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.aclose()
         loop = asyncio.get_running_loop()
         client = self._async_clients.pop(loop, None)
         if client is not None:
@@ -184,11 +208,32 @@ class PresenceStore(PlanBuilder):
             self._queue(pipe, commands)
             return list(await pipe.execute(raise_on_error=False))
 
+    def _cluster_result(self, plan: Plan[T], replies: list[Any]) -> T:
+        """A plan's result from the masters' replies: read in full, read partly (a master
+        unavailable, the plan reads what the others hold), or its fallback."""
+        unavailable = [r for r in replies if isinstance(r, NodeUnavailable)]
+        if not unavailable:
+            self._raise_first_error(replies)
+            return plan.parse(replies)
+        other = [r for r in replies if isinstance(r, Exception) and r not in unavailable]
+        if other:
+            raise other[0]
+        if plan.partial is not None and len(unavailable) < len(replies):
+            return plan.partial(replies)
+        return self._fallback(plan, unavailable[0])
+
     def run(self, plan: Plan[T]) -> T:
         if not plan.commands:
             return plan.parse([])
         if not self.health.available():
             return self._fallback(plan)
+        if self.cluster is not None:
+            try:
+                result = self._cluster_result(plan, self.cluster.execute(plan.commands))
+            except (RedisError, RedisClusterException, OSError) as error:
+                return self._failed(plan, error)
+            self.health.succeeded()
+            return result
         try:
             replies = self._execute(plan.commands)
             missing = self._without_script(replies)
@@ -209,6 +254,13 @@ class PresenceStore(PlanBuilder):
             return plan.parse([])
         if not self.health.available():
             return self._fallback(plan)
+        if self.cluster is not None:
+            try:
+                result = self._cluster_result(plan, await self.cluster.aexecute(plan.commands))
+            except (RedisError, RedisClusterException, OSError) as error:
+                return self._failed(plan, error)
+            self.health.succeeded()
+            return result
         try:
             client = self.async_client
             replies = await self._aexecute(client, plan.commands)

@@ -12,7 +12,9 @@ logger = logging.getLogger("presence")
 class Health:
     """Tracks an outage so it is logged once and Redis is not hammered while down."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "Redis") -> None:
+        #: what is down, in the log ("Redis", or a cluster node)
+        self.name = name
         self.down_until = 0.0
         self.in_outage = False
         self._lock = threading.Lock()
@@ -26,8 +28,9 @@ class Health:
             if not self.in_outage:
                 self.in_outage = True
                 logger.warning(
-                    "Presence: Redis is unavailable (%s). Pages keep working; presence is not "
-                    "recorded until Redis answers again (retrying every %ss).",
+                    "Presence: %s is unavailable (%s). Pages keep working; presence is not "
+                    "recorded until it answers again (retrying every %ss).",
+                    self.name,
                     error,
                     retry_interval,
                 )
@@ -38,4 +41,4 @@ class Health:
                 if self.in_outage:
                     self.in_outage = False
                     self.down_until = 0.0
-                    logger.warning("Presence: Redis is reachable again; recording resumed.")
+                    logger.warning("Presence: %s is reachable again; recording resumed.", self.name)

@@ -1,14 +1,25 @@
 """The key scheme and the score encoding: where each piece of presence lives in Redis.
 
-See docs/redis-layout.md. Every key of a user's live state carries its bucket as the hash tag
-(``{KEY_PREFIX}:{<bucket>}:...``), so a script touching one user's keys stays in one Redis Cluster
-slot, and small buckets stay in Redis's compact encoding.
+See docs/redis-layout.md. On one Redis every key of a user's live state carries its bucket as
+the hash tag (``{KEY_PREFIX}:{<bucket>}:...``) and the two schedules are single keys
+(``{KEY_PREFIX}:{live}:due``, ``:expiring``).
+
+On a Redis Cluster (``REDIS_CLUSTER``) the buckets are grouped into ``CLUSTER_SHARDS`` shards:
+a bucket's keys carry its shard's tag (``{KEY_PREFIX}:{<tag>}:<bucket>:seen``) and every shard
+has its own schedules (``{KEY_PREFIX}:{<tag>}:due``), so a user's keys and due times share one
+slot (one round trip for every write) and nothing global sits in one slot. The shards' tags are
+chosen so that their slots are evenly spaced over the 16,384 slots (:func:`shard_tags`): masters
+holding equal slot ranges hold equal numbers of shards.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from presence import domain
 from presence.conf import PresenceSettings
@@ -36,31 +47,85 @@ def decode_score(score: float | str | None) -> domain.LiveState:
     )
 
 
+def _golden_stride(shards: int) -> int:
+    """A step coprime with ``shards`` near 0.618 of it: consecutive shards land far apart."""
+    stride = max(1, round(shards * 0.6180339887))
+    while math.gcd(stride, shards) != 1:
+        stride += 1
+    return stride
+
+
+@cache
+def shard_tags(shards: int) -> tuple[str, ...]:
+    """The hash tag of each of ``shards`` shards.
+
+    The 16,384 slots are cut into ``shards`` equal ranges; each range's tag is the first ``s<n>``
+    (n = 0, 1, ...) whose slot lies in it, so the shards' slots are evenly spaced and masters
+    holding equal slot ranges hold equal numbers of shards. Shard ``i`` takes range
+    ``i * stride % shards`` (a golden-ratio step), so consecutive shards, and the users of
+    consecutive ids, fall on different masters. Deterministic: every process agrees.
+    """
+    shards = max(1, min(shards, REDIS_CLUSTER_HASH_SLOTS))
+    by_range: list[str | None] = [None] * shards
+    missing = shards
+    n = 0
+    while missing:
+        tag = f"s{n}"
+        index = key_slot(tag.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS
+        if by_range[index] is None:
+            by_range[index] = tag
+            missing -= 1
+        n += 1
+    stride = _golden_stride(shards)
+    return tuple(str(by_range[i * stride % shards]) for i in range(shards))
+
+
 class KeyScheme:
-    """The keys of one site's presence (``KEY_PREFIX``, ``BUCKETS``)."""
+    """The keys of one site's presence (``KEY_PREFIX``, ``BUCKETS``, and on a cluster
+    ``CLUSTER_SHARDS``)."""
 
     def __init__(self, conf: PresenceSettings) -> None:
         self.conf = conf
+        self.clustered = bool(conf.REDIS_CLUSTER)
+        self.tags = shard_tags(conf.CLUSTER_SHARDS) if self.clustered else ("live",)
 
     def bucket_of(self, user_id: int) -> int:
         return user_id % self.conf.BUCKETS
 
+    def shard_of(self, bucket: int) -> int:
+        return bucket % len(self.tags)
+
+    def _bucket_base(self, bucket: int) -> str:
+        if self.clustered:
+            return f"{self.conf.KEY_PREFIX}:{{{self.tags[self.shard_of(bucket)]}}}:{bucket}"
+        return f"{self.conf.KEY_PREFIX}:{{{bucket}}}"
+
     def seen_key(self, bucket: int) -> str:
-        return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:seen"
+        return f"{self._bucket_base(bucket)}:seen"
 
     def conns_key(self, bucket: int) -> str:
-        return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:conns"
+        return f"{self._bucket_base(bucket)}:conns"
 
     def expiries_key(self, bucket: int) -> str:
-        return f"{self.conf.KEY_PREFIX}:{{{bucket}}}:expiries"
+        return f"{self._bucket_base(bucket)}:expiries"
 
-    @property
-    def due_key(self) -> str:
-        return f"{self.conf.KEY_PREFIX}:{{live}}:due"
+    def due_key(self, bucket: int) -> str:
+        """The schedule of users due to turn offline, for the users of this bucket."""
+        return f"{self.conf.KEY_PREFIX}:{{{self.tags[self.shard_of(bucket)]}}}:due"
 
-    @property
-    def expiring_key(self) -> str:
-        return f"{self.conf.KEY_PREFIX}:{{live}}:expiring"
+    def expiring_key(self, bucket: int) -> str:
+        """The schedule of custom statuses due to expire, for the users of this bucket."""
+        return f"{self.conf.KEY_PREFIX}:{{{self.tags[self.shard_of(bucket)]}}}:expiring"
+
+    def user_due_key(self, user_id: int) -> str:
+        return self.due_key(self.bucket_of(user_id))
+
+    def user_expiring_key(self, user_id: int) -> str:
+        return self.expiring_key(self.bucket_of(user_id))
+
+    def schedules(self) -> list[tuple[str, str]]:
+        """Every shard's (due, expiring) schedule keys (one pair on one Redis)."""
+        return [(self.due_key(shard), self.expiring_key(shard)) for shard in range(len(self.tags))]
 
     def by_bucket(self, user_ids: Iterable[int]) -> dict[int, list[int]]:
         grouped: dict[int, list[int]] = defaultdict(list)

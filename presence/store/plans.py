@@ -41,6 +41,9 @@ class Plan(Generic[T]):
     parse: Callable[[list[Any]], T]
     #: returned when Redis is unavailable; RAISE to raise StoreUnavailable instead
     fallback: T | _Raise
+    #: on a cluster with a master unavailable: reads the replies of the other masters (the
+    #: unavailable ones' replies are the exceptions); None: the whole plan falls back
+    partial: Callable[[list[Any]], T] | None = None
 
 
 def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
@@ -56,9 +59,24 @@ def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
         return [plan.parse(replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)]
 
     fallback: list[T] | _Raise = RAISE
+    partial: Callable[[list[Any]], list[T]] | None = None
     if not any(isinstance(plan.fallback, _Raise) for plan in plans):
         fallback = [plan.fallback for plan in plans]  # type: ignore[misc]
-    return Plan(commands=commands, parse=parse, fallback=fallback)
+
+        def partial(replies: list[Any]) -> list[T]:
+            # Each plan whose commands all ran is read; the others fall back (or read partly).
+            results: list[T] = []
+            for plan, (a, b) in zip(plans, bounds, strict=True):
+                part = replies[a:b]
+                if not any(isinstance(reply, Exception) for reply in part):
+                    results.append(plan.parse(part))
+                elif plan.partial is not None:
+                    results.append(plan.partial(part))
+                else:
+                    results.append(plan.fallback)  # type: ignore[arg-type]
+            return results
+
+    return Plan(commands=commands, parse=parse, fallback=fallback, partial=partial)
 
 
 def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
@@ -138,7 +156,13 @@ class PlanBuilder(KeyScheme):
                         seconds - self.conf.CONNECTION_TTL,
                     ],
                 ),
-                ("ZADD", self.due_key, "LT", seconds + self.conf.ONLINE_WINDOW, user_id),
+                (
+                    "ZADD",
+                    self.user_due_key(user_id),
+                    "LT",
+                    seconds + self.conf.ONLINE_WINDOW,
+                    user_id,
+                ),
             ],
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
             fallback=None,
@@ -158,7 +182,7 @@ class PlanBuilder(KeyScheme):
                         seconds - self.conf.CONNECTION_TTL,
                     ],
                 ),
-                ("ZADD", self.due_key, seconds + self.conf.OFFLINE_GRACE, user_id),
+                ("ZADD", self.user_due_key(user_id), seconds + self.conf.OFFLINE_GRACE, user_id),
             ],
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
             fallback=None,
@@ -204,7 +228,9 @@ class PlanBuilder(KeyScheme):
         if op == "beat":
             commands.append(self._connected_due(user_id, seconds))
         elif op == "close":
-            commands.append(("ZADD", self.due_key, seconds + self.conf.OFFLINE_GRACE, user_id))
+            commands.append(
+                ("ZADD", self.user_due_key(user_id), seconds + self.conf.OFFLINE_GRACE, user_id)
+            )
         return Plan(
             commands=commands,
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
@@ -212,7 +238,7 @@ class PlanBuilder(KeyScheme):
         )
 
     def _connected_due(self, user_id: int, seconds: int) -> tuple[Any, ...]:
-        return ("ZADD", self.due_key, seconds + self.conf.CONNECTION_TTL, user_id)
+        return ("ZADD", self.user_due_key(user_id), seconds + self.conf.CONNECTION_TTL, user_id)
 
     def connected(self, user_id: int, now: float) -> Plan[bool]:
         """The due time of a user whose connection was just opened (heartbeat + TTL)."""
@@ -240,33 +266,48 @@ class PlanBuilder(KeyScheme):
 
     def claim_due(self, now: float, limit: int) -> Plan[tuple[list[int], list[int]]]:
         """Users due to turn offline and users whose custom status expired, taken out of their
-        schedules (each handed to one sweeper only)."""
+        schedules (each handed to one sweeper only): up to ``limit`` of each on one Redis; on a
+        cluster up to ``limit / CLUSTER_SHARDS`` (at least 16) of each from every shard, one
+        round trip per master. A shard on an unavailable master is skipped."""
+        schedules = self.schedules()
+        per_schedule = limit if len(schedules) == 1 else max(16, -(-limit // len(schedules)))
+
+        def parse(replies: list[Any]) -> tuple[list[int], list[int]]:
+            due: list[int] = []
+            expiring: list[int] = []
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    continue
+                due += [int(m) for m in reply[0]]
+                expiring += [int(m) for m in reply[1]]
+            return due, expiring
+
         return Plan(
             commands=[
-                script_call(CLAIM_DUE, [self.due_key], [int(now), limit]),
-                script_call(CLAIM_DUE, [self.expiring_key], [int(now), limit]),
+                script_call(CLAIM_DUE, [due_key, expiring_key], [int(now), per_schedule])
+                for due_key, expiring_key in schedules
             ],
-            parse=lambda replies: ([int(m) for m in replies[0]], [int(m) for m in replies[1]]),
+            parse=parse,
             fallback=([], []),
+            partial=parse,
         )
 
     def schedule(self, due: dict[int, float]) -> Plan[bool]:
         """Check these users again at these times (an earlier time already set is kept)."""
-        args: list[Any] = []
+        by_key: dict[str, list[Any]] = defaultdict(list)
         for user_id, at in due.items():
-            args += [int(at) + 1, user_id]
+            by_key[self.user_due_key(user_id)] += [int(at) + 1, user_id]
         return Plan(
-            commands=[("ZADD", self.due_key, "LT", *args)] if args else [],
+            commands=[("ZADD", key, "LT", *args) for key, args in by_key.items()],
             parse=lambda replies: True,
             fallback=False,
         )
 
     def schedule_expiry(self, user_id: int, at: float | None) -> Plan[bool]:
         """Announce the user's custom status clearing at ``at`` (None: it never expires)."""
+        key = self.user_expiring_key(user_id)
         command: tuple[Any, ...] = (
-            ("ZADD", self.expiring_key, int(at) + 1, user_id)
-            if at is not None
-            else ("ZREM", self.expiring_key, user_id)
+            ("ZADD", key, int(at) + 1, user_id) if at is not None else ("ZREM", key, user_id)
         )
         return Plan(commands=[command], parse=lambda replies: True, fallback=False)
 
@@ -274,10 +315,11 @@ class PlanBuilder(KeyScheme):
         """Forget due times long past (sites without a live process never sweep them)."""
         return Plan(
             commands=[
-                ("ZREMRANGEBYSCORE", self.due_key, "-inf", f"({int(before)}"),
-                ("ZREMRANGEBYSCORE", self.expiring_key, "-inf", f"({int(before)}"),
+                ("ZREMRANGEBYSCORE", key, "-inf", f"({int(before)}")
+                for keys in self.schedules()
+                for key in keys
             ],
-            parse=lambda replies: int(replies[0]) + int(replies[1]),
+            parse=lambda replies: sum(int(reply) for reply in replies),
             fallback=RAISE,
         )
 
@@ -293,6 +335,8 @@ class PlanBuilder(KeyScheme):
         def parse(replies: list[Any]) -> dict[int, domain.LiveState] | None:
             states: dict[int, domain.LiveState] = {}
             for (_, members), scores in zip(buckets, replies, strict=True):
+                if isinstance(scores, Exception):
+                    continue  # an unavailable master's users: unknown, read as not live
                 for user_id, score in zip(members, scores, strict=True):
                     if score is not None:
                         states[user_id] = decode_score(score)
@@ -302,6 +346,7 @@ class PlanBuilder(KeyScheme):
             commands=[("ZMSCORE", self.seen_key(bucket), *members) for bucket, members in buckets],
             parse=parse,
             fallback=None,
+            partial=parse,
         )
 
     def scan_stale(self, buckets: Sequence[int], before: float) -> Plan[list[StaleEntry]]:

@@ -1,0 +1,150 @@
+"""The hub on both channels_redis layers (core and pub/sub), sharded over two Redis servers:
+groups spread over both, fan-out crosses shards, and with one shard stopped only the groups it
+held fail: consumers stay open and changes of users whose groups live on the other shard keep
+arriving.
+
+The servers are this test's own (tools/redis_server.py), stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from channels_redis.pubsub import _consistent_hash
+from django.test import override_settings
+
+from presence import lifecycle
+from presence.announce import group_name
+from presence.hub import Hub
+from presence.models import Contact
+from presence.routing import websocket_urlpatterns
+from presence.store import get_store
+from tools.redis_server import RedisServer
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+]
+
+LAYERS = {
+    "core": "channels_redis.core.RedisChannelLayer",
+    "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
+}
+TARGETS = 16
+TIMEOUT = 5
+
+
+@pytest.fixture
+def shards() -> Iterator[list[RedisServer]]:
+    with RedisServer() as first, RedisServer() as second:
+        yield [first, second]
+
+
+async def collect(socket: WebsocketCommunicator, seconds: float) -> dict[str, str]:
+    """Statuses pushed to ``socket`` within ``seconds``, by user id."""
+    seen: dict[str, str] = {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        # receive_nothing peeks; a receive that times out would cancel the consumer.
+        if await socket.receive_nothing(timeout=0.05):
+            continue
+        frame = await socket.receive_json_from(timeout=TIMEOUT)
+        for user_id, presence in frame.get("presences", {}).items():
+            seen[user_id] = presence["status"]
+    return seen
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_groups_spread_over_the_shards_and_a_stopped_shard_fails_only_its_groups(
+    kind: str,
+    shards: list[RedisServer],
+    make_user: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    viewer = make_user()
+    targets = [make_user() for _ in range(TARGETS)]
+    Contact.objects.bulk_create([Contact(owner=t, contact=viewer) for t in targets])
+    layers = {
+        "default": {
+            "BACKEND": LAYERS[kind],
+            "CONFIG": {"hosts": [server.url for server in shards]},
+        }
+    }
+    presence = {"COALESCE_WINDOW": 0.05, "SWEEP_INTERVAL": 3600, "OFFLINE_GRACE": 1}
+    caplog.set_level(logging.WARNING)
+
+    async def scenario() -> None:
+        socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/presence/")
+        socket.scope["user"] = viewer
+        assert (await socket.connect(timeout=TIMEOUT))[0]
+        try:
+            await socket.send_json_to({"type": "subscribe", "users": [t.pk for t in targets]})
+            assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "presence_state"
+            layer = get_channel_layer()
+            on_shard = {t.pk: _shard(layer, kind, group_name(t.pk), shards) for t in targets}
+            assert set(on_shard.values()) == {0, 1}  # the groups spread over both servers
+            if kind == "core":
+                for index, server in enumerate(shards):
+                    client = redis.Redis.from_url(server.url)
+                    keys = {k.decode() for k in client.scan_iter(match="asgi:group:*")}
+                    client.close()
+                    held = {
+                        f"asgi:group:{group_name(u)}" for u, s in on_shard.items() if s == index
+                    }
+                    assert held <= keys
+
+            # Fan-out crosses shards: every target coming online reaches the viewer.
+            for target in targets:
+                await lifecycle.aconnect(target, "c1")
+            assert await collect(socket, 1.5) == {str(t.pk): "online" for t in targets}
+
+            # The shard not holding the hub's own channel stops.
+            hub = Hub.current()
+            assert hub is not None
+            keep = _channel_shard(layer, kind, hub, shards)
+            stopped = 1 - keep
+            shards[stopped].stop()
+            for target in targets:
+                await lifecycle.adisconnect(target, "c1")
+            await asyncio.sleep(1.1)  # OFFLINE_GRACE
+            await lifecycle.asweep()
+            seen = await collect(socket, 2.0)
+            alive = {str(u) for u, s in on_shard.items() if s == keep}
+            assert seen == dict.fromkeys(alive, "offline")  # only the stopped shard's fail
+            # The connection is open and answers.
+            await socket.send_json_to({"type": "subscribe", "users": []})
+            assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "presence_state"
+        finally:
+            await socket.disconnect(timeout=TIMEOUT)
+            await get_store().aclose()
+
+    with override_settings(CHANNEL_LAYERS=layers, PRESENCE=presence):
+        from asgiref.sync import async_to_sync
+
+        async_to_sync(scenario)()
+
+
+def _shard(layer: Any, kind: str, group: str, shards: list[RedisServer]) -> int:
+    """The index of the host holding ``group`` (both layers hash names consistently)."""
+    if kind == "core":
+        return int(layer.consistent_hash(group))
+    inner = layer._get_layer()
+    return _consistent_hash(inner._get_group_channel_name(group), len(shards))
+
+
+def _channel_shard(layer: Any, kind: str, hub: Hub, shards: list[RedisServer]) -> int:
+    """The index of the host the hub's own channel is received from."""
+    channel = hub.channel
+    assert channel is not None
+    if kind == "core":
+        return int(layer.consistent_hash(layer.non_local_name(channel)))
+    return _consistent_hash(channel, len(shards))

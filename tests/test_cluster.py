@@ -1,0 +1,423 @@
+"""Presence on a real Redis Cluster (tools/redis_cluster.py) while things happen to it: the
+spread over masters, one round trip per master, a master stopped and restarted empty, scripts
+flushed, slots resharded under writes, a replica promoted.
+
+Each test's cluster runs on loopback and is stopped by pid afterwards, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from asgiref.sync import async_to_sync
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from redis.crc import key_slot
+
+from presence import api, domain
+from presence.conf import PresenceSettings
+from presence.domain import Device, Status
+from presence.routing import websocket_urlpatterns
+from presence.store import PresenceStore, get_store, merge
+from tools.redis_cluster import RedisCluster
+
+NOW = 1_800_000_000
+USERS = range(1, 3001)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisCluster]:
+    with RedisCluster(masters=3) as running:
+        yield running
+
+
+@pytest.fixture
+def store(cluster: RedisCluster) -> Iterator[PresenceStore]:
+    for port in cluster.master_ports():
+        client = redis.Redis(port=port)
+        client.flushall()
+        client.close()
+    conf = PresenceSettings(REDIS_CLUSTER=tuple(cluster.urls), RETRY_INTERVAL=0.2)
+    built = PresenceStore(conf)
+    yield built
+    built.close()
+
+
+def master_of(cluster: RedisCluster, key: str) -> int:
+    """The port of the master holding ``key``'s slot, from CLUSTER SLOTS."""
+    client = redis.Redis(port=cluster.master_ports()[0])
+    try:
+        slot = key_slot(key.encode())
+        for start, end, master, *_ in client.execute_command("CLUSTER SLOTS"):
+            if start <= slot <= end:
+                return int(master[1])
+    finally:
+        client.close()
+    raise AssertionError(f"slot of {key} not served")
+
+
+def touch_all(store: PresenceStore, users: range, at: int = NOW) -> None:
+    for start in range(0, len(users), 500):
+        chunk = users[start : start + 500]
+        store.run(merge([store.touch(u, Device.WEB, at) for u in chunk]))
+
+
+def test_keys_and_commands_spread_evenly_over_the_masters(
+    cluster: RedisCluster, store: PresenceStore
+) -> None:
+    before = {port: _calls(port) for port in cluster.master_ports()}
+    touch_all(store, USERS)
+    keys = {port: redis.Redis(port=port).dbsize() for port in cluster.master_ports()}
+    calls = {port: _calls(port) - before[port] for port in cluster.master_ports()}
+    for figures in (keys, calls):
+        mean = sum(figures.values()) / len(figures)
+        assert max(figures.values()) / mean <= 1.2, figures
+
+
+def _calls(port: int) -> int:
+    stats = redis.Redis(port=port).info("commandstats")
+    return sum(
+        int(values["calls"])
+        for name, values in stats.items()
+        if name not in {"cmdstat_info", "cmdstat_cluster|slots", "cmdstat_cluster|nodes"}
+    )
+
+
+def test_a_batch_read_is_one_round_trip_to_each_master(store: PresenceStore) -> None:
+    touch_all(store, USERS)
+    store.cluster.round_trips.clear()  # type: ignore[union-attr]
+    states = store.run(store.read(range(1, 5001)))
+    assert states is not None and set(states) == set(USERS)
+    trips = store.cluster.round_trips  # type: ignore[union-attr]
+    assert len(trips) == 3 and set(trips.values()) == {1}, trips
+
+
+def test_sweeps_claim_due_users_from_every_master(store: PresenceStore) -> None:
+    touch_all(store, USERS)
+    due, _ = store.run(store.claim_due(NOW + 10_000, 100_000))
+    assert sorted(due) == list(USERS)  # every shard visited, each user handed out once
+    assert store.run(store.claim_due(NOW + 10_000, 100_000)) == ([], [])
+
+
+def test_a_master_down_leaves_only_its_users_unknown_and_it_recovers_empty(
+    cluster: RedisCluster, store: PresenceStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="presence")
+    touch_all(store, USERS)
+    victim_port = master_of(cluster, store.seen_key(store.bucket_of(1)))
+    victim = cluster.node_by_port(victim_port)
+    on_victim = {u for u in USERS if master_of_bucket(cluster, store, u) == victim_port}
+    assert 0 < len(on_victim) < len(USERS)
+    victim.stop(kill=True)
+    try:
+        states = store.run(store.read(USERS))
+        assert states is not None
+        assert set(states) == set(USERS) - on_victim  # the others' users are answered
+        # Writes to the other masters are recorded; to the victim's users they fall back.
+        other = next(u for u in USERS if u not in on_victim)
+        assert store.run(store.touch(other, Device.MOBILE, NOW + 5)) is not None
+        assert store.run(store.touch(1, Device.WEB, NOW + 5)) is None
+        store.run(store.read(USERS))
+        outages = [r for r in caplog.records if "is unavailable" in r.getMessage()]
+        assert len(outages) == 1 and str(victim_port) in outages[0].getMessage()
+    finally:
+        victim.start()
+    cluster.wait_ok()
+    deadline = time.monotonic() + 10
+    while store.run(store.touch(1, Device.WEB, NOW + 6)) is None:
+        assert time.monotonic() < deadline, "recording did not resume"
+        time.sleep(0.1)
+    states = store.run(store.read([1]))
+    assert states is not None and states[1].last_active == NOW + 6  # back, empty, recording
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+def master_of_bucket(cluster: RedisCluster, store: PresenceStore, user_id: int) -> int:
+    return _slot_owner(cluster)[key_slot(store.seen_key(store.bucket_of(user_id)).encode())]
+
+
+def _slot_owner(cluster: RedisCluster) -> dict[int, int]:
+    client = redis.Redis(port=cluster.master_ports()[0])
+    owners: dict[int, int] = {}
+    for start, end, master, *_ in client.execute_command("CLUSTER SLOTS"):
+        for slot in range(start, end + 1):
+            owners[slot] = int(master[1])
+    client.close()
+    return owners
+
+
+def test_scripts_flushed_on_every_master_are_loaded_again(
+    cluster: RedisCluster, store: PresenceStore
+) -> None:
+    touch_all(store, range(1, 50))
+    for port in cluster.master_ports():
+        redis.Redis(port=port).script_flush()
+    touch_all(store, range(1, 50), at=NOW + 1)
+    states = store.run(store.read(range(1, 50)))
+    assert states is not None and {s.last_active for s in states.values()} == {NOW + 1}
+    assert store.cluster is not None and store.cluster.redirects["noscript"] >= 3
+
+    async def beat() -> None:
+        for port in cluster.master_ports():
+            redis.Redis(port=port).script_flush()
+        transition = await store.arun(store.connection(7, "open", NOW + 2, "c1"))
+        assert transition is not None and transition.after.connected
+        await store.aclose()
+
+    asyncio.run(beat())
+
+
+def test_a_slot_range_resharded_under_writes_loses_no_write(
+    cluster: RedisCluster, store: PresenceStore
+) -> None:
+    users = range(1, 2001)
+    stop = threading.Event()
+    written: Counter[int] = Counter()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        second = NOW
+        try:
+            while not stop.is_set() and second < NOW + 10_000:
+                second += 1
+                for start in range(0, len(users), 250):
+                    chunk = users[start : start + 250]
+                    results = store.run(merge([store.touch(u, Device.WEB, second) for u in chunk]))
+                    for user_id, result in zip(chunk, results, strict=True):
+                        if result is not None:
+                            written[user_id] = second
+        except BaseException as error:
+            failures.append(error)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        time.sleep(0.3)  # writes are under way
+        ports = cluster.master_ports()
+        source, target = ports[0], ports[1]
+        ids = _node_ids(cluster)
+        cluster.cli(
+            "--cluster",
+            "reshard",
+            f"127.0.0.1:{source}",
+            "--cluster-from",
+            ids[source],
+            "--cluster-to",
+            ids[target],
+            "--cluster-slots",
+            "600",
+            "--cluster-yes",
+            timeout=90,
+        )
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert not failures, failures
+    assert len(written) == len(users)
+    assert store.cluster is not None
+    assert store.cluster.redirects["moved"] + store.cluster.redirects["ask"] > 0  # under way
+    rounds = max(written.values()) - NOW
+    assert rounds >= 3, "the writes did not run during the reshard"
+    states = store.run(store.read(users))
+    assert states is not None
+    # Every write that was acknowledged is there: no user is behind what it was told.
+    lost = [u for u in users if states[u].last_active != written[u]]
+    assert lost == []
+
+
+def _node_ids(cluster: RedisCluster) -> dict[int, str]:
+    lines = cluster.cli("CLUSTER", "NODES", port=cluster.master_ports()[0]).splitlines()
+    return {int(line.split()[1].split("@")[0].rsplit(":", 1)[1]): line.split()[0] for line in lines}
+
+
+def test_a_promoted_replica_takes_over_the_writes() -> None:
+    with RedisCluster(masters=3, replicas=1, node_timeout_ms=1000) as cluster:
+        conf = PresenceSettings(REDIS_CLUSTER=tuple(cluster.urls), RETRY_INTERVAL=0.2)
+        store = PresenceStore(conf)
+        try:
+            assert store.run(store.touch(1, Device.WEB, NOW)) is not None
+            old_master = master_of(cluster, store.seen_key(store.bucket_of(1)))
+            replica = _replica_of(cluster, old_master)
+            cluster.cli("CLUSTER", "FAILOVER", port=replica)
+            deadline = time.monotonic() + 15
+            while master_of(cluster, store.seen_key(store.bucket_of(1))) != replica:
+                assert time.monotonic() < deadline, "the replica was not promoted"
+                time.sleep(0.1)
+            started = time.monotonic()
+            while store.run(store.touch(1, Device.WEB, NOW + 1)) is None:
+                assert time.monotonic() - started < 5, "writes did not move to the new master"
+                time.sleep(0.1)
+            states = store.run(store.read([1]))
+            assert states is not None and states[1] == domain.LiveState(
+                last_active=NOW + 1, devices=(Device.WEB,)
+            )
+        finally:
+            store.close()
+
+
+def _replica_of(cluster: RedisCluster, master_port: int) -> int:
+    ids = _node_ids(cluster)
+    lines = cluster.cli("CLUSTER", "NODES", port=master_port).splitlines()
+    for line in lines:
+        fields = line.split()
+        if "slave" in fields[2] and fields[3] == ids[master_port]:
+            return int(fields[1].split("@")[0].rsplit(":", 1)[1])
+    raise AssertionError("no replica")
+
+
+# --- the site on the cluster, a master down ------------------------------------------------
+
+
+def _on_master(cluster: RedisCluster, store: PresenceStore, users: list[Any]) -> dict[int, list]:
+    owners = _slot_owner(cluster)
+    placed: dict[int, list[Any]] = {}
+    for user in users:
+        slot = key_slot(store.seen_key(store.bucket_of(user.pk)).encode())
+        placed.setdefault(owners[slot], []).append(user)
+    return placed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_a_master_down_pages_stay_up_and_the_rest_is_recorded(
+    cluster: RedisCluster,
+    store: PresenceStore,
+    settings: Any,
+    client: Client,
+    make_user: Callable[..., Any],
+) -> None:
+    settings.PRESENCE = {"REDIS_CLUSTER": cluster.urls, "RETRY_INTERVAL": 0.2}
+    users = [make_user() for _ in range(24)]
+    placed = _on_master(cluster, get_store(), users)
+    victim_port = sorted(placed)[0]
+    (down_user, *_), (up_user, *_) = placed[victim_port], placed[sorted(placed)[1]]
+    victim = cluster.node_by_port(victim_port)
+    victim.stop(kill=True)
+    try:
+        for user in (down_user, up_user):
+            client.force_login(user)
+            started = time.monotonic()
+            assert client.get("/").status_code == 200
+            assert time.monotonic() - started < 1.0  # no retry loop, no long timeout
+        viewer = up_user
+        seen = api.bulk_presence([down_user, up_user], viewer)
+        assert seen[up_user.pk].status is Status.ONLINE  # recorded on a live master
+        assert seen[down_user.pk].status is Status.OFFLINE  # unknown: the database's view
+    finally:
+        victim.start()
+    cluster.wait_ok()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_a_master_down_sockets_stay_open_and_heartbeats_elsewhere_count(
+    cluster: RedisCluster,
+    store: PresenceStore,
+    settings: Any,
+    make_user: Callable[..., Any],
+) -> None:
+    settings.PRESENCE = {
+        "REDIS_CLUSTER": cluster.urls,
+        "RETRY_INTERVAL": 0.2,
+        "SWEEP_INTERVAL": 3600,
+    }
+    users = [make_user() for _ in range(24)]
+    placed = _on_master(cluster, get_store(), users)
+    victim_port = sorted(placed)[0]
+    (down_user, *_), (up_user, *_) = placed[victim_port], placed[sorted(placed)[1]]
+    victim = cluster.node_by_port(victim_port)
+
+    async def scenario() -> None:
+        app = URLRouter(websocket_urlpatterns)
+        sockets = []
+        try:
+            for user in (down_user, up_user):
+                socket = WebsocketCommunicator(app, "/ws/presence/")
+                socket.scope["user"] = user
+                assert (await socket.connect(timeout=3))[0]
+                sockets.append(socket)
+            victim.stop(kill=True)
+            for socket in sockets:
+                await socket.send_json_to({"type": "heartbeat"})
+                await socket.send_json_to({"type": "subscribe", "users": [up_user.pk]})
+                reply = await socket.receive_json_from(timeout=3)
+                assert reply["type"] == "presence_state"
+                assert reply["presences"][str(up_user.pk)]["status"] in {"online", "offline"}
+            for socket in sockets:
+                assert await socket.receive_nothing(timeout=0.3)  # still open, nothing odd
+            states = await get_store().arun(get_store().read([up_user.pk]))
+            assert states is not None and states[up_user.pk].connected
+        finally:
+            for socket in sockets:
+                await socket.disconnect(timeout=3)
+            await get_store().aclose()
+
+    try:
+        async_to_sync(scenario)()
+    finally:
+        victim.start()
+        cluster.wait_ok()
+
+
+def test_a_master_killed_fails_over_to_its_replica_within_the_node_timeout() -> None:
+    node_timeout = 1.0
+    with RedisCluster(masters=3, replicas=1, node_timeout_ms=int(node_timeout * 1000)) as cluster:
+        conf = PresenceSettings(REDIS_CLUSTER=tuple(cluster.urls), RETRY_INTERVAL=0.2)
+        store = PresenceStore(conf)
+        try:
+            assert store.run(store.touch(1, Device.WEB, NOW)) is not None
+            old_master = master_of(cluster, store.seen_key(store.bucket_of(1)))
+            cluster.node_by_port(old_master).stop(kill=True)
+            killed = time.monotonic()
+            second = NOW
+            while store.run(store.touch(1, Device.WEB, second + 1)) is None:
+                second += 1
+                assert time.monotonic() - killed < node_timeout + 10, "no failover"
+                time.sleep(0.1)
+            recovered = time.monotonic() - killed
+            # cluster-node-timeout to notice, an election, then our retry and slot refresh
+            print(f"failover: writes recorded again {recovered:.2f} s after the kill")
+            assert recovered < node_timeout + 5, recovered
+            states = store.run(store.read([1]))
+            assert states is not None and states[1].last_active == second + 1
+        finally:
+            store.close()
+
+
+def test_a_store_started_while_the_first_master_is_down_serves_the_others(
+    cluster: RedisCluster, store: PresenceStore
+) -> None:
+    # The master of slot 0 is the one redis-py asks for its command table first.
+    first = _slot_owner(cluster)[0]
+    cluster.node_by_port(first).stop(kill=True)
+    try:
+        fresh = PresenceStore(store.conf)
+        placed = {u: master_of_bucket(cluster, fresh, u) for u in range(1, 40)}
+        elsewhere = [u for u, port in placed.items() if port != first]
+        there = [u for u, port in placed.items() if port == first]
+        assert elsewhere and there
+
+        states = fresh.run(merge([fresh.touch(u, Device.WEB, NOW) for u in placed]))
+        assert [u for u, s in zip(placed, states, strict=True) if s is not None] == elsewhere
+
+        async def read_fresh() -> Any:
+            async_store = PresenceStore(store.conf)
+            try:
+                return await async_store.arun(async_store.read(list(placed)))
+            finally:
+                await async_store.aclose()
+
+        live = asyncio.run(read_fresh())
+        assert live is not None and sorted(live) == elsewhere
+        fresh.close()
+    finally:
+        cluster.node_by_port(first).start()
+    cluster.wait_ok()

@@ -27,14 +27,17 @@ demo: install
 # The main suite, then the same Redis for a site whose user model logs in by e-mail
 # (tests/settings_email.py: a second settings module needs a second run), then the store, API,
 # middleware, consumer, hub and cleanup tests again with presence on a three-master Redis Cluster
-# and the channel layer sharded over two Redis servers (tools/redis_cluster.py; CLUSTER_TESTS).
+# and the channel layer sharded over two Redis servers (tools/redis_cluster.py; CLUSTER_TESTS),
+# then the hub and consumer tests on channels_redis's pub/sub layer (LAYER_TESTS).
 CLUSTER_TESTS ?= tests/test_store.py tests/test_store_scripts.py tests/test_api.py \
 	tests/test_middleware.py tests/test_consumers.py tests/test_hub.py tests/test_presence_cleanup.py
+LAYER_TESTS ?= tests/test_hub.py tests/test_consumers.py tests/test_feed_live.py
 WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m tools.redis_cluster --
 test: install
 	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \
 	  $(PY) -m pytest -q -p no:cacheprovider --ds=tests.settings_email tests/emailsite/tests_email.py && \
-	  $(WITH_CLUSTER) $(PY) -m pytest -q -p no:cacheprovider $(CLUSTER_TESTS)'
+	  $(WITH_CLUSTER) $(PY) -m pytest -q -p no:cacheprovider $(CLUSTER_TESTS) && \
+	  PRESENCE_TEST_LAYER=pubsub $(PY) -m pytest -q -p no:cacheprovider $(LAYER_TESTS)'
 
 lint: install
 	$(VENV)/bin/ruff check presence siteproject tests benchmarks tools

@@ -40,6 +40,23 @@ on_one_redis = pytest.mark.skipif(
     reason="reads one Redis server's internals; the cluster has tests of its own",
 )
 
+on_the_core_layer = pytest.mark.skipif(
+    os.environ.get("PRESENCE_TEST_LAYER") == "pubsub",
+    reason="reads the core channel layer's group keys; the pub/sub layer keeps none",
+)
+
+
+async def close_pubsub_layer() -> None:
+    """The pub/sub layer keeps a receiver task per event loop for as long as the loop lives
+    (a production process's whole life); a test's loop ends with the test, so it is closed
+    here, not left to outlive the test (the core layer keeps no task of its own)."""
+    from channels.layers import get_channel_layer
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    layer = get_channel_layer()
+    if isinstance(layer, RedisPubSubChannelLayer):
+        await layer.flush()
+
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[Any]:

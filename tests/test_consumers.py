@@ -38,7 +38,7 @@ from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatu
 from presence.routing import websocket_urlpatterns
 from presence.store import get_store
 from tests.clock import at
-from tests.conftest import on_one_redis
+from tests.conftest import close_pubsub_layer, on_one_redis, on_the_core_layer
 from tests.privacy_cases import (
     CASES,
     CUSTOM,
@@ -198,6 +198,7 @@ async def open_sockets() -> AsyncIterator[Sockets]:
             assert hub._tasks == []
         elif hub._tasks:
             await hub._stop()  # a consumer was cancelled by a failing assertion
+    await close_pubsub_layer()
     # Nothing of the hub may outlive it (a channel-layer receive may take up to its BZPOPMIN
     # timeout, 5 s, to end after a cancellation it swallowed).
     lingering = asyncio.all_tasks() - {asyncio.current_task()}
@@ -1383,6 +1384,7 @@ def followers_of(target: Any, count: int) -> list[Any]:
 
 
 @on_one_redis
+@on_the_core_layer
 async def test_a_change_reaches_subscribed_connections_only_through_one_group_member(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -1556,6 +1558,7 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
 
 
 @on_one_redis
+@on_the_core_layer
 async def test_a_subscribe_of_unknown_ids_joins_no_channel_layer_group(
     sockets: Sockets,
     make_user: Callable[..., Any],

@@ -23,7 +23,7 @@ from presence.models import LastSeen, UserStatus
 from presence.signals import presence_changed
 from presence.store import get_store
 from tests.clock import at
-from tests.conftest import on_one_redis
+from tests.conftest import on_one_redis, on_the_core_layer
 from tests.test_consumers import (
     BASE,
     HIDDEN,
@@ -98,6 +98,7 @@ def unreachable_presence_redis(settings: Any) -> override_settings:
 
 
 @on_one_redis
+@on_the_core_layer
 async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -136,6 +137,7 @@ async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     assert hub.watchers == {}
 
 
+@on_the_core_layer
 async def test_the_hub_stops_its_tasks_when_the_last_connection_leaves(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

@@ -25,6 +25,7 @@ from django.utils.translation import gettext
 
 from presence import api, domain, extensions, lifecycle, relations, sessions
 from presence.conf import get_settings
+from presence.domain import UserId
 from presence.hub import Hub
 
 logger = logging.getLogger("presence")
@@ -106,9 +107,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     # no Redis receive) of its own. No such alias exists, so Channels gives it none.
     channel_layer_alias = "presence.hub-only"
 
-    viewer_id: int
-    sent: dict[int, domain.Presence]
-    snapshotting: set[int]
+    viewer_id: UserId
+    sent: dict[UserId, domain.Presence]
+    snapshotting: set[UserId]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -329,7 +330,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     async def send_json(self, content: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(content, separators=(",", ":")))
 
-    async def send_presences(self, kind: str, presences: dict[int, domain.Presence]) -> None:
+    async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:
         await self.send_json(
             {"type": kind, "presences": {str(uid): p.as_dict() for uid, p in presences.items()}}
         )

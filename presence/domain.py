@@ -14,11 +14,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
+from uuid import UUID
 
 from django.utils.timesince import timesince
 from django.utils.translation import gettext, npgettext_lazy
 from django.utils.translation import gettext_lazy as _
+
+#: a user's primary key, in the type of the site's user model's pk (an integer, a UUID or a
+#: string; presence.users converts what clients send)
+UserId: TypeAlias = int | str | UUID
 
 
 class Status(StrEnum):

@@ -16,10 +16,11 @@ import time
 from typing import Any
 
 from presence.conf import get_settings
+from presence.domain import UserId
 from presence.store import Plan, PresenceStore, get_store
 
 
-def counter_plan(store: PresenceStore, user_id: int, now: float) -> Plan[int | None]:
+def counter_plan(store: PresenceStore, user_id: UserId, now: float) -> Plan[int | None]:
     """Count one write of ``user_id`` in the window of ``now``: the count so far, or None when
     Redis is unavailable (the caller lets the write through)."""
     limit = get_settings().HTTP_RATE_LIMIT

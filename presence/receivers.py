@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from presence import announce, api
-from presence.domain import device_from_user_agent
+from presence.domain import UserId, device_from_user_agent
 from presence.middleware import throttle
 from presence.models import Block, Contact, PrivacySettings
 from presence.signals import presence_changed
@@ -61,7 +61,7 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
         logger.exception("Presence: could not record the logout of user %s", user.pk)
 
 
-def _changed(sender: Any, user_ids: tuple[int, ...], reason: str) -> None:
+def _changed(sender: Any, user_ids: tuple[UserId, ...], reason: str) -> None:
     def send() -> None:
         for user_id in user_ids:
             presence_changed.send(sender=sender, user_id=user_id, reason=reason)
@@ -95,7 +95,7 @@ def _on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> 
     transaction.on_commit(lambda: announce.announce_sessions_changed(user_id))
 
 
-def _on_presence_changed(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+def _on_presence_changed(sender: Any, user_id: UserId, reason: str, **kwargs: Any) -> None:
     # Privacy, contacts, blocks and statuses take effect on open connections right away.
     announce.announce([user_id])
 

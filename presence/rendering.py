@@ -23,6 +23,7 @@ from django.utils.translation import gettext
 
 from presence import api, domain, relations
 from presence.conf import get_settings
+from presence.domain import UserId
 from presence.users import user_pk
 
 logger = logging.getLogger("presence")
@@ -52,7 +53,7 @@ def _warn_without_request() -> None:
         )
 
 
-def _cache(request: Any) -> dict[int, domain.Presence]:
+def _cache(request: Any) -> dict[UserId, domain.Presence]:
     if request is None:
         return {}  # nothing to keep it on: every read is fresh
     cache = getattr(request, _CACHE_ATTR, None)
@@ -62,7 +63,7 @@ def _cache(request: Any) -> dict[int, domain.Presence]:
     return cache
 
 
-def _pk(target: Any) -> int | None:
+def _pk(target: Any) -> UserId | None:
     """A user's pk from a user, an int or a string of digits; None for anything else."""
     if isinstance(target, str):
         return int(target) if target.isascii() and target.isdigit() else None
@@ -81,7 +82,7 @@ def prefetch(request: Any, targets: Any) -> None:
         cache.update({pk: found.get(pk, domain.HIDDEN) for pk in ids})
 
 
-def presence_for(request: Any, target: Any) -> tuple[int | None, domain.Presence]:
+def presence_for(request: Any, target: Any) -> tuple[UserId | None, domain.Presence]:
     pk = _pk(target)
     if pk is None:
         return None, domain.HIDDEN

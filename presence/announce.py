@@ -25,6 +25,7 @@ from channels.layers import get_channel_layer
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.sessions import session_digest
+from presence.users import encode_id, group_key
 
 logger = logging.getLogger("presence")
 
@@ -71,7 +72,7 @@ def _group_prefix() -> str:
 
 
 def group_name(user_id: UserId) -> str:
-    return f"{_group_prefix()}.user.{user_id}"
+    return f"{_group_prefix()}.user.{group_key(user_id)}"
 
 
 # --- announcing changes -----------------------------------------------------------------------
@@ -87,7 +88,7 @@ async def aannounce(user_ids: Iterable[UserId]) -> None:
         return
     layer = get_channel_layer()
     if layer is None:
-        _deliver_locally({"type": CHANGED, "users": ids})
+        _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids]})
         return
     # Each user's group on its own: with the layer sharded over several servers, a server down
     # fails only the groups it holds, and the others are still told.
@@ -97,7 +98,9 @@ async def aannounce(user_ids: Iterable[UserId]) -> None:
         batch = ids[start : start + _SENDS_AT_ONCE]
         results = await asyncio.gather(
             *(
-                layer.group_send(group_name(user_id), {"type": CHANGED, "users": [user_id]})
+                layer.group_send(
+                    group_name(user_id), {"type": CHANGED, "users": [encode_id(user_id)]}
+                )
                 for user_id in batch
             ),
             return_exceptions=True,
@@ -161,7 +164,7 @@ def announce(user_ids: Iterable[UserId]) -> None:
 
 def account_group_name(user_id: UserId) -> str:
     """The group of the processes holding session-bound sockets of this user."""
-    return f"{_group_prefix()}.account.{user_id}"
+    return f"{_group_prefix()}.account.{group_key(user_id)}"
 
 
 async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
@@ -183,7 +186,8 @@ async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
 async def aannounce_session_ended(user_id: UserId, session_key: str) -> None:
     """Close the sockets of this session (logout), in every process. Never raises."""
     digest = session_digest(session_key)
-    await _asend_account(user_id, {"type": SESSION_ENDED, "user": user_id, "session": digest})
+    message = {"type": SESSION_ENDED, "user": encode_id(user_id), "session": digest}
+    await _asend_account(user_id, message)
 
 
 def announce_session_ended(user_id: UserId, session_key: str) -> None:
@@ -193,7 +197,7 @@ def announce_session_ended(user_id: UserId, session_key: str) -> None:
 async def aannounce_sessions_changed(user_id: UserId) -> None:
     """Have every socket of this user check its session again (a password change invalidates
     the other sessions). Never raises."""
-    await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": user_id})
+    await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": encode_id(user_id)})
 
 
 def announce_sessions_changed(user_id: UserId) -> None:

@@ -38,6 +38,7 @@ from presence.announce import (
 )
 from presence.conf import get_settings
 from presence.domain import Presence, UserId, visibly_differs
+from presence.users import decode_id, id_decoder
 
 logger = logging.getLogger("presence")
 
@@ -211,7 +212,11 @@ class Hub:
 
     def session_message(self, message: dict[str, Any]) -> None:
         """A session of a user here logged out, or their sessions must be checked again."""
-        sockets = list(self.accounts.get(int(message.get("user", 0)), ()))
+        try:
+            user_id = decode_id(message["user"])
+        except (KeyError, TypeError, ValueError):
+            return  # not a message of this version's announcer
+        sockets = list(self.accounts.get(user_id, ()))
         if message.get("type") == SESSION_ENDED:
             ending = [c for c in sockets if c.session_digest == message.get("session")]
             calls = [connection.end_session() for connection in ending]
@@ -365,7 +370,9 @@ class Hub:
     def dispatch(self, message: dict[str, Any]) -> None:
         """Act on one message announced through :mod:`presence.announce`."""
         if message.get("type") == CHANGED:
-            self.changed(int(uid) for uid in message.get("users", ()))
+            # Ids in their canonical form (presence.users.encode_id), read as the site's pk.
+            decode = id_decoder()
+            self.changed(decode(uid) for uid in message.get("users", ()))
         elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
             self.topic_message(message["kind"], message.get("payload"))
         elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):

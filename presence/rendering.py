@@ -24,7 +24,7 @@ from django.utils.translation import gettext
 from presence import api, domain, relations
 from presence.conf import get_settings
 from presence.domain import UserId
-from presence.users import user_pk
+from presence.users import parse_user_id, user_pk
 
 logger = logging.getLogger("presence")
 
@@ -64,9 +64,13 @@ def _cache(request: Any) -> dict[UserId, domain.Presence]:
 
 
 def _pk(target: Any) -> UserId | None:
-    """A user's pk from a user, an int or a string of digits; None for anything else."""
+    """A user's pk from a user, an id, or an id's text (``"7"``, a UUID's text); None for
+    anything else."""
     if isinstance(target, str):
-        return int(target) if target.isascii() and target.isdigit() else None
+        try:
+            return parse_user_id(target)
+        except ValueError:
+            return None
     try:
         return user_pk(target)
     except TypeError:

@@ -39,6 +39,7 @@ from presence.routing import websocket_urlpatterns
 from presence.store import get_store
 from tests.clock import at
 from tests.conftest import on_one_redis
+from tests.ids import wire_id
 from tests.privacy_cases import (
     CASES,
     CUSTOM,
@@ -231,7 +232,7 @@ def lets_see(target: Any, *viewers: Any, close_friend: bool = False) -> None:
 
 
 async def subscribe(communicator: WebsocketCommunicator, *users: Any) -> dict[str, Any]:
-    ids = [u if isinstance(u, int) else u.pk for u in users]
+    ids = [u if isinstance(u, int | str) else wire_id(u) for u in users]
     await communicator.send_json_to({"type": "subscribe", "users": ids})
     return await communicator.receive_json_from(timeout=TIMEOUT)
 
@@ -775,7 +776,7 @@ BAD_FRAMES = [
         (
             json.dumps({"type": kind, **users}),
             "invalid_message",
-            "'users' must be a list of user ids (integers).",
+            "'users' must be a list of user ids (numbers or strings).",
         )
         for kind in ("subscribe", "unsubscribe")
         for users in (
@@ -784,7 +785,6 @@ BAD_FRAMES = [
             {"users": 7},
             {"users": "1,2"},
             {"users": {"1": True}},
-            {"users": ["1"]},
             {"users": [True]},
             {"users": [1.5]},
             {"users": [None]},
@@ -799,6 +799,16 @@ BAD_FRAMES = [
         )
         for kind in ("subscribe", "unsubscribe")
         for users in ([-3], [0], [1, -1])
+    ],
+    # Strings the site's pk cannot be (an integer or a UUID alike): refused before any lookup.
+    *[
+        (
+            json.dumps({"type": kind, "users": users}),
+            "invalid_value",
+            f"{bad!r} is not a user id.",
+        )
+        for kind in ("subscribe", "unsubscribe")
+        for users, bad in ((["abc"], "abc"), ([1, "1e3"], "1e3"), (["-1"], "-1"), ([" 7"], " 7"))
     ],
     (
         '{"type": "heartbeat", "state": "asleep"}',

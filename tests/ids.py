@@ -23,3 +23,19 @@ def missing_id(n: int = 0) -> Any:
     if kind == "uuid":
         return uuid.UUID(int=0xDEAD_0000 + n)
     return f"nobody-{n}"
+
+
+def uid(n: int) -> Any:
+    """The n-th id of the site's pk type, for store tests that need no database user: ``n``
+    itself with integer pks, a UUID made of ``n`` with UUID pks; ordered as ``n`` is."""
+    kind = users.pk_kind()
+    if kind == "int":
+        return n
+    if kind == "uuid":
+        return uuid.UUID(int=n)
+    return f"user-{n:06d}"
+
+
+def member(n: int) -> str:
+    """How Redis spells :func:`uid` ``(n)`` (a sorted set's member, a hash field's prefix)."""
+    return str(users.encode_id(uid(n)))

@@ -199,13 +199,18 @@ class LastSeenManager(models.Manager):
             conflict = "ON DUPLICATE KEY UPDATE seen_at = GREATEST(seen_at, VALUES(seen_at))"
         else:
             return self._record_portably(rows, alias)
+        # The pk as the column holds it (a UUID is char(32) on SQLite, uuid on PostgreSQL).
+        user_column = self.model._meta.get_field("user")
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             for start in range(0, len(rows), self.BATCH):
                 chunk = rows[start : start + self.BATCH]
                 placeholders = ", ".join(["(%s, %s)"] * len(chunk))
                 params: list[Any] = []
                 for user_id, seen_at in chunk:
-                    params += [user_id, connection.ops.adapt_datetimefield_value(seen_at)]
+                    params += [
+                        user_column.get_db_prep_value(user_id, connection),
+                        connection.ops.adapt_datetimefield_value(seen_at),
+                    ]
                 cursor.execute(
                     f"INSERT INTO {table} (user_id, seen_at) VALUES {placeholders} {conflict}",
                     params,

@@ -39,3 +39,8 @@ def uid(n: int) -> Any:
 def member(n: int) -> str:
     """How Redis spells :func:`uid` ``(n)`` (a sorted set's member, a hash field's prefix)."""
     return str(users.encode_id(uid(n)))
+
+
+def redis_member(user_or_pk: Any) -> str:
+    """A user's member in presence's sorted sets (the canonical form, presence.users)."""
+    return str(users.encode_id(getattr(user_or_pk, "pk", user_or_pk)))

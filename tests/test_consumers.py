@@ -454,6 +454,57 @@ async def test_unsubscribe_stops_diffs(
     assert await subscribe(communicator, target) == state({target.pk: online()})
 
 
+def spellings(user: Any) -> list[int | str]:
+    """Ways a client may name ``user``: with integer pks a JSON number or a string, with UUID
+    pks the canonical text or its upper case."""
+    if isinstance(user.pk, int):
+        return [user.pk, str(user.pk)]
+    return [str(user.pk), str(user.pk).upper()]
+
+
+async def test_ids_are_answered_as_the_client_spelt_them(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, first, second = [await new_user(make_user) for _ in range(3)]
+    await lets_see(first, viewer)
+    await lets_see(second, viewer)
+    watcher = await sockets.open(viewer)
+    # One of each spelling in one frame (integers: a number and a string); naming a user twice
+    # subscribes once, under the first spelling.
+    one, two = spellings(first)[0], spellings(second)[1]
+    nobody = str(missing_id())
+    users = [one, two, spellings(first)[1], nobody]
+    await watcher.send_json_to({"type": "subscribe", "users": users})
+    assert await receive(watcher) == state({one: HIDDEN, two: HIDDEN})
+    assert await receive(watcher) == error(
+        "unknown_users",
+        f"No user has the id(s) {nobody}; the others are subscribed.",
+        users=[nobody],  # as sent: a string stays a string
+    )
+    # Diffs keep the spelling of the subscription.
+    await sockets.open(first)
+    assert await receive(watcher) == diff({one: online()})
+    await sockets.open(second)
+    assert await receive(watcher) == diff({two: online()})
+    # Unsubscribing in another spelling is the same user; subscribing again takes the new one.
+    await watcher.send_json_to({"type": "unsubscribe", "users": [spellings(second)[0]]})
+    assert await subscribe(watcher, spellings(second)[0]) == state({spellings(second)[0]: online()})
+    assert subscriptions() == {first.pk: 1, second.pk: 1}
+
+
+async def test_ids_the_sites_pk_cannot_be_are_refused_and_change_nothing(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    watcher = await sockets.open(viewer)
+    # A UUID site takes no number; an integer site no UUID.
+    bad = 7 if not isinstance(target.pk, int) else "0b6f2c9e-3d4a-4f1e-9c2b-7a1d5e8f9a10"
+    await watcher.send_json_to({"type": "subscribe", "users": [wire_id(target), bad]})
+    assert await receive(watcher) == error("invalid_value", f"{bad!r} is not a user id.")
+    assert subscriptions() == {}
+    assert await subscribe(watcher) == state({})
+
+
 # --- diffs on changes -------------------------------------------------------------------------
 
 

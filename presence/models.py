@@ -200,7 +200,7 @@ class LastSeenManager(models.Manager):
         else:
             return self._record_portably(rows, alias)
         # The pk as the column holds it (a UUID is char(32) on SQLite, uuid on PostgreSQL).
-        user_column = self.model._meta.get_field("user")
+        user_column: Any = self.model._meta.get_field("user")
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             for start in range(0, len(rows), self.BATCH):
                 chunk = rows[start : start + self.BATCH]

@@ -732,6 +732,29 @@ def test_client_against_a_scripted_server(
     # Diffs of users not subscribed are ignored.
     server.send({"type": "presence_diff", "presences": {"999999": presence("online")}})
 
+    # Ids are opaque strings (UUID and string primary keys): subscribed as written on the page,
+    # and their dots found again however odd the id (a quote and a backslash in a selector).
+    odd = ["0B6F2C9E-3D4A-4F1E-9C2B-7A1D5E8F9A10", 'o"k\\1']
+    a.page.evaluate(
+        """(ids) => ids.forEach((id, i) => {
+            const dot = document.createElement("span");
+            dot.className = "presence-dot";
+            dot.dataset.testid = `odd-${i}`;
+            dot.setAttribute("data-presence-user", id);
+            document.querySelector("main").append(dot);
+        })""",
+        odd,
+    )
+    assert server.wait_for(a.page, lambda f: f == {"type": "subscribe", "users": odd})
+    server.send(
+        {
+            "type": "presence_state",
+            "presences": {odd[0]: presence("online"), odd[1]: presence("idle")},
+        }
+    )
+    expect(a.page.get_by_test_id("odd-0")).to_have_class(ONLINE)
+    expect(a.page.get_by_test_id("odd-1")).to_have_class(IDLE)
+
     # setStatus: an error frame about subscriptions is not its answer; the next error is.
     settle = "() => { window.__settled = null; }"
     call = """(change) => { window.presence.setStatus(change).then(

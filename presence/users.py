@@ -4,7 +4,7 @@ Every module that takes "a user or a user id" (the API, the lifecycle, relations
 rendering, the feed) uses these functions, so the accepted inputs and the error messages are
 the same everywhere.
 
-The primary key may be an integer, a UUID or a string (docs/settings.md, "User model"). In
+The primary key may be an integer, a UUID or a string (docs/settings.md, "The user model"). In
 Python a user id is always the pk's own type (``int``, ``uuid.UUID``, ``str``), as the database
 returns it. Outside Python (Redis members, channel-layer messages) it has one canonical form,
 :func:`encode_id`, and :func:`decode_id` reads it back; ids from clients (the JSON endpoint,
@@ -13,25 +13,24 @@ WebSocket frames) are read with :func:`parse_user_id`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
-from presence.domain import UserId
+from presence import domain
+from presence.domain import MAX_USER_ID, UserId
 
 __all__ = ["UserId", "decode_id", "encode_id", "parse_user_id", "user_pk", "viewer_pk"]
 
 #: how presence stores and reads the site's pk: an integer, a UUID or a string
 PkKind = Literal["int", "uuid", "str"]
 
-#: the largest id a database integer key holds (BigAutoField; SQLite's INTEGER): a larger one
-#: names no user, and SQLite cannot even be asked about it (OverflowError)
-MAX_USER_ID = 2**63 - 1
 #: longest integer id accepted as a string (BigAutoField ids have at most 19 digits)
 MAX_INT_DIGITS = 19
 #: longest string id a client may send: longer ones are refused before any lookup
-MAX_ID_LENGTH = 255
+MAX_ID_LENGTH = domain.MAX_USER_ID_LENGTH
 
 
 # user_pk and viewer_pk return Any, not UserId: their results go into queryset lookups, which
@@ -163,8 +162,6 @@ def group_key(user_id: UserId) -> str:
     text = str(user_id)
     if isinstance(user_id, int | uuid.UUID) or _GROUP_SAFE.fullmatch(text):
         return text
-    import hashlib
-
     return "h-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 

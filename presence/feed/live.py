@@ -10,6 +10,7 @@ on which timeline with the feed's rules and privacy, and sends them
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Mapping
@@ -55,14 +56,12 @@ def _feed(data: Mapping[str, Any]) -> str:
             "invalid_message",
             gettext("'feed' must be a string: following, mentions, user:<id> or group:<slug>."),
         )
-    if FEED_NAME.match(feed) and feed.startswith("user:"):
+    if FEED_NAME.match(feed):
+        if not feed.startswith("user:"):
+            return feed
         # A user's timeline is named by the canonical text of the pk (a UUID in lowercase).
-        try:
+        with contextlib.suppress(ValueError):
             return _user_feed(feed)
-        except ValueError:
-            pass
-    elif FEED_NAME.match(feed):
-        return feed
     raise InvalidInput(
         "invalid_value",
         gettext("Unknown feed %(feed)s: use following, mentions, user:<id> or group:<slug>.")

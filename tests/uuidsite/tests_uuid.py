@@ -204,3 +204,15 @@ def test_the_admin_lists_uuid_users_online_now(make_user: Callable[..., Any]) ->
     listed = {user.pk for user in page.context["cl"].result_list}
     assert listed == {ann.pk, staff.pk}
     assert ben.pk not in listed
+
+
+def test_a_uuid_users_live_timeline_is_named_by_the_canonical_text() -> None:
+    from presence.domain import InvalidInput
+    from presence.feed.live import WatchFeed, parse_watch
+
+    uid = uuid.uuid4()
+    assert parse_watch({"feed": f"user:{str(uid).upper()}"}) == WatchFeed(f"user:{uid}")
+    for bad in ("user:7", "user:not-a-uuid"):
+        with pytest.raises(InvalidInput) as refused:
+            parse_watch({"feed": bad})
+        assert refused.value.code == "invalid_value"

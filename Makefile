@@ -26,9 +26,17 @@ demo: install
 
 # The main suite, then the same Redis for a site whose user model logs in by e-mail
 # (tests/settings_email.py: a second settings module needs a second run), then the store, API,
+# endpoint, consumer, hub, template tag, cleanup, feed and DRF tests again for a site whose user
+# model is keyed by a UUID (tests/settings_uuid.py; UUID_TESTS), then the store, API,
 # middleware, consumer, hub and cleanup tests again with presence on a three-master Redis Cluster
 # and the channel layer sharded over two Redis servers (tools/redis_cluster.py; CLUSTER_TESTS),
 # then the hub and consumer tests on channels_redis's pub/sub layer (LAYER_TESTS).
+UUID_TESTS ?= tests/test_users.py tests/test_store.py tests/test_store_scripts.py \
+	tests/test_api.py tests/test_views.py tests/test_middleware.py tests/test_consumers.py \
+	tests/test_hub.py tests/test_receivers.py tests/test_relations.py tests/test_privacy.py \
+	tests/test_templatetags.py tests/test_presence_cleanup.py tests/test_drf.py \
+	tests/test_feed_api.py tests/test_feed_views.py tests/test_feed_live.py \
+	tests/uuidsite/tests_uuid.py
 CLUSTER_TESTS ?= tests/test_store.py tests/test_store_scripts.py tests/test_api.py \
 	tests/test_middleware.py tests/test_consumers.py tests/test_hub.py tests/test_presence_cleanup.py
 LAYER_TESTS ?= tests/test_hub.py tests/test_consumers.py tests/test_feed_live.py
@@ -36,6 +44,7 @@ WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m to
 test: install
 	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \
 	  $(PY) -m pytest -q -p no:cacheprovider --ds=tests.settings_email tests/emailsite/tests_email.py && \
+	  $(PY) -m pytest -q -p no:cacheprovider --ds=tests.settings_uuid $(UUID_TESTS) && \
 	  $(WITH_CLUSTER) $(PY) -m pytest -q -p no:cacheprovider $(CLUSTER_TESTS) && \
 	  PRESENCE_TEST_LAYER=pubsub $(PY) -m pytest -q -p no:cacheprovider $(LAYER_TESTS)'
 

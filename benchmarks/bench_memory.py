@@ -1,4 +1,5 @@
-"""Redis memory per online user: presence's buckets vs one global sorted set of the same users.
+"""Redis memory per online user: presence's buckets (integer ids, and the same users keyed by
+UUIDs) vs one global sorted set of the same users.
 
 Each layout is measured two ways: the sum of ``MEMORY USAGE key SAMPLES 0`` over its keys (exact
 per-key accounting, keys found with SCAN MATCH on the prefix), and the growth of the server's
@@ -8,7 +9,9 @@ out).
 
 from __future__ import annotations
 
+import random
 import time
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -51,14 +54,17 @@ def memory_usage(client: redis.Redis, keys: list[Any]) -> tuple[int, Counter[str
     return total, encodings
 
 
-def run(sizes: Sizes, report: Report) -> None:
-    n = sizes.population
-    say(f"\n== memory: {n:,} online users ==")
-    client = raw_client()
-    s = store()
-    now = int(time.time())
-    scores = activity_scores(range(1, n + 1), now, spread=s.conf.ONLINE_WINDOW)
+def uuid_ids(n: int, seed: int = 3) -> list[uuid.UUID]:
+    """``n`` random (version 4) UUIDs, the same every run."""
+    rnd = random.Random(seed)
+    return [uuid.UUID(int=rnd.getrandbits(128), version=4) for _ in range(n)]
 
+
+def measure_buckets(
+    client: redis.Redis, s: Any, scores: dict[Any, int], label: str
+) -> tuple[int, int, list[int]]:
+    """Write ``scores`` into the buckets as presence does: (MEMORY USAGE total, used_memory
+    growth, users per key)."""
     flush(client)
     before = used_memory(client)
     fill_buckets(client, s, scores)
@@ -69,13 +75,26 @@ def run(sizes: Sizes, report: Report) -> None:
     for key in keys:
         pipe.zcard(key)
     sizes_of = pipe.execute()
-    members = sum(sizes_of)
-    if members != n:
-        raise RuntimeError(f"expected {n} members in the buckets, found {members}")
+    if sum(sizes_of) != len(scores):
+        raise RuntimeError(f"expected {len(scores)} members in the buckets, found {sum(sizes_of)}")
     say(
-        f"  buckets: {len(keys):,} keys, {min(sizes_of)}..{max(sizes_of)} users per key, "
-        f"encodings {dict(encodings)}; MEMORY USAGE {total:,} B; used_memory grew {grown:,} B"
+        f"  buckets, {label}: {len(keys):,} keys, {min(sizes_of)}..{max(sizes_of)} users per "
+        f"key, encodings {dict(encodings)}; MEMORY USAGE {total:,} B; used_memory grew {grown:,} B"
     )
+    return total, grown, sizes_of
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    n = sizes.population
+    say(f"\n== memory: {n:,} online users ==")
+    client = raw_client()
+    s = store()
+    now = int(time.time())
+    scores = activity_scores(range(1, n + 1), now, spread=s.conf.ONLINE_WINDOW)
+    total, grown, sizes_of = measure_buckets(client, s, scores, "integer ids")
+    # The same users keyed by UUIDs: members are their 36-character text, buckets by CRC-32.
+    uuid_scores = dict(zip(uuid_ids(n), scores.values(), strict=True))
+    uuid_total, uuid_grown, uuid_sizes = measure_buckets(client, s, uuid_scores, "UUID ids")
 
     flush(client)
     before = used_memory(client)
@@ -100,6 +119,19 @@ def run(sizes: Sizes, report: Report) -> None:
         per_user <= 100,
     )
     report.add(NAME, "bytes per online user, buckets (used_memory growth)", f"{grown / n:.1f}")
+    uuid_per_user = uuid_total / n
+    report.add(
+        NAME,
+        "bytes per online user, buckets, UUID ids (MEMORY USAGE)",
+        f"{uuid_per_user:.1f} ({uuid_per_user / per_user:.1f}x integer ids)",
+        "≤ 100",
+        uuid_per_user <= 100,
+    )
+    report.add(
+        NAME,
+        "bytes per online user, buckets, UUID ids (used_memory growth)",
+        f"{uuid_grown / n:.1f}",
+    )
     report.add(
         NAME,
         "bytes per online user, one sorted set (MEMORY USAGE)",
@@ -108,5 +140,5 @@ def run(sizes: Sizes, report: Report) -> None:
     report.add(
         NAME,
         f"largest bucket (compact encoding up to {int(limit)})",
-        f"{max(sizes_of)} users",
+        f"{max(sizes_of)} users (UUID ids: {max(uuid_sizes)})",
     )

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from presence.store import SCORE_FACTOR, PresenceStore, get_store
+from presence.users import encode_id
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,8 @@ def encode(seconds: int, mask: int) -> int:
 
 
 def activity_scores(
-    user_ids: Iterable[int], now: int, spread: int, offset: int = 0, seed: int = 2
-) -> dict[int, int]:
+    user_ids: Iterable[Any], now: int, spread: int, offset: int = 0, seed: int = 2
+) -> dict[Any, int]:
     """Encoded scores last active uniformly in ``[now - offset - spread, now - offset]``.
 
     Mostly web (mask 1), some mobile and both, like a real mix of devices.
@@ -147,14 +148,14 @@ def activity_scores(
 def fill_buckets(
     client: redis.Redis,
     store: PresenceStore,
-    scores: dict[int, int],
+    scores: dict[Any, int],
     commands_per_round_trip: int = 256,
 ) -> None:
-    """Write entries with the store's key scheme: one ZADD per bucket, pipelined."""
-    grouped: dict[int, list[int]] = defaultdict(list)
-    buckets = store.conf.BUCKETS
+    """Write entries with the store's key scheme: one ZADD per bucket, pipelined. Ids of any pk
+    type (an int, a UUID): the store's bucket and canonical member, as presence writes them."""
+    grouped: dict[int, list[Any]] = defaultdict(list)
     for uid, score in scores.items():
-        grouped[uid % buckets] += (score, uid)
+        grouped[store.bucket_of(uid)] += (score, encode_id(uid))
     pipe = client.pipeline(transaction=False)
     for n, (bucket, args) in enumerate(grouped.items(), 1):
         pipe.execute_command("ZADD", store.seen_key(bucket), *args)

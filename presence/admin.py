@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from presence import api, domain
+from presence.domain import UserId
 from presence.models import (
     Block,
     Contact,
@@ -98,7 +99,7 @@ class BlockAdmin(UserFieldsMixin, admin.ModelAdmin):
 # --- presence for moderators: dots, last seen, "online now" ------------------------------------
 
 #: the presence of the users on the changelist page being rendered (as its viewer may see them)
-_page_presence: ContextVar[dict[int, domain.Presence]] = ContextVar("presence_admin_page")
+_page_presence: ContextVar[dict[UserId, domain.Presence]] = ContextVar("presence_admin_page")
 
 
 def _dot(presence: domain.Presence) -> SafeString:

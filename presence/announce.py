@@ -23,7 +23,9 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from presence.conf import get_settings
+from presence.domain import UserId
 from presence.sessions import session_digest
+from presence.users import encode_id, group_key
 
 logger = logging.getLogger("presence")
 
@@ -69,14 +71,14 @@ def _group_prefix() -> str:
     return re.sub(r"[^a-zA-Z0-9\-_.]", "-", get_settings().KEY_PREFIX)[:40]
 
 
-def group_name(user_id: int) -> str:
-    return f"{_group_prefix()}.user.{user_id}"
+def group_name(user_id: UserId) -> str:
+    return f"{_group_prefix()}.user.{group_key(user_id)}"
 
 
 # --- announcing changes -----------------------------------------------------------------------
 
 
-async def aannounce(user_ids: Iterable[int]) -> None:
+async def aannounce(user_ids: Iterable[UserId]) -> None:
     """Tell every process with subscribers of these users that their presence may have changed.
 
     Never raises: a live update that cannot be sent is logged, and the next one catches up.
@@ -86,17 +88,19 @@ async def aannounce(user_ids: Iterable[int]) -> None:
         return
     layer = get_channel_layer()
     if layer is None:
-        _deliver_locally({"type": CHANGED, "users": ids})
+        _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids]})
         return
     # Each user's group on its own: with the layer sharded over several servers, a server down
     # fails only the groups it holds, and the others are still told.
-    failed: list[int] = []
+    failed: list[UserId] = []
     error: BaseException | None = None
     for start in range(0, len(ids), _SENDS_AT_ONCE):
         batch = ids[start : start + _SENDS_AT_ONCE]
         results = await asyncio.gather(
             *(
-                layer.group_send(group_name(user_id), {"type": CHANGED, "users": [user_id]})
+                layer.group_send(
+                    group_name(user_id), {"type": CHANGED, "users": [encode_id(user_id)]}
+                )
                 for user_id in batch
             ),
             return_exceptions=True,
@@ -153,17 +157,17 @@ def run_from_sync(coroutine: Coroutine[Any, Any, None], what: str) -> None:
         logger.warning("Presence: announcing %s timed out (%s).", what, error)
 
 
-def announce(user_ids: Iterable[int]) -> None:
+def announce(user_ids: Iterable[UserId]) -> None:
     """:func:`aannounce` for sync code (views, signal receivers)."""
     run_from_sync(aannounce(list(user_ids)), "a change")
 
 
-def account_group_name(user_id: int) -> str:
+def account_group_name(user_id: UserId) -> str:
     """The group of the processes holding session-bound sockets of this user."""
-    return f"{_group_prefix()}.account.{user_id}"
+    return f"{_group_prefix()}.account.{group_key(user_id)}"
 
 
-async def _asend_account(user_id: int, message: dict[str, Any]) -> None:
+async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         _deliver_locally(message)
@@ -179,23 +183,24 @@ async def _asend_account(user_id: int, message: dict[str, Any]) -> None:
         )
 
 
-async def aannounce_session_ended(user_id: int, session_key: str) -> None:
+async def aannounce_session_ended(user_id: UserId, session_key: str) -> None:
     """Close the sockets of this session (logout), in every process. Never raises."""
     digest = session_digest(session_key)
-    await _asend_account(user_id, {"type": SESSION_ENDED, "user": user_id, "session": digest})
+    message = {"type": SESSION_ENDED, "user": encode_id(user_id), "session": digest}
+    await _asend_account(user_id, message)
 
 
-def announce_session_ended(user_id: int, session_key: str) -> None:
+def announce_session_ended(user_id: UserId, session_key: str) -> None:
     run_from_sync(aannounce_session_ended(user_id, session_key), "a logout")
 
 
-async def aannounce_sessions_changed(user_id: int) -> None:
+async def aannounce_sessions_changed(user_id: UserId) -> None:
     """Have every socket of this user check its session again (a password change invalidates
     the other sessions). Never raises."""
-    await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": user_id})
+    await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": encode_id(user_id)})
 
 
-def announce_sessions_changed(user_id: int) -> None:
+def announce_sessions_changed(user_id: UserId) -> None:
     run_from_sync(aannounce_sessions_changed(user_id), "a session change")
 
 

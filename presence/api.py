@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from presence import announce, domain, relations, rules
 from presence.conf import get_settings
-from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
+from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice, UserId
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.signals import presence_changed
 from presence.store import get_store
@@ -107,11 +107,11 @@ async def asign_off(user: Any, device: str = "web") -> None:
 # --- reading presence -----------------------------------------------------------------------
 
 
-def _target_ids(targets: Iterable[Any]) -> list[int]:
+def _target_ids(targets: Iterable[Any]) -> list[UserId]:
     return list(dict.fromkeys(_pk(target) for target in targets))
 
 
-def bulk_presence(targets: Iterable[Any], viewer: Any) -> dict[int, Presence]:
+def bulk_presence(targets: Iterable[Any], viewer: Any) -> dict[UserId, Presence]:
     """Presence of many users as ``viewer`` may see it: one query, one Redis round trip.
 
     Ids of no user are left out of the result.
@@ -122,7 +122,7 @@ def bulk_presence(targets: Iterable[Any], viewer: Any) -> dict[int, Presence]:
     return rules.resolve_all(facts, live, rules.now())
 
 
-async def abulk_presence(targets: Iterable[Any], viewer: Any) -> dict[int, Presence]:
+async def abulk_presence(targets: Iterable[Any], viewer: Any) -> dict[UserId, Presence]:
     facts = await relations.aload(viewer, _target_ids(targets))
     store = get_store()
     live = await store.arun(store.read(facts))
@@ -137,7 +137,7 @@ async def aget_presence(target: Any, viewer: Any) -> Presence:
     return (await abulk_presence([target], viewer)).get(_pk(target), domain.HIDDEN)
 
 
-def _most_recent_online(presences: dict[int, Presence], limit: int | None) -> list[int]:
+def _most_recent_online(presences: dict[UserId, Presence], limit: int | None) -> list[UserId]:
     online = [(p.last_seen, user_id) for user_id, p in presences.items() if p.is_online]
     # Online friends whose last seen is hidden from the viewer sort after the others.
     online.sort(key=lambda item: (item[0] is not None, item[0] or 0), reverse=True)
@@ -150,13 +150,13 @@ def _check_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}.")
 
 
-def _users_in_order(ids: list[int]) -> list[Any]:
+def _users_in_order(ids: list[Any]) -> list[Any]:
     # One query: in_bulk() would split the ids into chunks of 999 on SQLite.
     by_pk = {user.pk: user for user in get_user_model()._default_manager.filter(pk__in=ids)}
     return [by_pk[pk] for pk in ids if pk in by_pk]
 
 
-def _live_online(live: dict[int, domain.LiveState] | None, now: float) -> list[int]:
+def _live_online(live: dict[UserId, domain.LiveState] | None, now: float) -> list[UserId]:
     timing = rules.timing()
     return [
         user_id
@@ -165,7 +165,9 @@ def _live_online(live: dict[int, domain.LiveState] | None, now: float) -> list[i
     ]
 
 
-def _with_presence(users: list[Any], presences: dict[int, Presence]) -> list[tuple[Any, Presence]]:
+def _with_presence(
+    users: list[Any], presences: dict[UserId, Presence]
+) -> list[tuple[Any, Presence]]:
     return [(user, presences[user.pk]) for user in users]
 
 
@@ -207,7 +209,7 @@ async def aonline_friends(user: Any, limit: int | None = None) -> list[Any]:
     return [friend for friend, _ in await aonline_friends_with_presence(user, limit)]
 
 
-def online_now(viewer: Any) -> list[int]:
+def online_now(viewer: Any) -> list[UserId]:
     """Ids of every user online now as ``viewer`` may see them, most recently active first.
 
     A report (the admin's "online now" filter), not for request paths: it visits every bucket,
@@ -218,7 +220,7 @@ def online_now(viewer: Any) -> list[int]:
     now = rules.now()
     timing = rules.timing()
     since = now - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
-    live: list[int] = []
+    live: list[UserId] = []
     for start in range(0, conf.BUCKETS, conf.CLEANUP_BATCH):
         buckets = range(start, min(start + conf.CLEANUP_BATCH, conf.BUCKETS))
         for user_id, state in store.run(store.scan_recent(list(buckets), since)):
@@ -320,7 +322,7 @@ async def aset_status(
 # --- contacts and blocks (a site's own graph) -------------------------------------------------
 
 
-def _two_users(first: Any, second: Any, action: str) -> tuple[int, int]:
+def _two_users(first: Any, second: Any, action: str) -> tuple[Any, Any]:
     first_pk, second_pk = _pk(first), _pk(second)
     if first_pk == second_pk:
         raise InvalidInput("invalid_value", f"A user cannot {action} themselves.")
@@ -465,7 +467,7 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         report.stale += len(entries)
         if dry_run or not entries:
             continue
-        seen: dict[int, float] = {}
+        seen: dict[UserId, float] = {}
         for entry in entries:
             seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
         report.persisted += LastSeen.objects.record_many(seen)

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
+from presence import users
 from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
 from presence.store import redis_location
 
@@ -253,23 +254,20 @@ def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 
 @register(Tags.models)
 def check_user_model(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    from django.contrib.auth import get_user_model
-    from django.db import models
-
-    pk: Any = get_user_model()._meta.pk
-    # A multi-table-inheritance user's pk is a one-to-one link to its parent's pk.
-    while isinstance(pk, models.ForeignKey):
-        pk = pk.target_field
-    if not isinstance(pk, models.AutoField | models.BigAutoField | models.IntegerField):
-        return [
-            Error(
-                f"The user model's primary key is a {type(pk).__name__}; presence needs an "
-                "integer primary key.",
-                hint="Presence keys Redis entries and the protocol by integer user id.",
-                id="presence.E008",
-            )
-        ]
-    return []
+    """presence.E008: a user model whose primary key presence cannot key by. Integer, UUID and
+    string (CharField, TextField) keys work; a composite key (or a date, bytes, ...) does not."""
+    pk = users.pk_field()
+    if users.kind_of(pk) is not None:
+        return []
+    return [
+        Error(
+            f"The user model's primary key is a {type(pk).__name__}; presence needs an "
+            "integer, UUID or string primary key.",
+            hint="Presence names users in Redis, URLs and WebSocket frames by one primary key "
+            "value: use an AutoField/BigAutoField, a UUIDField or a CharField as the pk.",
+            id="presence.E008",
+        )
+    ]
 
 
 CHANNELS_REDIS_BACKENDS = {

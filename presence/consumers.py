@@ -23,8 +23,9 @@ from channels.security.websocket import OriginValidator
 from django.conf import settings
 from django.utils.translation import gettext
 
-from presence import api, domain, extensions, lifecycle, relations, sessions
+from presence import api, domain, extensions, lifecycle, relations, sessions, users
 from presence.conf import get_settings
+from presence.domain import UserId
 from presence.hub import Hub
 
 logger = logging.getLogger("presence")
@@ -101,14 +102,33 @@ def _device(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:
         ) % {"device": repr(asked[:20]), "guess": guess.value}
 
 
+def read_user_ids(sent: tuple[int | str, ...]) -> dict[UserId, int | str]:
+    """The ids of a subscribe/unsubscribe as the site's pks, each with the value the client sent
+    for it (the first, if it named a user twice), or invalid_value naming the first bad one."""
+    kind = users.pk_kind()
+    ids: dict[UserId, int | str] = {}
+    for value in sent:
+        try:
+            pk = users.parse_user_id(value, kind)
+        except ValueError:
+            raise domain.InvalidInput(
+                "invalid_value",
+                gettext("%(value)s is not a user id.") % {"value": repr(value)[:60]},
+            ) from None
+        ids.setdefault(pk, value)
+    return ids
+
+
 class PresenceConsumer(AsyncWebsocketConsumer):
     # The process's hub is the one channel-layer listener; a connection needs no channel (and
     # no Redis receive) of its own. No such alias exists, so Channels gives it none.
     channel_layer_alias = "presence.hub-only"
 
-    viewer_id: int
-    sent: dict[int, domain.Presence]
-    snapshotting: set[int]
+    viewer_id: UserId
+    sent: dict[UserId, domain.Presence]
+    snapshotting: set[UserId]
+    #: each subscribed user's id as the client sent it: the keys of the frames it receives
+    spelling: dict[UserId, int | str]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -133,7 +153,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             return
         conf = get_settings()
         self.user = user
-        self.viewer_id = int(user.pk)
+        self.viewer_id = users.viewer_pk(user)
         self.connection_id = uuid.uuid4().hex[:16]
         self.device, device_error = _device(self.scope)
         self.idle = False
@@ -144,6 +164,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.rate = RateLimit(*conf.RATE_LIMIT)
         self.sent = {}
         self.snapshotting = set()
+        self.spelling = {}
         # Sockets of a session close with it (logout, password change; presence.sessions).
         self.session_key = sessions.session_key_of(self.scope)
         self.session_digest = (
@@ -235,9 +256,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if isinstance(message, domain.Heartbeat):
             await self.heartbeat(message)
         elif isinstance(message, domain.Subscribe):
-            await self.subscribe(message.users)
+            await self.subscribe(read_user_ids(message.users))
         elif isinstance(message, domain.Unsubscribe):
-            await self.unsubscribe(message.users)
+            await self.unsubscribe(read_user_ids(message.users))
         elif isinstance(message, domain.SetStatus):
             await self.set_status(message.change)
         else:  # a frame type an installed app added (presence.extensions)
@@ -268,8 +289,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if written is not None:
             self.written_at = now
 
-    async def subscribe(self, users: tuple[int, ...]) -> None:
-        new = [uid for uid in users if uid not in self.sent and uid not in self.snapshotting]
+    async def subscribe(self, ids: dict[UserId, int | str]) -> None:
+        new = [uid for uid in ids if uid not in self.sent and uid not in self.snapshotting]
         total = len(self.sent) + len(self.snapshotting) + len(new)
         if total > self.limits.max_subscriptions:
             raise domain.InvalidInput(
@@ -285,7 +306,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         existing = await relations.aexisting(new)
         known = [uid for uid in new if uid in existing]
         # Watch before reading (relations and live state), so that a change during the read
-        # is delivered after it (see Hub.deliver).
+        # is delivered after it (see Hub.deliver); its frames name each user as sent.
+        self.spelling.update((uid, ids[uid]) for uid in known)
         self.snapshotting.update(known)
         try:
             await self.hub.watch(self, known)
@@ -293,12 +315,14 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         except BaseException:
             # Nothing of a failed subscribe stays watched.
             await asyncio.shield(self.hub.unwatch(self, known))
+            self._forget_spellings(known)
             raise
         finally:
             self.snapshotting.difference_update(known)
         unknown = [uid for uid in new if uid not in presences]
         # Users deleted since the existence check were watched: leave them again.
         await self.hub.unwatch(self, [uid for uid in unknown if uid in existing])
+        self._forget_spellings(unknown)
         self.sent.update(presences)
         if guessed:
             # Redis could not be read: the snapshot shows what the database alone knows
@@ -310,14 +334,20 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             await self.send_error(
                 "unknown_users",
                 gettext("No user has the id(s) %(ids)s; the others are subscribed.")
-                % {"ids": ", ".join(map(str, unknown))},
-                users=unknown,
+                % {"ids": ", ".join(str(ids[uid]) for uid in unknown)},
+                users=[ids[uid] for uid in unknown],
             )
 
-    async def unsubscribe(self, users: tuple[int, ...]) -> None:
-        subscribed = [uid for uid in users if uid in self.sent]
+    def _forget_spellings(self, user_ids: list[UserId]) -> None:
+        for uid in user_ids:
+            if uid not in self.sent:
+                self.spelling.pop(uid, None)
+
+    async def unsubscribe(self, ids: dict[UserId, int | str]) -> None:
+        subscribed = [uid for uid in ids if uid in self.sent]
         for uid in subscribed:
             del self.sent[uid]
+        self._forget_spellings(subscribed)
         await self.hub.unwatch(self, subscribed)
 
     async def set_status(self, change: domain.StatusChange) -> None:
@@ -329,9 +359,16 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     async def send_json(self, content: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(content, separators=(",", ":")))
 
-    async def send_presences(self, kind: str, presences: dict[int, domain.Presence]) -> None:
+    async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:
+        # Keys as the client sent them: an integer sent as 7 or "7" is "7", a UUID keeps its case.
+        spelling = self.spelling
         await self.send_json(
-            {"type": kind, "presences": {str(uid): p.as_dict() for uid, p in presences.items()}}
+            {
+                "type": kind,
+                "presences": {
+                    str(spelling.get(uid, uid)): p.as_dict() for uid, p in presences.items()
+                },
+            }
         )
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:

@@ -14,11 +14,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
+from uuid import UUID
 
 from django.utils.timesince import timesince
 from django.utils.translation import gettext, npgettext_lazy
 from django.utils.translation import gettext_lazy as _
+
+#: a user's primary key, in the type of the site's user model's pk (an integer, a UUID or a
+#: string; presence.users converts what clients send)
+UserId: TypeAlias = int | str | UUID
 
 
 class Status(StrEnum):
@@ -475,12 +480,14 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Subscribe:
-    users: tuple[int, ...]
+    #: ids as the client sent them (JSON numbers or strings); the consumer reads them as the
+    #: site's pk (presence.users.parse_user_id) and echoes them back as sent
+    users: tuple[int | str, ...]
 
 
 @dataclass(frozen=True)
 class Unsubscribe:
-    users: tuple[int, ...]
+    users: tuple[int | str, ...]
 
 
 @dataclass(frozen=True)
@@ -510,18 +517,29 @@ CLIENT_TYPES = (
 #: the largest id a database integer key holds (BigAutoField; SQLite's INTEGER): a larger one
 #: names no user, and SQLite cannot even be asked about it (OverflowError)
 MAX_USER_ID = 2**63 - 1
+#: longest id a client may send as a string (whatever the pk, longer names no user)
+MAX_USER_ID_LENGTH = 255
 
 
-def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int, ...]:
+def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int | str, ...]:
+    """The ids of a subscribe/unsubscribe as sent: numbers (positive integers) or strings (what
+    they must look like depends on the site's pk; the consumer checks that)."""
     users = data.get("users")
     if not isinstance(users, list) or not all(
-        isinstance(user, int) and not isinstance(user, bool) for user in users
+        isinstance(user, int | str) and not isinstance(user, bool) for user in users
     ):
         raise InvalidInput(
-            "invalid_message", gettext("'users' must be a list of user ids (integers).")
+            "invalid_message",
+            gettext("'users' must be a list of user ids (numbers or strings)."),
         )
-    if any(not 1 <= user <= MAX_USER_ID for user in users):
+    if any(isinstance(user, int) and not 1 <= user <= MAX_USER_ID for user in users):
         raise InvalidInput("invalid_value", gettext("User ids are positive integers."))
+    if any(isinstance(user, str) and not 0 < len(user) <= MAX_USER_ID_LENGTH for user in users):
+        raise InvalidInput(
+            "invalid_value",
+            gettext("A user id is a non-empty string of at most %(limit)d characters.")
+            % {"limit": MAX_USER_ID_LENGTH},
+        )
     unique = tuple(dict.fromkeys(users))
     if len(unique) > limits.max_subscriptions:
         raise InvalidInput(

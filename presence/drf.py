@@ -22,6 +22,7 @@ from typing import Any
 from rest_framework import serializers
 
 from presence import api, domain
+from presence.domain import UserId
 from presence.users import user_pk
 
 #: where the presence read for a request is kept (one read per page and request)
@@ -47,7 +48,7 @@ class PresenceField(serializers.Field):
         return cache[pk].as_dict()
 
     @staticmethod
-    def _cache(request: Any) -> dict[int, domain.Presence]:
+    def _cache(request: Any) -> dict[UserId, domain.Presence]:
         if request is None:
             return {}
         cache = getattr(request, _CACHE_ATTR, None)
@@ -56,7 +57,7 @@ class PresenceField(serializers.Field):
             setattr(request, _CACHE_ATTR, cache)
         return cache
 
-    def _page_ids(self) -> list[int]:
+    def _page_ids(self) -> list[UserId]:
         """The users of every row of the list being serialized (``many=True``), if any."""
         rows = getattr(self.root, "instance", None)
         if rows is None or not isinstance(self.root, serializers.ListSerializer):

@@ -37,7 +37,8 @@ from presence.announce import (
     topic_group_name,
 )
 from presence.conf import get_settings
-from presence.domain import Presence, visibly_differs
+from presence.domain import Presence, UserId, visibly_differs
+from presence.users import decode_id, id_decoder
 
 logger = logging.getLogger("presence")
 
@@ -50,13 +51,13 @@ _TICK = 0.005
 class Connection(Protocol):
     """What the hub needs of a consumer."""
 
-    viewer_id: int
+    viewer_id: UserId
     #: the presence last sent for each subscribed user
-    sent: dict[int, Presence]
+    sent: dict[UserId, Presence]
     #: users whose snapshot is being read; a change meanwhile is delivered again after it
-    snapshotting: set[int]
+    snapshotting: set[UserId]
 
-    async def send_presences(self, kind: str, presences: dict[int, Presence]) -> None: ...
+    async def send_presences(self, kind: str, presences: dict[UserId, Presence]) -> None: ...
 
     async def send_json(self, content: dict[str, Any]) -> None: ...
 
@@ -79,15 +80,15 @@ class Hub:
     def __init__(self) -> None:
         self.layer = get_channel_layer()
         self.connections: set[Connection] = set()
-        self.watchers: dict[int, set[Connection]] = {}
+        self.watchers: dict[UserId, set[Connection]] = {}
         #: topics of each connection (presence.extensions): kind -> connection -> keys
         self.topics: dict[str, dict[Connection, set[str]]] = {}
         self._delivering: set[asyncio.Task[None]] = set()
         #: session-bound connections of each user (see account_group_name)
-        self.accounts: dict[int, set[Connection]] = {}
+        self.accounts: dict[UserId, set[Connection]] = {}
         self._session_tasks: set[asyncio.Task[None]] = set()
         #: user id -> loop time when its coalescing window ends
-        self.pending: dict[int, float] = {}
+        self.pending: dict[UserId, float] = {}
         self.channel: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
@@ -146,7 +147,7 @@ class Hub:
             if not self.connections and self._tasks:
                 await self._stop()
 
-    async def watch(self, connection: Connection, user_ids: Iterable[int]) -> None:
+    async def watch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
         if connection not in self.connections:
             return  # detached meanwhile (closed by the server while its frame was handled)
         first = []
@@ -157,7 +158,7 @@ class Hub:
             watchers.add(connection)
         await self._groups("group_add", first)
 
-    async def unwatch(self, connection: Connection, user_ids: Iterable[int]) -> None:
+    async def unwatch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
         last = []
         for user_id in user_ids:
             watchers = self.watchers.get(user_id)
@@ -211,7 +212,11 @@ class Hub:
 
     def session_message(self, message: dict[str, Any]) -> None:
         """A session of a user here logged out, or their sessions must be checked again."""
-        sockets = list(self.accounts.get(int(message.get("user", 0)), ()))
+        try:
+            user_id = decode_id(message["user"])
+        except (KeyError, TypeError, ValueError):
+            return  # not a message of this version's announcer
+        sockets = list(self.accounts.get(user_id, ()))
         if message.get("type") == SESSION_ENDED:
             ending = [c for c in sockets if c.session_digest == message.get("session")]
             calls = [connection.end_session() for connection in ending]
@@ -248,7 +253,7 @@ class Hub:
         except Exception:
             logger.exception("Presence: delivering a %s message failed", kind)
 
-    async def _groups(self, method: str, user_ids: list[int]) -> None:
+    async def _groups(self, method: str, user_ids: list[UserId]) -> None:
         if self.layer is None or self.channel is None or not user_ids:
             return
         call = getattr(self.layer, method)
@@ -263,7 +268,7 @@ class Hub:
 
     # --- changes ---
 
-    def changed(self, user_ids: Iterable[int]) -> None:
+    def changed(self, user_ids: Iterable[UserId]) -> None:
         """Users whose presence may have changed: delivered after their coalescing window."""
         loop_now = asyncio.get_running_loop().time()
         window = get_settings().COALESCE_WINDOW
@@ -272,7 +277,7 @@ class Hub:
                 self.pending[user_id] = loop_now + window
                 self._wake.set()
 
-    async def deliver(self, user_ids: Iterable[int]) -> None:
+    async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
         watchers = {uid: list(self.watchers[uid]) for uid in user_ids if self.watchers.get(uid)}
         if not watchers:
@@ -293,7 +298,7 @@ class Hub:
             for uid in watchers:
                 self.pending.setdefault(uid, retry_at)
             return
-        outbox: dict[Connection, dict[int, Presence]] = {}
+        outbox: dict[Connection, dict[UserId, Presence]] = {}
         for uid, connections in watchers.items():
             for connection in connections:
                 if uid in again or uid in connection.snapshotting:
@@ -365,7 +370,9 @@ class Hub:
     def dispatch(self, message: dict[str, Any]) -> None:
         """Act on one message announced through :mod:`presence.announce`."""
         if message.get("type") == CHANGED:
-            self.changed(int(uid) for uid in message.get("users", ()))
+            # Ids in their canonical form (presence.users.encode_id), read as the site's pk.
+            decode = id_decoder()
+            self.changed(decode(uid) for uid in message.get("users", ()))
         elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
             self.topic_message(message["kind"], message.get("payload"))
         elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):

@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 
 from presence import announce, domain, relations, rules
 from presence.conf import get_settings
-from presence.domain import Presence
+from presence.domain import Presence, UserId
 from presence.models import LastSeen
 from presence.rules import limits
 from presence.store import ConnectionOp, Transition, get_store, merge
@@ -35,7 +35,7 @@ __all__ = [
 
 
 async def _connection(
-    user_id: int,
+    user_id: UserId,
     op: ConnectionOp,
     connection_id: str,
     device: domain.Device = domain.Device.WEB,
@@ -87,7 +87,7 @@ async def adisconnect(user: Any, connection_id: str) -> Transition | None:
 
 @dataclass
 class SweepReport:
-    offline: list[int]
+    offline: list[UserId]
     rescheduled: int = 0
     expired_statuses: int = 0
 
@@ -114,8 +114,8 @@ async def asweep(limit: int | None = None) -> SweepReport:
         transitions = await store.arun(
             merge([store.connection(user_id, "expire", now) for user_id in due])
         )
-    later: dict[int, float] = {}
-    crashed: dict[int, float] = {}
+    later: dict[UserId, float] = {}
+    crashed: dict[UserId, float] = {}
     for user_id, transition in zip(due, transitions, strict=True):
         if transition is None:
             later[user_id] = now + conf.RETRY_INTERVAL  # Redis failed: try again soon
@@ -143,8 +143,8 @@ async def asweep(limit: int | None = None) -> SweepReport:
 
 
 async def apresence_for_viewers(
-    watchers: Mapping[int, Collection[int]],
-) -> dict[int, dict[int, Presence]] | None:
+    watchers: Mapping[UserId, Collection[UserId]],
+) -> dict[UserId, dict[UserId, Presence]] | None:
     """Presence of each target as each of its viewers may see it, for the live fan-out:
     ``{target: {viewer: presence}}`` from ``{target: viewer ids}``. Three queries and one Redis
     round trip whatever the number of viewers. Targets of no user are left out; None when
@@ -169,7 +169,7 @@ async def apresence_for_viewers(
     }
 
 
-async def asnapshot(targets: Iterable[int], viewer: Any) -> tuple[dict[int, Presence], bool]:
+async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId, Presence], bool]:
     """Presence of ``targets`` as ``viewer`` may see it (a subscribe's snapshot), and whether it
     is a guess: True when Redis could not be read, so it shows what the database alone knows
     (offline, persisted last seen) and the caller should resolve these users again later."""

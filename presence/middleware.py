@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from presence import api
 from presence.conf import get_settings
-from presence.domain import device_from_user_agent
+from presence.domain import UserId, device_from_user_agent
 
 logger = logging.getLogger("presence")
 
@@ -26,15 +26,15 @@ class TouchThrottle:
     MAX_ENTRIES = 100_000
 
     def __init__(self) -> None:
-        self._last: dict[int, float] = {}
+        self._last: dict[UserId, float] = {}
         self._lock = threading.Lock()
 
-    def due(self, user_id: int, now: float, interval: float) -> bool:
+    def due(self, user_id: UserId, now: float, interval: float) -> bool:
         last = self._last.get(user_id)
         # A clock that went backwards (now < last) must not stop recording.
         return last is None or now - last >= interval or now < last
 
-    def claim(self, user_id: int, now: float, interval: float) -> bool:
+    def claim(self, user_id: UserId, now: float, interval: float) -> bool:
         """Whether to write ``user_id`` now; if so, remembers it. Atomic, so concurrent
         requests of one user in one process write once."""
         with self._lock:
@@ -43,12 +43,12 @@ class TouchThrottle:
             self._remember(user_id, now, interval)
             return True
 
-    def mark(self, user_id: int, now: float | None = None) -> None:
+    def mark(self, user_id: UserId, now: float | None = None) -> None:
         now = time.time() if now is None else now
         with self._lock:
             self._remember(user_id, now, get_settings().TOUCH_INTERVAL)
 
-    def _remember(self, user_id: int, now: float, interval: float) -> None:
+    def _remember(self, user_id: UserId, now: float, interval: float) -> None:
         if len(self._last) >= self.MAX_ENTRIES and user_id not in self._last:
             self._last = {k: v for k, v in self._last.items() if 0 <= now - v < interval}
             if len(self._last) >= self.MAX_ENTRIES:
@@ -56,7 +56,7 @@ class TouchThrottle:
                 self._last.clear()
         self._last[user_id] = now
 
-    def forget(self, user_id: int) -> None:
+    def forget(self, user_id: UserId) -> None:
         with self._lock:
             self._last.pop(user_id, None)
 
@@ -71,7 +71,7 @@ class TouchThrottle:
 throttle = TouchThrottle()
 
 
-def _claim(request: HttpRequest, user: Any) -> tuple[int, str] | None:
+def _claim(request: HttpRequest, user: Any) -> tuple[UserId, str] | None:
     """Whether this request should be recorded: (user id, device), claiming the slot."""
     if user is None or not user.is_authenticated:
         return None

@@ -11,6 +11,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from presence import domain
+from presence.domain import UserId
 
 VISIBILITY_CHOICES = [(v.value, label) for v, label in domain.VISIBILITY_LABELS.items()]
 
@@ -161,7 +162,7 @@ class LastSeenManager(models.Manager):
     #: rows per INSERT statement (SQLite allows 32766 parameters)
     BATCH = 500
 
-    def record_many(self, seen: Mapping[int, float]) -> int:
+    def record_many(self, seen: Mapping[UserId, float]) -> int:
         """Upsert last seen times (epoch seconds), never moving one backwards.
 
         Ids of users that no longer exist are skipped. Safe to run concurrently: the database
@@ -171,8 +172,8 @@ class LastSeenManager(models.Manager):
             return 0
         alias = router.db_for_write(self.model)
         user_model = get_user_model()
-        ids = list(seen)
-        existing: set[int] = set()
+        ids: list[Any] = list(seen)  # Any: the site's pk type (presence.users.user_pk)
+        existing: set[UserId] = set()
         # Chunked: SQLite builds without a raised limit allow 32,766 parameters a query.
         for start in range(0, len(ids), 10_000):
             existing.update(
@@ -198,20 +199,25 @@ class LastSeenManager(models.Manager):
             conflict = "ON DUPLICATE KEY UPDATE seen_at = GREATEST(seen_at, VALUES(seen_at))"
         else:
             return self._record_portably(rows, alias)
+        # The pk as the column holds it (a UUID is char(32) on SQLite, uuid on PostgreSQL).
+        user_column: Any = self.model._meta.get_field("user")
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             for start in range(0, len(rows), self.BATCH):
                 chunk = rows[start : start + self.BATCH]
                 placeholders = ", ".join(["(%s, %s)"] * len(chunk))
                 params: list[Any] = []
                 for user_id, seen_at in chunk:
-                    params += [user_id, connection.ops.adapt_datetimefield_value(seen_at)]
+                    params += [
+                        user_column.get_db_prep_value(user_id, connection),
+                        connection.ops.adapt_datetimefield_value(seen_at),
+                    ]
                 cursor.execute(
                     f"INSERT INTO {table} (user_id, seen_at) VALUES {placeholders} {conflict}",
                     params,
                 )
         return len(rows)
 
-    def _record_portably(self, rows: list[tuple[int, datetime]], alias: str) -> int:
+    def _record_portably(self, rows: list[tuple[UserId, datetime]], alias: str) -> int:
         with transaction.atomic(using=alias):
             for user_id, seen_at in rows:
                 updated = (

@@ -16,17 +16,19 @@ import time
 from typing import Any
 
 from presence.conf import get_settings
+from presence.domain import UserId
 from presence.store import Plan, PresenceStore, get_store
+from presence.users import encode_id, user_pk
 
 
-def counter_plan(store: PresenceStore, user_id: int, now: float) -> Plan[int | None]:
+def counter_plan(store: PresenceStore, user_id: UserId, now: float) -> Plan[int | None]:
     """Count one write of ``user_id`` in the window of ``now``: the count so far, or None when
     Redis is unavailable (the caller lets the write through)."""
     limit = get_settings().HTTP_RATE_LIMIT
     assert limit is not None
     _, seconds = limit
     window = math.floor(now / seconds)
-    key = f"{store.conf.KEY_PREFIX}:http-rate:{user_id}:{window}"
+    key = f"{store.conf.KEY_PREFIX}:http-rate:{encode_id(user_id)}:{window}"
     return Plan(
         # The key names its window, so the expiry only cleans up (a second of slack for clocks).
         commands=[("INCR", key), ("EXPIRE", key, seconds + 1)],
@@ -45,7 +47,7 @@ def retry_after(user: Any) -> int | None:
     requests, seconds = limit
     now = time.time()
     store = get_store()
-    count = store.run(counter_plan(store, int(user.pk), now))
+    count = store.run(counter_plan(store, user_pk(user), now))
     if count is None or count <= requests:
         return None
     window_end = (math.floor(now / seconds) + 1) * seconds

@@ -17,10 +17,11 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from presence import announce, api
-from presence.domain import device_from_user_agent
+from presence.domain import UserId, device_from_user_agent
 from presence.middleware import throttle
 from presence.models import Block, Contact, PrivacySettings
 from presence.signals import presence_changed
+from presence.users import user_pk
 
 logger = logging.getLogger("presence")
 
@@ -52,7 +53,7 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
         # Sent before Django flushes the session: its open sockets close with 4401, in every
         # process; the user's other sessions keep theirs.
         try:
-            announce.announce_session_ended(int(user.pk), session_key)
+            announce.announce_session_ended(user_pk(user), session_key)
         except Exception:
             logger.exception("Presence: could not close the sockets of user %s", user.pk)
     try:
@@ -61,7 +62,7 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
         logger.exception("Presence: could not record the logout of user %s", user.pk)
 
 
-def _changed(sender: Any, user_ids: tuple[int, ...], reason: str) -> None:
+def _changed(sender: Any, user_ids: tuple[UserId, ...], reason: str) -> None:
     def send() -> None:
         for user_id in user_ids:
             presence_changed.send(sender=sender, user_id=user_id, reason=reason)
@@ -90,12 +91,12 @@ def _on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> 
     update_fields = kwargs.get("update_fields")
     if created or (update_fields is not None and not _SESSION_FIELDS & set(update_fields)):
         return  # e.g. login's last_login update: sessions cannot have changed
-    user_id = int(instance.pk)
+    user_id = user_pk(instance)
     # A password change (or deactivation) invalidates sessions: open sockets check theirs.
     transaction.on_commit(lambda: announce.announce_sessions_changed(user_id))
 
 
-def _on_presence_changed(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+def _on_presence_changed(sender: Any, user_id: UserId, reason: str, **kwargs: Any) -> None:
     # Privacy, contacts, blocks and statuses take effect on open connections right away.
     announce.announce([user_id])
 

@@ -11,10 +11,11 @@ from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q
 
 from presence import domain
+from presence.domain import UserId
 from presence.models import Block, Contact
 from presence.users import viewer_pk as viewer_id
 
-Facts = dict[int, tuple[domain.Relation, domain.Choices]]
+Facts = dict[UserId, tuple[domain.Relation, domain.Choices]]
 
 _FIELDS = (
     "pk",
@@ -57,7 +58,8 @@ def _choices(row: dict[str, Any]) -> domain.Choices:
     )
 
 
-def facts_query(viewer_pk: int | None, target_ids: Collection[int]) -> Any:
+def facts_query(viewer_pk: Any, target_ids: Collection[Any]) -> Any:
+    # Any: the lookups' types are the site's pk's (see presence.users.user_pk).
     queryset = get_user_model()._default_manager.filter(pk__in=target_ids)
     if viewer_pk is not None:
         target = OuterRef("pk")
@@ -76,7 +78,7 @@ def facts_query(viewer_pk: int | None, target_ids: Collection[int]) -> Any:
     return queryset.values(*_FIELDS)
 
 
-def _relation(viewer_pk: int | None, row: dict[str, Any]) -> domain.Relation:
+def _relation(viewer_pk: UserId | None, row: dict[str, Any]) -> domain.Relation:
     if viewer_pk is None:
         return domain.STRANGER
     if row["pk"] == viewer_pk:
@@ -88,11 +90,11 @@ def _relation(viewer_pk: int | None, row: dict[str, Any]) -> domain.Relation:
     )
 
 
-def _facts(viewer_pk: int | None, rows: list[dict[str, Any]]) -> Facts:
-    return {int(row["pk"]): (_relation(viewer_pk, row), _choices(row)) for row in rows}
+def _facts(viewer_pk: UserId | None, rows: list[dict[str, Any]]) -> Facts:
+    return {row["pk"]: (_relation(viewer_pk, row), _choices(row)) for row in rows}
 
 
-def load(viewer: Any, target_ids: Collection[int]) -> Facts:
+def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     """Relation to ``viewer`` and choices of every existing target; unknown ids are left out."""
     if not target_ids:
         return {}
@@ -100,22 +102,22 @@ def load(viewer: Any, target_ids: Collection[int]) -> Facts:
     return _facts(viewer_pk, list(facts_query(viewer_pk, target_ids)))
 
 
-async def aload(viewer: Any, target_ids: Collection[int]) -> Facts:
+async def aload(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     if not target_ids:
         return {}
     viewer_pk = viewer_id(viewer)
     return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)])
 
 
-async def aexisting(target_ids: Collection[int]) -> set[int]:
+async def aexisting(target_ids: Collection[Any]) -> set[UserId]:
     """Which of these ids are users' (one query)."""
     if not target_ids:
         return set()
     query = get_user_model()._default_manager.filter(pk__in=target_ids).values_list("pk", flat=True)
-    return {int(pk) async for pk in query}
+    return {pk async for pk in query}
 
 
-def friends_query(user_pk: int) -> Any:
+def friends_query(user_pk: Any) -> Any:
     """Ids of mutual contacts of a user, in one query."""
     return (
         Contact.objects.filter(owner=user_pk)
@@ -124,12 +126,12 @@ def friends_query(user_pk: int) -> Any:
     )
 
 
-def friend_ids(user: Any) -> list[int]:
+def friend_ids(user: Any) -> list[UserId]:
     user_pk = viewer_id(user)
     return [] if user_pk is None else list(friends_query(user_pk))
 
 
-async def afriend_ids(user: Any) -> list[int]:
+async def afriend_ids(user: Any) -> list[UserId]:
     user_pk = viewer_id(user)
     return [] if user_pk is None else [pk async for pk in friends_query(user_pk)]
 
@@ -138,13 +140,13 @@ async def afriend_ids(user: Any) -> list[int]:
 class PairFacts:
     """Choices of many targets and their relations to many viewers (the live fan-out's input)."""
 
-    choices: dict[int, domain.Choices]
+    choices: dict[UserId, domain.Choices]
     #: (target, viewer) -> viewer is close friend, for each target that has the viewer as contact
-    contacts: dict[tuple[int, int], bool]
+    contacts: dict[tuple[UserId, UserId], bool]
     #: {a, b} pairs with a block in either direction
-    blocks: set[frozenset[int]]
+    blocks: set[frozenset[UserId]]
 
-    def relation(self, viewer_pk: int | None, target_pk: int) -> domain.Relation:
+    def relation(self, viewer_pk: UserId | None, target_pk: UserId) -> domain.Relation:
         """The same relation :func:`load` computes for one viewer (tests hold them equal)."""
         if viewer_pk is None:
             return domain.STRANGER
@@ -158,7 +160,7 @@ class PairFacts:
         )
 
 
-def _pairs_queries(viewer_pks: Collection[int], target_ids: Collection[int]) -> tuple[Any, ...]:
+def _pairs_queries(viewer_pks: Collection[Any], target_ids: Collection[Any]) -> tuple[Any, ...]:
     return (
         facts_query(None, target_ids),
         Contact.objects.filter(owner__in=target_ids, contact__in=viewer_pks).values_list(
@@ -171,7 +173,7 @@ def _pairs_queries(viewer_pks: Collection[int], target_ids: Collection[int]) -> 
     )
 
 
-async def aload_pairs(viewer_pks: Collection[int], target_ids: Collection[int]) -> PairFacts:
+async def aload_pairs(viewer_pks: Collection[UserId], target_ids: Collection[UserId]) -> PairFacts:
     """Choices of every existing target and its relation to every viewer: three queries
     whatever the number of viewers (unknown targets are left out)."""
     if not target_ids:
@@ -180,15 +182,15 @@ async def aload_pairs(viewer_pks: Collection[int], target_ids: Collection[int]) 
     rows = [row async for row in rows_query]
     contacts = {(owner, contact): close async for owner, contact, close in contacts_query}
     blocks = {frozenset(pair) async for pair in blocks_query}
-    return PairFacts({int(row["pk"]): _choices(row) for row in rows}, contacts, blocks)
+    return PairFacts({row["pk"]: _choices(row) for row in rows}, contacts, blocks)
 
 
-def load_pairs(viewer_pks: Collection[int], target_ids: Collection[int]) -> PairFacts:
+def load_pairs(viewer_pks: Collection[UserId], target_ids: Collection[UserId]) -> PairFacts:
     if not target_ids:
         return PairFacts({}, {}, set())
     rows_query, contacts_query, blocks_query = _pairs_queries(viewer_pks, target_ids)
     return PairFacts(
-        {int(row["pk"]): _choices(row) for row in rows_query},
+        {row["pk"]: _choices(row) for row in rows_query},
         {(owner, contact): close for owner, contact, close in contacts_query},
         {frozenset(pair) for pair in blocks_query},
     )

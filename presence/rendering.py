@@ -23,7 +23,8 @@ from django.utils.translation import gettext
 
 from presence import api, domain, relations
 from presence.conf import get_settings
-from presence.users import user_pk
+from presence.domain import UserId
+from presence.users import parse_user_id, user_pk
 
 logger = logging.getLogger("presence")
 
@@ -52,7 +53,7 @@ def _warn_without_request() -> None:
         )
 
 
-def _cache(request: Any) -> dict[int, domain.Presence]:
+def _cache(request: Any) -> dict[UserId, domain.Presence]:
     if request is None:
         return {}  # nothing to keep it on: every read is fresh
     cache = getattr(request, _CACHE_ATTR, None)
@@ -62,10 +63,14 @@ def _cache(request: Any) -> dict[int, domain.Presence]:
     return cache
 
 
-def _pk(target: Any) -> int | None:
-    """A user's pk from a user, an int or a string of digits; None for anything else."""
+def _pk(target: Any) -> UserId | None:
+    """A user's pk from a user, an id, or an id's text (``"7"``, a UUID's text); None for
+    anything else."""
     if isinstance(target, str):
-        return int(target) if target.isascii() and target.isdigit() else None
+        try:
+            return parse_user_id(target)
+        except ValueError:
+            return None
     try:
         return user_pk(target)
     except TypeError:
@@ -81,7 +86,7 @@ def prefetch(request: Any, targets: Any) -> None:
         cache.update({pk: found.get(pk, domain.HIDDEN) for pk in ids})
 
 
-def presence_for(request: Any, target: Any) -> tuple[int | None, domain.Presence]:
+def presence_for(request: Any, target: Any) -> tuple[UserId | None, domain.Presence]:
     pk = _pk(target)
     if pk is None:
         return None, domain.HIDDEN

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from presence import domain
 from presence.conf import get_settings
-from presence.domain import Presence
+from presence.domain import Presence, UserId
 from presence.relations import Facts
 from presence.store import Transition
 
@@ -46,8 +46,8 @@ def is_news(transition: Transition | None, at: float) -> bool:
 
 
 def resolve_all(
-    facts: Facts, live: dict[int, domain.LiveState] | None, at: float
-) -> dict[int, Presence]:
+    facts: Facts, live: dict[UserId, domain.LiveState] | None, at: float
+) -> dict[UserId, Presence]:
     """Each target of ``facts`` as its viewer may see it (the one resolver)."""
     states = live or {}
     rules_timing = timing()
@@ -58,5 +58,5 @@ def resolve_all(
     }
 
 
-def unique(ids: Iterable[int]) -> list[int]:
+def unique(ids: Iterable[UserId]) -> list[UserId]:
     return list(dict.fromkeys(ids))

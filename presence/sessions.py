@@ -35,7 +35,7 @@ def session_digest(session_key: str) -> str:
     return salted_hmac("presence.sessions", session_key, algorithm="sha256").hexdigest()
 
 
-def session_is_valid(session_key: str, user_id: int) -> bool:
+def session_is_valid(session_key: str, user_id: Any) -> bool:
     """Whether the session still exists, still logs in ``user_id`` (an active user, through a
     configured backend) and carries the user's current auth hash, as Django checks on every
     request. Read-only: unlike ``django.contrib.auth.get_user`` it neither flushes nor cycles

@@ -16,13 +16,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
-from presence import api, domain, ratelimit, rules
-from presence.domain import MAX_USER_ID, InvalidInput
+from presence import api, domain, ratelimit, rules, users
+from presence.domain import InvalidInput, UserId
 
 MAX_IDS = 500
 MAX_BODY_BYTES = 4096
-#: longest id accepted (BigAutoField ids have at most 19 digits)
-_MAX_ID_DIGITS = 19
 
 View = Callable[[HttpRequest], HttpResponse]
 
@@ -85,7 +83,9 @@ def csrf_rejection(request: HttpRequest) -> HttpResponse | None:
     return _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
 
 
-def parse_user_ids(raw: str | None) -> list[int]:
+def parse_user_ids(raw: str | None) -> list[UserId]:
+    """Comma-separated ids as the site spells its pks (``1,2,3``; UUIDs as
+    ``0b6f...-...``): the pks, or InvalidInput naming the first that cannot be one."""
     parts = [part.strip() for part in (raw or "").split(",") if part.strip()]
     if not parts:
         raise InvalidInput("missing_users", _("Pass user ids as ?users=1,2,3."))
@@ -95,24 +95,22 @@ def parse_user_ids(raw: str | None) -> list[int]:
             _("At most %(max)d ids per request; got %(count)d.")
             % {"max": MAX_IDS, "count": len(parts)},
         )
-    ids: list[int] = []
+    kind = users.pk_kind()
+    ids: list[UserId] = []
     for part in parts:
-        # isascii(): str.isdigit() also accepts "²" and other digits int() refuses.
-        if (
-            not (part.isascii() and part.isdigit())
-            or len(part) > _MAX_ID_DIGITS
-            or int(part) > MAX_USER_ID
-        ):
+        try:
+            ids.append(users.parse_user_id(part, kind))
+        except ValueError:
             raise InvalidInput(
                 "invalid_users", _("%(value)s is not a user id.") % {"value": repr(part[:40])}
-            )
-        ids.append(int(part))
+            ) from None
     return ids
 
 
 @_json_view("GET")
 def presence_view(request: HttpRequest) -> HttpResponse:
-    """``GET ?users=1,2,3``: ``{"presences": {"1": {...}}}``; ids of no user are left out."""
+    """``GET ?users=1,2,3``: ``{"presences": {"1": {...}}}`` (keys in the canonical form: a
+    UUID lowercase with hyphens); ids of no user are left out."""
     try:
         ids = parse_user_ids(request.GET.get("users"))
     except InvalidInput as exc:

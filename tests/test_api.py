@@ -25,8 +25,10 @@ from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatu
 from presence.signals import presence_changed
 from presence.store import PresenceStore, get_store
 from presence.store.cluster import ClusterRunner
+from presence.users import decode_id
 from tests.clock import T0, at
 from tests.conftest import RedisCommandCounter
+from tests.ids import redis_member
 from tests.privacy_cases import (
     CASE_IDS,
     CASES,
@@ -122,10 +124,9 @@ def test_dnd_of_an_offline_user_is_offline(make_user: Callable[..., Any]) -> Non
 def _users(count: int) -> list[Any]:
     model = get_user_model()
     first = model.objects.count()
-    model.objects.bulk_create(
-        [model(username=f"bulk{first + i}", password="!") for i in range(count)]
-    )
-    return list(model.objects.order_by("-pk")[:count])
+    names = [f"bulk{first + i}" for i in range(count)]
+    model.objects.bulk_create([model(username=name, password="!") for name in names])
+    return list(model.objects.filter(username__in=names).order_by("-pk"))
 
 
 @pytest.mark.parametrize("count", [50, 500])
@@ -497,17 +498,17 @@ class Announcements:
         for user in users:
             await self.layer.group_add(announce.group_name(user.pk), self.channel)
 
-    async def received(self, quiet: float = 0.2) -> list[int]:
+    async def received(self, quiet: float = 0.2) -> list[Any]:
         """The users announced since the last call, sorted. An announcement is in Redis when
         the call that made it returns, so a short quiet time is enough to tell "none"."""
-        users: list[int] = []
+        users: list[Any] = []
         while True:
             try:
                 message = await asyncio.wait_for(self.layer.receive(self.channel), quiet)
             except TimeoutError:
                 return sorted(users)
             assert message["type"] == announce.CHANGED
-            users += message["users"]
+            users += map(decode_id, message["users"])  # ids in their canonical form
 
 
 async def last_seen(user: Any) -> datetime | None:
@@ -521,8 +522,12 @@ async def state_of(user: Any) -> LiveState:
     return states.get(user.pk, LiveState())
 
 
+def expiring_at(redis_client: redis.Redis, user: Any) -> Any:
+    return redis_client.zscore(get_store().user_expiring_key(user.pk), redis_member(user))
+
+
 def due_at(redis_client: redis.Redis, user: Any) -> float | None:
-    return redis_client.zscore(get_store().user_due_key(user.pk), user.pk)
+    return redis_client.zscore(get_store().user_due_key(user.pk), redis_member(user))
 
 
 live_db = pytest.mark.django_db(transaction=True)
@@ -612,7 +617,7 @@ async def test_sweep_finds_crashed_connections_at_their_ttl(
         await lifecycle.aheartbeat(crashed, "c1", "desktop")
         await lifecycle.aheartbeat(fine, "c9")
         # (read before the clock moves a minute on: channels_redis drops older messages)
-        assert await news.received() == [crashed.pk, fine.pk]
+        assert await news.received() == sorted([crashed.pk, fine.pk])
         clock.shift(60)
         await lifecycle.aheartbeat(crashed, "c1", "desktop")  # its last heartbeat
         await lifecycle.aheartbeat(fine, "c9")
@@ -724,7 +729,10 @@ async def test_sweep_announces_expired_custom_statuses(
         await api.aset_status(user, "dnd", text="Lunch", expires_at=at(60))
         await api.aset_status(other, "auto", text="Away", expires_at=at(3600))
         assert set(await news.received()) == {user.pk, other.pk}  # (the changes themselves)
-        assert redis_client.zscore(get_store().user_expiring_key(user.pk), user.pk) == T + 61
+        assert (
+            redis_client.zscore(get_store().user_expiring_key(user.pk), redis_member(user))
+            == T + 61
+        )
         clock.shift(60)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         clock.shift(1)
@@ -752,7 +760,10 @@ async def test_sweep_during_an_outage_loses_nobody(
             assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         # Nothing was claimed: both schedules are intact.
         assert due_at(redis_client, user) == T + TTL
-        assert redis_client.zscore(get_store().user_expiring_key(user.pk), user.pk) == T + 31
+        assert (
+            redis_client.zscore(get_store().user_expiring_key(user.pk), redis_member(user))
+            == T + 31
+        )
         assert await lifecycle.asweep() == lifecycle.SweepReport(
             offline=[user.pk], expired_statuses=1
         )
@@ -907,14 +918,14 @@ def test_set_status_schedules_the_expiry_announcement(
     expiring = get_store().user_expiring_key(user.pk)
     with time_machine.travel(NOW, tick=False):
         api.set_status(user, "auto", text="Lunch", expires_at=NOW + timedelta(minutes=30))
-        assert redis_client.zscore(expiring, user.pk) == NOW.timestamp() + 1800 + 1
+        assert redis_client.zscore(expiring, redis_member(user)) == NOW.timestamp() + 1800 + 1
         api.set_status(user, "dnd", emoji="🍜", expires_at=NOW + timedelta(minutes=10))
-        assert redis_client.zscore(expiring, user.pk) == NOW.timestamp() + 600 + 1
+        assert redis_client.zscore(expiring, redis_member(user)) == NOW.timestamp() + 600 + 1
         api.set_status(user, "dnd", emoji="🍜")  # no expiry any more
-        assert redis_client.zscore(expiring, user.pk) is None
+        assert redis_client.zscore(expiring, redis_member(user)) is None
         api.set_status(user, "auto", expires_at=NOW + timedelta(minutes=10))
         # Nothing custom to clear: nothing to announce.
-        assert redis_client.zscore(expiring, user.pk) is None
+        assert redis_client.zscore(expiring, redis_member(user)) is None
 
 
 @override_settings(PRESENCE={"MAX_FRAME_BYTES": 4096, "MAX_SUBSCRIPTIONS": 50})

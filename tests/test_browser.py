@@ -276,7 +276,7 @@ def test_a_friend_comes_online_and_leaves_without_reload(
     # Pushed, not polled: the page made no HTTP request for presence.
     assert a.http_requests == []
     subscribes = [f for f in a.frames_sent if f["type"] == "subscribe"]
-    assert ben.pk in subscribes[0]["users"]
+    assert str(ben.pk) in subscribes[0]["users"]
     heartbeats = [f for f in a.frames_sent if f["type"] == "heartbeat"]
     assert heartbeats and {f["state"] for f in heartbeats} == {"active"}
 
@@ -460,7 +460,7 @@ def test_dots_added_and_removed_later_subscribe_and_unsubscribe(
     browser.open(ben, live.url)
     expect(a.dot(ben)).to_have_class(ONLINE)
     first = [f for f in a.frames_sent if f["type"] == "subscribe"]
-    assert all(cy.pk not in f["users"] for f in first)  # only who the page shows
+    assert all(str(cy.pk) not in f["users"] for f in first)  # only who the page shows
 
     # As a page would add a list of people: a dot and a last-seen text, no status known.
     a.page.evaluate(
@@ -476,10 +476,11 @@ def test_dots_added_and_removed_later_subscribe_and_unsubscribe(
     )
     expect(a.page.get_by_test_id("late-dot")).to_have_class(OFFLINE)  # what ann may see of cy
     expect(a.page.get_by_test_id("late-dot")).to_have_attribute("title", "Offline")
-    assert {"type": "subscribe", "users": [cy.pk]} in a.frames_sent
+    # Ids are opaque strings to the client: sent as the page spells them.
+    assert {"type": "subscribe", "users": [str(cy.pk)]} in a.frames_sent
 
     # Gone from the page: unsubscribed (ben, still shown, stays subscribed).
-    unsubscribe = {"type": "unsubscribe", "users": [cy.pk]}
+    unsubscribe = {"type": "unsubscribe", "users": [str(cy.pk)]}
     with a.sockets[-1].expect_event("framesent", lambda frame: json.loads(frame) == unsubscribe):
         a.page.get_by_test_id("late").evaluate("(el) => el.remove()")
     assert a.http_requests == []
@@ -508,7 +509,7 @@ def test_reconnects_and_resubscribes_after_a_server_restart(
     b.page.close()
     expect(a.dot(ben)).to_have_class(OFFLINE, timeout=(GRACE + MARGIN) * 1000)
     subscribes = [f for f in a.frames_sent if f["type"] == "subscribe"]
-    assert len(subscribes) == 2 and all(ben.pk in f["users"] for f in subscribes)
+    assert len(subscribes) == 2 and all(str(ben.pk) in f["users"] for f in subscribes)
 
 
 # --- polling fallback: no WebSocket in the page, live_server and the controlled clock ---------
@@ -720,7 +721,7 @@ def test_client_against_a_scripted_server(
     a = browser.open(ann, live_server.url, server=server)
     a.wait_connected()
     subscribe = server.wait_for(a.page, lambda f: f["type"] == "subscribe")
-    assert ben.pk in subscribe["users"]
+    assert str(ben.pk) in subscribe["users"]
     assert server.wait_for(a.page, lambda f: f["type"] == "heartbeat")["state"] == "active"
 
     # A diff that overtakes the snapshot of its user is kept, and wins over the snapshot.
@@ -730,6 +731,29 @@ def test_client_against_a_scripted_server(
     assert a.statuses_of(ben) == ["online"]
     # Diffs of users not subscribed are ignored.
     server.send({"type": "presence_diff", "presences": {"999999": presence("online")}})
+
+    # Ids are opaque strings (UUID and string primary keys): subscribed as written on the page,
+    # and their dots found again however odd the id (a quote and a backslash in a selector).
+    odd = ["0B6F2C9E-3D4A-4F1E-9C2B-7A1D5E8F9A10", 'o"k\\1']
+    a.page.evaluate(
+        """(ids) => ids.forEach((id, i) => {
+            const dot = document.createElement("span");
+            dot.className = "presence-dot";
+            dot.dataset.testid = `odd-${i}`;
+            dot.setAttribute("data-presence-user", id);
+            document.querySelector("main").append(dot);
+        })""",
+        odd,
+    )
+    assert server.wait_for(a.page, lambda f: f == {"type": "subscribe", "users": odd})
+    server.send(
+        {
+            "type": "presence_state",
+            "presences": {odd[0]: presence("online"), odd[1]: presence("idle")},
+        }
+    )
+    expect(a.page.get_by_test_id("odd-0")).to_have_class(ONLINE)
+    expect(a.page.get_by_test_id("odd-1")).to_have_class(IDLE)
 
     # setStatus: an error frame about subscriptions is not its answer; the next error is.
     settle = "() => { window.__settled = null; }"

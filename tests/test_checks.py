@@ -314,7 +314,29 @@ def user_models() -> dict[str, type[models.Model]]:
     class CharChildUser(CharUser):
         pass
 
-    stand_ins = (IntUser, BigIntUser, PositiveIntUser, ChildUser, CharUser, UUIDUser, CharChildUser)
+    class UUIDChildUser(UUIDUser):
+        pass
+
+    class CompositeUser(StandIn):
+        pk = models.CompositePrimaryKey("tenant", "number")
+        tenant = models.CharField(max_length=20)
+        number = models.IntegerField()
+
+    class DateUser(StandIn):
+        day = models.DateField(primary_key=True)
+
+    stand_ins = (
+        IntUser,
+        BigIntUser,
+        PositiveIntUser,
+        ChildUser,
+        CharUser,
+        UUIDUser,
+        CharChildUser,
+        UUIDChildUser,
+        CompositeUser,
+        DateUser,
+    )
     return {model.__name__: model for model in stand_ins}
 
 
@@ -325,14 +347,28 @@ def use_user_model(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setattr("django.contrib.auth.get_user_model", lambda: USER_MODELS[name])
 
 
-@pytest.mark.parametrize("name", ["CharUser", "UUIDUser", "CharChildUser"])
-def test_e008_non_integer_user_pk(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+@pytest.mark.parametrize("name", ["CompositeUser", "DateUser"])
+def test_e008_a_pk_presence_cannot_key_by(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     use_user_model(monkeypatch, name)
     assert ids(checks.check_user_model) == ["presence.E008"]
 
 
-@pytest.mark.parametrize("name", ["IntUser", "BigIntUser", "PositiveIntUser", "ChildUser"])
-def test_e008_absent_for_integer_user_pk(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "IntUser",
+        "BigIntUser",
+        "PositiveIntUser",
+        "ChildUser",
+        "CharUser",
+        "UUIDUser",
+        "CharChildUser",
+        "UUIDChildUser",
+    ],
+)
+def test_e008_absent_for_integer_uuid_and_string_pks(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
     use_user_model(monkeypatch, name)
     assert ids(checks.check_user_model) == []
 

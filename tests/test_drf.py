@@ -19,6 +19,7 @@ from presence.drf import PresenceField
 from presence.feed import api as feed
 from presence.feed.models import Activity
 from presence.models import Contact
+from tests.ids import wire_id
 from tests.privacy_cases import count_round_trips
 
 pytestmark = pytest.mark.django_db
@@ -62,7 +63,7 @@ def test_a_page_of_users_costs_one_query_and_one_round_trip(
     assert len(queries) == 1
     assert len(trips.commands) == 1
     statuses = {row["id"]: row["presence"]["status"] for row in data}
-    assert statuses == {p.pk: "online" if p in people[:10] else "offline" for p in people}
+    assert statuses == {wire_id(p): "online" if p in people[:10] else "offline" for p in people}
 
 
 def test_the_presence_is_what_the_viewer_may_see(

@@ -16,6 +16,7 @@ from presence.feed import api as feed
 from presence.feed import live
 from presence.feed.models import Group
 from presence.models import Block, Contact, PrivacySettings
+from tests.ids import missing_id, uid
 from tests.test_consumers import (
     Sockets,
     assert_silent,
@@ -150,7 +151,10 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
             ),
         ),
         ({"feed": "group:nope"}, error("unknown_feed", "No such timeline: group:nope.")),
-        ({"feed": "user:999999"}, error("unknown_feed", "No such timeline: user:999999.")),
+        (
+            {"feed": f"user:{missing_id()}"},
+            error("unknown_feed", f"No such timeline: user:{missing_id()}."),
+        ),
     ]:
         await socket.send_json_to({"type": "watch_feed", **frame})
         assert await receive(socket) == expected
@@ -184,7 +188,9 @@ def parse(data: dict[str, Any]) -> Any:
 
 
 class TestParseFeedFrames:
-    @pytest.mark.parametrize("feed", ["following", "mentions", "user:12", "group:climb-ers_2"])
+    @pytest.mark.parametrize(
+        "feed", ["following", "mentions", f"user:{uid(12)}", "group:climb-ers_2"]
+    )
     def test_watch_and_unwatch(self, feed: str) -> None:
         assert parse({"type": "watch_feed", "feed": feed}) == domain.Extension(
             "watch_feed", live.WatchFeed(feed)

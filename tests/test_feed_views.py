@@ -16,6 +16,7 @@ from presence.feed.models import Activity, Group, Membership, Mention
 from presence.models import Block, Contact, PrivacySettings
 from tests.clock import T0, at
 from tests.feed_cases import FEED_CASE_IDS, FEED_CASES, admitted, build_case
+from tests.ids import missing_id, uid, wire_id
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ POST = "/presence/api/feed/post"
 SUGGEST = "/presence/api/feed/mention-suggestions"
 
 
-def user_url(pk: int) -> str:
+def user_url(pk: Any) -> str:
     return f"/presence/api/feed/user/{pk}"
 
 
@@ -92,10 +93,10 @@ def test_following_answers_exact_json_and_pages_by_cursor(
     assert body["activities"][0] == {
         "id": newest.pk,
         "kind": "post",
-        "author": {"id": bob.pk, "username": "bob"},
+        "author": {"id": wire_id(bob), "username": "bob"},
         "text": "post 50 @alice <ok>",
         "html": 'post 50 <span class="mention">@alice</span> &lt;ok&gt;',
-        "mentions": [{"id": alice.pk, "username": "alice"}],
+        "mentions": [{"id": wire_id(alice), "username": "alice"}],
         "created_at": "2030-01-07T09:30:50+00:00",
     }
     assert [a["id"] for a in body["activities"]] == [a.pk for a in reversed(posted[1:])]
@@ -106,10 +107,10 @@ def test_following_answers_exact_json_and_pages_by_cursor(
             {
                 "id": posted[0].pk,
                 "kind": "post",
-                "author": {"id": bob.pk, "username": "bob"},
+                "author": {"id": wire_id(bob), "username": "bob"},
                 "text": "post 0 @alice <ok>",
                 "html": 'post 0 <span class="mention">@alice</span> &lt;ok&gt;',
-                "mentions": [{"id": alice.pk, "username": "alice"}],
+                "mentions": [{"id": wire_id(alice), "username": "alice"}],
                 "created_at": T0.isoformat(),
             }
         ],
@@ -162,7 +163,7 @@ def test_privacy_matrix_through_http(
     [
         ("get", FOLLOWING),
         ("get", MENTIONS),
-        ("get", user_url(1)),
+        ("get", user_url(uid(1))),
         ("get", group_url("g")),
         ("get", SUGGEST),
         ("post", POST),
@@ -186,7 +187,7 @@ def test_anonymous_callers_get_401_json(method: str, url: str, enforce_csrf: boo
     [
         ("post", FOLLOWING, "GET"),
         ("delete", MENTIONS, "GET"),
-        ("post", user_url(1), "GET"),
+        ("post", user_url(uid(1)), "GET"),
         ("get", POST, "POST"),
         ("get", group_url("g", "join"), "POST"),
         ("put", group_url("g", "leave"), "POST"),
@@ -198,11 +199,11 @@ def test_wrong_methods_get_405_json(client: Client, method: str, url: str, allow
     assert response["Allow"] == allow
 
 
-@pytest.mark.parametrize("url", [FOLLOWING, MENTIONS, user_url(1), group_url("g")])
+@pytest.mark.parametrize("url", [FOLLOWING, MENTIONS, user_url(uid(1)), group_url("g")])
 @pytest.mark.parametrize("cursor", ["nope", "MS4w", "é", "x" * 100])
 def test_invalid_cursor_is_400(client: Client, alice: Any, url: str, cursor: str) -> None:
     Group.objects.create(name="G", slug="g")
-    url = url.replace("/1", f"/{alice.pk}")
+    url = url.replace(user_url(uid(1)), user_url(alice.pk))
     message = _error(client.get(url, {"cursor": cursor}), 400, "invalid_cursor")
     assert message == "The cursor is not valid: use the one a page returned."
 
@@ -211,7 +212,8 @@ def test_unknown_group_and_user_are_404_json(client: Client) -> None:
     assert _error(client.get(group_url("nope")), 404, "unknown_group") == "No group 'nope'."
     for action in ("join", "leave"):
         _error(_post(client, group_url("nope", action)), 404, "unknown_group")
-    assert _error(client.get(user_url(987654)), 404, "unknown_user") == "No user 987654."
+    nobody = missing_id()
+    assert _error(client.get(user_url(nobody)), 404, "unknown_user") == f"No user {nobody}."
     assert not Membership.objects.exists()
 
 
@@ -229,10 +231,10 @@ def test_post_answers_201_with_the_activity(
         "activity": {
             "id": activity.pk,
             "kind": "post",
-            "author": {"id": alice.pk, "username": "alice"},
+            "author": {"id": wire_id(alice), "username": "alice"},
             "text": "Hi @bob!",
             "html": 'Hi <span class="mention">@bob</span>!',
-            "mentions": [{"id": bob.pk, "username": "bob"}],
+            "mentions": [{"id": wire_id(bob), "username": "bob"}],
             "created_at": T0.isoformat(),
         }
     }
@@ -308,13 +310,13 @@ def test_mention_suggestions(client: Client, alice: Any, make_user: Callable[...
     Block.objects.create(blocker=blocker, blocked=alice)
     assert client.get(SUGGEST, {"q": "al"}).json() == {
         "users": [
-            {"id": alan.pk, "username": "Alan"},
-            {"id": albert.pk, "username": "albert"},
-            {"id": alice.pk, "username": "alice"},
+            {"id": wire_id(alan), "username": "Alan"},
+            {"id": wire_id(albert), "username": "albert"},
+            {"id": wire_id(alice), "username": "alice"},
         ]
     }
     assert client.get(SUGGEST, {"q": "@ALB"}).json() == {
-        "users": [{"id": albert.pk, "username": "albert"}]
+        "users": [{"id": wire_id(albert), "username": "albert"}]
     }
     assert client.get(SUGGEST, {"q": ""}).json() == {"users": []}
     assert client.get(SUGGEST).json() == {"users": []}

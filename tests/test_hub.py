@@ -24,6 +24,7 @@ from presence.signals import presence_changed
 from presence.store import get_store
 from tests.clock import at
 from tests.conftest import on_one_redis, on_the_core_layer
+from tests.ids import wire_id
 from tests.test_consumers import (
     BASE,
     HIDDEN,
@@ -125,10 +126,10 @@ async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     assert await subscribe(second, a) == state({a.pk: HIDDEN})
     assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]  # still one member
 
-    await first.send_json_to({"type": "unsubscribe", "users": [a.pk]})
+    await first.send_json_to({"type": "unsubscribe", "users": [wire_id(a)]})
     assert await subscribe(first) == state({})
     assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]  # second still wants a
-    await second.send_json_to({"type": "unsubscribe", "users": [a.pk]})
+    await second.send_json_to({"type": "unsubscribe", "users": [wire_id(a)]})
     assert await subscribe(second) == state({})
     assert groups(redis_client) == {group_name(b.pk): [hub.channel]}
 

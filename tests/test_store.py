@@ -35,6 +35,7 @@ from presence.store import (
 )
 from presence.store.keys import shard_tags
 from tests.conftest import cluster_urls, on_one_redis
+from tests.ids import member, uid
 from tests.privacy_cases import count_round_trips
 
 NOW = 1_800_000_000
@@ -59,7 +60,7 @@ def down_store(settings: object) -> Iterator[PresenceStore]:
         yield get_store()
 
 
-def live(store: PresenceStore, user_id: int) -> domain.LiveState:
+def live(store: PresenceStore, user_id: Any) -> domain.LiveState:
     states = store.run(store.read([user_id]))
     assert states is not None
     return states.get(user_id, domain.LiveState())
@@ -161,25 +162,31 @@ class TestRead:
 
 
 class TestStale:
+    # Ids of the site's pk type (tests.ids.uid): the scans read members back as pks.
     def test_scan_finds_only_entries_older_than_the_bound(self, store: PresenceStore) -> None:
-        store.run(store.touch(1, Device.WEB, NOW - 1000))
-        store.run(store.touch(2, Device.WEB, NOW))
-        store.run(store.sign_off(3, Device.WEB, NOW))  # signed off counts as stale
-        entries = store.run(store.scan_stale([1, 2, 3], before=NOW - 300))
-        assert sorted((e.user_id, e.seen_at) for e in entries) == [(1, NOW - 1000), (3, NOW)]
+        store.run(store.touch(uid(1), Device.WEB, NOW - 1000))
+        store.run(store.touch(uid(2), Device.WEB, NOW))
+        store.run(store.sign_off(uid(3), Device.WEB, NOW))  # signed off counts as stale
+        buckets = sorted({store.bucket_of(uid(n)) for n in (1, 2, 3)})
+        entries = store.run(store.scan_stale(buckets, before=NOW - 300))
+        assert sorted((e.user_id, e.seen_at) for e in entries) == [
+            (uid(1), NOW - 1000),
+            (uid(3), NOW),
+        ]
 
     def test_remove_keeps_entries_touched_since_the_scan(self, store: PresenceStore) -> None:
-        store.run(store.touch(1, Device.WEB, NOW - 1000))
-        store.run(store.touch(2, Device.WEB, NOW - 1000))
-        entries = store.run(store.scan_stale([1, 2], before=NOW - 300))
-        store.run(store.touch(2, Device.WEB, NOW))  # active again between scan and removal
+        store.run(store.touch(uid(1), Device.WEB, NOW - 1000))
+        store.run(store.touch(uid(2), Device.WEB, NOW - 1000))
+        buckets = sorted({store.bucket_of(uid(n)) for n in (1, 2)})
+        entries = store.run(store.scan_stale(buckets, before=NOW - 300))
+        store.run(store.touch(uid(2), Device.WEB, NOW))  # active again between scan and removal
         assert store.run(store.remove_unchanged(entries)) == 1
-        assert live(store, 1) == domain.LiveState()
-        assert live(store, 2).last_active == NOW
+        assert live(store, uid(1)) == domain.LiveState()
+        assert live(store, uid(2)).last_active == NOW
 
     def test_removing_twice_is_harmless(self, store: PresenceStore) -> None:
-        store.run(store.touch(1, Device.WEB, NOW - 1000))
-        entries = store.run(store.scan_stale([1], before=NOW))
+        store.run(store.touch(uid(1), Device.WEB, NOW - 1000))
+        entries = store.run(store.scan_stale([store.bucket_of(uid(1))], before=NOW))
         assert store.run(store.remove_unchanged(entries)) == 1
         assert store.run(store.remove_unchanged(entries)) == 0
 
@@ -606,21 +613,21 @@ class TestDueSchedule:
     def test_claim_due_hands_each_user_out_once(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
-        redis_client.zadd(DUE, {"1": NOW - 10, "2": NOW, "3": NOW + 1})
-        redis_client.zadd(EXPIRING, {"4": NOW - 5, "5": NOW + 10})
-        assert store.run(store.claim_due(NOW + 0.9, 500)) == ([1, 2], [4])
+        redis_client.zadd(DUE, {member(1): NOW - 10, member(2): NOW, member(3): NOW + 1})
+        redis_client.zadd(EXPIRING, {member(4): NOW - 5, member(5): NOW + 10})
+        assert store.run(store.claim_due(NOW + 0.9, 500)) == ([uid(1), uid(2)], [uid(4)])
         assert store.run(store.claim_due(NOW + 0.9, 500)) == ([], [])
-        assert redis_client.zrange(DUE, 0, -1) == ["3"]
-        assert redis_client.zrange(EXPIRING, 0, -1) == ["5"]
-        assert store.run(store.claim_due(NOW + 10, 500)) == ([3], [5])
+        assert redis_client.zrange(DUE, 0, -1) == [member(3)]
+        assert redis_client.zrange(EXPIRING, 0, -1) == [member(5)]
+        assert store.run(store.claim_due(NOW + 10, 500)) == ([uid(3)], [uid(5)])
 
     @on_one_redis
     def test_claim_due_takes_the_earliest_up_to_the_limit(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
-        redis_client.zadd(DUE, {"1": NOW - 1, "2": NOW - 3, "3": NOW - 2})
-        assert store.run(store.claim_due(NOW, 2)) == ([2, 3], [])
-        assert store.run(store.claim_due(NOW, 2)) == ([1], [])
+        redis_client.zadd(DUE, {member(1): NOW - 1, member(2): NOW - 3, member(3): NOW - 2})
+        assert store.run(store.claim_due(NOW, 2)) == ([uid(2), uid(3)], [])
+        assert store.run(store.claim_due(NOW, 2)) == ([uid(1)], [])
 
     def test_schedule_keeps_an_earlier_time(
         self, store: PresenceStore, redis_client: redis.Redis

@@ -17,6 +17,7 @@ from django.utils.crypto import get_random_string
 
 from presence import api
 from presence.models import Contact, LastSeen, PrivacySettings, UserStatus
+from tests.ids import missing_id
 from tests.privacy_cases import (
     CASE_IDS,
     CASES,
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.django_db
 
 PRESENCE_URL = "/presence/api/presence"
 STATUS_URL = "/presence/api/status"
-UNKNOWN_ID = 987_654_321
+UNKNOWN_ID = missing_id()
 
 
 def _error(response: Any, status: int, code: str) -> dict[str, Any]:
@@ -155,7 +156,7 @@ def test_get_exactly_500_ids_is_fine_and_costs_one_round_trip(
     friend = make_user()
     Contact.objects.create(owner=friend, contact=viewer)
     api.touch(friend)
-    ids = [friend.pk] + [UNKNOWN_ID + i for i in range(499)]
+    ids = [friend.pk] + [missing_id(i) for i in range(499)]
     client.get(PRESENCE_URL, {"users": friend.pk})  # the middleware's touch happens here
     with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
         response = client.get(PRESENCE_URL, {"users": ",".join(map(str, ids))})
@@ -362,8 +363,8 @@ def test_error_messages_follow_the_language_codes_do_not(
     assert _error(anonymous, 401, "not_authenticated")["message"] == (
         "プレゼンスを見るにはログインしてください。"
     )
-    client, _ = viewer_client
-    bad = client.get(PRESENCE_URL, {"users": "1,x"}, HTTP_ACCEPT_LANGUAGE="zh-hans")
+    client, viewer = viewer_client
+    bad = client.get(PRESENCE_URL, {"users": f"{viewer.pk},x"}, HTTP_ACCEPT_LANGUAGE="zh-hans")
     assert _error(bad, 400, "invalid_users")["message"] == "'x' 不是有效的用户 ID。"
     missing = client.get(PRESENCE_URL, HTTP_ACCEPT_LANGUAGE="vi")
     assert _error(missing, 400, "missing_users")["message"] == (

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
@@ -43,12 +44,13 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from presence import domain, privacy, relations
-from presence.domain import InvalidInput
+from presence.domain import InvalidInput, UserId
 from presence.feed import domain as feed_domain
 from presence.feed.conf import get_settings
 from presence.feed.domain import Position
 from presence.feed.models import Activity, ActivityKind, Group, Membership, Mention
 from presence.models import Block, Contact, UserStatus
+from presence.users import parse_user_id
 from presence.users import viewer_pk as _viewer_pk_of
 
 __all__ = [
@@ -123,7 +125,7 @@ async def acan_see(viewer: Any, activity: Activity) -> bool:
 # --- posting ---------------------------------------------------------------------------------
 
 
-def _author_pk(author: Any) -> int:
+def _author_pk(author: Any) -> Any:
     pk = _viewer_pk_of(author)
     if pk is None:
         raise TypeError(f"Expected a saved, authenticated user or a user id, got {author!r}.")
@@ -206,7 +208,7 @@ def post(author: Any, text: Any, *, kind: str = ActivityKind.POST) -> Activity:
     with transaction.atomic(using=alias):
         users = _not_blocked(author_pk, mentioned_users(text))
         activity = Activity(author_id=author_pk, text=text, kind=ActivityKind(kind))
-        if not isinstance(author, int):
+        if not isinstance(author, int | str | UUID):
             activity.author = author
         activity.save(using=alias)
         mentions = [
@@ -538,17 +540,22 @@ def render_text(activity: Activity, url_name: str | None = None) -> SafeString:
     return mark_safe("".join(parts))  # every part is escaped above
 
 
+def json_id(pk: UserId) -> int | str:
+    """A user id in JSON: an integer as a number, a UUID or string pk as its text."""
+    return pk if isinstance(pk, int) else str(pk)
+
+
 def activity_as_dict(activity: Activity, url_name: str | None = None) -> dict[str, Any]:
     """The JSON shape of an activity (the HTTP endpoints' ``ACTIVITY``)."""
     author = activity.author
     return {
         "id": activity.pk,
         "kind": activity.kind,
-        "author": {"id": author.pk, "username": handle_of(author)},
+        "author": {"id": json_id(author.pk), "username": handle_of(author)},
         "text": activity.text,
         "html": str(render_text(activity, url_name)),
         "mentions": [
-            {"id": mention.user.pk, "username": handle_of(mention.user)}
+            {"id": json_id(mention.user.pk), "username": handle_of(mention.user)}
             for mention in mentions_of(activity)
         ],
         "created_at": domain.iso_time(activity.created_at),
@@ -629,19 +636,29 @@ def connect_signals() -> None:
 # --- live timelines (the WebSocket's watch_feed) ---------------------------------------------
 
 
+def feed_key(user_id: UserId) -> str:
+    """A user's id in the name of their live timeline, ``user:<id>``: its canonical text (a
+    UUID lowercase with hyphens)."""
+    return str(user_id)
+
+
 def feed_exists(feed: str) -> bool:
     """Whether a feed name (already valid in form, see domain.FEED_NAME) names a timeline."""
     kind, _, key = feed.partition(":")
     if kind == "user":
-        return get_user_model()._default_manager.filter(pk=int(key)).exists()
+        try:
+            pk: Any = parse_user_id(key)  # Any: the site's pk type (presence.users.user_pk)
+        except ValueError:
+            return False
+        return get_user_model()._default_manager.filter(pk=pk).exists()
     if kind == "group":
         return Group.objects.filter(slug=key).exists()
     return True
 
 
 def live_audience(
-    activity_id: int, watching: dict[int, set[str]], url_name: str | None = None
-) -> tuple[dict[str, Any] | None, dict[int, list[str]]]:
+    activity_id: int, watching: dict[UserId, set[str]], url_name: str | None = None
+) -> tuple[dict[str, Any] | None, dict[UserId, list[str]]]:
     """Which of the ``watching`` viewers ({viewer id: feed names}) see a new activity on which
     of their feeds, by the same rules as the timelines and :func:`can_see`: the activity as
     JSON and {viewer id: [feeds]}. Five queries whatever the number of viewers."""
@@ -649,7 +666,7 @@ def live_audience(
     if activity is None or not watching:
         return None, {}
     author = activity.author_id
-    viewers = set(watching)
+    viewers: set[Any] = set(watching)  # Any: the site's pk type (presence.users.user_pk)
     wanted = {feed for feeds in watching.values() for feed in feeds}
     followers = set(
         Contact.objects.filter(owner__in=viewers, contact=author).values_list("owner", flat=True)
@@ -669,7 +686,7 @@ def live_audience(
     choices = pairs.choices.get(author)
     if choices is None:
         return None, {}
-    audience: dict[int, list[str]] = {}
+    audience: dict[UserId, list[str]] = {}
     for viewer, feeds in watching.items():
         if not domain.permits(choices.activity_visibility, pairs.relation(viewer, author)):
             continue
@@ -678,7 +695,7 @@ def live_audience(
             for feed in sorted(feeds)
             if (feed == "following" and (viewer in followers or viewer == author))
             or (feed == "mentions" and viewer in mentioned)
-            or feed == f"user:{author}"
+            or feed == f"user:{feed_key(author)}"
             or (feed.startswith("group:") and feed[6:] in groups)
         ]
         if matched:

@@ -10,6 +10,7 @@ on which timeline with the feed's rules and privacy, and sends them
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Mapping
@@ -19,8 +20,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.utils.translation import gettext
 
-from presence import extensions
-from presence.domain import InvalidInput
+from presence import extensions, users
+from presence.domain import InvalidInput, UserId
 from presence.feed import api
 
 logger = logging.getLogger("presence")
@@ -30,7 +31,9 @@ KIND = "feed"
 #: live timelines one connection may watch
 MAX_FEEDS = 10
 
-FEED_NAME = re.compile(r"^(?:following|mentions|user:[1-9][0-9]{0,18}|group:[-a-zA-Z0-9_]{1,100})$")
+FEED_NAME = re.compile(r"^(?:following|mentions|user:\S{1,255}|group:[-a-zA-Z0-9_]{1,100})$")
+#: an integer pk's timeline: no leading zero, at most 19 digits
+_INT_USER_FEED = re.compile(r"^user:[1-9][0-9]{0,18}$")
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,24 @@ def _feed(data: Mapping[str, Any]) -> str:
             "invalid_message",
             gettext("'feed' must be a string: following, mentions, user:<id> or group:<slug>."),
         )
-    if not FEED_NAME.match(feed):
-        raise InvalidInput(
-            "invalid_value",
-            gettext("Unknown feed %(feed)s: use following, mentions, user:<id> or group:<slug>.")
-            % {"feed": repr(feed)[:60]},
-        )
-    return feed
+    if FEED_NAME.match(feed):
+        if not feed.startswith("user:"):
+            return feed
+        # A user's timeline is named by the canonical text of the pk (a UUID in lowercase).
+        with contextlib.suppress(ValueError):
+            return _user_feed(feed)
+    raise InvalidInput(
+        "invalid_value",
+        gettext("Unknown feed %(feed)s: use following, mentions, user:<id> or group:<slug>.")
+        % {"feed": repr(feed)[:60]},
+    )
+
+
+def _user_feed(feed: str) -> str:
+    kind = users.pk_kind()
+    if kind == "int" and not _INT_USER_FEED.match(feed):
+        raise ValueError(feed)
+    return "user:" + api.feed_key(users.parse_user_id(feed[5:], kind))
 
 
 def parse_watch(data: Mapping[str, Any]) -> WatchFeed:
@@ -95,7 +109,7 @@ async def deliver_activity(hub: extensions.Topics, payload: Any) -> None:
     viewer may see it (one evaluation for all local viewers)."""
     activity_id = int(payload["activity"])
     members = hub.topic_members(KIND)
-    watching: dict[int, set[str]] = {}
+    watching: dict[UserId, set[str]] = {}
     for connection, feeds in members.items():
         watching.setdefault(connection.viewer_id, set()).update(feeds)
     try:

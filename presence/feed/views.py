@@ -85,9 +85,9 @@ def mentions_view(request: HttpRequest) -> HttpResponse:
 
 
 @_feed_view("GET")
-def user_view(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_view(request: HttpRequest, user_id: Any) -> HttpResponse:
     if not get_user_model()._default_manager.filter(pk=user_id).exists():
-        return error("unknown_user", _("No user %(id)d.") % {"id": user_id}, status=404)
+        return error("unknown_user", _("No user %(id)s.") % {"id": user_id}, status=404)
     return _page(feed.user_timeline(user_id, request.user, cursor=_cursor(request)))
 
 

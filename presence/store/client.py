@@ -27,6 +27,7 @@ from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner, NodeUnavailable
 from presence.store.health import Health
 from presence.store.plans import Plan, PlanBuilder, _Raise
+from presence.users import UserId
 
 T = TypeVar("T")
 
@@ -59,7 +60,7 @@ class PresenceStore(PlanBuilder):
         self.health = Health()
         #: users this process claimed from the due schedule but could neither check nor put
         #: back (Redis failed in between): its next sweep checks them, so an outage loses nobody
-        self.unswept: set[int] = set()
+        self.unswept: set[UserId] = set()
         self._client: redis.Redis | None = None
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis

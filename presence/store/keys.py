@@ -14,6 +14,7 @@ holding equal slot ranges hold equal numbers of shards.
 
 from __future__ import annotations
 
+import binascii
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from presence import domain
 from presence.conf import PresenceSettings
+from presence.users import UserId, encode_id
 
 #: score = seconds * SCORE_FACTOR + flags (device mask, FLAG_IDLE, FLAG_CONNECTED)
 SCORE_FACTOR = 32
@@ -89,8 +91,13 @@ class KeyScheme:
         self.clustered = bool(conf.REDIS_CLUSTER)
         self.tags = shard_tags(conf.CLUSTER_SHARDS) if self.clustered else ("live",)
 
-    def bucket_of(self, user_id: int) -> int:
-        return user_id % self.conf.BUCKETS
+    def bucket_of(self, user_id: UserId) -> int:
+        """The one source of a user's bucket: an integer id modulo BUCKETS, any other id by the
+        CRC-32 of its canonical form (the same in every process, unlike ``hash()``)."""
+        if isinstance(user_id, int):
+            return user_id % self.conf.BUCKETS
+        member = str(encode_id(user_id)).encode("utf-8", "surrogatepass")
+        return binascii.crc32(member) % self.conf.BUCKETS
 
     def shard_of(self, bucket: int) -> int:
         return bucket % len(self.tags)
@@ -117,18 +124,18 @@ class KeyScheme:
         """The schedule of custom statuses due to expire, for the users of this bucket."""
         return f"{self.conf.KEY_PREFIX}:{{{self.tags[self.shard_of(bucket)]}}}:expiring"
 
-    def user_due_key(self, user_id: int) -> str:
+    def user_due_key(self, user_id: UserId) -> str:
         return self.due_key(self.bucket_of(user_id))
 
-    def user_expiring_key(self, user_id: int) -> str:
+    def user_expiring_key(self, user_id: UserId) -> str:
         return self.expiring_key(self.bucket_of(user_id))
 
     def schedules(self) -> list[tuple[str, str]]:
         """Every shard's (due, expiring) schedule keys (one pair on one Redis)."""
         return [(self.due_key(shard), self.expiring_key(shard)) for shard in range(len(self.tags))]
 
-    def by_bucket(self, user_ids: Iterable[int]) -> dict[int, list[int]]:
-        grouped: dict[int, list[int]] = defaultdict(list)
+    def by_bucket(self, user_ids: Iterable[UserId]) -> dict[int, list[UserId]]:
+        grouped: dict[int, list[UserId]] = defaultdict(list)
         for user_id in user_ids:
             grouped[self.bucket_of(user_id)].append(user_id)
         return grouped

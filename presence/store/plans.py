@@ -21,6 +21,7 @@ from presence.store.scripts import (
     TOUCH,
     Script,
 )
+from presence.users import UserId, encode_id, id_decoder
 
 T = TypeVar("T")
 
@@ -92,7 +93,7 @@ def _pairs(reply: list[Any]) -> list[tuple[Any, Any]]:
 
 @dataclass(frozen=True)
 class StaleEntry:
-    user_id: int
+    user_id: UserId
     bucket: int
     score: str
 
@@ -114,7 +115,7 @@ ConnectionOp = Literal["open", "beat", "close", "expire"]
 class Transition:
     """A user's live state before and after a write."""
 
-    user_id: int
+    user_id: UserId
     before: domain.LiveState
     after: domain.LiveState
     #: live connections left (connection writes only)
@@ -123,7 +124,7 @@ class Transition:
     refused: bool = False
 
     @classmethod
-    def from_reply(cls, user_id: int, reply: list[Any]) -> Transition:
+    def from_reply(cls, user_id: UserId, reply: list[Any]) -> Transition:
         return cls(
             user_id,
             decode_score(reply[0]),
@@ -136,7 +137,7 @@ class Transition:
 class PlanBuilder(KeyScheme):
     """Every plan of the store, over its key scheme."""
 
-    def touch(self, user_id: int, device: domain.Device, now: float) -> Plan[Transition | None]:
+    def touch(self, user_id: UserId, device: domain.Device, now: float) -> Plan[Transition | None]:
         """Record a request. The user is due to turn offline ONLINE_WINDOW later at the latest
         (``LT``: an earlier due time, such as a connection's, is kept)."""
         seconds = int(now)
@@ -149,7 +150,7 @@ class PlanBuilder(KeyScheme):
                         self.conns_key(self.bucket_of(user_id)),
                     ],
                     [
-                        user_id,
+                        encode_id(user_id),
                         seconds,
                         domain.DEVICE_BITS[device],
                         seconds - self.conf.ONLINE_WINDOW,
@@ -161,14 +162,16 @@ class PlanBuilder(KeyScheme):
                     self.user_due_key(user_id),
                     "LT",
                     seconds + self.conf.ONLINE_WINDOW,
-                    user_id,
+                    encode_id(user_id),
                 ),
             ],
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
             fallback=None,
         )
 
-    def sign_off(self, user_id: int, device: domain.Device, now: float) -> Plan[Transition | None]:
+    def sign_off(
+        self, user_id: UserId, device: domain.Device, now: float
+    ) -> Plan[Transition | None]:
         seconds = int(now)
         return Plan(
             commands=[
@@ -176,13 +179,18 @@ class PlanBuilder(KeyScheme):
                     SIGN_OFF,
                     [self.seen_key(self.bucket_of(user_id))],
                     [
-                        user_id,
+                        encode_id(user_id),
                         seconds,
                         domain.DEVICE_BITS[device],
                         seconds - self.conf.CONNECTION_TTL,
                     ],
                 ),
-                ("ZADD", self.user_due_key(user_id), seconds + self.conf.OFFLINE_GRACE, user_id),
+                (
+                    "ZADD",
+                    self.user_due_key(user_id),
+                    seconds + self.conf.OFFLINE_GRACE,
+                    encode_id(user_id),
+                ),
             ],
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
             fallback=None,
@@ -190,7 +198,7 @@ class PlanBuilder(KeyScheme):
 
     def connection(
         self,
-        user_id: int,
+        user_id: UserId,
         op: ConnectionOp,
         now: float,
         connection_id: str = "-",
@@ -213,7 +221,7 @@ class PlanBuilder(KeyScheme):
                 CONNECTION,
                 [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
                 [
-                    user_id,
+                    encode_id(user_id),
                     op,
                     connection_id,
                     domain.DEVICE_BITS[device],
@@ -229,7 +237,12 @@ class PlanBuilder(KeyScheme):
             commands.append(self._connected_due(user_id, seconds))
         elif op == "close":
             commands.append(
-                ("ZADD", self.user_due_key(user_id), seconds + self.conf.OFFLINE_GRACE, user_id)
+                (
+                    "ZADD",
+                    self.user_due_key(user_id),
+                    seconds + self.conf.OFFLINE_GRACE,
+                    encode_id(user_id),
+                )
             )
         return Plan(
             commands=commands,
@@ -237,10 +250,15 @@ class PlanBuilder(KeyScheme):
             fallback=None,
         )
 
-    def _connected_due(self, user_id: int, seconds: int) -> tuple[Any, ...]:
-        return ("ZADD", self.user_due_key(user_id), seconds + self.conf.CONNECTION_TTL, user_id)
+    def _connected_due(self, user_id: UserId, seconds: int) -> tuple[Any, ...]:
+        return (
+            "ZADD",
+            self.user_due_key(user_id),
+            seconds + self.conf.CONNECTION_TTL,
+            encode_id(user_id),
+        )
 
-    def connected(self, user_id: int, now: float) -> Plan[bool]:
+    def connected(self, user_id: UserId, now: float) -> Plan[bool]:
         """The due time of a user whose connection was just opened (heartbeat + TTL)."""
         return Plan(
             commands=[self._connected_due(user_id, int(now))],
@@ -248,7 +266,7 @@ class PlanBuilder(KeyScheme):
             fallback=False,
         )
 
-    def describe_connections(self, user_id: int) -> Plan[list[str]]:
+    def describe_connections(self, user_id: UserId) -> Plan[list[str]]:
         """The user's connections as "id:device_bit:idle:connected_at:heartbeat" and the devices
         of their page views while connected as "h<bit>:bit:1:at:at" (inspection and tests)."""
         bucket = self.bucket_of(user_id)
@@ -257,14 +275,14 @@ class PlanBuilder(KeyScheme):
                 script_call(
                     DESCRIBE_CONNECTIONS,
                     [self.conns_key(bucket), self.expiries_key(bucket)],
-                    [user_id, self.conf.CONNECTION_TTL],
+                    [encode_id(user_id), self.conf.CONNECTION_TTL],
                 )
             ],
             parse=lambda replies: [str(entry) for entry in replies[0]],
             fallback=RAISE,
         )
 
-    def claim_due(self, now: float, limit: int) -> Plan[tuple[list[int], list[int]]]:
+    def claim_due(self, now: float, limit: int) -> Plan[tuple[list[UserId], list[UserId]]]:
         """Users due to turn offline and users whose custom status expired, taken out of their
         schedules (each handed to one sweeper only): up to ``limit`` of each on one Redis; on a
         cluster up to ``limit / CLUSTER_SHARDS`` (at least 16) of each from every shard, one
@@ -272,14 +290,15 @@ class PlanBuilder(KeyScheme):
         schedules = self.schedules()
         per_schedule = limit if len(schedules) == 1 else max(16, -(-limit // len(schedules)))
 
-        def parse(replies: list[Any]) -> tuple[list[int], list[int]]:
-            due: list[int] = []
-            expiring: list[int] = []
+        def parse(replies: list[Any]) -> tuple[list[UserId], list[UserId]]:
+            decode = id_decoder()
+            due: list[UserId] = []
+            expiring: list[UserId] = []
             for reply in replies:
                 if isinstance(reply, Exception):
                     continue
-                due += [int(m) for m in reply[0]]
-                expiring += [int(m) for m in reply[1]]
+                due += [decode(m) for m in reply[0]]
+                expiring += [decode(m) for m in reply[1]]
             return due, expiring
 
         return Plan(
@@ -292,22 +311,24 @@ class PlanBuilder(KeyScheme):
             partial=parse,
         )
 
-    def schedule(self, due: dict[int, float]) -> Plan[bool]:
+    def schedule(self, due: dict[UserId, float]) -> Plan[bool]:
         """Check these users again at these times (an earlier time already set is kept)."""
         by_key: dict[str, list[Any]] = defaultdict(list)
         for user_id, at in due.items():
-            by_key[self.user_due_key(user_id)] += [int(at) + 1, user_id]
+            by_key[self.user_due_key(user_id)] += [int(at) + 1, encode_id(user_id)]
         return Plan(
             commands=[("ZADD", key, "LT", *args) for key, args in by_key.items()],
             parse=lambda replies: True,
             fallback=False,
         )
 
-    def schedule_expiry(self, user_id: int, at: float | None) -> Plan[bool]:
+    def schedule_expiry(self, user_id: UserId, at: float | None) -> Plan[bool]:
         """Announce the user's custom status clearing at ``at`` (None: it never expires)."""
         key = self.user_expiring_key(user_id)
         command: tuple[Any, ...] = (
-            ("ZADD", key, int(at) + 1, user_id) if at is not None else ("ZREM", key, user_id)
+            ("ZADD", key, int(at) + 1, encode_id(user_id))
+            if at is not None
+            else ("ZREM", key, encode_id(user_id))
         )
         return Plan(commands=[command], parse=lambda replies: True, fallback=False)
 
@@ -323,7 +344,7 @@ class PlanBuilder(KeyScheme):
             fallback=RAISE,
         )
 
-    def read(self, user_ids: Iterable[int]) -> Plan[dict[int, domain.LiveState] | None]:
+    def read(self, user_ids: Iterable[UserId]) -> Plan[dict[UserId, domain.LiveState] | None]:
         """Live state of many users in one round trip (one ZMSCORE per bucket).
 
         Falls back to None (unknown) when Redis is unavailable, so callers can tell
@@ -332,8 +353,8 @@ class PlanBuilder(KeyScheme):
         grouped = self.by_bucket(set(user_ids))
         buckets = list(grouped.items())
 
-        def parse(replies: list[Any]) -> dict[int, domain.LiveState] | None:
-            states: dict[int, domain.LiveState] = {}
+        def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:
+            states: dict[UserId, domain.LiveState] = {}
             for (_, members), scores in zip(buckets, replies, strict=True):
                 if isinstance(scores, Exception):
                     continue  # an unavailable master's users: unknown, read as not live
@@ -343,7 +364,10 @@ class PlanBuilder(KeyScheme):
             return states
 
         return Plan(
-            commands=[("ZMSCORE", self.seen_key(bucket), *members) for bucket, members in buckets],
+            commands=[
+                ("ZMSCORE", self.seen_key(bucket), *map(encode_id, members))
+                for bucket, members in buckets
+            ],
             parse=parse,
             fallback=None,
             partial=parse,
@@ -354,10 +378,11 @@ class PlanBuilder(KeyScheme):
         threshold = int(before) * SCORE_FACTOR
 
         def parse(replies: list[Any]) -> list[StaleEntry]:
+            decode = id_decoder()
             entries: list[StaleEntry] = []
             for bucket, reply in zip(buckets, replies, strict=True):
                 for member, score in _pairs(reply):
-                    entries.append(StaleEntry(int(member), bucket, str(int(float(score)))))
+                    entries.append(StaleEntry(decode(member), bucket, str(int(float(score)))))
             return entries
 
         return Plan(
@@ -372,14 +397,15 @@ class PlanBuilder(KeyScheme):
 
     def scan_recent(
         self, buckets: Sequence[int], since: float
-    ) -> Plan[list[tuple[int, domain.LiveState]]]:
+    ) -> Plan[list[tuple[UserId, domain.LiveState]]]:
         """Users of these buckets active since ``since``, or who signed off since then (the
         candidates of "online now"; domain.live_status decides)."""
         low = int(since) * SCORE_FACTOR
 
-        def parse(replies: list[Any]) -> list[tuple[int, domain.LiveState]]:
+        def parse(replies: list[Any]) -> list[tuple[UserId, domain.LiveState]]:
+            decode = id_decoder()
             return [
-                (int(member), decode_score(score))
+                (decode(member), decode_score(score))
                 for reply in replies
                 for member, score in _pairs(reply)
             ]
@@ -394,7 +420,7 @@ class PlanBuilder(KeyScheme):
     def remove_unchanged(self, entries: Iterable[StaleEntry]) -> Plan[int]:
         grouped: dict[int, list[Any]] = defaultdict(list)
         for entry in entries:
-            grouped[entry.bucket] += [entry.user_id, entry.score]
+            grouped[entry.bucket] += [encode_id(entry.user_id), entry.score]
         return Plan(
             commands=[
                 script_call(

@@ -65,6 +65,10 @@
   const USER = "data-presence-user";
   const LAST_SEEN = "data-presence-last-seen";
   const WATCHED = `[${USER}], [${LAST_SEEN}]`;
+  // User ids are opaque strings (integers, UUIDs, any string pk): quoted in selectors, encoded
+  // in URLs, sent as strings (the server echoes each id back as it was sent).
+  const byId = (attribute, id) =>
+    `[${attribute}="${id.replace(/["\\]/g, "\\$&").replace(/\n/g, "\\a ")}"]`;
 
   const socketUrl = (() => {
     if (!config.presenceSocket || typeof WebSocket === "undefined") return null;
@@ -120,7 +124,7 @@
       const status = statusOf(dot);
       const title = dot.getAttribute("title");
       if (status && title) labels[status] = title;
-      const text = document.querySelector(`[${LAST_SEEN}="${dot.getAttribute(USER)}"]`);
+      const text = document.querySelector(byId(LAST_SEEN, dot.getAttribute(USER)));
       if (status && status !== "offline" && text && text.textContent.trim()) {
         labels.onlineText = text.textContent.trim();
       }
@@ -157,14 +161,14 @@
   }
 
   function renderText(id, p) {
-    document.querySelectorAll(`[${LAST_SEEN}="${id}"]`).forEach((el) => {
+    document.querySelectorAll(byId(LAST_SEEN, id)).forEach((el) => {
       const text = lastSeenText(p);
       if (el.textContent !== text) el.textContent = text;
     });
   }
 
   function render(id, p) {
-    document.querySelectorAll(`[${USER}="${id}"]`).forEach((el) => {
+    document.querySelectorAll(byId(USER, id)).forEach((el) => {
       STATUSES.forEach((s) => el.classList.toggle(`presence-dot--${s}`, s === p.status));
       if (el.classList.contains("presence-dot")) {
         const label = labels[p.status] || p.status;
@@ -226,7 +230,7 @@
     const found = Array.from(root.querySelectorAll(WATCHED));
     if (root.matches && root.matches(WATCHED)) found.push(root);
     const ids = found.map((el) => el.getAttribute(USER) || el.getAttribute(LAST_SEEN));
-    return Array.from(new Set(ids.filter((id) => /^\d+$/.test(id))));
+    return Array.from(new Set(ids.filter((id) => id)));
   }
 
   // --- polling (no socket, or while it is down) --------------------------------------------
@@ -235,7 +239,7 @@
   let pollTimer = null;
 
   async function fetchChunk(ids) {
-    const url = `${endpoint}${endpoint.includes("?") ? "&" : "?"}users=${ids.join(",")}`;
+    const url = `${endpoint}${endpoint.includes("?") ? "&" : "?"}users=${ids.map(encodeURIComponent).join(",")}`;
     const response = await fetch(url, {
       credentials: "same-origin",
       headers: { Accept: "application/json" },
@@ -427,7 +431,7 @@
       for (let i = 0; i < fresh.length; i += MAX_IDS) {
         const chunk = fresh.slice(i, i + MAX_IDS);
         chunk.forEach((id) => subscribed.add(id));
-        send({ type: "subscribe", users: chunk.map(Number) });
+        send({ type: "subscribe", users: chunk });
       }
       if (gone.length) {
         gone.forEach((id) => {
@@ -436,7 +440,7 @@
           early.delete(id);
           latest.delete(id); // no longer kept fresh
         });
-        send({ type: "unsubscribe", users: gone.map(Number) });
+        send({ type: "unsubscribe", users: gone });
       }
     } else if (polling() && unknown.length) {
       load(unknown);

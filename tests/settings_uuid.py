@@ -1,0 +1,14 @@
+"""A site whose user model is keyed by a UUID (tests.uuidsite): `make test` runs the store, API,
+endpoint, consumer, hub, template tag, cleanup, feed and DRF tests again with these settings
+(UUID_TESTS in the Makefile), and tests/uuidsite/tests_uuid.py."""
+
+from __future__ import annotations
+
+from tests.settings import *  # noqa: F403
+from tests.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [
+    app for app in INSTALLED_APPS if app not in {"siteproject.demo", "tests.graphsite"}
+] + ["tests.uuidsite"]
+AUTH_USER_MODEL = "uuidsite.User"
+ROOT_URLCONF = "tests.uuidsite.urls"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.redis_server import redis_server_binary
+from tools.redis_server import redis_server_binary, run_forwarding_signals
 
 #: a cluster node also listens on its port + 10000 (the cluster bus)
 BUS_OFFSET = 10000
@@ -263,14 +262,7 @@ def main(argv: list[str]) -> int:
         print(
             f"Started a Redis Cluster at {env['REDIS_CLUSTER_URLS']}", file=sys.stderr, flush=True
         )
-        child = subprocess.Popen(command, env=env)
-
-        def forward(signum: int, _frame: object) -> None:
-            child.send_signal(signum)
-
-        signal.signal(signal.SIGINT, forward)
-        signal.signal(signal.SIGTERM, forward)
-        return child.wait()
+        return run_forwarding_signals(command, env)
 
 
 if __name__ == "__main__":

@@ -122,14 +122,20 @@ def main(argv: list[str]) -> int:
     with RedisServer() as server:
         env[name] = server.url
         print(f"Started bundled redis-server at {server.url}", file=sys.stderr, flush=True)
-        child = subprocess.Popen(argv, env=env)
+        return run_forwarding_signals(argv, env)
 
-        def forward(signum: int, _frame: object) -> None:
-            child.send_signal(signum)
 
-        signal.signal(signal.SIGINT, forward)
-        signal.signal(signal.SIGTERM, forward)
-        return child.wait()
+def run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
+    """Run ``argv`` to its end, passing SIGINT/SIGTERM on to it (so the caller's servers are
+    stopped after it, not before)."""
+    child = subprocess.Popen(argv, env=env)
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    return child.wait()
 
 
 if __name__ == "__main__":

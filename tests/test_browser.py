@@ -784,3 +784,21 @@ def test_client_against_a_scripted_server(
     a.page.wait_for_timeout(1500)  # longer than the first retry would wait (0.5-1 s)
     assert len(server.sockets) == connections
     assert a.page.evaluate("() => window.presence.state") == "unauthorized"
+
+
+def test_a_foreign_origin_close_stops_the_client(
+    browser: Browser, live_server: Any, people: dict[str, Any]
+) -> None:
+    # 4403 (the page's origin is not allowed): every retry would be refused, so the client stops
+    # as after 4401; it neither reconnects nor polls.
+    server = ScriptedServer()
+    a = browser.open(people["ann"], live_server.url, server=server)
+    a.wait_connected()
+    server.wait_for(a.page, lambda f: f["type"] == "subscribe")
+    connections = len(server.sockets)
+    server.sockets[-1].close(code=4403, reason="origin not allowed")
+    a.page.wait_for_function("() => window.presence.state === 'forbidden'")
+    a.page.wait_for_timeout(1500)  # longer than the first retry would wait (0.5-1 s)
+    assert len(server.sockets) == connections
+    assert a.http_requests == []
+    assert a.page.evaluate("() => window.presence.state") == "forbidden"

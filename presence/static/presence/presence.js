@@ -26,7 +26,8 @@
  *     "error"      {code, message}                an error frame, or a failed status change
  *     "connection" {state, code}                  "connecting" | "open" | "closed" (retrying,
  *                                                 polling meanwhile) | "polling" (no socket) |
- *                                                 "unauthorized" (4401: stopped)
+ *                                                 "unauthorized" (4401: stopped) |
+ *                                                 "forbidden" (4403, a foreign origin: stopped)
  *     Each is also a CustomEvent "presence:EVENT" on document.
  *   refresh() -> Promise of {id: presence}: fetches over HTTP, or, while the socket is open
  *     (presence is pushed then), resolves to what the page shows.
@@ -60,6 +61,7 @@
   const CLOCK_MS = 30000; // relative times are rewritten this often
   const MAX_IDS = 500; // per HTTP request and per subscribe frame
   const CLOSE_UNAUTHORIZED = 4401;
+  const CLOSE_FORBIDDEN = 4403;
   const CLOSE_RATE_LIMITED = 4429;
   const STATUSES = ["online", "idle", "dnd", "offline"];
   const USER = "data-presence-user";
@@ -303,7 +305,7 @@
 
   function connect() {
     clearTimeout(retryTimer);
-    if (!socketUrl || socket || state === "unauthorized") return;
+    if (!socketUrl || socket || state === "unauthorized" || state === "forbidden") return;
     setState("connecting");
     const ws = new WebSocket(socketUrl);
     socket = ws;
@@ -338,6 +340,11 @@
       if (event.code === CLOSE_UNAUTHORIZED) {
         // Not logged in (any more): the HTTP endpoint would answer 401 too. Stop.
         setState("unauthorized", event.code);
+        return;
+      }
+      if (event.code === CLOSE_FORBIDDEN) {
+        // A page of an origin the site does not allow: every retry would be refused. Stop.
+        setState("forbidden", event.code);
         return;
       }
       setState("closed", event.code);

@@ -1,5 +1,5 @@
-"""Extension points of presence's WebSocket for other installed apps (README "Extending the
-WebSocket"): extra client frame types, and hub "topics" with deliveries across processes.
+"""Extension points of presence's WebSocket for other installed apps (docs/extending.md):
+extra client frame types, and hub "topics" with deliveries across processes.
 
 Register from your ``AppConfig.ready()``::
 

@@ -110,7 +110,7 @@ CHANNEL_LAYERS = {
 # Every key is optional; the defaults and their meaning are in docs/settings.md.
 PRESENCE: dict[str, object] = {}
 
-# The activity feed's settings (presence/feed/conf.py, README "Activity feed").
+# The activity feed's settings (presence/feed/conf.py, docs/feed.md).
 PRESENCE_FEED: dict[str, object] = {
     # Mentions in activities link to the demo's profile pages (also in live timelines).
     "MENTION_URL": "demo:profile",

@@ -118,7 +118,7 @@ def test_settings_are_read_only() -> None:
         get_settings().ONLINE_WINDOW = 1  # type: ignore[misc]
 
 
-#: The live layer's settings (README "Settings").
+#: The live layer's settings (docs/settings.md).
 LIVE_DEFAULTS = {
     "MAX_FRAME_BYTES": 65536,
     "COALESCE_WINDOW": 0.2,

@@ -1,6 +1,6 @@
 """presence.extensions: an installed app adds WebSocket frame types and hub topics with
 deliveries, without presence naming them. The app here is a small "typing…" indicator, as in
-README "Extending the WebSocket"."""
+docs/extending.md."""
 
 from __future__ import annotations
 

@@ -172,7 +172,7 @@ def _known_users(names: Sequence[str]) -> dict[str, Any]:
 
 
 def mentioned_users(text: str) -> list[Any]:
-    """The users ``text`` mentions, in text order, each once (see README "Activity feed")."""
+    """The users ``text`` mentions, in text order, each once (see docs/feed.md)."""
     names = feed_domain.candidate_names(text)[:MAX_MENTION_NAMES]
     lookup = feed_domain.case_insensitive_lookup(_known_users(names))
     spans = feed_domain.resolve_mentions(text, lookup)
@@ -337,7 +337,7 @@ def _lower_bound(
 ) -> _Bound:
     """Which authors, and since when, the next ``need`` activities of ``authors`` below
     ``position`` can come from; from one index seek per author instead of reading their
-    activities (README "Activity feed", "Query plans").
+    activities (docs/feed.md, "Query plans").
 
     Each author's newest activity below the position is one seek. If ``need`` authors have
     one, the ``need``-th newest of those bounds the page (``need`` activities lie at or after

@@ -113,25 +113,25 @@ def _group_state(group: Group, user: Any) -> dict[str, Any]:
 @_feed_view("POST", csrf=True)
 def join_view(request: HttpRequest, slug: str) -> HttpResponse:
     """``POST``: join the group; answers ``{"group": {"slug", "name", "member", "members"}}``."""
-    group = _group_or_404(slug)
-    if isinstance(group, HttpResponse):
-        return group
-    limited = over_rate_limit(request)
-    if limited is not None:
-        return limited
-    feed.join(request.user, group)
-    return JsonResponse(_group_state(group, request.user))
+    return _membership(request, slug, feed.join)
 
 
 @_feed_view("POST", csrf=True)
 def leave_view(request: HttpRequest, slug: str) -> HttpResponse:
+    """``POST``: leave the group; answers as ``join_view`` does."""
+    return _membership(request, slug, feed.leave)
+
+
+def _membership(
+    request: HttpRequest, slug: str, change: Callable[[Any, Any], object]
+) -> HttpResponse:
     group = _group_or_404(slug)
     if isinstance(group, HttpResponse):
         return group
     limited = over_rate_limit(request)
     if limited is not None:
         return limited
-    feed.leave(request.user, group)
+    change(request.user, group)
     return JsonResponse(_group_state(group, request.user))
 
 

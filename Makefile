@@ -32,12 +32,12 @@ demo: install
 # and the channel layer sharded over two Redis servers (tools/redis_cluster.py; CLUSTER_TESTS),
 # then the hub and consumer tests on channels_redis's pub/sub layer (LAYER_TESTS).
 UUID_TESTS ?= tests/test_users.py tests/test_store.py tests/test_store_scripts.py \
-	tests/test_api.py tests/test_views.py tests/test_middleware.py tests/test_consumers.py \
+	tests/test_api.py tests/test_lifecycle.py tests/test_views.py tests/test_middleware.py tests/test_consumers.py \
 	tests/test_hub.py tests/test_receivers.py tests/test_relations.py tests/test_privacy.py \
 	tests/test_templatetags.py tests/test_presence_cleanup.py tests/test_drf.py \
 	tests/test_feed_api.py tests/test_feed_views.py tests/test_feed_live.py \
 	tests/uuidsite/tests_uuid.py
-CLUSTER_TESTS ?= tests/test_store.py tests/test_store_scripts.py tests/test_api.py \
+CLUSTER_TESTS ?= tests/test_store.py tests/test_store_scripts.py tests/test_api.py tests/test_lifecycle.py \
 	tests/test_middleware.py tests/test_consumers.py tests/test_hub.py tests/test_presence_cleanup.py
 LAYER_TESTS ?= tests/test_hub.py tests/test_consumers.py tests/test_feed_live.py
 WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m tools.redis_cluster --

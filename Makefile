@@ -72,9 +72,17 @@ dist: install
 release-check: install
 	$(WITH_REDIS) $(PY) -m tools.wheel_smoke
 
+# presence's catalogs (presence/locale), then the demo's (siteproject/demo/locale, LOCALE_PATHS in
+# siteproject/settings.py): from the repository root, so that makemessages scans the demo app and
+# the project templates in templates/demo/, and nothing else (presence keeps its own catalogs).
+MESSAGES_LANGS := -l ja -l zh_Hans -l vi
+DEMO_MESSAGES_IGNORE := --ignore=presence --ignore=tests --ignore=benchmarks --ignore=tools \
+	--ignore=docs --ignore=site --ignore=dist --ignore=build --ignore=staticfiles --ignore='*.egg-info'
 messages: install
-	cd presence && ../$(PY) ../manage.py makemessages -l ja -l zh_Hans -l vi --no-obsolete --no-location
+	cd presence && ../$(PY) ../manage.py makemessages $(MESSAGES_LANGS) --no-obsolete --no-location
 	cd presence && ../$(PY) ../manage.py compilemessages
+	$(PY) manage.py makemessages $(MESSAGES_LANGS) --no-obsolete --no-location $(DEMO_MESSAGES_IGNORE)
+	cd siteproject/demo && ../../$(PY) ../../manage.py compilemessages
 
 clean:
 	rm -rf $(VENV) *.egg-info db.sqlite3 test.sqlite3 site

@@ -135,6 +135,10 @@ LANGUAGES = [
     ("vi", "Tiếng Việt"),
 ]
 
+# The demo's own catalogs (`make messages`). Listed here, not only found as the demo app's locale
+# directory, so that makemessages also has a home for the project templates (templates/demo/).
+LOCALE_PATHS = [BASE_DIR / "siteproject" / "demo" / "locale"]
+
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 

@@ -1,5 +1,7 @@
 """The shipped translations are complete and compiled: every message of every catalog is
-translated and none is fuzzy, and each .mo holds exactly what its .po says (`make messages`)."""
+translated and none is fuzzy, and each .mo holds exactly what its .po says (`make messages`).
+Both presence's catalogs (presence/locale) and the demo's (siteproject/demo/locale) are checked,
+and the demo's pages use the demo's."""
 
 from __future__ import annotations
 
@@ -8,9 +10,23 @@ import gettext
 from pathlib import Path
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
-LOCALE = Path(__file__).resolve().parent.parent / "presence" / "locale"
-CATALOGS = sorted(LOCALE.glob("*/LC_MESSAGES/django.po"))
+ROOT = Path(__file__).resolve().parent.parent
+LOCALES = {
+    "presence": ROOT / "presence" / "locale",
+    "demo": ROOT / "siteproject" / "demo" / "locale",
+}
+CATALOGS = [
+    path for locale in LOCALES.values() for path in sorted(locale.glob("*/LC_MESSAGES/django.po"))
+]
+
+
+def catalog_id(path: Path) -> str:
+    """Which locale directory and language: presence-ja, demo-vi."""
+    name = next(name for name, locale in LOCALES.items() if path.is_relative_to(locale))
+    return f"{name}-{path.parts[-3]}"
 
 
 def _string(lines: list[str]) -> str:
@@ -58,11 +74,13 @@ def parse_po(path: Path) -> tuple[dict[str, list[str] | tuple[str, ...]], list[s
     return entries, fuzzy
 
 
-def test_there_are_catalogs() -> None:
-    assert {path.parts[-3] for path in CATALOGS} >= {"ja", "zh_Hans", "vi"}
+@pytest.mark.parametrize("locale", LOCALES.values(), ids=LOCALES.keys())
+def test_there_are_catalogs(locale: Path) -> None:
+    found = {path.parts[-3] for path in locale.glob("*/LC_MESSAGES/django.po")}
+    assert found >= {"ja", "zh_Hans", "vi"}
 
 
-@pytest.mark.parametrize("po", CATALOGS, ids=lambda path: path.parts[-3])
+@pytest.mark.parametrize("po", CATALOGS, ids=catalog_id)
 def test_every_message_is_translated_and_none_is_fuzzy(po: Path) -> None:
     entries, fuzzy = parse_po(po)
     assert entries
@@ -71,7 +89,7 @@ def test_every_message_is_translated_and_none_is_fuzzy(po: Path) -> None:
     assert untranslated == []
 
 
-@pytest.mark.parametrize("po", CATALOGS, ids=lambda path: path.parts[-3])
+@pytest.mark.parametrize("po", CATALOGS, ids=catalog_id)
 def test_the_compiled_catalog_matches_its_source(po: Path) -> None:
     entries, _ = parse_po(po)
     with po.with_suffix(".mo").open("rb") as mo:
@@ -83,3 +101,23 @@ def test_the_compiled_catalog_matches_its_source(po: Path) -> None:
         else:
             assert tuple(catalog.get((key, n)) for n in range(len(texts))) == texts, key
     assert len({k if isinstance(k, str) else k[0] for k in catalog if k}) == len(entries)
+
+
+@pytest.mark.django_db
+def test_a_demo_page_speaks_the_demo_catalog(client: Client) -> None:
+    """The login page asked for in Japanese shows the demo's own strings in Japanese, strings
+    that presence's catalog does not have (so they can only come from the demo's)."""
+    presence_ja, _ = parse_po(LOCALES["presence"] / "ja" / "LC_MESSAGES" / "django.po")
+    demo_ja, _ = parse_po(LOCALES["demo"] / "ja" / "LC_MESSAGES" / "django.po")
+    heading = "See who's around."
+    assert heading not in presence_ja
+    assert demo_ja[heading] == ["誰がいるか見てみましょう。"]
+
+    response = client.get(reverse("demo:login"), headers={"accept-language": "ja"})
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '<html lang="ja"' in html
+    assert "<h1>誰がいるか見てみましょう。</h1>" in html
+    assert "デモユーザー" in html
+    assert "See who&#x27;s around." not in html and "See who's around." not in html

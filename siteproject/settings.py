@@ -137,6 +137,8 @@ LANGUAGES = [
 
 # The demo's own catalogs (`make messages`). Listed here, not only found as the demo app's locale
 # directory, so that makemessages also has a home for the project templates (templates/demo/).
+# LOCALE_PATHS win over the apps' catalogs: where a demo string is also in presence's or Django's
+# (e.g. "Do not disturb", "Log out"), the demo's translation is theirs, so nothing else changes.
 LOCALE_PATHS = [BASE_DIR / "siteproject" / "demo" / "locale"]
 
 STATIC_URL = "/static/"

@@ -9,7 +9,9 @@ import ast
 import gettext
 from pathlib import Path
 
+import django
 import pytest
+from django.apps import apps
 from django.test import Client
 from django.urls import reverse
 
@@ -101,6 +103,32 @@ def test_the_compiled_catalog_matches_its_source(po: Path) -> None:
         else:
             assert tuple(catalog.get((key, n)) for n in range(len(texts))) == texts, key
     assert len({k if isinstance(k, str) else k[0] for k in catalog if k}) == len(entries)
+
+
+@pytest.mark.parametrize("language", ["ja", "zh_Hans", "vi"])
+def test_the_demo_catalog_agrees_with_the_catalogs_it_overrides(language: str) -> None:
+    """The demo's catalog is in LOCALE_PATHS, which win over the apps' catalogs: where it shares a
+    message with presence's or Django's, it translates it as they do, so it changes no page but
+    the demo's own strings (the admin's "Go" and "Save" stay the admin's)."""
+    demo, _ = parse_po(LOCALES["demo"] / language / "LC_MESSAGES" / "django.po")
+    others = [Path(django.__file__).parent / "conf" / "locale"] + [
+        Path(app.path) / "locale"
+        for app in apps.get_app_configs()
+        if app.name != "siteproject.demo"
+    ]
+    shared = 0
+    for locale in others:
+        mo = locale / language / "LC_MESSAGES" / "django.mo"
+        if not mo.exists():
+            continue
+        with mo.open("rb") as file:
+            catalog = gettext.GNUTranslations(file)._catalog  # type: ignore[attr-defined]
+        for key, texts in demo.items():
+            theirs = catalog.get(key if isinstance(texts, list) else (key, 0))
+            if theirs is not None:
+                shared += 1
+                assert theirs == texts[0], (str(locale), key)
+    assert shared  # "Do not disturb" (presence), "Log out" (the admin), ...
 
 
 @pytest.mark.django_db

@@ -8,3 +8,4 @@ from tests.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in {"presence.feed", "siteproject.demo"}]
 ROOT_URLCONF = "tests.urls_core_only"
+LOCALE_PATHS = []  # the demo's catalogs (siteproject/settings.py) leave with the demo

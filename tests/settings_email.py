@@ -11,3 +11,4 @@ INSTALLED_APPS = [
 ] + ["tests.emailsite"]
 AUTH_USER_MODEL = "emailsite.User"
 ROOT_URLCONF = "tests.emailsite.urls"
+LOCALE_PATHS = []  # the demo's catalogs (siteproject/settings.py) leave with the demo

@@ -12,3 +12,4 @@ INSTALLED_APPS = [
 ] + ["tests.uuidsite"]
 AUTH_USER_MODEL = "uuidsite.User"
 ROOT_URLCONF = "tests.uuidsite.urls"
+LOCALE_PATHS = []  # the demo's catalogs (siteproject/settings.py) leave with the demo

@@ -644,9 +644,13 @@ class TestDueSchedule:
         assert redis_client.zscore(KEYS.user_due_key(6), "6") == NOW + 50
         store.run(store.schedule({5: NOW + 10}))
         assert redis_client.zscore(DUE, "5") == NOW + 10
-        # Claimed at ``at``, not a moment before.
-        assert store.run(store.claim_due(NOW + 9.99, 10)) == ([], [])
-        assert store.run(store.claim_due(NOW + 10, 10)) == ([uid(5)], [])
+
+    def test_a_scheduled_user_is_claimed_at_the_time_not_before(self, store: PresenceStore) -> None:
+        store.run(store.schedule({uid(7): NOW + 10, uid(8): NOW + 9.5}))
+        assert store.run(store.claim_due(NOW + 9.4, 10)) == ([], [])
+        assert store.run(store.claim_due(NOW + 9.99, 10)) == ([], [])  # 9.5 is due at its ceiling
+        due, _ = store.run(store.claim_due(NOW + 10, 10))
+        assert sorted(map(str, due)) == sorted(map(str, [uid(7), uid(8)]))
 
     def test_schedule_of_nobody_costs_nothing(self, store: PresenceStore) -> None:
         plan = store.schedule({})

@@ -219,7 +219,8 @@ def online_now(viewer: Any) -> list[UserId]:
     store = get_store()
     now = rules.now()
     timing = rules.timing()
-    since = now - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
+    # The grace and the TTL count from the end of the event's second (domain.offline_at).
+    since = now - domain.SECOND - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
     live: list[UserId] = []
     for start in range(0, conf.BUCKETS, conf.CLEANUP_BATCH):
         buckets = range(start, min(start + conf.CLEANUP_BATCH, conf.BUCKETS))

@@ -234,14 +234,21 @@ def permits(level: Visibility, relation: Relation) -> bool:
     return False
 
 
+#: Redis keeps whole seconds (``int(now)``), so an event is known only to its second. The grace
+#: and the TTL count from the END of that second, so neither is ever cut short (a close at
+#: 100.9 is offline at 101 + grace, not at 100 + grace); page views' ONLINE_WINDOW, long and
+#: not a promise to the second, counts from its start (docs/settings.md).
+SECOND = 1
+
+
 def offline_at(live: LiveState, timing: Timing) -> float | None:
     """When the user turns offline if nothing else happens (None: never online)."""
     if live.last_active is None:
         return None
     if live.signed_off:
-        return live.last_active + timing.offline_grace
+        return live.last_active + SECOND + timing.offline_grace
     if live.connected:
-        return live.last_active + timing.connection_ttl
+        return live.last_active + SECOND + timing.connection_ttl
     return live.last_active + timing.online_window
 
 

@@ -115,7 +115,7 @@ def test_groups_spread_over_the_shards_and_a_stopped_shard_fails_only_its_groups
             shards[stopped].stop()
             for target in targets:
                 await lifecycle.adisconnect(target, "c1")
-            await asyncio.sleep(1.1)  # OFFLINE_GRACE
+            await asyncio.sleep(2.05)  # OFFLINE_GRACE (1 s), from the end of the close's second
             await lifecycle.asweep()
             seen = await collect(socket, 2.0)
             alive = {str(u) for u, s in on_shard.items() if s == keep}

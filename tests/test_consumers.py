@@ -695,7 +695,7 @@ async def test_reload_within_the_grace_does_not_flap(
     # Closed for good: still online during the grace, offline after it.
     closed_at = 10 + grace + 1
     await sockets.close(tab)
-    clock.shift(grace - 1)
+    clock.shift(grace)  # the grace counts from the end of the close's second: not yet
     assert (await lifecycle.asweep()).offline == []
     await assert_silent(watcher)
     clock.shift(1)
@@ -770,8 +770,9 @@ async def test_a_crash_swept_exactly_at_the_ttl_persists_last_seen(
     watcher = await sockets.open(viewer)
     await sockets.open(target)
     assert await subscribe(watcher, target) == state({target.pk: online()})
-    clock.shift(ttl - 1)
+    clock.shift(ttl)  # the TTL counts from the end of the heartbeat's second: not yet
     await heartbeat(watcher)
+    assert (await lifecycle.asweep()).offline == []
     # The target's deadline: due now, and gone by domain.live_status's rule; the store drops
     # the connection at the same moment (sweeps run every second: this is the common case).
     clock.shift(1)
@@ -1918,10 +1919,10 @@ async def test_connections_of_other_processes_count_and_only_live_ones(
             )
             assert opened is not None and not opened.refused
         assert await refused(sockets.make(user))
-        clock.shift(ttl - 1)
+        clock.shift(ttl)
         assert await refused(sockets.make(user))
-        # The other process crashed: its connections are gone after CONNECTION_TTL, and
-        # count no more (even before a sweep drops them).
+        # The other process crashed: its connections are gone a full CONNECTION_TTL after
+        # their heartbeat's second, and count no more (even before a sweep drops them).
         clock.shift(1)
         await sockets.open(user)
         assert len(await connections_in_redis(user)) == 1
@@ -1960,7 +1961,7 @@ async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_int
     # The skipped beats never made the connection look dead: due when its last write expires.
     store = get_store()
     assert await store.async_client.zscore(store.user_due_key(user.pk), redis_member(user)) == (
-        at(interval - 1).timestamp() + get_settings().CONNECTION_TTL
+        at(interval - 1).timestamp() + 1 + get_settings().CONNECTION_TTL
     )
 
 

@@ -59,8 +59,11 @@ class TestLiveStatus:
     def test_online_within_window(self, ago: int, expected: str) -> None:
         assert domain.live_status(LiveState(last_active=NOW - ago), NOW, TIMING) == expected
 
-    @pytest.mark.parametrize(("ago", "expected"), [(0, "online"), (4, "online"), (5, "offline")])
-    def test_signed_off_goes_offline_after_grace(self, ago: int, expected: str) -> None:
+    # The grace counts from the end of the second recorded (see TestFullGrace).
+    @pytest.mark.parametrize(
+        ("ago", "expected"), [(0, "online"), (5, "online"), (5.99, "online"), (6, "offline")]
+    )
+    def test_signed_off_goes_offline_after_grace(self, ago: float, expected: str) -> None:
         state = LiveState(last_active=NOW - ago, signed_off=True)
         assert domain.live_status(state, NOW, TIMING) == expected
 
@@ -484,7 +487,7 @@ class TestParseFrame:
 
 
 class TestLiveStatusOfConnections:
-    @pytest.mark.parametrize(("ago", "expected"), [(0, "online"), (89, "online"), (90, "offline")])
+    @pytest.mark.parametrize(("ago", "expected"), [(0, "online"), (90, "online"), (91, "offline")])
     def test_connected_user_is_online_for_the_connection_ttl(self, ago: int, expected: str) -> None:
         state = LiveState(last_active=NOW - ago, devices=(Device.WEB,), connected=True)
         assert domain.live_status(state, NOW, LIVE_TIMING) == expected
@@ -501,14 +504,14 @@ class TestLiveStatusOfConnections:
         quiet = LiveState(last_active=NOW - 400, connected=True)
         assert domain.live_status(quiet, NOW, long_ttl) is Status.ONLINE
 
-    @pytest.mark.parametrize(("ago", "expected"), [(0, "idle"), (89, "idle"), (90, "offline")])
+    @pytest.mark.parametrize(("ago", "expected"), [(0, "idle"), (90, "idle"), (91, "offline")])
     def test_idle_connections(self, ago: int, expected: str) -> None:
         state = LiveState(last_active=NOW - ago, connected=True, idle=True)
         assert domain.live_status(state, NOW, LIVE_TIMING) == expected
 
     @pytest.mark.parametrize(
         ("ago", "idle", "expected"),
-        [(0, True, "idle"), (4, True, "idle"), (5, True, "offline"), (4, False, "online")],
+        [(0, True, "idle"), (5, True, "idle"), (6, True, "offline"), (5, False, "online")],
     )
     def test_signed_off_keeps_idle_within_the_grace(
         self, ago: int, idle: bool, expected: str
@@ -523,15 +526,59 @@ class TestOfflineAt:
         [
             (LiveState(), None),
             (LiveState(last_active=NOW), NOW + 300),
-            (LiveState(last_active=NOW, connected=True), NOW + 90),
-            (LiveState(last_active=NOW, connected=True, idle=True), NOW + 90),
-            (LiveState(last_active=NOW, signed_off=True), NOW + 5),
+            # The TTL and the grace count from the end of the recorded second (+ 1 s); page
+            # views' window from its start.
+            (LiveState(last_active=NOW, connected=True), NOW + 91),
+            (LiveState(last_active=NOW, connected=True, idle=True), NOW + 91),
+            (LiveState(last_active=NOW, signed_off=True), NOW + 6),
             # Signed off wins over a connected flag (decode_score never makes both).
-            (LiveState(last_active=NOW, signed_off=True, connected=True), NOW + 5),
+            (LiveState(last_active=NOW, signed_off=True, connected=True), NOW + 6),
         ],
     )
     def test_offline_at(self, state: LiveState, expected: float | None) -> None:
         assert domain.offline_at(state, LIVE_TIMING) == expected
+
+
+def recorded(event: float) -> float:
+    """An event's time as the store keeps it: the start of its second (``int(now)``)."""
+    return float(int(event))
+
+
+class TestFullGrace:
+    """Never offline to others before the full OFFLINE_GRACE after a close (nor gone before the
+    full CONNECTION_TTL after a heartbeat), though the store keeps only the event's second; and
+    at most about one second later."""
+
+    GRACE = LIVE_TIMING.offline_grace
+    TTL = LIVE_TIMING.connection_ttl
+
+    @pytest.mark.parametrize("close", [NOW + 0.0, NOW + 0.5, NOW + 0.9, NOW + 0.999])
+    def test_the_grace_counts_from_the_close_not_from_its_second(self, close: float) -> None:
+        state = LiveState(last_active=recorded(close), devices=(Device.WEB,), signed_off=True)
+        grace_end = close + self.GRACE
+        assert domain.live_status(state, grace_end - 0.01, LIVE_TIMING) is Status.ONLINE
+        assert domain.live_status(state, grace_end + 1, LIVE_TIMING) is Status.OFFLINE
+        deadline = domain.offline_at(state, LIVE_TIMING)
+        assert deadline is not None and grace_end <= deadline <= grace_end + 1
+
+    @pytest.mark.parametrize("beat", [NOW + 0.0, NOW + 0.5, NOW + 0.9, NOW + 0.999])
+    def test_the_ttl_counts_from_the_heartbeat_not_from_its_second(self, beat: float) -> None:
+        state = LiveState(last_active=recorded(beat), devices=(Device.WEB,), connected=True)
+        ttl_end = beat + self.TTL
+        assert domain.live_status(state, ttl_end - 0.01, LIVE_TIMING) is Status.ONLINE
+        assert domain.live_status(state, ttl_end + 1, LIVE_TIMING) is Status.OFFLINE
+        deadline = domain.offline_at(state, LIVE_TIMING)
+        assert deadline is not None and ttl_end <= deadline <= ttl_end + 1
+
+    def test_the_example_of_the_docs(self) -> None:
+        # A tab closed at 100.9 s: online to friends at 100.9 + GRACE - 0.01, offline by
+        # 100.9 + GRACE + 1 at the latest.
+        closed = LiveState(last_active=recorded(100.9), signed_off=True)
+        assert domain.live_status(closed, 100.9 + self.GRACE - 0.01, LIVE_TIMING) is Status.ONLINE
+        assert domain.live_status(closed, 100.9 + self.GRACE + 1, LIVE_TIMING) is Status.OFFLINE
+        beat = LiveState(last_active=recorded(100.9), connected=True)
+        assert domain.live_status(beat, 100.9 + self.TTL - 0.01, LIVE_TIMING) is Status.ONLINE
+        assert domain.live_status(beat, 100.9 + self.TTL + 1, LIVE_TIMING) is Status.OFFLINE
 
 
 WEB_CONNECTED = LiveState(last_active=NOW - 30, devices=(Device.WEB,), connected=True)
@@ -672,7 +719,7 @@ class TestResolveIdle:
         closed = LiveState(last_active=NOW - 2, devices=(Device.WEB,), signed_off=True, idle=True)
         seen = domain.resolve(closed, Choices(), CONTACT, NOW, LIVE_TIMING)
         assert (seen.status, seen.devices) == (Status.IDLE, ("web",))
-        seen = domain.resolve(closed, Choices(), CONTACT, NOW + 3, LIVE_TIMING)
+        seen = domain.resolve(closed, Choices(), CONTACT, NOW + 4, LIVE_TIMING)
         assert (seen.status, seen.devices) == (Status.OFFLINE, ())
         assert seen.last_seen == datetime.fromtimestamp(NOW - 2, tz=UTC)
 

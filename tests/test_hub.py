@@ -300,14 +300,15 @@ async def test_racing_sweeps_claim_each_due_user_once_and_reschedule_the_online(
         clock.shift(5)
         await heartbeat(watcher)
         await sockets.open(still_on)
-        await sockets.close(await sockets.open(still_on))  # one tab of two closes: due at +10
+        # One tab of two closes: due at +11 (the grace counts from the end of the second).
+        await sockets.close(await sockets.open(still_on))
         assert await subscribe(watcher, *crashed, still_on) == state(
             {user.pk: online(0 if user in crashed else 5) for user in (*crashed, still_on)}
         )
         due = all_due(redis_client)
         t0 = at(0).timestamp()
         assert sorted(due) == sorted(
-            [(str(u.pk), t0 + 10) for u in (*crashed, still_on)] + [(str(viewer.pk), t0 + 15)]
+            [(str(u.pk), t0 + 11) for u in (*crashed, still_on)] + [(str(viewer.pk), t0 + 16)]
         )
 
         clock.shift(6)  # +11: the four crashed and the closed tab are due; batches of 2
@@ -320,7 +321,7 @@ async def test_racing_sweeps_claim_each_due_user_once_and_reschedule_the_online(
         assert first.rescheduled + second.rescheduled + third.rescheduled == 1
         # The one still online is checked again when its open tab's heartbeat runs out.
         assert sorted(all_due(redis_client)) == sorted(
-            [(str(still_on.pk), t0 + 5 + 10 + 1), (str(viewer.pk), t0 + 15)]
+            [(str(still_on.pk), t0 + 5 + 1 + 10), (str(viewer.pk), t0 + 16)]
         )
         # Each crashed user is announced offline once, with last seen at its only heartbeat.
         told: dict[str, Any] = {}

@@ -40,6 +40,8 @@ pytestmark = pytest.mark.django_db
 #: the clock fixture's start, in epoch seconds; and the default timings
 T = T0.timestamp()
 TTL, GRACE, WINDOW = 90, 5, 300
+#: a heartbeat's TTL and a close's grace count from the end of the second the store keeps
+TTL_END, GRACE_END = TTL + 1, GRACE + 1
 
 
 class Announcements:
@@ -145,9 +147,9 @@ async def test_sweep_announces_the_end_of_the_grace(
         clock.shift(10)
         await lifecycle.adisconnect(user, "c1")
         assert await news.received() == [user.pk]  # (came online)
-        assert due_at(redis_client, user) == T + 10 + GRACE
+        assert due_at(redis_client, user) == T + 10 + GRACE_END
 
-        clock.shift(GRACE - 1)
+        clock.shift(GRACE)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         assert await news.received() == []
         clock.shift(1)
@@ -159,6 +161,67 @@ async def test_sweep_announces_the_end_of_the_grace(
         # Claimed once: the next sweep has nothing to do.
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         assert await news.received() == []
+    finally:
+        await get_store().aclose()
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+@pytest.mark.parametrize("closed_at", [10.0, 10.5, 10.9])
+async def test_the_sweep_waits_the_full_grace_after_a_close(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    redis_client: redis.Redis,
+    closed_at: float,
+) -> None:
+    # The store keeps the close's second only; friends must still get the whole grace, counted
+    # from the close itself, and hear of the end within a second after it.
+    user = await sync_to_async(make_user)()
+    news = Announcements()
+    await news.watch(user)
+    try:
+        await lifecycle.aheartbeat(user, "c1")
+        clock.move_to(at(closed_at))
+        await lifecycle.adisconnect(user, "c1")
+        assert await news.received() == [user.pk]  # (came online)
+        clock.move_to(at(closed_at + GRACE - 0.01))
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
+        assert await news.received() == []
+        assert (await api.aget_presence(user, user)).status is Status.ONLINE
+        clock.move_to(at(closed_at + GRACE + 1))
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
+        assert await news.received() == [user.pk]
+        assert (await api.aget_presence(user, user)).status is Status.OFFLINE
+    finally:
+        await get_store().aclose()
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+@pytest.mark.parametrize("beat_at", [60.0, 60.5, 60.9])
+async def test_the_sweep_waits_the_full_ttl_after_a_heartbeat(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    redis_client: redis.Redis,
+    beat_at: float,
+) -> None:
+    user = await sync_to_async(make_user)()
+    news = Announcements()
+    await news.watch(user)
+    try:
+        await lifecycle.aheartbeat(user, "c1")
+        assert await news.received() == [user.pk]  # (came online)
+        clock.move_to(at(beat_at))
+        await lifecycle.aheartbeat(user, "c1")  # its last heartbeat
+        clock.move_to(at(beat_at + TTL - 0.01))
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=0)
+        assert await news.received() == []
+        assert (await api.aget_presence(user, user)).status is Status.ONLINE
+        assert len(get_store().run(get_store().describe_connections(user.pk))) == 1
+        clock.move_to(at(beat_at + TTL + 1))
+        assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
+        assert await news.received() == [user.pk]
+        assert await last_seen(user) == at(int(beat_at))  # the store's second of the heartbeat
     finally:
         await get_store().aclose()
 
@@ -182,9 +245,9 @@ async def test_sweep_finds_crashed_connections_at_their_ttl(
         clock.shift(60)
         await lifecycle.aheartbeat(fine, "c9")
         assert await news.received() == []
-        clock.move_to(at(60 + TTL - 1))
+        clock.move_to(at(60 + TTL))
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
-        clock.shift(1.4)  # in the second CONNECTION_TTL after the last heartbeat ends
+        clock.shift(1.4)  # in the second after CONNECTION_TTL after the heartbeat's second
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[crashed.pk])
         assert await news.received() == [crashed.pk]
         # Signed off at its last heartbeat, which is persisted as last seen.
@@ -216,7 +279,7 @@ async def test_sweep_reschedules_users_still_online(
         clock.shift(10)
         await lifecycle.adisconnect(user, "c2")  # one tab of two closed: due at the grace's end
         assert await news.received() == [user.pk]  # (came online)
-        clock.shift(GRACE)
+        clock.shift(GRACE_END)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert await news.received() == []
         # Checked again when the remaining connection's TTL ends.
@@ -240,7 +303,7 @@ async def test_sweep_after_logout_with_a_live_connection(
         clock.shift(10)
         await api.asign_off(user)  # the WebSocket of another tab is still open
         assert await last_seen(user) == at(10)
-        clock.shift(GRACE)
+        clock.shift(GRACE_END)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert (await api.aget_presence(user, user)).status is Status.ONLINE
         # The logout was the last activity; the connection keeps the user on for its TTL.
@@ -266,8 +329,9 @@ async def test_sweep_of_users_seen_by_http_only(
         assert due_at(redis_client, user) == T + WINDOW  # the earlier time is kept
         clock.move_to(at(WINDOW))
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
-        assert due_at(redis_client, user) == T + 100 + WINDOW + 1
-        clock.move_to(at(100 + WINDOW + 1))
+        # Page views' window counts from the start of their second: due at its end, no later.
+        assert due_at(redis_client, user) == T + 100 + WINDOW
+        clock.move_to(at(100 + WINDOW))
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
         assert await news.received() == [user.pk]
         assert await last_seen(user) is None  # presence_cleanup persists these
@@ -312,12 +376,12 @@ async def test_sweep_during_an_outage_loses_nobody(
     try:
         await lifecycle.aheartbeat(user, "c1")
         await api.aset_status(user, "auto", text="Back soon", expires_at=at(30))
-        clock.shift(TTL)
+        clock.shift(TTL_END)
         await get_store().aclose()
         with override_settings(CACHES=DOWN):
             assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         # Nothing was claimed: both schedules are intact.
-        assert due_at(redis_client, user) == T + TTL
+        assert due_at(redis_client, user) == T + TTL_END
         assert (
             redis_client.zscore(get_store().user_expiring_key(user.pk), redis_member(user))
             == T + 31
@@ -367,7 +431,7 @@ async def test_redis_failing_after_the_claim_loses_nobody(
     try:
         await lifecycle.aheartbeat(user, "c1")
         assert await news.received() == [user.pk]
-        clock.shift(TTL)
+        clock.shift(TTL_END)
         monkeypatch.setattr(patched, "_aexecute" if patched is PresenceStore else "aexecute", flaky)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=1)
         assert len(round_trips) == 2  # the claim, the failed check; then Redis is left alone

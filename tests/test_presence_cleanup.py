@@ -584,7 +584,7 @@ def test_connected_users_within_their_ttl_are_kept(
     beat(gone, "b")
     clock.shift(50)
     beat(user, "a")
-    clock.shift(350)  # 350 s after user's last heartbeat, 400 s after gone's
+    clock.shift(351)  # 351 s after user's last heartbeat, 401 s after gone's (TTL + 1 s)
 
     report = counts(cleanup())
 

@@ -111,7 +111,10 @@ def test_logout_signs_off_after_the_grace(
 
     # Not yet offline to others: a logout-and-back-in must not flap.
     assert api.get_presence(target, friend).status is Status.ONLINE
-    clock.shift(grace)
+    # The full grace: it counts from the end of the logout's second (the second the store keeps).
+    clock.shift(grace + 0.99)
+    assert api.get_presence(target, friend).status is Status.ONLINE
+    clock.shift(0.01)
     seen = api.get_presence(target, friend)
     assert seen.status is Status.OFFLINE
     assert seen.last_seen == at(10)
@@ -223,7 +226,9 @@ async def test_async_login_and_logout(
 
     request.auser = auser  # type: ignore[attr-defined]
     await alogout(request)
-    clock.shift(get_settings().OFFLINE_GRACE)
+    clock.shift(get_settings().OFFLINE_GRACE)  # the full grace, from the end of the second
+    assert (await api.aget_presence(target, friend)).status is Status.ONLINE
+    clock.shift(1)
     assert (await api.aget_presence(target, friend)).status is Status.OFFLINE
     assert (await LastSeen.objects.aget(user=target)).seen_at == at(7)
 

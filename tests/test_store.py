@@ -274,6 +274,9 @@ DUE = KEYS.user_due_key(5)
 EXPIRING = KEYS.user_expiring_key(5)
 #: default CONNECTION_TTL, OFFLINE_GRACE and ONLINE_WINDOW
 TTL, GRACE, WINDOW = 90, 5, 300
+#: when a heartbeat's TTL and a close's grace end, after the second the store keeps: both count
+#: from the end of that second (domain.offline_at), so neither is ever cut short
+TTL_END, GRACE_END = TTL + 1, GRACE + 1
 CONNECTED = 16
 IDLE = 8
 
@@ -325,7 +328,7 @@ class TestConnection:
         )
         assert redis_client.zscore(SEEN, "5") == score(NOW, 1) == NOW * 32 + 16 + 1
         assert entries(redis_client) == {f"c1:1:0:{NOW}:{NOW}"}
-        assert redis_client.zscore(DUE, "5") == NOW + TTL
+        assert redis_client.zscore(DUE, "5") == NOW + TTL_END
 
     def test_idle_beat(self, store: PresenceStore, redis_client: redis.Redis) -> None:
         transition = conn(store, "beat", NOW, device=Device.MOBILE, idle=True)
@@ -344,7 +347,7 @@ class TestConnection:
         assert redis_client.zscore(SEEN, "5") == score(NOW + 30, 1)
         assert (transition.before.last_active, transition.after.last_active) == (NOW, NOW + 30)
         assert transition.connections == 1
-        assert redis_client.zscore(DUE, "5") == NOW + 30 + TTL
+        assert redis_client.zscore(DUE, "5") == NOW + 30 + TTL_END
 
     def test_connections_aggregate_devices_and_idle(
         self, store: PresenceStore, redis_client: redis.Redis
@@ -401,7 +404,7 @@ class TestConnection:
             connections=0,
         )
         assert has_connections(redis_client) is False
-        assert redis_client.zscore(DUE, "5") == NOW + 20 + GRACE
+        assert redis_client.zscore(DUE, "5") == NOW + 20 + GRACE_END
 
     def test_close_of_an_unknown_connection_changes_nothing(
         self, store: PresenceStore, redis_client: redis.Redis
@@ -433,16 +436,16 @@ class TestConnection:
         assert redis_client.zscore(SEEN, "5") == -(NOW + 50) * 32 - 2
         assert has_connections(redis_client) is False
         # An expiry check is no activity: the due time is the heartbeat's.
-        assert redis_client.zscore(DUE, "5") == NOW + 50 + TTL
+        assert redis_client.zscore(DUE, "5") == NOW + 50 + TTL_END
 
     @pytest.mark.parametrize(
         ("after", "alive"),
-        [(TTL - 1, True), (TTL - 0.1, True), (TTL, False), (TTL + 0.9, False)],
+        [(TTL, True), (TTL_END - 0.1, True), (TTL_END, False), (TTL_END + 0.9, False)],
     )
     def test_a_connection_lives_exactly_as_long_as_reads_say(
         self, store: PresenceStore, redis_client: redis.Redis, after: float, alive: bool
     ) -> None:
-        # domain.live_status: a connected user is online while now < last heartbeat + TTL. The
+        # domain.live_status: a connected user is online while now < heartbeat + 1 + TTL. The
         # script drops the connection at that very moment, or a sweep in that second would see
         # an offline user whose connection was never signed off (nor its last seen saved).
         conn(store, "beat", NOW)
@@ -476,7 +479,7 @@ class TestConnection:
         assert transition.after == domain.LiveState(
             last_active=NOW + 11, devices=(Device.WEB,), connected=True
         )
-        assert redis_client.zscore(DUE, "5") == NOW + 11 + TTL
+        assert redis_client.zscore(DUE, "5") == NOW + 11 + TTL_END
 
     def test_http_touch_keeps_the_connection_within_the_ttl_and_clears_idle(
         self, store: PresenceStore, redis_client: redis.Redis
@@ -488,9 +491,9 @@ class TestConnection:
             last_active=NOW + 10, devices=(Device.WEB,), connected=True
         )
         # The connection's earlier due time is kept (LT).
-        assert redis_client.zscore(DUE, "5") == NOW + TTL
+        assert redis_client.zscore(DUE, "5") == NOW + TTL_END
 
-    @pytest.mark.parametrize("after", [TTL, TTL + 1])
+    @pytest.mark.parametrize("after", [TTL_END, TTL_END + 1])
     def test_http_touch_after_the_ttl_is_no_connection(
         self, store: PresenceStore, redis_client: redis.Redis, after: int
     ) -> None:
@@ -511,14 +514,14 @@ class TestConnection:
             last_active=NOW + 10, devices=(Device.WEB,), connected=True
         )
         assert redis_client.zscore(SEEN, "5") == score(NOW + 10, 1)
-        assert redis_client.zscore(DUE, "5") == NOW + 10 + GRACE
+        assert redis_client.zscore(DUE, "5") == NOW + 10 + GRACE_END
 
     def test_logout_after_the_connection_ttl_signs_off(self, store: PresenceStore) -> None:
         conn(store, "beat", NOW, "c1", Device.WEB)
-        transition = store.run(store.sign_off(5, Device.WEB, NOW + TTL))
+        transition = store.run(store.sign_off(5, Device.WEB, NOW + TTL_END))
         assert transition is not None
         assert transition.after == domain.LiveState(
-            last_active=NOW + TTL, devices=(Device.WEB,), signed_off=True
+            last_active=NOW + TTL_END, devices=(Device.WEB,), signed_off=True
         )
 
 
@@ -574,19 +577,19 @@ class TestConnectionLimit:
         conn(store, "open", NOW, "c1")
         conn(store, "open", NOW + 10, "c2")
         conn(store, "open", NOW + 10, "c3")
-        assert conn(store, "open", NOW + TTL - 1, "c4").refused is True
-        # c1 is gone by domain.live_status's rule at NOW + TTL, swept or not.
-        transition = conn(store, "open", NOW + TTL, "c4", Device.MOBILE)
+        assert conn(store, "open", NOW + TTL_END - 0.1, "c4").refused is True
+        # c1 is gone by domain.live_status's rule at NOW + TTL_END, swept or not.
+        transition = conn(store, "open", NOW + TTL_END, "c4", Device.MOBILE)
         assert (transition.refused, transition.connections) == (False, 3)
         assert {entry.split(":")[0] for entry in entries(redis_client)} == {"c2", "c3", "c4"}
         assert transition.after.devices == (Device.WEB, Device.MOBILE)
 
     def test_a_dropped_connection_heard_again_counts_as_new(self, store: PresenceStore) -> None:
         conn(store, "open", NOW, "c1")
-        conn(store, "open", NOW + TTL, "c2")
-        conn(store, "open", NOW + TTL, "c3")
-        conn(store, "open", NOW + TTL, "c4")  # c1 was dropped
-        assert conn(store, "beat", NOW + TTL + 1, "c1").refused is True
+        conn(store, "open", NOW + TTL_END, "c2")
+        conn(store, "open", NOW + TTL_END, "c3")
+        conn(store, "open", NOW + TTL_END, "c4")  # c1 was dropped
+        assert conn(store, "beat", NOW + TTL_END + 1, "c1").refused is True
 
 
 class TestDueSchedule:
@@ -601,13 +604,13 @@ class TestDueSchedule:
         store.run(store.touch(5, Device.WEB, NOW + 100))
         assert due() == NOW + WINDOW  # LT: a later time never replaces an earlier one
         conn(store, "beat", NOW + 110)
-        assert due() == NOW + 110 + TTL
+        assert due() == NOW + 110 + TTL_END
         store.run(store.touch(5, Device.WEB, NOW + 120))
-        assert due() == NOW + 110 + TTL
+        assert due() == NOW + 110 + TTL_END
         conn(store, "close", NOW + 130)
-        assert due() == NOW + 130 + GRACE
+        assert due() == NOW + 130 + GRACE_END
         store.run(store.sign_off(5, Device.WEB, NOW + 140))
-        assert due() == NOW + 140 + GRACE
+        assert due() == NOW + 140 + GRACE_END
 
     @on_one_redis
     def test_claim_due_hands_each_user_out_once(
@@ -632,14 +635,22 @@ class TestDueSchedule:
     def test_schedule_keeps_an_earlier_time(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
-        # int(at) + 1: a user is never claimed before ``at`` (claims compare whole seconds).
+        # The ceiling: a user is never claimed before ``at`` (claims compare whole seconds), nor
+        # a second later than needed (domain.offline_at gives whole seconds).
         assert store.run(store.schedule({5: NOW + 100})) is True
-        assert redis_client.zscore(DUE, "5") == NOW + 101
+        assert redis_client.zscore(DUE, "5") == NOW + 100
         store.run(store.schedule({5: NOW + 200.5, 6: NOW + 49.5}))
-        assert redis_client.zscore(DUE, "5") == NOW + 101
+        assert redis_client.zscore(DUE, "5") == NOW + 100
         assert redis_client.zscore(KEYS.user_due_key(6), "6") == NOW + 50
         store.run(store.schedule({5: NOW + 10}))
-        assert redis_client.zscore(DUE, "5") == NOW + 11
+        assert redis_client.zscore(DUE, "5") == NOW + 10
+
+    def test_a_scheduled_user_is_claimed_at_the_time_not_before(self, store: PresenceStore) -> None:
+        store.run(store.schedule({uid(7): NOW + 10, uid(8): NOW + 9.5}))
+        assert store.run(store.claim_due(NOW + 9.4, 10)) == ([], [])
+        assert store.run(store.claim_due(NOW + 9.99, 10)) == ([], [])  # 9.5 is due at its ceiling
+        due, _ = store.run(store.claim_due(NOW + 10, 10))
+        assert sorted(map(str, due)) == sorted(map(str, [uid(7), uid(8)]))
 
     def test_schedule_of_nobody_costs_nothing(self, store: PresenceStore) -> None:
         plan = store.schedule({})
@@ -805,7 +816,7 @@ class TestAsyncConnection:
         assert closed.after == domain.LiveState(
             last_active=NOW + 3, devices=(Device.WEB,), signed_off=True
         )
-        assert redis_client.zscore(DUE, "5") == NOW + 3 + GRACE
+        assert redis_client.zscore(DUE, "5") == NOW + 3 + GRACE_END
 
 
 def test_a_heartbeat_keeps_the_devices_of_recent_page_requests(store: PresenceStore) -> None:

@@ -5,6 +5,7 @@ when Redis is unavailable. Building a plan does no I/O; :mod:`presence.store.cli
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -154,7 +155,7 @@ class PlanBuilder(KeyScheme):
                         seconds,
                         domain.DEVICE_BITS[device],
                         seconds - self.conf.ONLINE_WINDOW,
-                        seconds - self.conf.CONNECTION_TTL,
+                        self._ttl_start(seconds),
                     ],
                 ),
                 (
@@ -182,13 +183,13 @@ class PlanBuilder(KeyScheme):
                         encode_id(user_id),
                         seconds,
                         domain.DEVICE_BITS[device],
-                        seconds - self.conf.CONNECTION_TTL,
+                        self._ttl_start(seconds),
                     ],
                 ),
                 (
                     "ZADD",
                     self.user_due_key(user_id),
-                    seconds + self.conf.OFFLINE_GRACE,
+                    seconds + domain.SECOND + self.conf.OFFLINE_GRACE,
                     encode_id(user_id),
                 ),
             ],
@@ -227,7 +228,7 @@ class PlanBuilder(KeyScheme):
                     domain.DEVICE_BITS[device],
                     int(idle),
                     seconds,
-                    seconds - self.conf.CONNECTION_TTL,
+                    self._ttl_start(seconds),
                     seconds - self.conf.ONLINE_WINDOW,
                     self.conf.MAX_CONNECTIONS_PER_USER,
                 ],
@@ -240,7 +241,7 @@ class PlanBuilder(KeyScheme):
                 (
                     "ZADD",
                     self.user_due_key(user_id),
-                    seconds + self.conf.OFFLINE_GRACE,
+                    seconds + domain.SECOND + self.conf.OFFLINE_GRACE,
                     encode_id(user_id),
                 )
             )
@@ -250,11 +251,16 @@ class PlanBuilder(KeyScheme):
             fallback=None,
         )
 
+    def _ttl_start(self, seconds: int) -> int:
+        """The scripts' "start of the connection TTL": a heartbeat recorded in a later second is
+        live. The TTL counts from the end of the heartbeat's second, as in domain.offline_at."""
+        return seconds - domain.SECOND - self.conf.CONNECTION_TTL
+
     def _connected_due(self, user_id: UserId, seconds: int) -> tuple[Any, ...]:
         return (
             "ZADD",
             self.user_due_key(user_id),
-            seconds + self.conf.CONNECTION_TTL,
+            seconds + domain.SECOND + self.conf.CONNECTION_TTL,
             encode_id(user_id),
         )
 
@@ -275,7 +281,7 @@ class PlanBuilder(KeyScheme):
                 script_call(
                     DESCRIBE_CONNECTIONS,
                     [self.conns_key(bucket), self.expiries_key(bucket)],
-                    [encode_id(user_id), self.conf.CONNECTION_TTL],
+                    [encode_id(user_id), domain.SECOND + self.conf.CONNECTION_TTL],
                 )
             ],
             parse=lambda replies: [str(entry) for entry in replies[0]],
@@ -315,7 +321,8 @@ class PlanBuilder(KeyScheme):
         """Check these users again at these times (an earlier time already set is kept)."""
         by_key: dict[str, list[Any]] = defaultdict(list)
         for user_id, at in due.items():
-            by_key[self.user_due_key(user_id)] += [int(at) + 1, encode_id(user_id)]
+            # Claims compare whole seconds (due <= int(now)): the ceiling is never early.
+            by_key[self.user_due_key(user_id)] += [math.ceil(at), encode_id(user_id)]
         return Plan(
             commands=[("ZADD", key, "LT", *args) for key, args in by_key.items()],
             parse=lambda replies: True,

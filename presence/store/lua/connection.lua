@@ -1,6 +1,7 @@
 -- KEYS[1] bucket's seen, KEYS[2] bucket's connections (hash), KEYS[3] bucket's expiries;
 -- ARGV member, op ("open", "beat", "close" or "expire"), connection id, device bit, idle (0/1), now,
--- start of the connection TTL, start of the online window (page views' devices, see TOUCH),
+-- start of the connection TTL (now - 1 - TTL: a heartbeat's TTL counts from the end of its
+-- second, as in domain.offline_at), start of the online window (page views' devices, see TOUCH),
 -- most live connections a user may have.
 -- Each connection is one hash field "user:id" = "device_bit:idle:connected_at:expiry" and one
 -- member of the expiries set; the user's aggregate (field "user", see TOUCH) counts them, so a

@@ -1,6 +1,7 @@
--- KEYS[1] bucket's connections, KEYS[2] bucket's expiries; ARGV member, TTL. A user's live and
--- not yet dropped connections as "id:device_bit:idle:connected_at:heartbeat", and page views'
--- devices as "h<bit>:bit:1:at:at" (for inspection: tests, debugging).
+-- KEYS[1] bucket's connections, KEYS[2] bucket's expiries; ARGV member, 1 + TTL (see
+-- connections). A user's live and not yet dropped connections as
+-- "id:device_bit:idle:connected_at:heartbeat", and page views' devices as "h<bit>:bit:1:at:at"
+-- (for inspection: tests, debugging).
 local prefix = ARGV[1] .. ':'
 local entries = {}
 local members = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. prefix, '(' .. ARGV[1] .. ';')

@@ -1,8 +1,9 @@
 -- KEYS[1] bucket's seen, KEYS[2] its connections; ARGV member, now, device bit, start of the
--- online window, start of the connection TTL (activity at a start is already past it, as in
--- domain.live_status: online while now < activity + window). Returns {old score or false, new
--- score}. Never moves activity backwards; keeps the device kinds of the current online stretch
--- and the "connected" flag of live connections; a request is input, so it clears "idle".
+-- online window, start of the connection TTL (now - 1 - TTL, see CONNECTION) (activity at a
+-- start is already past it, as in domain.live_status: online while now < activity + window).
+-- Returns {old score or false, new score}. Never moves activity backwards; keeps the device
+-- kinds of the current online stretch and the "connected" flag of live connections; a request is
+-- input, so it clears "idle".
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local mask = tonumber(ARGV[3])

@@ -55,14 +55,10 @@ def user_pk(user_or_id: Any) -> Any:
 def viewer_pk(viewer: Any) -> Any:
     """The viewer's primary key (a :data:`UserId`), or None for a stranger: None, an anonymous
     user, anything not authenticated. A user id stands for that (authenticated) user."""
-    if isinstance(viewer, int | uuid.UUID) and not isinstance(viewer, bool):
-        return viewer
-    if isinstance(viewer, str):
-        return _str_id(viewer)
-    if viewer is None or not getattr(viewer, "is_authenticated", False):
+    is_id = isinstance(viewer, int | uuid.UUID | str) and not isinstance(viewer, bool)
+    if not is_id and not getattr(viewer, "is_authenticated", False):
         return None
-    pk = viewer.pk
-    return int(pk) if isinstance(pk, int) else pk
+    return user_pk(viewer)
 
 
 def _str_id(text: str) -> UserId:

@@ -216,9 +216,9 @@ class PresenceStore(PlanBuilder):
         if not unavailable:
             self._raise_first_error(replies)
             return plan.parse(replies)
-        other = [r for r in replies if isinstance(r, Exception) and r not in unavailable]
-        if other:
-            raise other[0]
+        for reply in replies:
+            if isinstance(reply, Exception) and not isinstance(reply, NodeUnavailable):
+                raise reply
         if plan.partial is not None and len(unavailable) < len(replies):
             return plan.partial(replies)
         return self._fallback(plan, unavailable[0])

@@ -274,7 +274,6 @@ class ClusterRunner:
             elif isinstance(reply, NoScriptError):
                 self.redirects["noscript"] += 1
                 scripts_to_load[node_name].add(commands[position][1])
-                asking.pop(position, None)
                 again.append(position)
             elif isinstance(reply, ClusterDownError):
                 replies[position] = NodeUnavailable(f"{node_name}: {reply}")
@@ -372,6 +371,7 @@ class ClusterRunner:
                 replies[position] = unavailable
             return
         node_client = client.get_redis_connection(node)
+        read = 0
         try:
             for position in positions:
                 if position in asking:
@@ -383,12 +383,13 @@ class ClusterRunner:
                     )
                 except ResponseError as error:
                     replies[position] = error
+                read += 1
         except (RedisError, OSError) as error:
             connection.disconnect()
             unavailable = self._node_failed(name, error)
-            for position in positions:
-                if replies[position] is None:
-                    replies[position] = unavailable
+            # The replies not read (a retried command may still hold last round's MOVED).
+            for position in positions[read:]:
+                replies[position] = unavailable
         else:
             self._node_succeeded(name)
         finally:

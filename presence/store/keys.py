@@ -116,13 +116,16 @@ class KeyScheme:
     def expiries_key(self, bucket: int) -> str:
         return f"{self._bucket_base(bucket)}:expiries"
 
+    def _schedule_key(self, shard: int, name: str) -> str:
+        return f"{self.conf.KEY_PREFIX}:{{{self.tags[shard]}}}:{name}"
+
     def due_key(self, bucket: int) -> str:
         """The schedule of users due to turn offline, for the users of this bucket."""
-        return f"{self.conf.KEY_PREFIX}:{{{self.tags[self.shard_of(bucket)]}}}:due"
+        return self._schedule_key(self.shard_of(bucket), "due")
 
     def expiring_key(self, bucket: int) -> str:
         """The schedule of custom statuses due to expire, for the users of this bucket."""
-        return f"{self.conf.KEY_PREFIX}:{{{self.tags[self.shard_of(bucket)]}}}:expiring"
+        return self._schedule_key(self.shard_of(bucket), "expiring")
 
     def user_due_key(self, user_id: UserId) -> str:
         return self.due_key(self.bucket_of(user_id))
@@ -132,7 +135,10 @@ class KeyScheme:
 
     def schedules(self) -> list[tuple[str, str]]:
         """Every shard's (due, expiring) schedule keys (one pair on one Redis)."""
-        return [(self.due_key(shard), self.expiring_key(shard)) for shard in range(len(self.tags))]
+        return [
+            (self._schedule_key(shard, "due"), self._schedule_key(shard, "expiring"))
+            for shard in range(len(self.tags))
+        ]
 
     def by_bucket(self, user_ids: Iterable[UserId]) -> dict[int, list[UserId]]:
         grouped: dict[int, list[UserId]] = defaultdict(list)

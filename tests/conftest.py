@@ -58,16 +58,25 @@ async def close_pubsub_layer() -> None:
         await layer.flush()
 
 
+def cluster_client(urls: list[str], **kwargs: Any) -> Any:
+    """redis-py's RedisCluster over these startup node URLs (read as the store reads them)."""
+    from redis.cluster import ClusterNode, RedisCluster
+
+    from presence.store.cluster import startup_nodes
+
+    nodes, options = startup_nodes(urls)
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes], **options, **kwargs
+    )
+
+
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[Any]:
     """A client of presence's Redis: the cluster in the cluster run (same commands)."""
     urls = cluster_urls()
     client: Any
     if urls:
-        from redis.cluster import ClusterNode, RedisCluster
-
-        host, port = urls[0].removeprefix("redis://").split(":")
-        client = RedisCluster(startup_nodes=[ClusterNode(host, int(port))], decode_responses=True)
+        client = cluster_client(urls, decode_responses=True)
     else:
         client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
@@ -77,10 +86,9 @@ def redis_client(redis_url: str) -> Iterator[Any]:
 def _flush_presence_state(redis_url: str) -> None:
     urls = cluster_urls()
     if urls:
-        from redis.cluster import ClusterNode, RedisCluster
+        from redis.cluster import RedisCluster
 
-        nodes = [ClusterNode(*url.removeprefix("redis://").split(":")) for url in urls]
-        cluster = RedisCluster(startup_nodes=nodes)
+        cluster = cluster_client(urls)
         try:
             cluster.flushall(target_nodes=RedisCluster.PRIMARIES)
         finally:

@@ -765,16 +765,22 @@ def describe(approach: Approach, window: float | None) -> None:
     )
 
 
-async def main(report: Report, subscribers_n: int, changes: int, users: list[Any]) -> None:
-    window = get_settings().COALESCE_WINDOW
+async def target_online(users: list[Any]) -> tuple[redis.Redis, Any, list[Any], int]:
+    """The first user online (the one who changes), and the Redis commands of one idle sweep
+    (to take the hub's background sweeps out of the counts): (stats client, target, viewers,
+    sweep commands)."""
     stats = raw_client(decode=True)
     target, viewers = users[0], users[1:]
     await api.aset_status(target, "auto")
     await lifecycle.aheartbeat(target, TARGET_CONNECTION, "web")
-    # What one idle sweep costs, to take the hub's background sweeps out of the counts.
     before = server_commands(stats)
     await lifecycle.asweep()
-    sweep_commands = server_commands(stats) - before
+    return stats, target, viewers, server_commands(stats) - before
+
+
+async def main(report: Report, subscribers_n: int, changes: int, users: list[Any]) -> None:
+    window = get_settings().COALESCE_WINDOW
+    stats, target, viewers, sweep_commands = await target_online(users)
     ours_app = URLRouter(websocket_urlpatterns)
     naive_app = URLRouter([path("ws/presence/", NaiveConsumer.as_asgi())])
     NaiveConsumer.resolving = asyncio.Semaphore(50)
@@ -909,13 +915,7 @@ async def main_pubsub(report: Report, subscribers_n: int, changes: int, users: l
     """The same measurement of ours on channels_redis's pub/sub layer (a fresh event loop, so
     a fresh hub on that layer)."""
     window = get_settings().COALESCE_WINDOW
-    stats = raw_client(decode=True)
-    target, viewers = users[0], users[1:]
-    await api.aset_status(target, "auto")
-    await lifecycle.aheartbeat(target, TARGET_CONNECTION, "web")
-    before = server_commands(stats)
-    await lifecycle.asweep()
-    sweep_commands = server_commands(stats) - before
+    stats, target, viewers, sweep_commands = await target_online(users)
     with instrumented() as tally, counting_warnings() as warnings:
         pubsub, _ = await run_approach(
             "ours on the pub/sub layer",

@@ -12,6 +12,7 @@ inside Lua scripts are logged too). The log is checked not to have overflowed.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 import redis
@@ -205,15 +206,7 @@ def run_on_cluster(n: int, entries: dict[int, int], single_elapsed: float, repor
     ):
         s = get_store()
         client = s.client
-        grouped: dict[str, list[int]] = {}
-        for uid, score in entries.items():
-            grouped.setdefault(s.seen_key(s.bucket_of(uid)), []).extend((score, uid))
-        pipe = client.pipeline(transaction=False)
-        for count, (key, args) in enumerate(grouped.items(), 1):
-            pipe.execute_command("ZADD", key, *args)
-            if count % 500 == 0:
-                pipe.execute()
-        pipe.execute()
+        fill_buckets(client, s, entries, commands_per_round_trip=500)
         masters = [redis.Redis(port=port) for port in cluster.master_ports()]
         results: list[api.CleanupReport] = []
 
@@ -255,7 +248,7 @@ def run_on_cluster(n: int, entries: dict[int, int], single_elapsed: float, repor
                 say(f"    master :{port}: longest {top_[0].micros:,} µs ({top_[0].command})")
         # The heaviest case alone on the master holding bucket 0, as on one Redis above.
         probe_master = masters[cluster.master_ports().index(_master_port(client, s.seen_key(0)))]
-        largest = max(len(v) // 2 for v in grouped.values())
+        largest = max(Counter(s.bucket_of(uid) for uid in entries).values())
         own = heaviest_commands(client, s, largest, int(time.time()), probe_master)
         for master in masters:
             master.close()

@@ -21,7 +21,15 @@ from typing import Any
 
 import redis
 
-from benchmarks.common import Report, Sizes, activity_scores, median, raw_client, say
+from benchmarks.common import (
+    Report,
+    Sizes,
+    activity_scores,
+    fill_buckets,
+    median,
+    raw_client,
+    say,
+)
 from presence.conf import PresenceSettings
 from presence.domain import Device
 from presence.store import PresenceStore, merge
@@ -209,17 +217,7 @@ def run(sizes: Sizes, report: Report) -> None:
             cluster_store = stores["cluster"]
             population = sizes.population  # as bench_memory: ~61 users per bucket at full size
             scores = activity_scores(range(1, population + 1), now, spread=300)
-            by_key: dict[str, list[Any]] = {}
-            for uid, score in scores.items():
-                key = cluster_store.seen_key(cluster_store.bucket_of(uid))
-                by_key.setdefault(key, []).extend((score, uid))
-            client = cluster_store.client
-            pipe = client.pipeline(transaction=False)
-            for n, (key, args) in enumerate(by_key.items(), 1):
-                pipe.execute_command("ZADD", key, *args)
-                if n % 500 == 0:
-                    pipe.execute()
-            pipe.execute()
+            fill_buckets(cluster_store.client, cluster_store, scores, commands_per_round_trip=500)
             total = 0
             for master in masters:
                 for key in master.scan_iter(match="presence:*", count=1000):

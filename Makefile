@@ -21,7 +21,7 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	@echo "Demo users: alice, bob, carol, dave, erin; password: presence-demo"
+	@echo "Demo users: alice, bob, carol, dave, erin, frank (and admin for /admin/); password: presence-demo"
 	$(WITH_REDIS) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application
 
 # The main suite, then the same Redis for a site whose user model logs in by e-mail

@@ -8,6 +8,7 @@ the process's :class:`presence.hub.Hub`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -361,18 +362,26 @@ class PresenceConsumer(AsyncWebsocketConsumer):
 
     async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:
         # Keys as the client sent them: an integer sent as 7 or "7" is "7", a UUID keeps its case.
+        # The same text as send_json would make; each distinct presence is rendered once for
+        # all the connections it goes to (a fan-out sends one presence to many).
         spelling = self.spelling
-        await self.send_json(
-            {
-                "type": kind,
-                "presences": {
-                    str(spelling.get(uid, uid)): p.as_dict() for uid, p in presences.items()
-                },
-            }
+        entries = ",".join(
+            f"{_json_string(str(spelling.get(uid, uid)))}:{_presence_json(p)}"
+            for uid, p in presences.items()
         )
+        await self.send(text_data=f'{{"type":{_json_string(kind)},"presences":{{{entries}}}}}')
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
         await self.send_json({"type": "error", "code": code, "message": message, **extra})
+
+
+def _json_string(value: str) -> str:
+    return json.dumps(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _presence_json(presence: domain.Presence) -> str:
+    return json.dumps(presence.as_dict(), separators=(",", ":"))
 
 
 async def _apply_change(user: Any, change: domain.StatusChange) -> domain.Presence:

@@ -213,10 +213,18 @@ def visibly_differs(before: Presence | None, after: Presence) -> bool:
     While a user stays online their last seen is "about now" and moves with every heartbeat;
     that alone is no news, so it is compared only when the user is (or goes) offline.
     """
-    if before is None:
-        return True
+    if before is None or before is after:
+        return before is None
     if before.is_online and after.is_online:
-        return replace(before, last_seen=None) != replace(after, last_seen=None)
+        # Every field but last_seen (without building two copies: the hub asks this per viewer).
+        return (
+            before.status,
+            before.devices,
+            before.text,
+            before.emoji,
+            before.activity,
+            before.invisible,
+        ) != (after.status, after.devices, after.text, after.emoji, after.activity, after.invisible)
     return before != after
 
 

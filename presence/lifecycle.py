@@ -158,15 +158,22 @@ async def apresence_for_viewers(
     now = rules.now()
     timing = rules.timing()
     unknown = domain.LiveState()
-    return {
-        target: {
-            viewer: domain.resolve(
-                states.get(target, unknown), choices, pairs.relation(viewer, target), now, timing
-            )
-            for viewer in watchers[target]
-        }
-        for target, choices in pairs.choices.items()
-    }
+    resolved: dict[UserId, dict[UserId, Presence]] = {}
+    for target, choices in pairs.choices.items():
+        live = states.get(target, unknown)
+        # Most viewers share a relation (contact, stranger, ...): resolved once per relation,
+        # and its viewers share one Presence (the hub renders each distinct one once).
+        by_relation: dict[domain.Relation, Presence] = {}
+        seen = resolved[target] = {}
+        for viewer in watchers[target]:
+            relation = pairs.relation(viewer, target)
+            presence = by_relation.get(relation)
+            if presence is None:
+                presence = by_relation[relation] = domain.resolve(
+                    live, choices, relation, now, timing
+                )
+            seen[viewer] = presence
+    return resolved
 
 
 async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId, Presence], bool]:

@@ -160,16 +160,24 @@ class PairFacts:
         )
 
 
+#: past this many viewers, the fan-out reads the targets' whole contact lists rather than
+#: naming every viewer in the query (see _pairs_queries)
+VIEWERS_IN_QUERY = 50
+
+
 def _pairs_queries(viewer_pks: Collection[Any], target_ids: Collection[Any]) -> tuple[Any, ...]:
+    # Django prepares each id of an IN list (several microseconds each, twice): with a thousand
+    # viewers that cost more than reading the targets' own contact lists (bounded by whom they
+    # added) and every block involving them (few), which are filtered by PairFacts.relation.
+    contacts = Contact.objects.filter(owner__in=target_ids)
+    if len(viewer_pks) <= VIEWERS_IN_QUERY:
+        contacts = contacts.filter(contact__in=viewer_pks)
     return (
         facts_query(None, target_ids),
-        Contact.objects.filter(owner__in=target_ids, contact__in=viewer_pks).values_list(
-            "owner_id", "contact_id", "close_friend"
+        contacts.values_list("owner_id", "contact_id", "close_friend"),
+        Block.objects.filter(Q(blocker__in=target_ids) | Q(blocked__in=target_ids)).values_list(
+            "blocker_id", "blocked_id"
         ),
-        Block.objects.filter(
-            Q(blocker__in=target_ids, blocked__in=viewer_pks)
-            | Q(blocker__in=viewer_pks, blocked__in=target_ids)
-        ).values_list("blocker_id", "blocked_id"),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -659,6 +659,22 @@ class TestVisiblyDiffers:
             replace(before, invisible=True),
         ):
             assert domain.visibly_differs(before, after) is True, after
+
+    def test_every_field_but_last_seen_is_compared_while_online(self) -> None:
+        before = online(last_seen=self.earlier)
+        changed = {
+            "status": Status.IDLE,
+            "devices": ("mobile",),
+            "text": "hi",
+            "emoji": "🙂",
+            "activity": "reading",
+            "invisible": False,
+        }
+        # A field added to Presence must be compared too (or be listed here as exempt).
+        assert {f.name for f in fields(Presence)} == {*changed, "last_seen"}
+        for name, value in changed.items():
+            assert domain.visibly_differs(before, replace(before, **{name: value})), name
+        assert domain.visibly_differs(before, before) is False
 
     def test_last_seen_compared_when_either_is_offline(self) -> None:
         assert (

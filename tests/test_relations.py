@@ -215,9 +215,13 @@ def _mixed_graph(make_user: Callable[..., Any]) -> list[Any]:
     return users
 
 
+@pytest.mark.parametrize("viewers_in_query", [0, 1000], ids=["targets-side", "viewers-named"])
 def test_pairs_give_the_relations_and_choices_of_load_for_every_pair(
-    make_user: Callable[..., Any],
+    viewers_in_query: int, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Both ways of reading the pairs (few viewers named in the query, or the targets' whole
+    # contact lists and blocks for many) give the relations load gives.
+    monkeypatch.setattr(relations, "VIEWERS_IN_QUERY", viewers_in_query)
     users = _mixed_graph(make_user)
     targets = [u.pk for u in users] + [987654321]
     viewers = [u.pk for u in users]
@@ -246,7 +250,7 @@ def test_pairs_give_the_relations_and_choices_of_load_for_every_pair(
     }
 
 
-@pytest.mark.parametrize("viewer_count", [1, 40])
+@pytest.mark.parametrize("viewer_count", [1, 40, relations.VIEWERS_IN_QUERY + 10])
 def test_pairs_cost_three_queries_whatever_the_number_of_viewers(
     viewer_count: int, make_user: Callable[..., Any], django_assert_num_queries: Any
 ) -> None:

@@ -54,6 +54,10 @@ class PresenceSettings:
     #: Redis socket timeout (seconds) when the cache's OPTIONS set none: a slow Redis must not
     #: hold a page for long
     SOCKET_TIMEOUT: float = 0.5
+    #: how long the live paths (consumers, the hub, sweeps) wait for a reply of a busy Redis:
+    #: a slow reply there is back-pressure, waited for; only a Redis that cannot be reached,
+    #: or that stays silent this long, is an outage
+    LIVE_SOCKET_TIMEOUT: float = 5.0
     #: after a Redis error, skip Redis for this many seconds before trying again
     RETRY_INTERVAL: float = 2.0
     #: buckets read per round trip by presence_cleanup

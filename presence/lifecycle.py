@@ -44,13 +44,14 @@ async def _connection(
     now = rules.now()
     store = get_store()
     transition = await store.arun(
-        store.connection(user_id, op, now, connection_id, device=device, idle=idle)
+        store.connection(user_id, op, now, connection_id, device=device, idle=idle),
+        live=True,
     )
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
     if transition is not None and op == "open":
         # Only now: a refused open must leave no trace, not even a due time.
-        await store.arun(store.connected(user_id, now))
+        await store.arun(store.connected(user_id, now), live=True)
     if transition is not None and op == "close" and transition.connections == 0:
         # The last connection ended: last seen survives a Redis flush from now on.
         await sync_to_async(LastSeen.objects.record_many)({user_id: now})
@@ -103,7 +104,7 @@ async def asweep(limit: int | None = None) -> SweepReport:
     store = get_store()
     now = rules.now()
     timing = rules.timing()
-    due, expiring = await store.arun(store.claim_due(now, limit or conf.SWEEP_BATCH))
+    due, expiring = await store.arun(store.claim_due(now, limit or conf.SWEEP_BATCH), live=True)
     # Users claimed by an earlier sweep here whose check failed are checked again first.
     due = list(dict.fromkeys([*store.unswept, *due]))
     store.unswept.difference_update(due)
@@ -112,7 +113,7 @@ async def asweep(limit: int | None = None) -> SweepReport:
     if due:
         # One round trip: each user's connections not heard from for CONNECTION_TTL go.
         transitions = await store.arun(
-            merge([store.connection(user_id, "expire", now) for user_id in due])
+            merge([store.connection(user_id, "expire", now) for user_id in due]), live=True
         )
     later: dict[UserId, float] = {}
     crashed: dict[UserId, float] = {}
@@ -131,7 +132,7 @@ async def asweep(limit: int | None = None) -> SweepReport:
                 later[user_id] = offline_at
     if later:
         report.rescheduled = len(later)
-        if not await store.arun(store.schedule(later)):
+        if not await store.arun(store.schedule(later), live=True):
             # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users
             # out of the schedule, so this process keeps them for its next sweep.
             store.unswept.update(later)
@@ -150,7 +151,7 @@ async def apresence_for_viewers(
     round trip whatever the number of viewers. Targets of no user are left out; None when
     Redis is unavailable (nothing is guessed)."""
     store = get_store()
-    states = await store.arun(store.read(watchers))
+    states = await store.arun(store.read(watchers), live=True)
     if states is None:
         return None
     viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
@@ -182,5 +183,5 @@ async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId
     (offline, persisted last seen) and the caller should resolve these users again later."""
     facts = await relations.aload(viewer, rules.unique(targets))
     store = get_store()
-    live = await store.arun(store.read(facts))
+    live = await store.arun(store.read(facts), live=True)
     return rules.resolve_all(facts, live, rules.now()), live is None

@@ -109,14 +109,14 @@ def test_e002_connection_ttl_must_be_a_positive_int(settings: Any) -> None:
     assert ids(checks.check_settings) == []
 
 
-@pytest.mark.parametrize("key", ["SOCKET_TIMEOUT", "RETRY_INTERVAL"])
+@pytest.mark.parametrize("key", ["SOCKET_TIMEOUT", "LIVE_SOCKET_TIMEOUT", "RETRY_INTERVAL"])
 @pytest.mark.parametrize("bad", [0, -1, 0.0, "0.5", True, None])
 def test_e002_timeouts_must_be_positive_numbers(settings: Any, key: str, bad: Any) -> None:
     settings.PRESENCE = {key: bad}
     assert ids(checks.check_settings) == ["presence.E002"]
 
 
-@pytest.mark.parametrize("key", ["SOCKET_TIMEOUT", "RETRY_INTERVAL"])
+@pytest.mark.parametrize("key", ["SOCKET_TIMEOUT", "LIVE_SOCKET_TIMEOUT", "RETRY_INTERVAL"])
 @pytest.mark.parametrize("good", [0.25, 2])
 def test_e002_absent_for_positive_seconds(settings: Any, key: str, good: float) -> None:
     settings.PRESENCE = {key: good}

@@ -215,6 +215,68 @@ class TestAsyncFace:
         await store.aclose()
 
 
+class TestSlownessIsNotAnOutage:
+    """A busy Redis (here: paused with CLIENT PAUSE) is waited for on the live paths and cut
+    short on pages; neither declares an outage, so the others keep using Redis."""
+
+    @staticmethod
+    def pause(server: Any, milliseconds: int) -> None:
+        client = redis.Redis.from_url(server.url)
+        client.client_pause(milliseconds)
+        client.close()
+
+    async def test_a_live_call_waits_for_a_paused_redis_and_is_recorded(
+        self, private_redis: Any, settings: Any
+    ) -> None:
+        settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1, "LIVE_SOCKET_TIMEOUT": 5}
+        store = get_store()
+        await store.arun(store.read([1]), live=True)  # connected before the pause
+        self.pause(private_redis, 600)
+        transition = await store.arun(store.touch(1, Device.WEB, NOW), live=True)
+        assert transition is not None and transition.after.last_active == NOW
+        assert store.health.in_outage is False
+        await store.aclose()
+
+    async def test_a_page_gives_up_after_socket_timeout_without_an_outage(
+        self, private_redis: Any, settings: Any, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1, "LIVE_SOCKET_TIMEOUT": 5}
+        store = get_store()
+        await store.arun(store.read([1]), live=True)
+        self.pause(private_redis, 600)
+        with caplog.at_level(logging.WARNING, logger="presence"):
+            assert await store.arun(store.read([1])) is None  # the page's fallback
+            with pytest.raises(StoreUnavailable, match="too slow: no reply within SOCKET_TIMEOUT"):
+                await store.arun(store.scan_stale([0], before=NOW))
+        assert store.health.available() and not store.health.in_outage
+        assert not [r for r in caplog.records if "unavailable" in r.getMessage()]
+        # A live call meanwhile still waits for the pause to end and is recorded.
+        transition = await store.arun(store.touch(2, Device.WEB, NOW), live=True)
+        assert transition is not None and transition.after.last_active == NOW
+        await store.aclose()
+
+    def test_a_late_reply_to_a_sync_page_is_not_an_outage(
+        self, private_redis: Any, settings: Any
+    ) -> None:
+        settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1}
+        store = get_store()
+        store.run(store.read([1]))
+        self.pause(private_redis, 600)
+        assert store.run(store.read([1])) is None
+        assert store.health.available() and not store.health.in_outage
+
+    async def test_a_redis_that_stays_silent_past_live_socket_timeout_is_an_outage(
+        self, private_redis: Any, settings: Any
+    ) -> None:
+        settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1, "LIVE_SOCKET_TIMEOUT": 0.2}
+        store = get_store()
+        await store.arun(store.read([1]), live=True)
+        self.pause(private_redis, 600)
+        assert await store.arun(store.touch(1, Device.WEB, NOW), live=True) is None
+        assert store.health.in_outage is True
+        await store.aclose()
+
+
 class TestFailurePolicy:
     def test_outage_returns_fallbacks_and_logs_once(
         self, down_store: PresenceStore, caplog: pytest.LogCaptureFixture

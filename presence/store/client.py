@@ -5,11 +5,18 @@ plan as one pipeline (one round trip) and apply one failure policy: a Redis erro
 per outage, Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is
 returned (or :class:`StoreUnavailable` raised for plans that must not fail silently). Scripts
 that Redis lost (restart, ``SCRIPT FLUSH``) are loaded again and only their commands re-sent.
+
+Slowness is not an outage. Only a Redis that refuses, drops or cannot make a connection (within
+``SOCKET_TIMEOUT``) is, or one that leaves the live paths (``arun(plan, live=True)``: consumers,
+the hub, sweeps) without a reply for ``LIVE_SOCKET_TIMEOUT``: those wait for a busy Redis, so a
+heartbeat is recorded late rather than lost. A page waits at most ``SOCKET_TIMEOUT`` for a
+reply; past it the page gets the plan's fallback, and the others go on using Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -21,6 +28,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from presence.conf import PresenceSettings
@@ -30,6 +38,15 @@ from presence.store.plans import Plan, PlanBuilder, _Raise
 from presence.users import UserId
 
 T = TypeVar("T")
+
+logger = logging.getLogger("presence")
+
+
+def is_slow_reply(error: BaseException) -> bool:
+    """Whether ``error`` says only that a reply was late (the connection was made and the
+    command sent): slowness, not an outage. redis-py raises TimeoutError for a connection that
+    could not be made as well ("Timeout connecting ..."), which is an outage."""
+    return isinstance(error, RedisTimeoutError) and "Timeout reading" in str(error)
 
 
 class StoreUnavailable(RuntimeError):
@@ -69,7 +86,10 @@ class PresenceStore(PlanBuilder):
         self.cluster: ClusterRunner | None = None
         if conf.REDIS_CLUSTER:
             self.cluster = ClusterRunner(
-                conf.REDIS_CLUSTER, self._cluster_kwargs(), conf.RETRY_INTERVAL
+                conf.REDIS_CLUSTER,
+                self._cluster_kwargs(),
+                conf.RETRY_INTERVAL,
+                live_timeout=conf.LIVE_SOCKET_TIMEOUT,
             )
 
     # --- clients ----------------------------------------------------------------------------
@@ -132,12 +152,15 @@ class PresenceStore(PlanBuilder):
 
             location, kwargs = self._connection_kwargs()
             kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+            # The live paths wait for a busy Redis (pages cut their own wait short, see arun).
+            live_timeout = max(self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"])
+            kwargs["socket_timeout"] = live_timeout
             # Many connections of one process write at once: past the pool's size, wait for a
             # connection instead of failing ("Too many connections" would look like an outage).
             pool = redis.asyncio.BlockingConnectionPool.from_url(
                 location,
                 max_connections=kwargs.pop("max_connections", 100),
-                timeout=max(5.0, self.conf.SOCKET_TIMEOUT * 10),
+                timeout=live_timeout,
                 **kwargs,
             )
             client = redis.asyncio.Redis(connection_pool=pool)
@@ -246,15 +269,38 @@ class PresenceStore(PlanBuilder):
                     replies[i] = reply
             self._raise_first_error(replies)
         except RedisError as error:
+            if is_slow_reply(error):
+                return self._late(plan, error)
             return self._failed(plan, error)
         self.health.succeeded()
         return plan.parse(replies)
 
-    async def arun(self, plan: Plan[T]) -> T:
+    def _late(self, plan: Plan[T], error: Exception) -> T:
+        """A page's reply was late: this call gets the fallback; Redis is not in an outage."""
+        late = f"no reply within SOCKET_TIMEOUT ({self.conf.SOCKET_TIMEOUT} s)"
+        logger.info("Presence: Redis is slow: %s (%s).", late, error or "cut short here")
+        if isinstance(plan.fallback, _Raise):
+            raise StoreUnavailable(f"Redis is too slow: {late}") from error
+        return plan.fallback
+
+    async def arun(self, plan: Plan[T], *, live: bool = False) -> T:
+        """:meth:`run` on this event loop. ``live``: a call of the live paths (consumers, the
+        hub, sweeps), which waits up to ``LIVE_SOCKET_TIMEOUT`` for a busy Redis; otherwise a
+        page's call, which waits at most ``SOCKET_TIMEOUT``."""
         if not plan.commands:
             return plan.parse([])
         if not self.health.available():
             return self._fallback(plan)
+        if live:
+            return await self._arun(plan)
+        try:
+            async with asyncio.timeout(self.conf.SOCKET_TIMEOUT):
+                return await self._arun(plan)
+        except TimeoutError as error:
+            # The wait was cut short here; the connection it left is dropped by redis-py.
+            return self._late(plan, error)
+
+    async def _arun(self, plan: Plan[T]) -> T:
         if self.cluster is not None:
             try:
                 result = self._cluster_result(plan, await self.cluster.aexecute(plan.commands))

@@ -133,10 +133,18 @@ class _ReachableCommandsParser(AsyncCommandsParser):
 class ClusterRunner:
     """Sends plans' commands to the masters of a Redis Cluster, one pipeline per master."""
 
-    def __init__(self, urls: Sequence[str], kwargs: dict[str, Any], retry_interval: float) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        kwargs: dict[str, Any],
+        retry_interval: float,
+        live_timeout: float | None = None,
+    ) -> None:
         self.nodes, url_options = startup_nodes(urls)
         self.kwargs = {**kwargs, **url_options}
         self.retry_interval = retry_interval
+        #: the async client's socket timeout (LIVE_SOCKET_TIMEOUT: see presence.store.client)
+        self.live_timeout = live_timeout
         self.node_health: dict[str, Health] = {}
         #: round trips sent to each master (benchmarks and tests read it)
         self.round_trips: Counter[str] = Counter()
@@ -170,6 +178,8 @@ class ClusterRunner:
 
             kwargs = dict(self.kwargs)
             max_connections = kwargs.pop("max_connections", 1000)
+            if self.live_timeout is not None:
+                kwargs["socket_timeout"] = max(self.live_timeout, kwargs.get("socket_timeout") or 0)
             client = redis.asyncio.cluster.RedisCluster(
                 startup_nodes=[
                     redis.asyncio.cluster.ClusterNode(host, port) for host, port in self.nodes

@@ -64,6 +64,47 @@ def _deliver_locally(message: dict[str, Any]) -> None:
 
 #: group_send calls in flight at once for one announcement
 _SENDS_AT_ONCE = 16
+#: channel-layer calls in flight at once on one event loop, all callers together: channels_redis
+#: draws each call's connection from a pool that raises "Too many connections" past 100
+#: (redis-py's default), which would lose the call; past this many, a call waits its turn
+LAYER_CALLS_AT_ONCE = 64
+#: a change that could not be announced (the layer's Redis down) is announced again after
+#: RETRY_INTERVAL, doubling, this many times: views catch up once the layer is back
+ANNOUNCE_RETRIES = 5
+
+_layer_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+_retrying: set[asyncio.Task[None]] = set()
+
+
+def layer_slot() -> asyncio.Semaphore:
+    """The running event loop's limit on channel-layer calls in flight (``async with``)."""
+    loop = asyncio.get_running_loop()
+    slots = _layer_slots.get(loop)
+    if slots is None:
+        slots = _layer_slots[loop] = asyncio.Semaphore(LAYER_CALLS_AT_ONCE)
+    return slots
+
+
+#: channel-layer calls of this process that failed so far (hubs resync after failures stop)
+layer_failures = 0
+
+
+async def layer_call(method: Any, *args: Any) -> Any:
+    """``await method(*args)`` on the channel layer, within the loop's limit of calls; a
+    failure is counted in :data:`layer_failures`."""
+    async with layer_slot():
+        try:
+            return await method(*args)
+        except Exception:
+            note_layer_failure()
+            raise
+
+
+def note_layer_failure() -> None:
+    global layer_failures
+    layer_failures += 1
 
 
 def _group_prefix() -> str:
@@ -81,7 +122,8 @@ def group_name(user_id: UserId) -> str:
 async def aannounce(user_ids: Iterable[UserId]) -> None:
     """Tell every process with subscribers of these users that their presence may have changed.
 
-    Never raises: a live update that cannot be sent is logged, and the next one catches up.
+    Never raises: users whose announcement could not be sent are logged and announced again
+    later (ANNOUNCE_RETRIES), so their viewers catch up once the channel layer is back.
     """
     ids = list(dict.fromkeys(user_ids))
     if not ids:
@@ -90,6 +132,31 @@ async def aannounce(user_ids: Iterable[UserId]) -> None:
     if layer is None:
         _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids]})
         return
+    failed = await _send_changes(layer, ids)
+    if failed:
+        task = asyncio.ensure_future(_announce_later(layer, failed))
+        _retrying.add(task)
+        task.add_done_callback(_retrying.discard)
+
+
+async def _announce_later(layer: Any, ids: list[UserId]) -> None:
+    delay = get_settings().RETRY_INTERVAL
+    for _ in range(ANNOUNCE_RETRIES):
+        await asyncio.sleep(delay)
+        ids = await _send_changes(layer, ids, again=True)
+        if not ids:
+            return
+        delay *= 2
+    logger.warning(
+        "Presence: gave up announcing a change of %d users %s; their viewers catch up at their "
+        "next change.",
+        len(ids),
+        ids[:20],
+    )
+
+
+async def _send_changes(layer: Any, ids: list[UserId], again: bool = False) -> list[UserId]:
+    """Send "changed" to each user's group; the users whose send failed."""
     # Each user's group on its own: with the layer sharded over several servers, a server down
     # fails only the groups it holds, and the others are still told.
     failed: list[UserId] = []
@@ -98,8 +165,10 @@ async def aannounce(user_ids: Iterable[UserId]) -> None:
         batch = ids[start : start + _SENDS_AT_ONCE]
         results = await asyncio.gather(
             *(
-                layer.group_send(
-                    group_name(user_id), {"type": CHANGED, "users": [encode_id(user_id)]}
+                layer_call(
+                    layer.group_send,
+                    group_name(user_id),
+                    {"type": CHANGED, "users": [encode_id(user_id)]},
                 )
                 for user_id in batch
             ),
@@ -109,14 +178,15 @@ async def aannounce(user_ids: Iterable[UserId]) -> None:
             if isinstance(result, BaseException):  # the layer's Redis is down, full, ...
                 failed.append(user_id)
                 error = result
-    if failed:
+    if failed and not again:
         logger.warning(
-            "Presence: could not announce a change of %d of %d users %s (%s).",
+            "Presence: could not announce a change of %d of %d users %s (%s); retrying.",
             len(failed),
             len(ids),
             failed[:20],
             error,
         )
+    return failed
 
 
 class _AnnouncerLoop:
@@ -173,7 +243,7 @@ async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
         _deliver_locally(message)
         return
     try:
-        await layer.group_send(account_group_name(user_id), message)
+        await layer_call(layer.group_send, account_group_name(user_id), message)
     except Exception as error:
         logger.warning(
             "Presence: could not tell the sockets of user %s (%s) (%s).",
@@ -217,7 +287,7 @@ async def aannounce_to_topic(kind: str, payload: Any) -> None:
         _deliver_locally(message)
         return
     try:
-        await layer.group_send(topic_group_name(kind), message)
+        await layer_call(layer.group_send, topic_group_name(kind), message)
     except Exception as error:
         logger.warning("Presence: could not announce to topic %s (%s).", kind, error)
 

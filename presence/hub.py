@@ -34,6 +34,7 @@ from presence.announce import (
     TOPIC,
     account_group_name,
     group_name,
+    layer_call,
     topic_group_name,
 )
 from presence.conf import get_settings
@@ -93,6 +94,12 @@ class Hub:
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
+        #: watched users whose group this process could not join (the layer's Redis was down):
+        #: joined again at each sweep, then resolved again (changes meanwhile went unheard)
+        self.unjoined: set[UserId] = set()
+        #: announce.layer_failures when last looked at, and when to rejoin every group
+        self._failures_seen = announce.layer_failures
+        self._rejoin_all_at: float | None = None
 
     @classmethod
     def current(cls) -> Hub | None:
@@ -168,6 +175,7 @@ class Hub:
             if not watchers:
                 del self.watchers[user_id]
                 self.pending.pop(user_id, None)
+                self.unjoined.discard(user_id)
                 last.append(user_id)
         await self._groups("group_discard", last)
 
@@ -206,7 +214,7 @@ class Hub:
         if method is None or self.channel is None:
             return
         try:
-            await getattr(self.layer, method)(group, self.channel)
+            await layer_call(getattr(self.layer, method), group, self.channel)
         except Exception as error:
             logger.warning("Presence: channel layer %s failed (%s).", method, error)
 
@@ -253,18 +261,56 @@ class Hub:
         except Exception:
             logger.exception("Presence: delivering a %s message failed", kind)
 
-    async def _groups(self, method: str, user_ids: list[UserId]) -> None:
+    async def _groups(self, method: str, user_ids: list[UserId]) -> list[UserId]:
+        """Join (group_add) or leave these users' groups; the users whose call failed."""
         if self.layer is None or self.channel is None or not user_ids:
-            return
+            return []
         call = getattr(self.layer, method)
+        failed: list[UserId] = []
+        error: BaseException | None = None
         # A few at a time: channels_redis draws each call's connection from a bounded pool, and
         # a subscribe of 1,000 ids at once would exhaust it ("Too many connections").
         for start in range(0, len(user_ids), _GROUP_CALLS):
             batch = user_ids[start : start + _GROUP_CALLS]
-            try:
-                await asyncio.gather(*(call(group_name(uid), self.channel) for uid in batch))
-            except Exception as error:
-                logger.warning("Presence: channel layer %s failed (%s).", method, error)
+            results = await asyncio.gather(
+                *(layer_call(call, group_name(uid), self.channel) for uid in batch),
+                return_exceptions=True,
+            )
+            for uid, result in zip(batch, results, strict=True):
+                if isinstance(result, Exception):
+                    failed.append(uid)
+                    error = result
+                elif isinstance(result, BaseException):
+                    raise result  # a cancellation
+        if failed:
+            logger.warning(
+                "Presence: channel layer %s failed for %d users (%s).", method, len(failed), error
+            )
+            if method == "group_add":
+                # Joined again at the next sweep; until then their changes go unheard here.
+                self.unjoined.update(uid for uid in failed if uid in self.watchers)
+        return failed
+
+    def _after_layer_failures(self, now: float) -> None:
+        """RETRY_INTERVAL after the last failed channel-layer call of this process, every
+        watched user's group is joined again and resolved again: a layer server that failed may
+        have lost messages, or come back empty (the core layer's groups are keys in it)."""
+        if announce.layer_failures != self._failures_seen:
+            self._failures_seen = announce.layer_failures
+            self._rejoin_all_at = now + get_settings().RETRY_INTERVAL
+        elif self._rejoin_all_at is not None and now >= self._rejoin_all_at:
+            self._rejoin_all_at = None
+            self.unjoined.update(self.watchers)
+
+    async def rejoin(self) -> None:
+        """Join the groups a failed group_add left out, and resolve those users again: their
+        changes meanwhile did not reach this process."""
+        retry = [uid for uid in self.unjoined if uid in self.watchers]
+        self.unjoined.clear()
+        if not retry:
+            return
+        failed = set(await self._groups("group_add", retry))
+        self.changed(uid for uid in retry if uid not in failed)
 
     # --- changes ---
 
@@ -361,6 +407,7 @@ class Hub:
                 if self.channel != channel:
                     return  # a cancellation the layer turned into an error
                 logger.warning("Presence: channel layer receive failed (%s); retrying.", error)
+                announce.note_layer_failure()
                 await asyncio.sleep(get_settings().RETRY_INTERVAL)
                 continue
             if self.channel != channel:
@@ -422,6 +469,9 @@ class Hub:
                         await self._group(self.layer and "group_add", topic_group_name(kind))
                     for user_id in list(self.accounts):
                         await self._group(self.layer and "group_add", account_group_name(user_id))
+                self._after_layer_failures(loop.time())
+                if self.unjoined:
+                    await self.rejoin()
                 await lifecycle.asweep()
             except asyncio.CancelledError:
                 raise

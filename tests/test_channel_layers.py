@@ -21,7 +21,7 @@ from channels.testing import WebsocketCommunicator
 from channels_redis.pubsub import _consistent_hash
 from django.test import override_settings
 
-from presence import api, lifecycle
+from presence import lifecycle
 from presence.announce import group_name
 from presence.hub import Hub
 from presence.models import Contact
@@ -124,23 +124,82 @@ def test_groups_spread_over_the_shards_and_a_stopped_shard_fails_only_its_groups
             await socket.send_json_to({"type": "subscribe", "users": []})
             assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "presence_state"
 
-            if kind == "pubsub":
-                # Restarted (empty), the server is subscribed to again by the layer itself:
-                # changes of its users arrive once more (the core layer's groups were keys,
-                # lost with the server until the hub renews them: docs/deployment.md).
-                shards[stopped].start()
-                # The viewer still shows them online (their "offline" was lost): a change it
-                # has not seen is dnd. The first publishes may meet the pool's connections to
-                # the old server.
-                held = [t for t in targets if on_shard[t.pk] == stopped]
-                seen = {}
-                for target in held:
-                    await lifecycle.aconnect(target, "again")
-                    await api.aset_status(target, "dnd")
-                    seen.update(await collect(socket, 1.0))
-                    if seen:
-                        break
-                assert seen == {str(target.pk): "dnd"}
+        finally:
+            await socket.disconnect(timeout=TIMEOUT)
+            await get_store().aclose()
+
+    with override_settings(CHANNEL_LAYERS=layers, PRESENCE=presence):
+        from asgiref.sync import async_to_sync
+
+        async_to_sync(scenario)()
+
+
+async def wait_for_view(
+    socket: WebsocketCommunicator, view: dict[str, str], want: dict[str, str], seconds: float
+) -> dict[str, str]:
+    """Update ``view`` with what ``socket`` is pushed until it shows ``want`` (at most
+    ``seconds``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline and any(view.get(u) != s for u, s in want.items()):
+        view.update(await collect(socket, 0.2))
+    return view
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_views_converge_after_a_layer_shard_restarts_empty(
+    kind: str, shards: list[RedisServer], make_user: Callable[..., Any]
+) -> None:
+    """Changes announced while a layer server was down are lost on the way; once it is back
+    (empty: the core layer's groups were keys in it) every view catches up by itself:
+    announcements are retried, and the hub joins its groups again and resolves its users."""
+    viewer = make_user()
+    targets = [make_user() for _ in range(TARGETS)]
+    Contact.objects.bulk_create([Contact(owner=t, contact=viewer) for t in targets])
+    layers = {
+        "default": {
+            "BACKEND": LAYERS[kind],
+            "CONFIG": {"hosts": [server.url for server in shards]},
+        }
+    }
+    presence = {
+        "COALESCE_WINDOW": 0.05,
+        "SWEEP_INTERVAL": 0.2,
+        "OFFLINE_GRACE": 1,
+        "RETRY_INTERVAL": 0.3,
+    }
+
+    async def scenario() -> None:
+        socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/presence/")
+        socket.scope["user"] = viewer
+        assert (await socket.connect(timeout=TIMEOUT))[0]
+        try:
+            await socket.send_json_to({"type": "subscribe", "users": [t.pk for t in targets]})
+            assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "presence_state"
+            layer = get_channel_layer()
+            hub = Hub.current()
+            assert hub is not None
+            on_shard = {t.pk: _shard(layer, kind, group_name(t.pk), shards) for t in targets}
+            stopped = 1 - _channel_shard(layer, kind, hub, shards)
+            held = {str(u) for u, s in on_shard.items() if s == stopped}
+            assert held and len(held) < len(targets)
+            view: dict[str, str] = {}
+            for target in targets:
+                await lifecycle.aconnect(target, "c1")
+            online = {str(t.pk): "online" for t in targets}
+            assert await wait_for_view(socket, view, online, 3) == online
+
+            shards[stopped].stop()
+            for target in targets:
+                await lifecycle.adisconnect(target, "c1")
+            offline = dict.fromkeys(online, "offline")
+            others = {u: s for u, s in offline.items() if u not in held}
+            await wait_for_view(socket, view, others, 4)
+            # The other shard's users went offline; the stopped shard's still show online.
+            assert view == {**online, **others}
+
+            shards[stopped].start()
+            assert await wait_for_view(socket, view, offline, 10) == offline
         finally:
             await socket.disconnect(timeout=TIMEOUT)
             await get_store().aclose()

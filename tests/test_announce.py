@@ -1,0 +1,101 @@
+"""presence.announce on the real channels_redis core layer: many announcements at once stay
+within the layer's connection pool, and an announcement the layer refused is sent again once
+the layer is back."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from channels.layers import get_channel_layer
+from django.test import override_settings
+
+from presence import announce
+from presence.announce import CHANGED, group_name
+from presence.users import encode_id
+from tools.redis_server import RedisServer
+
+CORE = "channels_redis.core.RedisChannelLayer"
+
+
+def core_layer(server: RedisServer) -> dict[str, Any]:
+    # As the site's: room for bursts on the hub's channel (the default capacity is 100).
+    config = {"hosts": [server.url], "channel_capacity": {"specific.*": 10000}}
+    return {"default": {"BACKEND": CORE, "CONFIG": config}}
+
+
+@pytest.fixture
+def layer_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+async def received(layer: Any, channel: str, count: int, seconds: float) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    async with asyncio.timeout(seconds):
+        while len(messages) < count:
+            messages.append(await layer.receive(channel))
+    return messages
+
+
+def test_many_announcements_at_once_stay_within_the_layers_pool(
+    layer_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # channels_redis draws a connection per call from a pool that refuses a 101st ("Too many
+    # connections"): 300 at once must all be sent, none lost.
+    users = list(range(1, 301))
+    layers = core_layer(layer_server)
+
+    async def scenario() -> list[dict[str, Any]]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        for user in users:
+            await layer.group_add(group_name(user), channel)
+        await asyncio.gather(*(announce.aannounce([user]) for user in users))
+        try:
+            return await received(layer, channel, len(users), 10)
+        finally:
+            await layer.flush()
+
+    caplog.set_level(logging.WARNING, logger="presence")
+    with override_settings(CHANNEL_LAYERS=layers):
+        from asgiref.sync import async_to_sync
+
+        messages = async_to_sync(scenario)()
+    assert sorted(int(m["users"][0]) for m in messages) == users
+    assert {m["type"] for m in messages} == {CHANGED}
+    assert not [r for r in caplog.records if "could not announce" in r.getMessage()]
+
+
+def test_an_announcement_the_layer_refused_is_sent_again_once_it_is_back(
+    layer_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    layers = core_layer(layer_server)
+
+    async def scenario() -> list[dict[str, Any]]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        layer_server.stop()
+        failures = announce.layer_failures
+        await announce.aannounce([7])  # refused: the layer's Redis is down
+        assert announce.layer_failures == failures + 1
+        layer_server.start()
+        # Back, and empty: the group is joined again (as the hub does after failures).
+        await layer.group_add(group_name(7), channel)
+        try:
+            return await received(layer, channel, 1, 10)
+        finally:
+            await layer.flush()
+
+    caplog.set_level(logging.WARNING, logger="presence")
+    with (
+        override_settings(CHANNEL_LAYERS=layers, PRESENCE={"RETRY_INTERVAL": 0.2}),
+    ):
+        from asgiref.sync import async_to_sync
+
+        messages = async_to_sync(scenario)()
+    assert messages == [{"type": CHANGED, "users": [encode_id(7)]}]
+    assert [r.getMessage() for r in caplog.records if "could not announce" in r.getMessage()]

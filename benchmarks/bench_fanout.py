@@ -153,12 +153,12 @@ def instrumented() -> Iterator[Tally]:
     store_cls = store_module.PresenceStore
     arun, run = store_cls.arun, store_cls.run
 
-    async def store_arun(self: Any, plan: Any) -> Any:
+    async def store_arun(self: Any, plan: Any, **kwargs: Any) -> Any:
         token = _IN_STORE.set(True)
         try:
             if tally.active:
                 tally.store_plans += 1
-            return await arun(self, plan)
+            return await arun(self, plan, **kwargs)
         finally:
             _IN_STORE.reset(token)
 

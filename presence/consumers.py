@@ -375,6 +375,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.send_json({"type": "error", "code": code, "message": message, **extra})
 
 
+@functools.lru_cache(maxsize=65536)
 def _json_string(value: str) -> str:
     return json.dumps(value)
 

@@ -23,7 +23,9 @@ import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol
 
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import close_old_connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence import announce, extensions, lifecycle
@@ -451,7 +453,15 @@ class Hub:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("Presence: delivering live updates failed")
+                # The database failed (a connection terminated, a failover): these users are
+                # delivered again after RETRY_INTERVAL, on a fresh connection.
+                logger.exception("Presence: delivering live updates failed; retrying shortly")
+                retry_at = loop.time() + get_settings().RETRY_INTERVAL
+                for uid in due:
+                    if uid in self.watchers:
+                        self.pending.setdefault(uid, retry_at)
+                with contextlib.suppress(Exception):
+                    await sync_to_async(close_old_connections)()
 
     async def _sweep_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -202,6 +202,48 @@ async def test_a_redis_outage_during_delivery_sends_nothing_wrong_and_catches_up
         await assert_silent(watcher)
 
 
+async def test_a_database_failure_during_delivery_is_retried_and_catches_up(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The database fails under the hub (a terminated connection, a failover): the change is
+    # not dropped but delivered once the database answers again.
+    from django.db import OperationalError
+
+    from presence import relations
+
+    failures = []
+    load_pairs = relations.aload_pairs
+
+    async def failing_once(*args: Any) -> Any:
+        if not failures:
+            failures.append(args)
+            raise OperationalError("terminating connection due to administrator command")
+        return await load_pairs(*args)
+
+    with presence_settings(RETRY_INTERVAL=0.2):
+        viewer, target = await new_user(make_user), await new_user(make_user)
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        await sockets.open(target)
+        assert await subscribe(watcher, target) == state({target.pk: online()})
+        caplog.set_level(logging.ERROR, logger="presence")
+        monkeypatch.setattr(relations, "aload_pairs", failing_once)
+        await sync_to_async(UserStatus.objects.bulk_create)([UserStatus(user=target, dnd=True)])
+        await announce.aannounce([target.pk])
+        assert await receive(watcher) == diff(
+            {target.pk: presence("dnd", at(0).isoformat(), ["web"])}
+        )
+        await assert_silent(watcher)
+    assert len(failures) == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "Presence: delivering live updates failed; retrying shortly"
+    ]
+
+
 @on_one_redis
 async def test_a_snapshot_read_during_an_outage_is_corrected_when_redis_answers(
     sockets: Sockets,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -215,9 +216,10 @@ def expected(payload: str | bytes, connection: ConnectionModel, site: Site) -> E
     return _expected_feed(data, kind, connection, site)
 
 
-def _expected_ids(
-    data: dict[str, Any], kind: str, connection: ConnectionModel, site: Site
-) -> Expectation:
+def listed_ids(data: dict[str, Any]) -> list[Any] | Error:
+    """The ids of a subscribe or unsubscribe as sent, each once, if their form is right
+    whatever the site's pk (numbers in range, strings not empty nor too long, not too many);
+    else the error answering them."""
     sent = data.get("users")
     if not isinstance(sent, list) or not all(
         isinstance(value, int | str) and not isinstance(value, bool) for value in sent
@@ -230,6 +232,32 @@ def _expected_ids(
     unique = list(dict.fromkeys(sent))
     if len(unique) > MAX_SUBSCRIPTIONS:
         return error("too_many_subscriptions")
+    return unique
+
+
+def weight(payload: str | bytes) -> int:
+    """How many frames of RATE_LIMIT a frame counts as: a subscribe or unsubscribe of n ids
+    (of the right form) max(1, ceil(n / 100)), any other frame one (docs/websocket.md)."""
+    if isinstance(payload, bytes):
+        return 1
+    if len(payload.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
+        return 1
+    try:
+        data = json.loads(payload)
+    except (ValueError, RecursionError):
+        return 1
+    if not isinstance(data, dict) or data.get("type") not in ("subscribe", "unsubscribe"):
+        return 1
+    unique = listed_ids(data)
+    return 1 if isinstance(unique, Error) else max(1, math.ceil(len(unique) / 100))
+
+
+def _expected_ids(
+    data: dict[str, Any], kind: str, connection: ConnectionModel, site: Site
+) -> Expectation:
+    unique = listed_ids(data)
+    if isinstance(unique, Error):
+        return unique
     spelling: dict[Any, Any] = {}
     for value in unique:
         pk = site.pk(value)
@@ -634,11 +662,34 @@ def check_replies(replies: list[dict[str, Any]], expectation: Expectation) -> No
         ), own
 
 
+#: a frame answered by an error naming its number: the end of the previous frame's answers
+SENTINEL = '{"type":"heartbeat","state":"fuzz-sentinel-%d"}'
+
+
+async def replies_until(
+    socket: WebsocketCommunicator, mark: int
+) -> tuple[list[Any], dict[str, Any] | None]:
+    """The answers before sentinel ``mark``'s (diffs and activities checked and left out), and
+    the close event if the socket closed instead."""
+    replies = []
+    while True:
+        output = await socket.receive_output(timeout=TIMEOUT)
+        if output["type"] == "websocket.close":
+            return replies, output
+        assert output["type"] == "websocket.send", output
+        frame = json.loads(output["text"])
+        assert isinstance(frame, dict) and isinstance(frame.get("type"), str), frame
+        if frame["type"] == "error" and f"'fuzz-sentinel-{mark}'" in frame["message"]:
+            check_error(frame, frozenset({"invalid_value"}))
+            return replies, None
+        if frame["type"] in ("presence_diff", "activity"):
+            check_unprompted(frame)
+        else:
+            replies.append(frame)
+
+
 class Fuzzer:
     """Sends batches of frames over the fuzzing user's connections and checks every answer."""
-
-    #: a frame answered by an error naming its number: the end of the previous frame's answers
-    SENTINEL = '{"type":"heartbeat","state":"fuzz-sentinel-%d"}'
 
     def __init__(self, sockets: list[WebsocketCommunicator], site: Site) -> None:
         self.sockets = sockets
@@ -661,12 +712,11 @@ class Fuzzer:
             else:
                 await socket.send_input({"type": "websocket.receive", "text": payload})
             self.marks += 1
-            await socket.send_input(
-                {"type": "websocket.receive", "text": self.SENTINEL % self.marks}
-            )
+            await socket.send_input({"type": "websocket.receive", "text": SENTINEL % self.marks})
             plan.append((index % len(self.sockets), payload, expectation, self.marks))
         for index, payload, expectation, mark in plan:
-            replies = await self._replies_until(self.sockets[index], mark)
+            replies, closed = await replies_until(self.sockets[index], mark)
+            assert closed is None, f"frame {payload[:300]!r} closed the socket: {closed}"
             try:
                 check_replies(replies, expectation)
             except AssertionError as failure:
@@ -675,21 +725,6 @@ class Fuzzer:
                 ) from failure
             self.sent += 1
             self.outcomes[outcome(expectation)] += 1
-
-    async def _replies_until(self, socket: WebsocketCommunicator, mark: int) -> list[Any]:
-        replies = []
-        while True:
-            output = await socket.receive_output(timeout=TIMEOUT)
-            assert output["type"] == "websocket.send", f"the socket closed: {output}"
-            frame = json.loads(output["text"])
-            assert isinstance(frame, dict) and isinstance(frame.get("type"), str), frame
-            if frame["type"] == "error" and f"'fuzz-sentinel-{mark}'" in frame["message"]:
-                check_error(frame, frozenset({"invalid_value"}))
-                return replies
-            if frame["type"] in ("presence_diff", "activity"):
-                check_unprompted(frame)
-            else:
-                replies.append(frame)
 
 
 # --- other users' state -------------------------------------------------------------------------
@@ -801,6 +836,24 @@ async def _site_users(make_user: Callable[..., Any]) -> tuple[Any, Any, Any]:
     return fuzzer, friend, bystander
 
 
+def _site(*site_users: Any) -> tuple[Site, st.SearchStrategy[Any]]:
+    """The fuzzed site as the oracle sees it, and ids of its pk kind that name no user."""
+    frame_types = {"heartbeat", "subscribe", "unsubscribe", "set_status"}
+    if feed_installed():
+        frame_types |= {"watch_feed", "unwatch_feed"}
+    kind = users.pk_kind()
+    site = Site(
+        pk_kind=kind,
+        existing=frozenset(u.pk for u in site_users),
+        groups=frozenset(GROUPS if feed_installed() else ()),
+        frame_types=frozenset(frame_types),
+    )
+    unknown_ids: st.SearchStrategy[Any] = (
+        st.integers(min_value=1, max_value=MAX_INT_ID) if kind == "int" else st.uuids().map(str)
+    )
+    return site, unknown_ids
+
+
 def _spellings(site_users: tuple[Any, ...]) -> list[Any]:
     """Each user's id as clients may spell it: a number, its text, with a leading zero; a UUID
     in lower and upper case, in braces."""
@@ -841,19 +894,7 @@ async def test_fuzzed_frames_are_answered_and_change_no_other_user(
             }
         friend_connection = consumer_of(friend)
 
-        frame_types = {"heartbeat", "subscribe", "unsubscribe", "set_status"}
-        if feed_installed():
-            frame_types |= {"watch_feed", "unwatch_feed"}
-        kind = users.pk_kind()
-        site = Site(
-            pk_kind=kind,
-            existing=frozenset(u.pk for u in (fuzzer, friend, bystander)),
-            groups=frozenset(GROUPS if feed_installed() else ()),
-            frame_types=frozenset(frame_types),
-        )
-        unknown_ids: st.SearchStrategy[Any] = (
-            st.integers(min_value=1, max_value=MAX_INT_ID) if kind == "int" else st.uuids().map(str)
-        )
+        site, unknown_ids = _site(fuzzer, friend, bystander)
         fuzz = Fuzzer(tabs, site)
         others_before = (
             redis_of_others(redis_client, fuzzer),
@@ -941,3 +982,108 @@ async def test_fuzzed_frames_are_answered_and_change_no_other_user(
             set() if feed_installed() else {"unknown_feed", "too_many_feeds"}
         ), fuzz.outcomes
         print(f"\n{fuzz.sent} fuzzed frames in {elapsed:.1f} s: {sorted(fuzz.outcomes.items())}")
+
+
+#: presence's default RATE_LIMIT: 60 frames in any 10 s
+RATE_FRAMES = 60
+#: connections the rate limit fuzz opens, each flooded with one example's frames
+RATE_EXAMPLES = 40 * SCALE
+
+
+async def test_fuzzed_floods_close_with_4429_exactly_past_the_rate_limit(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the default RATE_LIMIT, any mix of frames is answered as the protocol says until
+    the frame that goes past the budget (large subscribes weighing more), which closes the
+    socket with 4429 and is the last one answered. The clock stands still: no frame leaves the
+    window."""
+    caplog.set_level(logging.WARNING)
+    with override_settings(PRESENCE={**BASE, "RATE_LIMIT": (RATE_FRAMES, 10)}):
+        fuzzer, friend, bystander = await _site_users(make_user)
+        site, unknown_ids = _site(fuzzer, friend, bystander)
+        # Subscribes of up to a thousand ids, weighing up to ten frames each.
+        heavy = st.builds(
+            lambda n, name: json.dumps(
+                {"type": name, "users": list(range(1_000_000, 1_000_000 + n))}
+            ),
+            st.integers(min_value=0, max_value=MAX_SUBSCRIPTIONS),
+            st.sampled_from(["subscribe", "unsubscribe"]),
+        )
+        any_frame = st.one_of(
+            frames(site, _spellings([fuzzer, friend, bystander]), unknown_ids), heavy
+        )
+        loop = asyncio.get_running_loop()
+        failures: list[BaseException] = []
+        closed_examples = 0
+        marks = iter(range(1, 10**9))
+
+        async def flood(batch: list[str | bytes]) -> None:
+            nonlocal closed_examples
+            socket = await sockets.open(fuzzer)  # its empty subscribe: one frame
+            used = 1
+            model = ConnectionModel()
+            # Each frame, then its sentinel (one frame more): where does the budget end?
+            plan: list[tuple[str | bytes, Expectation, int, bool]] = []
+            for payload in batch:
+                mark = next(marks)
+                closes = used + 1 > RATE_FRAMES
+                extra = min(weight(payload), RATE_FRAMES) - 1
+                if not closes:
+                    used += 1
+                    closes = extra > 0 and used + extra > RATE_FRAMES
+                    used += extra
+                answer = expected(payload, model, site) if not closes else error("closed")
+                closes_at_sentinel = not closes and used + 1 > RATE_FRAMES
+                used += 1
+                for text in (payload, SENTINEL % mark):
+                    key = "bytes" if isinstance(text, bytes) else "text"
+                    await socket.send_input({"type": "websocket.receive", key: text})
+                plan.append((payload, answer, mark, closes or closes_at_sentinel))
+                if closes or closes_at_sentinel:
+                    break
+            for payload, answer, mark, closes in plan:
+                replies, closed = await replies_until(socket, mark)
+                if closes:
+                    assert closed == {"type": "websocket.close", "code": 4429}, (payload, closed)
+                    if answer != error("closed"):
+                        check_replies(replies, answer)
+                    else:
+                        assert replies == [], (payload, replies)
+                    # Nothing more is answered: the connection is gone for presence.
+                    await socket.send_input({"type": "websocket.receive", "text": "{}"})
+                    assert await socket.receive_nothing(timeout=0.05)
+                    closed_examples += 1
+                else:
+                    assert closed is None, (payload, closed)
+                    check_replies(replies, answer)
+            assert not socket.future.done()
+            await sockets.close(socket)
+            errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+            assert errors == [], [r.getMessage() for r in errors]
+
+        @seed(SEED)
+        @settings(
+            max_examples=RATE_EXAMPLES,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            report_multiple_bugs=False,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(st.lists(any_frame, min_size=RATE_FRAMES // 4, max_size=RATE_FRAMES))
+        def flood_one_connection(batch: list[str | bytes]) -> None:
+            if failures:
+                raise failures[0]
+            try:
+                asyncio.run_coroutine_threadsafe(flood(batch), loop).result(timeout=BATCH_TIMEOUT)
+            except BaseException as failure:
+                failures.append(failure)
+                raise
+
+        await asyncio.to_thread(flood_one_connection)
+        # Both kinds of example ran: floods that stayed within the budget and floods past it.
+        print(f"\n{closed_examples} of {RATE_EXAMPLES} floods closed with 4429")
+        assert 0 < closed_examples < RATE_EXAMPLES, closed_examples

@@ -25,11 +25,13 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 import redis
 import time_machine
 from asgiref.sync import sync_to_async
+from channels.security.websocket import OriginValidator
 from channels.testing import WebsocketCommunicator
 from django.apps import apps
 from django.contrib.auth import get_user_model
@@ -1087,3 +1089,128 @@ async def test_fuzzed_floods_close_with_4429_exactly_past_the_rate_limit(
         # Both kinds of example ran: floods that stayed within the budget and floods past it.
         print(f"\n{closed_examples} of {RATE_EXAMPLES} floods closed with 4429")
         assert 0 < closed_examples < RATE_EXAMPLES, closed_examples
+
+
+#: handshakes the handshake fuzz makes, each a new connection of a new user
+HANDSHAKES = 40 * SCALE
+ALLOWED_ORIGIN_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+#: User-Agent headers and the device kind each is guessed as (docs/websocket.md, "Device")
+USER_AGENTS = {
+    b"Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) Mobile/15E148": "mobile",
+    b"Mozilla/5.0 (Linux; Android 14)": "mobile",
+    b"Mozilla/5.0 (X11; Linux x86_64) Chrome/124.0 Electron/30.0.1": "desktop",
+    b"Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0": "web",
+    b"": "web",
+}
+
+
+async def test_fuzzed_handshakes_are_served_or_closed_as_documented(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Any query string (``?device=`` of any bytes, repeated, percent-escaped), User-Agent and
+    Origin: a foreign Origin is closed with 4403; else the connection is served, as the asked
+    device kind, or the guessed one after one invalid_value error."""
+    caplog.set_level(logging.WARNING)
+    loop = asyncio.get_running_loop()
+    failures: list[BaseException] = []
+    device_value = st.one_of(
+        st.sampled_from([b"web", b"mobile", b"desktop", b"Web", b"", b"%77eb", b"toaster"]),
+        st.binary(max_size=12),
+        odd_text.map(lambda text: text.encode("utf-8", "surrogatepass")),
+    )
+    query = st.lists(
+        st.one_of(
+            device_value.map(lambda value: b"device=" + value),
+            st.binary(max_size=12),
+            st.sampled_from([b"device", b"=", b"&&", b"%", b"%zz", b"device=%ff"]),
+        ),
+        max_size=3,
+    ).map(b"&".join)
+    origin = st.one_of(
+        st.none(),
+        st.sampled_from(
+            [
+                b"http://testserver",
+                b"https://localhost:8000",
+                b"http://evil.example",
+                b"null",
+                b"http://[::1",
+                b"http://testserver:99999",
+                b"",
+            ]
+        ),
+        st.binary(max_size=16),
+    )
+    user_agent = st.one_of(st.sampled_from(sorted(USER_AGENTS)), st.binary(max_size=24))
+
+    async def handshake(query: bytes, origin: bytes | None, user_agent: bytes) -> None:
+        user = await new_user(make_user)
+        headers = [(b"user-agent", user_agent)]
+        if origin is not None:
+            headers.append((b"origin", origin))
+        communicator = sockets.make(user, headers=headers)
+        communicator.scope["query_string"] = query
+        connected, _ = await communicator.connect(timeout=TIMEOUT)
+        assert connected  # accepted first, always (browsers see the close code then)
+        try:
+            parsed = urlparse(origin.decode("latin-1")) if origin is not None else None
+        except ValueError:
+            foreign = True
+        else:
+            foreign = parsed is not None and not OriginValidator(
+                None, ALLOWED_ORIGIN_HOSTS
+            ).valid_origin(parsed)
+        if foreign:
+            assert await communicator.receive_output(timeout=TIMEOUT) == {
+                "type": "websocket.close",
+                "code": 4403,
+            }
+            await sockets.rejected(communicator)
+            return
+        asked = parse_qs(query.decode("latin-1")).get("device", [None])[0]
+        if asked in ("web", "mobile", "desktop"):
+            device = asked
+        else:
+            device = USER_AGENTS.get(user_agent)
+            if asked is not None:
+                answer = await communicator.receive_json_from(timeout=TIMEOUT)
+                check_error(answer, frozenset({"invalid_value"}))
+        await communicator.send_json_to({"type": "subscribe", "users": [_spellings([user])[0]]})
+        snapshot = await communicator.receive_json_from(timeout=TIMEOUT)
+        assert snapshot["type"] == "presence_state", snapshot
+        (own,) = snapshot["presences"].values()
+        check_presence(own, own=True)
+        assert own["status"] == "online", own
+        if device is not None:  # else a User-Agent of any bytes: any kind
+            assert own["devices"] == [device], (query, user_agent, own)
+        assert not communicator.future.done()
+        await sockets.close(communicator)
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == [], [r.getMessage() for r in errors]
+
+    @seed(SEED)
+    @settings(
+        max_examples=HANDSHAKES,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(query, origin, user_agent)
+    def fuzz_handshake(query: bytes, origin: bytes | None, user_agent: bytes) -> None:
+        if failures:
+            raise failures[0]
+        try:
+            asyncio.run_coroutine_threadsafe(handshake(query, origin, user_agent), loop).result(
+                timeout=BATCH_TIMEOUT
+            )
+        except BaseException as failure:
+            failures.append(failure)
+            raise
+
+    with override_settings(PRESENCE=BASE):
+        await asyncio.to_thread(fuzz_handshake)

@@ -24,6 +24,7 @@ import pytest
 import redis
 import time_machine
 from django.apps import apps
+from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 
 from presence import api, users
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
+from presence.tokens import issue_token
 from tests.fuzz_cases import SCALE, SEED, dumps, edge_ints, junk_json, odd_text
 from tests.privacy_cases import quiet_login
 
@@ -412,6 +414,25 @@ def requests(site: dict[str, Any]) -> st.SearchStrategy[Request]:
             # reading past it; a server would wait).
             st.tuples(st.just("CONTENT_LENGTH"), st.sampled_from(["abc", "-1", "", " 0", "1e3"])),
             st.tuples(st.just("HTTP_USER_AGENT"), st.sampled_from(["", "iPhone", "\x00"])),
+            # Tokens that authenticate nobody (the "token" client has a good one).
+            st.tuples(
+                st.just("HTTP_AUTHORIZATION"),
+                st.one_of(
+                    st.sampled_from(
+                        [
+                            "Bearer",
+                            "Bearer ",
+                            "bearer x",
+                            "Bearer a:b:c",
+                            "Token x",
+                            site["token"] + "x",
+                            "Bearer " + site["token"][:-1],
+                            "Bearer " + site["token"].replace(":", "::", 1),
+                        ]
+                    ),
+                    odd_text.map(lambda text: "Bearer " + text),
+                ),
+            ),
         ),
         max_size=2,
         unique_by=lambda item: item[0],
@@ -490,7 +511,9 @@ def requests(site: dict[str, Any]) -> st.SearchStrategy[Request]:
             if not well_formed:
                 fitting = segments[name]
             elif name == "action":
-                fitting = st.sampled_from(GROUP_ACTIONS if "slug" in path else RELATION_ACTIONS)
+                fitting = st.sampled_from(
+                    GROUP_ACTIONS if "{slug}" in endpoint.path else RELATION_ACTIONS
+                )
             else:
                 fitting = good_segments[name]
             path = path.replace("{" + name + "}", encode(draw(fitting)), 1)
@@ -510,13 +533,19 @@ def requests(site: dict[str, Any]) -> st.SearchStrategy[Request]:
         else:
             payload = draw(body) if method not in ("GET", "HEAD") or draw(st.booleans()) else None
             content_type = draw(st.sampled_from(CONTENT_TYPES))
-        # The admin is for staff; the rest for the fuzzing user, anonymous callers, and callers
-        # whose POSTs carry no CSRF token.
+        # The admin is for staff; the rest for the fuzzing user (by session, or by token as
+        # apps do), anonymous callers, and callers whose POSTs carry no CSRF token.
         if endpoint.name.startswith("admin"):
             client = draw(st.sampled_from(["staff", "staff", "user", "anonymous"]))
         else:
-            client = draw(st.sampled_from(["user", "user", "user", "anonymous", "csrf"]))
+            client = draw(st.sampled_from(["user", "user", "user", "anonymous", "csrf", "token"]))
         extra_headers = tuple(draw(extra))
+        if client == "token":
+            # Its own header: a good token of the fuzzing user.
+            extra_headers = (
+                *(h for h in extra_headers if h[0] != "HTTP_AUTHORIZATION"),
+                ("HTTP_AUTHORIZATION", "Bearer " + site["token"]),
+            )
         if payload is None or not endpoint.json_api:
             # A malformed Content-Length is refused by every HTTP server before Django sees it
             # (Django itself would fail on reading the body); presence's endpoints check it
@@ -541,7 +570,7 @@ def check_json_answer(request: Request, response: Any) -> None:
     if request.method not in endpoint.methods:
         assert response.status_code == 405, body
         assert response["Allow"] == ", ".join(endpoint.methods)
-    elif request.client == "anonymous":
+    elif request.client == "anonymous":  # (a bad token leaves a caller anonymous)
         assert response.status_code == 401, body
     if response.status_code >= 400:
         assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
@@ -677,14 +706,23 @@ def test_fuzzed_requests_never_fail_and_change_no_other_user(
         "user_spellings": spellings,
         "int_pks": [str(u.pk) for u in (fuzzer, friend, bystander)],
         "cursors": _cursors(),
+        "token": issue_token(fuzzer),
     }
-    # The fuzzing user, and the superuser who reads the admin pages: each may change itself.
+    # The fuzzing user (by session or token), and the superuser who reads the admin pages:
+    # each may change itself.
     actors = [fuzzer, staff]
     rows_before = others_rows(actors)
     redis_before = others_redis(redis_client, actors)
     statuses: Counter[tuple[str, str]] = Counter()
     counted = {"requests": 0}
     failures: list[BaseException] = []
+
+    # Apps' tokens too (docs/websocket.md, "Native and mobile clients").
+    middleware = list(django_settings.MIDDLEWARE)
+    middleware.insert(
+        middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+        "presence.tokens.TokenAuthenticationMiddleware",
+    )
 
     def client(kind: str) -> Client:
         made = Client(enforce_csrf_checks=kind == "csrf", raise_request_exception=True)
@@ -722,9 +760,9 @@ def test_fuzzed_requests_never_fail_and_change_no_other_user(
         # Each batch with fresh clients (a logout must not end the next batch's session); half
         # the batches under a low HTTP_RATE_LIMIT (the clock stands still: once past it, every
         # write of the run is refused), half with none (so that writes get past it).
-        clients = {kind: client(kind) for kind in ("user", "csrf", "anonymous", "staff")}
+        clients = {kind: client(kind) for kind in ("user", "csrf", "anonymous", "staff", "token")}
         limit = {"HTTP_RATE_LIMIT": (3, 60) if rate_limited else None}
-        with override_settings(PRESENCE=limit):
+        with override_settings(PRESENCE=limit, MIDDLEWARE=middleware):
             for request in batch:
                 response = send(clients, request)
                 assert response.status_code < 500, (request, response.content[:500])

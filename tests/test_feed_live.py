@@ -156,8 +156,7 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
             {"feed": "following\n"},
             error(
                 "invalid_value",
-                "Unknown feed 'following\\n': use following, mentions, user:<id> or "
-                "group:<slug>.",
+                "Unknown feed 'following\\n': use following, mentions, user:<id> or group:<slug>.",
             ),
         ),
         ({"feed": "group:nope"}, error("unknown_feed", "No such timeline: group:nope.")),

@@ -1,5 +1,5 @@
-"""Hypothesis strategies and the one text rule, shared by the fuzz tests
-(tests/test_fuzz_consumer.py, tests/test_fuzz_http.py).
+"""What the fuzz tests (tests/test_fuzz_consumer.py, tests/test_fuzz_http.py) share: hypothesis
+strategies, the one text rule, and a reader of other users' Redis state.
 
 The rule for client text is written out here again from the docs (docs/http.md, "Text"), not
 imported from presence, so that a mistake in presence cannot hide behind the same mistake here.
@@ -14,6 +14,8 @@ import uuid
 from typing import Any
 
 from hypothesis import strategies as st
+
+from presence import users
 
 #: the largest id an integer key holds (docs/websocket.md: "positive integers")
 MAX_INT_ID = 2**63 - 1
@@ -156,3 +158,24 @@ def uuid_pk(value: Any) -> uuid.UUID | None:
         return uuid.UUID(value)
     except ValueError:
         return None
+
+
+def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
+    """Every presence key's content but the fuzzing users' own members and fields."""
+    own = [str(users.encode_id(actor.pk)) for actor in actors]
+
+    def mine(member: Any) -> bool:
+        return any(str(member) == o or str(member).startswith(o + ":") for o in own)
+
+    dump: dict[str, Any] = {}
+    for key in sorted(client.scan_iter("presence:*")):
+        if any(key.startswith(f"presence:http-rate:{o}:") for o in own):
+            continue  # a fuzzing user's own HTTP_RATE_LIMIT window
+        kind = client.type(key)
+        if kind == "zset":
+            dump[key] = [e for e in client.zrange(key, 0, -1, withscores=True) if not mine(e[0])]
+        elif kind == "hash":
+            dump[key] = {f: v for f, v in client.hgetall(key).items() if not mine(f)}
+        else:
+            dump[key] = (kind, client.dump(key))
+    return {key: value for key, value in dump.items() if value}

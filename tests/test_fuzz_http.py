@@ -30,10 +30,10 @@ from django.test import Client, override_settings
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from presence import api, users
+from presence import api
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.tokens import issue_token
-from tests.fuzz_cases import SCALE, SEED, dumps, edge_ints, junk_json, odd_text
+from tests.fuzz_cases import SCALE, SEED, dumps, edge_ints, junk_json, odd_text, redis_of_others
 from tests.privacy_cases import quiet_login
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -624,27 +624,6 @@ def others_rows(actors: list[Any]) -> dict[str, Any]:
     return rows
 
 
-def others_redis(client: redis.Redis, actors: list[Any]) -> dict[str, Any]:
-    """Every presence key's content but the fuzzing users' own members and fields."""
-    own = [str(users.encode_id(actor.pk)) for actor in actors]
-
-    def mine(member: Any) -> bool:
-        return any(str(member) == o or str(member).startswith(o + ":") for o in own)
-
-    dump: dict[str, Any] = {}
-    for key in sorted(client.scan_iter("presence:*")):
-        if any(key.startswith(f"presence:http-rate:{o}:") for o in own):
-            continue  # a fuzzing user's own HTTP_RATE_LIMIT window
-        kind = client.type(key)
-        if kind == "zset":
-            dump[key] = [e for e in client.zrange(key, 0, -1, withscores=True) if not mine(e[0])]
-        elif kind == "hash":
-            dump[key] = {f: v for f, v in client.hgetall(key).items() if not mine(f)}
-        else:
-            dump[key] = (kind, client.dump(key))
-    return {key: value for key, value in dump.items() if value}
-
-
 # --- the fuzz -----------------------------------------------------------------------------------
 
 
@@ -712,7 +691,7 @@ def test_fuzzed_requests_never_fail_and_change_no_other_user(
     # each may change itself.
     actors = [fuzzer, staff]
     rows_before = others_rows(actors)
-    redis_before = others_redis(redis_client, actors)
+    redis_before = redis_of_others(redis_client, actors)
     statuses: Counter[tuple[str, str]] = Counter()
     counted = {"requests": 0}
     failures: list[BaseException] = []
@@ -790,7 +769,7 @@ def test_fuzzed_requests_never_fail_and_change_no_other_user(
                 assert errors == [], (request, [r.getMessage() for r in errors])
                 counted["requests"] += 1
         assert others_rows(actors) == rows_before
-        assert others_redis(redis_client, actors) == redis_before
+        assert redis_of_others(redis_client, actors) == redis_before
 
     fuzz_requests()
     assert counted["requests"] >= REQUESTS_PER_RUN

@@ -26,7 +26,7 @@ demo: install
 
 # The main suite, then the same Redis for a site whose user model logs in by e-mail
 # (tests/settings_email.py: a second settings module needs a second run), then the store, API,
-# endpoint, consumer, hub, template tag, cleanup, feed and DRF tests again for a site whose user
+# endpoint, consumer, hub, template tag, cleanup, feed, DRF and fuzz tests again for a site whose user
 # model is keyed by a UUID (tests/settings_uuid.py; UUID_TESTS), then the store, API,
 # middleware, consumer, hub and cleanup tests again with presence on a three-master Redis Cluster
 # and the channel layer sharded over two Redis servers (tools/redis_cluster.py; CLUSTER_TESTS),
@@ -36,7 +36,7 @@ UUID_TESTS ?= tests/test_users.py tests/test_store.py tests/test_store_scripts.p
 	tests/test_hub.py tests/test_receivers.py tests/test_relations.py tests/test_privacy.py \
 	tests/test_templatetags.py tests/test_presence_cleanup.py tests/test_drf.py \
 	tests/test_feed_api.py tests/test_feed_views.py tests/test_feed_live.py \
-	tests/uuidsite/tests_uuid.py
+	tests/test_fuzz_consumer.py tests/test_fuzz_http.py tests/uuidsite/tests_uuid.py
 CLUSTER_TESTS ?= tests/test_store.py tests/test_store_scripts.py tests/test_api.py tests/test_lifecycle.py \
 	tests/test_middleware.py tests/test_consumers.py tests/test_hub.py tests/test_presence_cleanup.py
 LAYER_TESTS ?= tests/test_hub.py tests/test_consumers.py tests/test_feed_live.py

@@ -107,6 +107,7 @@ def parse_user_ids(raw: str | None) -> list[UserId]:
     return ids
 
 
+@csrf_exempt  # GET only: another method is answered 405 in JSON, not by Django's HTML 403 page
 @_json_view("GET")
 def presence_view(request: HttpRequest) -> HttpResponse:
     """``GET ?users=1,2,3``: ``{"presences": {"1": {...}}}`` (keys in the canonical form: a

@@ -150,6 +150,15 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
                 "Unknown feed 'everything': use following, mentions, user:<id> or group:<slug>.",
             ),
         ),
+        (
+            # A final line break was once accepted as a timeline of its own, which never showed
+            # anything (found by tests/test_fuzz_consumer.py).
+            {"feed": "following\n"},
+            error(
+                "invalid_value",
+                "Unknown feed 'following\\n': use following, mentions, user:<id> or group:<slug>.",
+            ),
+        ),
         ({"feed": "group:nope"}, error("unknown_feed", "No such timeline: group:nope.")),
         (
             {"feed": f"user:{missing_id()}"},
@@ -212,6 +221,11 @@ class TestParseFeedFrames:
             ("group:", "invalid_value"),
             ("group:a b", "invalid_value"),
             ("following ", "invalid_value"),
+            # A final line break once passed ("$" matches before it): found by the fuzz test.
+            ("following\n", "invalid_value"),
+            ("mentions\n", "invalid_value"),
+            ("group:climbers\n", "invalid_value"),
+            (f"user:{uid(12)}\n", "invalid_value"),
         ],
     )
     def test_bad_feed_names(self, feed: Any, code: str) -> None:

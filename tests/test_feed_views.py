@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -215,6 +216,22 @@ def test_unknown_group_and_user_are_404_json(client: Client) -> None:
     nobody = missing_id()
     assert _error(client.get(user_url(nobody)), 404, "unknown_user") == f"No user {nobody}."
     assert not Membership.objects.exists()
+
+
+@pytest.mark.parametrize("segment", ["abc", "-1", "1.0", "%00", "%C3%A9", "%20", "x" * 300])
+def test_ids_and_slugs_that_cannot_be_one_are_404_json_too(client: Client, segment: str) -> None:
+    """Not Django's HTML 404 page: an id the pk cannot be names no user, and a slug of other
+    characters no group, and they are answered in JSON as every other error (found by
+    tests/test_fuzz_http.py; NUL never reaches the database, which PostgreSQL would refuse)."""
+    Group.objects.create(name="G", slug="g")
+    _error(client.get(user_url(segment)), 404, "unknown_user")
+    _error(client.get(group_url(segment)), 404, "unknown_group")
+    for action in ("join", "leave"):
+        _error(_post(client, group_url(segment, action)), 404, "unknown_group")
+    assert not Membership.objects.exists()
+    # The other kind of key: a UUID on an integer-keyed site, a number on a UUID-keyed one.
+    other = str(uuid.UUID(int=1)) if isinstance(missing_id(), int) else "12"
+    _error(client.get(user_url(other)), 404, "unknown_user")
 
 
 # --- posting --------------------------------------------------------------------------------

@@ -210,6 +210,19 @@ def test_wrong_method_is_405_json(
     assert response["Allow"] == allow
 
 
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_wrong_method_without_a_csrf_token_is_405_json_too(
+    method: str, make_user: Callable[..., Any]
+) -> None:
+    """A browser's session and no CSRF token: the GET-only endpoint still answers 405 in JSON,
+    not Django's HTML 403 page (found by tests/test_fuzz_http.py)."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user())
+    response = getattr(client, method)(PRESENCE_URL)
+    _error(response, 405, "method_not_allowed")
+    assert response["Allow"] == "GET"
+
+
 # --- POST: setting a status -----------------------------------------------------------------
 
 

@@ -31,9 +31,10 @@ KIND = "feed"
 #: live timelines one connection may watch
 MAX_FEEDS = 10
 
-FEED_NAME = re.compile(r"^(?:following|mentions|user:\S{1,255}|group:[-a-zA-Z0-9_]{1,100})$")
+#: (matched whole: "$" would also match before a final line break, letting "following\n" in)
+FEED_NAME = re.compile(r"(?:following|mentions|user:\S{1,255}|group:[-a-zA-Z0-9_]{1,100})")
 #: an integer pk's timeline: no leading zero, at most 19 digits
-_INT_USER_FEED = re.compile(r"^user:[1-9][0-9]{0,18}$")
+_INT_USER_FEED = re.compile(r"user:[1-9][0-9]{0,18}")
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def _feed(data: Mapping[str, Any]) -> str:
             "invalid_message",
             gettext("'feed' must be a string: following, mentions, user:<id> or group:<slug>."),
         )
-    if FEED_NAME.match(feed):
+    if FEED_NAME.fullmatch(feed):
         if not feed.startswith("user:"):
             return feed
         # A user's timeline is named by the canonical text of the pk (a UUID in lowercase).
@@ -71,7 +72,7 @@ def _feed(data: Mapping[str, Any]) -> str:
 
 def _user_feed(feed: str) -> str:
     kind = users.pk_kind()
-    if kind == "int" and not _INT_USER_FEED.match(feed):
+    if kind == "int" and not _INT_USER_FEED.fullmatch(feed):
         raise ValueError(feed)
     return "user:" + api.feed_key(users.parse_user_id(feed[5:], kind))
 

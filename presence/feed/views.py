@@ -5,6 +5,7 @@ wrong method), and nothing is cached by shared caches.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -19,8 +20,11 @@ from presence.domain import InvalidInput, check_text
 from presence.feed import api as feed
 from presence.feed.conf import get_settings
 from presence.feed.models import Group
+from presence.users import parse_user_id
 from presence.views import csrf_rejection, error, json_body, over_rate_limit, refusal
 
+#: what a group's slug may hold (Django's slug converter's characters)
+SLUG = re.compile(r"[-a-zA-Z0-9_]+")
 #: most users one mention-completion answer lists
 MAX_SUGGESTIONS = 10
 #: longest prefix accepted for mention completion
@@ -64,7 +68,8 @@ def _page(page: feed.Page) -> JsonResponse:
 
 
 def _group_or_404(slug: str) -> Group | HttpResponse:
-    group = Group.objects.filter(slug=slug).first()
+    # Only a slug's characters reach the query (NUL would be a database error on PostgreSQL).
+    group = Group.objects.filter(slug=slug).first() if SLUG.fullmatch(slug) else None
     if group is None:
         return error(
             "unknown_group", _("No group %(slug)s.") % {"slug": repr(slug[:60])}, status=404
@@ -85,10 +90,14 @@ def mentions_view(request: HttpRequest) -> HttpResponse:
 
 
 @_feed_view("GET")
-def user_view(request: HttpRequest, user_id: Any) -> HttpResponse:
-    if not get_user_model()._default_manager.filter(pk=user_id).exists():
-        return error("unknown_user", _("No user %(id)s.") % {"id": user_id}, status=404)
-    return _page(feed.user_timeline(user_id, request.user, cursor=_cursor(request)))
+def user_view(request: HttpRequest, user_id: str) -> HttpResponse:
+    try:
+        pk: Any = parse_user_id(user_id)  # Any: the site's pk type
+    except ValueError:  # an id the pk cannot be names no user either
+        return error("unknown_user", _("No user %(id)s.") % {"id": user_id[:60]}, status=404)
+    if not get_user_model()._default_manager.filter(pk=pk).exists():
+        return error("unknown_user", _("No user %(id)s.") % {"id": pk}, status=404)
+    return _page(feed.user_timeline(pk, request.user, cursor=_cursor(request)))
 
 
 @_feed_view("GET")

@@ -459,7 +459,9 @@ def test_redis_failing_before_removal_removes_nothing(
     try:
         admin.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
         try:
-            with pytest.raises(CommandError, match="Redis is too slow: no reply within SOCKET_TIMEOUT"):
+            with pytest.raises(
+                CommandError, match="Redis is too slow: no reply within SOCKET_TIMEOUT"
+            ):
                 cleanup()
         finally:
             admin.execute_command("CLIENT", "UNPAUSE")

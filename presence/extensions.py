@@ -58,7 +58,7 @@ class Topics(Protocol):
 Deliver = Callable[[Topics, Any], Awaitable[None]]
 
 #: topic kinds become part of channel-layer group names, which allow only these characters
-TOPIC_KIND = re.compile(r"^[a-zA-Z0-9_.-]{1,40}$")
+TOPIC_KIND = re.compile(r"[a-zA-Z0-9_.-]{1,40}")
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def frame_handler(type: str) -> Handle:
 def register_delivery(kind: str, deliver: Deliver) -> None:
     """Handle what :func:`announce_to_topic` sends for ``kind`` in each process that has
     connections with a topic of ``kind``: ``await deliver(hub, payload)``."""
-    if not isinstance(kind, str) or not TOPIC_KIND.match(kind):
+    if not isinstance(kind, str) or not TOPIC_KIND.fullmatch(kind):
         raise ValueError(f"A topic kind is 1-40 of a-z A-Z 0-9 _ . -, got {kind!r}.")
     _deliveries[kind] = deliver
 

@@ -144,7 +144,7 @@ def test_presence_frame_types_cannot_be_replaced() -> None:
     assert "subscribe" not in extensions.frame_parsers()
 
 
-@pytest.mark.parametrize("kind", ["", "a b", "x" * 41, "typing:1"])
+@pytest.mark.parametrize("kind", ["", "a b", "x" * 41, "typing:1", "typing\n"])
 def test_topic_kinds_must_fit_a_channel_group_name(kind: str) -> None:
     with pytest.raises(ValueError):
         extensions.register_delivery(kind, deliver_typing)

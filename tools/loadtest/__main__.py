@@ -51,6 +51,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help="diagnosis: channels_redis's connection pool size per host (default redis-py's 100)",
     )
+    parser.add_argument(
+        "--fault", action="append", help="with --faults: only the faults whose name has this word"
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory")
     return parser.parse_args(argv)
 
@@ -119,8 +122,14 @@ def main(argv: list[str]) -> int:
         if args.layer_pool:
             env["LOADTEST_LAYER_POOL"] = str(args.layer_pool)
         os.environ.update(
-            {key: value for key, value in env.items() if key.startswith(("LOADTEST_", "DJANGO_"))}
+            {
+                key: value
+                for key, value in env.items()
+                if key.startswith(("LOADTEST_", "DJANGO_")) and key != "LOADTEST_APPLICATION"
+            }
         )
+        # The harness's own log records (its announcements during faults) go to a file.
+        os.environ["LOADTEST_HARNESS_LOG"] = str(work / "harness.log")
         from tools.loadtest.run import Run
 
         run = Run(args, sizes, servers, env, work)

@@ -97,6 +97,8 @@ class Stats:
     status_changes: int = 0
     idle_switches: int = 0
     exceptions: list[str] = field(default_factory=list)
+    #: clients by state when the stats were asked for (ready, opening, waiting for a snapshot)
+    states: dict[str, int] = field(default_factory=dict)
 
 
 class Client:
@@ -138,9 +140,10 @@ class Client:
                 )
         except Exception as error:  # refused, timed out: the server is down or overloaded
             self.ws = None
-            gen.stats.unrequested.append(
-                (time.time(), f"open:{type(error).__name__}", self.spec.index)
-            )
+            failed = f"open:{type(error).__name__}"
+            gen.stats.unrequested.append((time.time(), failed, self.spec.index))
+            if not gen.stopping:
+                gen.reopen_later(self, 1 + 2 * random.random())
             return
         self.opened_at = time.time()
         gen.stats.opened += 1
@@ -196,11 +199,12 @@ class Client:
         for key, raw in frame["presences"].items():
             target = int(key)
             presence = as_tuple(raw)
-            if target != viewer and (
-                target in gen.spec.hidden or (viewer, target) in gen.spec.blocked_pairs
+            if (
+                target != viewer
+                and (target in gen.spec.hidden or (viewer, target) in gen.spec.blocked_pairs)
+                and reveals(presence)
             ):
-                if reveals(presence):
-                    gen.stats.leaks.append((now, viewer, target, presence))
+                gen.stats.leaks.append((now, viewer, target, presence))
             if kind == "presence_diff":
                 text = presence[3]
                 if text and text.startswith("t=") and self.stamps.get(target) != text:
@@ -292,7 +296,7 @@ class Generator:
                 self.spawn(client.beat())
             for _ in range(self.draws(spec.page_views_per_second, len(live))):
                 if spec.page_viewers and self.rng.random() < 0.5:
-                    user, cookie = self.rng.choice(spec.page_viewers)
+                    _user, cookie = self.rng.choice(spec.page_viewers)
                     page = self.rng.choice(live).spec.page
                 else:
                     client = self.rng.choice(live)
@@ -310,6 +314,10 @@ class Generator:
             self.stats.tab_closes += 1
             delay = 1 + 3 * self.rng.random()
         self.reopen_later(client, delay)
+
+    async def reload(self, client: Client) -> None:
+        await client.close()
+        self.reopen_later(client, 0.05)
 
     async def change_status(self, client: Client) -> None:
         status = self.rng.choices(["auto", "dnd", "invisible"], [0.7, 0.25, 0.05])[0]
@@ -342,6 +350,19 @@ class Generator:
     def views(self, indices: list[int] | None) -> list[tuple[int, int, dict[int, PresenceTuple]]]:
         chosen = self.clients if indices is None else [self.clients[i] for i in indices]
         return [(c.spec.index, c.spec.user, dict(c.view)) for c in chosen if c.ready]
+
+    def states(self) -> dict[str, int]:
+        counts = {"ready": 0, "closed": 0, "closing": 0, "awaiting snapshot": 0}
+        for client in self.clients:
+            if client.ready:
+                counts["ready"] += 1
+            elif client.ws is None:
+                counts["closed"] += 1
+            elif client.closing:
+                counts["closing"] += 1
+            else:
+                counts["awaiting snapshot"] += 1
+        return counts
 
     def beats(self) -> dict[int, float]:
         """The latest heartbeat each user sent on a connection open for more than one interval."""
@@ -383,9 +404,16 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
                 pipe.send(("ok", None))
             elif command == "views":
                 pipe.send(("views", generator.views(argument)))
+            elif command == "reload":
+                # Clients whose views never converged after a fault reload their page, as a
+                # user would, so that the next fault is measured on its own.
+                for position in argument:
+                    generator.spawn(generator.reload(generator.clients[position]))
+                pipe.send(("ok", None))
             elif command == "beats":
                 pipe.send(("beats", generator.beats()))
             elif command == "stats":
+                generator.stats.states = generator.states()
                 pipe.send(("stats", generator.stats))
             elif command == "stop":
                 await generator.stop()
@@ -400,7 +428,5 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
 
 def main(spec: GeneratorSpec, pipe: Connection) -> None:
     """A generator process's entry point (multiprocessing, spawn)."""
-    try:
+    with contextlib.suppress(EOFError, KeyboardInterrupt, BrokenPipeError):
         asyncio.run(serve(spec, pipe))
-    except (EOFError, KeyboardInterrupt, BrokenPipeError):
-        pass

@@ -48,6 +48,13 @@ class Generators:
             result.extend(pipe.recv()[1])
         return result
 
+    def reload(self, by_generator: Mapping[int, list[int]]) -> None:
+        for number, pipe in enumerate(self.pipes):
+            pipe.send(("reload", by_generator.get(number, [])))
+        for pipe in self.pipes:
+            if pipe.poll(self.timeout):
+                pipe.recv()
+
     def beats(self) -> dict[int, float]:
         merged: dict[int, float] = {}
         for part in self.ask("beats"):
@@ -83,6 +90,8 @@ class Check:
     wrong: int = 0
     converged_in: float | None = None
     oracle_leaks: int = 0
+    #: connection indices still wrong at the end
+    still_wrong: list[int] = field(default_factory=list)
     examples: list[Any] = field(default_factory=list)
 
 
@@ -109,6 +118,9 @@ class Oracle:
             grouped.setdefault(number, []).append(position)
         return grouped
 
+    def reload(self, indices: Iterable[int]) -> None:
+        self.generators.reload(self._by_generator(indices))
+
     def compare(self, views: list[oracle.View]) -> oracle.Comparison:
         expected = expected_views(self.pages, {viewer for _, viewer, _ in views})
         return oracle.compare(views, expected, self.hidden, self.blocked_pairs)
@@ -132,6 +144,7 @@ class Oracle:
             # A client that reconnected meanwhile is not ready: it is compared next time.
             wrong, examples = again.wrong, again.examples
         check.wrong = len(wrong)
+        check.still_wrong = list(wrong)
         check.examples = examples
         if not wrong:
             check.converged_in = time.monotonic() - started

@@ -54,9 +54,9 @@ def compare(
         differs = False
         for target, presence in truth.items():
             result.entries += 1
-            if target != viewer and (target in hidden or (viewer, target) in blocked_pairs):
-                if reveals(presence):
-                    result.oracle_leaks.append((viewer, target))
+            hides = target in hidden or (viewer, target) in blocked_pairs
+            if target != viewer and hides and reveals(presence):
+                result.oracle_leaks.append((viewer, target))
             shown = view.get(target)
             if not agrees(shown, presence):
                 differs = True

@@ -66,6 +66,7 @@ class Run:
         self.windows: list[Window] = []
         self.rng = random.Random(3)
         self.processes: list[Any] = []
+        self.restarted: set[int] = set()
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -211,7 +212,8 @@ class Run:
         started = time.monotonic()
         self.servers.start_daphnes(self.env)
         print(
-            f"loadtest: {self.sizes.processes} daphne processes up in {time.monotonic() - started:.1f} s "
+            f"loadtest: {self.sizes.processes} daphne processes up in "
+            f"{time.monotonic() - started:.1f} s "
             f"(pids {', '.join(str(d.pid) for d in self.servers.daphnes)})",
             flush=True,
         )
@@ -241,6 +243,7 @@ class Run:
             from tools.loadtest.faults import Faults
 
             faults = Faults(self) if self.args.faults else None
+            self.restarted = faults.restarted if faults else set()
             schedule = self.checkpoint_times(faults)
             deadline = time.monotonic() + self.sizes.seconds
             for at, action in schedule:
@@ -258,6 +261,7 @@ class Run:
                 time.sleep(remaining)
             load_seconds = time.time() - load_started
             stats_during = self.totals(generators.stats())
+            print(f"loadtest: clients at the end of the load: {stats_during.states}", flush=True)
             rss_end = self.rss()
             final = self.checkpoint(sample=None, final=True)
             beats_lost, beats_checked = self.lost_heartbeats()
@@ -304,13 +308,15 @@ class Run:
         converged = "n/a" if check.converged_in is None else f"{check.converged_in:.1f} s"
         print(
             f"loadtest: {label}: {check.views} views, {check.entries} entries, "
-            f"{check.first_wrong} differing at first, {check.wrong} after {config.CONVERGENCE_BOUND} s "
+            f"{check.first_wrong} differing at first, "
+            f"{check.wrong} after {config.CONVERGENCE_BOUND} s "
             f"(converged in {converged})",
             flush=True,
         )
         for example in check.examples[:3] if check.wrong else []:
             print(
-                f"loadtest:   wrong: viewer {example[0]} target {example[1]}: shown {example[2]}, oracle {example[3]}",
+                f"loadtest:   wrong: viewer {example[0]} target {example[1]}: "
+                f"shown {example[2]}, oracle {example[3]}",
                 flush=True,
             )
         if not final:
@@ -374,10 +380,10 @@ class Run:
                 elif name.endswith(":seen"):
                     # Last seen stays (cleanup persists and removes it later); nobody may still
                     # count as connected or online.
-                    for _member, score in node.zrange(key, 0, -1, withscores=True):
-                        if score > 0 and (
-                            int(score) // 32 + config.ONLINE_WINDOW > now or int(score) & 16
-                        ):
+                    entries: Any = node.zrange(key, 0, -1, withscores=True)
+                    for _member, raw_score in entries:
+                        score = int(raw_score)
+                        if score > 0 and (score // 32 + config.ONLINE_WINDOW > now or score & 16):
                             found["seen online"] += 1
             node.close()
         for server in self.servers.layer:
@@ -417,7 +423,13 @@ class Run:
         for part in parts:
             for name, value in vars(part).items():
                 current = getattr(total, name)
-                setattr(total, name, current + value)
+                if isinstance(value, dict):
+                    merged = dict(current)
+                    for key, count in value.items():
+                        merged[key] = merged.get(key, 0) + count
+                    setattr(total, name, merged)
+                else:
+                    setattr(total, name, current + value)
         return total
 
     def outside_windows(self, events: list[Any]) -> tuple[list[Any], int]:
@@ -479,14 +491,15 @@ class Run:
             rows.append(
                 (
                     f"checkpoint {number}",
-                    f"{check.views} views, {check.first_wrong} differing at first, {check.wrong} wrong",
+                    f"{check.views} views, {check.first_wrong} differing at first, "
+                    f"{check.wrong} wrong",
                 )
             )
         rows.append(
             (
                 "final check",
-                f"{final.views} views / {final.entries:,} entries, {final.first_wrong} differing at "
-                f"first, {final.wrong} wrong",
+                f"{final.views} views / {final.entries:,} entries, "
+                f"{final.first_wrong} differing at first, {final.wrong} wrong",
             )
         )
         rows.append(("heartbeats checked", f"{beats_checked} users, {beats_lost} not recorded"))
@@ -496,13 +509,18 @@ class Run:
                 if window.converged_in is None
                 else f"{window.converged_in:.1f} s"
             )
+            if window.wrong_after:
+                converged += f" ({window.wrong_after} views still wrong, then reloaded)"
             rows.append((f"fault: {window.name}", f"converged in {converged}{window.note}"))
+        growth_max = 0.0
         if rss_start:
+            # A process restarted by a fault starts over: its growth says nothing.
             growth = [
                 (end - start) / start * 100
-                for start, end in zip(rss_start, rss_end, strict=False)
-                if start
-            ]
+                for index, (start, end) in enumerate(zip(rss_start, rss_end, strict=False))
+                if start and index not in self.restarted
+            ] or [0.0]
+            growth_max = max(growth) / 100
             rows.append(
                 (
                     "RSS after warm-up → end",
@@ -517,8 +535,8 @@ class Run:
         rows.append(
             (
                 "errors",
-                f"{len(closes)} unrequested closes, {len(http_errors)} HTTP 5xx, {len(logs.errors)} "
-                f"log errors, {len(stats.exceptions)} client exceptions, "
+                f"{len(closes)} unrequested closes, {len(http_errors)} HTTP 5xx, "
+                f"{len(logs.errors)} log errors, {len(stats.exceptions)} client exceptions, "
                 f"{len(self.relations.failures)} harness failures "
                 f"({closes_excused + http_excused + logs.excused} inside fault windows; "
                 f"{logs.warnings} log warnings)",
@@ -527,6 +545,11 @@ class Run:
         rows.append(("total time", f"{total_seconds:.1f} s"))
         print()
         print(report.table(rows))
+        codes: dict[str, int] = {}
+        for _at, code, _index in stats.unrequested:
+            codes[code] = codes.get(code, 0) + 1
+        if codes:
+            print(f"loadtest: unrequested closes by code (all, faults included): {codes}")
         for line in (
             [f"close {c}" for c in closes[:5]]
             + [f"http {h}" for h in http_errors[:5]]
@@ -541,14 +564,11 @@ class Run:
         orphaned = sum(orphans.values())
         if orphaned:
             errors += orphaned
-        if rss_start and self.args.soak:
-            growth_max = max((e - s) / s for s, e in zip(rss_start, rss_end, strict=False) if s)
-            if growth_max > 0.05:
-                errors += 1
-                print(f"loadtest: RSS grew {growth_max * 100:.1f} % (> 5 %)")
+        if rss_start and self.args.soak and growth_max > 0.05:
+            errors += 1
+            print(f"loadtest: RSS grew {growth_max * 100:.1f} % (> 5 %)")
         for window in self.windows:
-            if window.converged_in is None:
-                wrong += window.wrong_after
+            wrong += window.wrong_after
         print(
             report.final_line(
                 sizes.connections, sizes.processes, p50, p99, beats_lost, wrong, leaked, errors

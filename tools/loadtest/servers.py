@@ -116,6 +116,7 @@ class Servers:
             "DJANGO_SETTINGS_MODULE": "tools.loadtest.settings",
             "LOADTEST_DATABASE": database,
             "LOADTEST_PRESENCE": presence_json,
+            "LOADTEST_APPLICATION": "loadtest-daphne",
             "LOADTEST_LAYER_HOSTS": ",".join(server.url for server in self.layer),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }

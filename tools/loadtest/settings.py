@@ -29,6 +29,10 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 _database = os.environ.get("LOADTEST_DATABASE", "")
 if "://" in _database:
     DATABASES = {"default": dj_database_url.parse(_database, conn_max_age=0)}
+    # The fault "terminate PostgreSQL connections" ends the servers' connections by this name.
+    DATABASES["default"]["OPTIONS"] = {
+        "application_name": os.environ.get("LOADTEST_APPLICATION", "loadtest-harness")
+    }
 else:
     DATABASES = {
         "default": {
@@ -77,7 +81,15 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"timed": {"format": "%(created).3f %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "timed"}
+        if not os.environ.get("LOADTEST_HARNESS_LOG")
+        else {
+            "class": "logging.FileHandler",
+            "filename": os.environ["LOADTEST_HARNESS_LOG"],
+            "formatter": "timed",
+        }
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {"presence": {"handlers": ["console"], "level": "WARNING", "propagate": False}},
 }

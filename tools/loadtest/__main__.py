@@ -39,6 +39,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--users", type=int, help="users seeded (default 20,000; quick 2,000)")
     parser.add_argument("--connections", type=int, help="WebSocket clients (default 10,000)")
     parser.add_argument("--seconds", type=float, help="seconds of load (default 60; quick 15)")
+    parser.add_argument(
+        "--heartbeat",
+        type=int,
+        help="HEARTBEAT_INTERVAL in seconds (default 2; CONNECTION_TTL is three of them)",
+    )
     parser.add_argument("--soak", type=float, help="soak: run the load this many seconds")
     parser.add_argument("--faults", action="store_true", help="inject the faults during the load")
     parser.add_argument(
@@ -104,6 +109,8 @@ def main(argv: list[str]) -> int:
         connections=args.connections,
         seconds=args.soak or args.seconds,
     )
+    if args.heartbeat:
+        config.set_heartbeat(args.heartbeat)
     if sizes.connections > sizes.users * 2:
         raise SystemExit("--connections may be at most twice --users")
     work = Path(tempfile.mkdtemp(prefix="presence-loadtest-"))

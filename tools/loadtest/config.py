@@ -17,6 +17,14 @@ SWEEP_INTERVAL = 0.5
 CONVERGENCE_BOUND = CONNECTION_TTL + OFFLINE_GRACE + 4
 
 
+def set_heartbeat(seconds: int) -> None:
+    """A slower pace for big runs on small machines: the TTL stays three heartbeats."""
+    global HEARTBEAT_INTERVAL, CONNECTION_TTL, CONVERGENCE_BOUND
+    HEARTBEAT_INTERVAL = seconds
+    CONNECTION_TTL = 3 * seconds
+    CONVERGENCE_BOUND = CONNECTION_TTL + OFFLINE_GRACE + 4
+
+
 def presence_settings() -> dict[str, Any]:
     """``PRESENCE`` of the servers and the harness (JSON-able)."""
     return {

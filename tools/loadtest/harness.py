@@ -125,8 +125,9 @@ class Oracle:
         expected = expected_views(self.pages, {viewer for _, viewer, _ in views})
         return oracle.compare(views, expected, self.hidden, self.blocked_pairs)
 
-    def check(self, sample: int | None, bound: float = config.CONVERGENCE_BOUND) -> Check:
+    def check(self, sample: int | None, bound: float | None = None) -> Check:
         started = time.monotonic()
+        bound = config.CONVERGENCE_BOUND if bound is None else bound
         if sample is None:
             views = self.generators.views()
         else:

@@ -107,7 +107,9 @@ class Client:
         self.gen = generator
         self.ws: ClientConnection | None = None
         self.view: dict[int, PresenceTuple] = {}
-        self.stamps: dict[int, str] = {}
+        self.stamps: dict[int, str | None] = {}
+        #: targets whose diff arrived before their snapshot
+        self.early: set[int] = set()
         self.pending_snapshots = 0
         self.idle = False
         self.closing = False
@@ -126,6 +128,7 @@ class Client:
         self.closing = False
         self.view = {}
         self.stamps = {}
+        self.early = set()
         try:
             async with gen.opening:
                 self.ws = await connect(
@@ -207,18 +210,24 @@ class Client:
                 gen.stats.leaks.append((now, viewer, target, presence))
             if kind == "presence_diff":
                 text = presence[3]
-                if text and text.startswith("t=") and self.stamps.get(target) != text:
-                    self.stamps[target] = text
+                before = self.stamps.get(target)
+                if text and text.startswith("t=") and before is not None and before != text:
                     with contextlib.suppress(ValueError):
                         gen.stats.latencies.append(now - float(text[2:]))
-            elif presence[3]:
-                self.stamps[target] = presence[3]
-            if kind == "presence_state" or target in self.view:
+            # The last stamp shown; None when the text is hidden (its next appearance is a
+            # change of visibility, not of status: no sample).
+            self.stamps[target] = presence[3]
+            if kind == "presence_diff":
+                if target not in self.view and self.pending_snapshots:
+                    # A diff before the snapshot describes a later state: it wins.
+                    self.early.add(target)
                 self.view[target] = presence
-            else:  # a diff before the snapshot describes a later state: it wins
+            elif target not in self.early:
                 self.view[target] = presence
         if kind == "presence_state":
             self.pending_snapshots = max(0, self.pending_snapshots - 1)
+            if not self.pending_snapshots:
+                self.early.clear()
 
     async def close(self) -> None:
         self.closing = True

@@ -165,7 +165,7 @@ def seed(graph: Graph) -> Seeded:
     from django.contrib.auth.hashers import make_password
     from django.db import transaction
 
-    from presence.models import Block, Contact, PrivacySettings
+    from presence.models import Block, Contact, PrivacySettings, UserStatus
 
     started = time.monotonic()
     user_model = get_user_model()
@@ -205,6 +205,13 @@ def seed(graph: Graph) -> Seeded:
             "invisible",
         ),
         privacy_rows,
+    )
+    # Everyone starts with a status text "t=0": a client measures the fan-out latency from one
+    # stamp to the next, never from a text that only became visible (a follow, a privacy change).
+    _insert(
+        UserStatus._meta.db_table,
+        ("user_id", "dnd", "text", "emoji", "activity", "updated_at"),
+        [(pk, False, "t=0", "", "", now) for pk in pks],
     )
     _insert(
         Block._meta.db_table,

@@ -361,7 +361,9 @@ class Run:
         passed): presence keys beyond the documented layout's leftovers, and group keys."""
         import redis
 
-        time.sleep(max(config.OFFLINE_GRACE, config.ONLINE_WINDOW) + 2 * config.SWEEP_INTERVAL + 2)
+        # Connections a failed close left behind count as gone after CONNECTION_TTL.
+        longest = max(config.OFFLINE_GRACE, config.ONLINE_WINDOW, config.CONNECTION_TTL)
+        time.sleep(longest + 2 * config.SWEEP_INTERVAL + 2)
         found = {"conns": 0, "expiries": 0, "due": 0, "seen online": 0, "groups": 0}
         if self.servers.cluster:
             nodes = [redis.Redis(port=n.port) for n in self.servers.cluster.nodes if n.running]

@@ -383,11 +383,17 @@ class Generator:
         return latest
 
     async def stop(self) -> None:
+        """Every client leaves (a requested close); bounded, so that a stuck handshake or
+        close cannot hold the run."""
         self.stopping = True
-        await asyncio.gather(*(client.close() for client in self.clients))
         for task in list(self.background):
             task.cancel()
-        await asyncio.gather(*self.background, return_exceptions=True)
+        closing = [asyncio.ensure_future(client.close()) for client in self.clients]
+        _, late = await asyncio.wait(closing, timeout=30)
+        for task in late:
+            task.cancel()
+        if self.background:
+            await asyncio.wait(list(self.background), timeout=5)
 
 
 async def serve(spec: GeneratorSpec, pipe: Connection) -> None:

@@ -218,6 +218,12 @@ def seed(graph: Graph) -> Seeded:
         ("blocker_id", "blocked_id", "created_at"),
         [(pks[a], pks[b], now) for a, b in graph.blocks],
     )
+    # Fresh statistics for the planner: after a bulk load PostgreSQL has none (and would scan
+    # the contacts table for every relation query), SQLite's are from the empty tables.
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
     return Seeded(graph, pks, time.monotonic() - started)
 
 

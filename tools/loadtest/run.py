@@ -252,8 +252,8 @@ class Run:
                     time.sleep(wait)
                 if action == "checkpoint":
                     checks.append(self.checkpoint(sample=self.sizes.checkpoint_sample))
-                    if rss_start is None:
-                        rss_start = self.rss()
+                elif action == "warmed up":
+                    rss_start = self.rss()
                 elif faults is not None:
                     faults.inject(action)
             remaining = deadline - time.monotonic()
@@ -288,7 +288,7 @@ class Run:
         seconds = self.sizes.seconds
         if self.args.quick and faults is None:
             # One checkpoint in the middle, then the final check: under a minute in all.
-            return [(seconds / 2, "checkpoint")]
+            return [(seconds / 2, "checkpoint"), (seconds / 2, "warmed up")]
         times: list[tuple[float, str]] = [(min(5.0, seconds / 3), "checkpoint")]
         if faults is not None:
             names = faults.names()
@@ -299,6 +299,8 @@ class Run:
             count = max(1, int(seconds // 30))
             for position in range(1, count + 1):
                 times.append((seconds * position / (count + 1), "checkpoint"))
+        # RSS is sampled after a warm-up: a quarter of the run, at most a minute.
+        times.append((min(60.0, seconds / 4), "warmed up"))
         return sorted(times)
 
     def checkpoint(self, sample: int | None, final: bool = False) -> Any:

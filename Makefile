@@ -8,7 +8,7 @@ WITH_REDIS := $(PY) -m tools.redis_server --
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install demo test lint docs bench messages clean
+.PHONY: install demo test lint docs bench loadtest messages clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,12 @@ docs: install
 
 bench: install
 	$(WITH_REDIS) $(PY) -m benchmarks $(BENCH_ARGS)
+
+# The load, soak and fault test (tools/loadtest, docs/development.md): starts its own Redis (or
+# cluster), channel-layer Redis servers, daphne processes and load generators, and stops them.
+# LOAD_ARGS=--quick is the CI smoke (under a minute); e.g. LOAD_ARGS="--soak 600 --faults".
+loadtest: install
+	$(PY) -m tools.loadtest $(LOAD_ARGS)
 
 # The release: sdist and wheel in dist/, metadata checked by twine.
 dist: install

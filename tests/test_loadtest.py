@@ -1,0 +1,93 @@
+"""The load test's pure parts (tools/loadtest): the oracle's comparison counting wrong views and
+leaks, the power-law graph's shape, and the final line scripts read. The load itself runs with
+``make loadtest``."""
+
+from __future__ import annotations
+
+import random
+import re
+import statistics
+
+from tools.loadtest import oracle, population, report
+from tools.loadtest.generator import PresenceTuple, reveals
+
+ONLINE: PresenceTuple = ("online", "2025-01-31T09:30:00+00:00", ("web",), None, None, None)
+HIDDEN: PresenceTuple = ("offline", None, (), None, None, None)
+
+
+def test_an_online_user_agrees_whatever_their_last_seen() -> None:
+    later = ("online", "2025-01-31T09:31:00+00:00", ("web",), None, None, None)
+    assert oracle.agrees(ONLINE, later)
+    assert not oracle.agrees(ONLINE, ("idle", *later[1:]))
+    assert not oracle.agrees(ONLINE, ("online", later[1], ("mobile",), None, None, None))
+
+
+def test_an_offline_user_is_compared_with_their_last_seen() -> None:
+    seen = ("offline", "2025-01-31T09:30:00+00:00", (), None, None, None)
+    assert oracle.agrees(seen, seen)
+    assert not oracle.agrees(seen, HIDDEN)
+    assert not oracle.agrees(None, HIDDEN)  # never shown at all
+
+
+def test_compare_counts_views_with_any_differing_entry() -> None:
+    views = [(0, 1, {2: ONLINE, 3: HIDDEN}), (1, 4, {2: HIDDEN}), (2, 5, {2: ONLINE})]
+    expected = {1: {2: ONLINE, 3: HIDDEN}, 4: {2: ONLINE}, 5: {2: ONLINE, 3: ONLINE}}
+    result = oracle.compare(views, expected, hidden=set(), blocked_pairs=set())
+    assert result.views == 3
+    assert result.entries == 5
+    assert result.wrong == [1, 2]
+    assert result.wrong_entries == 2
+    assert result.oracle_leaks == []
+
+
+def test_compare_counts_the_oracle_showing_a_hidden_user_as_a_leak() -> None:
+    views = [(0, 1, {7: ONLINE, 8: ONLINE})]
+    expected = {1: {7: ONLINE, 8: ONLINE}}
+    result = oracle.compare(views, expected, hidden={7}, blocked_pairs={(1, 8)})
+    assert result.oracle_leaks == [(1, 7), (1, 8)]
+    assert result.wrong == []
+
+
+def test_a_hidden_look_reveals_nothing_and_anything_else_does() -> None:
+    assert not reveals(HIDDEN)
+    assert reveals(ONLINE)
+    assert reveals(("offline", "2025-01-31T09:30:00+00:00", (), None, None, None))
+    assert reveals(("offline", None, (), "Focus", None, None))
+
+
+def test_contact_degrees_have_the_asked_median_and_a_capped_tail() -> None:
+    degrees = population.contact_degrees(20_000, 150, 5_000, 3, random.Random(1))
+    assert 140 <= statistics.median(degrees) <= 160
+    assert max(degrees) == 5_000
+    assert sum(1 for d in degrees if d == 5_000) >= 3
+    assert min(degrees) >= 100  # a Pareto law starts at its scale
+
+
+def test_the_graph_keeps_its_median_with_returned_follows() -> None:
+    graph = population.build_graph(2_000, 150, 1_000, 2, hidden=10, seed=3)
+    assert 135 <= population.median_degree(graph) <= 165
+    assert all(owner not in contacts for owner, contacts in enumerate(graph.contacts))
+    assert len(graph.hidden) == 10
+    assert all(graph.privacy[user] == "nobody" for user in graph.hidden)
+    assert all(a != b for a, b in graph.blocks)
+
+
+def test_the_final_line_has_the_format_scripts_read() -> None:
+    line = report.final_line(10_000, 3, 0.0123, 0.25, 0, 2, 0, 5)
+    assert line == (
+        "load: 10000 connections, 3 processes, p50 12 ms, p99 250 ms, lost 0, wrong 2, "
+        "leaked 0, errors 5"
+    )
+    pattern = (
+        r"load: (\d+) connections, (\d+) processes, p50 (\S+) ms, p99 (\S+) ms, "
+        r"lost (\d+), wrong (\d+), leaked (\d+), errors (\d+)"
+    )
+    assert re.fullmatch(pattern, line)
+    assert "p50 n/a ms" in report.final_line(1, 1, None, None, 0, 0, 0, 0)
+
+
+def test_percentiles() -> None:
+    samples = [float(n) for n in range(1, 101)]
+    assert report.percentile(samples, 0.5) == 51.0
+    assert report.percentile(samples, 0.99) == 100.0
+    assert report.percentile([], 0.5) is None

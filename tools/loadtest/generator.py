@@ -1,0 +1,447 @@
+"""The load generator: processes of their own, each holding thousands of real WebSocket clients
+(the ``websockets`` library) and making real HTTP requests to the daphne processes.
+
+Each client keeps the view it was sent (snapshot, then diffs), beats at HEARTBEAT_INTERVAL, and
+on the scheduler's draw reloads, closes its tab for a while, switches idle/active, changes its
+status (the text carries the change's time, so that every subscriber measures the fan-out
+latency on the one clock of this machine) or views a page over HTTP (through the middleware).
+A frame revealing anything of a user the viewer may never see is counted as a leak at once.
+
+The harness drives a generator through a pipe: ``pause``/``resume`` the behaviours, ``views``
+(what each client was shown), ``beats`` (the latest heartbeat each user sent), ``stats``,
+``stop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+#: ids per subscribe frame (a frame of up to 100 ids costs one of the rate limit)
+SUBSCRIBE_CHUNK = 100
+#: clients opening at once (the handshakes of thousands would only time out)
+OPENING_AT_ONCE = 100
+TICK = 0.1
+
+#: one presence as compared: status, last_seen, devices, text, emoji, activity
+PresenceTuple = tuple[str, str | None, tuple[str, ...], str | None, str | None, str | None]
+
+
+def as_tuple(presence: dict[str, Any]) -> PresenceTuple:
+    return (
+        presence.get("status", "offline"),
+        presence.get("last_seen"),
+        tuple(presence.get("devices") or ()),
+        presence.get("text"),
+        presence.get("emoji"),
+        presence.get("activity"),
+    )
+
+
+def reveals(presence: PresenceTuple) -> bool:
+    """Whether a presence shows anything beyond "offline, never seen" (a hidden user's look)."""
+    status, last_seen, devices, text, emoji, activity = presence
+    return status != "offline" or bool(last_seen or devices or text or emoji or activity)
+
+
+@dataclass
+class ClientSpec:
+    index: int
+    user: int
+    cookie: str
+    page: list[int]
+    device: str
+    server: int
+
+
+@dataclass
+class GeneratorSpec:
+    number: int
+    clients: list[ClientSpec]
+    #: users with sessions who only view pages (online through the middleware)
+    page_viewers: list[tuple[int, str]]
+    ports: list[int]
+    hidden: set[int]
+    blocked_pairs: set[tuple[int, int]]
+    heartbeat_interval: float
+    churn_per_second: float
+    status_per_second: float
+    idle_per_second: float
+    page_views_per_second: float
+    seed: int
+
+
+@dataclass
+class Stats:
+    frames_sent: int = 0
+    frames_received: int = 0
+    heartbeats: int = 0
+    http_requests: int = 0
+    http_5xx: list[tuple[float, int]] = field(default_factory=list)
+    #: (time, code, client index) of closes and failures the client did not ask for
+    unrequested: list[tuple[float, str, int]] = field(default_factory=list)
+    leaks: list[tuple[float, int, int, PresenceTuple]] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    opened: int = 0
+    reloads: int = 0
+    tab_closes: int = 0
+    status_changes: int = 0
+    idle_switches: int = 0
+    exceptions: list[str] = field(default_factory=list)
+    #: clients by state when the stats were asked for (ready, opening, waiting for a snapshot)
+    states: dict[str, int] = field(default_factory=dict)
+
+
+class Client:
+    def __init__(self, spec: ClientSpec, generator: Generator) -> None:
+        self.spec = spec
+        self.gen = generator
+        self.ws: ClientConnection | None = None
+        self.view: dict[int, PresenceTuple] = {}
+        self.stamps: dict[int, str | None] = {}
+        #: targets whose diff arrived before their snapshot
+        self.early: set[int] = set()
+        self.pending_snapshots = 0
+        self.idle = False
+        self.closing = False
+        self.last_beat = 0.0
+        self.opened_at = 0.0
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.ws is not None and not self.closing and self.pending_snapshots == 0
+
+    async def open(self) -> None:
+        gen = self.gen
+        port = gen.spec.ports[self.spec.server % len(gen.spec.ports)]
+        url = f"ws://127.0.0.1:{port}/ws/presence/?device={self.spec.device}"
+        self.closing = False
+        self.view = {}
+        self.stamps = {}
+        self.early = set()
+        try:
+            async with gen.opening:
+                self.ws = await connect(
+                    url,
+                    additional_headers={"Cookie": f"sessionid={self.spec.cookie}"},
+                    origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+                    open_timeout=30,
+                    ping_interval=None,
+                    close_timeout=5,
+                    compression=None,
+                    max_size=2**22,
+                )
+        except Exception as error:  # refused, timed out: the server is down or overloaded
+            self.ws = None
+            failed = f"open:{type(error).__name__}"
+            gen.stats.unrequested.append((time.time(), failed, self.spec.index))
+            if not gen.stopping:
+                gen.reopen_later(self, 1 + 2 * random.random())
+            return
+        self.opened_at = time.time()
+        gen.stats.opened += 1
+        page = self.spec.page
+        chunks = [page[i : i + SUBSCRIBE_CHUNK] for i in range(0, len(page), SUBSCRIBE_CHUNK)]
+        self.pending_snapshots = len(chunks)
+        self.task = asyncio.create_task(self.run(self.ws))
+        for chunk in chunks:
+            await self.send({"type": "subscribe", "users": chunk})
+        await self.beat()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        ws = self.ws
+        if ws is None or self.closing:
+            return
+        try:
+            await ws.send(json.dumps(frame))
+            self.gen.stats.frames_sent += 1
+        except ConnectionClosed:
+            pass  # the reader reports the close
+
+    async def beat(self) -> None:
+        await self.send({"type": "heartbeat", "state": "idle" if self.idle else "active"})
+        if self.ws is not None and not self.closing:
+            self.last_beat = time.time()
+            self.gen.stats.heartbeats += 1
+
+    async def run(self, ws: ClientConnection) -> None:
+        gen = self.gen
+        try:
+            async for message in ws:
+                gen.stats.frames_received += 1
+                self.receive(json.loads(message))
+        except ConnectionClosed:
+            pass
+        except Exception as error:
+            gen.stats.exceptions.append(repr(error))
+        if not self.closing and self.ws is ws:
+            code = ws.close_code if ws.close_code is not None else "none"
+            gen.stats.unrequested.append((time.time(), str(code), self.spec.index))
+            self.ws = None
+            gen.reopen_later(self, 0.5 + random.random())
+
+    def receive(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind not in ("presence_state", "presence_diff"):
+            if kind == "error":
+                self.gen.stats.exceptions.append(f"error frame: {frame}")
+            return
+        now = time.time()
+        viewer = self.spec.user
+        gen = self.gen
+        for key, raw in frame["presences"].items():
+            target = int(key)
+            presence = as_tuple(raw)
+            if (
+                target != viewer
+                and (target in gen.spec.hidden or (viewer, target) in gen.spec.blocked_pairs)
+                and reveals(presence)
+            ):
+                gen.stats.leaks.append((now, viewer, target, presence))
+            if kind == "presence_diff":
+                text = presence[3]
+                before = self.stamps.get(target)
+                if text and text.startswith("t=") and before is not None and before != text:
+                    with contextlib.suppress(ValueError):
+                        gen.stats.latencies.append(now - float(text[2:]))
+            # The last stamp shown; None when the text is hidden (its next appearance is a
+            # change of visibility, not of status: no sample).
+            self.stamps[target] = presence[3]
+            if kind == "presence_diff":
+                if target not in self.view and self.pending_snapshots:
+                    # A diff before the snapshot describes a later state: it wins.
+                    self.early.add(target)
+                self.view[target] = presence
+            elif target not in self.early:
+                self.view[target] = presence
+        if kind == "presence_state":
+            self.pending_snapshots = max(0, self.pending_snapshots - 1)
+            if not self.pending_snapshots:
+                self.early.clear()
+
+    async def close(self) -> None:
+        self.closing = True
+        ws, self.ws = self.ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                await ws.close()
+        if self.task is not None:
+            with contextlib.suppress(Exception):
+                await self.task
+            self.task = None
+
+
+class Generator:
+    def __init__(self, spec: GeneratorSpec) -> None:
+        self.spec = spec
+        self.stats = Stats()
+        self.rng = random.Random(spec.seed)
+        self.clients = [Client(c, self) for c in spec.clients]
+        self.opening = asyncio.Semaphore(OPENING_AT_ONCE)
+        self.paused = False
+        self.stopping = False
+        self.background: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def reopen_later(self, client: Client, delay: float) -> None:
+        async def reopen() -> None:
+            await asyncio.sleep(delay)
+            if not self.stopping and client.ws is None:
+                await client.open()
+
+        self.spawn(reopen())
+
+    async def open_all(self) -> float:
+        started = time.monotonic()
+        await asyncio.gather(*(client.open() for client in self.clients))
+        return time.monotonic() - started
+
+    async def heartbeats(self) -> None:
+        interval = self.spec.heartbeat_interval
+        while not self.stopping:
+            started = time.monotonic()
+            for client in self.clients:
+                if client.ws is not None and not client.closing:
+                    self.spawn(client.beat())
+            await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
+
+    def draws(self, rate: float, count: int) -> int:
+        """Events in one tick of ``count`` clients at ``rate`` per client per second."""
+        expected = rate * count * TICK
+        whole = int(expected)
+        return whole + (1 if self.rng.random() < expected - whole else 0)
+
+    async def behaviours(self) -> None:
+        spec = self.spec
+        while not self.stopping:
+            await asyncio.sleep(TICK)
+            if self.paused:
+                continue
+            live = [c for c in self.clients if c.ready]
+            if not live:
+                continue
+            for _ in range(self.draws(spec.churn_per_second, len(live))):
+                self.spawn(self.churn(self.rng.choice(live)))
+            for _ in range(self.draws(spec.status_per_second, len(live))):
+                self.spawn(self.change_status(self.rng.choice(live)))
+            for _ in range(self.draws(spec.idle_per_second, len(live))):
+                client = self.rng.choice(live)
+                client.idle = not client.idle
+                self.stats.idle_switches += 1
+                self.spawn(client.beat())
+            for _ in range(self.draws(spec.page_views_per_second, len(live))):
+                if spec.page_viewers and self.rng.random() < 0.5:
+                    _user, cookie = self.rng.choice(spec.page_viewers)
+                    page = self.rng.choice(live).spec.page
+                else:
+                    client = self.rng.choice(live)
+                    cookie, page = client.spec.cookie, client.spec.page
+                self.spawn(self.page_view(cookie, page))
+
+    async def churn(self, client: Client) -> None:
+        if client.closing or client.ws is None:
+            return
+        await client.close()
+        if self.rng.random() < 0.5:
+            self.stats.reloads += 1
+            delay = 0.05
+        else:
+            self.stats.tab_closes += 1
+            delay = 1 + 3 * self.rng.random()
+        self.reopen_later(client, delay)
+
+    async def reload(self, client: Client) -> None:
+        await client.close()
+        self.reopen_later(client, 0.05)
+
+    async def change_status(self, client: Client) -> None:
+        status = self.rng.choices(["auto", "dnd", "invisible"], [0.7, 0.25, 0.05])[0]
+        self.stats.status_changes += 1
+        await client.send({"type": "set_status", "status": status, "text": f"t={time.time():.4f}"})
+
+    async def page_view(self, cookie: str, page: list[int]) -> None:
+        port = self.rng.choice(self.spec.ports)
+        ids = ",".join(str(i) for i in page[:20])
+        request = (
+            f"GET /presence/api/presence?users={ids} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Cookie: sessionid={cookie}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        self.stats.http_requests += 1
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", port), timeout=10
+            )
+            writer.write(request)
+            await writer.drain()
+            status_line = await asyncio.wait_for(reader.readline(), timeout=30)
+            await asyncio.wait_for(reader.read(), timeout=30)
+            writer.close()
+            status = int(status_line.split()[1]) if status_line else 599
+        except (OSError, TimeoutError, ValueError, IndexError):
+            status = 599  # no answer: counted like a 5xx
+        if status >= 500:
+            self.stats.http_5xx.append((time.time(), status))
+
+    def views(self, indices: list[int] | None) -> list[tuple[int, int, dict[int, PresenceTuple]]]:
+        chosen = self.clients if indices is None else [self.clients[i] for i in indices]
+        return [(c.spec.index, c.spec.user, dict(c.view)) for c in chosen if c.ready]
+
+    def states(self) -> dict[str, int]:
+        counts = {"ready": 0, "closed": 0, "closing": 0, "awaiting snapshot": 0}
+        for client in self.clients:
+            if client.ready:
+                counts["ready"] += 1
+            elif client.ws is None:
+                counts["closed"] += 1
+            elif client.closing:
+                counts["closing"] += 1
+            else:
+                counts["awaiting snapshot"] += 1
+        return counts
+
+    def beats(self) -> dict[int, float]:
+        """The latest heartbeat each user sent on a connection open for more than one interval."""
+        latest: dict[int, float] = {}
+        settle = time.time() - self.spec.heartbeat_interval
+        for client in self.clients:
+            if client.ready and client.opened_at < settle and client.last_beat:
+                latest[client.spec.user] = max(latest.get(client.spec.user, 0), client.last_beat)
+        return latest
+
+    async def stop(self) -> None:
+        """Every client leaves (a requested close); bounded, so that a stuck handshake or
+        close cannot hold the run."""
+        self.stopping = True
+        for task in list(self.background):
+            task.cancel()
+        closing = [asyncio.ensure_future(client.close()) for client in self.clients]
+        _, late = await asyncio.wait(closing, timeout=30)
+        for task in late:
+            task.cancel()
+        if self.background:
+            await asyncio.wait(list(self.background), timeout=5)
+
+
+async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
+    generator = Generator(spec)
+    loop = asyncio.get_running_loop()
+    opened_in = await generator.open_all()
+    pipe.send(("opened", opened_in))
+    tasks = [
+        asyncio.create_task(generator.heartbeats()),
+        asyncio.create_task(generator.behaviours()),
+    ]
+    try:
+        while True:
+            ready = await loop.run_in_executor(None, pipe.poll, 0.2)
+            if not ready:
+                continue
+            command, argument = pipe.recv()
+            if command == "pause":
+                generator.paused = True
+                pipe.send(("ok", None))
+            elif command == "resume":
+                generator.paused = False
+                pipe.send(("ok", None))
+            elif command == "views":
+                pipe.send(("views", generator.views(argument)))
+            elif command == "reload":
+                # Clients whose views never converged after a fault reload their page, as a
+                # user would, so that the next fault is measured on its own.
+                for position in argument:
+                    generator.spawn(generator.reload(generator.clients[position]))
+                pipe.send(("ok", None))
+            elif command == "beats":
+                pipe.send(("beats", generator.beats()))
+            elif command == "stats":
+                generator.stats.states = generator.states()
+                pipe.send(("stats", generator.stats))
+            elif command == "stop":
+                await generator.stop()
+                pipe.send(("stats", generator.stats))
+                return
+    finally:
+        generator.stopping = True
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def main(spec: GeneratorSpec, pipe: Connection) -> None:
+    """A generator process's entry point (multiprocessing, spawn)."""
+    with contextlib.suppress(EOFError, KeyboardInterrupt, BrokenPipeError):
+        asyncio.run(serve(spec, pipe))

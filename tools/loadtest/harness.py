@@ -1,0 +1,248 @@
+"""The harness: the oracle's side of the run, in the process that seeded the database.
+
+It drives the generator processes through their pipes, makes the relation and privacy changes a
+site's own code would make (through presence's API and models, as the demo does), and compares
+every client's view with ``bulk_presence`` for that viewer.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from tools.loadtest import config, oracle
+from tools.loadtest.generator import PresenceTuple, Stats, as_tuple
+from tools.loadtest.population import Graph
+
+
+class Generators:
+    """The pipes to the generator processes: every command goes to all and waits for all."""
+
+    def __init__(self, pipes: Sequence[Connection], timeout: float = 300.0) -> None:
+        self.pipes = pipes
+        self.timeout = timeout
+
+    def ask(self, command: str, argument: Any = None) -> list[Any]:
+        for pipe in self.pipes:
+            pipe.send((command, argument))
+        answers = []
+        for pipe in self.pipes:
+            if not pipe.poll(self.timeout):
+                raise RuntimeError(f"a generator did not answer {command!r}")
+            answers.append(pipe.recv()[1])
+        return answers
+
+    def views(self, indices: Mapping[int, list[int]] | None = None) -> list[oracle.View]:
+        """Views of all ready clients, or of ``indices`` (generator -> client positions)."""
+        for number, pipe in enumerate(self.pipes):
+            pipe.send(("views", None if indices is None else indices.get(number, [])))
+        result: list[oracle.View] = []
+        for pipe in self.pipes:
+            if not pipe.poll(self.timeout):
+                raise RuntimeError("a generator did not answer 'views'")
+            result.extend(pipe.recv()[1])
+        return result
+
+    def reload(self, by_generator: Mapping[int, list[int]]) -> None:
+        for number, pipe in enumerate(self.pipes):
+            pipe.send(("reload", by_generator.get(number, [])))
+        for pipe in self.pipes:
+            if pipe.poll(self.timeout):
+                pipe.recv()
+
+    def beats(self) -> dict[int, float]:
+        merged: dict[int, float] = {}
+        for part in self.ask("beats"):
+            for user, at in part.items():
+                merged[user] = max(merged.get(user, 0.0), at)
+        return merged
+
+    def stats(self, command: str = "stats") -> list[Stats]:
+        return self.ask(command)
+
+
+def expected_views(
+    pages: Mapping[int, list[int]], viewers: Iterable[int]
+) -> dict[int, dict[int, PresenceTuple]]:
+    """By viewer: each target of its page as ``bulk_presence`` resolves it for that viewer now."""
+    from presence.api import bulk_presence
+
+    result: dict[int, dict[int, PresenceTuple]] = {}
+    for viewer in viewers:
+        resolved = bulk_presence(pages[viewer], viewer)
+        result[viewer] = {int(pk): as_tuple(p.as_dict()) for pk, p in resolved.items()}
+    return result
+
+
+@dataclass
+class Check:
+    """One comparison of views with the oracle, repeated on the differing ones until they agree
+    or the convergence bound passes."""
+
+    views: int = 0
+    entries: int = 0
+    first_wrong: int = 0
+    wrong: int = 0
+    converged_in: float | None = None
+    oracle_leaks: int = 0
+    #: connection indices still wrong at the end
+    still_wrong: list[int] = field(default_factory=list)
+    examples: list[Any] = field(default_factory=list)
+
+
+class Oracle:
+    def __init__(
+        self,
+        generators: Generators,
+        pages_by_user: Mapping[int, list[int]],
+        positions: Mapping[int, tuple[int, int]],
+        hidden: set[int],
+        blocked_pairs: set[tuple[int, int]],
+    ) -> None:
+        self.generators = generators
+        self.pages = pages_by_user
+        #: connection index -> (generator, position in it)
+        self.positions = positions
+        self.hidden = hidden
+        self.blocked_pairs = blocked_pairs
+
+    def _by_generator(self, indices: Iterable[int]) -> dict[int, list[int]]:
+        grouped: dict[int, list[int]] = {}
+        for index in indices:
+            number, position = self.positions[index]
+            grouped.setdefault(number, []).append(position)
+        return grouped
+
+    def reload(self, indices: Iterable[int]) -> None:
+        self.generators.reload(self._by_generator(indices))
+
+    def compare(self, views: list[oracle.View]) -> oracle.Comparison:
+        expected = expected_views(self.pages, {viewer for _, viewer, _ in views})
+        return oracle.compare(views, expected, self.hidden, self.blocked_pairs)
+
+    def check(self, sample: int | None, bound: float | None = None) -> Check:
+        started = time.monotonic()
+        bound = config.CONVERGENCE_BOUND if bound is None else bound
+        if sample is None:
+            views = self.generators.views()
+        else:
+            chosen = random.sample(sorted(self.positions), min(sample, len(self.positions)))
+            views = self.generators.views(self._by_generator(chosen))
+        result = self.compare(views)
+        check = Check(views=result.views, entries=result.entries, first_wrong=len(result.wrong))
+        check.oracle_leaks = len(result.oracle_leaks)
+        wrong = result.wrong
+        examples = result.examples
+        deadline = started + bound
+        while wrong and time.monotonic() < deadline:
+            time.sleep(0.5)
+            again = self.compare(self.generators.views(self._by_generator(wrong)))
+            # A client that reconnected meanwhile is not ready: it is compared next time.
+            wrong, examples = again.wrong, again.examples
+        check.wrong = len(wrong)
+        check.still_wrong = list(wrong)
+        check.examples = examples
+        if not wrong:
+            check.converged_in = time.monotonic() - started
+        return check
+
+
+class RelationChanges(threading.Thread):
+    """Follows, unfollows, blocks (lifted later) and privacy changes, made through presence's
+    API and models as a site's views would, at ``rate`` per second. Never touches the hidden
+    users or the seeded blocks, so that those stay hidden for the whole run."""
+
+    LEVELS = ("everyone", "contacts", "close_friends", "nobody")
+
+    def __init__(self, graph: Graph, pks: list[int], rate: float, seed: int = 5) -> None:
+        super().__init__(daemon=True, name="relation-changes")
+        self.graph = graph
+        self.pks = pks
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.stop_event = threading.Event()
+        self.paused = threading.Event()
+        self.idle = threading.Event()
+        self.protected = set(graph.hidden)
+        self.seeded_blocks = graph.blocked_pairs()
+        self.own_blocks: list[tuple[int, int]] = []
+        self.counts = {"follow": 0, "unfollow": 0, "block": 0, "unblock": 0, "privacy": 0}
+        self.failures: list[str] = []
+
+    def pause(self) -> None:
+        self.paused.set()
+        self.idle.wait(10)
+
+    def resume(self) -> None:
+        self.paused.clear()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(15)
+
+    def run(self) -> None:
+        from django.db import close_old_connections
+
+        try:
+            while not self.stop_event.is_set():
+                if self.paused.is_set():
+                    self.idle.set()
+                    time.sleep(0.05)
+                    continue
+                self.idle.clear()
+                try:
+                    self.change()
+                except Exception as error:  # reported, never fatal: the run goes on
+                    self.failures.append(repr(error))
+                self.stop_event.wait(1 / self.rate)
+        finally:
+            self.idle.set()
+            close_old_connections()
+
+    def _user(self) -> int:
+        while True:
+            index = self.rng.randrange(self.graph.users)
+            if index not in self.protected:
+                return index
+
+    def change(self) -> None:
+        from presence import api
+        from presence.models import PrivacySettings
+
+        kind = self.rng.choices(["follow", "unfollow", "block", "privacy"], [3, 3, 1, 2])[0]
+        a, b = self._user(), self._user()
+        if a == b or (a, b) in self.seeded_blocks:
+            return
+        if kind == "follow":
+            api.follow(self.pks[a], self.pks[b])
+        elif kind == "unfollow":
+            contacts = self.graph.contacts[a]
+            if not contacts:
+                return
+            b = self.rng.choice(sorted(contacts))
+            api.unfollow(self.pks[a], self.pks[b])
+        elif kind == "block":
+            if self.own_blocks and self.rng.random() < 0.5:
+                a, b = self.own_blocks.pop(0)
+                api.unblock(self.pks[a], self.pks[b])
+                self.counts["unblock"] += 1
+                return
+            api.block(self.pks[a], self.pks[b])
+            self.own_blocks.append((a, b))
+        else:
+            level = self.rng.choice(self.LEVELS)
+            PrivacySettings.objects.update_or_create(
+                user_id=self.pks[a],
+                defaults={
+                    "online_visibility": level,
+                    "last_seen_visibility": self.rng.choice(self.LEVELS),
+                    "activity_visibility": self.rng.choice(self.LEVELS),
+                    "invisible": self.rng.random() < 0.05,
+                },
+            )
+        self.counts[kind] += 1

@@ -1,0 +1,585 @@
+"""One run of the load test, from seeding to the final line (``python -m tools.loadtest``)."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import django
+
+from tools.loadtest import config, report
+from tools.loadtest.config import Sizes
+from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
+from tools.loadtest.generator import main as generator_main
+from tools.loadtest.servers import Servers
+
+#: hidden users (every visibility "nobody", never changed) and how many pages show each
+HIDDEN_USERS = 50
+DEVICES = ("web", "web", "web", "mobile", "desktop")
+LOG_RECORD = re.compile(r"^(\d{9,}\.\d{3}) (\w+) (\S+) (.*)$")
+
+
+@dataclass
+class Window:
+    """A fault's window: from its start until its end plus the convergence bound."""
+
+    name: str
+    start: float
+    end: float = 0.0
+    converged_in: float | None = None
+    wrong_after: int = 0
+    note: str = ""
+
+    def covers(self, at: float) -> bool:
+        return self.start <= at <= (self.end or time.time()) + config.CONVERGENCE_BOUND
+
+
+@dataclass
+class LogScan:
+    errors: list[str] = field(default_factory=list)
+    excused: int = 0
+    warnings: int = 0
+
+
+class Run:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        sizes: Sizes,
+        servers: Servers,
+        env: dict[str, str],
+        work: Path,
+    ) -> None:
+        self.args = args
+        self.sizes = sizes
+        self.servers = servers
+        self.env = env
+        self.work = work
+        self.rows: list[tuple[str, str]] = []
+        self.windows: list[Window] = []
+        self.rng = random.Random(3)
+        self.processes: list[Any] = []
+        self.restarted: set[int] = set()
+
+    # --- set-up -------------------------------------------------------------------------------
+
+    def setup_database(self) -> None:
+        django.setup()
+        from django.core.management import call_command
+
+        from tools.loadtest import population
+
+        started = time.monotonic()
+        call_command("migrate", verbosity=0)
+        migrated = time.monotonic() - started
+        sizes = self.sizes
+        graph = population.build_graph(
+            sizes.users, sizes.median_contacts, sizes.max_contacts, sizes.hubs, HIDDEN_USERS
+        )
+        built = time.monotonic() - started - migrated
+        seeded = population.seed(graph)
+        self.graph, self.pks = graph, seeded.pks
+        degrees = sorted(len(c) for c in graph.contacts)
+        print(
+            f"loadtest: seeded {sizes.users} users, {graph.rows} contacts (median "
+            f"{population.median_degree(graph):.0f}, max {degrees[-1]}), "
+            f"{len(graph.blocks)} blocks in {seeded.seconds:.1f} s "
+            f"(graph built in {built:.1f} s, migrations {migrated:.1f} s)",
+            flush=True,
+        )
+        self.rows.append(
+            ("seeding (not measured)", f"{seeded.seconds + built:.1f} s, {graph.rows:,} contacts")
+        )
+
+    def plan_clients(self) -> list[GeneratorSpec]:
+        from django.contrib.auth import get_user_model
+
+        from tools.loadtest.population import session_cookie
+
+        sizes, graph, pks, rng = self.sizes, self.graph, self.pks, self.rng
+        hidden = [pks[i] for i in graph.hidden]
+        blocked = {(pks[a], pks[b]) for a, b in graph.blocked_pairs()}
+        # Connected users: the hidden ones and those in seeded blocks first (so that leaks have
+        # something to leak), then random ones; a tenth of the connections are second tabs.
+        block_users = sorted({u for pair in graph.blocks for u in pair})
+        others = [
+            u for u in rng.sample(range(graph.users), graph.users) if u not in set(graph.hidden)
+        ]
+        distinct = min(graph.users, max(1, int(sizes.connections * 0.9)))
+        chosen = list(dict.fromkeys([*graph.hidden, *block_users[: distinct // 4], *others]))[
+            :distinct
+        ]
+        owners = chosen + [rng.choice(chosen) for _ in range(sizes.connections - len(chosen))]
+        users = get_user_model().objects.in_bulk([pks[i] for i in set(owners)])
+        cookies = {pk: session_cookie(user) for pk, user in users.items()}
+        blocked_of: dict[int, list[int]] = {}
+        for a, b in graph.blocked_pairs():
+            blocked_of.setdefault(a, []).append(b)
+        self.pages: dict[int, list[int]] = {}
+        specs: list[ClientSpec] = []
+        for index, owner in enumerate(owners):
+            user = pks[owner]
+            if user not in self.pages:
+                contacts = sorted(graph.contacts[owner])
+                page = rng.sample(contacts, min(len(contacts), sizes.page * 3 // 4))
+                page += rng.sample(range(graph.users), 8)
+                page += rng.sample(graph.hidden, 2) + blocked_of.get(owner, [])[:3]
+                ids = list(dict.fromkeys(pks[i] for i in page if i != owner))[: sizes.page + 5]
+                self.pages[user] = ids
+            specs.append(
+                ClientSpec(
+                    index=index,
+                    user=user,
+                    cookie=cookies[user],
+                    page=self.pages[user],
+                    device=rng.choice(DEVICES),
+                    server=index % sizes.processes,
+                )
+            )
+        # Page viewers without a socket: online through the middleware for ONLINE_WINDOW.
+        viewers_pool = [u for u in others[distinct : distinct + max(10, sizes.users // 40)]]
+        viewer_users = get_user_model().objects.in_bulk([pks[i] for i in viewers_pool])
+        page_viewers = [(pk, session_cookie(u)) for pk, u in viewer_users.items()]
+        self.hidden, self.blocked = set(hidden), blocked
+        ports = [d.port for d in self.servers.daphnes]
+        gens = []
+        for number in range(sizes.generators):
+            mine = specs[number :: sizes.generators]
+            gens.append(
+                GeneratorSpec(
+                    number=number,
+                    clients=mine,
+                    page_viewers=page_viewers[number :: sizes.generators],
+                    ports=ports,
+                    hidden=set(hidden),
+                    blocked_pairs=blocked,
+                    heartbeat_interval=config.HEARTBEAT_INTERVAL,
+                    churn_per_second=sizes.churn_per_second,
+                    status_per_second=sizes.status_per_second,
+                    idle_per_second=sizes.idle_per_second,
+                    page_views_per_second=sizes.page_views_per_second,
+                    seed=100 + number,
+                )
+            )
+        self.positions = {
+            spec.index: (number, position)
+            for number, gen in enumerate(gens)
+            for position, spec in enumerate(gen.clients)
+        }
+        return gens
+
+    def start_generators(self, specs: list[GeneratorSpec]) -> list[Connection]:
+        context = multiprocessing.get_context("spawn")
+        pipes = []
+        for spec in specs:
+            ours, theirs = context.Pipe()
+            process = context.Process(target=generator_main, args=(spec, theirs), daemon=True)
+            process.start()
+            self.processes.append(process)
+            pipes.append(ours)
+        return pipes
+
+    def stop_generators(self) -> None:
+        for process in self.processes:
+            process.join(timeout=20)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+    # --- the run ------------------------------------------------------------------------------
+
+    def execute(self) -> int:
+        try:
+            return self._execute()
+        finally:
+            self.stop_generators()
+
+    def _execute(self) -> int:
+        from tools.loadtest.harness import Generators, Oracle, RelationChanges
+
+        started_all = time.monotonic()
+        self.setup_database()
+        started = time.monotonic()
+        self.servers.start_daphnes(self.env)
+        print(
+            f"loadtest: {self.sizes.processes} daphne processes up in "
+            f"{time.monotonic() - started:.1f} s "
+            f"(pids {', '.join(str(d.pid) for d in self.servers.daphnes)})",
+            flush=True,
+        )
+        specs = self.plan_clients()
+        pipes = self.start_generators(specs)
+        generators = Generators(pipes)
+        opened = []
+        for pipe in pipes:
+            if not pipe.poll(300):
+                raise RuntimeError("the generators did not open their connections in time")
+            opened.append(pipe.recv()[1])
+        print(
+            f"loadtest: {self.sizes.connections} connections opened in {max(opened):.1f} s",
+            flush=True,
+        )
+        self.rows.append(("connections opened in", f"{max(opened):.1f} s"))
+        self.oracle = Oracle(generators, self.pages, self.positions, self.hidden, self.blocked)
+        self.generators = generators
+        relations = RelationChanges(self.graph, self.pks, self.sizes.relations_per_second)
+        relations.start()
+        self.relations = relations
+        load_started = time.time()
+        stats_before = self.totals(generators.stats())
+        checks = []
+        rss_start: list[int] | None = None
+        try:
+            from tools.loadtest.faults import Faults
+
+            faults = Faults(self) if self.args.faults else None
+            self.restarted = faults.restarted if faults else set()
+            schedule = self.checkpoint_times(faults)
+            deadline = time.monotonic() + self.sizes.seconds
+            for at, action in schedule:
+                wait = at - (time.monotonic() - (deadline - self.sizes.seconds))
+                if wait > 0:
+                    time.sleep(wait)
+                if action == "checkpoint":
+                    checks.append(self.checkpoint(sample=self.sizes.checkpoint_sample))
+                elif action == "warmed up":
+                    rss_start = self.rss()
+                elif faults is not None:
+                    faults.inject(action)
+            remaining = deadline - time.monotonic()
+            if remaining > 0:
+                time.sleep(remaining)
+            load_seconds = time.time() - load_started
+            stats_during = self.totals(generators.stats())
+            print(f"loadtest: clients at the end of the load: {stats_during.states}", flush=True)
+            rss_end = self.rss()
+            final = self.checkpoint(sample=None, final=True)
+            beats_lost, beats_checked = self.lost_heartbeats()
+        finally:
+            relations.stop()
+        stats = self.totals(generators.stats("stop"))
+        orphans = self.orphans()
+        return self.summarize(
+            stats,
+            stats_before,
+            stats_during,
+            load_seconds,
+            checks,
+            final,
+            beats_lost,
+            beats_checked,
+            rss_start,
+            rss_end,
+            orphans,
+            time.monotonic() - started_all,
+        )
+
+    def checkpoint_times(self, faults: Any) -> list[tuple[float, str]]:
+        seconds = self.sizes.seconds
+        if self.args.quick and faults is None:
+            # One checkpoint in the middle, then the final check: under a minute in all.
+            return [(seconds / 2, "checkpoint"), (seconds / 2, "warmed up")]
+        times: list[tuple[float, str]] = [(min(5.0, seconds / 3), "checkpoint")]
+        if faults is not None:
+            names = faults.names()
+            step = (seconds - 10) / (len(names) + 1)
+            for position, name in enumerate(names, start=1):
+                times.append((5 + step * position, name))
+        else:
+            count = max(1, int(seconds // 30))
+            for position in range(1, count + 1):
+                times.append((seconds * position / (count + 1), "checkpoint"))
+        # RSS is sampled after a warm-up: a quarter of the run, at most a minute.
+        times.append((min(60.0, seconds / 4), "warmed up"))
+        return sorted(times)
+
+    def checkpoint(self, sample: int | None, final: bool = False) -> Any:
+        """Pause the behaviours, let the last changes arrive, compare views with the oracle."""
+        self.generators.ask("pause")
+        self.relations.pause()
+        time.sleep(config.COALESCE_WINDOW + config.SWEEP_INTERVAL + 1)
+        check = self.oracle.check(sample)
+        label = "final" if final else "checkpoint"
+        converged = "n/a" if check.converged_in is None else f"{check.converged_in:.1f} s"
+        print(
+            f"loadtest: {label}: {check.views} views, {check.entries} entries, "
+            f"{check.first_wrong} differing at first, "
+            f"{check.wrong} after {config.CONVERGENCE_BOUND} s "
+            f"(converged in {converged})",
+            flush=True,
+        )
+        for example in check.examples[:3] if check.wrong else []:
+            print(
+                f"loadtest:   wrong: viewer {example[0]} target {example[1]}: "
+                f"shown {example[2]}, oracle {example[3]}",
+                flush=True,
+            )
+        if not final:
+            self.relations.resume()
+            self.generators.ask("resume")
+        return check
+
+    def lost_heartbeats(self) -> tuple[int, int]:
+        """Users whose latest heartbeat is not in Redis (behaviours are paused by then)."""
+        from presence.store import get_store
+
+        beats = self.generators.beats()
+        time.sleep(1.0)
+        store = get_store()
+        live = store.run(store.read(list(beats))) or {}
+        slack = config.HEARTBEAT_INTERVAL / 2 + 1.5
+        lost = [
+            user
+            for user, at in beats.items()
+            if not (state := live.get(user))
+            or not state.connected
+            or state.last_active is None
+            or state.last_active < at - slack
+        ]
+        if lost:
+            print(f"loadtest: heartbeats not recorded for users {lost[:10]}", flush=True)
+        return len(lost), len(beats)
+
+    def rss(self) -> list[int]:
+        import psutil
+
+        sizes = []
+        for daphne in self.servers.daphnes:
+            try:
+                sizes.append(psutil.Process(daphne.pid).memory_info().rss if daphne.pid else 0)
+            except psutil.Error:
+                sizes.append(0)
+        return sizes
+
+    def orphans(self) -> dict[str, int]:
+        """Once every client has left (and the grace, the TTL and the page views' window have
+        passed): presence keys beyond the documented layout's leftovers, and group keys."""
+        import redis
+
+        # Connections a failed close left behind count as gone after CONNECTION_TTL.
+        longest = max(config.OFFLINE_GRACE, config.ONLINE_WINDOW, config.CONNECTION_TTL)
+        time.sleep(longest + 2 * config.SWEEP_INTERVAL + 2)
+        found = {"conns": 0, "expiries": 0, "due": 0, "seen online": 0, "groups": 0}
+        if self.servers.cluster:
+            nodes = [redis.Redis(port=n.port) for n in self.servers.cluster.nodes if n.running]
+        else:
+            nodes = [redis.Redis.from_url(self.servers.redis_url)]
+        now = time.time()
+        for node in nodes:
+            for key in node.scan_iter(match="presence:*", count=1000):
+                name = key.decode()
+                if name.endswith(":conns"):
+                    found["conns"] += int(node.hlen(key))
+                elif name.endswith(":expiries"):
+                    found["expiries"] += int(node.zcard(key))
+                elif name.endswith(":due"):
+                    found["due"] += int(node.zcard(key))
+                elif name.endswith(":seen"):
+                    # Last seen stays (cleanup persists and removes it later); nobody may still
+                    # count as connected or online.
+                    entries: Any = node.zrange(key, 0, -1, withscores=True)
+                    for _member, raw_score in entries:
+                        score = int(raw_score)
+                        if score > 0 and (score // 32 + config.ONLINE_WINDOW > now or score & 16):
+                            found["seen online"] += 1
+            node.close()
+        for server in self.servers.layer:
+            client = redis.Redis.from_url(server.url)
+            found["groups"] += sum(1 for _ in client.scan_iter(match="asgi:group:*", count=1000))
+            client.close()
+        return found
+
+    def scan_logs(self) -> LogScan:
+        scan = LogScan()
+        for daphne in self.servers.daphnes:
+            last_time = 0.0
+            for line in daphne.log_path.read_text(errors="replace").splitlines():
+                match = LOG_RECORD.match(line)
+                if match:
+                    last_time = float(match.group(1))
+                    level, message = match.group(2), match.group(4)
+                    bad = level in ("ERROR", "CRITICAL") or "is unavailable" in message
+                    if level == "WARNING" and not bad:
+                        scan.warnings += 1
+                        continue
+                elif line.startswith("Traceback") or " ERROR " in line:
+                    bad = True
+                else:
+                    continue
+                if not bad:
+                    continue
+                if any(w.covers(last_time) for w in self.windows):
+                    scan.excused += 1
+                else:
+                    scan.errors.append(f"{daphne.log_path.name}: {line[:200]}")
+        return scan
+
+    @staticmethod
+    def totals(parts: list[Stats]) -> Stats:
+        total = Stats()
+        for part in parts:
+            for name, value in vars(part).items():
+                current = getattr(total, name)
+                if isinstance(value, dict):
+                    merged = dict(current)
+                    for key, count in value.items():
+                        merged[key] = merged.get(key, 0) + count
+                    setattr(total, name, merged)
+                else:
+                    setattr(total, name, current + value)
+        return total
+
+    def outside_windows(self, events: list[Any]) -> tuple[list[Any], int]:
+        kept = [e for e in events if not any(w.covers(e[0]) for w in self.windows)]
+        return kept, len(events) - len(kept)
+
+    def summarize(
+        self,
+        stats: Stats,
+        before: Stats,
+        during: Stats,
+        load_seconds: float,
+        checks: list[Any],
+        final: Any,
+        beats_lost: int,
+        beats_checked: int,
+        rss_start: list[int] | None,
+        rss_end: list[int],
+        orphans: dict[str, int],
+        total_seconds: float,
+    ) -> int:
+        sizes = self.sizes
+        p50 = report.percentile(stats.latencies, 0.5)
+        p99 = report.percentile(stats.latencies, 0.99)
+        closes, closes_excused = self.outside_windows(stats.unrequested)
+        http_errors, http_excused = self.outside_windows(stats.http_5xx)
+        logs = self.scan_logs()
+        errors = len(closes) + len(http_errors) + len(logs.errors) + len(stats.exceptions)
+        errors += len(self.relations.failures)
+        wrong = final.wrong + sum(c.wrong for c in checks if c is not None)
+        leaked = len(stats.leaks) + final.oracle_leaks + sum(c.oracle_leaks for c in checks)
+        frames = (during.frames_sent + during.frames_received) - (
+            before.frames_sent + before.frames_received
+        )
+        http = during.http_requests - before.http_requests
+        rows = [
+            ("connections", f"{sizes.connections:,}"),
+            ("processes", f"{sizes.processes} daphne, {sizes.generators} generators"),
+            ("users", f"{sizes.users:,}"),
+            ("presence Redis", "3-master cluster" if self.servers.cluster else "one server"),
+            ("database", "PostgreSQL" if self.args.database else "SQLite (WAL)"),
+            ("load duration", f"{load_seconds:.1f} s"),
+            ("frames/s (both ways)", f"{frames / load_seconds:,.0f}"),
+            ("heartbeats sent", f"{stats.heartbeats:,}"),
+            ("HTTP page views/s", f"{http / load_seconds:,.1f}"),
+            (
+                "behaviours",
+                f"{stats.reloads} reloads, {stats.tab_closes} tab closes, {stats.status_changes} "
+                f"status changes, {stats.idle_switches} idle switches",
+            ),
+            ("relation changes", ", ".join(f"{v} {k}" for k, v in self.relations.counts.items())),
+            (
+                "fan-out p50 / p99",
+                f"{report.ms(p50)} / {report.ms(p99)} ms ({len(stats.latencies):,} diffs)",
+            ),
+            *self.rows,
+        ]
+        for number, check in enumerate(checks, start=1):
+            rows.append(
+                (
+                    f"checkpoint {number}",
+                    f"{check.views} views, {check.first_wrong} differing at first, "
+                    f"{check.wrong} wrong",
+                )
+            )
+        rows.append(
+            (
+                "final check",
+                f"{final.views} views / {final.entries:,} entries, "
+                f"{final.first_wrong} differing at first, {final.wrong} wrong",
+            )
+        )
+        rows.append(("heartbeats checked", f"{beats_checked} users, {beats_lost} not recorded"))
+        for window in self.windows:
+            converged = (
+                "did not converge"
+                if window.converged_in is None
+                else f"{window.converged_in:.1f} s"
+            )
+            if window.wrong_after:
+                converged += f" ({window.wrong_after} views still wrong, then reloaded)"
+            rows.append((f"fault: {window.name}", f"converged in {converged}{window.note}"))
+        growth_max = 0.0
+        if rss_start:
+            # A process restarted by a fault starts over: its growth says nothing.
+            growth = [
+                (end - start) / start * 100
+                for index, (start, end) in enumerate(zip(rss_start, rss_end, strict=False))
+                if start and index not in self.restarted
+            ] or [0.0]
+            growth_max = max(growth) / 100
+            rows.append(
+                (
+                    "RSS after warm-up → end",
+                    ", ".join(
+                        f"{s / 2**20:.0f}→{e / 2**20:.0f} MB"
+                        for s, e in zip(rss_start, rss_end, strict=False)
+                    )
+                    + f" (max growth {max(growth):+.1f} %)",
+                )
+            )
+        rows.append(("orphans after all left", ", ".join(f"{k} {v}" for k, v in orphans.items())))
+        rows.append(
+            (
+                "errors",
+                f"{len(closes)} unrequested closes, {len(http_errors)} HTTP 5xx, "
+                f"{len(logs.errors)} log errors, {len(stats.exceptions)} client exceptions, "
+                f"{len(self.relations.failures)} harness failures "
+                f"({closes_excused + http_excused + logs.excused} inside fault windows; "
+                f"{logs.warnings} log warnings)",
+            )
+        )
+        rows.append(("total time", f"{total_seconds:.1f} s"))
+        print()
+        print(report.table(rows))
+        codes: dict[str, int] = {}
+        for _at, code, _index in stats.unrequested:
+            codes[code] = codes.get(code, 0) + 1
+        if codes:
+            print(f"loadtest: unrequested closes by code (all, faults included): {codes}")
+        for line in (
+            [f"close {c}" for c in closes[:5]]
+            + [f"http {h}" for h in http_errors[:5]]
+            + logs.errors[:10]
+            + stats.exceptions[:5]
+            + self.relations.failures[:5]
+            + [f"leak {leak}" for leak in stats.leaks[:5]]
+        ):
+            print(f"loadtest:   {line}")
+        if logs.errors:
+            print(f"loadtest: server logs in {self.work}")
+        orphaned = sum(orphans.values())
+        if orphaned:
+            errors += orphaned
+        if rss_start and self.args.soak and growth_max > 0.05:
+            errors += 1
+            print(f"loadtest: RSS grew {growth_max * 100:.1f} % (> 5 %)")
+        for window in self.windows:
+            wrong += window.wrong_after
+        print(
+            report.final_line(
+                sizes.connections, sizes.processes, p50, p99, beats_lost, wrong, leaked, errors
+            ),
+            flush=True,
+        )
+        return 1 if (beats_lost or wrong or leaked or errors) else 0

@@ -1,0 +1,155 @@
+"""The load test's servers: presence's Redis (or a three-master cluster), two channel-layer
+Redis servers, and N daphne processes, each a child stopped by its pid (SIGTERM, then SIGKILL)."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tools.redis_cluster import RedisCluster
+from tools.redis_server import RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+DAPHNE = Path(sys.executable).parent / "daphne"
+START_TIMEOUT = 60.0
+
+
+class DaphneProcess:
+    """``daphne -b 127.0.0.1 -p PORT siteproject.asgi:application`` on the load test's settings;
+    its stdout and stderr go to ``log_path`` (appended to across restarts)."""
+
+    def __init__(self, index: int, env: dict[str, str], log_dir: Path) -> None:
+        self.index = index
+        self.port = free_port()
+        self.env = env
+        self.log_path = log_dir / f"daphne-{index}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/presence/"
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(DAPHNE),
+                    "-v",
+                    "0",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "siteproject.asgi:application",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                raise RuntimeError(f"daphne {self.index} exited; see {self.log_path}")
+            if self._answers():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"daphne {self.index} did not answer on port {self.port}")
+
+    def _answers(self) -> bool:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            conn.request("GET", "/login/")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, nothing runs on the way out."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+
+class Servers:
+    """Everything the servers need, started in order and stopped in reverse, also on failure."""
+
+    def __init__(self, processes: int, cluster: bool, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.cluster: RedisCluster | None = RedisCluster() if cluster else None
+        self.redis: RedisServer | None = None if cluster else RedisServer()
+        self.layer = [RedisServer(), RedisServer()]
+        self.count = processes
+        self.daphnes: list[DaphneProcess] = []
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url if self.redis else ""
+
+    def env(self, database: str, presence_json: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tools.loadtest.settings",
+            "LOADTEST_DATABASE": database,
+            "LOADTEST_PRESENCE": presence_json,
+            "LOADTEST_APPLICATION": "loadtest-daphne",
+            "LOADTEST_LAYER_HOSTS": ",".join(server.url for server in self.layer),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        if self.cluster:
+            env["LOADTEST_CLUSTER_URLS"] = ",".join(self.cluster.urls)
+            # The cache (sessions are cookies; nothing else uses it) on a layer server.
+            env["LOADTEST_REDIS_URL"] = self.layer[0].url
+        else:
+            assert self.redis is not None
+            env["LOADTEST_REDIS_URL"] = self.redis.url
+        return env
+
+    def start_redis(self) -> None:
+        if self.cluster:
+            self.cluster.start()
+        elif self.redis:
+            self.redis.start()
+        for server in self.layer:
+            server.start()
+
+    def start_daphnes(self, env: dict[str, str]) -> None:
+        self.daphnes = [DaphneProcess(i, env, self.log_dir) for i in range(self.count)]
+        for daphne in self.daphnes:
+            daphne.start()
+        for daphne in self.daphnes:
+            daphne.wait_ready()
+
+    def stop(self) -> None:
+        for daphne in self.daphnes:
+            daphne.stop()
+        for server in self.layer:
+            server.__exit__()
+        if self.redis:
+            self.redis.__exit__()
+        if self.cluster:
+            self.cluster.stop()

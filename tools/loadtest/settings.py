@@ -1,0 +1,95 @@
+"""Settings of the load test's daphne processes and of its harness (``python -m tools.loadtest``).
+
+The demo site (``siteproject``), configured from the environment the harness sets:
+
+- ``LOADTEST_DATABASE``: a database URL (PostgreSQL) or the path of a SQLite file;
+- ``LOADTEST_REDIS_URL`` or ``LOADTEST_CLUSTER_URLS`` (comma-separated): presence's Redis;
+- ``LOADTEST_LAYER_HOSTS``: the channel layer's Redis servers (comma-separated; it shards over
+  them, so that one can be stopped as a fault);
+- ``LOADTEST_PRESENCE``: the compressed timing, as JSON (``tools.loadtest.config``).
+
+Sessions are signed cookies: the harness makes 10,000 of them without a database row each, and a
+Redis restart (a fault) does not log anyone out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import dj_database_url
+
+from siteproject.settings import *  # noqa: F403
+from siteproject.settings import CHANNEL_LAYERS as _CHANNEL_LAYERS
+
+SECRET_KEY = "loadtest-only-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+
+_database = os.environ.get("LOADTEST_DATABASE", "")
+if "://" in _database:
+    DATABASES = {"default": dj_database_url.parse(_database, conn_max_age=0)}
+    # The fault "terminate PostgreSQL connections" ends the servers' connections by this name.
+    DATABASES["default"]["OPTIONS"] = {
+        "application_name": os.environ.get("LOADTEST_APPLICATION", "loadtest-harness")
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _database or "loadtest.sqlite3",
+            # Several processes write the same file: wait for the lock rather than fail, and
+            # take it at BEGIN (no upgrade deadlocks).
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+
+_redis_url = os.environ.get("LOADTEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": _redis_url}}
+
+_layer_hosts: list[object] = [h for h in os.environ.get("LOADTEST_LAYER_HOSTS", "").split(",") if h]
+# For diagnosis only (--layer-pool): channels_redis's connection pool per host and event loop
+# (redis-py's default is 100 connections).
+if os.environ.get("LOADTEST_LAYER_POOL"):
+    _pool = int(os.environ["LOADTEST_LAYER_POOL"])
+    _layer_hosts = [{"address": h, "max_connections": _pool} for h in _layer_hosts]
+CHANNEL_LAYERS = {
+    "default": {
+        **_CHANNEL_LAYERS["default"],
+        "CONFIG": {
+            **_CHANNEL_LAYERS["default"]["CONFIG"],  # type: ignore[dict-item]
+            "hosts": _layer_hosts or [_redis_url],
+        },
+    }
+}
+
+SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+PRESENCE = json.loads(os.environ.get("LOADTEST_PRESENCE") or "{}")
+_cluster = [url for url in os.environ.get("LOADTEST_CLUSTER_URLS", "").split(",") if url]
+if _cluster:
+    PRESENCE["REDIS_CLUSTER"] = _cluster
+
+# Every record with its time, so that the harness can tell lines inside a fault's window from
+# those outside it (daphne's stderr goes to one file per process).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"timed": {"format": "%(created).3f %(levelname)s %(name)s %(message)s"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "timed"}
+        if not os.environ.get("LOADTEST_HARNESS_LOG")
+        else {
+            "class": "logging.FileHandler",
+            "filename": os.environ["LOADTEST_HARNESS_LOG"],
+            "formatter": "timed",
+        }
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"presence": {"handlers": ["console"], "level": "WARNING", "propagate": False}},
+}

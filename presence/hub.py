@@ -41,6 +41,7 @@ from presence.announce import (
 )
 from presence.conf import get_settings
 from presence.domain import Presence, UserId, visibly_differs
+from presence.store import get_store
 from presence.users import decode_id, id_decoder
 
 logger = logging.getLogger("presence")
@@ -102,6 +103,10 @@ class Hub:
         #: announce.layer_failures when last looked at, and when to rejoin every group
         self._failures_seen = announce.layer_failures
         self._rejoin_all_at: float | None = None
+        #: the sweeps that go on after the last connection left (see _linger_sweeps)
+        self._lingering: asyncio.Task[None] | None = None
+        #: outages of presence's Redis that ended, when last looked at (see _after_outages)
+        self._recoveries_seen = get_store().recoveries()
 
     @classmethod
     def current(cls) -> Hub | None:
@@ -265,7 +270,10 @@ class Hub:
 
     async def _groups(self, method: str, user_ids: list[UserId]) -> list[UserId]:
         """Join (group_add) or leave these users' groups; the users whose call failed."""
-        if self.layer is None or self.channel is None or not user_ids:
+        # The channel as it is now: the hub may stop (its channel None) while this runs, when
+        # the last connection leaves during another one's unwatch; the calls still complete.
+        channel = self.channel
+        if self.layer is None or channel is None or not user_ids:
             return []
         call = getattr(self.layer, method)
         failed: list[UserId] = []
@@ -275,7 +283,7 @@ class Hub:
         for start in range(0, len(user_ids), _GROUP_CALLS):
             batch = user_ids[start : start + _GROUP_CALLS]
             results = await asyncio.gather(
-                *(layer_call(call, group_name(uid), self.channel) for uid in batch),
+                *(layer_call(call, group_name(uid), channel) for uid in batch),
                 return_exceptions=True,
             )
             for uid, result in zip(batch, results, strict=True):
@@ -292,6 +300,14 @@ class Hub:
                 # Joined again at the next sweep; until then their changes go unheard here.
                 self.unjoined.update(uid for uid in failed if uid in self.watchers)
         return failed
+
+    def _after_outages(self) -> None:
+        """When an outage of presence's Redis ended, resolve every watched user again:
+        changes during it (a tab closed, a connection that expired) were not announced."""
+        recoveries = get_store().recoveries()
+        if recoveries != self._recoveries_seen:
+            self._recoveries_seen = recoveries
+            self.changed(list(self.watchers))
 
     def _after_layer_failures(self, now: float) -> None:
         """RETRY_INTERVAL after the last failed channel-layer call of this process, every
@@ -369,6 +385,9 @@ class Hub:
     # --- background tasks ---
 
     async def _start(self) -> None:
+        if self._lingering is not None:
+            self._lingering.cancel()
+            self._lingering = None
         if self.layer is not None:
             self.channel = await self.layer.new_channel()
         self._tasks = [
@@ -382,7 +401,13 @@ class Hub:
         tasks, self._tasks = self._tasks, []
         tasks += list(self._delivering)
         self.pending.clear()
+        # Groups a connection still leaving holds (the last one stopped the hub meanwhile) are
+        # left now: nothing of this process stays in the layer.
+        await self._groups("group_discard", list(self.watchers))
         self.channel = None
+        # The users who were connected here turn offline after their grace even if no
+        # connection opens here again (nor anywhere): this process sweeps on for a while.
+        self._lingering = asyncio.ensure_future(self._linger_sweeps())
         for task in tasks:
             task.cancel()
         # Not waited for: a channel-layer receive can swallow its cancellation (channels_redis
@@ -393,6 +418,24 @@ class Hub:
             _, lingering = await asyncio.wait(tasks, timeout=_TICK)
             for task in lingering:
                 task.cancel()
+
+    async def _linger_sweeps(self) -> None:
+        """Sweep every SWEEP_INTERVAL for CONNECTION_TTL + OFFLINE_GRACE after the last
+        connection left: by then every user connected here is offline and out of the due
+        schedule, even if this was the last process with connections."""
+        conf = get_settings()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + conf.CONNECTION_TTL + conf.OFFLINE_GRACE + 2 * conf.SWEEP_INTERVAL
+        while loop.time() < until and not self._tasks:
+            await asyncio.sleep(conf.SWEEP_INTERVAL)
+            if self._tasks:
+                return  # a connection came: the hub's own sweep loop runs again
+            try:
+                await lifecycle.asweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Presence: sweeping due users failed")
 
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.channel is not None
@@ -479,6 +522,7 @@ class Hub:
                         await self._group(self.layer and "group_add", topic_group_name(kind))
                     for user_id in list(self.accounts):
                         await self._group(self.layer and "group_add", account_group_name(user_id))
+                self._after_outages()
                 self._after_layer_failures(loop.time())
                 if self.unjoined:
                     await self.rejoin()

@@ -200,6 +200,9 @@ async def open_sockets() -> AsyncIterator[Sockets]:
             assert hub._tasks == []
         elif hub._tasks:
             await hub._stop()  # a consumer was cancelled by a failing assertion
+        # The sweeps a stopped hub goes on with (for CONNECTION_TTL + OFFLINE_GRACE) end here.
+        if hub._lingering is not None:
+            hub._lingering.cancel()
     await close_pubsub_layer()
     # Nothing of the hub may outlive it (a channel-layer receive may take up to its BZPOPMIN
     # timeout, 5 s, to end after a cancellation it swallowed).

@@ -24,7 +24,7 @@ from presence.signals import presence_changed
 from presence.store import get_store
 from tests.clock import at
 from tests.conftest import on_one_redis, on_the_core_layer
-from tests.ids import wire_id
+from tests.ids import redis_member, wire_id
 from tests.test_consumers import (
     BASE,
     HIDDEN,
@@ -168,6 +168,24 @@ async def test_the_hub_stops_its_tasks_when_the_last_connection_leaves(
     assert hub._tasks == []
 
 
+async def test_a_stopped_hub_sweeps_on_until_its_users_are_offline(
+    sockets: Sockets, make_user: Callable[..., Any], redis_client: Any
+) -> None:
+    # The last connection of the process (and of the site) closes: nobody else would sweep
+    # the user offline and out of the due schedule, so the stopped hub goes on sweeping for
+    # CONNECTION_TTL + OFFLINE_GRACE, then ends.
+    with presence_settings(SWEEP_INTERVAL=0.1, OFFLINE_GRACE=1, CONNECTION_TTL=2):
+        user = await new_user(make_user)
+        socket = await sockets.open(user)
+        hub = Hub.current()
+        assert hub is not None
+        assert [who for who, _ in all_due(redis_client)] == [redis_member(user)]
+        await sockets.close(socket)
+        assert hub._tasks == [] and hub._lingering is not None
+        assert await eventually(lambda: all_due(redis_client) == [], timeout=4)
+        assert await eventually(lambda: hub._lingering is not None and hub._lingering.done(), 6)
+
+
 # --- Redis outages ------------------------------------------------------------------------------
 
 
@@ -242,6 +260,28 @@ async def test_a_database_failure_during_delivery_is_retried_and_catches_up(
     assert [r.getMessage() for r in caplog.records] == [
         "Presence: delivering live updates failed; retrying shortly"
     ]
+
+
+async def test_views_are_resolved_again_when_an_outage_of_redis_ends(
+    sockets: Sockets, make_user: Callable[..., Any], private_redis: Any
+) -> None:
+    # Redis restarts empty: the target's connection is gone, and nothing announced it. When
+    # the outage ends, the hub resolves its users again and the viewer is told.
+    with presence_settings(SWEEP_INTERVAL=0.1, RETRY_INTERVAL=0.2):
+        viewer, target = await new_user(make_user), await new_user(make_user)
+        await lets_see(target, viewer)
+        await lifecycle.aconnect(target, "c1")
+        watcher = await sockets.open(viewer)
+        subscribed = await subscribe(watcher, target)
+        assert subscribed["presences"][str(target.pk)]["status"] == "online"
+        private_redis.stop()
+        assert await eventually(lambda: get_store().health.in_outage)
+        private_redis.start()
+        frame = await receive(watcher)
+        assert frame["type"] == "presence_diff"
+        assert frame["presences"][str(target.pk)]["status"] == "offline"
+        assert get_store().health.recoveries >= 1
+        await assert_silent(watcher)
 
 
 @on_one_redis

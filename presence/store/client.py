@@ -167,6 +167,14 @@ class PresenceStore(PlanBuilder):
             self._async_clients[loop] = client
         return client
 
+    def recoveries(self) -> int:
+        """Outages that ended so far: of Redis, or of any cluster master."""
+        if self.cluster is None:
+            return self.health.recoveries
+        return self.health.recoveries + sum(
+            health.recoveries for health in self.cluster.node_health.values()
+        )
+
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.close()

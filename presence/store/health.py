@@ -17,6 +17,8 @@ class Health:
         self.name = name
         self.down_until = 0.0
         self.in_outage = False
+        #: outages that ended so far (the hub resolves its users again after one)
+        self.recoveries = 0
         self._lock = threading.Lock()
 
     def available(self) -> bool:
@@ -41,4 +43,5 @@ class Health:
                 if self.in_outage:
                     self.in_outage = False
                     self.down_until = 0.0
+                    self.recoveries += 1
                     logger.warning("Presence: %s is reachable again; recording resumed.", self.name)

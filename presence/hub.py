@@ -46,8 +46,6 @@ from presence.users import decode_id, id_decoder
 
 logger = logging.getLogger("presence")
 
-#: channel-layer group calls in flight at once
-_GROUP_CALLS = 16
 #: how soon a pending batch counts as due (saves a wake-up per batch)
 _TICK = 0.005
 
@@ -103,6 +101,8 @@ class Hub:
         #: announce.layer_failures when last looked at, and when to rejoin every group
         self._failures_seen = announce.layer_failures
         self._rejoin_all_at: float | None = None
+        #: each user's last group call decided (joins and leaves of a group run in order)
+        self._group_turns: dict[UserId, asyncio.Future[None]] = {}
         #: the sweeps that go on after the last connection left (see _linger_sweeps)
         self._lingering: asyncio.Task[None] | None = None
         #: outages of presence's Redis that ended, when last looked at (see _after_outages)
@@ -278,20 +278,25 @@ class Hub:
         call = getattr(self.layer, method)
         failed: list[UserId] = []
         error: BaseException | None = None
-        # A few at a time: channels_redis draws each call's connection from a bounded pool, and
-        # a subscribe of 1,000 ids at once would exhaust it ("Too many connections").
-        for start in range(0, len(user_ids), _GROUP_CALLS):
-            batch = user_ids[start : start + _GROUP_CALLS]
+        # Each user's turn is taken now, before any await, in the order the hub decided: a
+        # join and a leave of one group (a connection subscribing while the last watcher
+        # leaves) reach the layer in that order, never the other way round. The layer's calls
+        # in flight are limited by announce.layer_call.
+        turns = [(uid, *self._take_turn(uid)) for uid in user_ids]
+        try:
             results = await asyncio.gather(
-                *(layer_call(call, group_name(uid), channel) for uid in batch),
+                *(self._in_turn(uid, before, mine, call, channel) for uid, before, mine in turns),
                 return_exceptions=True,
             )
-            for uid, result in zip(batch, results, strict=True):
-                if isinstance(result, Exception):
-                    failed.append(uid)
-                    error = result
-                elif isinstance(result, BaseException):
-                    raise result  # a cancellation
+        finally:
+            for uid, _, mine in turns:
+                self._end_turn(uid, mine)
+        for uid, result in zip(user_ids, results, strict=True):
+            if isinstance(result, Exception):
+                failed.append(uid)
+                error = result
+            elif isinstance(result, BaseException):
+                raise result  # a cancellation
         if failed:
             logger.warning(
                 "Presence: channel layer %s failed for %d users (%s).", method, len(failed), error
@@ -300,6 +305,33 @@ class Hub:
                 # Joined again at the next sweep; until then their changes go unheard here.
                 self.unjoined.update(uid for uid in failed if uid in self.watchers)
         return failed
+
+    def _take_turn(self, uid: UserId) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        before = self._group_turns.get(uid)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._group_turns[uid] = mine
+        return before, mine
+
+    def _end_turn(self, uid: UserId, mine: asyncio.Future[None]) -> None:
+        if not mine.done():
+            mine.set_result(None)
+        if self._group_turns.get(uid) is mine:
+            del self._group_turns[uid]
+
+    async def _in_turn(
+        self,
+        uid: UserId,
+        before: asyncio.Future[None] | None,
+        mine: asyncio.Future[None],
+        call: Any,
+        channel: str,
+    ) -> Any:
+        try:
+            if before is not None:
+                await asyncio.shield(before)
+            return await layer_call(call, group_name(uid), channel)
+        finally:
+            self._end_turn(uid, mine)
 
     def _after_outages(self) -> None:
         """When an outage of presence's Redis ended, resolve every watched user again:

@@ -139,6 +139,46 @@ async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
 
 
 @on_the_core_layer
+async def test_a_leave_and_a_join_of_one_group_reach_the_layer_in_order(
+    sockets: Sockets, make_user: Callable[..., Any], redis_client: redis.Redis
+) -> None:
+    # The last watcher of a leaves while another connection subscribes to a: the hub leaves
+    # and joins a's group in that order, so it stays in the group (the other order would
+    # leave it deaf to a while a is watched).
+    first_viewer, second_viewer, a = [await new_user(make_user) for _ in range(3)]
+    first = await sockets.open(first_viewer)
+    second = await sockets.open(second_viewer)
+    hub = Hub.current()
+    assert hub is not None
+    assert (await subscribe(first, a))["type"] == "presence_state"
+    for _ in range(20):
+        leaving, joining = (
+            hub.unwatch(*_watching(hub, a.pk)),
+            hub.watch(_connection_of(hub, second_viewer.pk), [a.pk]),
+        )
+        await asyncio.gather(leaving, joining)
+        assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]
+        leaving, joining = (
+            hub.unwatch(_connection_of(hub, second_viewer.pk), [a.pk]),
+            hub.watch(_connection_of(hub, first_viewer.pk), [a.pk]),
+        )
+        await asyncio.gather(leaving, joining)
+        assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]
+    await sockets.close(first)
+    await sockets.close(second)
+    assert groups(redis_client) == {}
+
+
+def _connection_of(hub: Hub, viewer_pk: Any) -> Any:
+    return next(c for c in hub.connections if c.viewer_id == viewer_pk)
+
+
+def _watching(hub: Hub, user_pk: Any) -> tuple[Any, list[Any]]:
+    (connection,) = hub.watchers[user_pk]
+    return connection, [user_pk]
+
+
+@on_the_core_layer
 async def test_the_hub_stops_its_tasks_when_the_last_connection_leaves(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

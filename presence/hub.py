@@ -433,9 +433,15 @@ class Hub:
         tasks, self._tasks = self._tasks, []
         tasks += list(self._delivering)
         self.pending.clear()
-        # Groups a connection still leaving holds (the last one stopped the hub meanwhile) are
-        # left now: nothing of this process stays in the layer.
+        # Groups connections still leaving hold (they left the registry, the last of them
+        # stopped the hub, and they wait for the lock) are left now, while the hub still has
+        # its channel: nothing of this process stays in the layer.
         await self._groups("group_discard", list(self.watchers))
+        method = self.layer and "group_discard"
+        for user_id in list(self.accounts):
+            await self._group(method, account_group_name(user_id))
+        for kind in list(self.topics):
+            await self._group(method, topic_group_name(kind))
         self.channel = None
         # The users who were connected here turn offline after their grace even if no
         # connection opens here again (nor anywhere): this process sweeps on for a while.

@@ -169,6 +169,31 @@ async def test_a_leave_and_a_join_of_one_group_reach_the_layer_in_order(
     assert groups(redis_client) == {}
 
 
+@on_the_core_layer
+async def test_sockets_closing_together_leave_no_group_behind(
+    sockets: Sockets, make_user: Callable[..., Any], redis_client: redis.Redis
+) -> None:
+    # Session-bound sockets of several users, each watching the others, all close at once:
+    # the last one out stops the hub while the others still wait to leave their groups.
+    from tests.test_consumers import _logged_in_client, _site_socket
+
+    people = [await new_user(make_user) for _ in range(4)]
+    opened = []
+    for person in people:
+        client = await sync_to_async(_logged_in_client)(person)
+        socket = await _site_socket(sockets, client)
+        assert (await subscribe(socket, *[p for p in people if p != person]))["type"] == (
+            "presence_state"
+        )
+        opened.append(socket)
+    hub = Hub.current()
+    assert hub is not None and len(hub.accounts) == len(people)
+    assert len(groups(redis_client)) == 2 * len(people)  # each user's group and account group
+    await asyncio.gather(*(sockets.close(socket) for socket in opened))
+    assert hub._tasks == []
+    assert groups(redis_client) == {}
+
+
 def _connection_of(hub: Hub, viewer_pk: Any) -> Any:
     return next(c for c in hub.connections if c.viewer_id == viewer_pk)
 

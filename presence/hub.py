@@ -46,6 +46,8 @@ from presence.users import decode_id, id_decoder
 
 logger = logging.getLogger("presence")
 
+#: users resolved per delivery at most
+DELIVER_BATCH = 200
 #: how soon a pending batch counts as due (saves a wake-up per batch)
 _TICK = 0.005
 
@@ -521,7 +523,9 @@ class Hub:
                 await self._wake.wait()
                 continue
             now = loop.time()
-            due = [uid for uid, at in self.pending.items() if at <= now + _TICK]
+            # At most DELIVER_BATCH at a time (the rest stay due: the next round takes them at
+            # once): a resync of every watched user must not hold the loop, nor its memory.
+            due = [uid for uid, at in self.pending.items() if at <= now + _TICK][:DELIVER_BATCH]
             if not due:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):

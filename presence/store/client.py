@@ -27,6 +27,7 @@ import redis.asyncio
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -40,6 +41,14 @@ from presence.users import UserId
 T = TypeVar("T")
 
 logger = logging.getLogger("presence")
+
+
+def stale_connection_retry(retry_class: Any) -> Any:
+    """redis-py's retry policy for presence's clients: once, at once, and only when the
+    connection was lost (a pooled connection that a restarted Redis closed: the next one
+    answers). Never on a timeout: a slow command may have run, and must not run twice; and a
+    down Redis costs a page one short timeout, not several (our own failure policy)."""
+    return retry_class(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
 
 
 def is_slow_reply(error: BaseException) -> bool:
@@ -133,9 +142,7 @@ class PresenceStore(PlanBuilder):
             return self.cluster.client  # type: ignore[return-value]
         if self._client is None:
             location, kwargs = self._connection_kwargs()
-            # Our own failure policy replaces redis-py's retries: a down Redis must cost a
-            # page one short timeout, not several.
-            kwargs["retry"] = Retry(NoBackoff(), 0)
+            kwargs["retry"] = stale_connection_retry(Retry)
             self._client = redis.Redis.from_url(location, **kwargs)
         return self._client
 
@@ -151,7 +158,7 @@ class PresenceStore(PlanBuilder):
             from redis.asyncio.retry import Retry as AsyncRetry
 
             location, kwargs = self._connection_kwargs()
-            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+            kwargs["retry"] = stale_connection_retry(AsyncRetry)
             # The live paths wait for a busy Redis (pages cut their own wait short, see arun).
             live_timeout = max(self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"])
             kwargs["socket_timeout"] = live_timeout

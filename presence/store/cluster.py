@@ -472,7 +472,18 @@ class ClusterRunner:
             owners.append(position)
         try:
             self.round_trips[name] += 1
-            await node.execute_pipeline(wire)
+            try:
+                await node.execute_pipeline(wire)
+                lost = bool(wire) and isinstance(wire[0].result, RedisConnectionError)
+            except RedisConnectionError:
+                lost = True
+            if lost:
+                # No reply at all: a restarted master closed the pooled connection before it
+                # read anything. Once more, on a new connection.
+                for command in wire:
+                    command.result = None
+                self.round_trips[name] += 1
+                await node.execute_pipeline(wire)
         except (RedisError, OSError) as error:
             unavailable = self._node_failed(name, error)
             for position in positions:

@@ -23,6 +23,9 @@ class Faults:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.restarted: set[int] = set()
+        #: channel-layer client prefixes of killed processes: their hub's group memberships
+        #: stay until channels_redis's group_expiry (nobody is left to discard them)
+        self.killed_prefixes: set[str] = set()
 
     def names(self) -> list[str]:
         names = ["kill a daphne", "restart Redis", "CLIENT PAUSE 2 s"]
@@ -86,11 +89,15 @@ class Faults:
         """SIGKILL one server process and start it again on the same port; its clients
         reconnect by themselves."""
         daphne = self.run.servers.daphnes[0]
+        before = self.run.group_member_prefixes()
         daphne.kill()
         time.sleep(1.0)
         daphne.start()
         daphne.wait_ready()
         self.restarted.add(daphne.index)
+        # The others' hubs keep their prefixes (one per process); the killed one's is gone.
+        time.sleep(2.0)
+        self.killed_prefixes |= before - self.run.group_member_prefixes()
 
     def restart_redis(self) -> None:
         """presence's Redis (with --cluster: one master) stopped and started, empty."""

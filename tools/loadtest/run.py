@@ -62,6 +62,7 @@ class Run:
         self.servers = servers
         self.env = env
         self.work = work
+        self.faults: Any = None
         self.rows: list[tuple[str, str]] = []
         self.windows: list[Window] = []
         self.rng = random.Random(3)
@@ -243,6 +244,7 @@ class Run:
             from tools.loadtest.faults import Faults
 
             faults = Faults(self) if self.args.faults else None
+            self.faults = faults
             self.restarted = faults.restarted if faults else set()
             schedule = self.checkpoint_times(faults)
             deadline = time.monotonic() + self.sizes.seconds
@@ -393,11 +395,42 @@ class Run:
                         if score > 0 and (score // 32 + config.ONLINE_WINDOW > now or score & 16):
                             found["seen online"] += 1
             node.close()
+        killed = self.faults.killed_prefixes if self.faults is not None else set()
+        left_by_killed = 0
         for server in self.servers.layer:
             client = redis.Redis.from_url(server.url)
-            found["groups"] += sum(1 for _ in client.scan_iter(match="asgi:group:*", count=1000))
+            for key in client.scan_iter(match="asgi:group:*", count=1000):
+                members = [m.decode() for m in client.zrange(key, 0, -1)]
+                mine = [m for m in members if m.split("!")[0] in killed]
+                left_by_killed += len(mine)
+                if len(mine) < len(members):
+                    found["groups"] += 1
             client.close()
+        if left_by_killed:
+            # Not counted: a SIGKILLed process cannot leave its groups; channels_redis drops
+            # such memberships after group_expiry (docs/reliability.md).
+            print(
+                f"loadtest: {left_by_killed} group memberships of the killed process remain "
+                "(they expire after the layer's group_expiry)",
+                flush=True,
+            )
         return found
+
+    def group_member_prefixes(self) -> set[str]:
+        """The channel-layer client prefixes (one per process) found in group memberships."""
+        import redis
+
+        prefixes: set[str] = set()
+        for server in self.servers.layer:
+            client = redis.Redis.from_url(server.url)
+            try:
+                for key in client.scan_iter(match="asgi:group:*", count=1000):
+                    prefixes.update(m.decode().split("!")[0] for m in client.zrange(key, 0, -1))
+            except redis.RedisError:
+                pass  # a shard stopped by another fault
+            finally:
+                client.close()
+        return prefixes
 
     def scan_logs(self) -> LogScan:
         scan = LogScan()

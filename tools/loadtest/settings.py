@@ -28,7 +28,11 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
 _database = os.environ.get("LOADTEST_DATABASE", "")
 if "://" in _database:
-    DATABASES = {"default": dj_database_url.parse(_database, conn_max_age=0)}
+    # Persistent connections, checked before reuse (docs/deployment.md): a socket's frames and
+    # the hub's deliveries would otherwise open a new PostgreSQL connection each time.
+    DATABASES = {
+        "default": dj_database_url.parse(_database, conn_max_age=60, conn_health_checks=True)
+    }
     # The fault "terminate PostgreSQL connections" ends the servers' connections by this name.
     DATABASES["default"]["OPTIONS"] = {
         "application_name": os.environ.get("LOADTEST_APPLICATION", "loadtest-harness")

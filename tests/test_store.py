@@ -277,6 +277,30 @@ class TestSlownessIsNotAnOutage:
         await store.aclose()
 
 
+class TestRestartedRedis:
+    """A restarted Redis closed every pooled connection: the next call uses a new one at once,
+    records what it was asked to, and declares no outage."""
+
+    def test_sync(self, private_redis: Any) -> None:
+        store = get_store()
+        store.run(store.read([1]))  # a pooled connection
+        private_redis.stop()
+        private_redis.start()
+        transition = store.run(store.touch(1, Device.WEB, NOW))
+        assert transition is not None and transition.after.last_active == NOW
+        assert store.health.in_outage is False
+
+    async def test_async(self, private_redis: Any) -> None:
+        store = get_store()
+        await store.arun(store.read([1]), live=True)
+        private_redis.stop()
+        private_redis.start()
+        transition = await store.arun(store.touch(1, Device.WEB, NOW), live=True)
+        assert transition is not None and transition.after.last_active == NOW
+        assert store.health.in_outage is False
+        await store.aclose()
+
+
 class TestFailurePolicy:
     def test_outage_returns_fallbacks_and_logs_once(
         self, down_store: PresenceStore, caplog: pytest.LogCaptureFixture

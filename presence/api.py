@@ -156,6 +156,14 @@ def _users_in_order(ids: list[Any]) -> list[Any]:
     return [by_pk[pk] for pk in ids if pk in by_pk]
 
 
+def _live_since(now: float) -> float:
+    """Activity older than this is offline whatever its kind: a page view's window, a
+    connection's TTL and a sign-off's grace all ran out (they count from the end of the
+    event's second, domain.offline_at)."""
+    conf = get_settings()
+    return now - domain.SECOND - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
+
+
 def _live_online(live: dict[UserId, domain.LiveState] | None, now: float) -> list[UserId]:
     timing = rules.timing()
     return [
@@ -175,7 +183,8 @@ def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tu
     """Like :func:`online_friends`, with each friend's presence as ``user`` sees it."""
     _check_limit(limit)
     store = get_store()
-    live = store.run(store.read(relations.friend_ids(user)))
+    # Only the friends who may be live come back from Redis: the others cannot be listed.
+    live = store.run(store.read_recent(relations.friend_ids(user), _live_since(rules.now())))
     now = rules.now()
     facts = relations.load(user, _live_online(live, now))
     presences = rules.resolve_all(facts, live, now)
@@ -188,7 +197,8 @@ async def aonline_friends_with_presence(
 ) -> list[tuple[Any, Presence]]:
     _check_limit(limit)
     store = get_store()
-    live = await store.arun(store.read(await relations.afriend_ids(user)))
+    since = _live_since(rules.now())
+    live = await store.arun(store.read_recent(await relations.afriend_ids(user), since))
     now = rules.now()
     facts = await relations.aload(user, _live_online(live, now))
     presences = rules.resolve_all(facts, live, now)
@@ -219,8 +229,7 @@ def online_now(viewer: Any) -> list[UserId]:
     store = get_store()
     now = rules.now()
     timing = rules.timing()
-    # The grace and the TTL count from the end of the event's second (domain.offline_at).
-    since = now - domain.SECOND - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
+    since = _live_since(now)
     live: list[UserId] = []
     for start in range(0, conf.BUCKETS, conf.CLEANUP_BATCH):
         buckets = range(start, min(start + conf.CLEANUP_BATCH, conf.BUCKETS))

@@ -17,6 +17,7 @@ from presence.store.scripts import (
     CLAIM_DUE,
     CONNECTION,
     DESCRIBE_CONNECTIONS,
+    READ_RECENT,
     REMOVE_IF_UNCHANGED,
     SIGN_OFF,
     TOUCH,
@@ -33,6 +34,10 @@ class _Raise:
 
 #: a plan's fallback meaning "raise StoreUnavailable" (plans that must not fail silently)
 RAISE = _Raise()
+
+#: buckets one READ_RECENT script reads on one Redis: Redis runs one script at a time, so a
+#: long read is cut into scripts of about a millisecond each, sent in the same pipeline
+READ_RECENT_KEYS = 512
 
 
 @dataclass
@@ -375,6 +380,47 @@ class PlanBuilder(KeyScheme):
                 ("ZMSCORE", self.seen_key(bucket), *map(encode_id, members))
                 for bucket, members in buckets
             ],
+            parse=parse,
+            fallback=None,
+            partial=parse,
+        )
+
+    def read_recent(
+        self, user_ids: Iterable[UserId], since: float
+    ) -> Plan[dict[UserId, domain.LiveState] | None]:
+        """Live state of those of many users active (or signed off) since ``since``: the ones
+        who may be live (``domain.live_status`` decides), the others are left out. One round
+        trip (one per master on a cluster), whose reply carries only those users.
+
+        A script per :data:`READ_RECENT_KEYS` buckets (per shard on a cluster: one slot per
+        script) reads them with ZMSCORE and returns only the recent entries, so a long list of
+        mostly offline users costs Redis no reply for the offline ones and Python no parsing.
+        Falls back to None (unknown) when Redis is unavailable, as :meth:`read` does.
+        """
+        low = int(since) * SCORE_FACTOR
+        calls: dict[int, tuple[list[str], list[Any]]] = {}
+        for n, (bucket, members) in enumerate(self.by_bucket(set(user_ids)).items()):
+            # A script's keys share one slot on a cluster (a shard's buckets); on one Redis, a
+            # script takes the next READ_RECENT_KEYS buckets.
+            group = self.shard_of(bucket) if self.clustered else n // READ_RECENT_KEYS
+            keys, args = calls.setdefault(group, ([], [low]))
+            keys.append(self.seen_key(bucket))
+            args.append(len(members))
+            args.extend(map(encode_id, members))
+
+        def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:
+            decode = id_decoder()
+            states: dict[UserId, domain.LiveState] = {}
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    continue  # an unavailable master's users: unknown, read as not live
+                pairs = iter(reply)
+                for member, score in zip(pairs, pairs, strict=True):
+                    states[decode(member)] = decode_score(score)
+            return states
+
+        return Plan(
+            commands=[script_call(READ_RECENT, keys, args) for keys, args in calls.values()],
             parse=parse,
             fallback=None,
             partial=parse,

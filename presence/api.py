@@ -150,12 +150,6 @@ def _check_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}.")
 
 
-def _users_in_order(ids: list[Any]) -> list[Any]:
-    # One query: in_bulk() would split the ids into chunks of 999 on SQLite.
-    by_pk = {user.pk: user for user in get_user_model()._default_manager.filter(pk__in=ids)}
-    return [by_pk[pk] for pk in ids if pk in by_pk]
-
-
 def _live_since(now: float) -> float:
     """Activity older than this is offline whatever its kind: a page view's window, a
     connection's TTL and a sign-off's grace all ran out (they count from the end of the
@@ -186,10 +180,9 @@ def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tu
     # Only the friends who may be live come back from Redis: the others cannot be listed.
     live = store.run(store.read_recent(relations.friend_ids(user), _live_since(rules.now())))
     now = rules.now()
-    facts = relations.load(user, _live_online(live, now))
-    presences = rules.resolve_all(facts, live, now)
-    users = _users_in_order(_most_recent_online(presences, limit))
-    return _with_presence(users, presences)
+    found = relations.load_with_users(user, _live_online(live, now))
+    presences = rules.resolve_all(found.facts, live, now)
+    return _with_presence(found.users(_most_recent_online(presences, limit)), presences)
 
 
 async def aonline_friends_with_presence(
@@ -200,17 +193,17 @@ async def aonline_friends_with_presence(
     since = _live_since(rules.now())
     live = await store.arun(store.read_recent(await relations.afriend_ids(user), since))
     now = rules.now()
-    facts = await relations.aload(user, _live_online(live, now))
-    presences = rules.resolve_all(facts, live, now)
-    users = await sync_to_async(_users_in_order)(_most_recent_online(presences, limit))
-    return _with_presence(users, presences)
+    found = await relations.aload_with_users(user, _live_online(live, now))
+    presences = rules.resolve_all(found.facts, live, now)
+    return _with_presence(found.users(_most_recent_online(presences, limit)), presences)
 
 
 def online_friends(user: Any, limit: int | None = None) -> list[Any]:
     """Friends (mutual contacts) online and visible to ``user``, most recently active first.
 
-    Redis is asked first (one round trip for all friends), so privacy facts are loaded only
-    for friends who are online at all: three queries whatever the number of friends.
+    Redis is asked first (one round trip for all friends, answering only for those who may be
+    live), then the privacy facts and the user rows of those friends are read together: two
+    queries whatever the number of friends; only the users listed are built.
     """
     return [friend for friend, _ in online_friends_with_presence(user, limit)]
 

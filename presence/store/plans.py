@@ -398,15 +398,27 @@ class PlanBuilder(KeyScheme):
         Falls back to None (unknown) when Redis is unavailable, as :meth:`read` does.
         """
         low = int(since) * SCORE_FACTOR
-        calls: dict[int, tuple[list[str], list[Any]]] = {}
-        for n, (bucket, members) in enumerate(self.by_bucket(set(user_ids)).items()):
-            # A script's keys share one slot on a cluster (a shard's buckets); on one Redis, a
-            # script takes the next READ_RECENT_KEYS buckets.
-            group = self.shard_of(bucket) if self.clustered else n // READ_RECENT_KEYS
-            keys, args = calls.setdefault(group, ([], [low]))
-            keys.append(self.seen_key(bucket))
-            args.append(len(members))
-            args.extend(map(encode_id, members))
+        buckets = list(self.by_bucket(set(user_ids)).items())
+        batches: list[list[tuple[int, list[UserId]]]]
+        if self.clustered:
+            # A script's keys must share one slot: a shard's buckets.
+            by_shard: dict[int, list[tuple[int, list[UserId]]]] = defaultdict(list)
+            for bucket, members in buckets:
+                by_shard[self.shard_of(bucket)].append((bucket, members))
+            batches = list(by_shard.values())
+        else:
+            batches = [
+                buckets[start : start + READ_RECENT_KEYS]
+                for start in range(0, len(buckets), READ_RECENT_KEYS)
+            ]
+        commands = []
+        for batch in batches:
+            args: list[Any] = [low]
+            for _, members in batch:
+                args.append(len(members))
+                args += map(encode_id, members)
+            keys = [self.seen_key(bucket) for bucket, _ in batch]
+            commands.append(script_call(READ_RECENT, keys, args))
 
         def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:
             decode = id_decoder()
@@ -420,7 +432,7 @@ class PlanBuilder(KeyScheme):
             return states
 
         return Plan(
-            commands=[script_call(READ_RECENT, keys, args) for keys, args in calls.values()],
+            commands=commands,
             parse=parse,
             fallback=None,
             partial=parse,

@@ -190,7 +190,16 @@ def run(sizes: Sizes, report: Report) -> None:
     with CaptureQueriesContext(connection) as queries, count_round_trips(s.client) as trips:
         found = api.online_friends(viewer)
     scripts = command_stats(client).get("evalsha", (0, 0))[0] - scripts_before
-    latencies = [timed(lambda: api.online_friends(viewer))[0] for _ in range(sizes.friends_runs)]
+    # Wall time is the goal's measure; on a shared machine it includes waiting for a CPU, so
+    # the process's CPU time (Python and SQLite, in process) and Redis's own time are shown too.
+    latencies: list[float] = []
+    cpu_times: list[float] = []
+    redis_before = server_usec(client)
+    for _ in range(sizes.friends_runs):
+        cpu_before = time.process_time()
+        latencies.append(timed(lambda: api.online_friends(viewer))[0])
+        cpu_times.append(time.process_time() - cpu_before)
+    redis_ms = (server_usec(client) - redis_before) / sizes.friends_runs / 1000
     say(
         f"  online_friends() returned {len(found):,} of {len(friend_ids):,} friends; "
         f"{trips[0]} Redis round trip(s) carrying {scripts} READ_RECENT script(s); "
@@ -290,6 +299,11 @@ def run(sizes: Sizes, report: Report) -> None:
     )
     for name, times in steps.items():
         report.add(NAME, f"  of which {name} (median)", ms(median(times)))
+    report.add(
+        NAME,
+        "online_friends(): process CPU time (median) + Redis time (mean)",
+        f"{ms(median(cpu_times))} + {redis_ms:,.2f} ms",
+    )
     report.add(NAME, "Redis round trips of online_friends()", str(trips[0]), "1", trips[0] == 1)
     report.add(NAME, "DB queries of online_friends()", str(len(queries)))
     report.add(NAME, "(a) our Redis read of all friends, median", ms(a))

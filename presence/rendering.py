@@ -140,7 +140,7 @@ def live_friends(request: Any, limit: int) -> dict[str, Any]:
     viewer = _viewer(request)
     if viewer is None or not viewer.is_authenticated:
         return {"friends": [], "limit": limit, "shown_count": 0}
-    online = api.online_friends_with_presence(viewer)[:MAX_FRIENDS_WATCHED]
+    online = api.online_friends_with_presence(viewer, MAX_FRIENDS_WATCHED)
     online_ids = {friend.pk for friend, _ in online}
     others = list(
         get_user_model()

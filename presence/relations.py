@@ -47,21 +47,18 @@ def _visibility(value: str | None, default: domain.Visibility) -> domain.Visibil
 
 
 def _choices(row: tuple[Any, ...]) -> domain.Choices:
-    """The choices of a row of :data:`_FIELDS` (no PrivacySettings or UserStatus row: the
-    defaults)."""
-    (_, online, last_seen, activity_level, invisible, dnd, text, emoji, activity, expires_at) = row[
-        :10
-    ]
+    """The choices of a row of :data:`_FIELDS`, by position (no PrivacySettings or
+    UserStatus row: the defaults)."""
     return domain.Choices(
-        online_visibility=_visibility(online, _DEFAULTS.online_visibility),
-        last_seen_visibility=_visibility(last_seen, _DEFAULTS.last_seen_visibility),
-        activity_visibility=_visibility(activity_level, _DEFAULTS.activity_visibility),
-        invisible=bool(invisible),
-        dnd=bool(dnd),
-        text=text or None,
-        emoji=emoji or None,
-        activity=activity or None,
-        expires_at=_epoch(expires_at),
+        online_visibility=_visibility(row[1], _DEFAULTS.online_visibility),
+        last_seen_visibility=_visibility(row[2], _DEFAULTS.last_seen_visibility),
+        activity_visibility=_visibility(row[3], _DEFAULTS.activity_visibility),
+        invisible=bool(row[4]),
+        dnd=bool(row[5]),
+        text=row[6] or None,
+        emoji=row[7] or None,
+        activity=row[8] or None,
+        expires_at=_epoch(row[9]),
         persisted_last_seen=_epoch(row[10]),
     )
 

@@ -6,24 +6,42 @@
 local low = tonumber(ARGV[1])
 local found = {}
 local n = 0
+
+local function keep(member, score)
+  if score then
+    local v = tonumber(score)
+    if v >= low or -v >= low then
+      found[n + 1] = member
+      found[n + 2] = v
+      n = n + 2
+    end
+  end
+end
+
 local at = 2
 for _, key in ipairs(KEYS) do
   local count = tonumber(ARGV[at])
   local first = at + 1
   at = first + count
-  -- unpack() is bounded by Lua's C stack: a huge bucket is read a slice at a time.
-  for start = first, at - 1, 4000 do
-    local last = math.min(start + 3999, at - 1)
-    local scores = redis.call('ZMSCORE', key, unpack(ARGV, start, last))
-    for i = 1, last - start + 1 do
-      local s = scores[i]
-      if s then
-        local v = tonumber(s)
-        if v >= low or -v >= low then
-          found[n + 1] = ARGV[start + i - 1]
-          found[n + 2] = v
-          n = n + 2
-        end
+  if count == 1 then
+    -- Most buckets hold one of the users asked for: ZSCORE needs no argument list and
+    -- answers no table (keep() inlined: this runs thousands of times per read).
+    local score = redis.call('ZSCORE', key, ARGV[first])
+    if score then
+      local v = tonumber(score)
+      if v >= low or -v >= low then
+        found[n + 1] = ARGV[first]
+        found[n + 2] = v
+        n = n + 2
+      end
+    end
+  else
+    -- unpack() is bounded by Lua's C stack: a huge bucket is read a slice at a time.
+    for start = first, at - 1, 4000 do
+      local last = math.min(start + 3999, at - 1)
+      local scores = redis.call('ZMSCORE', key, unpack(ARGV, start, last))
+      for i = 1, last - start + 1 do
+        keep(ARGV[start + i - 1], scores[i])
       end
     end
   end

@@ -23,7 +23,7 @@ from presence.store.scripts import (
     TOUCH,
     Script,
 )
-from presence.users import UserId, encode_id, id_decoder
+from presence.users import UserId, encode_id, id_decoder, pk_kind
 
 T = TypeVar("T")
 
@@ -411,12 +411,14 @@ class PlanBuilder(KeyScheme):
                 buckets[start : start + READ_RECENT_KEYS]
                 for start in range(0, len(buckets), READ_RECENT_KEYS)
             ]
+        # An integer id is its own canonical form: no call per id.
+        as_is = pk_kind() == "int"
         commands = []
         for batch in batches:
             args: list[Any] = [low]
             for _, members in batch:
                 args.append(len(members))
-                args += map(encode_id, members)
+                args += members if as_is else map(encode_id, members)
             keys = [self.seen_key(bucket) for bucket, _ in batch]
             commands.append(script_call(READ_RECENT, keys, args))
 

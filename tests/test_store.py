@@ -207,6 +207,20 @@ class TestReadRecent:
         states = store.run(store.read_recent(ids, NOW - 300))
         assert states is not None and set(states) == set(ids[::2])  # not the old, not the absent
 
+    @override_settings(PRESENCE={"BUCKETS": 16})
+    def test_buckets_of_one_and_of_several_users_in_one_script(self, store: PresenceStore) -> None:
+        store = get_store()  # 20 users in 16 buckets: some hold one, some several
+        ids = [uid(n) for n in range(1, 21)]
+        for n, user_id in enumerate(ids):
+            store.run(store.touch(user_id, Device.WEB, NOW - (0 if n % 3 else 400)))
+        sizes = {len(members) for members in store.by_bucket(ids).values()}
+        assert max(sizes) > 1
+        everything = store.run(store.read(ids))
+        assert everything is not None
+        recent = store.run(store.read_recent(ids, NOW - 300))
+        assert recent == {u: s for u, s in everything.items() if s.last_active == NOW}
+        assert len(recent) == 13
+
     async def test_async_face(self, store: PresenceStore) -> None:
         await store.arun(store.touch(uid(5), Device.WEB, NOW))
         await store.arun(store.touch(uid(6), Device.WEB, NOW - 1000))

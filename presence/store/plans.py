@@ -415,11 +415,15 @@ class PlanBuilder(KeyScheme):
         as_is = pk_kind() == "int"
         commands = []
         for batch in batches:
-            args: list[Any] = [low]
-            for _, members in batch:
+            # The buckets holding one of these users first, with no count each (most of them).
+            singles = [(bucket, members) for bucket, members in batch if len(members) == 1]
+            others = [(bucket, members) for bucket, members in batch if len(members) > 1]
+            args: list[Any] = [low, len(singles)]
+            args += (members[0] if as_is else encode_id(members[0]) for _, members in singles)
+            for _, members in others:
                 args.append(len(members))
                 args += members if as_is else map(encode_id, members)
-            keys = [self.seen_key(bucket) for bucket, _ in batch]
+            keys = [self.seen_key(bucket) for bucket, _ in singles + others]
             commands.append(script_call(READ_RECENT, keys, args))
 
         def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:

@@ -150,10 +150,12 @@ def _check_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}.")
 
 
-def _users_in_order(ids: list[Any]) -> list[Any]:
-    # One query: in_bulk() would split the ids into chunks of 999 on SQLite.
-    by_pk = {user.pk: user for user in get_user_model()._default_manager.filter(pk__in=ids)}
-    return [by_pk[pk] for pk in ids if pk in by_pk]
+def _live_since(now: float) -> float:
+    """Activity older than this is offline whatever its kind: a page view's window, a
+    connection's TTL and a sign-off's grace all ran out (they count from the end of the
+    event's second, domain.offline_at)."""
+    conf = get_settings()
+    return now - domain.SECOND - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
 
 
 def _live_online(live: dict[UserId, domain.LiveState] | None, now: float) -> list[UserId]:
@@ -175,12 +177,12 @@ def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tu
     """Like :func:`online_friends`, with each friend's presence as ``user`` sees it."""
     _check_limit(limit)
     store = get_store()
-    live = store.run(store.read(relations.friend_ids(user)))
+    # Only the friends who may be live come back from Redis: the others cannot be listed.
+    live = store.run(store.read_recent(relations.friend_ids(user), _live_since(rules.now())))
     now = rules.now()
-    facts = relations.load(user, _live_online(live, now))
-    presences = rules.resolve_all(facts, live, now)
-    users = _users_in_order(_most_recent_online(presences, limit))
-    return _with_presence(users, presences)
+    found = relations.load_with_users(user, _live_online(live, now))
+    presences = rules.resolve_all(found.facts, live, now)
+    return _with_presence(found.users(_most_recent_online(presences, limit)), presences)
 
 
 async def aonline_friends_with_presence(
@@ -188,19 +190,20 @@ async def aonline_friends_with_presence(
 ) -> list[tuple[Any, Presence]]:
     _check_limit(limit)
     store = get_store()
-    live = await store.arun(store.read(await relations.afriend_ids(user)))
+    since = _live_since(rules.now())
+    live = await store.arun(store.read_recent(await relations.afriend_ids(user), since))
     now = rules.now()
-    facts = await relations.aload(user, _live_online(live, now))
-    presences = rules.resolve_all(facts, live, now)
-    users = await sync_to_async(_users_in_order)(_most_recent_online(presences, limit))
-    return _with_presence(users, presences)
+    found = await relations.aload_with_users(user, _live_online(live, now))
+    presences = rules.resolve_all(found.facts, live, now)
+    return _with_presence(found.users(_most_recent_online(presences, limit)), presences)
 
 
 def online_friends(user: Any, limit: int | None = None) -> list[Any]:
     """Friends (mutual contacts) online and visible to ``user``, most recently active first.
 
-    Redis is asked first (one round trip for all friends), so privacy facts are loaded only
-    for friends who are online at all: three queries whatever the number of friends.
+    Redis is asked first (one round trip for all friends, answering only for those who may be
+    live), then the privacy facts and the user rows of those friends are read together: two
+    queries whatever the number of friends; only the users listed are built.
     """
     return [friend for friend, _ in online_friends_with_presence(user, limit)]
 
@@ -219,8 +222,7 @@ def online_now(viewer: Any) -> list[UserId]:
     store = get_store()
     now = rules.now()
     timing = rules.timing()
-    # The grace and the TTL count from the end of the event's second (domain.offline_at).
-    since = now - domain.SECOND - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
+    since = _live_since(now)
     live: list[UserId] = []
     for start in range(0, conf.BUCKETS, conf.CLEANUP_BATCH):
         buckets = range(start, min(start + conf.CLEANUP_BATCH, conf.BUCKETS))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, Subquery
 
 from presence import domain
 from presence.domain import UserId
@@ -17,6 +17,7 @@ from presence.users import viewer_pk as viewer_id
 
 Facts = dict[UserId, tuple[domain.Relation, domain.Choices]]
 
+#: the target's choices, read in this order (rows are tuples: thousands of them per call)
 _FIELDS = (
     "pk",
     "presence_privacy__online_visibility",
@@ -30,68 +31,84 @@ _FIELDS = (
     "presence_status__expires_at",
     "presence_last_seen__seen_at",
 )
+_DEFAULTS = domain.Choices()
+_VISIBILITIES = {level.value: level for level in domain.Visibility}
 
 
 def _epoch(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def _choices(row: dict[str, Any]) -> domain.Choices:
-    defaults = domain.Choices()
+def _visibility(value: str | None, default: domain.Visibility) -> domain.Visibility:
+    if not value:
+        return default
+    # A dictionary instead of Visibility(value), which is slow; an unknown value still raises.
+    return _VISIBILITIES.get(value) or domain.Visibility(value)
+
+
+def _choices(row: tuple[Any, ...]) -> domain.Choices:
+    """The choices of a row of :data:`_FIELDS`, by position (no PrivacySettings or
+    UserStatus row: the defaults)."""
     return domain.Choices(
-        online_visibility=domain.Visibility(
-            row["presence_privacy__online_visibility"] or defaults.online_visibility
-        ),
-        last_seen_visibility=domain.Visibility(
-            row["presence_privacy__last_seen_visibility"] or defaults.last_seen_visibility
-        ),
-        activity_visibility=domain.Visibility(
-            row["presence_privacy__activity_visibility"] or defaults.activity_visibility
-        ),
-        invisible=bool(row["presence_privacy__invisible"]),
-        dnd=bool(row["presence_status__dnd"]),
-        text=row["presence_status__text"] or None,
-        emoji=row["presence_status__emoji"] or None,
-        activity=row["presence_status__activity"] or None,
-        expires_at=_epoch(row["presence_status__expires_at"]),
-        persisted_last_seen=_epoch(row["presence_last_seen__seen_at"]),
+        online_visibility=_visibility(row[1], _DEFAULTS.online_visibility),
+        last_seen_visibility=_visibility(row[2], _DEFAULTS.last_seen_visibility),
+        activity_visibility=_visibility(row[3], _DEFAULTS.activity_visibility),
+        invisible=bool(row[4]),
+        dnd=bool(row[5]),
+        text=row[6] or None,
+        emoji=row[7] or None,
+        activity=row[8] or None,
+        expires_at=_epoch(row[9]),
+        persisted_last_seen=_epoch(row[10]),
     )
 
 
-def facts_query(viewer_pk: Any, target_ids: Collection[Any]) -> Any:
+def facts_query(viewer_pk: Any, target_ids: Collection[Any], *columns: str) -> Any:
+    """Rows of :data:`_FIELDS`, then for a viewer the target's tie to them (NULL: the target
+    has no Contact row of the viewer, else that row's close_friend) and whether a block
+    stands between them either way (two index lookups per target), then ``columns``."""
     # Any: the lookups' types are the site's pk's (see presence.users.user_pk).
     queryset = get_user_model()._default_manager.filter(pk__in=target_ids)
-    if viewer_pk is not None:
-        target = OuterRef("pk")
-        queryset = queryset.annotate(
-            viewer_is_contact=Exists(Contact.objects.filter(owner=target, contact=viewer_pk)),
-            viewer_is_close_friend=Exists(
-                Contact.objects.filter(owner=target, contact=viewer_pk, close_friend=True)
-            ),
-            blocked=Exists(
-                Block.objects.filter(
-                    Q(blocker=target, blocked=viewer_pk) | Q(blocker=viewer_pk, blocked=target)
-                )
-            ),
-        )
-        return queryset.values(*_FIELDS, "viewer_is_contact", "viewer_is_close_friend", "blocked")
-    return queryset.values(*_FIELDS)
+    if viewer_pk is None:
+        return queryset.values_list(*_FIELDS, *columns)
+    target = OuterRef("pk")
+    # Names no user model is likely to have as fields (an annotation may not shadow one).
+    return queryset.annotate(
+        presence_viewer_tie=Subquery(
+            Contact.objects.filter(owner=target, contact=viewer_pk).values("close_friend")[:1]
+        ),
+        presence_blocked=Exists(
+            Block.objects.filter(
+                Q(blocker=target, blocked=viewer_pk) | Q(blocker=viewer_pk, blocked=target)
+            )
+        ),
+    ).values_list(*_FIELDS, "presence_viewer_tie", "presence_blocked", *columns)
 
 
-def _relation(viewer_pk: UserId | None, row: dict[str, Any]) -> domain.Relation:
+#: where a viewer's tie to the target sits in a row of facts_query(), the block after it
+_TIE = len(_FIELDS)
+
+#: the few relations a row can express, built once (they are immutable)
+_RELATIONS = {
+    (tie, blocked): domain.Relation(
+        is_contact=tie is not None, is_close_friend=bool(tie), blocked=blocked
+    )
+    for tie in (None, False, True)
+    for blocked in (False, True)
+}
+
+
+def _relation(viewer_pk: UserId | None, row: tuple[Any, ...]) -> domain.Relation:
     if viewer_pk is None:
         return domain.STRANGER
-    if row["pk"] == viewer_pk:
+    if row[0] == viewer_pk:
         return domain.SELF
-    return domain.Relation(
-        is_contact=row["viewer_is_contact"],
-        is_close_friend=row["viewer_is_close_friend"],
-        blocked=row["blocked"],
-    )
+    tie, blocked = row[_TIE], row[_TIE + 1]
+    return _RELATIONS[None if tie is None else bool(tie), bool(blocked)]
 
 
-def _facts(viewer_pk: UserId | None, rows: list[dict[str, Any]]) -> Facts:
-    return {row["pk"]: (_relation(viewer_pk, row), _choices(row)) for row in rows}
+def _facts(viewer_pk: UserId | None, rows: Iterable[tuple[Any, ...]]) -> Facts:
+    return {row[0]: (_relation(viewer_pk, row), _choices(row)) for row in rows}
 
 
 def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
@@ -99,7 +116,7 @@ def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     if not target_ids:
         return {}
     viewer_pk = viewer_id(viewer)
-    return _facts(viewer_pk, list(facts_query(viewer_pk, target_ids)))
+    return _facts(viewer_pk, facts_query(viewer_pk, target_ids))
 
 
 async def aload(viewer: Any, target_ids: Collection[UserId]) -> Facts:
@@ -107,6 +124,61 @@ async def aload(viewer: Any, target_ids: Collection[UserId]) -> Facts:
         return {}
     viewer_pk = viewer_id(viewer)
     return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)])
+
+
+#: where a viewer's row of facts_query() ends and the columns asked for begin
+_USER_COLUMNS = _TIE + 2
+
+
+@dataclass(frozen=True)
+class FactsAndUsers:
+    """The privacy facts of many targets and their rows as users, read in one query; a user
+    object is built only when asked for (``online_friends`` builds only those it lists)."""
+
+    facts: Facts
+    rows: dict[UserId, tuple[Any, ...]]
+    model: Any
+    attnames: tuple[str, ...]
+    db: str
+
+    def users(self, ids: Iterable[UserId]) -> list[Any]:
+        """The users of these ids in this order, as the user model's manager would load
+        them (``Model.from_db``); ids not read are left out."""
+        build, rows = self.model.from_db, self.rows
+        return [build(self.db, self.attnames, rows[pk]) for pk in ids if pk in rows]
+
+
+def _facts_and_users_query(viewer: Any, target_ids: Collection[UserId]) -> tuple[Any, Any, Any]:
+    viewer_pk = viewer_id(viewer)
+    model = get_user_model()
+    attnames = tuple(field.attname for field in model._meta.concrete_fields)
+    return viewer_pk, attnames, facts_query(viewer_pk, target_ids, *attnames)
+
+
+def _facts_and_users(
+    viewer_pk: UserId | None, attnames: tuple[str, ...], rows: list[tuple[Any, ...]], db: str
+) -> FactsAndUsers:
+    start = _USER_COLUMNS if viewer_pk is not None else len(_FIELDS)
+    return FactsAndUsers(
+        facts=_facts(viewer_pk, rows),
+        rows={row[0]: row[start:] for row in rows},
+        model=get_user_model(),
+        attnames=attnames,
+        db=db,
+    )
+
+
+def load_with_users(viewer: Any, target_ids: Collection[UserId]) -> FactsAndUsers:
+    """:func:`load` and the targets' user rows together: one query for both."""
+    viewer_pk, attnames, query = _facts_and_users_query(viewer, target_ids)
+    rows = list(query) if target_ids else []
+    return _facts_and_users(viewer_pk, attnames, rows, query.db)
+
+
+async def aload_with_users(viewer: Any, target_ids: Collection[UserId]) -> FactsAndUsers:
+    viewer_pk, attnames, query = _facts_and_users_query(viewer, target_ids)
+    rows = [row async for row in query] if target_ids else []
+    return _facts_and_users(viewer_pk, attnames, rows, query.db)
 
 
 async def aexisting(target_ids: Collection[Any]) -> set[UserId]:
@@ -190,7 +262,7 @@ async def aload_pairs(viewer_pks: Collection[UserId], target_ids: Collection[Use
     rows = [row async for row in rows_query]
     contacts = {(owner, contact): close async for owner, contact, close in contacts_query}
     blocks = {frozenset(pair) async for pair in blocks_query}
-    return PairFacts({row["pk"]: _choices(row) for row in rows}, contacts, blocks)
+    return PairFacts({row[0]: _choices(row) for row in rows}, contacts, blocks)
 
 
 def load_pairs(viewer_pks: Collection[UserId], target_ids: Collection[UserId]) -> PairFacts:
@@ -198,7 +270,7 @@ def load_pairs(viewer_pks: Collection[UserId], target_ids: Collection[UserId]) -
         return PairFacts({}, {}, set())
     rows_query, contacts_query, blocks_query = _pairs_queries(viewer_pks, target_ids)
     return PairFacts(
-        {row["pk"]: _choices(row) for row in rows_query},
+        {row[0]: _choices(row) for row in rows_query},
         {(owner, contact): close for owner, contact, close in contacts_query},
         {frozenset(pair) for pair in blocks_query},
     )

@@ -136,11 +136,11 @@ MAX_FRIENDS_WATCHED = 200
 def live_friends(request: Any, limit: int) -> dict[str, Any]:
     """The context of a live online-friends list: the viewer's friends it watches, each with
     the presence the viewer may see and whether it is shown now (online, within ``limit``).
-    Two queries and two Redis round trips, whatever the number of friends."""
+    At most four queries and two Redis round trips, whatever the number of friends."""
     viewer = _viewer(request)
     if viewer is None or not viewer.is_authenticated:
         return {"friends": [], "limit": limit, "shown_count": 0}
-    online = api.online_friends_with_presence(viewer)[:MAX_FRIENDS_WATCHED]
+    online = api.online_friends_with_presence(viewer, MAX_FRIENDS_WATCHED)
     online_ids = {friend.pk for friend, _ in online}
     others = list(
         get_user_model()

@@ -17,10 +17,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from presence import api
-from presence.domain import InvalidInput, Presence, Status
+from presence.domain import Device, InvalidInput, Presence, Status
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.signals import presence_changed
-from presence.store import get_store
+from presence.store import READ_RECENT, get_store
 from tests.conftest import RedisCommandCounter
 from tests.privacy_cases import (
     CASE_IDS,
@@ -200,7 +200,7 @@ def _friends_with(user: Any, friends: list[Any]) -> None:
 
 
 @pytest.mark.parametrize("count", [1, 300])
-def test_online_friends_costs_three_queries_and_one_round_trip(
+def test_online_friends_costs_two_queries_and_one_round_trip(
     count: int, make_user: Callable[..., Any]
 ) -> None:
     user = make_user()
@@ -208,13 +208,15 @@ def test_online_friends_costs_three_queries_and_one_round_trip(
     _friends_with(user, friends)
     for friend in friends:
         api.touch(friend)
-    get_store().client.ping()
+    # Warm: the connection, and the read's script on every master (a first use loads it).
+    get_store().client.script_load(READ_RECENT.source)
 
     with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
         found = api.online_friends(user)
 
-    # friend ids, privacy facts, the users themselves: the same whatever the number of friends
-    assert len(queries) == 3
+    # friend ids, then the privacy facts and user rows of the online ones: the same whatever
+    # the number of friends
+    assert len(queries) == 2
     assert trips.count == 1
     assert {f.pk for f in found} == {f.pk for f in friends}
 
@@ -239,6 +241,27 @@ def test_online_friends_order_limit_and_who_counts(make_user: Callable[..., Any]
         assert api.online_friends(user, limit=0) == []
         with pytest.raises(ValueError):
             api.online_friends(user, limit=-1)
+
+
+@override_settings(PRESENCE={"ONLINE_WINDOW": 30, "CONNECTION_TTL": 90, "OFFLINE_GRACE": 5})
+def test_online_friends_reads_back_as_far_as_the_longest_way_of_being_online(
+    make_user: Callable[..., Any],
+) -> None:
+    # Redis answers only for friends active since the longest of the window, the connection TTL
+    # and the grace: a connection's friend heard from 60 s ago is online (TTL 90) though a page
+    # view as old is not (window 30), and one signed off 3 s ago is still within the grace.
+    user = make_user()
+    connected, viewed, signed_off, gone = (make_user() for _ in range(4))
+    _friends_with(user, [connected, viewed, signed_off, gone])
+    store = get_store()
+    at = NOW.timestamp()
+    store.run(store.connection(connected.pk, "open", at - 60, "c1"))
+    store.run(store.touch(viewed.pk, Device.WEB, at - 60))
+    store.run(store.sign_off(signed_off.pk, Device.WEB, at - 3))
+    store.run(store.connection(gone.pk, "open", at - 200, "c2"))
+    with time_machine.travel(NOW, tick=False):
+        assert api.online_friends(user) == [signed_off, connected]
+        assert async_to_sync(api.aonline_friends)(user) == [signed_off, connected]
 
 
 # --- choosing a status ----------------------------------------------------------------------

@@ -101,6 +101,22 @@ def test_a_batch_read_is_one_round_trip_to_each_master(store: PresenceStore) -> 
     assert len(trips) == 3 and set(trips.values()) == {1}, trips
 
 
+def test_a_read_of_the_recent_is_one_round_trip_to_each_master(store: PresenceStore) -> None:
+    touch_all(store, USERS)
+    asked = range(1, 5001)
+    plan = store.read_recent(asked, NOW - 300)
+    # A script's keys share one slot (a shard's buckets), as a cluster requires.
+    for command in plan.commands:
+        assert len({key_slot(key.encode()) for key in command[2]}) == 1
+    store.run(plan)  # the first use loads the script on each master
+    store.cluster.round_trips.clear()  # type: ignore[union-attr]
+    states = store.run(store.read_recent(asked, NOW - 300))
+    assert states is not None and set(states) == set(USERS)
+    trips = store.cluster.round_trips  # type: ignore[union-attr]
+    assert len(trips) == 3 and set(trips.values()) == {1}, trips
+    assert store.run(store.read_recent(asked, NOW + 1)) == {}
+
+
 def test_sweeps_claim_due_users_from_every_master(store: PresenceStore) -> None:
     touch_all(store, USERS)
     due, _ = store.run(store.claim_due(NOW + 10_000, 100_000))

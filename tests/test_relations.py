@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from presence import domain, relations
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
+from tests.ids import missing_id
 
 pytestmark = pytest.mark.django_db
 
@@ -151,6 +153,41 @@ def test_async_load_matches_sync(make_user: Callable[..., Any]) -> None:
     ids = [viewer.pk, contact.pk, stranger.pk, 987654321]
     assert async_to_sync(relations.aload)(viewer, ids) == relations.load(viewer, ids)
     assert async_to_sync(relations.aload)(viewer, []) == {}
+
+
+def test_load_with_users_reads_the_facts_of_load_and_the_users_in_one_query(
+    make_user: Callable[..., Any],
+) -> None:
+    viewer, contact, close, stranger, blocker = (make_user() for _ in range(5))
+    Contact.objects.create(owner=contact, contact=viewer)
+    Contact.objects.create(owner=close, contact=viewer, close_friend=True)
+    Contact.objects.create(owner=blocker, contact=viewer, close_friend=True)
+    Block.objects.create(blocker=blocker, blocked=viewer)
+    PrivacySettings.objects.create(user=stranger, online_visibility="everyone", invisible=True)
+    UserStatus.objects.create(user=close, dnd=True, text="away")
+    LastSeen.objects.create(user=contact, seen_at=datetime(2030, 1, 2, tzinfo=UTC))
+    users = [viewer, contact, close, stranger, blocker]
+    ids = [u.pk for u in users] + [missing_id()]
+    with CaptureQueriesContext(connection) as queries:
+        found = relations.load_with_users(viewer, ids)
+        built = found.users([blocker.pk, missing_id(), contact.pk, viewer.pk])
+    assert len(queries) == 1
+    assert found.facts == relations.load(viewer, ids)
+    # As the manager loads them, in the order asked; an id not read is left out.
+    loaded = get_user_model()._default_manager.in_bulk([blocker.pk, contact.pk, viewer.pk])
+    assert [u.pk for u in built] == [blocker.pk, contact.pk, viewer.pk]
+    for user in built:
+        assert _fields(user) == _fields(loaded[user.pk])
+        assert not user._state.adding and user._state.db == "default"
+    assert async_to_sync(relations.aload_with_users)(viewer, ids).facts == found.facts
+    assert relations.load_with_users(None, ids).facts == relations.load(None, ids)
+    with CaptureQueriesContext(connection) as queries:
+        assert relations.load_with_users(viewer, []).users([viewer.pk]) == []
+    assert len(queries) == 0
+
+
+def _fields(user: Any) -> dict[str, Any]:
+    return {f.attname: getattr(user, f.attname) for f in user._meta.concrete_fields}
 
 
 # --- many viewers at once (the live fan-out) ----------------------------------------------------

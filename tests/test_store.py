@@ -20,6 +20,7 @@ from presence.store import (
     CLAIM_DUE,
     CONNECTION,
     RAISE,
+    READ_RECENT,
     SCORE_FACTOR,
     TOUCH,
     ConnectionOp,
@@ -34,6 +35,7 @@ from presence.store import (
     merge,
 )
 from presence.store.keys import shard_tags
+from presence.store.plans import READ_RECENT_KEYS
 from tests.conftest import cluster_urls, on_one_redis
 from tests.ids import member, uid
 from tests.privacy_cases import count_round_trips
@@ -159,6 +161,75 @@ class TestRead:
         assert decode_score(-(NOW * SCORE_FACTOR + 1)) == domain.LiveState(
             last_active=NOW, devices=(Device.WEB,), signed_off=True
         )
+
+
+class TestReadRecent:
+    """read_recent: the live state of those who may be live, the others left out."""
+
+    def test_leaves_out_whoever_is_surely_offline(self, store: PresenceStore) -> None:
+        since = NOW - 300
+        store.run(store.touch(uid(1), Device.WEB, NOW))
+        store.run(store.touch(uid(2), Device.MOBILE, since))  # at the bound: may be live
+        store.run(store.touch(uid(3), Device.WEB, since - 1))
+        store.run(store.sign_off(uid(4), Device.WEB, NOW - 2))  # within a grace: may be live
+        store.run(store.sign_off(uid(5), Device.WEB, since - 10))
+        ids = [uid(n) for n in range(1, 7)]  # uid(6) was never seen
+        everything = store.run(store.read(ids))
+        assert everything is not None and set(everything) == {uid(n) for n in range(1, 6)}
+        recent = store.run(store.read_recent(ids, since))
+        assert recent == {uid(n): everything[uid(n)] for n in (1, 2, 4)}
+        assert recent[uid(4)].signed_off
+
+    @on_one_redis
+    def test_a_long_read_is_cut_into_scripts_sent_in_one_round_trip(
+        self, store: PresenceStore
+    ) -> None:
+        ids = [uid(n) for n in range(1, 2 * READ_RECENT_KEYS + 2)]
+        store.run(merge([store.touch(user_id, Device.WEB, NOW) for user_id in ids]))
+        store.client.script_load(READ_RECENT.source)
+        asked = [*ids, uid(10**6)]  # and one never seen
+        plan = store.read_recent(asked, NOW - 300)
+        buckets = {store.bucket_of(user_id) for user_id in asked}
+        assert len(plan.commands) == -(-len(buckets) // READ_RECENT_KEYS) >= 2
+        with count_round_trips() as trips:
+            states = store.run(plan)
+        assert trips.count == 1
+        assert states is not None and set(states) == set(ids)
+
+    @override_settings(PRESENCE={"BUCKETS": 1})
+    def test_a_bucket_holding_more_members_than_lua_unpacks_at_once(
+        self, store: PresenceStore
+    ) -> None:
+        store = get_store()  # the store of one bucket
+        ids = [uid(n) for n in range(1, 4_102)]
+        store.run(merge([store.touch(user_id, Device.WEB, NOW) for user_id in ids[::2]]))
+        store.run(merge([store.touch(user_id, Device.WEB, NOW - 400) for user_id in ids[1::4]]))
+        states = store.run(store.read_recent(ids, NOW - 300))
+        assert states is not None and set(states) == set(ids[::2])  # not the old, not the absent
+
+    @override_settings(PRESENCE={"BUCKETS": 16})
+    def test_buckets_of_one_and_of_several_users_in_one_script(self, store: PresenceStore) -> None:
+        store = get_store()  # 20 users in 16 buckets: some hold one, some several
+        ids = [uid(n) for n in range(1, 21)]
+        for n, user_id in enumerate(ids):
+            store.run(store.touch(user_id, Device.WEB, NOW - (0 if n % 3 else 400)))
+        sizes = {len(members) for members in store.by_bucket(ids).values()}
+        assert max(sizes) > 1
+        everything = store.run(store.read(ids))
+        assert everything is not None
+        recent = store.run(store.read_recent(ids, NOW - 300))
+        assert recent == {u: s for u, s in everything.items() if s.last_active == NOW}
+        assert len(recent) == 13
+
+    async def test_async_face(self, store: PresenceStore) -> None:
+        await store.arun(store.touch(uid(5), Device.WEB, NOW))
+        await store.arun(store.touch(uid(6), Device.WEB, NOW - 1000))
+        states = await store.arun(store.read_recent([uid(5), uid(6), uid(7)], NOW - 300))
+        assert states == {uid(5): domain.LiveState(last_active=NOW, devices=(Device.WEB,))}
+        await store.aclose()
+
+    def test_outage_reads_unknown(self, down_store: PresenceStore) -> None:
+        assert down_store.run(down_store.read_recent([uid(1)], NOW)) is None
 
 
 class TestStale:

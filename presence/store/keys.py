@@ -37,7 +37,8 @@ DEVICE_MASK_LIMIT = domain.DEVICE_MASK_LIMIT
 def decode_score(score: float | str | None) -> domain.LiveState:
     if score is None:
         return domain.LiveState()
-    value = int(float(score))
+    # An integer from a script's reply as it is; a ZSCORE-style reply is a float or its text.
+    value = score if isinstance(score, int) else int(float(score))
     signed_off = value < 0
     seconds, flags = divmod(abs(value), SCORE_FACTOR)
     return domain.LiveState(

@@ -48,6 +48,7 @@ CONNECTION = load("connection", "aggregate", "connections")
 REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
 DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")
+READ_RECENT = load("read_recent")
 
 ALL = {
     "touch": TOUCH,
@@ -56,4 +57,5 @@ ALL = {
     "remove_if_unchanged": REMOVE_IF_UNCHANGED,
     "describe_connections": DESCRIBE_CONNECTIONS,
     "claim_due": CLAIM_DUE,
+    "read_recent": READ_RECENT,
 }

@@ -96,7 +96,8 @@ class Stats:
     tab_closes: int = 0
     status_changes: int = 0
     idle_switches: int = 0
-    exceptions: list[str] = field(default_factory=list)
+    #: (time, what): client exceptions and error frames
+    exceptions: list[tuple[float, str]] = field(default_factory=list)
     #: clients by state when the stats were asked for (ready, opening, waiting for a snapshot)
     states: dict[str, int] = field(default_factory=dict)
 
@@ -183,7 +184,7 @@ class Client:
         except ConnectionClosed:
             pass
         except Exception as error:
-            gen.stats.exceptions.append(repr(error))
+            gen.stats.exceptions.append((time.time(), repr(error)))
         if not self.closing and self.ws is ws:
             code = ws.close_code if ws.close_code is not None else "none"
             gen.stats.unrequested.append((time.time(), str(code), self.spec.index))
@@ -194,7 +195,7 @@ class Client:
         kind = frame.get("type")
         if kind not in ("presence_state", "presence_diff"):
             if kind == "error":
-                self.gen.stats.exceptions.append(f"error frame: {frame}")
+                self.gen.stats.exceptions.append((time.time(), f"error frame: {frame}"))
             return
         now = time.time()
         viewer = self.spec.user

@@ -497,7 +497,10 @@ class Run:
         closes, closes_excused = self.outside_windows(stats.unrequested)
         http_errors, http_excused = self.outside_windows(stats.http_5xx)
         logs = self.scan_logs()
-        errors = len(closes) + len(http_errors) + len(logs.errors) + len(stats.exceptions)
+        # An error frame during a fault (internal_error while the database is cut off) is
+        # the documented answer: excused inside the fault's window, like closes.
+        exceptions, exceptions_excused = self.outside_windows(stats.exceptions)
+        errors = len(closes) + len(http_errors) + len(logs.errors) + len(exceptions)
         errors += len(self.relations.failures)
         wrong = final.wrong + sum(c.wrong for c in checks if c is not None)
         leaked = len(stats.leaks) + final.oracle_leaks + sum(c.oracle_leaks for c in checks)
@@ -576,9 +579,10 @@ class Run:
             (
                 "errors",
                 f"{len(closes)} unrequested closes, {len(http_errors)} HTTP 5xx, "
-                f"{len(logs.errors)} log errors, {len(stats.exceptions)} client exceptions, "
+                f"{len(logs.errors)} log errors, {len(exceptions)} client exceptions, "
                 f"{len(self.relations.failures)} harness failures "
-                f"({closes_excused + http_excused + logs.excused} inside fault windows; "
+                f"({closes_excused + http_excused + logs.excused + exceptions_excused} "
+                "inside fault windows; "
                 f"{logs.warnings} log warnings)",
             )
         )
@@ -594,7 +598,7 @@ class Run:
             [f"close {c}" for c in closes[:5]]
             + [f"http {h}" for h in http_errors[:5]]
             + logs.errors[:10]
-            + stats.exceptions[:5]
+            + [f"{what} at {at:.1f}" for at, what in exceptions[:5]]
             + self.relations.failures[:5]
             + [f"leak {leak}" for leak in stats.leaks[:5]]
         ):

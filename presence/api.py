@@ -279,9 +279,13 @@ def apply_change(user: Any, change: StatusChange, expires_at: datetime | None = 
                 "expires_at": expires_at if has_custom else None,
             },
         )
-        PrivacySettings.objects.update_or_create(
-            user_id=_pk(user), defaults={"invisible": change.status is StatusChoice.INVISIBLE}
-        )
+        # Without signals (a saved PrivacySettings announces "privacy"): this change's own
+        # announcement below covers it, so viewers are told once.
+        invisible = change.status is StatusChoice.INVISIBLE
+        if not PrivacySettings.objects.filter(user_id=_pk(user)).update(invisible=invisible):
+            PrivacySettings.objects.bulk_create(
+                [PrivacySettings(user_id=_pk(user), invisible=invisible)], ignore_conflicts=True
+            )
         transaction.on_commit(
             lambda: presence_changed.send(sender=UserStatus, user_id=_pk(user), reason="status")
         )

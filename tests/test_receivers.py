@@ -19,7 +19,7 @@ from presence import api
 from presence.conf import get_settings
 from presence.domain import Status
 from presence.middleware import throttle
-from presence.models import Contact, LastSeen
+from presence.models import Contact, LastSeen, PrivacySettings
 from tests.clock import T0, at
 from tests.conftest import RedisCommandCounter
 
@@ -295,5 +295,11 @@ def test_set_status_is_announced(
     user = make_user()
     with django_capture_on_commit_callbacks(execute=True):
         api.set_status(user, "dnd", text="busy")
-    assert (user.pk, "status") in changes
-    assert {user_id for user_id, _ in changes} == {user.pk}
+    # Once per change, whatever it stores (the invisible flag lives in PrivacySettings).
+    assert changes == [(user.pk, "status")]
+    for status in ("invisible", "invisible", "auto", "dnd"):
+        changes.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            api.set_status(user, status)
+        assert changes == [(user.pk, "status")], status
+        assert PrivacySettings.objects.get(user=user).invisible is (status == "invisible")

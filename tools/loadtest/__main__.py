@@ -57,6 +57,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="diagnosis: channels_redis's connection pool size per host (default redis-py's 100)",
     )
     parser.add_argument(
+        "--layer",
+        choices=["core", "pubsub"],
+        default="core",
+        help="channels_redis layer: core (channels' default, the demo's) or pubsub (the one "
+        "docs/deployment.md recommends at scale)",
+    )
+    parser.add_argument(
         "--fault", action="append", help="with --faults: only the faults whose name has this word"
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory")
@@ -128,6 +135,7 @@ def main(argv: list[str]) -> int:
         env = servers.env(database, json.dumps(config.presence_settings()))
         if args.layer_pool:
             env["LOADTEST_LAYER_POOL"] = str(args.layer_pool)
+        env["LOADTEST_LAYER"] = args.layer
         os.environ.update(
             {
                 key: value

@@ -513,6 +513,7 @@ class Run:
             ("processes", f"{sizes.processes} daphne, {sizes.generators} generators"),
             ("users", f"{sizes.users:,}"),
             ("presence Redis", "3-master cluster" if self.servers.cluster else "one server"),
+            ("channel layer", f"{self.args.layer}, sharded over {len(self.servers.layer)} servers"),
             ("database", "PostgreSQL" if self.args.database else "SQLite (WAL)"),
             ("load duration", f"{load_seconds:.1f} s"),
             ("frames/s (both ways)", f"{frames / load_seconds:,.0f}"),

@@ -70,6 +70,13 @@ CHANNEL_LAYERS = {
         },
     }
 }
+if os.environ.get("LOADTEST_LAYER") == "pubsub":
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": _layer_hosts or [_redis_url]},
+        }
+    }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

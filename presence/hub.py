@@ -424,6 +424,7 @@ class Hub:
             self._lingering = None
         if self.layer is not None:
             self.channel = await self.layer.new_channel()
+            logger.info("Presence: the live hub listens on channel %s.", self.channel)
         self._tasks = [
             asyncio.ensure_future(self._deliver_loop()),
             asyncio.ensure_future(self._sweep_loop()),

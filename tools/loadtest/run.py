@@ -416,22 +416,6 @@ class Run:
             )
         return found
 
-    def group_member_prefixes(self) -> set[str]:
-        """The channel-layer client prefixes (one per process) found in group memberships."""
-        import redis
-
-        prefixes: set[str] = set()
-        for server in self.servers.layer:
-            client = redis.Redis.from_url(server.url)
-            try:
-                for key in client.scan_iter(match="asgi:group:*", count=1000):
-                    prefixes.update(m.decode().split("!")[0] for m in client.zrange(key, 0, -1))
-            except redis.RedisError:
-                pass  # a shard stopped by another fault
-            finally:
-                client.close()
-        return prefixes
-
     def scan_logs(self) -> LogScan:
         scan = LogScan()
         for daphne in self.servers.daphnes:

@@ -102,5 +102,6 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"presence": {"handlers": ["console"], "level": "WARNING", "propagate": False}},
+    # INFO: the hub names its channel (the fault "kill a daphne" tells its groups apart).
+    "loggers": {"presence": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }

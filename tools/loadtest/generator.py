@@ -90,7 +90,8 @@ class Stats:
     #: (time, code, client index) of closes and failures the client did not ask for
     unrequested: list[tuple[float, str, int]] = field(default_factory=list)
     leaks: list[tuple[float, int, int, PresenceTuple]] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
+    #: (when the change was made, its latency to this subscriber)
+    latencies: list[tuple[float, float]] = field(default_factory=list)
     opened: int = 0
     reloads: int = 0
     tab_closes: int = 0
@@ -214,7 +215,8 @@ class Client:
                 before = self.stamps.get(target)
                 if text and text.startswith("t=") and before is not None and before != text:
                     with contextlib.suppress(ValueError):
-                        gen.stats.latencies.append(now - float(text[2:]))
+                        stamp = float(text[2:])
+                        gen.stats.latencies.append((stamp, now - stamp))
             # The last stamp shown; None when the text is hidden (its next appearance is a
             # change of visibility, not of status: no sample).
             self.stamps[target] = presence[3]

@@ -103,8 +103,8 @@ class Hub:
         #: announce.layer_failures when last looked at, and when to rejoin every group
         self._failures_seen = announce.layer_failures
         self._rejoin_all_at: float | None = None
-        #: each user's last group call decided (joins and leaves of a group run in order)
-        self._group_turns: dict[UserId, asyncio.Future[None]] = {}
+        #: each group's last join or leave decided (they reach the layer in that order)
+        self._group_turns: dict[str, asyncio.Future[None]] = {}
         #: the sweeps that go on after the last connection left (see _linger_sweeps)
         self._lingering: asyncio.Task[None] | None = None
         #: outages of presence's Redis that ended, when last looked at (see _after_outages)
@@ -130,6 +130,7 @@ class Hub:
     # --- connections and subscriptions ---
 
     async def attach(self, connection: Connection) -> None:
+        first_socket = False
         async with self._lock:
             self.connections.add(connection)
             if not self._tasks:
@@ -137,10 +138,11 @@ class Hub:
             if connection.session_digest is not None:
                 sockets = self.accounts.setdefault(connection.viewer_id, set())
                 sockets.add(connection)
-                if len(sockets) == 1:
-                    await self._group(
-                        self.layer and "group_add", account_group_name(connection.viewer_id)
-                    )
+                first_socket = len(sockets) == 1
+        if first_socket:
+            # Outside the lock (a storm of connections must not join one at a time); its turn
+            # is taken at once, so a leave decided later runs after it.
+            await self._group(self.layer and "group_add", account_group_name(connection.viewer_id))
 
     async def detach(self, connection: Connection) -> None:
         # First out of the registry: a handler of this connection still running (or a frame
@@ -220,10 +222,12 @@ class Hub:
         return {c: set(keys) for c, keys in self.topics.get(kind, {}).items()}
 
     async def _group(self, method: str | None, group: str) -> None:
-        if method is None or self.channel is None:
+        channel = self.channel
+        if method is None or channel is None:
             return
+        before, mine = self._take_turn(group)
         try:
-            await layer_call(getattr(self.layer, method), group, self.channel)
+            await self._in_turn(group, before, mine, getattr(self.layer, method), channel)
         except Exception as error:
             logger.warning("Presence: channel layer %s failed (%s).", method, error)
 
@@ -284,15 +288,18 @@ class Hub:
         # join and a leave of one group (a connection subscribing while the last watcher
         # leaves) reach the layer in that order, never the other way round. The layer's calls
         # in flight are limited by announce.layer_call.
-        turns = [(uid, *self._take_turn(uid)) for uid in user_ids]
+        turns = [(group, *self._take_turn(group)) for group in map(group_name, user_ids)]
         try:
             results = await asyncio.gather(
-                *(self._in_turn(uid, before, mine, call, channel) for uid, before, mine in turns),
+                *(
+                    self._in_turn(group, before, mine, call, channel)
+                    for group, before, mine in turns
+                ),
                 return_exceptions=True,
             )
         finally:
-            for uid, _, mine in turns:
-                self._end_turn(uid, mine)
+            for group, _, mine in turns:
+                self._end_turn(group, mine)
         for uid, result in zip(user_ids, results, strict=True):
             if isinstance(result, Exception):
                 failed.append(uid)
@@ -308,21 +315,23 @@ class Hub:
                 self.unjoined.update(uid for uid in failed if uid in self.watchers)
         return failed
 
-    def _take_turn(self, uid: UserId) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
-        before = self._group_turns.get(uid)
+    def _take_turn(self, group: str) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """A place in ``group``'s queue of joins and leaves (taken when decided, before any
+        await): the call after the one before it, whichever finishes its wait first."""
+        before = self._group_turns.get(group)
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._group_turns[uid] = mine
+        self._group_turns[group] = mine
         return before, mine
 
-    def _end_turn(self, uid: UserId, mine: asyncio.Future[None]) -> None:
+    def _end_turn(self, group: str, mine: asyncio.Future[None]) -> None:
         if not mine.done():
             mine.set_result(None)
-        if self._group_turns.get(uid) is mine:
-            del self._group_turns[uid]
+        if self._group_turns.get(group) is mine:
+            del self._group_turns[group]
 
     async def _in_turn(
         self,
-        uid: UserId,
+        group: str,
         before: asyncio.Future[None] | None,
         mine: asyncio.Future[None],
         call: Any,
@@ -331,9 +340,9 @@ class Hub:
         try:
             if before is not None:
                 await asyncio.shield(before)
-            return await layer_call(call, group_name(uid), channel)
+            return await layer_call(call, group, channel)
         finally:
-            self._end_turn(uid, mine)
+            self._end_turn(group, mine)
 
     def _after_outages(self) -> None:
         """When an outage of presence's Redis ended, resolve every watched user again:

@@ -138,6 +138,7 @@ async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     assert hub.watchers == {}
 
 
+@on_one_redis
 @on_the_core_layer
 async def test_a_leave_and_a_join_of_one_group_reach_the_layer_in_order(
     sockets: Sockets, make_user: Callable[..., Any], redis_client: redis.Redis
@@ -169,6 +170,7 @@ async def test_a_leave_and_a_join_of_one_group_reach_the_layer_in_order(
     assert groups(redis_client) == {}
 
 
+@on_one_redis
 @on_the_core_layer
 async def test_sockets_closing_together_leave_no_group_behind(
     sockets: Sockets, make_user: Callable[..., Any], redis_client: redis.Redis

@@ -10,10 +10,8 @@ optionally the channel layer's hosts (several: channels_redis shards over them).
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +23,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from tools.processes import answers_http, stop_process
 from tools.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,37 +75,19 @@ class Daphne:
                 raise RuntimeError(
                     f"daphne exited with {self.process.returncode}:\n{self.output()}"
                 )
-            if self._answers():
+            if answers_http(self.port):
                 return self
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"daphne did not answer on port {self.port}:\n{self.output()}")
 
-    def _answers(self) -> bool:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-        try:
-            conn.request("GET", "/login/")
-            return conn.getresponse().status == 200
-        except OSError:
-            return False
-        finally:
-            conn.close()
-
     def stop(self) -> None:
         """A clean shutdown (SIGTERM): open connections are closed and disconnect runs."""
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=10)
 
     def kill(self) -> None:
         """A crash: SIGKILL, nothing runs on the way out."""
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
+        stop_process(self.process, timeout=10, kill=True)
 
     def output(self) -> str:
         self.log.flush()

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tools.processes import stop_process
 from tools.redis_server import redis_server_binary, run_forwarding_signals
 
 #: a cluster node also listens on its port + 10000 (the cluster bus)
@@ -127,16 +128,7 @@ class ClusterNode:
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
 
     def stop(self, kill: bool = False) -> None:
-        if self.process is not None and self.process.poll() is None:
-            if kill:
-                self.process.kill()
-            else:
-                self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=5, kill=kill)
         self.process = None
 
 

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tools.processes import stop_process
+
 
 def redis_server_binary() -> str:
     try:
@@ -90,13 +92,7 @@ class RedisServer:
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=5)
         self.process = None
 
     def __enter__(self) -> RedisServer:

@@ -3,14 +3,13 @@ Redis servers, and N daphne processes, each a child stopped by its pid (SIGTERM,
 
 from __future__ import annotations
 
-import http.client
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tools.processes import answers_http, stop_process
 from tools.redis_cluster import RedisCluster
 from tools.redis_server import RedisServer, free_port
 
@@ -62,36 +61,18 @@ class DaphneProcess:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise RuntimeError(f"daphne {self.index} exited; see {self.log_path}")
-            if self._answers():
+            if answers_http(self.port):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"daphne {self.index} did not answer on port {self.port}")
 
-    def _answers(self) -> bool:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-        try:
-            conn.request("GET", "/login/")
-            return conn.getresponse().status == 200
-        except OSError:
-            return False
-        finally:
-            conn.close()
-
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=15)
         self.process = None
 
     def kill(self) -> None:
         """A crash: SIGKILL, nothing runs on the way out."""
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
+        stop_process(self.process, timeout=15, kill=True)
         self.process = None
 
 

@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tools.loadtest import config
 from tools.loadtest.config import Sizes
@@ -72,19 +73,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def scratch_postgres(url: str) -> tuple[str, str]:
     """A fresh database on the server of ``url``: (its URL, its name)."""
-    import dj_database_url
-    import psycopg
-
-    conf = dj_database_url.parse(url)
     name = f"presence_loadtest_{os.getpid()}"
-    with psycopg.connect(
-        host=conf["HOST"] or "127.0.0.1",
-        port=int(conf["PORT"] or 5432),
-        user=conf["USER"],
-        password=conf["PASSWORD"] or None,
-        dbname=conf["NAME"],
-        autocommit=True,
-    ) as connection:
+    with _admin_connection(url) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
         connection.execute(f'CREATE DATABASE "{name}"')
     base = url.rsplit("/", 1)[0]
@@ -92,19 +82,24 @@ def scratch_postgres(url: str) -> tuple[str, str]:
 
 
 def drop_postgres(url: str, name: str) -> None:
+    with _admin_connection(url) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin_connection(url: str) -> Any:
+    """An autocommit connection to the database ``url`` names (to create or drop another)."""
     import dj_database_url
     import psycopg
 
     conf = dj_database_url.parse(url)
-    with psycopg.connect(
+    return psycopg.connect(
         host=conf["HOST"] or "127.0.0.1",
         port=int(conf["PORT"] or 5432),
         user=conf["USER"],
         password=conf["PASSWORD"] or None,
         dbname=conf["NAME"],
         autocommit=True,
-    ) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    )
 
 
 def main(argv: list[str]) -> int:

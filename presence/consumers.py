@@ -42,6 +42,10 @@ CLOSE_TOO_MANY_CONNECTIONS = CLOSE_RATE_LIMITED
 IDS_PER_FRAME = 100
 
 
+class ClientGone(Exception):
+    """A frame could not be sent: the client has closed the connection."""
+
+
 class RateLimit:
     """At most ``frames`` frames in any ``seconds``-long window (a sliding log); a frame may
     weigh more than one."""
@@ -232,9 +236,18 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             await self.rate_limited()
             return
         try:
+            await self._answer(text_data)
+        except ClientGone:
+            # Its websocket.disconnect is queued behind this frame, and will clean up.
+            logger.debug("Presence: user %s left while a frame was answered", self.viewer_id)
+
+    async def _answer(self, text_data: str | None) -> None:
+        try:
             await self.handle(text_data)
         except domain.InvalidInput as error:
             await self.send_error(error.code, error.message)
+        except ClientGone:
+            raise
         except Exception:
             # A bug or a failure below (database, ...) must not end the connection: it is
             # logged, the client told, and the connection goes on (each handler leaves its
@@ -356,6 +369,16 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.send_json({"type": "status", "presence": presence.as_dict()})
 
     # --- sending ------------------------------------------------------------------------------
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        try:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        except Exception as error:
+            # The server refused to send: the client closed the socket meanwhile (daphne
+            # raises autobahn's Disconnected). Not a failure of this frame's handling.
+            raise ClientGone(str(error)) from error
 
     async def send_json(self, content: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(content, separators=(",", ":")))

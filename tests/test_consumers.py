@@ -1592,6 +1592,40 @@ async def test_a_failure_inside_a_handler_answers_internal_error_and_leaves_no_w
     assert await receive(watcher) == diff({target.pk: online()})
 
 
+async def test_a_client_gone_while_its_frame_is_answered_is_no_failure(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The tab closes while its set_status is handled: the server refuses the reply (daphne
+    # raises "Attempt to send on a closed protocol"). Nothing is logged as a failure, no
+    # error frame is attempted, and the status change itself is stored.
+    user = await new_user(make_user)
+    refusing = False
+
+    async def app_refusing_sends(scope: Any, receive: Any, send: Any) -> None:
+        async def server_send(message: dict[str, Any]) -> None:
+            if refusing and message["type"] == "websocket.send":
+                raise RuntimeError("Attempt to send on a closed protocol")
+            await send(message)
+
+        await APP(scope, receive, server_send)
+
+    tab = sockets.make(user, app=app_refusing_sends)
+    assert (await tab.connect(timeout=TIMEOUT))[0]
+    assert await subscribe(tab) == state({})
+    refusing = True
+    with caplog.at_level("DEBUG", logger="presence"):
+        await tab.send_json_to({"type": "set_status", "status": "dnd"})
+        assert await eventually(lambda: "left while a frame was answered" in caplog.text)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert await sync_to_async(lambda: UserStatus.objects.get(user=user).dnd)() is True
+    # The socket is still served once the server sends again.
+    refusing = False
+    assert await subscribe(tab) == state({})
+
+
 async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
     sockets: Sockets,
     make_user: Callable[..., Any],

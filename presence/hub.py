@@ -169,12 +169,19 @@ class Hub:
         if connection not in self.connections:
             return  # detached meanwhile (closed by the server while its frame was handled)
         first = []
+        joining: list[asyncio.Future[None]] = []
         for user_id in user_ids:
             watchers = self.watchers.setdefault(user_id, set())
             if not watchers:
                 first.append(user_id)
+            elif (turn := self._group_turns.get(group_name(user_id))) is not None:
+                # Another connection's join of this group is still on its way to the layer:
+                # a snapshot read before it lands could miss a change announced meanwhile.
+                joining.append(turn)
             watchers.add(connection)
         await self._groups("group_add", first)
+        if joining:
+            await asyncio.gather(*(asyncio.shield(turn) for turn in joining))
 
     async def unwatch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
         last = []

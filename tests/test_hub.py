@@ -196,6 +196,41 @@ async def test_sockets_closing_together_leave_no_group_behind(
     assert groups(redis_client) == {}
 
 
+@on_the_core_layer
+async def test_a_watch_returns_only_once_the_process_is_in_the_group(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two connections subscribe to a at once: the second must not read its snapshot before
+    # the first one's join reaches the layer, or a change announced in between is unheard.
+    first_viewer, second_viewer, a = [await new_user(make_user) for _ in range(3)]
+    await sockets.open(first_viewer)
+    await sockets.open(second_viewer)
+    hub = Hub.current()
+    assert hub is not None
+    layer = get_channel_layer()
+    joined = asyncio.Event()
+    real_group_add = layer.group_add
+
+    async def slow_group_add(group: str, channel: str) -> None:
+        await joined.wait()
+        await real_group_add(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", slow_group_add)
+    first_watch = asyncio.ensure_future(hub.watch(_connection_of(hub, first_viewer.pk), [a.pk]))
+    second_watch = asyncio.ensure_future(hub.watch(_connection_of(hub, second_viewer.pk), [a.pk]))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not first_watch.done() and not second_watch.done()
+    joined.set()
+    await asyncio.wait_for(asyncio.gather(first_watch, second_watch), 5)
+    assert hub.watchers[a.pk] == {
+        _connection_of(hub, first_viewer.pk),
+        _connection_of(hub, second_viewer.pk),
+    }
+
+
 def _connection_of(hub: Hub, viewer_pk: Any) -> Any:
     return next(c for c in hub.connections if c.viewer_id == viewer_pk)
 

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
@@ -130,7 +131,9 @@ async def aannounce(user_ids: Iterable[UserId]) -> None:
         return
     layer = get_channel_layer()
     if layer is None:
-        _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids]})
+        _deliver_locally(
+            {"type": CHANGED, "users": [encode_id(uid) for uid in ids], "at": time.time()}
+        )
         return
     failed = await _send_changes(layer, ids)
     if failed:
@@ -168,7 +171,9 @@ async def _send_changes(layer: Any, ids: list[UserId], again: bool = False) -> l
                 layer_call(
                     layer.group_send,
                     group_name(user_id),
-                    {"type": CHANGED, "users": [encode_id(user_id)]},
+                    # When it was announced: a hub's coalescing window counts from then, not
+                    # from when the message reached it (see Hub.changed).
+                    {"type": CHANGED, "users": [encode_id(user_id)], "at": time.time()},
                 )
                 for user_id in batch
             ),

@@ -64,6 +64,10 @@ class PresenceSettings:
     CLEANUP_BATCH: int = 256
     #: longest WebSocket frame a client may send, in bytes (a subscribe of 1,000 ids is ~12 KB)
     MAX_FRAME_BYTES: int = 65536
+    #: a live socket checks, on a heartbeat at most once per this many seconds, that its Django
+    #: session still exists and still logs its user in (deleted or expired sessions; logouts and
+    #: password changes close sockets at once anyway)
+    SESSION_CHECK_INTERVAL: int = 30
     #: changes of one user arriving within this many seconds are sent as one diff
     COALESCE_WINDOW: float = 0.2
     #: how often each live process looks for users due to turn offline (crashed connections,

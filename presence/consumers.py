@@ -14,14 +14,17 @@ import logging
 import math
 import time
 import uuid
+import weakref
 from collections import deque
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.security.websocket import OriginValidator
 from django.conf import settings
+from django.db import close_old_connections
 from django.utils.translation import gettext
 
 from presence import api, domain, extensions, lifecycle, relations, sessions, users
@@ -40,6 +43,25 @@ CLOSE_TOO_MANY_CONNECTIONS = CLOSE_RATE_LIMITED
 #: a subscribe or unsubscribe of n user ids counts as ceil(n / IDS_PER_FRAME) frames of
 #: RATE_LIMIT (each id costs channel-layer and Redis work; a frame may carry a thousand)
 IDS_PER_FRAME = 100
+
+
+#: how often, at most, the consumers of a process close database connections that are past
+#: CONN_MAX_AGE or broken (django.db.close_old_connections), in seconds
+TIDY_INTERVAL = 1.0
+_tidied_at: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def tidy_database_connections() -> None:
+    """``close_old_connections`` in the database thread, once per TIDY_INTERVAL per event loop:
+    a connection that broke or outlived ``CONN_MAX_AGE`` is replaced within a second."""
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    if now - _tidied_at.get(loop, -TIDY_INTERVAL) < TIDY_INTERVAL:
+        return
+    _tidied_at[loop] = now
+    await sync_to_async(close_old_connections)()
 
 
 class ClientGone(Exception):
@@ -134,6 +156,16 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     snapshotting: set[UserId]
     #: each subscribed user's id as the client sent it: the keys of the frames it receives
     spelling: dict[UserId, int | str]
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels (4.2+) closes old database connections before every message, in the one
+        # thread all of the process's database calls share: a thread hop per heartbeat, queued
+        # behind the others' queries. Done at most once per TIDY_INTERVAL per process here.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await tidy_database_connections()
+        await handler(message)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -286,9 +318,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     async def heartbeat(self, message: domain.Heartbeat) -> None:
         idle = message.state is domain.HeartbeatState.IDLE
         now = time.time()
-        # At heartbeat pace, at most: a session that ended where no announcement reached
-        # (deleted sessions, expiry, a password set without saving the user model) ends here.
-        if now - self.session_checked >= get_settings().HEARTBEAT_INTERVAL:
+        # A session that ended where no announcement reached (deleted sessions, expiry, a
+        # password set without saving the user model) ends here, on a heartbeat.
+        if now - self.session_checked >= get_settings().SESSION_CHECK_INTERVAL:
             await self.recheck_session()
             if not getattr(self, "attached", False):
                 return

@@ -19,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
+from django.db import connections as databases
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence import announce, extensions, lifecycle
@@ -382,10 +384,17 @@ class Hub:
 
     # --- changes ---
 
-    def changed(self, user_ids: Iterable[UserId]) -> None:
-        """Users whose presence may have changed: delivered after their coalescing window."""
+    def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
+        """Users whose presence may have changed: delivered after their coalescing window.
+
+        The window counts from ``announced_at`` (wall-clock time of the announcement) when
+        given: the time the message spent reaching this process is not added to it. It never
+        ends before now nor later than a whole window from now (clocks of two hosts differ).
+        """
         loop_now = asyncio.get_running_loop().time()
         window = get_settings().COALESCE_WINDOW
+        if announced_at is not None:
+            window -= min(max(time.time() - announced_at, 0.0), window)
         for user_id in user_ids:
             if user_id in self.watchers and user_id not in self.pending:
                 self.pending[user_id] = loop_now + window
@@ -521,7 +530,13 @@ class Hub:
         if message.get("type") == CHANGED:
             # Ids in their canonical form (presence.users.encode_id), read as the site's pk.
             decode = id_decoder()
-            self.changed(decode(uid) for uid in message.get("users", ()))
+            at = message.get("at")
+            self.changed(
+                (decode(uid) for uid in message.get("users", ())),
+                announced_at=float(at)
+                if isinstance(at, (int, float)) and not isinstance(at, bool)
+                else None,
+            )
         elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
             self.topic_message(message["kind"], message.get("payload"))
         elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
@@ -533,6 +548,17 @@ class Hub:
         return asyncio.current_task() in self._tasks
 
     async def _deliver_loop(self) -> None:
+        # The hub's database reads get a thread (and a database connection) of their own: a
+        # delivery does not queue behind the queries of sockets and pages, which share one.
+        async with ThreadSensitiveContext():
+            try:
+                await self._deliver_rounds()
+            finally:
+                # The thread ends with the context; its connection must not outlive it open.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(sync_to_async(databases.close_all)())
+
+    async def _deliver_rounds(self) -> None:
         loop = asyncio.get_running_loop()
         while self._owns_current_task():
             if not self.pending:

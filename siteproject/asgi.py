@@ -5,6 +5,7 @@ daphne siteproject.asgi:application
 
 from __future__ import annotations
 
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -24,6 +25,10 @@ from presence.routing import websocket_urlpatterns  # noqa: E402
 
 # daphne started directly (as `make demo` does) does not serve static files; do it in DEBUG.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+
+# Everything loaded so far lives as long as the process: out of the collector's sight, a full
+# collection no longer walks it, which stalled the event loop (docs/deployment.md).
+gc.freeze()
 
 application = ProtocolTypeRouter(
     {

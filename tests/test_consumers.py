@@ -31,7 +31,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 from django.test import Client, override_settings
 
-from presence import api, lifecycle
+from presence import api, consumers, lifecycle
 from presence.announce import group_name
 from presence.conf import get_settings
 from presence.hub import Hub
@@ -1859,18 +1859,49 @@ async def test_a_password_change_closes_the_sockets_of_the_other_sessions(
     await assert_closed_with(refused, 4401)
 
 
-async def test_a_session_ended_out_of_band_closes_its_socket_at_heartbeat_pace(
+async def test_frames_share_one_database_tidy_per_interval(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Channels would close old database connections before every frame, in the thread all
+    # database calls share; the consumer does it at most once per TIDY_INTERVAL per process.
+    tidied = []
+    real = consumers.close_old_connections
+
+    def counting(**kwargs: Any) -> None:
+        tidied.append(1)
+        real(**kwargs)
+
+    monkeypatch.setattr(consumers, "close_old_connections", counting)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    communicator = await sockets.open(await new_user(make_user))
+    for _ in range(10):
+        await heartbeat(communicator)  # two frames each: the beat and an empty subscribe
+    intervals = (loop.time() - started) // consumers.TIDY_INTERVAL + 1
+    assert 1 <= len(tidied) <= intervals
+    monkeypatch.setattr(consumers, "TIDY_INTERVAL", 0.0)
+    before = len(tidied)
+    for _ in range(5):
+        await heartbeat(communicator)
+    assert len(tidied) - before == 10
+
+
+async def test_a_session_ended_out_of_band_closes_its_socket_at_the_session_check_pace(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    user = await new_user(make_user)
-    client = await sync_to_async(_logged_in_client)(user)
-    communicator = await _site_socket(sockets, client)
-    # The session is deleted without a logout (an admin, a "log out everywhere" feature, ...).
-    await sync_to_async(client.session.delete)()
-    await heartbeat(communicator)  # checked at most once per HEARTBEAT_INTERVAL: still open
-    clock.shift(get_settings().HEARTBEAT_INTERVAL)
-    await communicator.send_json_to({"type": "heartbeat", "state": "active"})
-    await assert_closed_with(communicator, 4401)
+    with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=25):
+        user = await new_user(make_user)
+        client = await sync_to_async(_logged_in_client)(user)
+        communicator = await _site_socket(sockets, client)
+        # The session is deleted without a logout (an admin, "log out everywhere", ...).
+        await sync_to_async(client.session.delete)()
+        # Checked at most once per SESSION_CHECK_INTERVAL, on a heartbeat: still open.
+        for _ in range(2):
+            clock.shift(10)
+            await heartbeat(communicator)
+        clock.shift(5)
+        await communicator.send_json_to({"type": "heartbeat", "state": "active"})
+        await assert_closed_with(communicator, 4401)
 
     async def gone() -> bool:
         return await connections_in_redis(user) == []

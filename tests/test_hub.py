@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -434,6 +435,39 @@ async def test_each_users_coalescing_window_is_its_own(
         assert await receive(watcher) == diff({b.pk: presence("idle", at(0).isoformat(), ["web"])})
         assert loop.time() - started >= window * 1.5
         await assert_silent(watcher, tab_a, tab_b)
+
+
+async def test_a_window_counts_from_the_announcement_not_from_its_arrival(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    window = 60.0
+    with presence_settings(COALESCE_WINDOW=window):
+        viewer = await new_user(make_user)
+        slow, ahead, stale, unstamped = [await new_user(make_user) for _ in range(4)]
+        watcher = await sockets.open(viewer)
+        await subscribe(watcher, slow, ahead, stale, unstamped)
+        hub = Hub.current()
+        assert hub is not None
+        now = asyncio.get_running_loop().time()
+
+        def arrives(user: Any, **stamp: Any) -> None:
+            assert hub is not None
+            hub.dispatch({"type": announce.CHANGED, "users": [wire_id(user)], **stamp})
+
+        # Announced 45 s ago (the message was slow to arrive): 15 s of the window remain.
+        arrives(slow, at=time.time() - 45)
+        # From a host whose clock is ahead: never longer than a whole window.
+        arrives(ahead, at=time.time() + 100)
+        # Older than a window: due at once.
+        arrives(stale, at=time.time() - 1000)
+        # Without a time (a message of an older version): a whole window.
+        arrives(unstamped)
+        # (Seconds from just before the messages arrived; the clock is frozen.)
+        due = {uid: at - now for uid, at in hub.pending.items()}
+        assert 15 <= due[slow.pk] < 16
+        assert window <= due[ahead.pk] < window + 1
+        assert 0 <= due[stale.pk] < 1
+        assert window <= due[unstamped.pk] < window + 1
 
 
 async def test_announce_from_sync_code_reaches_a_connected_viewer(

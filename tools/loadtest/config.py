@@ -35,6 +35,8 @@ def presence_settings() -> dict[str, Any]:
         "TOUCH_INTERVAL": 1,
         "COALESCE_WINDOW": COALESCE_WINDOW,
         "SWEEP_INTERVAL": SWEEP_INTERVAL,
+        # The default pace: heartbeats are compressed, sessions do not expire any faster.
+        "SESSION_CHECK_INTERVAL": 30,
         "MAX_SUBSCRIPTIONS": 1000,
         # The generator beats every 2 s and changes status now and then: far below this.
         "RATE_LIMIT": [600, 10],

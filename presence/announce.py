@@ -12,13 +12,15 @@ the sink that hub registers (:func:`set_local_sink`); this module never imports 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import os
 import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -120,8 +122,27 @@ def group_name(user_id: UserId) -> str:
 # --- announcing changes -----------------------------------------------------------------------
 
 
-async def aannounce(user_ids: Iterable[UserId]) -> None:
-    """Tell every process with subscribers of these users that their presence may have changed.
+#: when the change being made started: the frame or request making it arrived (set around
+#: its handling with :func:`change_started_at`; copied into sync_to_async's thread with the
+#: context). An announcement carries it, so that coalescing windows count from it.
+_change_started: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "presence_change_started", default=None
+)
+
+
+@contextlib.contextmanager
+def change_started_at(when: float) -> Iterator[None]:
+    """Changes announced within this block started at ``when`` (epoch seconds)."""
+    token = _change_started.set(when)
+    try:
+        yield
+    finally:
+        _change_started.reset(token)
+
+
+async def aannounce(user_ids: Iterable[UserId], at: float | None = None) -> None:
+    """Tell every process with subscribers of these users that their presence may have changed
+    (``at``: when the change started; default: as :func:`change_started_at` set it, or now).
 
     Never raises: users whose announcement could not be sent are logged and announced again
     later (ANNOUNCE_RETRIES), so their viewers catch up once the channel layer is back.
@@ -129,13 +150,14 @@ async def aannounce(user_ids: Iterable[UserId]) -> None:
     ids = list(dict.fromkeys(user_ids))
     if not ids:
         return
+    if at is None:
+        at = _change_started.get()
+    stamp = time.time() if at is None else min(at, time.time())
     layer = get_channel_layer()
     if layer is None:
-        _deliver_locally(
-            {"type": CHANGED, "users": [encode_id(uid) for uid in ids], "at": time.time()}
-        )
+        _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids], "at": stamp})
         return
-    failed = await _send_changes(layer, ids)
+    failed = await _send_changes(layer, ids, stamp)
     if failed:
         task = asyncio.ensure_future(_announce_later(layer, failed))
         _retrying.add(task)
@@ -146,7 +168,7 @@ async def _announce_later(layer: Any, ids: list[UserId]) -> None:
     delay = get_settings().RETRY_INTERVAL
     for _ in range(ANNOUNCE_RETRIES):
         await asyncio.sleep(delay)
-        ids = await _send_changes(layer, ids, again=True)
+        ids = await _send_changes(layer, ids, time.time(), again=True)
         if not ids:
             return
         delay *= 2
@@ -158,7 +180,9 @@ async def _announce_later(layer: Any, ids: list[UserId]) -> None:
     )
 
 
-async def _send_changes(layer: Any, ids: list[UserId], again: bool = False) -> list[UserId]:
+async def _send_changes(
+    layer: Any, ids: list[UserId], at: float, again: bool = False
+) -> list[UserId]:
     """Send "changed" to each user's group; the users whose send failed."""
     # Each user's group on its own: with the layer sharded over several servers, a server down
     # fails only the groups it holds, and the others are still told.
@@ -171,9 +195,9 @@ async def _send_changes(layer: Any, ids: list[UserId], again: bool = False) -> l
                 layer_call(
                     layer.group_send,
                     group_name(user_id),
-                    # When it was announced: a hub's coalescing window counts from then, not
-                    # from when the message reached it (see Hub.changed).
-                    {"type": CHANGED, "users": [encode_id(user_id)], "at": time.time()},
+                    # When the change started: a hub's coalescing window counts from then,
+                    # not from when the message reached it (see Hub.changed).
+                    {"type": CHANGED, "users": [encode_id(user_id)], "at": at},
                 )
                 for user_id in batch
             ),
@@ -234,7 +258,8 @@ def run_from_sync(coroutine: Coroutine[Any, Any, None], what: str) -> None:
 
 def announce(user_ids: Iterable[UserId]) -> None:
     """:func:`aannounce` for sync code (views, signal receivers)."""
-    run_from_sync(aannounce(list(user_ids)), "a change")
+    # The coroutine runs on the announcer's loop, outside this context: the start is passed.
+    run_from_sync(aannounce(list(user_ids), _change_started.get()), "a change")
 
 
 def account_group_name(user_id: UserId) -> str:

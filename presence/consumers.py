@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils.translation import gettext
 
-from presence import api, domain, extensions, lifecycle, relations, sessions, users
+from presence import announce, api, domain, extensions, lifecycle, relations, sessions, users
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub import Hub
@@ -264,11 +264,15 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not getattr(self, "attached", False):
             return
-        if not self.rate.allow(time.time()):
+        arrived = time.time()
+        if not self.rate.allow(arrived):
             await self.rate_limited()
             return
         try:
-            await self._answer(text_data)
+            # What this frame changes is announced as made when it arrived (coalescing windows
+            # count from then: see Hub.changed).
+            with announce.change_started_at(arrived):
+                await self._answer(text_data)
         except ClientGone:
             # Its websocket.disconnect is queued behind this frame, and will clean up.
             logger.debug("Presence: user %s left while a frame was answered", self.viewer_id)

@@ -387,8 +387,9 @@ class Hub:
     def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
         """Users whose presence may have changed: delivered after their coalescing window.
 
-        The window counts from ``announced_at`` (wall-clock time of the announcement) when
-        given: the time the message spent reaching this process is not added to it. It never
+        The window counts from ``announced_at`` (when the change started, as its announcement
+        says) when given: the time spent making the change and reaching this process is not
+        added to it. It never
         ends before now nor later than a whole window from now (clocks of two hosts differ).
         """
         loop_now = asyncio.get_running_loop().time()

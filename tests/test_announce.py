@@ -97,5 +97,8 @@ def test_an_announcement_the_layer_refused_is_sent_again_once_it_is_back(
         from asgiref.sync import async_to_sync
 
         messages = async_to_sync(scenario)()
-    assert messages == [{"type": CHANGED, "users": [encode_id(7)]}]
+    (message,) = messages
+    assert message["type"] == CHANGED and message["users"] == [encode_id(7)]
+    # Sent again with the time it was sent again: its viewers' windows start anew.
+    assert isinstance(message["at"], float)
     assert [r.getMessage() for r in caplog.records if "could not announce" in r.getMessage()]

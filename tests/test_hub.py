@@ -315,7 +315,8 @@ async def test_a_redis_outage_during_delivery_sends_nothing_wrong_and_catches_up
             await announce.aannounce([target.pk])
             # Several retries fail meanwhile; nothing is guessed (such as "offline").
             await assert_silent(watcher, seconds=0.8)
-        assert [r.getMessage()[:32] for r in caplog.records] == ["Presence: Redis is unavailable ("]
+        messages = [r.getMessage() for r in caplog.records]
+        assert [m[:32] for m in messages] == ["Presence: Redis is unavailable ("], messages
         # Redis answers again: the change is delivered, once.
         assert await receive(watcher) == diff(
             {target.pk: presence("dnd", at(0).isoformat(), ["web"])}
@@ -468,6 +469,34 @@ async def test_a_window_counts_from_the_announcement_not_from_its_arrival(
         assert window <= due[ahead.pk] < window + 1
         assert 0 <= due[stale.pk] < 1
         assert window <= due[unstamped.pk] < window + 1
+
+
+async def test_a_change_is_announced_as_made_when_its_frame_or_request_arrived(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    window = 60.0
+    with presence_settings(COALESCE_WINDOW=window):
+        viewer, from_async, from_sync, plain = [await new_user(make_user) for _ in range(4)]
+        watcher = await sockets.open(viewer)
+        await subscribe(watcher, from_async, from_sync, plain)
+        hub = Hub.current()
+        assert hub is not None
+        now = asyncio.get_running_loop().time()
+        # The frame that made these changes arrived 20 s ago (handling it took that long).
+        with announce.change_started_at(time.time() - 20):
+            await announce.aannounce([from_async.pk])
+            # Sync code (a signal receiver in sync_to_async's thread) announces the same.
+            await sync_to_async(announce.announce)([from_sync.pk])
+        await announce.aannounce([plain.pk])  # outside: made now
+
+        async def all_pending() -> bool:
+            return {from_async.pk, from_sync.pk, plain.pk} <= set(hub.pending)
+
+        assert await eventually(all_pending)
+        due = {uid: at - now for uid, at in hub.pending.items()}
+        assert window - 20 <= due[from_async.pk] < window - 19
+        assert window - 20 <= due[from_sync.pk] < window - 19
+        assert window <= due[plain.pk] < window + 1
 
 
 async def test_announce_from_sync_code_reaches_a_connected_viewer(

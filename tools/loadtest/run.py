@@ -246,6 +246,9 @@ class Run:
         stats_before = self.totals(generators.stats())
         checks = []
         rss_start: list[int] | None = None
+        #: (seconds into the load, what was just done, RSS of each process): the shape of any
+        #: growth (a leak climbs on; a burst's high-water mark stays flat after it)
+        self.rss_timeline: list[tuple[float, str, list[int]]] = []
         try:
             from tools.loadtest.faults import Faults
 
@@ -264,6 +267,7 @@ class Run:
                     rss_start = self.rss()
                 elif faults is not None:
                     faults.inject(action)
+                self.rss_timeline.append((time.time() - load_started, action, self.rss()))
             remaining = deadline - time.monotonic()
             if remaining > 0:
                 time.sleep(remaining)
@@ -563,6 +567,17 @@ class Run:
                 if start and index not in self.restarted
             ] or [0.0]
             growth_max = max(growth) / 100
+            if self.args.soak:
+                rows.append(
+                    (
+                        "RSS timeline (MB)",
+                        "; ".join(
+                            f"{seconds:.0f} s {action}: "
+                            + "/".join(f"{size / 2**20:.0f}" for size in sizes)
+                            for seconds, action, sizes in self.rss_timeline
+                        ),
+                    )
+                )
             rows.append(
                 (
                     "RSS after warm-up → end",

@@ -406,13 +406,17 @@ class Hub:
         watchers = {uid: list(self.watchers[uid]) for uid in user_ids if self.watchers.get(uid)}
         if not watchers:
             return
-        # A snapshot being read may be newer or older than what is read here: such users are
-        # delivered once more after it, compared with the snapshot.
-        again = {
-            uid
+        # A snapshot being read may be newer or older than what is read here: a connection
+        # reading one (when this read starts or ends) is delivered to once more after it,
+        # compared with the snapshot. The others get their diff now: one socket reloading
+        # must not hold up everyone else's.
+        reading = {
+            (uid, connection)
             for uid, connections in watchers.items()
-            if any(uid in connection.snapshotting for connection in connections)
+            for connection in connections
+            if uid in connection.snapshotting
         }
+        again: set[UserId] = set()
         resolved = await lifecycle.apresence_for_viewers(
             {uid: {c.viewer_id for c in connections} for uid, connections in watchers.items()}
         )
@@ -425,7 +429,7 @@ class Hub:
         outbox: dict[Connection, dict[UserId, Presence]] = {}
         for uid, connections in watchers.items():
             for connection in connections:
-                if uid in again or uid in connection.snapshotting:
+                if (uid, connection) in reading or uid in connection.snapshotting:
                     again.add(uid)
                     continue
                 presence = resolved.get(uid, {}).get(connection.viewer_id)

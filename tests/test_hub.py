@@ -499,6 +499,36 @@ async def test_a_change_is_announced_as_made_when_its_frame_or_request_arrived(
         assert window <= due[plain.pk] < window + 1
 
 
+async def test_a_socket_reading_a_snapshot_holds_up_no_one_elses_diff(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    window = 0.5
+    with presence_settings(COALESCE_WINDOW=window):
+        viewer, reloading_viewer, target = [await new_user(make_user) for _ in range(3)]
+        await lets_see(target, viewer)
+        await lets_see(target, reloading_viewer)
+        watcher = await sockets.open(viewer)
+        reloading = await sockets.open(reloading_viewer)
+        assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+        assert await subscribe(reloading, target) == state({target.pk: HIDDEN})
+        hub = Hub.current()
+        assert hub is not None
+        # The second socket is (as far as the hub can tell) reading a snapshot of the target
+        # when the target's window ends.
+        reader = _connection_of(hub, reloading_viewer.pk)
+        reader.snapshotting.add(target.pk)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await sockets.open(target)
+        assert await receive(watcher) == diff({target.pk: online()})
+        assert loop.time() - started < 2 * window  # one window, not one more after the read
+        await assert_silent(reloading)
+        # Its read over, the reading socket is delivered to as well.
+        reader.snapshotting.discard(target.pk)
+        assert await receive(reloading) == diff({target.pk: online()})
+        await assert_silent(watcher)
+
+
 async def test_announce_from_sync_code_reaches_a_connected_viewer(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

@@ -4,6 +4,7 @@ leaks, the power-law graph's shape, and the final line scripts read. The load it
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import statistics
@@ -91,3 +92,36 @@ def test_percentiles() -> None:
     assert report.percentile(samples, 0.5) == 51.0
     assert report.percentile(samples, 0.99) == 100.0
     assert report.percentile([], 0.5) is None
+
+
+class _Faults:
+    def names(self) -> list[str]:
+        return ["kill", "restart", "pause", "terminate", "shard"]
+
+
+def _schedule(seconds: float) -> list[tuple[float, str]]:
+    from types import SimpleNamespace
+
+    from tools.loadtest.run import Run
+
+    run = SimpleNamespace(sizes=SimpleNamespace(seconds=seconds), args=SimpleNamespace(quick=True))
+    return Run.checkpoint_times(run, _Faults())  # type: ignore[arg-type]
+
+
+def test_a_long_fault_soak_repeats_the_faults_and_warms_up_over_the_first_round() -> None:
+    from tools.loadtest.run import FAULT_EVERY
+
+    times = _schedule(600)
+    faults = [(at, name) for at, name in times if name in _Faults().names()]
+    assert [name for _, name in faults] == _Faults().names() * 5
+    assert all(b - a >= FAULT_EVERY for (a, _), (b, _) in itertools.pairwise(faults))
+    assert faults[-1][0] < 600
+    (warmed_up,) = [at for at, name in times if name == "warmed up"]
+    # After every fault has happened once, before the second round.
+    assert faults[4][0] < warmed_up < faults[5][0]
+
+
+def test_a_short_fault_run_has_each_fault_once_and_a_quarter_as_warm_up() -> None:
+    times = _schedule(120)
+    assert [name for _, name in times if name in _Faults().names()] == _Faults().names()
+    assert [at for at, name in times if name == "warmed up"] == [30.0]

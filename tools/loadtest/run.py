@@ -48,6 +48,10 @@ class LogScan:
     warnings: int = 0
 
 
+#: a soak with --faults repeats them, one fault every this many seconds at least
+FAULT_EVERY = 20.0
+
+
 class Run:
     def __init__(
         self,
@@ -302,17 +306,25 @@ class Run:
             # One checkpoint in the middle, then the final check: under a minute in all.
             return [(seconds / 2, "checkpoint"), (seconds / 2, "warmed up")]
         times: list[tuple[float, str]] = [(min(5.0, seconds / 3), "checkpoint")]
+        # RSS is sampled after a warm-up: a quarter of the run, at most a minute.
+        warmed_up = min(60.0, seconds / 4)
         if faults is not None:
             names = faults.names()
-            step = (seconds - 10) / (len(names) + 1)
-            for position, name in enumerate(names, start=1):
-                times.append((5 + step * position, name))
+            # A soak long enough repeats the faults, one every FAULT_EVERY seconds or more.
+            rounds = max(1, int((seconds - 10) // (len(names) * FAULT_EVERY)))
+            step = (seconds - 10) / (rounds * len(names) + 1)
+            for position in range(1, rounds * len(names) + 1):
+                times.append((5 + step * position, names[(position - 1) % len(names)]))
+            if rounds > 1:
+                # Each fault's burst sets a high-water mark once (freed memory stays with the
+                # process for reuse): growth is measured from the end of the first round, so
+                # that it shows whether the repeated faults make the process grow on.
+                warmed_up = 5 + step * len(names) + step / 2
         else:
             count = max(1, int(seconds // 30))
             for position in range(1, count + 1):
                 times.append((seconds * position / (count + 1), "checkpoint"))
-        # RSS is sampled after a warm-up: a quarter of the run, at most a minute.
-        times.append((min(60.0, seconds / 4), "warmed up"))
+        times.append((warmed_up, "warmed up"))
         return sorted(times)
 
     def checkpoint(self, sample: int | None, final: bool = False) -> Any:

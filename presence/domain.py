@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, TypeAlias
 from uuid import UUID
 
@@ -281,7 +281,14 @@ def live_news(before: LiveState, after: LiveState, now: float, timing: Timing) -
 
 
 def _timestamp(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+    return _datetime_at(value) if value is not None else None
+
+
+# Last-active times are whole seconds, shared by many users read at once (datetimes are
+# immutable: one instance serves them all).
+@lru_cache(maxsize=8192)
+def _datetime_at(value: float) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC)
 
 
 @cache

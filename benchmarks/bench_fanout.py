@@ -546,12 +546,12 @@ class Fanout:
         changed, deliver = hub.changed, hub.deliver
         target_id = self.target.pk
 
-        def marking_changed(user_ids: Iterable[int]) -> None:
+        def marking_changed(user_ids: Iterable[int], **kwargs: Any) -> None:
             ids = list(user_ids)
             current = self.current
             if current is not None and target_id in ids and not current.notified:
                 current.notified = time.perf_counter()
-            changed(ids)
+            changed(ids, **kwargs)
 
         async def marking_deliver(user_ids: Iterable[int]) -> None:
             ids = list(user_ids)

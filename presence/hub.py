@@ -102,6 +102,10 @@ class Hub:
         #: watched users whose group this process could not join (the layer's Redis was down):
         #: joined again at each sweep, then resolved again (changes meanwhile went unheard)
         self.unjoined: set[UserId] = set()
+        #: group -> channel: leaves the layer refused (its Redis was down), left again at each
+        #: sweep unless wanted again meanwhile (a server that comes back with its data would
+        #: otherwise keep sending this process what it no longer wants)
+        self.undiscarded: dict[str, str] = {}
         #: announce.layer_failures when last looked at, and when to rejoin every group
         self._failures_seen = announce.layer_failures
         self._rejoin_all_at: float | None = None
@@ -239,6 +243,8 @@ class Hub:
             await self._in_turn(group, before, mine, getattr(self.layer, method), channel)
         except Exception as error:
             logger.warning("Presence: channel layer %s failed (%s).", method, error)
+            if method == "group_discard":
+                self.undiscarded[group] = channel
 
     def session_message(self, message: dict[str, Any]) -> None:
         """A session of a user here logged out, or their sessions must be checked again."""
@@ -322,6 +328,8 @@ class Hub:
             if method == "group_add":
                 # Joined again at the next sweep; until then their changes go unheard here.
                 self.unjoined.update(uid for uid in failed if uid in self.watchers)
+            else:
+                self.undiscarded.update((group_name(uid), channel) for uid in failed)
         return failed
 
     def _take_turn(self, group: str) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
@@ -371,6 +379,31 @@ class Hub:
         elif self._rejoin_all_at is not None and now >= self._rejoin_all_at:
             self._rejoin_all_at = None
             self.unjoined.update(self.watchers)
+
+    def _wanted_groups(self) -> set[str]:
+        return (
+            {group_name(uid) for uid in self.watchers}
+            | {account_group_name(uid) for uid in self.accounts}
+            | {topic_group_name(kind) for kind in self.topics}
+        )
+
+    async def leave_again(self) -> None:
+        """Leave the groups whose leave failed, unless this channel wants them again."""
+        if not self.undiscarded or self.layer is None:
+            return
+        wanted = self._wanted_groups()
+        retry = {
+            group: channel
+            for group, channel in self.undiscarded.items()
+            if not (channel == self.channel and group in wanted)
+        }
+        self.undiscarded.clear()
+        for group, channel in retry.items():
+            before, mine = self._take_turn(group)
+            try:
+                await self._in_turn(group, before, mine, self.layer.group_discard, channel)
+            except Exception:
+                self.undiscarded.setdefault(group, channel)
 
     async def rejoin(self) -> None:
         """Join the groups a failed group_add left out, and resolve those users again: their
@@ -502,6 +535,7 @@ class Hub:
             if self._tasks:
                 return  # a connection came: the hub's own sweep loop runs again
             try:
+                await self.leave_again()
                 await lifecycle.asweep()
             except asyncio.CancelledError:
                 raise
@@ -616,6 +650,7 @@ class Hub:
                 self._after_layer_failures(loop.time())
                 if self.unjoined:
                     await self.rejoin()
+                await self.leave_again()
                 await lifecycle.asweep()
             except asyncio.CancelledError:
                 raise

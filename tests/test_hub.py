@@ -232,6 +232,49 @@ async def test_a_watch_returns_only_once_the_process_is_in_the_group(
     }
 
 
+@on_one_redis
+@on_the_core_layer
+async def test_a_leave_the_layer_refused_is_tried_again_unless_wanted_again(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    redis_client: redis.Redis,
+) -> None:
+    with presence_settings(SWEEP_INTERVAL=0.1):
+        viewer, wanted_again, left = [await new_user(make_user) for _ in range(3)]
+        watcher = await sockets.open(viewer)
+        assert await subscribe(watcher, wanted_again, left) == state(
+            {wanted_again.pk: HIDDEN, left.pk: HIDDEN}
+        )
+        hub = Hub.current()
+        assert hub is not None
+        layer = get_channel_layer()
+        real_group_discard = layer.group_discard
+        refusing = True
+
+        async def refused_while_down(group: str, channel: str) -> None:
+            if refusing:
+                raise ConnectionError("the layer's Redis is down")
+            await real_group_discard(group, channel)
+
+        monkeypatch.setattr(layer, "group_discard", refused_while_down)
+        await watcher.send_json_to(
+            {"type": "unsubscribe", "users": [wire_id(wanted_again), wire_id(left)]}
+        )
+        assert await subscribe(watcher) == state({})
+        # Both leaves were refused; one user is subscribed to again before the layer is back.
+        assert await subscribe(watcher, wanted_again) == state({wanted_again.pk: HIDDEN})
+        refusing = False
+
+        async def left_only() -> bool:
+            return redis_client.zrange(group_key(left.pk), 0, -1) == []
+
+        assert await eventually(left_only)
+        for _ in range(3):  # a few sweeps later, the wanted group is still joined
+            await asyncio.sleep(0.1)
+            assert redis_client.zrange(group_key(wanted_again.pk), 0, -1) == [hub.channel]
+
+
 def _connection_of(hub: Hub, viewer_pk: Any) -> Any:
     return next(c for c in hub.connections if c.viewer_id == viewer_pk)
 

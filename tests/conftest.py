@@ -111,6 +111,22 @@ def cache_is_down() -> bool:
 
 
 @pytest.fixture(autouse=True)
+def _no_receive_left_on_a_closed_loop() -> None:
+    """The channel layer object outlives each test's event loop (a server process has one
+    loop for its life). A receive that a test's loop ended in the middle of (channels_redis
+    counts receivers and holds a lock bound to that loop) would make later receives fail
+    with "bound to a different event loop". No receive runs between two tests: that
+    bookkeeping starts afresh with each test."""
+    from channels.layers import channel_layers
+
+    for layer in list(channel_layers.backends.values()):
+        if getattr(layer, "receive_count", 0):
+            layer.receive_count = 0
+            layer.receive_lock = None
+            layer.receive_event_loop = None
+
+
+@pytest.fixture(autouse=True)
 def _clean_presence_state(
     redis_url: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[None]:

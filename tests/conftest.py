@@ -113,17 +113,22 @@ def cache_is_down() -> bool:
 @pytest.fixture(autouse=True)
 def _no_receive_left_on_a_closed_loop() -> None:
     """The channel layer object outlives each test's event loop (a server process has one
-    loop for its life). A receive that a test's loop ended in the middle of (channels_redis
-    counts receivers and holds a lock bound to that loop) would make later receives fail
-    with "bound to a different event loop". No receive runs between two tests: that
-    bookkeeping starts afresh with each test."""
+    loop for its life). A receive that a test's loop ended in the middle of, or cancelled
+    while it waited for a lock (channels_redis counts receivers and keeps asyncio locks, bound
+    to the loop that first waited on them), would make later receives fail with "bound to a
+    different event loop". No receive runs between two tests: that state starts afresh."""
     from channels.layers import channel_layers
+    from channels_redis.core import ChannelLock
 
     for layer in list(channel_layers.backends.values()):
         if getattr(layer, "receive_count", 0):
             layer.receive_count = 0
             layer.receive_lock = None
             layer.receive_event_loop = None
+        if hasattr(layer, "receive_clean_locks"):
+            # Per-channel locks (keyed by the process's channel name, the same in every test):
+            # a receive cancelled while waiting for one leaves it behind, bound to its loop.
+            layer.receive_clean_locks = ChannelLock()
 
 
 @pytest.fixture(autouse=True)

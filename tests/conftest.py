@@ -118,17 +118,19 @@ def _no_receive_left_on_a_closed_loop() -> None:
     to the loop that first waited on them), would make later receives fail with "bound to a
     different event loop". No receive runs between two tests: that state starts afresh."""
     from channels.layers import channel_layers
-    from channels_redis.core import ChannelLock
+    from channels_redis.core import ChannelLock, RedisChannelLayer
 
     for layer in list(channel_layers.backends.values()):
-        if getattr(layer, "receive_count", 0):
+        # Only the core layer (the pub/sub layer looks attributes up in a layer per loop).
+        if not isinstance(layer, RedisChannelLayer):
+            continue
+        if layer.receive_count:
             layer.receive_count = 0
             layer.receive_lock = None
             layer.receive_event_loop = None
-        if hasattr(layer, "receive_clean_locks"):
-            # Per-channel locks (keyed by the process's channel name, the same in every test):
-            # a receive cancelled while waiting for one leaves it behind, bound to its loop.
-            layer.receive_clean_locks = ChannelLock()
+        # Per-channel locks (keyed by the process's channel name, the same in every test): a
+        # receive cancelled while waiting for one leaves it behind, bound to its loop.
+        layer.receive_clean_locks = ChannelLock()
 
 
 @pytest.fixture(autouse=True)

@@ -118,15 +118,19 @@ def bulk_presence(targets: Iterable[Any], viewer: Any) -> dict[UserId, Presence]
     """
     facts = relations.load(viewer, _target_ids(targets))
     store = get_store()
+    # Judged as of the start of the read (see rules.is_news): a heartbeat landing while the
+    # read is under way is then either in it or announced.
+    now = rules.now()
     live = store.run(store.read(facts))
-    return rules.resolve_all(facts, live, rules.now())
+    return rules.resolve_all(facts, live, now)
 
 
 async def abulk_presence(targets: Iterable[Any], viewer: Any) -> dict[UserId, Presence]:
     facts = await relations.aload(viewer, _target_ids(targets))
     store = get_store()
+    now = rules.now()
     live = await store.arun(store.read(facts))
-    return rules.resolve_all(facts, live, rules.now())
+    return rules.resolve_all(facts, live, now)
 
 
 def get_presence(target: Any, viewer: Any) -> Presence:
@@ -177,9 +181,10 @@ def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tu
     """Like :func:`online_friends`, with each friend's presence as ``user`` sees it."""
     _check_limit(limit)
     store = get_store()
-    # Only the friends who may be live come back from Redis: the others cannot be listed.
-    live = store.run(store.read_recent(relations.friend_ids(user), _live_since(rules.now())))
+    friends = relations.friend_ids(user)
     now = rules.now()
+    # Only the friends who may be live come back from Redis: the others cannot be listed.
+    live = store.run(store.read_recent(friends, _live_since(now)))
     found = relations.load_with_users(user, _live_online(live, now))
     presences = rules.resolve_all(found.facts, live, now)
     return _with_presence(found.users(_most_recent_online(presences, limit)), presences)
@@ -190,9 +195,9 @@ async def aonline_friends_with_presence(
 ) -> list[tuple[Any, Presence]]:
     _check_limit(limit)
     store = get_store()
-    since = _live_since(rules.now())
-    live = await store.arun(store.read_recent(await relations.afriend_ids(user), since))
+    friends = await relations.afriend_ids(user)
     now = rules.now()
+    live = await store.arun(store.read_recent(friends, _live_since(now)))
     found = await relations.aload_with_users(user, _live_online(live, now))
     presences = rules.resolve_all(found.facts, live, now)
     return _with_presence(found.users(_most_recent_online(presences, limit)), presences)

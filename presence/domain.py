@@ -269,15 +269,24 @@ def live_status(live: LiveState, now: float, timing: Timing) -> Status:
     return Status.IDLE if live.idle else Status.ONLINE
 
 
-def live_news(before: LiveState, after: LiveState, now: float, timing: Timing) -> bool:
+def live_news(
+    before: LiveState, after: LiveState, now: float, timing: Timing, until: float | None = None
+) -> bool:
     """Whether a write changed the user's status or devices, as opposed to only moving their
-    last activity forward (a heartbeat that changes nothing is no news)."""
+    last activity forward (a heartbeat that changes nothing is no news).
 
-    def view(state: LiveState) -> tuple[Status, tuple[Device, ...]]:
-        status = live_status(state, now, timing)
+    ``now`` is when the write was made, ``until`` (if later) when it was known done: a reader
+    in between may have seen ``before`` turn offline (a heartbeat that came just after the
+    connection's TTL), and nobody else tells that reader the user is back. A difference at
+    either instant is news."""
+
+    def view(state: LiveState, at: float) -> tuple[Status, tuple[Device, ...]]:
+        status = live_status(state, at, timing)
         return status, (state.devices if status is not Status.OFFLINE else ())
 
-    return view(before) != view(after)
+    if view(before, now) != view(after, now):
+        return True
+    return until is not None and until > now and view(before, until) != view(after, until)
 
 
 def _timestamp(value: float | None) -> datetime | None:

@@ -151,12 +151,13 @@ async def apresence_for_viewers(
     round trip whatever the number of viewers. Targets of no user are left out; None when
     Redis is unavailable (nothing is guessed)."""
     store = get_store()
+    # Judged as of the start of the read (see rules.is_news).
+    now = rules.now()
     states = await store.arun(store.read(watchers), live=True)
     if states is None:
         return None
     viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
     pairs = await relations.aload_pairs(viewers, list(watchers))
-    now = rules.now()
     timing = rules.timing()
     unknown = domain.LiveState()
     resolved: dict[UserId, dict[UserId, Presence]] = {}
@@ -183,5 +184,7 @@ async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId
     (offline, persisted last seen) and the caller should resolve these users again later."""
     facts = await relations.aload(viewer, rules.unique(targets))
     store = get_store()
+    # Judged as of the start of the read (see rules.is_news).
+    now = rules.now()
     live = await store.arun(store.read(facts), live=True)
-    return rules.resolve_all(facts, live, rules.now()), live is None
+    return rules.resolve_all(facts, live, now), live is None

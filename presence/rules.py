@@ -39,9 +39,11 @@ def limits() -> domain.Limits:
 
 
 def is_news(transition: Transition | None, at: float) -> bool:
-    """Whether a write changed what others may see (status or devices), so it is announced."""
+    """Whether a write made at ``at``, and done now, changed what others may see (status or
+    devices), so it is announced. Readers judge a state at the time they start reading it, so
+    one who saw the user offline while the write was under way is told too."""
     return transition is not None and domain.live_news(
-        transition.before, transition.after, at, timing()
+        transition.before, transition.after, at, timing(), until=now()
     )
 
 

@@ -625,6 +625,19 @@ class TestLiveNews:
         assert self.news(before, after) is False
         assert self.news(LiveState(), after) is False
 
+    def test_a_heartbeat_that_lands_after_the_ttl_ran_out_is_news(self) -> None:
+        # Made a tenth of a second before the connection's TTL ran out, done a tenth after:
+        # a reader in between saw the user offline, and must be told they are back.
+        beat = LiveState(last_active=NOW, devices=(Device.WEB,), connected=True)
+        last = LiveState(last_active=NOW - 90, devices=(Device.WEB,), connected=True)
+        expiry = domain.offline_at(last, LIVE_TIMING)
+        assert expiry is not None
+        made, done = expiry - 0.1, expiry + 0.1
+        assert domain.live_news(last, beat, made, LIVE_TIMING) is False
+        assert domain.live_news(last, beat, made, LIVE_TIMING, until=done) is True
+        # Done in time, it changed nothing anyone could see.
+        assert domain.live_news(last, beat, made, LIVE_TIMING, until=expiry - 0.01) is False
+
 
 def online(**fields: Any) -> Presence:
     return Presence(status=Status.ONLINE, devices=("web",), **fields)

@@ -134,6 +134,78 @@ async def test_heartbeats_and_disconnects_announce_only_news(
         await get_store().aclose()
 
 
+def slow_round_trips(
+    monkeypatch: pytest.MonkeyPatch, clock: time_machine.Coordinates, seconds: float
+) -> None:
+    """From now on each of the store's round trips answers ``seconds`` after Redis ran it, on
+    the test's clock (a busy machine, a slow network)."""
+    store = get_store()
+    real = store.arun
+
+    async def arun(*args: Any, **kwargs: Any) -> Any:
+        result = await real(*args, **kwargs)
+        clock.shift(seconds)
+        return result
+
+    monkeypatch.setattr(store, "arun", arun)
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_heartbeat_answered_after_the_ttl_ran_out_is_announced(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader that read the user while the heartbeat was under way saw them offline (their
+    # connection's TTL had run out); nothing else would tell it they are back.
+    user = await sync_to_async(make_user)()
+    news = Announcements()
+    await news.watch(user)
+    try:
+        await lifecycle.aheartbeat(user, "c1")
+        assert await news.received() == [user.pk]
+        clock.move_to(at(TTL_END - 0.1))
+        await lifecycle.aheartbeat(user, "c1")  # answered in time
+        assert await news.received() == []
+        clock.move_to(at(TTL + TTL_END - 0.1))  # (the last one is kept as second T + TTL)
+        slow_round_trips(monkeypatch, clock, 0.2)
+        await lifecycle.aheartbeat(user, "c1")
+        assert await news.received() == [user.pk]
+    finally:
+        await get_store().aclose()
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+@pytest.mark.parametrize("reader", ["snapshot", "fan-out", "bulk_presence"])
+async def test_a_read_answered_after_the_ttl_ran_out_shows_the_state_it_read(
+    reader: str,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Judged when its answer came, the user would be offline, and a heartbeat landing
+    # meanwhile (answered before the TTL ran out: no news) would never correct it.
+    user = await sync_to_async(make_user)()
+    try:
+        await lifecycle.aheartbeat(user, "c1")
+        clock.move_to(at(TTL_END - 0.1))
+        slow_round_trips(monkeypatch, clock, 0.2)
+        if reader == "snapshot":
+            presences, guessed = await lifecycle.asnapshot([user.pk], user)
+            assert guessed is False
+            presence = presences[user.pk]
+        elif reader == "fan-out":
+            resolved = await lifecycle.apresence_for_viewers({user.pk: [user.pk]})
+            assert resolved is not None
+            presence = resolved[user.pk][user.pk]
+        else:
+            presence = (await api.abulk_presence([user], user))[user.pk]
+        assert presence.status is Status.ONLINE
+        assert presence.devices == ("web",)
+    finally:
+        await get_store().aclose()
+
+
 @live_db
 @pytest.mark.usefixtures("close_async_db_connections")
 async def test_sweep_announces_the_end_of_the_grace(

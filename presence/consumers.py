@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import math
+import random
 import time
 import uuid
 import weakref
@@ -51,6 +52,9 @@ TIDY_INTERVAL = 1.0
 _tidied_at: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
     weakref.WeakKeyDictionary()
 )
+
+#: where in its first interval a socket's first session check falls (see connect)
+_draw = random.random
 
 
 async def tidy_database_connections() -> None:
@@ -207,7 +211,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.session_digest = (
             sessions.session_digest(self.session_key) if self.session_key else None
         )
-        self.session_checked = time.time()
+        # The first check falls anywhere in the second half of the first interval: sockets
+        # opened together (a deploy, a reconnect storm) must not all check at the same moment.
+        self.session_checked = time.time() - conf.SESSION_CHECK_INTERVAL * _draw() / 2
         self.hub = Hub.get()
         await self.hub.attach(self)
         self.attached = True

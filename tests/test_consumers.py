@@ -1889,17 +1889,17 @@ async def test_frames_share_one_database_tidy_per_interval(
 async def test_a_session_ended_out_of_band_closes_its_socket_at_the_session_check_pace(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=25):
+    with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=40):
         user = await new_user(make_user)
         client = await sync_to_async(_logged_in_client)(user)
         communicator = await _site_socket(sockets, client)
         # The session is deleted without a logout (an admin, "log out everywhere", ...).
         await sync_to_async(client.session.delete)()
-        # Checked at most once per SESSION_CHECK_INTERVAL, on a heartbeat: still open.
-        for _ in range(2):
-            clock.shift(10)
-            await heartbeat(communicator)
-        clock.shift(5)
+        # Checked on a heartbeat, at the earliest half an interval after opening: still open.
+        clock.shift(10)
+        await heartbeat(communicator)
+        # At the latest one interval after opening.
+        clock.shift(30)
         await communicator.send_json_to({"type": "heartbeat", "state": "active"})
         await assert_closed_with(communicator, 4401)
 
@@ -1907,6 +1907,32 @@ async def test_a_session_ended_out_of_band_closes_its_socket_at_the_session_chec
         return await connections_in_redis(user) == []
 
     assert await eventually(gone)
+
+
+async def test_sockets_opened_together_check_their_sessions_at_different_moments(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A thousand sockets opened by a deploy would otherwise query the sessions all at once,
+    # every interval, in the one database thread the live updates wait for.
+    draws = iter([0.0, 0.9])
+    monkeypatch.setattr(consumers, "_draw", lambda: next(draws))
+    with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=40):
+        first, second = await new_user(make_user), await new_user(make_user)
+        clients = [await sync_to_async(_logged_in_client)(user) for user in (first, second)]
+        late = await _site_socket(sockets, clients[0])  # checks a whole interval on
+        early = await _site_socket(sockets, clients[1])  # checks 0.55 of an interval on
+        for client in clients:
+            await sync_to_async(client.session.delete)()
+        clock.shift(25)
+        await heartbeat(late)
+        await early.send_json_to({"type": "heartbeat", "state": "active"})
+        await assert_closed_with(early, 4401)
+        clock.shift(15)
+        await late.send_json_to({"type": "heartbeat", "state": "active"})
+        await assert_closed_with(late, 4401)
 
 
 # --- connections per user (MAX_CONNECTIONS_PER_USER) ------------------------------------------

@@ -106,7 +106,15 @@ def summary(rows: list[Row], quick: bool, elapsed: float) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from benchmarks.common import Report, Sizes, cpu_pressure_us, raw_client, redis_url, say
+    from benchmarks.common import (
+        Report,
+        Sizes,
+        cpu_pressure_us,
+        raw_client,
+        redis_url,
+        reference_loop_seconds,
+        say,
+    )
 
     redis_url()  # fail early with a helpful message
     started = time.perf_counter()
@@ -145,6 +153,11 @@ def main(argv: list[str]) -> int:
         print(
             f"Redis {server['redis_version']} ({redis_url()}), Python {platform.python_version()}"
             f", {os.cpu_count()} CPUs, SQLite in {db_dir}; {'quick' if args.quick else 'full'} run",
+            flush=True,
+        )
+        print(
+            f"Machine speed: a reference loop of 10M additions takes "
+            f"{reference_loop_seconds():.2f} s (absolute times scale with it; ratios much less)",
             flush=True,
         )
         report = Report(quick=args.quick)

@@ -240,6 +240,20 @@ def command_stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
     }
 
 
+def reference_loop_seconds() -> float:
+    """Seconds this machine takes for a fixed pure-Python loop (10 million additions, best of
+    three): absolute times of two runs compare only once divided by it (these machines differ
+    by more than twice from one session to the next)."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def cpu_pressure_us() -> int | None:
     """Microseconds some runnable task waited for a CPU since boot (Linux PSI), or None."""
     try:

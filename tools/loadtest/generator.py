@@ -116,6 +116,8 @@ class Client:
         self.idle = False
         self.closing = False
         self.last_beat = 0.0
+        #: when the heartbeat timer fires next (the first beat goes with the opening)
+        self.next_beat = 0.0
         self.opened_at = 0.0
         self.task: asyncio.Task[None] | None = None
 
@@ -158,6 +160,7 @@ class Client:
         self.task = asyncio.create_task(self.run(self.ws))
         for chunk in chunks:
             await self.send({"type": "subscribe", "users": chunk})
+        self.next_beat = time.time() + gen.spec.heartbeat_interval
         await self.beat()
 
     async def send(self, frame: dict[str, Any]) -> None:
@@ -274,13 +277,16 @@ class Generator:
         return time.monotonic() - started
 
     async def heartbeats(self) -> None:
+        """Each client beats every interval from its own last beat, as a browser's timer does:
+        the beats of a page opened at some moment are not in step with everyone else's."""
         interval = self.spec.heartbeat_interval
         while not self.stopping:
-            started = time.monotonic()
+            now = time.time()
             for client in self.clients:
-                if client.ws is not None and not client.closing:
+                if client.ws is not None and not client.closing and now >= client.next_beat:
+                    client.next_beat = now + interval
                     self.spawn(client.beat())
-            await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
+            await asyncio.sleep(TICK)
 
     def draws(self, rate: float, count: int) -> int:
         """Events in one tick of ``count`` clients at ``rate`` per client per second."""

@@ -284,7 +284,9 @@ class Generator:
             now = time.time()
             for client in self.clients:
                 if client.ws is not None and not client.closing and now >= client.next_beat:
-                    client.next_beat = now + interval
+                    # On the timer's own pace (a tick late is not carried on), unless the
+                    # client fell a whole interval behind.
+                    client.next_beat = max(client.next_beat + interval, now)
                     self.spawn(client.beat())
             await asyncio.sleep(TICK)
 

@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
         )
         print(
             f"Machine speed: a reference loop of 10M additions takes "
-            f"{reference_loop_seconds():.2f} s (absolute times scale with it; ratios much less)",
+            f"{reference_loop_seconds():.2f} s (a rough guide to how fast this machine is)",
             flush=True,
         )
         report = Report(quick=args.quick)

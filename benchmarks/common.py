@@ -242,8 +242,8 @@ def command_stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
 
 def reference_loop_seconds() -> float:
     """Seconds this machine takes for a fixed pure-Python loop (10 million additions, best of
-    three): absolute times of two runs compare only once divided by it (these machines differ
-    by more than twice from one session to the next)."""
+    three): a rough guide to how fast the machine is (these machines differ by more than twice
+    from one session to the next; memory-bound work varies differently)."""
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()

@@ -31,6 +31,8 @@ SUBSCRIBE_CHUNK = 100
 #: clients opening at once (the handshakes of thousands would only time out)
 OPENING_AT_ONCE = 100
 TICK = 0.1
+#: how long the opening storm may take to pass before the load starts anyway
+OPENING_SETTLE_TIMEOUT = 60.0
 
 #: one presence as compared: status, last_seen, devices, text, emoji, activity
 PresenceTuple = tuple[str, str | None, tuple[str, ...], str | None, str | None, str | None]
@@ -276,6 +278,16 @@ class Generator:
         await asyncio.gather(*(client.open() for client in self.clients))
         return time.monotonic() - started
 
+    async def settle(self, timeout: float) -> float:
+        """Wait until every open client has received its snapshots, at most ``timeout``
+        seconds; the seconds it took (after a storm of openings the servers need a while)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if all(client.ready or client.ws is None for client in self.clients):
+                break
+            await asyncio.sleep(TICK)
+        return time.monotonic() - started
+
     async def heartbeats(self) -> None:
         """Each client beats every interval from its own last beat, as a browser's timer does:
         the beats of a page opened at some moment are not in step with everyone else's."""
@@ -411,11 +423,11 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
     generator = Generator(spec)
     loop = asyncio.get_running_loop()
     opened_in = await generator.open_all()
-    pipe.send(("opened", opened_in))
-    tasks = [
-        asyncio.create_task(generator.heartbeats()),
-        asyncio.create_task(generator.behaviours()),
-    ]
+    tasks = [asyncio.create_task(generator.heartbeats())]
+    # The load starts once the opening storm has passed: every client has its snapshots.
+    settled_in = await generator.settle(OPENING_SETTLE_TIMEOUT)
+    pipe.send(("opened", (opened_in, settled_in)))
+    tasks.append(asyncio.create_task(generator.behaviours()))
     try:
         while True:
             ready = await loop.run_in_executor(None, pipe.poll, 0.2)

@@ -227,16 +227,25 @@ class Run:
         specs = self.plan_clients()
         pipes = self.start_generators(specs)
         generators = Generators(pipes)
-        opened = []
+        opened, settled = [], []
         for pipe in pipes:
             if not pipe.poll(300):
                 raise RuntimeError("the generators did not open their connections in time")
-            opened.append(pipe.recv()[1])
+            opened_in, settled_in = pipe.recv()[1]
+            opened.append(opened_in)
+            settled.append(settled_in)
         print(
-            f"loadtest: {self.sizes.connections} connections opened in {max(opened):.1f} s",
+            f"loadtest: {self.sizes.connections} connections opened in {max(opened):.1f} s, "
+            f"every snapshot in {max(settled):.1f} s later",
             flush=True,
         )
-        self.rows.append(("connections opened in", f"{max(opened):.1f} s"))
+        self.rows.append(
+            (
+                "connections opened in",
+                f"{max(opened):.1f} s; every snapshot in {max(settled):.1f} s later "
+                "(the load starts then)",
+            )
+        )
         self.oracle = Oracle(generators, self.pages, self.positions, self.hidden, self.blocked)
         self.generators = generators
         relations = RelationChanges(self.graph, self.pks, self.sizes.relations_per_second)

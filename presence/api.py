@@ -14,6 +14,7 @@ The live connections' side (opening, heartbeats, sweeps, the hub's reads) is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -142,11 +143,16 @@ async def aget_presence(target: Any, viewer: Any) -> Presence:
 
 
 def _most_recent_online(presences: dict[UserId, Presence], limit: int | None) -> list[UserId]:
-    online = [(p.last_seen, user_id) for user_id, p in presences.items() if p.is_online]
-    # Online friends whose last seen is hidden from the viewer sort after the others.
-    online.sort(key=lambda item: (item[0] is not None, item[0] or 0), reverse=True)
-    ids = [user_id for _, user_id in online]
-    return ids if limit is None else ids[:limit]
+    online = [user_id for user_id, p in presences.items() if p.is_online]
+
+    def recency(user_id: UserId) -> float:
+        # Online friends whose last seen is hidden from the viewer sort after the others.
+        last_seen = presences[user_id].last_seen
+        return -math.inf if last_seen is None else last_seen.timestamp()
+
+    # A float per friend, not a tuple: thousands of them at a time.
+    online.sort(key=recency, reverse=True)
+    return online if limit is None else online[:limit]
 
 
 def _check_limit(limit: int | None) -> None:
@@ -171,14 +177,32 @@ def _live_online(live: dict[UserId, domain.LiveState] | None, now: float) -> lis
     ]
 
 
-def _with_presence(
-    users: list[Any], presences: dict[UserId, Presence]
-) -> list[tuple[Any, Presence]]:
-    return [(user, presences[user.pk]) for user in users]
+@dataclass(frozen=True)
+class _OnlineFriends:
+    """The friends to list, most recent first, with what was read to list them."""
+
+    found: relations.FactsAndUsers
+    listed: list[UserId]
+    presences: dict[UserId, Presence]
+
+    def users(self) -> list[Any]:
+        return self.found.users(self.listed)
+
+    def with_presence(self) -> list[tuple[Any, Presence]]:
+        return [(user, self.presences[user.pk]) for user in self.users()]
 
 
-def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tuple[Any, Presence]]:
-    """Like :func:`online_friends`, with each friend's presence as ``user`` sees it."""
+def _online_friends(
+    found: relations.FactsAndUsers,
+    live: dict[UserId, domain.LiveState] | None,
+    now: float,
+    limit: int | None,
+) -> _OnlineFriends:
+    presences = rules.resolve_each(found.each_fact(), live, now)
+    return _OnlineFriends(found, _most_recent_online(presences, limit), presences)
+
+
+def _read_online_friends(user: Any, limit: int | None) -> _OnlineFriends:
     _check_limit(limit)
     store = get_store()
     friends = relations.friend_ids(user)
@@ -186,21 +210,28 @@ def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tu
     # Only the friends who may be live come back from Redis: the others cannot be listed.
     live = store.run(store.read_recent(friends, _live_since(now)))
     found = relations.load_with_users(user, _live_online(live, now))
-    presences = rules.resolve_all(found.facts, live, now)
-    return _with_presence(found.users(_most_recent_online(presences, limit)), presences)
+    return _online_friends(found, live, now, limit)
 
 
-async def aonline_friends_with_presence(
-    user: Any, limit: int | None = None
-) -> list[tuple[Any, Presence]]:
+async def _aread_online_friends(user: Any, limit: int | None) -> _OnlineFriends:
     _check_limit(limit)
     store = get_store()
     friends = await relations.afriend_ids(user)
     now = rules.now()
     live = await store.arun(store.read_recent(friends, _live_since(now)))
     found = await relations.aload_with_users(user, _live_online(live, now))
-    presences = rules.resolve_all(found.facts, live, now)
-    return _with_presence(found.users(_most_recent_online(presences, limit)), presences)
+    return _online_friends(found, live, now, limit)
+
+
+def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tuple[Any, Presence]]:
+    """Like :func:`online_friends`, with each friend's presence as ``user`` sees it."""
+    return _read_online_friends(user, limit).with_presence()
+
+
+async def aonline_friends_with_presence(
+    user: Any, limit: int | None = None
+) -> list[tuple[Any, Presence]]:
+    return (await _aread_online_friends(user, limit)).with_presence()
 
 
 def online_friends(user: Any, limit: int | None = None) -> list[Any]:
@@ -210,11 +241,11 @@ def online_friends(user: Any, limit: int | None = None) -> list[Any]:
     live), then the privacy facts and the user rows of those friends are read together: two
     queries whatever the number of friends; only the users listed are built.
     """
-    return [friend for friend, _ in online_friends_with_presence(user, limit)]
+    return _read_online_friends(user, limit).users()
 
 
 async def aonline_friends(user: Any, limit: int | None = None) -> list[Any]:
-    return [friend for friend, _ in await aonline_friends_with_presence(user, limit)]
+    return (await _aread_online_friends(user, limit)).users()
 
 
 def online_now(viewer: Any) -> list[UserId]:

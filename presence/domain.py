@@ -109,7 +109,7 @@ def devices_to_mask(devices: Iterable[Device]) -> int:
     return mask
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LiveState:
     """What Redis knows about a user right now (all times are epoch seconds)."""
 
@@ -125,7 +125,7 @@ class LiveState:
     idle: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Choices:
     """A target's own choices, from the database: privacy settings and custom status."""
 
@@ -143,7 +143,7 @@ class Choices:
     persisted_last_seen: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Relation:
     """How a target relates to a viewer. The default is a stranger (or an anonymous viewer)."""
 
@@ -160,14 +160,14 @@ SELF = Relation(is_self=True)
 STRANGER = Relation()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timing:
     online_window: float
     offline_grace: float
     connection_ttl: float = 90
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Presence:
     status: Status = Status.OFFLINE
     last_seen: datetime | None = None
@@ -391,7 +391,7 @@ class InvalidInput(ValueError):
         self.message = message
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Limits:
     text_max_length: int
     emoji_max_length: int
@@ -402,7 +402,7 @@ class Limits:
     max_subscriptions: int = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StatusChange:
     status: StatusChoice
     text: str | None = None
@@ -517,29 +517,29 @@ class HeartbeatState(StrEnum):
     IDLE = "idle"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     state: HeartbeatState = HeartbeatState.ACTIVE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Subscribe:
     #: ids as the client sent them (JSON numbers or strings); the consumer reads them as the
     #: site's pk (presence.users.parse_user_id) and echoes them back as sent
     users: tuple[int | str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unsubscribe:
     users: tuple[int | str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SetStatus:
     change: StatusChange
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Extension:
     """A frame of a type an installed app added (presence.extensions): its type, and what the
     app's parser made of it."""

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import inspect
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+from django.db.models import Exists, Model, OuterRef, Q, Subquery
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
+from django.db.models.sql.constants import MULTI
 
 from presence import domain
 from presence.domain import UserId
@@ -46,7 +54,7 @@ def _visibility(value: str | None, default: domain.Visibility) -> domain.Visibil
     return _VISIBILITIES.get(value) or domain.Visibility(value)
 
 
-def _choices(row: tuple[Any, ...]) -> domain.Choices:
+def _choices(row: Sequence[Any]) -> domain.Choices:
     """The choices of a row of :data:`_FIELDS`, by position (no PrivacySettings or
     UserStatus row: the defaults)."""
     return domain.Choices(
@@ -64,15 +72,16 @@ def _choices(row: tuple[Any, ...]) -> domain.Choices:
 
 
 def facts_query(viewer_pk: Any, target_ids: Collection[Any], *columns: str) -> Any:
-    """Rows of :data:`_FIELDS`, then for a viewer the target's tie to them (NULL: the target
-    has no Contact row of the viewer, else that row's close_friend) and whether a block
-    stands between them either way (two index lookups per target), then ``columns``."""
+    """Rows of :data:`_FIELDS`, then ``columns``, then for a viewer the target's tie to them
+    (NULL: the target has no Contact row of the viewer, else that row's close_friend) and
+    whether a block stands between them either way (two index lookups per target)."""
     # Any: the lookups' types are the site's pk's (see presence.users.user_pk).
     queryset = get_user_model()._default_manager.filter(pk__in=target_ids)
     if viewer_pk is None:
         return queryset.values_list(*_FIELDS, *columns)
     target = OuterRef("pk")
     # Names no user model is likely to have as fields (an annotation may not shadow one).
+    # Annotations come last: the order in which the database sends them (see _read_rows).
     return queryset.annotate(
         presence_viewer_tie=Subquery(
             Contact.objects.filter(owner=target, contact=viewer_pk).values("close_friend")[:1]
@@ -82,11 +91,8 @@ def facts_query(viewer_pk: Any, target_ids: Collection[Any], *columns: str) -> A
                 Q(blocker=target, blocked=viewer_pk) | Q(blocker=viewer_pk, blocked=target)
             )
         ),
-    ).values_list(*_FIELDS, "presence_viewer_tie", "presence_blocked", *columns)
+    ).values_list(*_FIELDS, *columns, "presence_viewer_tie", "presence_blocked")
 
-
-#: where a viewer's tie to the target sits in a row of facts_query(), the block after it
-_TIE = len(_FIELDS)
 
 #: the few relations a row can express, built once (they are immutable)
 _RELATIONS = {
@@ -98,17 +104,18 @@ _RELATIONS = {
 }
 
 
-def _relation(viewer_pk: UserId | None, row: tuple[Any, ...]) -> domain.Relation:
+def _relation(viewer_pk: UserId | None, row: Sequence[Any], pk: UserId) -> domain.Relation:
     if viewer_pk is None:
         return domain.STRANGER
-    if row[0] == viewer_pk:
+    if pk == viewer_pk:
         return domain.SELF
-    tie, blocked = row[_TIE], row[_TIE + 1]
+    # A viewer's row ends with the tie and the block (facts_query).
+    tie, blocked = row[-2], row[-1]
     return _RELATIONS[None if tie is None else bool(tie), bool(blocked)]
 
 
 def _facts(viewer_pk: UserId | None, rows: Iterable[tuple[Any, ...]]) -> Facts:
-    return {row[0]: (_relation(viewer_pk, row), _choices(row)) for row in rows}
+    return {row[0]: (_relation(viewer_pk, row, row[0]), _choices(row)) for row in rows}
 
 
 def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
@@ -126,26 +133,133 @@ async def aload(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)])
 
 
-#: where a viewer's row of facts_query() ends and the columns asked for begin
-_USER_COLUMNS = _TIE + 2
+Converter = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class _RawRows:
+    """A values_list query's rows as the database sent them, with Django's converters by
+    column: a value is converted only if it is used, when it is used."""
+
+    rows: list[tuple[Any, ...]]
+    converters: dict[int, Converter]
+
+
+def _read_rows(query: Any) -> _RawRows:
+    """Run a values_list query as Django would, without converting every value of every row
+    at once: thousands of rows a call, each copied twice and every value converted, were most
+    of the cost of reading them (and of the garbage collections their copies set off)."""
+    compiler = query.query.get_compiler(using=query.db)
+    rows = [row for chunk in compiler.execute_sql(MULTI) for row in chunk]
+    if compiler.has_extra_select:
+        rows = [row[: compiler.col_count] for row in rows]
+    # values_list() sends the columns in the order asked for unless annotations come first.
+    names = [*query.query.extra_select, *query.query.values_select, *query.query.annotation_select]
+    if list(query._fields) != names:  # pragma: no cover - facts_query asks in that order
+        raise ImproperlyConfigured(f"Unexpected column order {names} for {query._fields}.")
+    connection = connections[query.db]
+    expressions = [selected[0] for selected in compiler.select[: compiler.col_count]]
+    converters: dict[int, Converter] = {}
+    for position, (functions, expression) in compiler.get_converters(expressions).items():
+
+        def convert(value: Any, functions: Any = functions, expression: Any = expression) -> Any:
+            for function in functions:
+                value = function(value, expression, connection)
+            return value
+
+        converters[position] = convert
+    return _RawRows(rows, converters)
+
+
+#: columns of _FIELDS whose raw value may not be what Django gives (times are text on
+#: SQLite); the booleans are read with bool() (0 and 1 on some databases)
+_CONVERTED_CHOICES = (9, 10)
 
 
 @dataclass(frozen=True)
 class FactsAndUsers:
     """The privacy facts of many targets and their rows as users, read in one query; a user
-    object is built only when asked for (``online_friends`` builds only those it lists)."""
+    object is built only when asked for (``online_friends`` builds only those it lists), and
+    each target's facts are read from its row as they are iterated (:meth:`each_fact`)."""
 
-    facts: Facts
+    viewer_pk: UserId | None
+    #: the raw rows by the targets' pks
     rows: dict[UserId, tuple[Any, ...]]
+    converters: dict[int, Converter]
     model: Any
     attnames: tuple[str, ...]
     db: str
 
+    def each_fact(self) -> Iterator[tuple[UserId, tuple[domain.Relation, domain.Choices]]]:
+        """Each target's (pk, (relation, choices)), as :func:`load` gives them; resolved one by
+        one, thousands of facts need not be kept at once."""
+        viewer_pk = self.viewer_pk
+        convert = [(at, self.converters[at]) for at in _CONVERTED_CHOICES if at in self.converters]
+        for pk, row in self.rows.items():
+            if convert and (row[9] is not None or row[10] is not None):
+                values = list(row[: len(_FIELDS)])
+                for at, function in convert:
+                    if values[at] is not None:
+                        values[at] = function(values[at])
+                yield pk, (_relation(viewer_pk, row, pk), _choices(values))
+            else:
+                yield pk, (_relation(viewer_pk, row, pk), _choices(row))
+
+    @property
+    def facts(self) -> Facts:
+        return dict(self.each_fact())
+
     def users(self, ids: Iterable[UserId]) -> list[Any]:
         """The users of these ids in this order, as the user model's manager would load
         them (``Model.from_db``); ids not read are left out."""
-        build, rows = self.model.from_db, self.rows
-        return [build(self.db, self.attnames, rows[pk]) for pk in ids if pk in rows]
+        build, rows, db, attnames = _builder(self.model), self.rows, self.db, self.attnames
+        start = len(_FIELDS)
+        end = start + len(attnames)
+        steps = [
+            (at - start, convert) for at, convert in self.converters.items() if start <= at < end
+        ]
+        users = []
+        for pk in ids:
+            row = rows.get(pk)
+            if row is None:
+                continue
+            values = list(row[start:end])
+            for at, convert in steps:
+                values[at] = convert(values[at])
+            users.append(build(db, attnames, values))
+        return users
+
+
+def _builder(model: Any) -> Callable[[str, tuple[str, ...], list[Any]], Any]:
+    """``model.from_db``, or the same without ``Model.__init__``'s work per field where that
+    makes the same object: a model that keeps Django's ``from_db`` and ``__init__``, whose
+    concrete fields are plain attributes, and that no ``pre_init``/``post_init`` receiver
+    listens to (thousands of users a call)."""
+    if not _plain_model(model) or pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model.from_db  # type: ignore[no-any-return]
+    new = object.__new__
+
+    def build(db: str, attnames: tuple[str, ...], values: list[Any]) -> Any:
+        user = new(model)
+        user.__dict__.update(zip(attnames, values, strict=True))
+        state = user._state = ModelState()
+        state.adding = False
+        state.db = db
+        return user
+
+    return build
+
+
+@cache
+def _plain_model(model: Any) -> bool:
+    """Whether building ``model`` by hand makes what ``Model.from_db`` makes (see _builder)."""
+    if model.from_db.__func__ is not Model.from_db.__func__ or model.__init__ is not Model.__init__:
+        return False
+    # A data descriptor (a field that sets itself up on assignment) must see its value.
+    return not any(
+        hasattr(inspect.getattr_static(model, field.attname, None), "__set__")
+        for field in model._meta.concrete_fields
+    )
 
 
 def _facts_and_users_query(viewer: Any, target_ids: Collection[UserId]) -> tuple[Any, Any, Any]:
@@ -156,29 +270,33 @@ def _facts_and_users_query(viewer: Any, target_ids: Collection[UserId]) -> tuple
 
 
 def _facts_and_users(
-    viewer_pk: UserId | None, attnames: tuple[str, ...], rows: list[tuple[Any, ...]], db: str
+    viewer_pk: UserId | None, attnames: tuple[str, ...], raw: _RawRows, db: str
 ) -> FactsAndUsers:
-    start = _USER_COLUMNS if viewer_pk is not None else len(_FIELDS)
+    pk_of = raw.converters.get(0)
     return FactsAndUsers(
-        facts=_facts(viewer_pk, rows),
-        rows={row[0]: row[start:] for row in rows},
+        viewer_pk=viewer_pk,
+        rows={(row[0] if pk_of is None else pk_of(row[0])): row for row in raw.rows},
+        converters=raw.converters,
         model=get_user_model(),
         attnames=attnames,
         db=db,
     )
 
 
+_NO_ROWS = _RawRows([], {})
+
+
 def load_with_users(viewer: Any, target_ids: Collection[UserId]) -> FactsAndUsers:
     """:func:`load` and the targets' user rows together: one query for both."""
     viewer_pk, attnames, query = _facts_and_users_query(viewer, target_ids)
-    rows = list(query) if target_ids else []
-    return _facts_and_users(viewer_pk, attnames, rows, query.db)
+    raw = _read_rows(query) if target_ids else _NO_ROWS
+    return _facts_and_users(viewer_pk, attnames, raw, query.db)
 
 
 async def aload_with_users(viewer: Any, target_ids: Collection[UserId]) -> FactsAndUsers:
     viewer_pk, attnames, query = _facts_and_users_query(viewer, target_ids)
-    rows = [row async for row in query] if target_ids else []
-    return _facts_and_users(viewer_pk, attnames, rows, query.db)
+    raw = await sync_to_async(_read_rows)(query) if target_ids else _NO_ROWS
+    return _facts_and_users(viewer_pk, attnames, raw, query.db)
 
 
 async def aexisting(target_ids: Collection[Any]) -> set[UserId]:

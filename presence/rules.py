@@ -51,12 +51,21 @@ def resolve_all(
     facts: Facts, live: dict[UserId, domain.LiveState] | None, at: float
 ) -> dict[UserId, Presence]:
     """Each target of ``facts`` as its viewer may see it (the one resolver)."""
+    return resolve_each(facts.items(), live, at)
+
+
+def resolve_each(
+    facts: Iterable[tuple[UserId, tuple[domain.Relation, domain.Choices]]],
+    live: dict[UserId, domain.LiveState] | None,
+    at: float,
+) -> dict[UserId, Presence]:
+    """:func:`resolve_all` of facts given one at a time (each may be dropped once resolved)."""
     states = live or {}
     rules_timing = timing()
     unknown = domain.LiveState()
     return {
         user_id: domain.resolve(states.get(user_id, unknown), choices, relation, at, rules_timing)
-        for user_id, (relation, choices) in facts.items()
+        for user_id, (relation, choices) in facts
     }
 
 

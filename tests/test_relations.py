@@ -10,8 +10,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
+from django.db import connection, models
+from django.db.models.signals import post_init
+from django.test.utils import CaptureQueriesContext, isolate_apps
 
 from presence import domain, relations
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
@@ -184,6 +185,70 @@ def test_load_with_users_reads_the_facts_of_load_and_the_users_in_one_query(
     with CaptureQueriesContext(connection) as queries:
         assert relations.load_with_users(viewer, []).users([viewer.pk]) == []
     assert len(queries) == 0
+
+
+def test_users_are_built_through_from_db_when_a_receiver_listens_to_their_init(
+    make_user: Callable[..., Any],
+) -> None:
+    # Users are built without Model.__init__ only where nothing could tell the difference: a
+    # post_init receiver (a field tracker, say) must see every user built.
+    viewer, friend = make_user(), make_user()
+    seen: list[Any] = []
+
+    def receiver(sender: Any, instance: Any, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=get_user_model())
+    try:
+        built = relations.load_with_users(viewer, [friend.pk]).users([friend.pk])
+    finally:
+        post_init.disconnect(receiver, sender=get_user_model())
+    assert seen == built and [u.pk for u in built] == [friend.pk]
+    assert not built[0]._state.adding and built[0]._state.db == "default"
+    # Without the receiver, the same user, built by hand.
+    again = relations.load_with_users(viewer, [friend.pk]).users([friend.pk])
+    assert _fields(again[0]) == _fields(built[0]) and not again[0]._state.adding
+
+
+@isolate_apps("presence")
+def test_a_model_with_its_own_from_db_or_a_field_descriptor_is_built_by_from_db() -> None:
+    class OwnFromDb(models.Model):
+        @classmethod
+        def from_db(cls, db: Any, field_names: Any, values: Any) -> Any:
+            return super().from_db(db, field_names, values)
+
+        class Meta:
+            app_label = "presence"
+
+    class Descriptor:
+        def __get__(self, instance: Any, owner: Any) -> Any:
+            return self
+
+        def __set__(self, instance: Any, value: Any) -> None:
+            pass
+
+    class DescriptorField(models.IntegerField):
+        def contribute_to_class(self, cls: Any, name: str, private_only: bool = False) -> None:
+            super().contribute_to_class(cls, name, private_only)
+            setattr(cls, self.attname, Descriptor())
+
+    class WithDescriptor(models.Model):
+        counter = DescriptorField()
+
+        class Meta:
+            app_label = "presence"
+
+    class Plain(models.Model):
+        counter = models.IntegerField()
+
+        class Meta:
+            app_label = "presence"
+
+    assert relations._builder(OwnFromDb) == OwnFromDb.from_db
+    assert relations._builder(WithDescriptor) == WithDescriptor.from_db
+    built = relations._builder(Plain)("default", ("id", "counter"), [7, 3])
+    assert type(built) is Plain and (built.pk, built.counter) == (7, 3)
+    assert not built._state.adding and built._state.db == "default"
 
 
 def _fields(user: Any) -> dict[str, Any]:

@@ -87,6 +87,17 @@ class TestKeyScheme:
         assert store.seen_key(store.bucket_of(42)) == "site1:{2}:seen"
 
 
+    @override_settings(PRESENCE={"BUCKETS": 10})
+    def test_users_grouped_by_bucket_each_once(self) -> None:
+        store = get_store()
+        ids = [uid(n) for n in (3, 13, 23, 4, 7, 17)]
+        grouped = store.by_bucket(ids)
+        buckets = [bucket for bucket, _ in grouped]
+        assert len(buckets) == len(set(buckets)) == len({store.bucket_of(u) for u in ids})
+        assert sorted(u for _, members in grouped for u in members) == sorted(ids)
+        assert all(store.bucket_of(u) == bucket for bucket, members in grouped for u in members)
+        assert store.by_bucket([]) == []
+
 class TestTouch:
     def test_records_time_and_device(self, store: PresenceStore, redis_client: redis.Redis) -> None:
         store.run(store.touch(5, Device.MOBILE, NOW + 0.7))
@@ -213,7 +224,7 @@ class TestReadRecent:
         ids = [uid(n) for n in range(1, 21)]
         for n, user_id in enumerate(ids):
             store.run(store.touch(user_id, Device.WEB, NOW - (0 if n % 3 else 400)))
-        sizes = {len(members) for members in store.by_bucket(ids).values()}
+        sizes = {len(members) for _, members in store.by_bucket(ids)}
         assert max(sizes) > 1
         everything = store.run(store.read(ids))
         assert everything is not None

@@ -362,8 +362,7 @@ class PlanBuilder(KeyScheme):
         Falls back to None (unknown) when Redis is unavailable, so callers can tell
         "not online" from "cannot tell".
         """
-        grouped = self.by_bucket(set(user_ids))
-        buckets = list(grouped.items())
+        buckets = self.by_bucket(set(user_ids))
 
         def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:
             states: dict[UserId, domain.LiveState] = {}
@@ -398,11 +397,11 @@ class PlanBuilder(KeyScheme):
         Falls back to None (unknown) when Redis is unavailable, as :meth:`read` does.
         """
         low = int(since) * SCORE_FACTOR
-        buckets = list(self.by_bucket(set(user_ids)).items())
-        batches: list[list[tuple[int, list[UserId]]]]
+        buckets = self.by_bucket(set(user_ids))
+        batches: list[list[tuple[int, tuple[UserId, ...]]]]
         if self.clustered:
             # A script's keys must share one slot: a shard's buckets.
-            by_shard: dict[int, list[tuple[int, list[UserId]]]] = defaultdict(list)
+            by_shard: dict[int, list[tuple[int, tuple[UserId, ...]]]] = defaultdict(list)
             for bucket, members in buckets:
                 by_shard[self.shard_of(bucket)].append((bucket, members))
             batches = list(by_shard.values())

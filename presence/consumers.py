@@ -8,7 +8,6 @@ the process's :class:`presence.hub.Hub`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -32,6 +31,7 @@ from presence import announce, api, domain, extensions, lifecycle, relations, se
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub import Hub
+from presence.memo import bounded_memo
 
 logger = logging.getLogger("presence")
 
@@ -440,12 +440,12 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.send_json({"type": "error", "code": code, "message": message, **extra})
 
 
-@functools.lru_cache(maxsize=65536)
+@bounded_memo(65536)
 def _json_string(value: str) -> str:
     return json.dumps(value)
 
 
-@functools.lru_cache(maxsize=4096)
+@bounded_memo(4096)
 def _presence_json(presence: domain.Presence) -> str:
     return json.dumps(presence.as_dict(), separators=(",", ":"))
 

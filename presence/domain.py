@@ -14,13 +14,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any, TypeAlias
 from uuid import UUID
 
 from django.utils.timesince import timesince
 from django.utils.translation import gettext, npgettext_lazy
 from django.utils.translation import gettext_lazy as _
+
+from presence.memo import bounded_memo
 
 #: a user's primary key, in the type of the site's user model's pk (an integer, a UUID or a
 #: string; presence.users converts what clients send)
@@ -295,7 +297,7 @@ def _timestamp(value: float | None) -> datetime | None:
 
 # Last-active times are whole seconds, shared by many users read at once (datetimes are
 # immutable: one instance serves them all).
-@lru_cache(maxsize=8192)
+@bounded_memo(8192)
 def _datetime_at(value: float) -> datetime:
     return datetime.fromtimestamp(value, tz=UTC)
 

@@ -236,7 +236,7 @@ def _builder(model: Any) -> Callable[[str, tuple[str, ...], list[Any]], Any]:
     concrete fields are plain attributes, and that no ``pre_init``/``post_init`` receiver
     listens to (thousands of users a call)."""
     if not _plain_model(model) or pre_init.has_listeners(model) or post_init.has_listeners(model):
-        return model.from_db  # type: ignore[no-any-return]
+        return model.from_db
     new = object.__new__
 
     def build(db: str, attnames: tuple[str, ...], values: list[Any]) -> Any:
@@ -253,7 +253,8 @@ def _builder(model: Any) -> Callable[[str, tuple[str, ...], list[Any]], Any]:
 @cache
 def _plain_model(model: Any) -> bool:
     """Whether building ``model`` by hand makes what ``Model.from_db`` makes (see _builder)."""
-    if model.from_db.__func__ is not Model.from_db.__func__ or model.__init__ is not Model.__init__:
+    static = inspect.getattr_static
+    if any(static(model, name) is not static(Model, name) for name in ("from_db", "__init__")):
         return False
     # A data descriptor (a field that sets itself up on assignment) must see its value.
     return not any(

@@ -180,6 +180,8 @@ def test_load_with_users_reads_the_facts_of_load_and_the_users_in_one_query(
     for user in built:
         assert _fields(user) == _fields(loaded[user.pk])
         assert not user._state.adding and user._state.db == "default"
+        # Whatever else the manager's loading sets up (a later Django may add to it).
+        assert vars(user._state) == vars(loaded[user.pk]._state)
     assert async_to_sync(relations.aload_with_users)(viewer, ids).facts == found.facts
     assert relations.load_with_users(None, ids).facts == relations.load(None, ids)
     with CaptureQueriesContext(connection) as queries:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import binascii
 import math
 from collections.abc import Iterable
-from functools import cache, lru_cache
+from functools import cache
 from itertools import groupby
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from presence import domain
 from presence.conf import PresenceSettings
+from presence.memo import bounded_memo
 from presence.users import UserId, encode_id
 
 #: score = seconds * SCORE_FACTOR + flags (device mask, FLAG_IDLE, FLAG_CONNECTED)
@@ -43,7 +44,7 @@ def decode_score(score: float | str | None) -> domain.LiveState:
 
 # Users active within the same second share a score: thousands of friends read at once decode
 # to far fewer distinct states (LiveState is immutable, so one instance serves them all).
-@lru_cache(maxsize=8192)
+@bounded_memo(8192)
 def _decode_value(value: int) -> domain.LiveState:
     signed_off = value < 0
     seconds, flags = divmod(abs(value), SCORE_FACTOR)

@@ -8,6 +8,7 @@ Like :mod:`presence.api` it meets the store, the relations and the domain only t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -153,11 +154,18 @@ async def apresence_for_viewers(
     store = get_store()
     # Judged as of the start of the read (see rules.is_news).
     now = rules.now()
-    states = await store.arun(store.read(watchers), live=True)
+    viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
+    read = store.arun(store.read(watchers), live=True)
+    if store.known_down():
+        # It answers at once, and the database need not be read for nothing.
+        if (states := await read) is None:
+            return None
+        pairs = await relations.aload_pairs(viewers, list(watchers))
+    else:
+        # Redis and the database at once: neither needs the other's answer.
+        states, pairs = await asyncio.gather(read, relations.aload_pairs(viewers, list(watchers)))
     if states is None:
         return None
-    viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
-    pairs = await relations.aload_pairs(viewers, list(watchers))
     timing = rules.timing()
     unknown = domain.LiveState()
     resolved: dict[UserId, dict[UserId, Presence]] = {}
@@ -182,9 +190,12 @@ async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId
     """Presence of ``targets`` as ``viewer`` may see it (a subscribe's snapshot), and whether it
     is a guess: True when Redis could not be read, so it shows what the database alone knows
     (offline, persisted last seen) and the caller should resolve these users again later."""
-    facts = await relations.aload(viewer, rules.unique(targets))
+    ids = rules.unique(targets)
     store = get_store()
     # Judged as of the start of the read (see rules.is_news).
     now = rules.now()
-    live = await store.arun(store.read(facts), live=True)
+    # Redis and the database at once (ids of no user cost Redis nothing: they are not there).
+    facts, live = await asyncio.gather(
+        relations.aload(viewer, ids), store.arun(store.read(ids), live=True)
+    )
     return rules.resolve_all(facts, live, now), live is None

@@ -214,13 +214,13 @@ def test_users_are_built_through_from_db_when_a_receiver_listens_to_their_init(
 
 @isolate_apps("presence")
 def test_a_model_with_its_own_from_db_or_a_field_descriptor_is_built_by_from_db() -> None:
-    class OwnFromDb(models.Model):
+    class OwnFromDb(models.Model):  # noqa: DJ008
+        class Meta:
+            app_label = "presence"
+
         @classmethod
         def from_db(cls, db: Any, field_names: Any, values: Any) -> Any:
             return super().from_db(db, field_names, values)
-
-        class Meta:
-            app_label = "presence"
 
     class Descriptor:
         def __get__(self, instance: Any, owner: Any) -> Any:
@@ -234,13 +234,13 @@ def test_a_model_with_its_own_from_db_or_a_field_descriptor_is_built_by_from_db(
             super().contribute_to_class(cls, name, private_only)
             setattr(cls, self.attname, Descriptor())
 
-    class WithDescriptor(models.Model):
+    class WithDescriptor(models.Model):  # noqa: DJ008
         counter = DescriptorField()
 
         class Meta:
             app_label = "presence"
 
-    class Plain(models.Model):
+    class Plain(models.Model):  # noqa: DJ008
         counter = models.IntegerField()
 
         class Meta:

@@ -86,7 +86,6 @@ class TestKeyScheme:
         store = get_store()
         assert store.seen_key(store.bucket_of(42)) == "site1:{2}:seen"
 
-
     @override_settings(PRESENCE={"BUCKETS": 10})
     def test_users_grouped_by_bucket_each_once(self) -> None:
         store = get_store()
@@ -97,6 +96,7 @@ class TestKeyScheme:
         assert sorted(u for _, members in grouped for u in members) == sorted(ids)
         assert all(store.bucket_of(u) == bucket for bucket, members in grouped for u in members)
         assert store.by_bucket([]) == []
+
 
 class TestTouch:
     def test_records_time_and_device(self, store: PresenceStore, redis_client: redis.Redis) -> None:

@@ -174,6 +174,12 @@ class PresenceStore(PlanBuilder):
             self._async_clients[loop] = client
         return client
 
+    def known_down(self) -> bool:
+        """Whether Redis (the whole of it: one server, or the cluster as a client) failed last
+        time and is left alone until RETRY_INTERVAL passes: a read now answers its fallback at
+        once."""
+        return not self.health.available()
+
     def recoveries(self) -> int:
         """Outages that ended so far: of Redis, or of any cluster master."""
         if self.cluster is None:

@@ -190,14 +190,16 @@ async def _send_changes(
     error: BaseException | None = None
     for start in range(0, len(ids), _SENDS_AT_ONCE):
         batch = ids[start : start + _SENDS_AT_ONCE]
+        sent = time.time()
         results = await asyncio.gather(
             *(
                 layer_call(
                     layer.group_send,
                     group_name(user_id),
                     # When the change started: a hub's coalescing window counts from then,
-                    # not from when the message reached it (see Hub.changed).
-                    {"type": CHANGED, "users": [encode_id(user_id)], "at": at},
+                    # not from when the message reached it (see Hub.changed). When it was
+                    # sent: a hub receiving it much later is behind its channel (Hub.behind).
+                    {"type": CHANGED, "users": [encode_id(user_id)], "at": at, "sent": sent},
                 )
                 for user_id in batch
             ),

@@ -115,6 +115,10 @@ class Hub:
         self._lingering: asyncio.Task[None] | None = None
         #: outages of presence's Redis that ended, when last looked at (see _after_outages)
         self._recoveries_seen = get_store().recoveries()
+        #: announcements reach this process so late that some may be lost (see _note_lag)
+        self.behind = False
+        #: loop time of the last announcement that came too late
+        self._last_late = 0.0
 
     @classmethod
     def current(cls) -> Hub | None:
@@ -380,6 +384,42 @@ class Hub:
             self._rejoin_all_at = None
             self.unjoined.update(self.watchers)
 
+    def behind_after(self) -> float:
+        """How late (seconds after it was sent) an announcement may reach this process before
+        the process counts as behind its channel: a quarter of the layer's message expiry
+        (channels_redis drops messages older than it, 60 s by default, and any message sent to
+        a full channel)."""
+        return float(getattr(self.layer, "expiry", 60)) / 4
+
+    def _note_lag(self, sent: Any) -> None:
+        """An announcement sent at ``sent`` arrived now. A process that cannot keep up with its
+        channel receives announcements later and later, and past the layer's expiry or its
+        capacity they are dropped without a word: views would stay wrong until the user's next
+        change. Once it has caught up (see _after_lag), every watched user is resolved again."""
+        if not isinstance(sent, (int, float)) or isinstance(sent, bool):
+            return  # a message of an older version
+        lag = time.time() - sent
+        if lag < self.behind_after():
+            return
+        if not self.behind:
+            logger.warning(
+                "Presence: announcements reach this process %.0f s after they were sent: it is "
+                "behind its channel, and the channel layer may drop some (its expiry, a full "
+                "channel). Every watched user is resolved again once it has caught up; see the "
+                "deployment docs on sizing.",
+                lag,
+            )
+        self.behind = True
+        self._last_late = asyncio.get_running_loop().time()
+
+    def _after_lag(self, now: float) -> None:
+        """Caught up (no late announcement for a whole sweep interval): every watched user is
+        resolved again, since changes announced while behind may have been dropped."""
+        if self.behind and now - self._last_late >= get_settings().SWEEP_INTERVAL:
+            self.behind = False
+            logger.warning("Presence: this process caught up with its channel; resyncing views.")
+            self.changed(list(self.watchers))
+
     def _wanted_groups(self) -> set[str]:
         return (
             {group_name(uid) for uid in self.watchers}
@@ -568,6 +608,7 @@ class Hub:
         """Act on one message announced through :mod:`presence.announce`."""
         if message.get("type") == CHANGED:
             # Ids in their canonical form (presence.users.encode_id), read as the site's pk.
+            self._note_lag(message.get("sent"))
             decode = id_decoder()
             at = message.get("at")
             self.changed(
@@ -648,6 +689,7 @@ class Hub:
                         await self._group(self.layer and "group_add", account_group_name(user_id))
                 self._after_outages()
                 self._after_layer_failures(loop.time())
+                self._after_lag(loop.time())
                 if self.unjoined:
                     await self.rejoin()
                 await self.leave_again()

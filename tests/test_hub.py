@@ -19,6 +19,7 @@ from django.test import override_settings
 from presence import announce, lifecycle
 from presence.announce import group_name
 from presence.conf import get_settings
+from presence.domain import Device
 from presence.hub import Hub
 from presence.models import LastSeen, UserStatus
 from presence.signals import presence_changed
@@ -512,6 +513,57 @@ async def test_a_window_counts_from_the_announcement_not_from_its_arrival(
         assert window <= due[ahead.pk] < window + 1
         assert 0 <= due[stale.pk] < 1
         assert window <= due[unstamped.pk] < window + 1
+
+
+async def test_a_process_behind_its_channel_resolves_every_view_again_once_caught_up(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # An overloaded process receives announcements later and later; past the layer's expiry
+    # (or a full channel's capacity) they are dropped without a word. Once it has caught up,
+    # every user it watches is resolved again, so views it missed a change of are corrected.
+    with presence_settings(SWEEP_INTERVAL=0.1):
+        viewer, target, other = [await new_user(make_user) for _ in range(3)]
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        assert await subscribe(watcher, target, other) == state(
+            {target.pk: HIDDEN, other.pk: HIDDEN}
+        )
+        hub = Hub.current()
+        assert hub is not None and not hub.behind
+        # The target came online; its announcement was one of those dropped.
+        store = get_store()
+        await store.arun(store.touch(target.pk, Device.WEB, time.time()))
+        late = time.time() - hub.behind_after()
+        # An announcement about someone else arrives as late as that: the process is behind.
+        hub.dispatch(
+            {"type": announce.CHANGED, "users": [wire_id(other)], "at": late, "sent": late}
+        )
+        assert hub.behind
+        # Once no late one came for a sweep interval, the target's view is corrected.
+        assert await receive(watcher) == diff({target.pk: online()})
+        assert not hub.behind
+        await assert_silent(watcher)
+
+
+async def test_announcements_on_time_resolve_nothing_more(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    with presence_settings(SWEEP_INTERVAL=0.1):
+        viewer, target, other = [await new_user(make_user) for _ in range(3)]
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        await subscribe(watcher, target, other)
+        hub = Hub.current()
+        assert hub is not None
+        store = get_store()
+        await store.arun(store.touch(target.pk, Device.WEB, time.time()))
+        sent = time.time() - hub.behind_after() + 1  # late, but not that late
+        hub.dispatch(
+            {"type": announce.CHANGED, "users": [wire_id(other)], "at": sent, "sent": sent}
+        )
+        assert not hub.behind
+        # Nothing announced the target's change: no sweep resolves it anew by itself.
+        await assert_silent(watcher, seconds=0.5)
 
 
 async def test_a_change_is_announced_as_made_when_its_frame_or_request_arrived(

@@ -11,7 +11,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.models import Exists, Model, OuterRef, Q, Subquery
 from django.db.models.base import ModelState
@@ -156,7 +155,7 @@ def _read_rows(query: Any) -> _RawRows:
     # values_list() sends the columns in the order asked for unless annotations come first.
     names = [*query.query.extra_select, *query.query.values_select, *query.query.annotation_select]
     if list(query._fields) != names:  # pragma: no cover - facts_query asks in that order
-        raise ImproperlyConfigured(f"Unexpected column order {names} for {query._fields}.")
+        raise RuntimeError(f"Presence: columns {names} came in another order than {query._fields}.")
     connection = connections[query.db]
     expressions = [selected[0] for selected in compiler.select[: compiler.col_count]]
     converters: dict[int, Converter] = {}
@@ -173,7 +172,8 @@ def _read_rows(query: Any) -> _RawRows:
 
 #: columns of _FIELDS whose raw value may not be what Django gives (times are text on
 #: SQLite); the booleans are read with bool() (0 and 1 on some databases)
-_CONVERTED_CHOICES = (9, 10)
+_EXPIRES_AT = _FIELDS.index("presence_status__expires_at")
+_SEEN_AT = _FIELDS.index("presence_last_seen__seen_at")
 
 
 @dataclass(frozen=True)
@@ -194,9 +194,11 @@ class FactsAndUsers:
         """Each target's (pk, (relation, choices)), as :func:`load` gives them; resolved one by
         one, thousands of facts need not be kept at once."""
         viewer_pk = self.viewer_pk
-        convert = [(at, self.converters[at]) for at in _CONVERTED_CHOICES if at in self.converters]
+        convert = [
+            (at, self.converters[at]) for at in (_EXPIRES_AT, _SEEN_AT) if at in self.converters
+        ]
         for pk, row in self.rows.items():
-            if convert and (row[9] is not None or row[10] is not None):
+            if convert and (row[_EXPIRES_AT] is not None or row[_SEEN_AT] is not None):
                 values = list(row[: len(_FIELDS)])
                 for at, function in convert:
                     if values[at] is not None:

@@ -29,10 +29,6 @@ http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django
 # Everything loaded so far lives as long as the process: out of the collector's sight, a full
 # collection no longer walks it, which stalled the event loop (docs/deployment.md).
 gc.freeze()
-# Young objects collected every 20,000 allocations rather than 700: what a frame or a delivery
-# holds while in flight dies young instead of being promoted, and full collections (each a
-# stall of every socket of the process) come five times more rarely (docs/deployment.md).
-gc.set_threshold(20_000, 20, 10)
 
 application = ProtocolTypeRouter(
     {

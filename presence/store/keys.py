@@ -154,10 +154,11 @@ class KeyScheme:
         Sorted and grouped, with a tuple per bucket: a read of thousands of friends used to
         build a list per bucket, thousands of objects for the garbage collector to walk."""
         buckets = self.conf.BUCKETS
-
-        def bucket_of(user_id: UserId) -> int:
-            # bucket_of's rule, inlined for integer ids (thousands of friends at a time)
-            return user_id % buckets if type(user_id) is int else self.bucket_of(user_id)
-
-        ordered = sorted(user_ids, key=bucket_of)
-        return [(bucket, tuple(members)) for bucket, members in groupby(ordered, key=bucket_of)]
+        # Each user's bucket computed once (a CRC-32 for a string or UUID id), sorted and
+        # grouped by it; bucket_of's rule, inlined for integer ids (thousands at a time).
+        bucket = {
+            user_id: user_id % buckets if type(user_id) is int else self.bucket_of(user_id)
+            for user_id in user_ids
+        }
+        of = bucket.__getitem__
+        return [(b, tuple(members)) for b, members in groupby(sorted(bucket, key=of), key=of)]

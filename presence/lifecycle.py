@@ -158,13 +158,12 @@ async def apresence_for_viewers(
     read = store.arun(store.read(watchers), live=True)
     if store.known_down():
         # It answers at once, and the database need not be read for nothing.
-        if (states := await read) is None:
-            return None
-        pairs = await relations.aload_pairs(viewers, list(watchers))
+        states = await read
+        pairs = None if states is None else await relations.aload_pairs(viewers, list(watchers))
     else:
         # Redis and the database at once: neither needs the other's answer.
         states, pairs = await asyncio.gather(read, relations.aload_pairs(viewers, list(watchers)))
-    if states is None:
+    if states is None or pairs is None:
         return None
     timing = rules.timing()
     unknown = domain.LiveState()

@@ -515,6 +515,26 @@ async def test_a_window_counts_from_the_announcement_not_from_its_arrival(
         assert window <= due[unstamped.pk] < window + 1
 
 
+async def _unannounced_change(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> tuple[Any, Hub, Any]:
+    """A viewer watching a target it may see, then the target coming online without an
+    announcement (one the layer dropped): (the viewer's socket, the hub, the target)."""
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await lets_see(target, viewer)
+    watcher = await sockets.open(viewer)
+    assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+    hub = Hub.current()
+    assert hub is not None and not hub.behind
+    store = get_store()
+    await store.arun(store.touch(target.pk, Device.WEB, time.time()))
+    return watcher, hub, target
+
+
+def _announced_about(hub: Hub, user: Any, sent: float) -> None:
+    hub.dispatch({"type": announce.CHANGED, "users": [wire_id(user)], "at": sent, "sent": sent})
+
+
 async def test_a_process_behind_its_channel_resolves_every_view_again_once_caught_up(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
@@ -522,22 +542,9 @@ async def test_a_process_behind_its_channel_resolves_every_view_again_once_caugh
     # (or a full channel's capacity) they are dropped without a word. Once it has caught up,
     # every user it watches is resolved again, so views it missed a change of are corrected.
     with presence_settings(SWEEP_INTERVAL=0.1):
-        viewer, target, other = [await new_user(make_user) for _ in range(3)]
-        await lets_see(target, viewer)
-        watcher = await sockets.open(viewer)
-        assert await subscribe(watcher, target, other) == state(
-            {target.pk: HIDDEN, other.pk: HIDDEN}
-        )
-        hub = Hub.current()
-        assert hub is not None and not hub.behind
-        # The target came online; its announcement was one of those dropped.
-        store = get_store()
-        await store.arun(store.touch(target.pk, Device.WEB, time.time()))
-        late = time.time() - hub.behind_after()
+        watcher, hub, target = await _unannounced_change(sockets, make_user)
         # An announcement about someone else arrives as late as that: the process is behind.
-        hub.dispatch(
-            {"type": announce.CHANGED, "users": [wire_id(other)], "at": late, "sent": late}
-        )
+        _announced_about(hub, await new_user(make_user), time.time() - hub.behind_after())
         assert hub.behind
         # Once no late one came for a sweep interval, the target's view is corrected.
         assert await receive(watcher) == diff({target.pk: online()})
@@ -549,18 +556,9 @@ async def test_announcements_on_time_resolve_nothing_more(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     with presence_settings(SWEEP_INTERVAL=0.1):
-        viewer, target, other = [await new_user(make_user) for _ in range(3)]
-        await lets_see(target, viewer)
-        watcher = await sockets.open(viewer)
-        await subscribe(watcher, target, other)
-        hub = Hub.current()
-        assert hub is not None
-        store = get_store()
-        await store.arun(store.touch(target.pk, Device.WEB, time.time()))
-        sent = time.time() - hub.behind_after() + 1  # late, but not that late
-        hub.dispatch(
-            {"type": announce.CHANGED, "users": [wire_id(other)], "at": sent, "sent": sent}
-        )
+        watcher, hub, _ = await _unannounced_change(sockets, make_user)
+        # Late, but not that late.
+        _announced_about(hub, await new_user(make_user), time.time() - hub.behind_after() + 1)
         assert not hub.behind
         # Nothing announced the target's change: no sweep resolves it anew by itself.
         await assert_silent(watcher, seconds=0.5)

@@ -560,6 +560,10 @@ async def test_announcements_on_time_resolve_nothing_more(
         # Late, but not that late.
         _announced_about(hub, await new_user(make_user), time.time() - hub.behind_after() + 1)
         assert not hub.behind
+        # A time that is not one (a message of another version, or garbage) says nothing.
+        for sent in ("0", True, None, [0]):
+            hub.dispatch({"type": announce.CHANGED, "users": [], "sent": sent})
+        assert not hub.behind
         # Nothing announced the target's change: no sweep resolves it anew by itself.
         await assert_silent(watcher, seconds=0.5)
 

@@ -85,6 +85,12 @@ T = TypeVar("T")
 #: viewers) or "sweep" (the hub's background sweep); propagated into sync_to_async threads
 PHASE: ContextVar[str] = ContextVar("presence_bench_phase", default="change")
 _IN_STORE: ContextVar[bool] = ContextVar("presence_bench_in_store", default=False)
+#: True while redis-py sets up a new connection (HELLO, CLIENT SETINFO...): a pool growing
+_SETTING_UP: ContextVar[bool] = ContextVar("presence_bench_setting_up", default=False)
+#: Set by a caller to a one-item list: every round trip made within its context adds 1 to it,
+#: counted or not (a call started before the count and returning during it is whole), except
+#: those setting up a new connection.
+TRIPS_OF_CALL: ContextVar[list[int] | None] = ContextVar("presence_bench_trips", default=None)
 
 
 @dataclass
@@ -100,6 +106,8 @@ class Tally:
     store_plans: int = 0
     #: times the store declared Redis unavailable (presence.store.Health.failed)
     store_failures: int = 0
+    #: round trips (counted in ``trips`` too) that set up a new Redis connection
+    set_up_trips: Counter[str] = field(default_factory=Counter)
     #: hub sweeps run
     sweeps: int = 0
     #: perf_counter() when apresence_for_viewers last returned
@@ -110,6 +118,7 @@ class Tally:
         self.queries.clear()
         self.store_plans = 0
         self.store_failures = 0
+        self.set_up_trips.clear()
         self.sweeps = 0
 
     def round_trips(self, who: str = "", skip_sweep: bool = True) -> int:
@@ -135,12 +144,27 @@ def instrumented() -> Iterator[Tally]:
         setattr(owner, name, new)
 
     def count_trip() -> None:
+        setting_up = _SETTING_UP.get()
         if tally.active:
             who = "store" if _IN_STORE.get() else "channel layer"
             tally.trips[f"{who}:{PHASE.get()}"] += 1
+            if setting_up:
+                tally.set_up_trips[who] += 1
+        sink = TRIPS_OF_CALL.get()
+        if sink is not None and not setting_up:
+            sink[0] += 1
 
     async_send = redis_async_connection.AbstractConnection.send_packed_command
     sync_send = redis_sync_connection.AbstractConnection.send_packed_command
+
+    async_set_up = redis_async_connection.AbstractConnection.on_connect_check_health
+
+    async def async_on_connect_check_health(self: Any, check_health: bool = True) -> None:
+        token = _SETTING_UP.set(True)
+        try:
+            await async_set_up(self, check_health)
+        finally:
+            _SETTING_UP.reset(token)
 
     async def async_send_packed_command(self: Any, command: Any, check_health: bool = True) -> Any:
         count_trip()
@@ -207,6 +231,11 @@ def instrumented() -> Iterator[Tally]:
         redis_async_connection.AbstractConnection, "send_packed_command", async_send_packed_command
     )
     patch(redis_sync_connection.AbstractConnection, "send_packed_command", sync_send_packed_command)
+    patch(
+        redis_async_connection.AbstractConnection,
+        "on_connect_check_health",
+        async_on_connect_check_health,
+    )
     patch(store_cls, "arun", store_arun)
     patch(store_cls, "run", store_run)
     patch(store_module.Health, "failed", health_failed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -92,11 +92,14 @@ class SweepReport:
     offline: list[UserId]
     rescheduled: int = 0
     expired_statuses: int = 0
+    #: users still online whose state the sweep changed visibly or who had crashed connections
+    changed: list[UserId] = field(default_factory=list)
 
 
 async def asweep(limit: int | None = None) -> SweepReport:
     """Announce users who turned offline by themselves (crashed connections past
-    CONNECTION_TTL, the end of OFFLINE_GRACE or ONLINE_WINDOW) and custom statuses that expired.
+    CONNECTION_TTL, the end of OFFLINE_GRACE or ONLINE_WINDOW), users still online who lost a
+    crashed connection, and custom statuses that expired.
 
     Each due user is claimed by one sweeper only; every live process runs this every
     SWEEP_INTERVAL (presence.hub), and running it more often or from several processes is safe.
@@ -128,6 +131,10 @@ async def asweep(limit: int | None = None) -> SweepReport:
             if transition.before.connected and state.signed_off and state.last_active:
                 crashed[user_id] = state.last_active
         else:
+            if rules.is_news(transition, now):
+                # Still online, but a crashed connection went (its devices, its activity) or
+                # the process holding it died before announcing its last change.
+                report.changed.append(user_id)
             offline_at = domain.offline_at(state, timing)
             if offline_at is not None:
                 later[user_id] = offline_at
@@ -139,8 +146,8 @@ async def asweep(limit: int | None = None) -> SweepReport:
             store.unswept.update(later)
     if crashed:
         await sync_to_async(LastSeen.objects.record_many)(crashed)
-    if report.offline or expiring:
-        await announce.aannounce(rules.unique([*report.offline, *expiring]))
+    if report.offline or report.changed or expiring:
+        await announce.aannounce(rules.unique([*report.offline, *report.changed, *expiring]))
     return report
 
 

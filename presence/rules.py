@@ -41,8 +41,14 @@ def limits() -> domain.Limits:
 def is_news(transition: Transition | None, at: float) -> bool:
     """Whether a write made at ``at``, and done now, changed what others may see (status or
     devices), so it is announced. Readers judge a state at the time they start reading it, so
-    one who saw the user offline while the write was under way is told too."""
-    return transition is not None and domain.live_news(
+    one who saw the user offline while the write was under way is told too.
+
+    A write that dropped crashed connections is news whatever it changed: the process that
+    held them may have died between recording a change and announcing it (a killed server),
+    and that change, already in ``before``, would otherwise never be told."""
+    if transition is None:
+        return False
+    return transition.crashed > 0 or domain.live_news(
         transition.before, transition.after, at, timing(), until=now()
     )
 

@@ -134,6 +134,77 @@ async def test_heartbeats_and_disconnects_announce_only_news(
         await get_store().aclose()
 
 
+async def record_without_announcing(user: Any, connection_id: str, idle: bool = False) -> None:
+    """A heartbeat recorded in Redis by a process killed before it could announce it."""
+    store = get_store()
+    written = await store.arun(
+        store.connection(user.pk, "beat", lifecycle.rules.now(), connection_id, idle=idle)
+    )
+    assert written is not None and not written.crashed
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_change_never_announced_is_announced_when_its_connection_is_found_crashed(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    user = await sync_to_async(make_user)()
+    news = Announcements()
+    await news.watch(user)
+    try:
+        await lifecycle.aconnect(user, "c1")
+        await lifecycle.aheartbeat(user, "c1", idle=True)
+        assert await news.received() == [user.pk, user.pk]  # (came online, then idle)
+        # Active again, recorded; the server dies before telling anyone: viewers see "idle".
+        await record_without_announcing(user, "c1")
+        clock.shift(5)
+        # The page reconnects to another server, active: no change from what Redis holds.
+        reconnected = await lifecycle.aconnect(user, "c2")
+        assert reconnected is not None and reconnected.crashed == 0
+        assert await news.received() == []
+        clock.move_to(at(5 + TTL_END - 1))
+        # The dead server's connection is found crashed at the first write after its TTL.
+        beat = await lifecycle.aheartbeat(user, "c2")
+        assert beat is not None and beat.crashed == 1
+        # Nothing visible changed in Redis: online, active, on the web, before and after...
+        for state in (beat.before, beat.after):
+            assert (state.connected, state.idle, state.devices) == (True, False, (Device.WEB,))
+        assert await news.received() == [user.pk]  # ...but viewers may never have been told
+    finally:
+        await get_store().aclose()
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_the_sweep_announces_users_still_online_who_lost_a_crashed_connection(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, redis_client: redis.Redis
+) -> None:
+    user = await sync_to_async(make_user)()
+    news = Announcements()
+    await news.watch(user)
+    try:
+        await lifecycle.aconnect(user, "c1")
+        await lifecycle.aheartbeat(user, "c1", idle=True)
+        await record_without_announcing(user, "c1")  # active, never announced
+        assert await news.received() == [user.pk, user.pk]  # (came online, then idle)
+        clock.move_to(at(TTL - 2))
+        await lifecycle.aconnect(user, "c2")  # c1 still counts: nothing visible changes
+        await lifecycle.aconnect(user, "c3")
+        clock.shift(1)
+        await lifecycle.adisconnect(user, "c3")  # due at the end of its grace
+        assert await news.received() == []
+        assert due_at(redis_client, user) == T + TTL - 1 + GRACE_END
+        clock.move_to(at(TTL - 1 + GRACE_END))
+        report = await lifecycle.asweep()
+        # c1 went (crashed); c2 is alive: the user stays online, and is announced.
+        assert report == lifecycle.SweepReport(offline=[], rescheduled=1, changed=[user.pk])
+        assert await news.received() == [user.pk]
+        left = get_store().run(get_store().describe_connections(user.pk))
+        assert [entry.split(":")[0] for entry in left] == ["c2"]
+    finally:
+        await get_store().aclose()
+
+
 def slow_round_trips(
     monkeypatch: pytest.MonkeyPatch, clock: time_machine.Coordinates, seconds: float
 ) -> None:

@@ -128,6 +128,8 @@ class Transition:
     connections: int | None = None
     #: a new connection past MAX_CONNECTIONS_PER_USER: nothing was recorded
     refused: bool = False
+    #: connections this write found crashed (not heard from for CONNECTION_TTL) and dropped
+    crashed: int = 0
 
     @classmethod
     def from_reply(cls, user_id: UserId, reply: list[Any]) -> Transition:
@@ -137,6 +139,7 @@ class Transition:
             decode_score(reply[1]),
             int(reply[2]) if len(reply) > 2 else None,
             bool(int(reply[3])) if len(reply) > 3 else False,
+            int(reply[4]) if len(reply) > 4 else 0,
         )
 
 

@@ -11,7 +11,8 @@
 -- only if every connection is. When none is left the user signs off at their last activity (now
 -- for a close). An open (or a beat) of a connection that is not live while the user has the
 -- most live connections allowed is refused and changes nothing.
--- Returns {old score or false, new score or false, live connections, refused (0/1)}.
+-- Returns {old score or false, new score or false, live connections, refused (0/1), connections
+-- dropped as crashed}.
 local uid = ARGV[1]
 local op = ARGV[2]
 local beat = op == 'beat' or op == 'open'
@@ -49,10 +50,12 @@ if beat and not cur and a[1] >= tonumber(ARGV[9]) then
 end
 -- crash detection: drop the connections not heard from for the TTL
 local gone = redis.call('ZRANGEBYLEX', KEYS[3], first, gone_below)
+local crashed = 0
 for _, member in ipairs(gone) do
   local f = prefix .. string.sub(member, #prefix + 12)
   local value = redis.call('HGET', KEYS[2], f)
   if value then
+    crashed = crashed + 1
     local b, idle = string.match(value, '^(%d+):(%d)')
     b = tonumber(b)
     a[1] = math.max(a[1] - 1, 0)
@@ -125,4 +128,4 @@ if score and score ~= o then
 else
   score = old or false
 end
-return {old or false, score and tostring(score) or false, a[1], 0}
+return {old or false, score and tostring(score) or false, a[1], 0, crashed}

@@ -81,10 +81,54 @@ class Faults:
         print(f"loadtest: fault: {window.name}: {state} ({check.views} views)", flush=True)
         for example in check.examples[:3] if check.wrong else []:
             print(f"loadtest:   wrong: {example}", flush=True)
+            print(f"loadtest:   its target's connections: {self.connections_of(example[1])}")
+            print(f"loadtest:   its target's group: {self.group_of(example[1])}", flush=True)
+        if check.wrong:
+            print(f"loadtest:   the hubs listen on: {self.hub_channels()}", flush=True)
+        if check.wrong:
+            print(f"loadtest:   {check.diagnosis}", flush=True)
         if check.still_wrong:
             # Counted; then those pages reload, so that the next fault starts from true views.
             run.oracle.reload(check.still_wrong)
             time.sleep(2.0)
+
+    @staticmethod
+    def connections_of(user_id: int) -> object:
+        """The user's connections as the store holds them now (for a diagnosis)."""
+        from presence.store import get_store
+
+        store = get_store()
+        try:
+            return store.run(store.describe_connections(user_id))
+        except Exception as error:
+            return repr(error)
+
+    def group_of(self, user_id: int) -> object:
+        """The channels in the user's channel-layer group, on every layer server (diagnosis)."""
+        from presence.announce import group_name
+
+        key = f"asgi:group:{group_name(user_id)}"
+        found = {}
+        for server in self.run.servers.layer:
+            try:
+                client = redis.Redis.from_url(server.url, socket_timeout=2)
+                members = client.zrange(key, 0, -1)
+                client.close()
+            except Exception as error:
+                members = [repr(error)]
+            if members:
+                found[server.url] = [m.decode() if isinstance(m, bytes) else m for m in members]
+        return found
+
+    def hub_channels(self) -> list[str]:
+        """Each daphne's hub channel, as it last logged it (diagnosis)."""
+        channels = []
+        for daphne in self.run.servers.daphnes:
+            logged = re.findall(
+                r"listens on channel (\S+)\.", daphne.log_path.read_text(errors="replace")
+            )
+            channels.append(logged[-1] if logged else "?")
+        return channels
 
     def kill_daphne(self) -> None:
         """SIGKILL one server process and start it again on the same port; its clients

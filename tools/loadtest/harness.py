@@ -92,6 +92,8 @@ class Check:
     oracle_leaks: int = 0
     #: connection indices still wrong at the end
     still_wrong: list[int] = field(default_factory=list)
+    #: when views were still wrong at the bound: what became of them after it
+    diagnosis: str = ""
     examples: list[Any] = field(default_factory=list)
 
 
@@ -149,6 +151,31 @@ class Oracle:
         check.examples = examples
         if not wrong:
             check.converged_in = time.monotonic() - started
+            return check
+        # Still counted wrong; for the diagnosis only: a view that agrees soon after the bound
+        # was late (a change made near its end); one that agrees once its target is announced
+        # again missed an announcement; one that does not even then is not delivered to.
+        ended = time.monotonic()
+        targets = {target for _, target, _, _ in examples}
+        while wrong and time.monotonic() - ended < bound / 2:
+            time.sleep(0.5)
+            wrong = self.compare(self.generators.views(self._by_generator(wrong))).wrong
+        if not wrong:
+            check.diagnosis = f"they agreed {time.monotonic() - ended:.1f} s after the bound"
+            return check
+        from presence.announce import announce
+
+        announce(targets)
+        announced = time.monotonic()
+        while wrong and time.monotonic() - announced < bound / 2:
+            time.sleep(0.5)
+            wrong = self.compare(self.generators.views(self._by_generator(wrong))).wrong
+        check.diagnosis = f"not within {bound / 2:.0f} s after the bound; " + (
+            f"they agreed {time.monotonic() - announced:.1f} s after {sorted(targets)}"
+            " were announced again"
+            if not wrong
+            else f"{len(wrong)} not even after {sorted(targets)} were announced again"
+        )
         return check
 
 

@@ -134,13 +134,16 @@ async def test_heartbeats_and_disconnects_announce_only_news(
         await get_store().aclose()
 
 
-async def record_without_announcing(user: Any, connection_id: str, idle: bool = False) -> None:
-    """A heartbeat recorded in Redis by a process killed before it could announce it."""
+async def active_again_unannounced(user: Any, news: Announcements) -> None:
+    """The user's page "c1" comes online idle, then turns active: recorded in Redis by a process
+    killed before it could announce it (viewers still see "idle")."""
+    await lifecycle.aconnect(user, "c1")
+    await lifecycle.aheartbeat(user, "c1", idle=True)
+    assert await news.received() == [user.pk, user.pk]  # (came online, then idle)
     store = get_store()
-    written = await store.arun(
-        store.connection(user.pk, "beat", lifecycle.rules.now(), connection_id, idle=idle)
-    )
+    written = await store.arun(store.connection(user.pk, "beat", lifecycle.rules.now(), "c1"))
     assert written is not None and not written.crashed
+    assert await news.received() == []
 
 
 @live_db
@@ -152,11 +155,7 @@ async def test_a_change_never_announced_is_announced_when_its_connection_is_foun
     news = Announcements()
     await news.watch(user)
     try:
-        await lifecycle.aconnect(user, "c1")
-        await lifecycle.aheartbeat(user, "c1", idle=True)
-        assert await news.received() == [user.pk, user.pk]  # (came online, then idle)
-        # Active again, recorded; the server dies before telling anyone: viewers see "idle".
-        await record_without_announcing(user, "c1")
+        await active_again_unannounced(user, news)
         clock.shift(5)
         # The page reconnects to another server, active: no change from what Redis holds.
         reconnected = await lifecycle.aconnect(user, "c2")
@@ -183,10 +182,7 @@ async def test_the_sweep_announces_users_still_online_who_lost_a_crashed_connect
     news = Announcements()
     await news.watch(user)
     try:
-        await lifecycle.aconnect(user, "c1")
-        await lifecycle.aheartbeat(user, "c1", idle=True)
-        await record_without_announcing(user, "c1")  # active, never announced
-        assert await news.received() == [user.pk, user.pk]  # (came online, then idle)
+        await active_again_unannounced(user, news)
         clock.move_to(at(TTL - 2))
         await lifecycle.aconnect(user, "c2")  # c1 still counts: nothing visible changes
         await lifecycle.aconnect(user, "c3")

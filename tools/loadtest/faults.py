@@ -79,13 +79,12 @@ class Faults:
             else f"{check.wrong} views still wrong after {config.CONVERGENCE_BOUND} s"
         )
         print(f"loadtest: fault: {window.name}: {state} ({check.views} views)", flush=True)
-        for example in check.examples[:3] if check.wrong else []:
-            print(f"loadtest:   wrong: {example}", flush=True)
-            print(f"loadtest:   its target's connections: {self.connections_of(example[1])}")
-            print(f"loadtest:   its target's group: {self.group_of(example[1])}", flush=True)
         if check.wrong:
+            for example in check.examples[:3]:
+                print(f"loadtest:   wrong: {example}", flush=True)
+                print(f"loadtest:   its target's connections: {self.connections_of(example[1])}")
+                print(f"loadtest:   its target's group: {self.group_of(example[1])}", flush=True)
             print(f"loadtest:   the hubs listen on: {self.hub_channels()}", flush=True)
-        if check.wrong:
             print(f"loadtest:   {check.diagnosis}", flush=True)
         if check.still_wrong:
             # Counted; then those pages reload, so that the next fault starts from true views.

@@ -127,6 +127,18 @@ class Oracle:
         expected = expected_views(self.pages, {viewer for _, viewer, _ in views})
         return oracle.compare(views, expected, self.hidden, self.blocked_pairs)
 
+    def _until_agreed(
+        self, wrong: list[int], examples: list[Any], deadline: float
+    ) -> tuple[list[int], list[Any]]:
+        """Compare the differing views again every half second until they agree or the
+        deadline passes: those still differing, and examples of them."""
+        while wrong and time.monotonic() < deadline:
+            time.sleep(0.5)
+            again = self.compare(self.generators.views(self._by_generator(wrong)))
+            # A client that reconnected meanwhile is not ready: it is compared next time.
+            wrong, examples = again.wrong, again.examples
+        return wrong, examples
+
     def check(self, sample: int | None, bound: float | None = None) -> Check:
         started = time.monotonic()
         bound = config.CONVERGENCE_BOUND if bound is None else bound
@@ -138,14 +150,7 @@ class Oracle:
         result = self.compare(views)
         check = Check(views=result.views, entries=result.entries, first_wrong=len(result.wrong))
         check.oracle_leaks = len(result.oracle_leaks)
-        wrong = result.wrong
-        examples = result.examples
-        deadline = started + bound
-        while wrong and time.monotonic() < deadline:
-            time.sleep(0.5)
-            again = self.compare(self.generators.views(self._by_generator(wrong)))
-            # A client that reconnected meanwhile is not ready: it is compared next time.
-            wrong, examples = again.wrong, again.examples
+        wrong, examples = self._until_agreed(result.wrong, result.examples, started + bound)
         check.wrong = len(wrong)
         check.still_wrong = list(wrong)
         check.examples = examples
@@ -157,9 +162,7 @@ class Oracle:
         # again missed an announcement; one that does not even then is not delivered to.
         ended = time.monotonic()
         targets = {target for _, target, _, _ in examples}
-        while wrong and time.monotonic() - ended < bound / 2:
-            time.sleep(0.5)
-            wrong = self.compare(self.generators.views(self._by_generator(wrong))).wrong
+        wrong, _ = self._until_agreed(wrong, examples, ended + bound / 2)
         if not wrong:
             check.diagnosis = f"they agreed {time.monotonic() - ended:.1f} s after the bound"
             return check
@@ -167,9 +170,7 @@ class Oracle:
 
         announce(targets)
         announced = time.monotonic()
-        while wrong and time.monotonic() - announced < bound / 2:
-            time.sleep(0.5)
-            wrong = self.compare(self.generators.views(self._by_generator(wrong))).wrong
+        wrong, _ = self._until_agreed(wrong, examples, announced + bound / 2)
         check.diagnosis = f"not within {bound / 2:.0f} s after the bound; " + (
             f"they agreed {time.monotonic() - announced:.1f} s after {sorted(targets)}"
             " were announced again"

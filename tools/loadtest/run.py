@@ -357,6 +357,8 @@ class Run:
                 f"shown {example[2]}, oracle {example[3]}",
                 flush=True,
             )
+        if check.wrong:
+            print(f"loadtest:   {check.diagnosis}", flush=True)
         if not final:
             self.relations.resume()
             self.generators.ask("resume")

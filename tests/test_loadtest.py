@@ -5,6 +5,7 @@ leaks, the power-law graph's shape, and the final line scripts read. The load it
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 import statistics
@@ -125,3 +126,69 @@ def test_a_short_fault_run_has_each_fault_once_and_a_quarter_as_warm_up() -> Non
     times = _schedule(120)
     assert [name for _, name in times if name in _Faults().names()] == _Faults().names()
     assert [at for at, name in times if name == "warmed up"] == [30.0]
+
+
+def test_the_memory_census_breaks_growth_down_and_skips_a_line_cut_by_a_kill(tmp_path) -> None:
+    from tools.loadtest import memory
+
+    first = memory.sample(memory._libc_mallinfo2())
+    assert first["rss"] > 0 and first["blocks"] > 0 and first["threads"] >= 1
+    later = {**first, "at": first["at"] + 5, "rss": first["rss"] + 3 * 2**20}
+    later["linecache"] = first["linecache"] + 2**20
+    later["blocks"] = first["blocks"] + 1234
+    (tmp_path / "memory-42.jsonl").write_text(
+        json.dumps(first) + "\n" + json.dumps(later) + "\n" + '{"at": 1'
+    )
+    census = memory.read_census(tmp_path, 42)
+    assert census == [first, later]
+    assert memory.at_or_after(census, first["at"] + 1) == later
+    assert memory.at_or_after(census, later["at"] + 1) is None
+    text = memory.breakdown(first, later)
+    assert text.startswith("rss +3.0 MB")
+    assert "linecache +1.0" in text
+    assert "Python blocks +1,234" in text
+
+
+def test_the_cpu_meter_counts_each_process_from_its_own_start_and_keeps_a_dead_ones_seconds() -> (
+    None
+):
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tools.loadtest.cpu import CpuMeter
+    from tools.processes import stop_process
+
+    burn = "import time\nwhile time.process_time() < 0.5: pass\ntime.sleep(30)"
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE,
+    )
+    burner: subprocess.Popen[bytes] | None = None
+    groups: dict[str, list[int | None]] = {"idle": [sleeper.pid], "busy": []}
+    try:
+        assert sleeper.stdout is not None and sleeper.stdout.readline() == b"ready\n"
+        meter = CpuMeter(lambda: groups)
+        meter.start()
+        burner = subprocess.Popen([sys.executable, "-c", burn])
+        groups["busy"] = [burner.pid]
+        deadline = time.monotonic() + 10
+        while sum(psutil.Process(burner.pid).cpu_times()[:2]) < 0.4:
+            assert time.monotonic() < deadline, "the burner never burned"
+            time.sleep(0.05)
+        meter.sample()  # the burner counts from its start, not from the meter's
+        stop_process(burner, timeout=5, kill=True)
+        meter.sample()  # gone now: it keeps what it used until the last sample that saw it
+        cores = meter.cores()
+    finally:
+        stop_process(sleeper, timeout=5, kill=True)
+        stop_process(burner, timeout=5, kill=True)
+    (busy,) = cores["busy"]
+    (idle,) = cores["idle"]
+    elapsed = meter.ended_at - meter.started_at
+    assert busy * elapsed >= 0.4
+    assert idle * elapsed < 0.05
+    assert 0 < meter.machine_busy() <= 1
+    assert "machine busy" in meter.row()

@@ -136,7 +136,8 @@ def main(argv: list[str]) -> int:
             {
                 key: value
                 for key, value in env.items()
-                if key.startswith(("LOADTEST_", "DJANGO_")) and key != "LOADTEST_APPLICATION"
+                if key.startswith(("LOADTEST_", "DJANGO_"))
+                and key not in ("LOADTEST_APPLICATION", "LOADTEST_MEMORY_DIR")
             }
         )
         # The harness's own log records (its announcements during faults) go to a file.

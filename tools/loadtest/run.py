@@ -74,6 +74,11 @@ class Run:
         self.rng = random.Random(3)
         self.processes: list[Any] = []
         self.restarted: set[int] = set()
+        self.warmed_up_at = 0.0
+        from tools.loadtest.cpu import CpuMeter
+
+        self.cpu = CpuMeter(self.process_groups)
+        self.load_ended_at = 0.0
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -252,6 +257,7 @@ class Run:
         relations.start()
         self.relations = relations
         load_started = time.time()
+        self.cpu.start()
         # Changes made once the opening storm has passed (the servers record and announce
         # every connection for a few seconds after the clients have opened them).
         self.steady_after = min(10.0, self.sizes.seconds / 3)
@@ -278,9 +284,11 @@ class Run:
                     checks.append(self.checkpoint(sample=self.sizes.checkpoint_sample))
                 elif action == "warmed up":
                     rss_start = self.rss()
+                    self.warmed_up_at = time.time()
                 elif faults is not None:
                     faults.inject(action)
                 self.rss_timeline.append((time.time() - load_started, action, self.rss()))
+                self.cpu.sample()
             remaining = deadline - time.monotonic()
             if remaining > 0:
                 time.sleep(remaining)
@@ -288,6 +296,8 @@ class Run:
             stats_during = self.totals(generators.stats())
             print(f"loadtest: clients at the end of the load: {stats_during.states}", flush=True)
             rss_end = self.rss()
+            self.cpu.sample()
+            self.load_ended_at = time.time()
             final = self.checkpoint(sample=None, final=True)
             beats_lost, beats_checked = self.lost_heartbeats()
         finally:
@@ -395,6 +405,39 @@ class Run:
             except psutil.Error:
                 sizes.append(0)
         return sizes
+
+    def process_groups(self) -> dict[str, list[int | None]]:
+        """The processes the run started, by what they are (for the CPU meter)."""
+        import os
+
+        servers = self.servers
+        redis = [servers.redis] if servers.redis else []
+        nodes = servers.cluster.nodes if servers.cluster else []
+        return {
+            "servers": [daphne.pid for daphne in servers.daphnes],
+            "generators": [process.pid for process in self.processes],
+            "Redis": [
+                server.process.pid
+                for server in [*redis, *nodes, *servers.layer]
+                if server.process is not None
+            ],
+            "harness": [os.getpid()],
+        }
+
+    def memory_rows(self) -> list[tuple[str, str]]:
+        """What grew in each process never restarted, from its memory census (memory.py)."""
+        from tools.loadtest.memory import at_or_after, breakdown, read_census
+
+        rows = []
+        for index, daphne in enumerate(self.servers.daphnes):
+            if index in self.restarted or not daphne.pid:
+                continue
+            census = read_census(self.work, daphne.pid)
+            start = at_or_after(census, self.warmed_up_at)
+            end = ([line for line in census if line["at"] <= self.load_ended_at] or [None])[-1]
+            if start and end and end["at"] > start["at"]:
+                rows.append((f"memory of process {index}", breakdown(start, end)))
+        return rows
 
     def orphans(self) -> dict[str, int]:
         """Once every client has left (and the grace, the TTL and the page views' window have
@@ -620,6 +663,7 @@ class Run:
                         ),
                     )
                 )
+            rows.extend(self.memory_rows())
             rows.append(
                 (
                     "RSS after warm-up → end",
@@ -630,6 +674,7 @@ class Run:
                     + f" (max growth {max(growth):+.1f} %)",
                 )
             )
+        rows.append(("CPU during the load (cores)", self.cpu.row()))
         rows.append(("orphans after all left", ", ".join(f"{k} {v}" for k, v in orphans.items())))
         rows.append(
             (
@@ -664,6 +709,11 @@ class Run:
         orphaned = sum(orphans.values())
         if orphaned:
             errors += orphaned
+        if self.cpu.saturated:
+            print(
+                f"loadtest: the machine was busy {self.cpu.machine_busy() * 100:.0f} % of the "
+                "load: its latencies and convergence measure the machine as much as presence"
+            )
         if rss_start and self.args.soak and growth_max > 0.05:
             errors += 1
             print(f"loadtest: RSS grew {growth_max * 100:.1f} % (> 5 %)")

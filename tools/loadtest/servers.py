@@ -99,6 +99,7 @@ class Servers:
             "LOADTEST_PRESENCE": presence_json,
             "LOADTEST_APPLICATION": "loadtest-daphne",
             "LOADTEST_LAYER_HOSTS": ",".join(server.url for server in self.layer),
+            "LOADTEST_MEMORY_DIR": str(self.log_dir),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
         if self.cluster:

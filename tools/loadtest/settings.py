@@ -6,7 +6,9 @@ The demo site (``siteproject``), configured from the environment the harness set
 - ``LOADTEST_REDIS_URL`` or ``LOADTEST_CLUSTER_URLS`` (comma-separated): presence's Redis;
 - ``LOADTEST_LAYER_HOSTS``: the channel layer's Redis servers (comma-separated; it shards over
   them, so that one can be stopped as a fault);
-- ``LOADTEST_PRESENCE``: the compressed timing, as JSON (``tools.loadtest.config``).
+- ``LOADTEST_PRESENCE``: the compressed timing, as JSON (``tools.loadtest.config``);
+- ``LOADTEST_MEMORY_DIR`` (servers only): where the process writes its memory census
+  (``tools.loadtest.memory``).
 
 Sessions are signed cookies: the harness makes 10,000 of them without a database row each, and a
 Redis restart (a fault) does not log anyone out.
@@ -105,3 +107,8 @@ LOGGING = {
     # INFO: the hub names its channel (the fault "kill a daphne" tells its groups apart).
     "loggers": {"presence": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }
+
+if os.environ.get("LOADTEST_MEMORY_DIR"):
+    from tools.loadtest.memory import start_census
+
+    start_census(os.environ["LOADTEST_MEMORY_DIR"])

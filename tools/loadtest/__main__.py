@@ -68,6 +68,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--fault", action="append", help="with --faults: only the faults whose name has this word"
     )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="diagnosis: an environment variable for the daphne processes only (e.g. "
+        "MALLOC_ARENA_MAX=2); repeatable",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory")
     return parser.parse_args(argv)
 
@@ -132,6 +140,11 @@ def main(argv: list[str]) -> int:
         if args.layer_pool:
             env["LOADTEST_LAYER_POOL"] = str(args.layer_pool)
         env["LOADTEST_LAYER"] = args.layer
+        for assignment in args.server_env:
+            name, equals, value = assignment.partition("=")
+            if not equals or not name:
+                raise SystemExit(f"--server-env takes NAME=VALUE, not {assignment!r}")
+            env[name] = value
         os.environ.update(
             {
                 key: value

@@ -18,11 +18,12 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# MALLOC_ARENA_MAX=2: fewer glibc malloc arenas, as docs/deployment.md advises for ASGI servers.
 demo: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	@echo "Demo users: alice, bob, carol, dave, erin, frank (and admin for /admin/); password: presence-demo"
-	$(WITH_REDIS) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application
+	MALLOC_ARENA_MAX=2 $(WITH_REDIS) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application
 
 # The main suite, then the same Redis for a site whose user model logs in by e-mail
 # (tests/settings_email.py: a second settings module needs a second run), then the store, API,

@@ -87,6 +87,9 @@ class Hub:
         self.layer = get_channel_layer()
         self.connections: set[Connection] = set()
         self.watchers: dict[UserId, set[Connection]] = {}
+        #: the other way round: the users each connection watches (a close must not scan
+        #: every watched user: tens of thousands in a busy process)
+        self.watched: dict[Connection, set[UserId]] = {}
         #: topics of each connection (presence.extensions): kind -> connection -> keys
         self.topics: dict[str, dict[Connection, set[str]]] = {}
         self._delivering: set[asyncio.Task[None]] = set()
@@ -158,8 +161,7 @@ class Hub:
         # First out of the registry: a handler of this connection still running (or a frame
         # racing the close) can no longer watch anything for it.
         self.connections.discard(connection)
-        watched = [uid for uid, watchers in self.watchers.items() if connection in watchers]
-        await self.unwatch(connection, watched)
+        await self.unwatch(connection, list(self.watched.get(connection, ())))
         for kind in [kind for kind, members in self.topics.items() if connection in members]:
             for key in list(self.topics[kind].get(connection, ())):
                 await self.leave_topic(connection, kind, key)
@@ -180,6 +182,7 @@ class Hub:
             return  # detached meanwhile (closed by the server while its frame was handled)
         first = []
         joining: list[asyncio.Future[None]] = []
+        watched = self.watched.setdefault(connection, set())
         for user_id in user_ids:
             watchers = self.watchers.setdefault(user_id, set())
             if not watchers:
@@ -189,22 +192,27 @@ class Hub:
                 # a snapshot read before it lands could miss a change announced meanwhile.
                 joining.append(turn)
             watchers.add(connection)
+            watched.add(user_id)
         await self._groups("group_add", first)
         if joining:
             await asyncio.gather(*(asyncio.shield(turn) for turn in joining))
 
     async def unwatch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
         last = []
+        watched = self.watched.get(connection, set())
         for user_id in user_ids:
             watchers = self.watchers.get(user_id)
             if watchers is None or connection not in watchers:
                 continue
             watchers.discard(connection)
+            watched.discard(user_id)
             if not watchers:
                 del self.watchers[user_id]
                 self.pending.pop(user_id, None)
                 self.unjoined.discard(user_id)
                 last.append(user_id)
+        if not watched:
+            self.watched.pop(connection, None)
         await self._groups("group_discard", last)
 
     async def join_topic(self, connection: Connection, kind: str, key: str) -> None:

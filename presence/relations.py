@@ -12,8 +12,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.models import Exists, Model, OuterRef, Q, Subquery
+from django.db.models import BooleanField, Exists, Model, OuterRef, Q, Subquery
 from django.db.models.base import ModelState
+from django.db.models.expressions import RawSQL
 from django.db.models.signals import post_init, pre_init
 from django.db.models.sql.constants import MULTI
 
@@ -353,18 +354,37 @@ class PairFacts:
         )
 
 
-#: past this many viewers, the fan-out reads the targets' whole contact lists rather than
-#: naming every viewer in the query (see _pairs_queries)
-VIEWERS_IN_QUERY = 50
+#: past this many ids named in one query, the fan-out reads the targets' whole contact lists
+#: instead (SQLite takes at most 32,766 parameters in a statement; see _pairs_queries)
+IDS_IN_QUERY = 30_000
+
+
+def _named(model: type[Model], field_name: str, ids: Collection[Any]) -> Any:
+    """``field IN (ids)``, a condition to filter ``model`` by. Integer ids are handed to the
+    database as they are: Django's ``__in`` prepares each id, twice, through the field (a few
+    microseconds each), which for a thousand viewers took longer than the query. Other ids
+    (UUIDs, strings) are prepared by the field, once each."""
+    field: Any = model._meta.get_field(field_name)  # a concrete field: it has a column
+    connection = connections[model._default_manager.db]
+    values = list(ids)
+    if not all(type(value) is int for value in values):
+        values = [field.get_db_prep_value(value, connection) for value in values]
+    quote = connection.ops.quote_name
+    column = f"{quote(model._meta.db_table)}.{quote(field.column)}"
+    placeholders = ", ".join(["%s"] * len(values))
+    return RawSQL(f"{column} IN ({placeholders})", values, output_field=BooleanField())
 
 
 def _pairs_queries(viewer_pks: Collection[Any], target_ids: Collection[Any]) -> tuple[Any, ...]:
-    # Django prepares each id of an IN list (several microseconds each, twice): with a thousand
-    # viewers that cost more than reading the targets' own contact lists (bounded by whom they
-    # added) and every block involving them (few), which are filtered by PairFacts.relation.
+    # The targets' contact rows naming one of the viewers: at most one row per pair that is a
+    # contact. Reading the targets' whole contact lists instead (thousands of rows for a
+    # delivery of many targets, each converted by Django) took most of a busy process's time
+    # in the load test; it is kept for a number of ids no statement takes.
     contacts = Contact.objects.filter(owner__in=target_ids)
-    if len(viewer_pks) <= VIEWERS_IN_QUERY:
-        contacts = contacts.filter(contact__in=viewer_pks)
+    if viewer_pks and len(viewer_pks) + len(target_ids) <= IDS_IN_QUERY:
+        contacts = contacts.filter(_named(Contact, "contact", viewer_pks))
+    elif not viewer_pks:
+        contacts = contacts.none()
     return (
         facts_query(None, target_ids),
         contacts.values_list("owner_id", "contact_id", "close_friend"),

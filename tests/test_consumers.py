@@ -197,6 +197,7 @@ async def open_sockets() -> AsyncIterator[Sockets]:
             # Every connection left the hub, which stopped its tasks and left its groups.
             assert hub.connections == set()
             assert hub.watchers == {}
+            assert hub.watched == {}  # nor any connection's list of them
             assert hub._tasks == []
         elif hub._tasks:
             await hub._stop()  # a consumer was cancelled by a failing assertion
@@ -1651,6 +1652,7 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
     assert await eventually(gone)
     assert len(hub.connections) == 1
     assert hub.watchers == {}
+    assert hub.watched == {}  # nor any connection's list of them
     assert hub.topics == {}
     # The other connection is unaffected.
     assert await subscribe(keeper, target) == state({target.pk: online(invisible=False)})

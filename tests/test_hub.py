@@ -138,6 +138,7 @@ async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     await sockets.close(first)  # its subscriptions go with it
     assert groups(redis_client) == {}
     assert hub.watchers == {}
+    assert hub.watched == {}  # nor any connection's list of them
 
 
 @on_one_redis

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -316,6 +318,24 @@ class TestSlownessIsNotAnOutage:
         self.pause(private_redis, 600)
         transition = await store.arun(store.touch(1, Device.WEB, NOW), live=True)
         assert transition is not None and transition.after.last_active == NOW
+        assert store.health.in_outage is False
+        await store.aclose()
+
+    async def test_live_calls_connecting_while_the_event_loop_is_stalled_are_recorded(
+        self, private_redis: Any, settings: Any
+    ) -> None:
+        # A saturated process: its loop gets to new connections' handshakes later than
+        # SOCKET_TIMEOUT, though Redis answered them at once. Slowness, not an outage.
+        settings.PRESENCE = {"SOCKET_TIMEOUT": 0.05, "LIVE_SOCKET_TIMEOUT": 5}
+        store = get_store()
+        calls = [
+            asyncio.ensure_future(store.arun(store.touch(uid, Device.WEB, NOW), live=True))
+            for uid in range(1, 21)
+        ]
+        await asyncio.sleep(0)  # each call is on its way to a connection of its own
+        time.sleep(0.2)  # the event loop stalls (a busy CPU), on purpose
+        transitions = await asyncio.gather(*calls)
+        assert [t is not None and t.after.last_active == NOW for t in transitions] == [True] * 20
         assert store.health.in_outage is False
         await store.aclose()
 

@@ -159,9 +159,13 @@ class PresenceStore(PlanBuilder):
 
             location, kwargs = self._connection_kwargs()
             kwargs["retry"] = stale_connection_retry(AsyncRetry)
-            # The live paths wait for a busy Redis (pages cut their own wait short, see arun).
+            # The live paths wait for a busy Redis (pages cut their own wait short, see arun),
+            # and for a busy event loop: a saturated process reaches a new connection's
+            # handshake late though Redis answered it at once. A refused connection still
+            # fails at once; a Redis that cannot be reached, after LIVE_SOCKET_TIMEOUT.
             live_timeout = max(self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"])
             kwargs["socket_timeout"] = live_timeout
+            kwargs["socket_connect_timeout"] = max(live_timeout, kwargs["socket_connect_timeout"])
             # Many connections of one process write at once: past the pool's size, wait for a
             # connection instead of failing ("Too many connections" would look like an outage).
             pool = redis.asyncio.BlockingConnectionPool.from_url(

@@ -179,7 +179,9 @@ class ClusterRunner:
             kwargs = dict(self.kwargs)
             max_connections = kwargs.pop("max_connections", 1000)
             if self.live_timeout is not None:
-                kwargs["socket_timeout"] = max(self.live_timeout, kwargs.get("socket_timeout") or 0)
+                # Waits for a busy Redis and a busy event loop alike (see PresenceStore).
+                for key in ("socket_timeout", "socket_connect_timeout"):
+                    kwargs[key] = max(self.live_timeout, kwargs.get(key) or 0)
             client = redis.asyncio.cluster.RedisCluster(
                 startup_nodes=[
                     redis.asyncio.cluster.ClusterNode(host, port) for host, port in self.nodes

@@ -339,6 +339,31 @@ class TestSlownessIsNotAnOutage:
         assert store.health.in_outage is False
         await store.aclose()
 
+    async def test_live_calls_finding_every_pooled_connection_busy_declare_no_outage(
+        self, private_redis: Any, settings: Any, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # More calls in flight than connections, each answered late: the pool's wait runs out
+        # ("No connection available"). Redis answers; the others keep using it.
+        caches = {alias: dict(conf) for alias, conf in settings.CACHES.items()}
+        caches["default"]["OPTIONS"] = {"CONNECTION_POOL_KWARGS": {"max_connections": 1}}
+        settings.CACHES = caches
+        settings.PRESENCE = {"SOCKET_TIMEOUT": 0.05, "LIVE_SOCKET_TIMEOUT": 0.2}
+        store = get_store()
+        pool = store.async_client.connection_pool
+        busy = await pool.get_connection()  # the only connection, held by a slow caller
+        try:
+            with caplog.at_level(logging.INFO, logger="presence"):
+                late = await store.arun(store.touch(1, Device.WEB, NOW), live=True)
+        finally:
+            await pool.release(busy)
+        assert late is None  # this call's fallback
+        assert store.health.in_outage is False
+        assert "every pooled connection busy" in caplog.text
+        assert "unavailable" not in caplog.text
+        transition = await store.arun(store.touch(2, Device.WEB, NOW), live=True)
+        assert transition is not None and transition.after.last_active == NOW
+        await store.aclose()
+
     async def test_a_page_gives_up_after_socket_timeout_without_an_outage(
         self, private_redis: Any, settings: Any, caplog: pytest.LogCaptureFixture
     ) -> None:

@@ -58,6 +58,14 @@ def is_slow_reply(error: BaseException) -> bool:
     return isinstance(error, RedisTimeoutError) and "Timeout reading" in str(error)
 
 
+def is_pool_exhausted(error: BaseException) -> bool:
+    """Whether ``error`` says that every pooled connection stayed busy for the pool's whole
+    wait (``LIVE_SOCKET_TIMEOUT``): more calls in flight than connections, each answered late
+    (a busy Redis or a saturated process). Back-pressure, not an outage: Redis is answering
+    those connections."""
+    return isinstance(error, RedisConnectionError) and "No connection available" in str(error)
+
+
 class StoreUnavailable(RuntimeError):
     """Redis could not be reached; raised only by operations that must not fail silently."""
 
@@ -91,6 +99,8 @@ class PresenceStore(PlanBuilder):
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
         ] = weakref.WeakKeyDictionary()
+        #: how long a live call waits for a reply, a connection, or a free pooled connection
+        self._live_wait = conf.LIVE_SOCKET_TIMEOUT
         #: on a Redis Cluster (REDIS_CLUSTER): sends each master its commands
         self.cluster: ClusterRunner | None = None
         if conf.REDIS_CLUSTER:
@@ -163,7 +173,9 @@ class PresenceStore(PlanBuilder):
             # and for a busy event loop: a saturated process reaches a new connection's
             # handshake late though Redis answered it at once. A refused connection still
             # fails at once; a Redis that cannot be reached, after LIVE_SOCKET_TIMEOUT.
-            live_timeout = max(self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"])
+            live_timeout = self._live_wait = max(
+                self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"]
+            )
             kwargs["socket_timeout"] = live_timeout
             kwargs["socket_connect_timeout"] = max(live_timeout, kwargs["socket_connect_timeout"])
             # Many connections of one process write at once: past the pool's size, wait for a
@@ -301,8 +313,12 @@ class PresenceStore(PlanBuilder):
         return plan.parse(replies)
 
     def _late(self, plan: Plan[T], error: Exception) -> T:
-        """A page's reply was late: this call gets the fallback; Redis is not in an outage."""
-        late = f"no reply within SOCKET_TIMEOUT ({self.conf.SOCKET_TIMEOUT} s)"
+        """A page's reply was late, or a live call found every pooled connection busy: this
+        call gets the fallback; Redis is not in an outage."""
+        if is_pool_exhausted(error):
+            late = f"every pooled connection busy for LIVE_SOCKET_TIMEOUT ({self._live_wait} s)"
+        else:
+            late = f"no reply within SOCKET_TIMEOUT ({self.conf.SOCKET_TIMEOUT} s)"
         logger.info("Presence: Redis is slow: %s (%s).", late, error or "cut short here")
         if isinstance(plan.fallback, _Raise):
             raise StoreUnavailable(f"Redis is too slow: {late}") from error
@@ -345,6 +361,8 @@ class PresenceStore(PlanBuilder):
                     replies[i] = reply
             self._raise_first_error(replies)
         except (RedisError, OSError) as error:
+            if is_pool_exhausted(error):
+                return self._late(plan, error)
             return self._failed(plan, error)
         self.health.succeeded()
         return plan.parse(replies)

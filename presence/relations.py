@@ -359,6 +359,22 @@ class PairFacts:
 IDS_IN_QUERY = 30_000
 
 
+#: Django's integer fields, whose ids the database takes as Python ints
+_INTEGER_FIELDS = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+    }
+)
+
+
 def _named(model: type[Model], field_name: str, ids: Collection[Any]) -> Any:
     """``field IN (ids)``, a condition to filter ``model`` by. Integer ids are handed to the
     database as they are: Django's ``__in`` prepares each id, twice, through the field (a few
@@ -367,7 +383,8 @@ def _named(model: type[Model], field_name: str, ids: Collection[Any]) -> Any:
     field: Any = model._meta.get_field(field_name)  # a concrete field: it has a column
     connection = connections[model._default_manager.db]
     values = list(ids)
-    if not all(type(value) is int for value in values):
+    integers = field.target_field.get_internal_type() in _INTEGER_FIELDS
+    if not (integers and all(type(value) is int for value in values)):
         values = [field.get_db_prep_value(value, connection) for value in values]
     quote = connection.ops.quote_name
     column = f"{quote(model._meta.db_table)}.{quote(field.column)}"

@@ -99,8 +99,6 @@ class PresenceStore(PlanBuilder):
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
         ] = weakref.WeakKeyDictionary()
-        #: how long a live call waits for a reply, a connection, or a free pooled connection
-        self._live_wait = conf.LIVE_SOCKET_TIMEOUT
         #: on a Redis Cluster (REDIS_CLUSTER): sends each master its commands
         self.cluster: ClusterRunner | None = None
         if conf.REDIS_CLUSTER:
@@ -173,9 +171,7 @@ class PresenceStore(PlanBuilder):
             # and for a busy event loop: a saturated process reaches a new connection's
             # handshake late though Redis answered it at once. A refused connection still
             # fails at once; a Redis that cannot be reached, after LIVE_SOCKET_TIMEOUT.
-            live_timeout = self._live_wait = max(
-                self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"]
-            )
+            live_timeout = max(self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"])
             kwargs["socket_timeout"] = live_timeout
             kwargs["socket_connect_timeout"] = max(live_timeout, kwargs["socket_connect_timeout"])
             # Many connections of one process write at once: past the pool's size, wait for a
@@ -316,7 +312,7 @@ class PresenceStore(PlanBuilder):
         """A page's reply was late, or a live call found every pooled connection busy: this
         call gets the fallback; Redis is not in an outage."""
         if is_pool_exhausted(error):
-            late = f"every pooled connection busy for LIVE_SOCKET_TIMEOUT ({self._live_wait} s)"
+            late = "every pooled connection busy for the pool's whole wait (LIVE_SOCKET_TIMEOUT)"
         else:
             late = f"no reply within SOCKET_TIMEOUT ({self.conf.SOCKET_TIMEOUT} s)"
         logger.info("Presence: Redis is slow: %s (%s).", late, error or "cut short here")

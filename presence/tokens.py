@@ -107,10 +107,16 @@ class TokenAuthenticationMiddleware:
         return self.get_response(request)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        token = self._token(request)
-        if token is not None:
-            found = await sync_to_async(user_for_token)(token)
-            self._authenticate(request, lambda _: found)
+        # request.user is loaded lazily from the session (the database), which an event loop
+        # may not touch: await AuthenticationMiddleware's request.auser() instead.
+        auser = getattr(request, "auser", None)
+        user = await auser() if auser is not None else getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            token = bearer_token(request.META.get("HTTP_AUTHORIZATION"))
+            if token is not None:
+                found = await sync_to_async(user_for_token)(token)
+                if found is not None:
+                    self._accept(request, found)
         response: HttpResponseBase = await self.get_response(request)
         return response
 
@@ -127,6 +133,16 @@ class TokenAuthenticationMiddleware:
             return
         found = lookup(token)
         if found is not None:
-            request.user = found
-            #: authenticated by a header, not by a cookie: no cross-site request can carry it
-            request.presence_token_auth = True  # type: ignore[attr-defined]
+            self._accept(request, found)
+
+    @staticmethod
+    def _accept(request: HttpRequest, found: Any) -> None:
+        request.user = found
+
+        # Async views read the user with `await request.auser()`: it must say the same.
+        async def auser() -> Any:
+            return found
+
+        request.auser = auser  # type: ignore[attr-defined]
+        #: authenticated by a header, not by a cookie: no cross-site request can carry it
+        request.presence_token_auth = True  # type: ignore[attr-defined]

@@ -15,7 +15,9 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.test import Client, override_settings
+from django.http import HttpRequest, HttpResponse
+from django.test import AsyncClient, Client, override_settings
+from django.urls import path
 
 from presence import api
 from presence.conf import get_settings
@@ -141,6 +143,18 @@ def test_the_json_endpoints_take_a_token(make_user: Callable[..., Any]) -> None:
 
 
 @override_settings(MIDDLEWARE=WITH_TOKENS)
+def test_a_session_login_is_served_beside_the_token_middleware(
+    make_user: Callable[..., Any],
+) -> None:
+    ann = make_user("ann")
+    client = Client()
+    client.force_login(ann)
+    read = client.get(f"/presence/api/presence?users={ann.pk}")
+    assert read.status_code == 200 and read.json()["presences"][str(ann.pk)]["invisible"] is False
+    assert Client().get(f"/presence/api/presence?users={ann.pk}").status_code == 401
+
+
+@override_settings(MIDDLEWARE=WITH_TOKENS)
 def test_a_session_request_still_needs_its_csrf_token(make_user: Callable[..., Any]) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(make_user("ann"))
@@ -162,3 +176,83 @@ def test_the_feed_endpoints_take_a_token_too(make_user: Callable[..., Any]) -> N
     )
     assert posted.status_code == 201
     assert posted.json()["activity"]["author"]["id"] == ann.pk
+
+
+# --- the JSON endpoints under ASGI (the middleware's async path) ---------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+@override_settings(MIDDLEWARE=WITH_TOKENS)
+async def test_under_asgi_a_session_login_is_served(make_user: Callable[..., Any]) -> None:
+    # The session's user is loaded lazily from the database: the async path must await it.
+    ann = await sync_to_async(make_user)("ann")
+    client = AsyncClient()
+    await client.aforce_login(ann)
+    read = await client.get(f"/presence/api/presence?users={ann.pk}")
+    assert read.status_code == 200, read.content
+    assert read.json()["presences"][str(ann.pk)]["invisible"] is False  # ann's own view
+    posted = await client.post(
+        "/presence/api/status", json.dumps({"status": "dnd"}), content_type="application/json"
+    )
+    assert posted.status_code == 200, posted.content
+    assert (await UserStatus.objects.aget(user=ann)).dnd is True
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+@override_settings(MIDDLEWARE=WITH_TOKENS)
+async def test_under_asgi_a_token_is_served_and_a_bad_one_is_401(
+    make_user: Callable[..., Any],
+) -> None:
+    ann = await sync_to_async(make_user)("ann")
+    token = await sync_to_async(issue_token)(ann)
+    client = AsyncClient(enforce_csrf_checks=True)
+    auth = {"authorization": f"Bearer {token}"}
+    read = await client.get(f"/presence/api/presence?users={ann.pk}", headers=auth)
+    assert read.status_code == 200, read.content
+    assert read.json()["presences"][str(ann.pk)]["invisible"] is False
+    posted = await client.post(
+        "/presence/api/status",
+        json.dumps({"status": "dnd"}),
+        content_type="application/json",
+        headers=auth,
+    )
+    assert posted.status_code == 200, posted.content
+    assert (await UserStatus.objects.aget(user=ann)).dnd is True
+    bad = await client.get(
+        f"/presence/api/presence?users={ann.pk}", headers={"authorization": "Bearer x"}
+    )
+    assert bad.status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+@override_settings(MIDDLEWARE=WITH_TOKENS)
+async def test_under_asgi_an_anonymous_request_is_401(make_user: Callable[..., Any]) -> None:
+    ann = await sync_to_async(make_user)("ann")
+    read = await AsyncClient().get(f"/presence/api/presence?users={ann.pk}")
+    assert read.status_code == 401
+    assert read.json()["error"]["code"] == "not_authenticated"
+
+
+async def _whoami(request: HttpRequest) -> HttpResponse:
+    user = await request.auser()  # type: ignore[attr-defined]
+    return HttpResponse(user.get_username() if user.is_authenticated else "anonymous")
+
+
+urlpatterns = [path("whoami/", _whoami)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+@override_settings(MIDDLEWARE=WITH_TOKENS, ROOT_URLCONF=__name__)
+async def test_under_asgi_an_async_view_awaiting_auser_sees_the_tokens_user(
+    make_user: Callable[..., Any],
+) -> None:
+    ann = await sync_to_async(make_user)("ann")
+    token = await sync_to_async(issue_token)(ann)
+    client = AsyncClient()
+    assert (await client.get("/whoami/")).content == b"anonymous"
+    answer = await client.get("/whoami/", headers={"authorization": f"Bearer {token}"})
+    assert answer.content == b"ann"

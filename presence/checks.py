@@ -10,7 +10,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from presence import users
 from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
-from presence.store import redis_location
+from presence.store import redact_url, redis_location
 
 MIDDLEWARE_PATH = "presence.middleware.PresenceMiddleware"
 AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -154,21 +154,27 @@ CLUSTER_SCHEMES = frozenset({"redis", "rediss"})
 
 def _cluster_url_problem(url: Any) -> str | None:
     """Why ``url`` is not a Redis Cluster startup node URL, or None (no network I/O)."""
+    # Never the URL itself: it may carry a password (printed by manage.py check, in CI logs).
+    shown = redact_url(repr(url))
     if not isinstance(url, str):
-        return f"{url!r} is not a string"
+        return f"{shown} is not a string"
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as error:
-        return f"{url!r} is not a URL ({error})"
+    except ValueError:
+        # Not the error's text: urlsplit quotes the piece it failed on, maybe of the password.
+        return (
+            f"{shown} is not a URL: its host or port cannot be read (percent-encode any "
+            "/ ? # @ [ ] in a user name or password)"
+        )
     if parts.scheme not in CLUSTER_SCHEMES:
-        return f"{url!r} is not a redis:// or rediss:// URL"
+        return f"{shown} is not a redis:// or rediss:// URL"
     if not parts.hostname:
-        return f"{url!r} has no host"
+        return f"{shown} has no host"
     if port is None:
-        return f"{url!r} has no port"
+        return f"{shown} has no port"
     if parts.path.strip("/") not in {"", "0"}:
-        return f"{url!r} names database {parts.path.strip('/')!r}; a cluster has only database 0"
+        return f"{shown} names database {parts.path.strip('/')!r}; a cluster has only database 0"
     return None
 
 
@@ -179,7 +185,7 @@ def check_redis_cluster(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     if urls is None:
         return []
     if isinstance(urls, str) or not isinstance(urls, list | tuple) or not urls:
-        problem = f"it is {urls!r}"
+        problem = f"it is {redact_url(repr(urls))}"
     else:
         problem = next(filter(None, map(_cluster_url_problem, urls)), "")
     if not problem:
@@ -226,8 +232,8 @@ def check_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         location = caches[alias].get("LOCATION")
         return [
             Error(
-                f"CACHES[{alias!r}]['LOCATION'] is {location!r}; presence needs a redis://, "
-                "rediss:// or unix:// URL.",
+                f"CACHES[{alias!r}]['LOCATION'] is {redact_url(repr(location))}; presence needs "
+                "a redis://, rediss:// or unix:// URL.",
                 hint='Set "LOCATION": "redis://HOST:6379/0".',
                 id="presence.E005",
             )

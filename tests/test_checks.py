@@ -552,3 +552,35 @@ def test_e009_malformed_redis_cluster(settings: Any, value: Any) -> None:
 def test_e009_startup_node_urls_pass_and_no_cache_is_needed(settings: Any, value: Any) -> None:
     settings.PRESENCE = {"REDIS_CLUSTER": value, "CACHE_ALIAS": "missing"}
     assert ids() == []
+
+
+#: each case: the setting, and the secrets it holds (none may be printed)
+SECRET_CLUSTERS = {
+    "user-and-password-bad-port": (["redis://user:secret@host:1/2"], ["secret"]),
+    "password-only-no-port": (["redis://:secret@host"], ["secret"]),
+    "a-string-not-a-list": ("redis://:secret@host:1", ["secret"]),
+    "wrong-scheme": (["http://user:secret@host:1"], ["secret"]),
+    # urlsplit cuts the password at "/", so the port it fails on is a piece of the password
+    "slash-in-password": (["redis://user:se/cret@host:1"], ["se/cret", "'se'"]),
+    "in-the-query": (["redis://host?password=secret"], ["secret"]),
+    "a-later-url": (["redis://host:1", "redis://u:secret@other"], ["secret"]),
+}
+
+
+@pytest.mark.parametrize(("value", "secrets"), SECRET_CLUSTERS.values(), ids=SECRET_CLUSTERS.keys())
+def test_e009_never_prints_the_password_of_a_url(
+    settings: Any, value: Any, secrets: list[str]
+) -> None:
+    settings.PRESENCE = {"REDIS_CLUSTER": value}
+    (message,) = messages_with("presence.E009")
+    printed = f"{message.msg}\n{message.hint}\n{message}"
+    for secret in secrets:
+        assert secret not in printed
+    assert "host" in printed  # still says which URL is wrong
+
+
+def test_e005_never_prints_the_password_of_a_location(settings: Any) -> None:
+    settings.CACHES = {"default": redis_cache("http://user:secret@cache.example.com:6379")}
+    (message,) = messages_with("presence.E005")
+    assert "secret" not in str(message)
+    assert "cache.example.com" in message.msg

@@ -1112,3 +1112,47 @@ class TestClusterKeyScheme:
             shard_tags(256)[:3]
             == KeyScheme(PresenceSettings(REDIS_CLUSTER=("redis://other:1",))).tags[:3]
         )
+
+
+# --- credentials never printed ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("redis://user:secret@host:1", "redis://user:***@host:1"),
+        ("redis://:secret@host", "redis://***@host"),
+        ("rediss://secret@host:6380/0", "rediss://***@host:6380/0"),
+        ("redis://u:p@ss/w?rd#x@host:1/0", "redis://u:***@host:1/0"),
+        ("redis://host:1/0?password=secret&db=1", "redis://host:1/0?password=***&db=1"),
+        (
+            "['redis://a:secret1@h1:1', 'redis://b:secret2@h2:2']",
+            "['redis://a:***@h1:1', 'redis://b:***@h2:2']",
+        ),
+        ("redis://a:secret1@h1:1,redis://b:secret2@h2:2", "redis://a:***@h1:1,redis://b:***@h2:2"),
+        (
+            "Error connecting to redis://:secret@h:1. Refused.",
+            "Error connecting to redis://***@h:1. Refused.",
+        ),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("unix:///run/redis.sock?db=0", "unix:///run/redis.sock?db=0"),
+        ("no url here: user@example.com", "no url here: user@example.com"),
+    ],
+)
+def test_redact_url_keeps_where_and_drops_the_credentials(text: str, shown: str) -> None:
+    from presence.store import redact_url
+
+    assert redact_url(text) == shown
+
+
+def test_an_outage_log_line_and_error_never_carry_a_password(
+    down_store: PresenceStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # redis-py's errors may quote what they were given; presence prints them redacted.
+    error = redis.exceptions.ConnectionError("Error connecting to redis://:secret@10.0.0.1:1.")
+    with caplog.at_level(logging.INFO, logger="presence"):
+        down_store.health.failed(error, 1.0)
+        with pytest.raises(StoreUnavailable) as raised:
+            down_store._fallback(down_store.scan_stale([0], before=NOW), error)
+    assert "secret" not in caplog.text and "10.0.0.1" in caplog.text
+    assert "secret" not in str(raised.value) and "10.0.0.1" in str(raised.value)

@@ -4,7 +4,8 @@
 - :mod:`presence.store.scripts` -- the Lua scripts (``lua/*.lua``) with their constants;
 - :mod:`presence.store.plans` -- building plans (commands + parsing + fallback), no I/O;
 - :mod:`presence.store.client` -- clients and running plans (``run``/``arun``);
-- :mod:`presence.store.health` -- outage tracking.
+- :mod:`presence.store.health` -- outage tracking;
+- :mod:`presence.store.redact` -- URLs without their credentials, for messages and logs.
 
 The rest of presence uses :func:`get_store` and the names below. Layout: docs/redis-layout.md.
 """
@@ -37,6 +38,7 @@ from presence.store.plans import (
     merge,
     script_call,
 )
+from presence.store.redact import redact_url
 from presence.store.scripts import (
     CLAIM_DUE,
     CONNECTION,
@@ -75,6 +77,7 @@ __all__ = [
     "decode_score",
     "get_store",
     "merge",
+    "redact_url",
     "redis_location",
     "reset_clients",
     "script_call",

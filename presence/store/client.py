@@ -36,6 +36,7 @@ from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner, NodeUnavailable
 from presence.store.health import Health
 from presence.store.plans import Plan, PlanBuilder, _Raise
+from presence.store.redact import redact_url
 from presence.users import UserId
 
 T = TypeVar("T")
@@ -244,9 +245,8 @@ class PresenceStore(PlanBuilder):
     @staticmethod
     def _fallback(plan: Plan[T], error: Exception | None = None) -> T:
         if isinstance(plan.fallback, _Raise):
-            raise StoreUnavailable(
-                f"Redis is unavailable: {error or 'in an outage, retrying shortly'}"
-            ) from error
+            reason = redact_url(str(error)) if error else "in an outage, retrying shortly"
+            raise StoreUnavailable(f"Redis is unavailable: {reason}") from error
         return plan.fallback
 
     # When Redis has lost its scripts (restart, SCRIPT FLUSH, or another client loading them
@@ -315,7 +315,11 @@ class PresenceStore(PlanBuilder):
             late = "every pooled connection busy for the pool's whole wait (LIVE_SOCKET_TIMEOUT)"
         else:
             late = f"no reply within SOCKET_TIMEOUT ({self.conf.SOCKET_TIMEOUT} s)"
-        logger.info("Presence: Redis is slow: %s (%s).", late, error or "cut short here")
+        logger.info(
+            "Presence: Redis is slow: %s (%s).",
+            late,
+            redact_url(str(error)) if error else "cut short here",
+        )
         if isinstance(plan.fallback, _Raise):
             raise StoreUnavailable(f"Redis is too slow: {late}") from error
         return plan.fallback

@@ -53,6 +53,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from presence.store.health import Health
+from presence.store.redact import redact_url
 
 #: rounds of MOVED / ASK / TRYAGAIN / NOSCRIPT answers followed for one plan
 MAX_REDIRECTS = 5
@@ -216,7 +217,7 @@ class ClusterRunner:
     def _node_failed(self, name: str, error: Exception) -> NodeUnavailable:
         self.health_of(name).failed(error, self.retry_interval)
         self._stale_topology = True
-        return NodeUnavailable(f"{name}: {error}")
+        return NodeUnavailable(f"{name}: {redact_url(str(error))}")
 
     def _node_succeeded(self, name: str) -> None:
         health = self.node_health.get(name)

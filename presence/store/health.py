@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 
+from presence.store.redact import redact_url
+
 logger = logging.getLogger("presence")
 
 
@@ -33,7 +35,7 @@ class Health:
                     "Presence: %s is unavailable (%s). Pages keep working; presence is not "
                     "recorded until it answers again (retrying every %ss).",
                     self.name,
-                    error,
+                    redact_url(str(error)),  # an error may quote the URL it was given
                     retry_interval,
                 )
 

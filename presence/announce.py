@@ -25,9 +25,11 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from presence import sessions
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.sessions import session_digest
+from presence.store import get_store
 from presence.users import encode_id, group_key
 
 logger = logging.getLogger("presence")
@@ -265,7 +267,8 @@ def announce(user_ids: Iterable[UserId]) -> None:
 
 
 def account_group_name(user_id: UserId) -> str:
-    """The group of the processes holding session-bound sockets of this user."""
+    """The group of the processes holding sockets of this user opened with a session or a
+    token (they close when it ends)."""
     return f"{_group_prefix()}.account.{group_key(user_id)}"
 
 
@@ -288,6 +291,10 @@ async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
 async def aannounce_session_ended(user_id: UserId, session_key: str) -> None:
     """Close the sockets of this session (logout), in every process. Never raises."""
     digest = session_digest(session_key)
+    # Marked first: a socket whose process joins the account group after the announcement
+    # passed finds the mark once it has joined (presence.sessions).
+    store = get_store()
+    await store.arun(sessions.mark_session_ended_plan(store, digest))
     message = {"type": SESSION_ENDED, "user": encode_id(user_id), "session": digest}
     await _asend_account(user_id, message)
 
@@ -298,7 +305,9 @@ def announce_session_ended(user_id: UserId, session_key: str) -> None:
 
 async def aannounce_sessions_changed(user_id: UserId) -> None:
     """Have every socket of this user check its session again (a password change invalidates
-    the other sessions). Never raises."""
+    the other sessions, and tokens; so does a deactivation). Never raises."""
+    store = get_store()
+    await store.arun(sessions.mark_account_changed_plan(store, user_id))
     await _asend_account(user_id, {"type": SESSIONS_CHANGED, "user": encode_id(user_id)})
 
 

@@ -32,6 +32,7 @@ from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub import Hub
 from presence.memo import bounded_memo
+from presence.store import get_store
 
 logger = logging.getLogger("presence")
 
@@ -206,17 +207,17 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.sent = {}
         self.snapshotting = set()
         self.spelling = {}
-        # Sockets of a session close with it (logout, password change; presence.sessions).
-        self.session_key = sessions.session_key_of(self.scope)
-        self.session_digest = (
-            sessions.session_digest(self.session_key) if self.session_key else None
-        )
+        # Sockets close with the session or token they were opened with (logout, password
+        # change, deactivation, expiry; presence.sessions).
+        self.credential = sessions.credential_of(self.scope)
         # The first check falls anywhere in the second half of the first interval: sockets
         # opened together (a deploy, a reconnect storm) must not all check at the same moment.
         self.session_checked = time.time() - conf.SESSION_CHECK_INTERVAL * _draw() / 2
         self.hub = Hub.get()
         await self.hub.attach(self)
         self.attached = True
+        if self.credential is not None and await self._ended_meanwhile():
+            return
         if device_error:
             await self.send_error("invalid_value", device_error)
         opened = await lifecycle.aconnect(self.user, self.connection_id, self.device.value)
@@ -258,12 +259,28 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.disconnect(CLOSE_UNAUTHENTICATED)
 
     async def recheck_session(self) -> None:
-        if self.session_key is None or not getattr(self, "attached", False):
+        credential = self.credential
+        if credential is None or not getattr(self, "attached", False):
             return
         self.session_checked = time.time()
-        valid = await sync_to_async(sessions.session_is_valid)(self.session_key, self.viewer_id)
+        valid = await sync_to_async(credential.is_valid)(self.viewer_id)
         if not valid:
             await self.end_session()
+
+    async def _ended_meanwhile(self) -> bool:
+        """A logout or password change announced between the handshake's read of the session
+        and the hub's join of the account group reached no socket here: its mark in Redis
+        does. Whether the connection was closed for it."""
+        assert self.credential is not None
+        store = get_store()
+        ended, changed = await store.arun(
+            sessions.recent_ends_plan(store, self.viewer_id, self.credential), live=True
+        )
+        if ended:
+            await self.end_session()
+        elif changed:
+            await self.recheck_session()
+        return not getattr(self, "attached", False)
 
     # --- frames -------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from presence.announce import (
 )
 from presence.conf import get_settings
 from presence.domain import Presence, UserId, visibly_differs
+from presence.sessions import Credential
 from presence.store import get_store
 from presence.users import decode_id, id_decoder
 
@@ -67,14 +68,15 @@ class Connection(Protocol):
 
     async def send_json(self, content: dict[str, Any]) -> None: ...
 
-    #: digest of the connection's session key (presence.sessions), None without a session
-    session_digest: str | None
+    #: what the connection authenticated with (presence.sessions), None when it is never
+    #: re-checked (another authentication middleware)
+    credential: Credential | None
 
     async def end_session(self) -> None:
         """Close the connection: its session ended."""
 
     async def recheck_session(self) -> None:
-        """Close the connection if its session is no longer valid."""
+        """Close the connection if its session or token is no longer valid."""
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
@@ -93,7 +95,7 @@ class Hub:
         #: topics of each connection (presence.extensions): kind -> connection -> keys
         self.topics: dict[str, dict[Connection, set[str]]] = {}
         self._delivering: set[asyncio.Task[None]] = set()
-        #: session-bound connections of each user (see account_group_name)
+        #: connections of each user opened with a session or a token (see account_group_name)
         self.accounts: dict[UserId, set[Connection]] = {}
         self._session_tasks: set[asyncio.Task[None]] = set()
         #: user id -> loop time when its coalescing window ends
@@ -143,19 +145,27 @@ class Hub:
     # --- connections and subscriptions ---
 
     async def attach(self, connection: Connection) -> None:
+        """Register ``connection``; once this returns, the process is in its user's account
+        group (announcements of logouts reach it), or the join failed and was logged."""
         first_socket = False
+        joining = None
+        group = account_group_name(connection.viewer_id)
         async with self._lock:
             self.connections.add(connection)
             if not self._tasks:
                 await self._start()
-            if connection.session_digest is not None:
+            if connection.credential is not None:
                 sockets = self.accounts.setdefault(connection.viewer_id, set())
                 sockets.add(connection)
                 first_socket = len(sockets) == 1
+                # Another socket's join may still be on its way to the layer.
+                joining = None if first_socket else self._group_turns.get(group)
         if first_socket:
             # Outside the lock (a storm of connections must not join one at a time); its turn
             # is taken at once, so a leave decided later runs after it.
-            await self._group(self.layer and "group_add", account_group_name(connection.viewer_id))
+            await self._group(self.layer and "group_add", group)
+        elif joining is not None:
+            await asyncio.shield(joining)
 
     async def detach(self, connection: Connection) -> None:
         # First out of the registry: a handler of this connection still running (or a frame
@@ -266,7 +276,8 @@ class Hub:
             return  # not a message of this version's announcer
         sockets = list(self.accounts.get(user_id, ()))
         if message.get("type") == SESSION_ENDED:
-            ending = [c for c in sockets if c.session_digest == message.get("session")]
+            digest = message.get("session")
+            ending = [c for c in sockets if c.credential and c.credential.session_digest == digest]
             calls = [connection.end_session() for connection in ending]
         else:
             calls = [connection.recheck_session() for connection in sockets]

@@ -1,12 +1,21 @@
-"""Is the session a WebSocket was opened with still valid? (logout, password change)
+"""Are the credentials a WebSocket was opened with still valid? (logout, password change,
+deactivation, token expiry)
 
-A socket authenticates once, at its handshake; these checks let it end with its session. Session
-keys never leave this module in the clear: the live layer sends digests of them, and nothing
-here logs one.
+A socket authenticates once, at its handshake, with a Django session or a token
+(:mod:`presence.tokens`); these checks let it end with its credentials. Session keys never leave
+this module in the clear: the live layer sends digests of them, and nothing here logs one.
+
+Logouts and password changes are announced to the sockets' processes (``presence.announce``),
+and also marked in Redis for a short while (:func:`mark_session_ended_plan`,
+:func:`mark_account_changed_plan`): a socket whose handshake read its session just before such an
+announcement, and whose process joined the user's account group just after it, reads the marks
+once it has joined (:func:`recent_ends_plan`) and closes all the same.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
 from importlib import import_module
 from typing import Any
 
@@ -18,7 +27,18 @@ from django.contrib.auth import (
     get_user_model,
     load_backend,
 )
+from django.core import signing
 from django.utils.crypto import constant_time_compare, salted_hmac
+
+from presence.conf import get_settings
+from presence.store import Plan, PresenceStore
+from presence.users import UserId, encode_id
+
+#: the ASGI scope key where presence.tokens.TokenAuthMiddleware keeps the token it
+#: authenticated the connection with (the consumer re-checks it, as it re-checks sessions)
+SCOPE_TOKEN = "presence.token"
+
+_TOKEN_SALT = "presence.tokens"
 
 
 def session_key_of(scope: dict[str, Any]) -> str | None:
@@ -59,3 +79,119 @@ def session_is_valid(session_key: str, user_id: Any) -> bool:
         return False
     hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
     return any(constant_time_compare(stored_hash, current) for current in hashes)
+
+
+# --- tokens (presence.tokens is their public face) -------------------------------------------
+
+
+def password_mark(user: Any) -> str:
+    """Changes with the password hash (and is no secret of it), so a new password ends tokens."""
+    return salted_hmac(_TOKEN_SALT, user.password or "", algorithm="sha256").hexdigest()[:16]
+
+
+def issue_token(user: Any) -> str:
+    """A token that authenticates ``user`` for TOKEN_MAX_AGE seconds (until their password
+    changes)."""
+    return signing.dumps({"u": str(user.pk), "p": password_mark(user)}, salt=_TOKEN_SALT)
+
+
+def user_for_token(token: str) -> Any | None:
+    """The active user ``token`` authenticates, or None (bad, expired, password changed)."""
+    try:
+        data = signing.loads(token, salt=_TOKEN_SALT, max_age=get_settings().TOKEN_MAX_AGE)
+    except signing.BadSignature:  # also SignatureExpired
+        return None
+    pk = data.get("u") if isinstance(data, dict) else None
+    if not isinstance(pk, str):
+        return None
+    user = get_user_model()._default_manager.filter(pk=pk).first()
+    if user is None or not getattr(user, "is_active", True):
+        return None
+    return user if data.get("p") == password_mark(user) else None
+
+
+# --- how a socket authenticated ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a socket authenticated with: a session (``session_key``) or a token (``token``)."""
+
+    session_key: str | None = None
+    token: str | None = None
+
+    @cached_property
+    def session_digest(self) -> str | None:
+        """Names the session in logout announcements; None for a token."""
+        return session_digest(self.session_key) if self.session_key else None
+
+    def is_valid(self, user_id: Any) -> bool:
+        """Whether it still authenticates ``user_id`` (a database read)."""
+        if self.token is not None:
+            user = user_for_token(self.token)
+            return user is not None and user.pk == user_id
+        return self.session_key is not None and session_is_valid(self.session_key, user_id)
+
+
+def credential_of(scope: dict[str, Any]) -> Credential | None:
+    """How the scope's user authenticated: the token presence's TokenAuthMiddleware accepted
+    (even beside a session cookie, which then belongs to nobody), else the scope's session;
+    None when neither (another authentication middleware: such sockets are not re-checked)."""
+    token = scope.get(SCOPE_TOKEN)
+    if isinstance(token, str):
+        return Credential(token=token)
+    key = session_key_of(scope)
+    return Credential(session_key=key) if key else None
+
+
+# --- marks of recent logouts and password changes (see the module's docstring) ----------------
+
+
+def _mark_ttl() -> int:
+    # Long enough for any handshake to reach its account group; past it the periodic check
+    # (SESSION_CHECK_INTERVAL) would have caught the socket anyway.
+    conf = get_settings()
+    return 2 * max(conf.SESSION_CHECK_INTERVAL, conf.CONNECTION_TTL)
+
+
+def _ended_key(store: PresenceStore, digest: str) -> str:
+    return f"{store.conf.KEY_PREFIX}:ended-session:{digest}"
+
+
+def _changed_key(store: PresenceStore, user_id: UserId) -> str:
+    return f"{store.conf.KEY_PREFIX}:account-changed:{encode_id(user_id)}"
+
+
+def mark_session_ended_plan(store: PresenceStore, digest: str) -> Plan[None]:
+    """Mark a logged-out session (by digest) for a while."""
+    return Plan(
+        commands=[("SET", _ended_key(store, digest), 1, "EX", _mark_ttl())],
+        parse=lambda replies: None,
+        fallback=None,
+    )
+
+
+def mark_account_changed_plan(store: PresenceStore, user_id: UserId) -> Plan[None]:
+    """Mark a user whose password changed or who was deactivated, for a while."""
+    return Plan(
+        commands=[("SET", _changed_key(store, user_id), 1, "EX", _mark_ttl())],
+        parse=lambda replies: None,
+        fallback=None,
+    )
+
+
+def recent_ends_plan(
+    store: PresenceStore, user_id: UserId, credential: Credential
+) -> Plan[tuple[bool, bool]]:
+    """Whether this credential's session was logged out lately, and whether the user's password
+    changed (or the user was deactivated) lately. (False, False) when Redis is unavailable: the
+    periodic check still comes."""
+    digest = credential.session_digest
+    commands: list[tuple[Any, ...]] = [("EXISTS", _changed_key(store, user_id))]
+    if digest is not None:
+        commands.append(("EXISTS", _ended_key(store, digest)))
+    return Plan(
+        commands=commands,
+        parse=lambda replies: (len(replies) > 1 and bool(replies[1]), bool(replies[0])),
+        fallback=(False, False),
+    )

@@ -19,41 +19,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
-from django.core import signing
 from django.http import HttpRequest, HttpResponseBase
-from django.utils.crypto import salted_hmac
 
-from presence.conf import get_settings
+# The token's mechanics live with the other credential checks (an open socket re-checks its
+# token as it re-checks a session); this module is their public face.
+from presence.sessions import SCOPE_TOKEN, issue_token, user_for_token
 
-_SALT = "presence.tokens"
-
-
-def _password_mark(user: Any) -> str:
-    # Changes with the password hash (and is no secret of it), so a new password ends tokens.
-    return salted_hmac(_SALT, user.password or "", algorithm="sha256").hexdigest()[:16]
-
-
-def issue_token(user: Any) -> str:
-    """A token that authenticates ``user`` for TOKEN_MAX_AGE seconds (until their password
-    changes)."""
-    return signing.dumps({"u": str(user.pk), "p": _password_mark(user)}, salt=_SALT)
-
-
-def user_for_token(token: str) -> Any | None:
-    """The active user ``token`` authenticates, or None (bad, expired, password changed)."""
-    try:
-        data = signing.loads(token, salt=_SALT, max_age=get_settings().TOKEN_MAX_AGE)
-    except signing.BadSignature:  # also SignatureExpired
-        return None
-    pk = data.get("u") if isinstance(data, dict) else None
-    if not isinstance(pk, str):
-        return None
-    user = get_user_model()._default_manager.filter(pk=pk).first()
-    if user is None or not getattr(user, "is_active", True):
-        return None
-    return user if data.get("p") == _password_mark(user) else None
+__all__ = [
+    "TokenAuthMiddleware",
+    "TokenAuthenticationMiddleware",
+    "bearer_token",
+    "issue_token",
+    "user_for_token",
+]
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -84,6 +63,9 @@ class TokenAuthMiddleware:
             if token is not None:
                 found = await sync_to_async(user_for_token)(token)
                 scope = {**scope, "user": found or AnonymousUser()}
+                if found is not None:
+                    # The consumer re-checks it (password change, deactivation, expiry).
+                    scope[SCOPE_TOKEN] = token
         await self.inner(scope, receive, send)
 
 

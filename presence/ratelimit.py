@@ -1,8 +1,9 @@
-"""A per-user limit on HTTP writes (posting, joining or leaving groups, status changes), shared
-by every process through one small Redis counter per user and window.
+"""A per-user limit on writes (posting, joining or leaving groups, status changes), shared by
+every process through one small Redis counter per user and window.
 
-The WebSocket has its own per-connection limit (``RATE_LIMIT``, close code 4429); this one
-guards the HTTP endpoints (and the demo's forms) against one account flooding the database.
+The WebSocket has its own per-connection limit on frames (``RATE_LIMIT``, close code 4429);
+this one guards the database against one account flooding it, whatever the way in: the HTTP
+endpoints, the demo's forms and the writes made over a WebSocket (``set_status``) count alike.
 ``HTTP_RATE_LIMIT = (requests, seconds)``: at most ``requests`` writes of one user in each
 fixed window of ``seconds`` (windows start at multiples of ``seconds`` since the epoch, so a
 burst across a window boundary may reach twice the limit: simple, and one round trip).
@@ -38,16 +39,31 @@ def counter_plan(store: PresenceStore, user_id: UserId, now: float) -> Plan[int 
 
 
 def retry_after(user: Any) -> int | None:
-    """Count one HTTP write of ``user``: None when it is allowed, else the whole seconds until
-    the current window ends (the ``Retry-After`` of a 429). Fails open when Redis is down or
+    """Count one write of ``user``: None when it is allowed, else the whole seconds until the
+    current window ends (the ``Retry-After`` of a 429). Fails open when Redis is down or
     ``HTTP_RATE_LIMIT`` is None."""
-    limit = get_settings().HTTP_RATE_LIMIT
-    if limit is None:
+    if get_settings().HTTP_RATE_LIMIT is None:
         return None
-    requests, seconds = limit
     now = time.time()
     store = get_store()
-    count = store.run(counter_plan(store, user_pk(user), now))
+    return _verdict(store.run(counter_plan(store, user_pk(user), now)), now)
+
+
+async def aretry_after(user: Any) -> int | None:
+    """:func:`retry_after` for the WebSocket: writes made over a socket (status changes, and
+    what they record) count against the same per-user counter as HTTP's, so neither a socket
+    nor a reconnect brings a fresh budget."""
+    if get_settings().HTTP_RATE_LIMIT is None:
+        return None
+    now = time.time()
+    store = get_store()
+    return _verdict(await store.arun(counter_plan(store, user_pk(user), now), live=True), now)
+
+
+def _verdict(count: int | None, now: float) -> int | None:
+    limit = get_settings().HTTP_RATE_LIMIT
+    assert limit is not None
+    requests, seconds = limit
     if count is None or count <= requests:
         return None
     window_end = (math.floor(now / seconds) + 1) * seconds

@@ -14,7 +14,6 @@ The live connections' side (opening, heartbeats, sweeps, the hub's reads) is
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -142,16 +141,28 @@ async def aget_presence(target: Any, viewer: Any) -> Presence:
     return (await abulk_presence([target], viewer)).get(_pk(target), domain.HIDDEN)
 
 
-def _most_recent_online(presences: dict[UserId, Presence], limit: int | None) -> list[UserId]:
-    online = [user_id for user_id, p in presences.items() if p.is_online]
+def _by_visible_recency(presences: dict[UserId, Presence], ids: Iterable[UserId]) -> list[UserId]:
+    """``ids`` in an order only what the viewer sees decides: those whose last seen the viewer
+    may see, most recent first, then the others by id. Their true activity never moves a
+    hidden one (the order of a list of friends would tell it)."""
+    shown: list[UserId] = []
+    hidden: list[UserId] = []
+    for user_id in ids:
+        (hidden if presences[user_id].last_seen is None else shown).append(user_id)
 
     def recency(user_id: UserId) -> float:
-        # Online friends whose last seen is hidden from the viewer sort after the others.
-        last_seen = presences[user_id].last_seen
-        return -math.inf if last_seen is None else last_seen.timestamp()
+        return presences[user_id].last_seen.timestamp()  # type: ignore[union-attr]
 
-    # A float per friend, not a tuple: thousands of them at a time.
-    online.sort(key=recency, reverse=True)
+    # By id first, so that equal last seens too keep an order the database cannot change; a
+    # float per friend, not a tuple: thousands of them at a time (the sort is stable).
+    shown.sort()
+    shown.sort(key=recency, reverse=True)
+    hidden.sort()
+    return shown + hidden
+
+
+def _most_recent_online(presences: dict[UserId, Presence], limit: int | None) -> list[UserId]:
+    online = _by_visible_recency(presences, [u for u, p in presences.items() if p.is_online])
     return online if limit is None else online[:limit]
 
 
@@ -246,6 +257,37 @@ def online_friends(user: Any, limit: int | None = None) -> list[Any]:
 
 async def aonline_friends(user: Any, limit: int | None = None) -> list[Any]:
     return (await _aread_online_friends(user, limit)).users()
+
+
+def watched_friends(
+    user: Any, most: int
+) -> tuple[list[tuple[Any, Presence]], list[tuple[Any, Presence]]]:
+    """What a live online-friends list holds (``{% online_friends_list %}``): at most ``most``
+    friends, each with the presence ``user`` may see. First the online ones, as
+    :func:`online_friends_with_presence` lists them; then the others, in an order only what
+    ``user`` may see decides (their last seen where shown, most recent first, then by id), so
+    neither the order nor who is left out past ``most`` tells a hidden friend's activity.
+
+    Three queries (friend ids; facts and rows of the online ones; of the others) and two Redis
+    round trips whatever the number of friends; the others' cost grows with their number
+    (each is resolved to be placed), and only the users listed are built."""
+    _check_limit(most)
+    store = get_store()
+    friends = relations.friend_ids(user)
+    now = rules.now()
+    live = store.run(store.read_recent(friends, _live_since(now)))
+    online = _online_friends(
+        relations.load_with_users(user, _live_online(live, now)), live, now, most
+    )
+    room = most - len(online.listed)
+    listed = set(online.listed)
+    rest = [pk for pk in friends if pk not in listed]
+    if room <= 0 or not rest:
+        return online.with_presence(), []
+    found = relations.load_with_users(user, rest)
+    presences = rules.resolve_each(found.each_fact(), store.run(store.read(rest)), now)
+    others = found.users(_by_visible_recency(presences, presences)[:room])
+    return online.with_presence(), [(other, presences[other.pk]) for other in others]
 
 
 def online_now(viewer: Any) -> list[UserId]:

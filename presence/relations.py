@@ -312,10 +312,14 @@ async def aexisting(target_ids: Collection[Any]) -> set[UserId]:
 
 
 def friends_query(user_pk: Any) -> Any:
-    """Ids of mutual contacts of a user, in one query."""
+    """Ids of mutual contacts of a user with no block between them either way, in one query:
+    a blocked friend is no friend to show (not even hidden in a live list)."""
+    them = OuterRef("contact")
     return (
         Contact.objects.filter(owner=user_pk)
-        .filter(Exists(Contact.objects.filter(owner=OuterRef("contact"), contact=user_pk)))
+        .filter(Exists(Contact.objects.filter(owner=them, contact=user_pk)))
+        .filter(~Exists(Block.objects.filter(blocker=them, blocked=user_pk)))
+        .filter(~Exists(Block.objects.filter(blocker=user_pk, blocked=them)))
         .values_list("contact_id", flat=True)
     )
 

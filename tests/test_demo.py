@@ -524,8 +524,8 @@ def test_home_costs_the_same_for_few_and_many_friends(
     assert len(re.findall(r'presence-dot--online" data-presence-user', many_html)) >= 20
     assert (many_queries, many_trips) == (few_queries, few_trips)
     # Session, user, friends, followers, own presence, page prefetch, the live online-friends
-    # list (online friends: 3; the offline friends it watches: their rows and presence, 2).
-    with django_assert_max_num_queries(11):
+    # list (friend ids; the online ones' facts and rows; the others' facts and rows: 3).
+    with django_assert_max_num_queries(9):
         client.get(reverse("demo:home"))
     assert many_trips <= 4  # own presence, page prefetch, online friends, watched friends
 

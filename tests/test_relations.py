@@ -125,19 +125,25 @@ def test_choices_from_rows(make_user: Callable[..., Any]) -> None:
 
 
 def test_friends_are_mutual_contacts(make_user: Callable[..., Any]) -> None:
-    user, mutual, follows_me, i_follow, blocked_friend = (make_user() for _ in range(5))
-    for friend in (mutual, blocked_friend):
+    user, mutual, follows_me, i_follow, blocked_friend, blocking_friend = (
+        make_user() for _ in range(6)
+    )
+    for friend in (mutual, blocked_friend, blocking_friend):
         Contact.objects.create(owner=user, contact=friend)
         Contact.objects.create(owner=friend, contact=user)
     Contact.objects.create(owner=follows_me, contact=user)
     Contact.objects.create(owner=user, contact=i_follow)
     Block.objects.create(blocker=user, blocked=blocked_friend)
+    Block.objects.create(blocker=blocking_friend, blocked=user)
     with CaptureQueriesContext(connection) as queries:
         ids = relations.friend_ids(user)
     assert len(queries) == 1
-    # A block does not unfriend; the privacy rules hide blocked friends everywhere.
-    assert sorted(ids) == sorted([mutual.pk, blocked_friend.pk])
+    # A block either way leaves the friend out of every list of friends (the contacts stay:
+    # an unblock brings them back).
+    assert sorted(ids) == [mutual.pk]
     assert sorted(async_to_sync(relations.afriend_ids)(user)) == sorted(ids)
+    Block.objects.filter(blocked=blocked_friend).delete()
+    assert sorted(relations.friend_ids(user)) == sorted([mutual.pk, blocked_friend.pk])
 
 
 def test_anonymous_has_no_friends() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -15,10 +16,11 @@ from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import translation
 
-from presence import api
+from presence import api, relations
 from presence.domain import Presence, Status
-from presence.models import Contact, LastSeen, PrivacySettings
+from presence.models import Block, Contact, LastSeen, PrivacySettings
 from presence.store import READ_RECENT, get_store
+from tests.clock import T0
 from tests.privacy_cases import (
     CASE_IDS,
     CASES,
@@ -551,3 +553,103 @@ def test_online_friends_list_shows_at_most_limit_and_nothing_to_strangers(
     assert html.count("<li ") == 4 and html.count('" hidden>') == 2  # two shown, two hidden
     request.user = AnonymousUser()
     assert "<li " not in render("{% online_friends_list %}", request)
+
+
+def _friends(viewer: Any, *friends: Any) -> None:
+    for friend in friends:
+        Contact.objects.create(owner=viewer, contact=friend)
+        Contact.objects.create(owner=friend, contact=viewer)
+
+
+@pytest.mark.parametrize(
+    "hidden_setting",
+    [{"invisible": True}, {"online_visibility": "nobody"}, {"last_seen_visibility": "nobody"}],
+)
+def test_online_friends_list_orders_hidden_friends_whatever_their_true_last_seen(
+    hidden_setting: dict[str, Any],
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+) -> None:
+    """The hidden items of the live list are in an order only what the viewer may see decides:
+    friends whose last seen the viewer sees, most recent first, then the others by id. A
+    hidden friend seen a minute ago and one seen three days ago sit in the same place."""
+
+    ann = make_user("ann")
+    first, hidden, last, shown = (make_user(name) for name in ("first", "hidden", "last", "shown"))
+    _friends(ann, first, hidden, last, shown)
+    PrivacySettings.objects.create(user=hidden, **hidden_setting)
+    for friend in (first, last):  # hidden too, seen a day ago
+        PrivacySettings.objects.create(user=friend, last_seen_visibility="nobody")
+        LastSeen.objects.create(user=friend, seen_at=T0 - timedelta(days=1))
+    LastSeen.objects.create(user=shown, seen_at=T0 - timedelta(days=5))
+    seen = LastSeen.objects.create(user=hidden, seen_at=T0 - timedelta(minutes=1))
+
+    def page() -> str:
+        return render("{% online_friends_list limit=5 %}", request_for(ann))
+
+    recently = page()
+    seen.seen_at = T0 - timedelta(days=3)
+    seen.save()
+    assert page() == recently
+    # The friend whose last seen ann sees first, then the hidden ones by id.
+    items = [
+        f'    <li data-presence-friend="{shown.pk}" data-presence-last-seen-at="'
+        f'{(T0 - timedelta(days=5)).isoformat()}" hidden>{dot_html(shown.pk, "offline")} shown</li>'
+    ] + [
+        f'    <li data-presence-friend="{friend.pk}" data-presence-last-seen-at="" hidden>'
+        f"{dot_html(friend.pk, 'offline')} {friend.username}</li>"
+        for friend in (first, hidden, last)
+    ]
+    assert recently == (
+        '<div class="presence-friends" data-presence-friends data-presence-friends-limit="5">\n'
+        '  <ul class="presence-friends__list">\n' + "\n".join(items) + "\n  </ul>\n"
+        '  <p class="presence-friends__empty" data-presence-friends-empty>'
+        "No friend is online right now.</p>\n"
+        "</div>\n"
+    )
+
+
+def test_online_friends_leave_out_friends_blocked_either_way(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    """A friend who blocked the viewer, or whom the viewer blocked, is no friend to show: not
+    in the live list (not even hidden and watched), nor in online_friends."""
+    ann = make_user("ann")
+    blocker, blocked, friend = make_user("blocker"), make_user("blocked"), make_user("friend")
+    _friends(ann, blocker, blocked, friend)
+    Block.objects.create(blocker=blocker, blocked=ann)
+    Block.objects.create(blocker=ann, blocked=blocked)
+    for user in (blocker, blocked, friend):
+        LastSeen.objects.create(user=user, seen_at=T0 - timedelta(hours=1))
+    html = render("{% online_friends_list %}", request_for(ann))
+    assert re.findall(r'data-presence-friend="(\d+)"', html) == [str(friend.pk)]
+    assert relations.friend_ids(ann) == [friend.pk]
+    for user in (blocker, blocked, friend):
+        api.touch(user)
+    assert api.online_friends(ann) == [friend]
+    html = render("{% online_friends_list %}", request_for(ann))
+    assert re.findall(r'data-presence-friend="(\d+)"', html) == [str(friend.pk)]
+
+
+@pytest.mark.parametrize("count", [3, 60])
+def test_online_friends_list_costs_the_same_whatever_the_number_of_friends(
+    count: int, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    ann = make_user("ann")
+    friends = [make_user() for _ in range(count)]
+    _friends(ann, *friends)
+    for index, friend in enumerate(friends):
+        if index % 3 == 0:
+            api.touch(friend)
+        elif index % 3 == 1:
+            PrivacySettings.objects.create(user=friend, last_seen_visibility="nobody")
+            LastSeen.objects.create(user=friend, seen_at=T0 - timedelta(days=index))
+    get_store().client.script_load(READ_RECENT.source)
+    request = request_for(ann)
+    with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
+        html = render("{% online_friends_list limit=5 %}", request)
+    # friend ids, the online ones' facts and rows, the others' facts and rows; the dots cost
+    # nothing more (they show the presence that placed them)
+    assert len(queries) == 3
+    assert trips.count == 2  # the online ones, the others
+    assert html.count("<li ") == count

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
+from functools import cache
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.auth import get_user_model
+from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth import get_permission_codename, get_user_model
 from django.db.models import F, QuerySet
 from django.utils import timezone
 from django.utils.html import format_html
@@ -168,12 +170,37 @@ class PresenceUserAdminMixin(PresenceColumnsMixin):
         class SiteUserAdmin(PresenceUserAdminMixin, UserAdmin):
             pass
 
-    adds the status and last seen columns (sortable by last seen), an "online now" filter, and
-    the privacy settings and last seen inlines on each user's page."""
+    adds the status and last seen columns (sortable by last seen for staff who may view
+    ``LastSeen``), an "online now" filter, and the privacy settings and last seen inlines on
+    each user's page."""
 
     def get_list_display(self, request: Any) -> tuple[Any, ...]:
         shown = tuple(super().get_list_display(request))  # type: ignore[misc]
         return (*shown, "live_status", "live_last_seen")
+
+    def may_sort_by_last_seen(self, request: Any) -> bool:
+        """Whether this moderator may order users by their true (persisted) last seen: only
+        one who may view ``LastSeen`` rows, which show it anyway. For the others the column
+        shows what the resolver lets them see, and an order by the true value would tell
+        them what it hides."""
+        options = LastSeen._meta
+        return any(
+            request.user.has_perm(f"{options.app_label}.{get_permission_codename(action, options)}")
+            for action in ("view", "change")
+        )
+
+    def get_sortable_by(self, request: Any) -> Any:
+        sortable = super().get_sortable_by(request)  # type: ignore[misc]
+        if self.may_sort_by_last_seen(request):
+            return sortable
+        return tuple(name for name in sortable if name != "live_last_seen")
+
+    def get_changelist(self, request: Any, **kwargs: Any) -> Any:
+        changelist = super().get_changelist(request, **kwargs)  # type: ignore[misc]
+        if self.may_sort_by_last_seen(request):
+            return changelist
+        # sortable_by only hides the header's link: an ?o= naming the column would still sort.
+        return _not_ordering_by(changelist, "live_last_seen")
 
     def get_list_filter(self, request: Any) -> tuple[Any, ...]:
         return (*super().get_list_filter(request), OnlineNowFilter)  # type: ignore[misc]
@@ -188,6 +215,19 @@ class PresenceUserAdminMixin(PresenceColumnsMixin):
     )
     def live_last_seen(self, obj: Any) -> str:
         return super().live_last_seen(obj)
+
+
+@cache
+def _not_ordering_by(changelist: type[ChangeList], column: str) -> type[ChangeList]:
+    """``changelist`` with ``column`` ordering nothing, whatever ``?o=`` asks."""
+
+    class Unordered(changelist):  # type: ignore[valid-type,misc]
+        def get_ordering_field(self, field_name: Any) -> Any:
+            if field_name == column:
+                return None
+            return super().get_ordering_field(field_name)
+
+    return Unordered
 
 
 class _LastSeenOnlineNow(OnlineNowFilter):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
 
@@ -274,3 +274,46 @@ def section(html: str, start: str, end: str) -> str:
     """The part of ``html`` from ``start`` to the next ``end``."""
     begin = html.index(start)
     return html[begin : html.index(end, begin)]
+
+
+def test_staff_who_may_not_see_last_seen_cannot_order_users_by_it(
+    clock: Any, make_user: Callable[..., Any]
+) -> None:
+    """Ordering by the true last seen would tell a moderator what the resolver hides from them
+    (the order of last seens they may not see): for staff without presence.view_lastseen the
+    column does not sort, and an ``?o=`` naming it changes nothing."""
+    from django.contrib.auth.models import Permission
+    from django.utils import timezone
+
+    staff = make_user("staff", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_user"))
+    early, late = make_user("early"), make_user("late")  # contacts only (the default): hidden
+    client = Client()
+    client.force_login(staff)
+
+    def order(recent: Any, old: Any) -> tuple[list[bool], bool]:
+        """Whether early lists before late, sorted up and down; whether the header sorts."""
+        LastSeen.objects.update_or_create(
+            user=recent, defaults={"seen_at": timezone.now() - timedelta(minutes=1)}
+        )
+        LastSeen.objects.update_or_create(
+            user=old, defaults={"seen_at": timezone.now() - timedelta(days=3)}
+        )
+        page = client.get("/admin/auth/user/")
+        assert page.status_code == 200
+        column = page.context["cl"].list_display.index("live_last_seen")
+        html = page.content.decode()
+        at = html.index("column-live_last_seen")
+        sortable = "sortable" in html[html.rfind("<th", 0, at) : at]
+        orders = []
+        for sort in (f"{column}", f"-{column}"):
+            listed = client.get("/admin/auth/user/", {"o": sort}).content.decode()
+            early_at, late_at = (
+                listed.index(f"/admin/auth/user/{u.pk}/change/") for u in (early, late)
+            )
+            orders.append(early_at < late_at)
+        return orders, sortable
+
+    early_first, sortable = order(early, late)
+    assert order(late, early) == (early_first, sortable)
+    assert not sortable

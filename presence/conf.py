@@ -78,6 +78,10 @@ class PresenceSettings:
     #: at most this many HTTP writes (status changes, posts, group joins and leaves) per user in
     #: each window of this many seconds, across processes (presence.ratelimit); None: no limit
     HTTP_RATE_LIMIT: tuple[int, int] | None = (30, 60)
+    #: bytes the server may hold unsent for one WebSocket connection (a client that does not
+    #: read); past it the connection is closed with 4408. Above the largest snapshot
+    #: (MAX_SUBSCRIPTIONS presences of up to ~3.6 KB each with the longest custom statuses)
+    MAX_UNSENT_BYTES: int = 4 * 1024 * 1024
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))

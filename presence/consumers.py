@@ -19,13 +19,11 @@ import uuid
 import weakref
 from collections import deque
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.security.websocket import OriginValidator
-from django.conf import settings
 from django.db import close_old_connections
 from django.utils.translation import gettext
 
@@ -34,6 +32,7 @@ from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub import Hub
 from presence.memo import bounded_memo
+from presence.origins import foreign_origin
 from presence.store import get_store
 
 logger = logging.getLogger("presence")
@@ -202,20 +201,10 @@ def frame_cost(user_ids: int) -> int:
 
 
 def _foreign_origin(scope: dict[str, Any]) -> bool:
-    """Whether a browser page of another site opened this socket (its Origin is outside
-    ALLOWED_HOSTS), as channels' AllowedHostsOriginValidator decides, in case a site forgot
-    it. No Origin header: not a browser (browsers always send one), so no cross-site risk."""
-    origin = dict(scope.get("headers") or []).get(b"origin")
-    if origin is None:
-        return False
-    allowed = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not allowed:
-        allowed = ["localhost", "127.0.0.1", "[::1]"]
-    try:
-        parsed = urlparse(origin.decode("latin-1"))
-    except ValueError:
-        return True
-    return not OriginValidator(None, allowed).valid_origin(parsed)
+    """Whether a browser page of another site opened this socket, as the ASGI wiring's
+    PresenceOriginValidator decides (presence.origins), in case a site forgot it or wired
+    channels' validator. No Origin header: not a browser, so no cross-site risk."""
+    return foreign_origin(scope)
 
 
 def _device(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:

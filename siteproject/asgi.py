@@ -17,11 +17,10 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from presence.routing import websocket_urlpatterns  # noqa: E402
+from presence.routing import PresenceOriginValidator, websocket_urlpatterns  # noqa: E402
 
 # daphne started directly (as `make demo` does) does not serve static files; do it in DEBUG.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
@@ -33,8 +32,7 @@ gc.freeze()
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Refuses other sites' pages (Origin outside ALLOWED_HOSTS), serves native apps (no Origin).
+        "websocket": PresenceOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

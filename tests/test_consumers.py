@@ -347,13 +347,20 @@ async def test_site_application_authenticates_by_session_and_checks_origin(
             "code": 4401,
         }
 
-    # A foreign Origin, or none, is refused at the handshake even with a valid session.
-    for bad_origin in (b"http://evil.example", None):
+    # Another site's page (a foreign Origin, or null) is refused at the handshake even with a
+    # valid session.
+    for bad_origin in (b"http://evil.example", b"null"):
         communicator = await attempt(bad_origin, cookie)
         connected, _ = await communicator.connect(timeout=TIMEOUT)
         assert not connected
         await sockets.rejected(communicator)
     assert (await api.aget_presence(user, user)).as_dict() == presence(invisible=False)
+
+    # A client sending no Origin is no browser, so no other site's page: it is served.
+    communicator = await attempt(None, cookie)
+    assert await communicator.connect(timeout=TIMEOUT) == (True, None)
+    assert await subscribe(communicator, user) == state({user.pk: online(invisible=False)})
+    await sockets.close(communicator)
 
     # The real session: the user is online on the web from the first frame on.
     communicator = await attempt(origin, cookie)
@@ -1736,7 +1743,7 @@ async def test_large_subscribes_count_as_several_frames_of_the_rate_limit(
 async def test_the_consumer_refuses_foreign_origins_by_itself_with_4403(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    # APP has no AllowedHostsOriginValidator in front, as on a site that forgot it.
+    # APP has no origin validator in front, as on a site that forgot it.
     user = await new_user(make_user)
     for origin in (b"http://evil.example", b"https://testserver.evil.example", b"null"):
         communicator = sockets.make(user, headers=[(b"origin", origin)])

@@ -27,7 +27,17 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 from django.utils.translation import gettext
 
-from presence import announce, api, domain, extensions, lifecycle, relations, sessions, users
+from presence import (
+    announce,
+    api,
+    domain,
+    extensions,
+    lifecycle,
+    ratelimit,
+    relations,
+    sessions,
+    users,
+)
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub import Hub

@@ -16,6 +16,8 @@ import math
 import time
 from typing import Any
 
+from django.utils.translation import ngettext
+
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.store import Plan, PresenceStore, get_store
@@ -58,6 +60,15 @@ async def aretry_after(user: Any) -> int | None:
     now = time.time()
     store = get_store()
     return _verdict(await store.arun(counter_plan(store, user_pk(user), now), live=True), now)
+
+
+def limited_message(wait: int) -> str:
+    """What a write past the limit is answered, over HTTP (a 429) and over the WebSocket."""
+    return ngettext(
+        "Too many changes in a short time; try again in %(seconds)d second.",
+        "Too many changes in a short time; try again in %(seconds)d seconds.",
+        wait,
+    ) % {"seconds": wait}
 
 
 def _verdict(count: int | None, now: float) -> int | None:

@@ -13,7 +13,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, rules, users
@@ -154,16 +153,7 @@ def over_rate_limit(request: HttpRequest) -> HttpResponse | None:
     wait = ratelimit.retry_after(request.user)
     if wait is None:
         return None
-    response = error(
-        "rate_limited",
-        ngettext(
-            "Too many changes in a short time; try again in %(seconds)d second.",
-            "Too many changes in a short time; try again in %(seconds)d seconds.",
-            wait,
-        )
-        % {"seconds": wait},
-        status=429,
-    )
+    response = error("rate_limited", ratelimit.limited_message(wait), status=429)
     response["Retry-After"] = str(wait)
     return response
 

@@ -856,7 +856,9 @@ async def test_fuzzed_frames_are_answered_and_change_no_other_user(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    with override_settings(PRESENCE={**BASE, "RATE_LIMIT": (10**9, 10)}):
+    # HTTP_RATE_LIMIT off: the per-user write budget would answer most set_status frames
+    # rate_limited (tests/test_socket_write_limit.py tests it).
+    with override_settings(PRESENCE={**BASE, "RATE_LIMIT": (10**9, 10), "HTTP_RATE_LIMIT": None}):
         fuzzer, friend, bystander = await _site_users(make_user)
         # The fuzzing user on two devices; its friend watches it and the bystander.
         tabs = [await sockets.open(fuzzer), await sockets.open(fuzzer, "?device=mobile")]
@@ -984,7 +986,9 @@ async def test_fuzzed_floods_close_with_4429_exactly_past_the_rate_limit(
     socket with 4429 and is the last one answered. The clock stands still: no frame leaves the
     window."""
     caplog.set_level(logging.WARNING)
-    with override_settings(PRESENCE={**BASE, "RATE_LIMIT": (RATE_FRAMES, 10)}):
+    with override_settings(
+        PRESENCE={**BASE, "RATE_LIMIT": (RATE_FRAMES, 10), "HTTP_RATE_LIMIT": None}
+    ):
         fuzzer, friend, bystander = await _site_users(make_user)
         site, unknown_ids = _site(fuzzer, friend, bystander)
         # Subscribes of up to a thousand ids, weighing up to ten frames each.

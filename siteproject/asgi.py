@@ -21,6 +21,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from presence.routing import PresenceOriginValidator, websocket_urlpatterns  # noqa: E402
+from presence.tokens import TokenAuthMiddleware  # noqa: E402
 
 # daphne started directly (as `make demo` does) does not serve static files; do it in DEBUG.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
@@ -32,7 +33,10 @@ gc.freeze()
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        # Refuses other sites' pages (Origin outside ALLOWED_HOSTS), serves native apps (no Origin).
-        "websocket": PresenceOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Refuses other sites' pages (Origin outside ALLOWED_HOSTS), serves native apps (no Origin,
+        # authenticated by a session cookie or by a token: docs/websocket.md).
+        "websocket": PresenceOriginValidator(
+            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

@@ -308,3 +308,33 @@ def test_logout_on_one_process_closes_that_sessions_socket_on_another(
     assert state["presences"][str(ann.pk)]["status"] == "online"
     socket.close()
     other.close()
+
+
+def test_a_password_change_closes_a_token_socket_on_a_server_process(
+    daphne: Callable[..., Daphne], friends: tuple[Any, Any]
+) -> None:
+    # A native client's socket, opened with a token on a daphne process; the password changes
+    # in another process (this one): the socket closes with 4401, the friend's stays open.
+    from presence.tokens import issue_token
+
+    ann, ben = friends
+    server = daphne(TIMINGS)
+    ws = websockets_client.connect(
+        server.ws_url,
+        additional_headers={"Authorization": f"Bearer {issue_token(ann)}"},
+        open_timeout=WAIT,
+    )
+    friend = Socket(server, bare_session_of(ben), beat=False)
+    try:
+        ws.send(json.dumps({"type": "subscribe", "users": [ann.pk]}))
+        assert json.loads(ws.recv(timeout=WAIT))["type"] == "presence_state"
+        ann.set_password("a new secret")
+        ann.save()
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=WAIT)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+        friend.send({"type": "subscribe", "users": [ann.pk]})
+        friend.wait_for(lambda f: f["type"] == "presence_state")
+    finally:
+        ws.close()
+        friend.close()

@@ -37,10 +37,12 @@ UUID_TESTS ?= tests/test_users.py tests/test_store.py tests/test_store_scripts.p
 	tests/test_hub.py tests/test_receivers.py tests/test_relations.py tests/test_privacy.py \
 	tests/test_templatetags.py tests/test_presence_cleanup.py tests/test_drf.py \
 	tests/test_feed_api.py tests/test_feed_views.py tests/test_feed_live.py \
-	tests/test_fuzz_consumer.py tests/test_fuzz_http.py tests/uuidsite/tests_uuid.py
+	tests/test_fuzz_consumer.py tests/test_fuzz_http.py tests/uuidsite/tests_uuid.py \
+	tests/test_socket_credentials.py tests/test_socket_write_limit.py
 CLUSTER_TESTS ?= tests/test_store.py tests/test_store_scripts.py tests/test_api.py tests/test_lifecycle.py \
-	tests/test_middleware.py tests/test_consumers.py tests/test_hub.py tests/test_presence_cleanup.py
-LAYER_TESTS ?= tests/test_hub.py tests/test_consumers.py tests/test_feed_live.py
+	tests/test_middleware.py tests/test_consumers.py tests/test_hub.py tests/test_presence_cleanup.py \
+	tests/test_socket_credentials.py
+LAYER_TESTS ?= tests/test_hub.py tests/test_consumers.py tests/test_feed_live.py tests/test_socket_credentials.py
 WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m tools.redis_cluster --
 test: install
 	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \

@@ -17,6 +17,7 @@ from django.test import Client
 from presence import api
 from presence.feed.models import Activity
 from presence.models import UserStatus
+from tests.ids import wire_id
 from tests.test_consumers import (
     BASE,
     Sockets,
@@ -68,7 +69,7 @@ async def test_status_frames_share_one_budget_across_sockets_and_reconnects(
         assert await set_status(again, status="auto", text="still too many") == refused(40)
         assert await text_of(user) == "status 2"  # nothing refused was written
         # The socket stays open and serves what writes nothing; others are not limited.
-        await again.send_json_to({"type": "subscribe", "users": [user.pk]})
+        await again.send_json_to({"type": "subscribe", "users": [wire_id(user)]})
         assert (await receive(again))["type"] == "presence_state"
         others = await sockets.open(other)
         assert (await set_status(others, status="auto", text="mine"))["type"] == "status"

@@ -93,17 +93,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     rate = raw.get("RATE_LIMIT", (1, 1))
     if not (isinstance(rate, list | tuple) and len(rate) == 2 and all(map(_is_positive_int, rate))):
         messages.append(_bad_value("RATE_LIMIT", rate, "a pair (frames, seconds) of positive ints"))
-    http_rate = raw.get("HTTP_RATE_LIMIT", (1, 1))
-    if http_rate is not None and not (
-        isinstance(http_rate, list | tuple)
-        and len(http_rate) == 2
-        and all(map(_is_positive_int, http_rate))
-    ):
-        messages.append(
-            _bad_value(
-                "HTTP_RATE_LIMIT", http_rate, "a pair (requests, seconds) of positive ints, or None"
-            )
-        )
+    for key, unit in (("HTTP_RATE_LIMIT", "requests"), ("HTTP_READ_LIMIT", "ids")):
+        http_rate = raw.get(key, (1, 1))
+        if http_rate is not None and not (
+            isinstance(http_rate, list | tuple)
+            and len(http_rate) == 2
+            and all(map(_is_positive_int, http_rate))
+        ):
+            expected = f"a pair ({unit}, seconds) of positive ints, or None"
+            messages.append(_bad_value(key, http_rate, expected))
     messages += _lengths_beyond_columns(raw)
     heartbeat = raw.get("HEARTBEAT_INTERVAL", PresenceSettings.HEARTBEAT_INTERVAL)
     ttl = raw.get("CONNECTION_TTL", PresenceSettings.CONNECTION_TTL)

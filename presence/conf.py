@@ -78,6 +78,10 @@ class PresenceSettings:
     #: at most this many HTTP writes (status changes, posts, group joins and leaves) per user in
     #: each window of this many seconds, across processes (presence.ratelimit); None: no limit
     HTTP_RATE_LIMIT: tuple[int, int] | None = (30, 60)
+    #: at most this many user ids read per user through GET presence/api/presence in each window
+    #: of this many seconds, across processes (presence.ratelimit; a request counts as the ids
+    #: it asks for, at least 25); None: no limit. Ten full requests (500 ids) a minute
+    HTTP_READ_LIMIT: tuple[int, int] | None = (5000, 60)
     #: bytes the server may hold unsent for one WebSocket connection (a client that does not
     #: read); past it the connection is closed with 4408. Above the largest snapshot
     #: (MAX_SUBSCRIPTIONS presences of up to ~3.6 KB each with the longest custom statuses)
@@ -98,7 +102,7 @@ def get_settings() -> PresenceSettings:
         # presence.E001 reports this; run on defaults meanwhile.
         return PresenceSettings()
     known = {key: value for key, value in raw.items() if key in SETTING_NAMES}
-    for pair in ("RATE_LIMIT", "HTTP_RATE_LIMIT", "REDIS_CLUSTER"):
+    for pair in ("RATE_LIMIT", "HTTP_RATE_LIMIT", "HTTP_READ_LIMIT", "REDIS_CLUSTER"):
         if isinstance(known.get(pair), list):
             known[pair] = tuple(known[pair])
     return PresenceSettings(**known)

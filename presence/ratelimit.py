@@ -79,3 +79,48 @@ def _verdict(count: int | None, now: float) -> int | None:
         return None
     window_end = (math.floor(now / seconds) + 1) * seconds
     return max(1, math.ceil(window_end - now))
+
+
+# --- reads: HTTP_READ_LIMIT -------------------------------------------------------------------
+
+#: the least a read counts for, in ids: each request pays its queries and its round trip whatever
+#: it asks, so a flood of one-id reads is metered too
+READ_MIN_IDS = 25
+
+
+def read_counter_plan(
+    store: PresenceStore, user_id: UserId, weight: int, now: float
+) -> Plan[int | None]:
+    """Add a read of ``weight`` ids by ``user_id`` to the window of ``now``: the ids counted so
+    far, or None when Redis is unavailable (the caller lets the read through)."""
+    limit = get_settings().HTTP_READ_LIMIT
+    assert limit is not None
+    _, seconds = limit
+    window = math.floor(now / seconds)
+    key = f"{store.conf.KEY_PREFIX}:http-read:{encode_id(user_id)}:{window}"
+    return Plan(
+        # As the write counter: the key names its window, the expiry only cleans up.
+        commands=[("INCRBY", key, weight), ("EXPIRE", key, seconds + 1)],
+        parse=lambda replies: int(replies[0]),
+        fallback=None,
+    )
+
+
+def read_retry_after(user: Any, ids: int) -> int | None:
+    """Count a read of ``ids`` distinct user ids by ``user`` (``GET presence/api/presence``):
+    None when it is within ``HTTP_READ_LIMIT``, else the whole seconds until the current window
+    ends (the ``Retry-After`` of a 429). A read counts as at least READ_MIN_IDS ids and at most
+    the whole budget (so one read of the most ids allowed passes in a fresh window). Fails open
+    when Redis is down or ``HTTP_READ_LIMIT`` is None."""
+    limit = get_settings().HTTP_READ_LIMIT
+    if limit is None:
+        return None
+    budget, seconds = limit
+    weight = min(max(ids, READ_MIN_IDS), budget)
+    now = time.time()
+    store = get_store()
+    counted = store.run(read_counter_plan(store, user_pk(user), weight, now))
+    if counted is None or counted <= budget:
+        return None
+    window_end = (math.floor(now / seconds) + 1) * seconds
+    return max(1, math.ceil(window_end - now))

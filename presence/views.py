@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, rules, users
@@ -106,6 +107,26 @@ def parse_user_ids(raw: str | None) -> list[UserId]:
     return ids
 
 
+def over_read_limit(request: HttpRequest, ids: int) -> HttpResponse | None:
+    """Count a read of ``ids`` distinct ids by the caller (``HTTP_READ_LIMIT``, shared by every
+    process): None when allowed, else the 429 answering it, with ``Retry-After``."""
+    wait = ratelimit.read_retry_after(request.user, ids)
+    if wait is None:
+        return None
+    response = error(
+        "rate_limited",
+        ngettext(
+            "Too many presence reads in a short time; try again in %(seconds)d second.",
+            "Too many presence reads in a short time; try again in %(seconds)d seconds.",
+            wait,
+        )
+        % {"seconds": wait},
+        status=429,
+    )
+    response["Retry-After"] = str(wait)
+    return response
+
+
 @csrf_exempt  # GET only: another method is answered 405 in JSON, not by Django's HTML 403 page
 @_json_view("GET")
 def presence_view(request: HttpRequest) -> HttpResponse:
@@ -115,6 +136,9 @@ def presence_view(request: HttpRequest) -> HttpResponse:
         ids = parse_user_ids(request.GET.get("users"))
     except InvalidInput as exc:
         return error(exc.code, exc.message)
+    refused = over_read_limit(request, len(set(ids)))
+    if refused is not None:
+        return refused
     presences = api.bulk_presence(ids, request.user)
     return JsonResponse(
         {"presences": {str(pk): presence.as_dict() for pk, presence in presences.items()}}

@@ -169,8 +169,10 @@ def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
 
     dump: dict[str, Any] = {}
     for key in sorted(client.scan_iter("presence:*")):
-        if any(key.startswith(f"presence:http-rate:{o}:") for o in own):
-            continue  # a fuzzing user's own HTTP_RATE_LIMIT window
+        if any(
+            key.startswith((f"presence:http-rate:{o}:", f"presence:http-read:{o}:")) for o in own
+        ):
+            continue  # a fuzzing user's own HTTP_RATE_LIMIT / HTTP_READ_LIMIT window
         kind = client.type(key)
         if kind == "zset":
             dump[key] = [e for e in client.zrange(key, 0, -1, withscores=True) if not mine(e[0])]

@@ -473,15 +473,22 @@ def test_live_settings_are_known_keys(settings: Any) -> None:
 # --- E002 / W003: the HTTP rate limit and lengths beyond the database columns ------------------
 
 
+@pytest.mark.parametrize("key", ["HTTP_RATE_LIMIT", "HTTP_READ_LIMIT"])
 @pytest.mark.parametrize("bad", [(30,), (30, 0), (0, 60), ("30", "60"), (True, 60), "30/60", 30])
-def test_e002_http_rate_limit_must_be_a_pair_of_positive_ints(settings: Any, bad: Any) -> None:
-    settings.PRESENCE = {"HTTP_RATE_LIMIT": bad}
+def test_e002_http_rate_limit_must_be_a_pair_of_positive_ints(
+    settings: Any, key: str, bad: Any
+) -> None:
+    settings.PRESENCE = {key: bad}
     assert ids(checks.check_settings) == ["presence.E002"]
+    assert key in messages_with("presence.E002")[0].msg
 
 
+@pytest.mark.parametrize("key", ["HTTP_RATE_LIMIT", "HTTP_READ_LIMIT"])
 @pytest.mark.parametrize("good", [(30, 60), [5, 1], None])
-def test_e002_absent_for_an_http_rate_limit_pair_or_none(settings: Any, good: Any) -> None:
-    settings.PRESENCE = {"HTTP_RATE_LIMIT": good}
+def test_e002_absent_for_an_http_rate_limit_pair_or_none(
+    settings: Any, key: str, good: Any
+) -> None:
+    settings.PRESENCE = {key: good}
     assert ids(checks.check_settings) == []
 
 

@@ -30,6 +30,7 @@ NAMES = (
     "connections",
     "user_connections",
     "cluster",
+    "amplification",
 )
 
 
@@ -122,6 +123,7 @@ def main(argv: list[str]) -> int:
     try:
         setup(db_dir, args.postgres)
         from benchmarks import (
+            bench_amplification,
             bench_cleanup,
             bench_cluster,
             bench_connections,
@@ -145,6 +147,7 @@ def main(argv: list[str]) -> int:
             "connections": bench_connections.run,
             "user_connections": bench_user_connections.run,
             "cluster": bench_cluster.run,
+            "amplification": bench_amplification.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

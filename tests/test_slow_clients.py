@@ -120,6 +120,8 @@ def test_a_client_that_never_reads_is_dropped_and_memory_stays_bounded(
                 break
             time.sleep(0.02)
         grown = rss_kib(pid) - before
+        took = WAIT - (deadline - time.monotonic())
+        print(f"dropped={dropped} after {took:.1f} s; daphne RSS grew by {grown} KiB")  # -s
         assert dropped, f"not dropped within {WAIT} s; daphne grew by {grown} KiB"
         # The cap plus a frame in daphne's buffer, and the kernel's (not in RSS); far from the
         # hundreds of MB an unbounded buffer reaches.

@@ -55,7 +55,7 @@
   const MAX_POLL_DELAY_MS = 5 * 60 * 1000;
   const RETRY_MS = 1000; // first reconnection delay; doubles up to RETRY_MAX_MS
   const RETRY_MAX_MS = 30000;
-  const RATE_LIMITED_MS = 10000; // at least this long after a 4429 close
+  const RATE_LIMITED_MS = 10000; // at least this long after a 4429 or 4408 close
   const STABLE_MS = 10000; // a connection open this long resets the backoff
   const STATUS_TIMEOUT_MS = 10000;
   const CLOCK_MS = 30000; // relative times are rewritten this often
@@ -63,6 +63,7 @@
   const CLOSE_UNAUTHORIZED = 4401;
   const CLOSE_FORBIDDEN = 4403;
   const CLOSE_RATE_LIMITED = 4429;
+  const CLOSE_TOO_SLOW = 4408; // the client did not read what it was sent fast enough
   const STATUSES = ["online", "idle", "dnd", "offline"];
   const USER = "data-presence-user";
   const LAST_SEEN = "data-presence-last-seen";
@@ -369,7 +370,8 @@
     attempts += 1;
     const delay = Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (attempts - 1));
     const jittered = delay / 2 + (Math.random() * delay) / 2;
-    return code === CLOSE_RATE_LIMITED ? Math.max(RATE_LIMITED_MS, jittered) : jittered;
+    const slowDown = code === CLOSE_RATE_LIMITED || code === CLOSE_TOO_SLOW;
+    return slowDown ? Math.max(RATE_LIMITED_MS, jittered) : jittered;
   }
 
   function receive(raw) {

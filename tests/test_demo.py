@@ -403,6 +403,62 @@ def test_privacy_form_saves_and_applies(client: Any, demo: dict[str, Any]) -> No
     assert PrivacySettings.objects.filter(user=alice).count() == 1
 
 
+# --- HTTP_RATE_LIMIT on every demo form ---------------------------------------------------------
+
+
+PRIVACY_FORM = {
+    "online_visibility": "everyone",
+    "last_seen_visibility": "contacts",
+    "activity_visibility": "contacts",
+}
+
+
+def assert_limited_page(response: Any, retry_after: int) -> None:
+    assert response.status_code == 429
+    assert response["Retry-After"] == str(retry_after)
+    assert f"try again in {retry_after} seconds" in response.content.decode()
+
+
+def test_privacy_form_is_rate_limited_and_a_refused_save_changes_nothing(
+    client: Any, demo: dict[str, Any], settings: Any, clock: time_machine.Coordinates
+) -> None:
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": (2, 60)}
+    alice = demo["alice"]
+    login(client, alice)
+    assert client.post(reverse("demo:privacy"), PRIVACY_FORM).status_code == 302
+    invalid = client.post(reverse("demo:privacy"), {**PRIVACY_FORM, "online_visibility": "x"})
+    assert invalid.status_code == 200  # a form error, not a write: not counted
+    nobody = {**PRIVACY_FORM, "online_visibility": "nobody"}
+    assert client.post(reverse("demo:privacy"), nobody).status_code == 302
+    clock.shift(15)
+    refused = client.post(reverse("demo:privacy"), PRIVACY_FORM)
+    assert_limited_page(refused, retry_after=45)
+    assert 'name="online_visibility"' in refused.content.decode()  # the form, kept
+    assert PrivacySettings.objects.get(user=alice).online_visibility == "nobody"
+    clock.shift(45)  # a new window
+    assert client.post(reverse("demo:privacy"), PRIVACY_FORM).status_code == 302
+
+
+def test_follow_and_block_actions_are_rate_limited(
+    client: Any, demo: dict[str, Any], settings: Any, clock: time_machine.Coordinates
+) -> None:
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": (2, 60)}
+    alice, erin = demo["alice"], demo["erin"]
+    login(client, alice)
+    assert post_action(client, erin, "follow").status_code == 302
+    assert post_action(client, erin, "close-friend").status_code == 302
+    assert_limited_page(post_action(client, erin, "block"), retry_after=60)
+    assert_limited_page(post_action(client, erin, "unfollow"), retry_after=60)
+    assert not Block.objects.filter(blocker=alice, blocked=erin).exists()
+    assert Contact.objects.get(owner=alice, contact=erin).close_friend is True
+    # A refused action is no write: bad requests are still answered as before.
+    assert post_action(client, alice, "follow").status_code == 400
+    assert post_action(client, erin, "explode").status_code == 404
+    clock.shift(60)
+    assert post_action(client, erin, "block").status_code == 302
+    assert Block.objects.filter(blocker=alice, blocked=erin).exists()
+
+
 def test_privacy_form_rejects_unknown_level(client: Any, demo: dict[str, Any]) -> None:
     login(client, demo["alice"])
     response = client.post(

@@ -221,6 +221,23 @@ def test_groups_list_and_join_leave(demo: dict[str, Any]) -> None:
     assert client.get("/groups/climbers/join/").status_code == 405
 
 
+def test_group_join_and_leave_are_rate_limited(
+    demo: dict[str, Any], settings: Any, clock: Any
+) -> None:
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": (2, 60)}
+    carol = demo["carol"]
+    client = client_for(carol)
+    assert client.post("/groups/climbers/join/").status_code == 302
+    assert client.post("/groups/climbers/leave/").status_code == 302
+    refused = client.post("/groups/climbers/join/")
+    assert refused.status_code == 429 and refused["Retry-After"] == "60"
+    assert "try again in 60 seconds" in refused.content.decode()
+    assert not Membership.objects.filter(group__slug="climbers", user=carol).exists()
+    clock.shift(60)
+    assert client.post("/groups/climbers/join/").status_code == 302
+    assert Membership.objects.filter(group__slug="climbers", user=carol).exists()
+
+
 def test_group_page_shows_who_is_online_with_privacy(make_user: Callable[..., Any]) -> None:
     me = make_user("me", first_name="Me")
     friend = make_user("friend", first_name="Friend")

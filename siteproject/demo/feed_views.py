@@ -25,6 +25,7 @@ from siteproject.demo.feed_forms import PostForm
 from siteproject.demo.views import (
     _back,
     member_view,
+    rate_limited_action,
     rate_limited_message,
     rate_limited_page,
     refuse_bad_text,
@@ -170,12 +171,15 @@ def group(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def group_action(request: HttpRequest, slug: str, action: str) -> HttpResponse:
     found = get_object_or_404(Group, slug=slug)
+    if action not in ("join", "leave"):
+        raise Http404("Unknown action.")
+    limited = rate_limited_action(request.user)
+    if limited is not None:
+        return limited
     if action == "join":
         feed.join(request.user, found)
         messages.success(request, _("You joined %(group)s.") % {"group": found.name})
-    elif action == "leave":
+    else:
         feed.leave(request.user, found)
         messages.success(request, _("You left %(group)s.") % {"group": found.name})
-    else:
-        raise Http404("Unknown action.")
     return _back(request, reverse("demo:group", args=[slug]))

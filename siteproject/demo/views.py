@@ -205,6 +205,9 @@ def relation_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     target = get_object_or_404(User, pk=pk)
     if target.pk == request.user.pk:
         return HttpResponseBadRequest("You cannot do that to yourself.")
+    limited = rate_limited_action(request.user)
+    if limited is not None:
+        return limited
     message = act(request.user, target)
     messages.success(request, message % {"name": target.get_full_name() or target.username})
     return _back(request, "demo:people")
@@ -216,11 +219,17 @@ def privacy(request: HttpRequest) -> HttpResponse:
     # No row until the user saves: a missing row means the defaults.
     instance = PrivacySettings.objects.filter(user=me).first() or PrivacySettings(user=me)
     form = PrivacyForm(request.POST or None, instance=instance)
+    wait = None
     if request.method == "POST" and form.is_valid():
-        form.save()
-        messages.success(request, _("Privacy settings saved."))
-        return redirect("demo:privacy")
-    return render(request, "demo/privacy.html", {"form": form, "page_users": [me]})
+        wait = ratelimit.retry_after(me)
+        if wait is not None:
+            form.add_error(None, rate_limited_message(wait))
+        else:
+            form.save()
+            messages.success(request, _("Privacy settings saved."))
+            return redirect("demo:privacy")
+    response = render(request, "demo/privacy.html", {"form": form, "page_users": [me]})
+    return response if wait is None else rate_limited_page(response, wait)
 
 
 def rate_limited_message(wait: int) -> str:
@@ -236,6 +245,17 @@ def rate_limited_page(response: HttpResponse, wait: int) -> HttpResponse:
     response.status_code = 429
     response["Retry-After"] = str(wait)
     return response
+
+
+def rate_limited_action(user: Any) -> HttpResponse | None:
+    """Count one write of a button (follow, block, join, ...; PRESENCE["HTTP_RATE_LIMIT"]):
+    None when allowed, else a 429 with Retry-After saying when to try again (there is no form
+    page to show it on)."""
+    wait = ratelimit.retry_after(user)
+    if wait is None:
+        return None
+    response = HttpResponse(rate_limited_message(wait), content_type="text/plain; charset=utf-8")
+    return rate_limited_page(response, wait)
 
 
 def _initial_status(presence: api.Presence) -> dict[str, Any]:

@@ -125,6 +125,6 @@ class TokenAuthenticationMiddleware:
         async def auser() -> Any:
             return found
 
-        request.auser = auser  # type: ignore[attr-defined]
+        request.auser = auser
         #: authenticated by a header, not by a cookie: no cross-site request can carry it
         request.presence_token_auth = True  # type: ignore[attr-defined]

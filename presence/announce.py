@@ -294,7 +294,7 @@ async def aannounce_session_ended(user_id: UserId, session_key: str) -> None:
     # Marked first: a socket whose process joins the account group after the announcement
     # passed finds the mark once it has joined (presence.sessions).
     store = get_store()
-    await store.arun(sessions.mark_session_ended_plan(store, digest))
+    await store.arun(sessions.mark_session_ended_plan(store, user_id, digest))
     message = {"type": SESSION_ENDED, "user": encode_id(user_id), "session": digest}
     await _asend_account(user_id, message)
 

@@ -154,18 +154,18 @@ def _mark_ttl() -> int:
     return 2 * max(conf.SESSION_CHECK_INTERVAL, conf.CONNECTION_TTL)
 
 
-def _ended_key(store: PresenceStore, digest: str) -> str:
-    return f"{store.conf.KEY_PREFIX}:ended-session:{digest}"
+def _ended_key(store: PresenceStore, user_id: UserId, digest: str) -> str:
+    return f"{store.conf.KEY_PREFIX}:ended-session:{encode_id(user_id)}:{digest}"
 
 
 def _changed_key(store: PresenceStore, user_id: UserId) -> str:
     return f"{store.conf.KEY_PREFIX}:account-changed:{encode_id(user_id)}"
 
 
-def mark_session_ended_plan(store: PresenceStore, digest: str) -> Plan[None]:
-    """Mark a logged-out session (by digest) for a while."""
+def mark_session_ended_plan(store: PresenceStore, user_id: UserId, digest: str) -> Plan[None]:
+    """Mark a logged-out session of ``user_id`` (by digest) for a while."""
     return Plan(
-        commands=[("SET", _ended_key(store, digest), 1, "EX", _mark_ttl())],
+        commands=[("SET", _ended_key(store, user_id, digest), 1, "EX", _mark_ttl())],
         parse=lambda replies: None,
         fallback=None,
     )
@@ -189,7 +189,7 @@ def recent_ends_plan(
     digest = credential.session_digest
     commands: list[tuple[Any, ...]] = [("EXISTS", _changed_key(store, user_id))]
     if digest is not None:
-        commands.append(("EXISTS", _ended_key(store, digest)))
+        commands.append(("EXISTS", _ended_key(store, user_id, digest)))
     return Plan(
         commands=commands,
         parse=lambda replies: (len(replies) > 1 and bool(replies[1]), bool(replies[0])),

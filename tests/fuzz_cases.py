@@ -160,6 +160,12 @@ def uuid_pk(value: Any) -> uuid.UUID | None:
         return None
 
 
+#: beginnings of one user's own keys (the user id in place of {}) beside the live state
+#: (docs/redis-layout.md), and the whole name of one
+OWN_KEYS = ("presence:http-rate:{}:", "presence:http-read:{}:", "presence:ended-session:{}:")
+OWN_KEY = "presence:account-changed:{}"
+
+
 def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
     """Every presence key's content but the fuzzing users' own members and fields."""
     own = [str(users.encode_id(actor.pk)) for actor in actors]
@@ -170,9 +176,10 @@ def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
     dump: dict[str, Any] = {}
     for key in sorted(client.scan_iter("presence:*")):
         if any(
-            key.startswith((f"presence:http-rate:{o}:", f"presence:http-read:{o}:")) for o in own
+            key == OWN_KEY.format(o) or key.startswith(tuple(p.format(o) for p in OWN_KEYS))
+            for o in own
         ):
-            continue  # a fuzzing user's own HTTP_RATE_LIMIT / HTTP_READ_LIMIT window
+            continue  # a fuzzing user's own limits' windows and marks of logouts
         kind = client.type(key)
         if kind == "zset":
             dump[key] = [e for e in client.zrange(key, 0, -1, withscores=True) if not mine(e[0])]

@@ -8,20 +8,35 @@ oracle every 0.5 s until all agree: that time, from the fault's end, is its conv
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import redis
 
 from tools.loadtest import config
+from tools.loadtest.config import Sizes
+from tools.loadtest.harness import Generators, Oracle, RelationChanges
+from tools.loadtest.servers import Servers
+from tools.loadtest.windows import Window
 
-if TYPE_CHECKING:
-    from tools.loadtest.run import Run, Window
+
+class LoadRun(Protocol):
+    """What the faults use of the run (``tools.loadtest.run.Run``), named here so that this
+    module does not import the one that drives it."""
+
+    args: argparse.Namespace
+    sizes: Sizes
+    servers: Servers
+    windows: list[Window]
+    generators: Generators
+    relations: RelationChanges
+    oracle: Oracle
 
 
 class Faults:
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: LoadRun) -> None:
         self.run = run
         self.restarted: set[int] = set()
         #: channel-layer client prefixes of killed processes: their hub's group memberships
@@ -36,8 +51,6 @@ class Faults:
         return [n for n in names if not chosen or any(word in n for word in chosen)]
 
     def inject(self, name: str) -> None:
-        from tools.loadtest.run import Window
-
         window = Window(name, time.time())
         self.run.windows.append(window)
         print(f"loadtest: fault: {name} at {window.start:.1f}", flush=True)

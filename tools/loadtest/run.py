@@ -16,29 +16,16 @@ import django
 
 from tools.loadtest import config, report
 from tools.loadtest.config import Sizes
+from tools.loadtest.faults import Faults
 from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
 from tools.loadtest.generator import main as generator_main
 from tools.loadtest.servers import Servers
+from tools.loadtest.windows import Window
 
 #: hidden users (every visibility "nobody", never changed) and how many pages show each
 HIDDEN_USERS = 50
 DEVICES = ("web", "web", "web", "mobile", "desktop")
 LOG_RECORD = re.compile(r"^(\d{9,}\.\d{3}) (\w+) (\S+) (.*)$")
-
-
-@dataclass
-class Window:
-    """A fault's window: from its start until its end plus the convergence bound."""
-
-    name: str
-    start: float
-    end: float = 0.0
-    converged_in: float | None = None
-    wrong_after: int = 0
-    note: str = ""
-
-    def covers(self, at: float) -> bool:
-        return self.start <= at <= (self.end or time.time()) + config.CONVERGENCE_BOUND
 
 
 @dataclass
@@ -66,7 +53,7 @@ class Run:
         self.servers = servers
         self.env = env
         self.work = work
-        self.faults: Any = None
+        self.faults: Faults | None = None
         self.steady_from = 0.0
         self.steady_after = 0.0
         self.rows: list[tuple[str, str]] = []
@@ -269,8 +256,6 @@ class Run:
         #: growth (a leak climbs on; a burst's high-water mark stays flat after it)
         self.rss_timeline: list[tuple[float, str, list[int]]] = []
         try:
-            from tools.loadtest.faults import Faults
-
             faults = Faults(self) if self.args.faults else None
             self.faults = faults
             self.restarted = faults.restarted if faults else set()

@@ -196,9 +196,25 @@ def test_the_readmes_asgi_py_imports_in_a_fresh_interpreter(tmp_path: Path) -> N
 
 
 def test_the_changelog_is_one_text() -> None:
-    """CHANGELOG.md (shipped in the sdist, shown by package indexes) and the book's page are the
-    same text; edit docs/changelog.md and copy it (`make docs` checks through this test)."""
-    assert (ROOT / "CHANGELOG.md").read_text() == (DOCS / "changelog.md").read_text()
+    """CHANGELOG.md (shipped in the sdist, shown by package indexes) is the one text: the book's
+    page is a symlink to it. It is read from the repository root and from docs/, so it has no
+    relative link (one would resolve in only one of the two places)."""
+    page = DOCS / "changelog.md"
+    assert page.is_symlink(), "docs/changelog.md is a symlink to ../CHANGELOG.md, not a copy"
+    assert os.readlink(page) == "../CHANGELOG.md"
+    assert page.resolve() == (ROOT / "CHANGELOG.md").resolve()
+    assert page.read_text().startswith("# Changelog\n")
+    assert not _relative_links(ROOT / "CHANGELOG.md")
+
+
+def test_the_book_links_nothing_outside_docs() -> None:
+    """mkdocs --strict fails on a link out of docs/; the repository's files outside it (such as
+    benchmarks/RESULTS.md) are named in plain text."""
+    outside = {
+        page.name: [t for t in _relative_links(page) if t.split("#")[0].startswith("../")]
+        for page in PAGES
+    }
+    assert not {name: links for name, links in outside.items() if links}
 
 
 def test_the_version_is_defined_in_one_place() -> None:

@@ -1877,13 +1877,13 @@ async def test_frames_share_one_database_tidy_per_interval(
     # Channels would close old database connections before every frame, in the thread all
     # database calls share; the consumer does it at most once per TIDY_INTERVAL per process.
     tidied = []
-    real = consumers.close_old_connections
+    real = consumers.tidy.close_old_connections
 
     def counting(**kwargs: Any) -> None:
         tidied.append(1)
         real(**kwargs)
 
-    monkeypatch.setattr(consumers, "close_old_connections", counting)
+    monkeypatch.setattr(consumers.tidy, "close_old_connections", counting)
     loop = asyncio.get_running_loop()
     started = loop.time()
     communicator = await sockets.open(await new_user(make_user))
@@ -1891,7 +1891,7 @@ async def test_frames_share_one_database_tidy_per_interval(
         await heartbeat(communicator)  # two frames each: the beat and an empty subscribe
     intervals = (loop.time() - started) // consumers.TIDY_INTERVAL + 1
     assert 1 <= len(tidied) <= intervals
-    monkeypatch.setattr(consumers, "TIDY_INTERVAL", 0.0)
+    monkeypatch.setattr(consumers.tidy, "TIDY_INTERVAL", 0.0)
     before = len(tidied)
     for _ in range(5):
         await heartbeat(communicator)
@@ -1930,7 +1930,7 @@ async def test_sockets_opened_together_check_their_sessions_at_different_moments
     # A thousand sockets opened by a deploy would otherwise query the sessions all at once,
     # every interval, in the one database thread the live updates wait for.
     draws = iter([0.0, 0.9])
-    monkeypatch.setattr(consumers, "_draw", lambda: next(draws))
+    monkeypatch.setattr(consumers.consumer, "_draw", lambda: next(draws))
     with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=40):
         first, second = await new_user(make_user), await new_user(make_user)
         clients = [await sync_to_async(_logged_in_client)(user) for user in (first, second)]

@@ -196,7 +196,7 @@ async def test_a_server_that_takes_no_more_gets_the_connection_closed_with_4408(
     # A server that waits for the client to read before it takes a frame (uvicorn drains its
     # transport): a client that never reads holds the send; after SEND_TIMEOUT the connection
     # is closed as too slow, and other connections are served meanwhile.
-    monkeypatch.setattr(consumers, "SEND_TIMEOUT", 0.3)
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 0.3)
     viewer, other = await new_user(make_user), await new_user(make_user)
     stuck = False
     closes: list[dict[str, Any]] = []

@@ -1,0 +1,111 @@
+"""The consumer at ``ws/presence/``, composed of its rooms: connecting and disconnecting are
+here; frames, credentials and sending are the mixins'."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from typing import Any
+
+from channels.consumer import get_handler_name
+
+from presence import lifecycle, sessions, users
+from presence.conf import get_settings
+from presence.consumers.handlers import PresenceFrames
+from presence.consumers.limits import CLOSE_FOREIGN_ORIGIN, CLOSE_UNAUTHENTICATED, RateLimit
+from presence.consumers.scope import device_of, opened_from_foreign_origin
+from presence.consumers.tidy import tidy_database_connections
+from presence.hub import Hub
+
+logger = logging.getLogger("presence")
+
+#: where in its first interval a socket's first session check falls (see connect)
+_draw = random.random
+
+
+class PresenceConsumer(PresenceFrames):
+    """One WebSocket connection of an authenticated user (protocol: docs/websocket.md), a
+    :class:`presence.hub.Connection` of its process's hub. Frame types are added by rooms
+    (mixins of :class:`~presence.consumers.frames.FrameDispatch` with ``@handles`` methods)."""
+
+    # The process's hub is the one channel-layer listener; a connection needs no channel (and
+    # no Redis receive) of its own. No such alias exists, so Channels gives it none.
+    channel_layer_alias = "presence.hub-only"
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels (4.2+) closes old database connections before every message, in the one
+        # thread all of the process's database calls share: a thread hop per heartbeat, queued
+        # behind the others' queries. Done at most once per TIDY_INTERVAL per process here.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await tidy_database_connections()
+        await handler(message)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Whatever ends the consumer (a handler's exception, a cancellation by the server,
+            # a close without websocket.disconnect), it leaves the hub and Redis; shielded,
+            # so that a second cancellation cannot cut the cleanup short.
+            if self.attached:
+                await asyncio.shield(self.disconnect(1011))
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        await self.accept()
+        # Accepted first, so that browsers see the code (a refused handshake is only 1006).
+        if opened_from_foreign_origin(self.scope):
+            logger.info("Presence: closing a connection from a foreign origin")
+            await self.close(code=CLOSE_FOREIGN_ORIGIN)
+            return
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        conf = get_settings()
+        self.user = user
+        self.viewer_id = users.viewer_pk(user)
+        self.connection_id = uuid.uuid4().hex[:16]
+        self.device, device_error = device_of(self.scope)
+        self.idle = False
+        self.written_at = 0.0
+        self.heartbeat_interval = conf.HEARTBEAT_INTERVAL
+        self.limits = lifecycle.limits()
+        self.rate = RateLimit(*conf.RATE_LIMIT)
+        self.sent = {}
+        self.snapshotting = set()
+        self.spelling = {}
+        # Sockets close with the session or token they were opened with (logout, password
+        # change, deactivation, expiry; presence.sessions).
+        self.credential = sessions.credential_of(self.scope)
+        # The first check falls anywhere in the second half of the first interval: sockets
+        # opened together (a deploy, a reconnect storm) must not all check at the same moment.
+        self.session_checked = time.time() - conf.SESSION_CHECK_INTERVAL * _draw() / 2
+        self.hub = Hub.get()
+        await self.hub.attach(self)
+        self.attached = True
+        if self.credential is not None and await self._ended_meanwhile():
+            return
+        if device_error:
+            await self.send_error("invalid_value", device_error)
+        opened = await lifecycle.aconnect(self.user, self.connection_id, self.device.value)
+        if await self._refused(opened):
+            return
+        self.written_at = time.time()
+
+    async def disconnect(self, code: int) -> None:
+        if not self.attached:
+            return
+        self.attached = False
+        try:
+            await self.hub.detach(self)
+        except Exception:
+            logger.exception("Presence: detaching a connection of user %s failed", self.viewer_id)
+        try:
+            await lifecycle.adisconnect(self.user, self.connection_id)
+        except Exception:
+            logger.exception("Presence: signing off a connection of user %s failed", self.viewer_id)

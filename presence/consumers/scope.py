@@ -1,0 +1,36 @@
+"""What the handshake's ASGI scope says of a new connection: the page that opened it and the
+device it runs on."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from django.utils.translation import gettext
+
+from presence import domain
+from presence.origins import foreign_origin
+
+
+def opened_from_foreign_origin(scope: dict[str, Any]) -> bool:
+    """Whether a browser page of another site opened this socket, as the ASGI wiring's
+    PresenceOriginValidator decides (presence.origins), in case a site forgot it or wired
+    channels' validator. No Origin header: not a browser, so no cross-site risk."""
+    return foreign_origin(scope)
+
+
+def device_of(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:
+    """The device kind from ``?device=``, else guessed from the User-Agent; and an error for
+    an unknown kind (the guess is used then)."""
+    headers = dict(scope.get("headers") or [])
+    guess = domain.device_from_user_agent(headers.get(b"user-agent", b"").decode("latin-1") or None)
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    asked = query.get("device", [None])[0]
+    if asked is None:
+        return guess, None
+    try:
+        return domain.Device(asked), None
+    except ValueError:
+        return guess, gettext(
+            "Unknown device %(device)s: use web, mobile or desktop; using %(guess)s."
+        ) % {"device": repr(asked[:20]), "guess": guess.value}

@@ -41,7 +41,7 @@ from benchmarks.common import (
     store,
     timed,
 )
-from presence import api, relations, rules
+from presence import api, relations, resolution
 from presence.models import Contact
 from presence.store import SCORE_FACTOR
 
@@ -286,7 +286,10 @@ def run(sizes: Sizes, report: Report) -> None:
         )
         steps["privacy facts + user rows"].append(elapsed)
         elapsed, listed = timed(
-            lambda: api._most_recent_online(rules.resolve_each(rows.each_fact(), live, at), None)  # noqa: B023
+            lambda: api._most_recent_online(
+                resolution.resolve_each(rows.each_fact(), live, at),  # noqa: B023
+                None,
+            )
         )
         steps["privacy resolution"].append(elapsed)
         elapsed, _ = timed(lambda: rows.users(listed))  # noqa: B023

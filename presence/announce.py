@@ -29,6 +29,7 @@ from presence import sessions
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.sessions import session_digest
+from presence.signals import presence_changed
 from presence.store import get_store
 from presence.users import encode_id, group_key
 
@@ -264,6 +265,32 @@ def announce(user_ids: Iterable[UserId]) -> None:
     """:func:`aannounce` for sync code (views, signal receivers)."""
     # The coroutine runs on the announcer's loop, outside this context: the start is passed.
     run_from_sync(aannounce(list(user_ids), _change_started.get()), "a change")
+
+
+#: (user id, reason) of the ``presence_changed`` presence is sending for a change it announced
+_own_change: contextvars.ContextVar[tuple[UserId, str] | None] = contextvars.ContextVar(
+    "presence_own_change", default=None
+)
+
+
+def changed(user_ids: Iterable[UserId], reason: str, sender: Any = None) -> None:
+    """A change presence made to what others may see of ``user_ids`` (a status, privacy,
+    contacts, blocks; called after its commit): announced to the live processes, then
+    :data:`presence.signals.presence_changed` sent for each user, the hook for sites."""
+    ids = list(user_ids)
+    announce(ids)
+    for user_id in ids:
+        token = _own_change.set((user_id, reason))
+        try:
+            presence_changed.send(sender=sender, user_id=user_id, reason=reason)
+        finally:
+            _own_change.reset(token)
+
+
+def announced_already(user_id: UserId, reason: str) -> bool:
+    """Whether this ``presence_changed`` is presence's own, sent by :func:`changed` for a
+    change it announced already (a site's own ``presence_changed`` is not)."""
+    return _own_change.get() == (user_id, reason)
 
 
 def account_group_name(user_id: UserId) -> str:

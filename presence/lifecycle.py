@@ -2,24 +2,24 @@
 
 Opening a connection, its heartbeats and close, the sweep that announces users who turned offline
 by themselves, the hub's batched resolution for many viewers, and the consumer's snapshot read.
-Like :mod:`presence.api` it meets the store, the relations and the domain only through
-:mod:`presence.rules`; it is async only (its callers run on an event loop).
+Like :mod:`presence.api` it builds store plans (:mod:`presence.store`), reads the relations
+(:mod:`presence.relations`) and judges what it read with :mod:`presence.resolution`; each
+operation is a generator of steps (:mod:`presence.operations`), run here on the event loop
+(its callers, the consumer and the hub, are async).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
-
-from presence import announce, domain, relations, rules
+from presence import announce, domain, relations, resolution
 from presence.conf import get_settings
 from presence.domain import Presence, UserId
 from presence.models import LastSeen
-from presence.rules import limits
+from presence.operations import Call, Operation, Redis, arun, both, call, redis
+from presence.resolution import limits
 from presence.store import ConnectionOp, Transition, get_store, merge
 from presence.users import user_pk
 
@@ -35,29 +35,28 @@ __all__ = [
 ]
 
 
-async def _connection(
+def _connection(
     user_id: UserId,
     op: ConnectionOp,
     connection_id: str,
     device: domain.Device = domain.Device.WEB,
     idle: bool = False,
-) -> Transition | None:
-    now = rules.now()
+) -> Operation[Transition | None]:
+    now = resolution.now()
     store = get_store()
-    transition = await store.arun(
-        store.connection(user_id, op, now, connection_id, device=device, idle=idle),
-        live=True,
+    transition = yield from redis(
+        store.connection(user_id, op, now, connection_id, device=device, idle=idle), live=True
     )
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
     if transition is not None and op == "open":
         # Only now: a refused open must leave no trace, not even a due time.
-        await store.arun(store.connected(user_id, now), live=True)
+        yield from redis(store.connected(user_id, now), live=True)
     if transition is not None and op == "close" and transition.connections == 0:
         # The last connection ended: last seen survives a Redis flush from now on.
-        await sync_to_async(LastSeen.objects.record_many)({user_id: now})
-    if rules.is_news(transition, now):
-        await announce.aannounce([user_id])
+        yield from call(LastSeen.objects.record_many, {user_id: now})
+    if resolution.is_news(transition, now):
+        yield from call(announce.announce, [user_id], afunction=announce.aannounce)
     return transition
 
 
@@ -66,7 +65,7 @@ async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transi
     MAX_CONNECTIONS_PER_USER live connections; then nothing is recorded and the transition says
     ``refused`` (the consumer closes the connection with 4429). Returns None when Redis is
     unavailable (the connection is not counted then)."""
-    return await _connection(user_pk(user), "open", connection_id, domain.Device(device))
+    return await arun(_connection(user_pk(user), "open", connection_id, domain.Device(device)))
 
 
 async def aheartbeat(
@@ -78,13 +77,15 @@ async def aheartbeat(
     Announced to viewers only when the user's status or devices changed. Returns None when
     Redis is unavailable (the outage is logged once).
     """
-    return await _connection(user_pk(user), "beat", connection_id, domain.Device(device), idle)
+    return await arun(
+        _connection(user_pk(user), "beat", connection_id, domain.Device(device), idle)
+    )
 
 
 async def adisconnect(user: Any, connection_id: str) -> Transition | None:
     """A live connection closed. The last one records last seen; friends see the user offline
     after OFFLINE_GRACE (announced by :func:`asweep`), so a page reload does not flap."""
-    return await _connection(user_pk(user), "close", connection_id)
+    return await arun(_connection(user_pk(user), "close", connection_id))
 
 
 @dataclass
@@ -104,11 +105,15 @@ async def asweep(limit: int | None = None) -> SweepReport:
     Each due user is claimed by one sweeper only; every live process runs this every
     SWEEP_INTERVAL (presence.hub), and running it more often or from several processes is safe.
     """
+    return await arun(_sweep(limit))
+
+
+def _sweep(limit: int | None) -> Operation[SweepReport]:
     conf = get_settings()
     store = get_store()
-    now = rules.now()
-    timing = rules.timing()
-    due, expiring = await store.arun(store.claim_due(now, limit or conf.SWEEP_BATCH), live=True)
+    now = resolution.now()
+    timing = resolution.timing()
+    due, expiring = yield from redis(store.claim_due(now, limit or conf.SWEEP_BATCH), live=True)
     # Users claimed by an earlier sweep here whose check failed are checked again first.
     due = list(dict.fromkeys([*store.unswept, *due]))
     store.unswept.difference_update(due)
@@ -116,7 +121,7 @@ async def asweep(limit: int | None = None) -> SweepReport:
     transitions: list[Transition | None] = []
     if due:
         # One round trip: each user's connections not heard from for CONNECTION_TTL go.
-        transitions = await store.arun(
+        transitions = yield from redis(
             merge([store.connection(user_id, "expire", now) for user_id in due]), live=True
         )
     later: dict[UserId, float] = {}
@@ -131,7 +136,7 @@ async def asweep(limit: int | None = None) -> SweepReport:
             if transition.before.connected and state.signed_off and state.last_active:
                 crashed[user_id] = state.last_active
         else:
-            if rules.is_news(transition, now):
+            if resolution.is_news(transition, now):
                 # Still online, but a crashed connection went (its devices, its activity) or
                 # the process holding it died before announcing its last change.
                 report.changed.append(user_id)
@@ -140,14 +145,15 @@ async def asweep(limit: int | None = None) -> SweepReport:
                 later[user_id] = offline_at
     if later:
         report.rescheduled = len(later)
-        if not await store.arun(store.schedule(later), live=True):
+        if not (yield from redis(store.schedule(later), live=True)):
             # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users
             # out of the schedule, so this process keeps them for its next sweep.
             store.unswept.update(later)
     if crashed:
-        await sync_to_async(LastSeen.objects.record_many)(crashed)
+        yield from call(LastSeen.objects.record_many, crashed)
     if report.offline or report.changed or expiring:
-        await announce.aannounce(rules.unique([*report.offline, *report.changed, *expiring]))
+        changed = resolution.unique([*report.offline, *report.changed, *expiring])
+        yield from call(announce.announce, changed, afunction=announce.aannounce)
     return report
 
 
@@ -158,21 +164,28 @@ async def apresence_for_viewers(
     ``{target: {viewer: presence}}`` from ``{target: viewer ids}``. Three queries and one Redis
     round trip whatever the number of viewers. Targets of no user are left out; None when
     Redis is unavailable (nothing is guessed)."""
+    return await arun(_presence_for_viewers(watchers))
+
+
+def _presence_for_viewers(
+    watchers: Mapping[UserId, Collection[UserId]],
+) -> Operation[dict[UserId, dict[UserId, Presence]] | None]:
     store = get_store()
-    # Judged as of the start of the read (see rules.is_news).
-    now = rules.now()
+    # Judged as of the start of the read (see resolution.is_news).
+    now = resolution.now()
     viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
-    read = store.arun(store.read(watchers), live=True)
+    read = Redis(store.read(watchers), live=True)
+    load = Call(relations.load_pairs, (viewers, list(watchers)), relations.aload_pairs)
     if store.known_down():
         # It answers at once, and the database need not be read for nothing.
-        states = await read
-        pairs = None if states is None else await relations.aload_pairs(viewers, list(watchers))
+        states = yield read
+        pairs = None if states is None else (yield load)
     else:
         # Redis and the database at once: neither needs the other's answer.
-        states, pairs = await asyncio.gather(read, relations.aload_pairs(viewers, list(watchers)))
+        states, pairs = yield from both(read, load)
     if states is None or pairs is None:
         return None
-    timing = rules.timing()
+    timing = resolution.timing()
     unknown = domain.LiveState()
     resolved: dict[UserId, dict[UserId, Presence]] = {}
     for target, choices in pairs.choices.items():
@@ -196,12 +209,19 @@ async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId
     """Presence of ``targets`` as ``viewer`` may see it (a subscribe's snapshot), and whether it
     is a guess: True when Redis could not be read, so it shows what the database alone knows
     (offline, persisted last seen) and the caller should resolve these users again later."""
-    ids = rules.unique(targets)
+    return await arun(_snapshot(targets, viewer))
+
+
+def _snapshot(
+    targets: Iterable[UserId], viewer: Any
+) -> Operation[tuple[dict[UserId, Presence], bool]]:
+    ids = resolution.unique(targets)
     store = get_store()
-    # Judged as of the start of the read (see rules.is_news).
-    now = rules.now()
+    # Judged as of the start of the read (see resolution.is_news).
+    now = resolution.now()
     # Redis and the database at once (ids of no user cost Redis nothing: they are not there).
-    facts, live = await asyncio.gather(
-        relations.aload(viewer, ids), store.arun(store.read(ids), live=True)
+    facts, live = yield from both(
+        Call(relations.load, (viewer, ids), relations.aload),
+        Redis(store.read(ids), live=True),
     )
-    return rules.resolve_all(facts, live, now), live is None
+    return resolution.resolve_all(facts, live, now), live is None

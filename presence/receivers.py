@@ -2,8 +2,9 @@
 
 - login and logout record presence (and logout closes that session's open sockets);
 - a password change or deactivation makes open sockets check their sessions;
-- saving or deleting PrivacySettings, Contact or Block sends ``presence_changed`` after commit;
-- ``presence_changed`` is announced to the live processes.
+- saving or deleting PrivacySettings, Contact or Block is announced to the live processes after
+  commit, then ``presence_changed`` sent (the hook for sites);
+- a ``presence_changed`` a site sends itself is announced too.
 """
 
 from __future__ import annotations
@@ -63,12 +64,8 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 
 def _changed(sender: Any, user_ids: tuple[UserId, ...], reason: str) -> None:
-    def send() -> None:
-        for user_id in user_ids:
-            presence_changed.send(sender=sender, user_id=user_id, reason=reason)
-
-    # After commit: listeners re-read the database and must see the change.
-    transaction.on_commit(send)
+    # After commit: the hubs and the signal's receivers re-read the database.
+    transaction.on_commit(lambda: announce.changed(user_ids, reason, sender))
 
 
 def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -96,16 +93,18 @@ def _on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> 
     transaction.on_commit(lambda: announce.announce_sessions_changed(user_id))
 
 
-def _on_presence_changed(sender: Any, user_id: UserId, reason: str, **kwargs: Any) -> None:
-    # Privacy, contacts, blocks and statuses take effect on open connections right away.
-    announce.announce([user_id])
+def _on_site_presence_changed(sender: Any, user_id: UserId, reason: str, **kwargs: Any) -> None:
+    # Presence announces its own changes itself (announce.changed) before sending the signal;
+    # a site sending presence_changed for a change of its own is announced here.
+    if not announce.announced_already(user_id, reason):
+        announce.announce([user_id])
 
 
 def connect() -> None:
     """Connect every receiver (idempotent: each has a dispatch_uid)."""
     user_logged_in.connect(_on_login, dispatch_uid="presence_logged_in")
     user_logged_out.connect(_on_logout, dispatch_uid="presence_logged_out")
-    presence_changed.connect(_on_presence_changed, dispatch_uid="presence_live_announce")
+    presence_changed.connect(_on_site_presence_changed, dispatch_uid="presence_live_announce")
     post_save.connect(
         _on_user_saved, sender=get_user_model(), dispatch_uid="presence_user_sessions"
     )

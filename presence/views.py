@@ -9,14 +9,19 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.middleware.csrf import CsrfViewMiddleware
+from django.middleware.csrf import (
+    REASON_CSRF_TOKEN_MISSING,
+    REASON_NO_CSRF_COOKIE,
+    CsrfViewMiddleware,
+)
 from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
-from presence import api, domain, ratelimit, rules, users
+from presence import api, domain, ratelimit, resolution, users
 from presence.domain import InvalidInput, UserId
 
 MAX_IDS = 500
@@ -63,15 +68,18 @@ def _json_view(*methods: str) -> Callable[[View], View]:
     return decorate
 
 
-class _JsonCsrfCheck(CsrfViewMiddleware):
-    """Django's own CSRF check, answering a failure in JSON instead of an HTML page."""
-
-    def _reject(self, request: HttpRequest, reason: str) -> HttpResponse:
-        message = _("CSRF verification failed: %(reason)s") % {"reason": reason}
-        return error("csrf_failed", message, status=403)
+#: Django's own CSRF check (the middleware's public process_view); it answers a request it
+#: refuses with the site's CSRF_FAILURE_VIEW, which the endpoints answer in JSON instead
+_csrf_check = CsrfViewMiddleware(lambda request: HttpResponse())
 
 
-_csrf_check = _JsonCsrfCheck(lambda request: HttpResponse())
+def _csrf_reason(request: HttpRequest) -> str:
+    """Why Django refused the request, as far as the request tells (in Django's words)."""
+    if not settings.CSRF_USE_SESSIONS and settings.CSRF_COOKIE_NAME not in request.COOKIES:
+        return REASON_NO_CSRF_COOKIE
+    if settings.CSRF_HEADER_NAME not in request.META:
+        return REASON_CSRF_TOKEN_MISSING
+    return "CSRF token incorrect, or the origin or referer is not trusted."
 
 
 def csrf_rejection(request: HttpRequest) -> HttpResponse | None:
@@ -80,7 +88,11 @@ def csrf_rejection(request: HttpRequest) -> HttpResponse | None:
     a browser send it, so it needs no CSRF token."""
     if getattr(request, "presence_token_auth", False):
         return None
-    return _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    refused = _csrf_check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    if refused is None:
+        return None
+    message = _("CSRF verification failed: %(reason)s") % {"reason": _csrf_reason(request)}
+    return error("csrf_failed", message, status=403)
 
 
 def parse_user_ids(raw: str | None) -> list[UserId]:
@@ -193,7 +205,7 @@ def status_view(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     try:
-        change = domain.parse_status_change(data, rules.limits())
+        change = domain.parse_status_change(data, resolution.limits())
     except InvalidInput as exc:
         return error(exc.code, exc.message)
     presence = api.apply_change(request.user, change)

@@ -141,7 +141,7 @@ async def active_again_unannounced(user: Any, news: Announcements) -> None:
     await lifecycle.aheartbeat(user, "c1", idle=True)
     assert await news.received() == [user.pk, user.pk]  # (came online, then idle)
     store = get_store()
-    written = await store.arun(store.connection(user.pk, "beat", lifecycle.rules.now(), "c1"))
+    written = await store.arun(store.connection(user.pk, "beat", lifecycle.resolution.now(), "c1"))
     assert written is not None and not written.crashed
     assert await news.received() == []
 

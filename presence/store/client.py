@@ -35,7 +35,7 @@ from redis.retry import Retry
 from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner, NodeUnavailable
 from presence.store.health import Health
-from presence.store.plans import Plan, PlanBuilder, _Raise
+from presence.store.plans import Plan, PlanBuilder, Raise
 from presence.store.redact import redact_url
 from presence.users import UserId
 
@@ -244,7 +244,7 @@ class PresenceStore(PlanBuilder):
 
     @staticmethod
     def _fallback(plan: Plan[T], error: Exception | None = None) -> T:
-        if isinstance(plan.fallback, _Raise):
+        if isinstance(plan.fallback, Raise):
             reason = redact_url(str(error)) if error else "in an outage, retrying shortly"
             raise StoreUnavailable(f"Redis is unavailable: {reason}") from error
         return plan.fallback
@@ -320,7 +320,7 @@ class PresenceStore(PlanBuilder):
             late,
             redact_url(str(error)) if error else "cut short here",
         )
-        if isinstance(plan.fallback, _Raise):
+        if isinstance(plan.fallback, Raise):
             raise StoreUnavailable(f"Redis is too slow: {late}") from error
         return plan.fallback
 

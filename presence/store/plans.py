@@ -28,12 +28,12 @@ from presence.users import UserId, encode_id, id_decoder, pk_kind
 T = TypeVar("T")
 
 
-class _Raise:
-    pass
+class Raise:
+    """The type of :data:`RAISE` (a plan's fallback that is not a value)."""
 
 
 #: a plan's fallback meaning "raise StoreUnavailable" (plans that must not fail silently)
-RAISE = _Raise()
+RAISE = Raise()
 
 #: buckets one READ_RECENT script reads on one Redis: Redis runs one script at a time, so a
 #: long read is cut into scripts of about a millisecond each, sent in the same pipeline
@@ -47,7 +47,7 @@ class Plan(Generic[T]):
     commands: list[tuple[Any, ...]]
     parse: Callable[[list[Any]], T]
     #: returned when Redis is unavailable; RAISE to raise StoreUnavailable instead
-    fallback: T | _Raise
+    fallback: T | Raise
     #: on a cluster with a master unavailable: reads the replies of the other masters (the
     #: unavailable ones' replies are the exceptions); None: the whole plan falls back
     partial: Callable[[list[Any]], T] | None = None
@@ -65,9 +65,9 @@ def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
     def parse(replies: list[Any]) -> list[T]:
         return [plan.parse(replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)]
 
-    fallback: list[T] | _Raise = RAISE
+    fallback: list[T] | Raise = RAISE
     partial: Callable[[list[Any]], list[T]] | None = None
-    if not any(isinstance(plan.fallback, _Raise) for plan in plans):
+    if not any(isinstance(plan.fallback, Raise) for plan in plans):
         fallback = [plan.fallback for plan in plans]  # type: ignore[misc]
 
         def partial(replies: list[Any]) -> list[T]:

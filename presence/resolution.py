@@ -1,5 +1,10 @@
-"""What the API and the connection lifecycle share: settings as domain values, the clock, and
-the rules that turn store replies into presence (pure functions over their inputs)."""
+"""Resolution: turning the store's replies into presence as viewers may see it.
+
+The clock every write and read is judged by, the settings the domain's rules take (timing,
+input limits), whether a write is news to announce, and the one resolver applied to what was
+read (pure functions over their inputs). Used by :mod:`presence.api`, :mod:`presence.lifecycle`
+and the endpoints; the rules themselves are :mod:`presence.domain`'s.
+"""
 
 from __future__ import annotations
 

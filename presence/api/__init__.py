@@ -1,0 +1,88 @@
+"""The public Python API: record activity, read presence as a viewer may see it, choose a
+status, follow/unfollow/close friends/block for a site's own graph, notify after bulk writes,
+clean up.
+
+Every function has an async twin prefixed ``a`` (``touch``/``atouch``, ``get_presence``/
+``aget_presence``, ...) except :func:`cleanup` (a batch job for ``manage.py presence_cleanup``
+and cron, not for request paths) and :func:`apply_change` (the step ``set_status`` shares with
+the status endpoint and the WebSocket; use ``set_status``/``aset_status``). Targets and viewers
+are users or user ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
+
+Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
+twins run it: the sync one in the caller's thread, the async one on its event loop. The
+sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_contacts``,
+``_maintenance``. The live connections' side (opening, heartbeats, sweeps, the hub's reads) is
+:mod:`presence.lifecycle`.
+"""
+
+from __future__ import annotations
+
+from presence.api._contacts import (
+    ablock,
+    afollow,
+    anotify_changed,
+    aset_close_friend,
+    aunblock,
+    aunfollow,
+    block,
+    follow,
+    notify_changed,
+    set_close_friend,
+    unblock,
+    unfollow,
+)
+from presence.api._maintenance import CleanupReport, cleanup
+from presence.api._reading import (
+    abulk_presence,
+    aget_presence,
+    aonline_friends,
+    aonline_friends_with_presence,
+    bulk_presence,
+    get_presence,
+    online_friends,
+    online_friends_with_presence,
+    online_now,
+    watched_friends,
+)
+from presence.api._recording import asign_off, atouch, sign_off, touch
+from presence.api._status import apply_change, aset_status, set_status
+from presence.domain import InvalidInput, Presence
+
+__all__ = [
+    "CleanupReport",
+    "InvalidInput",
+    "Presence",
+    "ablock",
+    "abulk_presence",
+    "afollow",
+    "aget_presence",
+    "anotify_changed",
+    "aonline_friends",
+    "aonline_friends_with_presence",
+    "apply_change",
+    "aset_close_friend",
+    "aset_status",
+    "asign_off",
+    "atouch",
+    "aunblock",
+    "aunfollow",
+    "block",
+    "bulk_presence",
+    "cleanup",
+    "follow",
+    "get_presence",
+    "notify_changed",
+    "online_friends",
+    "online_friends_with_presence",
+    "online_now",
+    "set_close_friend",
+    "set_status",
+    "sign_off",
+    "touch",
+    "unblock",
+    "unfollow",
+    "watched_friends",
+]
+
+# The benchmarks time the online-friends read piece by piece (benchmarks/bench_online_friends.py).
+from presence.api._reading import _live_online, _live_since, _most_recent_online  # noqa: F401

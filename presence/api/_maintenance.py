@@ -1,0 +1,65 @@
+"""Maintenance: persisting last seen and removing stale entries (``manage.py presence_cleanup``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from presence import domain, resolution
+from presence.conf import get_settings
+from presence.domain import UserId
+from presence.models import LastSeen, UserStatus
+from presence.store import get_store
+
+
+@dataclass
+class CleanupReport:
+    buckets: int = 0
+    stale: int = 0
+    persisted: int = 0
+    removed: int = 0
+    expired_statuses: int = 0
+    dry_run: bool = False
+
+
+def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
+    """Persist last seen of users no longer online, then remove them from Redis.
+
+    Works through the buckets ``batch`` at a time (one round trip each), so no Redis command
+    touches more than one small bucket. Idempotent and safe to run concurrently: an entry is
+    removed only if unchanged since it was persisted. Raises StoreUnavailable if Redis is down.
+    """
+    conf = get_settings()
+    store = get_store()
+    batch = batch or conf.CLEANUP_BATCH
+    now = resolution.now()
+    before = now - conf.ONLINE_WINDOW
+    timing = resolution.timing()
+    report = CleanupReport(dry_run=dry_run)
+    for start in range(0, conf.BUCKETS, batch):
+        buckets = list(range(start, min(start + batch, conf.BUCKETS)))
+        # The scan's bound catches every signed-off entry; the same rule as every read decides
+        # which of those are still within OFFLINE_GRACE, so cleanup never cuts a grace short.
+        entries = [
+            entry
+            for entry in store.run(store.scan_stale(buckets, before))
+            if domain.live_status(entry.state, now, timing) is domain.Status.OFFLINE
+        ]
+        report.buckets += len(buckets)
+        report.stale += len(entries)
+        if dry_run or not entries:
+            continue
+        seen: dict[UserId, float] = {}
+        for entry in entries:
+            seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
+        report.persisted += LastSeen.objects.record_many(seen)
+        report.removed += store.run(store.remove_unchanged(entries))
+    if not dry_run:
+        store.run(store.prune_schedules(now - conf.ONLINE_WINDOW))
+    expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
+    if dry_run:
+        report.expired_statuses = expired.count()
+    else:
+        report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
+    return report

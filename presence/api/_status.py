@@ -1,0 +1,127 @@
+"""Choosing a status: auto, dnd or invisible, and a custom status that may expire."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from presence import announce, domain, resolution
+from presence.api._reading import _get_presence
+from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
+from presence.models import PrivacySettings, UserStatus
+from presence.operations import Operation, arun, call, redis, run
+from presence.store import get_store
+from presence.users import user_pk as _pk
+
+
+def _change(
+    status: str,
+    text: str | None,
+    emoji: str | None,
+    activity: str | None,
+    expires_at: datetime | None,
+) -> tuple[StatusChange, datetime | None]:
+    expires_in: float | None = None
+    if expires_at is not None:
+        if timezone.is_naive(expires_at):
+            raise InvalidInput("invalid_value", "expires_at must be an aware datetime.")
+        expires_in = (expires_at - timezone.now()).total_seconds()
+        if expires_in < 1:
+            raise InvalidInput("invalid_value", "expires_at must be in the future.")
+    change = domain.parse_status_change(
+        {
+            "status": status,
+            "text": text,
+            "emoji": emoji,
+            "activity": activity,
+            "expires_in": expires_in,
+        },
+        resolution.limits(),
+    )
+    return change, expires_at
+
+
+def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> None:
+    """The rows of a status change, in one transaction; announced after commit."""
+    with transaction.atomic():
+        UserStatus.objects.update_or_create(
+            user_id=user_id,
+            defaults={
+                "dnd": change.status is StatusChoice.DND,
+                "text": change.text or "",
+                "emoji": change.emoji or "",
+                "activity": change.activity or "",
+                "expires_at": expires_at,
+            },
+        )
+        # Without signals (a saved PrivacySettings announces "privacy"): this change's own
+        # announcement below covers it, so viewers are told once.
+        invisible = change.status is StatusChoice.INVISIBLE
+        if not PrivacySettings.objects.filter(user_id=user_id).update(invisible=invisible):
+            PrivacySettings.objects.bulk_create(
+                [PrivacySettings(user_id=user_id, invisible=invisible)], ignore_conflicts=True
+            )
+        transaction.on_commit(lambda: announce.changed([user_id], "status", sender=UserStatus))
+
+
+def _apply_change(
+    user: Any, change: StatusChange, expires_at: datetime | None
+) -> Operation[Presence]:
+    if expires_at is None and change.expires_in is not None:
+        expires_at = timezone.now() + timedelta(seconds=change.expires_in)
+    has_custom = any((change.text, change.emoji, change.activity))
+    yield from call(_save, _pk(user), change, expires_at if has_custom else None)
+    # The live layer announces the custom status clearing by itself when it expires.
+    store = get_store()
+    yield from redis(
+        store.schedule_expiry(
+            _pk(user), expires_at.timestamp() if has_custom and expires_at else None
+        )
+    )
+    return (yield from _get_presence(user, user))
+
+
+def apply_change(user: Any, change: StatusChange, expires_at: datetime | None = None) -> Presence:
+    """Store a validated status change and return the user's own presence."""
+    return run(_apply_change(user, change, expires_at))
+
+
+def _set_status(
+    user: Any,
+    status: str,
+    text: str | None,
+    emoji: str | None,
+    activity: str | None,
+    expires_at: datetime | None,
+) -> Operation[Presence]:
+    change, expires_at = _change(status, text, emoji, activity, expires_at)
+    return (yield from _apply_change(user, change, expires_at))
+
+
+def set_status(
+    user: Any,
+    status: str,
+    text: str | None = None,
+    emoji: str | None = None,
+    activity: str | None = None,
+    expires_at: datetime | None = None,
+) -> Presence:
+    """Choose ``auto``, ``dnd`` or ``invisible`` and a custom status clearing at ``expires_at``.
+
+    Raises :class:`InvalidInput` (a ``ValueError``) naming what is wrong; nothing is saved then.
+    """
+    return run(_set_status(user, status, text, emoji, activity, expires_at))
+
+
+async def aset_status(
+    user: Any,
+    status: str,
+    text: str | None = None,
+    emoji: str | None = None,
+    activity: str | None = None,
+    expires_at: datetime | None = None,
+) -> Presence:
+    return await arun(_set_status(user, status, text, emoji, activity, expires_at))

@@ -1,0 +1,140 @@
+"""Operations written once, run sync or async.
+
+An operation of :mod:`presence.api` or :mod:`presence.lifecycle` is a generator: it computes
+what it can by itself and yields the steps that need I/O, each answered with its result (or
+raised into it, so an operation reads like straight-line code):
+
+- :class:`Redis`: a store plan (:mod:`presence.store.plans`), run under the store's one
+  failure policy;
+- :class:`Call`: a blocking call (a database read or write, an announcement), with the
+  coroutine function that does the same on an event loop where there is one;
+- :class:`Both`: two steps that need not wait for each other.
+
+:func:`run` answers the steps in the caller's thread (``store.run``, the call itself, one step
+after the other); :func:`arun` on the event loop (``store.arun``, the coroutine function or
+else the call in a thread through ``sync_to_async``, both steps of :class:`Both` at once). Each
+public function is then one line: ``run(_touch(user, device))`` and
+``arun(_touch(user, device))``. The helpers :func:`redis`, :func:`call` and :func:`both` yield
+one step and return its result typed (``state = yield from redis(plan)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
+
+from asgiref.sync import sync_to_async
+
+from presence.store import Plan, get_store
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Redis(Generic[T]):
+    """Run ``plan`` on the store. ``live``: a call of the live paths (consumers, the hub,
+    sweeps), which waits for a busy Redis (see :meth:`PresenceStore.arun`)."""
+
+    plan: Plan[T]
+    live: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """``function(*args)``; on an event loop ``afunction(*args)`` where given, else
+    ``function`` in a thread (``sync_to_async``: the database's thread)."""
+
+    function: Callable[..., T]
+    args: tuple[Any, ...]
+    afunction: Callable[..., Awaitable[T]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Both:
+    """Two steps at once (gathered on an event loop); answered with both results."""
+
+    first: Step
+    second: Step
+
+
+Step: TypeAlias = Redis[Any] | Call[Any] | Both
+#: an operation returning T: it yields steps and is sent their results
+Operation: TypeAlias = Generator[Step, Any, T]
+
+
+def redis(plan: Plan[T], live: bool = False) -> Operation[T]:
+    """``result = yield from redis(plan)``: the plan's result."""
+    result: T = yield Redis(plan, live)
+    return result
+
+
+def call(
+    function: Callable[..., T],
+    *args: Any,
+    afunction: Callable[..., Awaitable[T]] | None = None,
+) -> Operation[T]:
+    """``result = yield from call(function, *args)``: its result."""
+    result: T = yield Call(function, args, afunction)
+    return result
+
+
+def both(first: Step, second: Step) -> Operation[tuple[Any, Any]]:
+    """``a, b = yield from both(step_a, step_b)``: both steps' results."""
+    result: tuple[Any, Any] = yield Both(first, second)
+    return result
+
+
+# --- the runners --------------------------------------------------------------------------------
+
+
+def _do(step: Step) -> Any:
+    if type(step) is Redis:
+        return get_store().run(step.plan)
+    if type(step) is Call:
+        return step.function(*step.args)
+    assert type(step) is Both
+    return _do(step.first), _do(step.second)
+
+
+async def _ado(step: Step) -> Any:
+    if type(step) is Redis:
+        return await get_store().arun(step.plan, live=step.live)
+    if type(step) is Call:
+        if step.afunction is not None:
+            return await step.afunction(*step.args)
+        return await sync_to_async(step.function)(*step.args)
+    assert type(step) is Both
+    return tuple(await asyncio.gather(_ado(step.first), _ado(step.second)))
+
+
+def run(operation: Operation[T]) -> T:
+    """Run ``operation`` in this thread: each step done in turn, its error raised into it."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = operation.send(reply) if error is None else operation.throw(error)
+        except StopIteration as done:
+            return done.value
+        try:
+            reply, error = _do(step), None
+        except Exception as failed:
+            reply, error = None, failed
+
+
+async def arun(operation: Operation[T]) -> T:
+    """Run ``operation`` on this event loop: Redis through ``store.arun``, blocking calls
+    through their coroutine function or in a thread."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = operation.send(reply) if error is None else operation.throw(error)
+        except StopIteration as done:
+            return done.value
+        try:
+            reply, error = await _ado(step), None
+        except Exception as failed:
+            reply, error = None, failed

@@ -114,7 +114,7 @@ PRESENCE_ENDPOINTS = [
         "/presence/api/presence",
         ("GET",),
         True,
-        _codes("missing_users", "invalid_users", "too_many_users"),
+        _codes("missing_users", "invalid_users", "too_many_users", "rate_limited"),
         ("users",),
         "presences",
     ),
@@ -737,10 +737,14 @@ def test_fuzzed_requests_never_fail_and_change_no_other_user(
 
     def fuzz_batch(batch: list[Request], rate_limited: bool) -> None:
         # Each batch with fresh clients (a logout must not end the next batch's session); half
-        # the batches under a low HTTP_RATE_LIMIT (the clock stands still: once past it, every
-        # write of the run is refused), half with none (so that writes get past it).
+        # the batches under a low HTTP_RATE_LIMIT and HTTP_READ_LIMIT (the clock stands still:
+        # once past them, every write or presence read of the run is refused), half with none
+        # (so that writes and reads get past them).
         clients = {kind: client(kind) for kind in ("user", "csrf", "anonymous", "staff", "token")}
-        limit = {"HTTP_RATE_LIMIT": (3, 60) if rate_limited else None}
+        limit = {
+            "HTTP_RATE_LIMIT": (3, 60) if rate_limited else None,
+            "HTTP_READ_LIMIT": (100, 60) if rate_limited else None,
+        }
         with override_settings(PRESENCE=limit, MIDDLEWARE=middleware):
             for request in batch:
                 response = send(clients, request)

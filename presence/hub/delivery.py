@@ -1,0 +1,153 @@
+"""Delivery of changes: "user X changed" becomes a ``presence_diff`` to each connection here
+that watches X and may see the change, after X's coalescing window."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.db import close_old_connections
+from django.db import connections as databases
+
+from presence import lifecycle
+from presence.conf import get_settings
+from presence.domain import Presence, UserId, visibly_differs
+from presence.hub.registry import Connection, Registry
+
+logger = logging.getLogger("presence")
+
+#: users resolved per delivery at most
+DELIVER_BATCH = 200
+#: how soon a pending batch counts as due (saves a wake-up per batch)
+TICK = 0.005
+
+
+class Delivery:
+    """The users waiting for their coalescing window to end, and the loop that delivers them."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        #: user id -> loop time when its coalescing window ends
+        self.pending: dict[UserId, float] = {}
+        self._wake = asyncio.Event()
+
+    def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
+        """Users whose presence may have changed: delivered after their coalescing window.
+
+        The window counts from ``announced_at`` (when the change started, as its announcement
+        says) when given: the time spent making the change and reaching this process is not
+        added to it. It never ends before now nor later than a whole window from now (clocks
+        of two hosts differ).
+        """
+        loop_now = asyncio.get_running_loop().time()
+        window = get_settings().COALESCE_WINDOW
+        if announced_at is not None:
+            window -= min(max(time.time() - announced_at, 0.0), window)
+        watchers = self.registry.watchers.members
+        for user_id in user_ids:
+            if user_id in watchers and user_id not in self.pending:
+                self.pending[user_id] = loop_now + window
+                self._wake.set()
+
+    async def deliver(self, user_ids: Iterable[UserId]) -> None:
+        """Resolve these users for every viewer subscribed to them here; send the diffs."""
+        members = self.registry.watchers.members
+        watchers = {uid: list(members[uid]) for uid in user_ids if members.get(uid)}
+        if not watchers:
+            return
+        # A snapshot being read may be newer or older than what is read here: a connection
+        # reading one (when this read starts or ends) is delivered to once more after it,
+        # compared with the snapshot. The others get their diff now: one socket reloading
+        # must not hold up everyone else's.
+        reading = {
+            (uid, connection)
+            for uid, connections in watchers.items()
+            for connection in connections
+            if uid in connection.snapshotting
+        }
+        again: set[UserId] = set()
+        resolved = await lifecycle.apresence_for_viewers(
+            {uid: {c.viewer_id for c in connections} for uid, connections in watchers.items()}
+        )
+        if resolved is None:
+            # Redis is unavailable: nothing is guessed; these users are tried again later.
+            retry_at = asyncio.get_running_loop().time() + get_settings().RETRY_INTERVAL
+            for uid in watchers:
+                self.pending.setdefault(uid, retry_at)
+            return
+        outbox: dict[Connection, dict[UserId, Presence]] = {}
+        for uid, connections in watchers.items():
+            for connection in connections:
+                if (uid, connection) in reading or uid in connection.snapshotting:
+                    again.add(uid)
+                    continue
+                presence = resolved.get(uid, {}).get(connection.viewer_id)
+                if presence is None or uid not in connection.sent:
+                    continue  # the user was deleted, or the connection unsubscribed meanwhile
+                if visibly_differs(connection.sent[uid], presence):
+                    connection.sent[uid] = presence
+                    outbox.setdefault(connection, {})[uid] = presence
+        if again:
+            self.changed(again)
+        for connection, presences in outbox.items():
+            try:
+                await connection.send_presences("presence_diff", presences)
+            except Exception:  # a connection closing under us must not stop the others
+                logger.debug("Presence: could not send a diff", exc_info=True)
+
+    async def run(
+        self,
+        deliver: Callable[[list[UserId]], Awaitable[None]],
+        running: Callable[[], bool],
+    ) -> None:
+        """Deliver the due users with ``deliver`` (Hub.deliver) while ``running()``."""
+        # The hub's database reads get a thread (and a database connection) of their own: a
+        # delivery does not queue behind the queries of sockets and pages, which share one.
+        async with ThreadSensitiveContext():
+            try:
+                await self._rounds(deliver, running)
+            finally:
+                # The thread ends with the context; its connection must not outlive it open.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(sync_to_async(databases.close_all)())
+
+    async def _rounds(
+        self,
+        deliver: Callable[[list[UserId]], Awaitable[None]],
+        running: Callable[[], bool],
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while running():
+            if not self.pending:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            now = loop.time()
+            # At most DELIVER_BATCH at a time (the rest stay due: the next round takes them at
+            # once): a resync of every watched user must not hold the loop, nor its memory.
+            due = [uid for uid, at in self.pending.items() if at <= now + TICK][:DELIVER_BATCH]
+            if not due:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(self.pending.values()) - now)
+                continue
+            for uid in due:
+                del self.pending[uid]
+            try:
+                await deliver(due)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The database failed (a connection terminated, a failover): these users are
+                # delivered again after RETRY_INTERVAL, on a fresh connection.
+                logger.exception("Presence: delivering live updates failed; retrying shortly")
+                retry_at = loop.time() + get_settings().RETRY_INTERVAL
+                for uid in due:
+                    if uid in self.registry.watchers.members:
+                        self.pending.setdefault(uid, retry_at)
+                with contextlib.suppress(Exception):
+                    await sync_to_async(close_old_connections)()

@@ -1,0 +1,155 @@
+"""The hub's membership of channel-layer groups: joins and leaves in the order decided, and
+the ones the layer refused, kept to be tried again (presence.hub.recovery, the sweep)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from presence.announce import group_name, layer_call
+from presence.domain import UserId
+from presence.hub.registry import Registry
+
+logger = logging.getLogger("presence")
+
+
+class Groups:
+    """The groups this process's channel is in, one queue of "turns" per group: a join and a
+    leave of one group reach the layer in the order the hub decided them, whichever call gets
+    to run first."""
+
+    def __init__(self, layer: Any, registry: Registry) -> None:
+        self.layer = layer
+        self.registry = registry
+        #: the process's channel in the layer while the hub runs (presence.hub.tasks)
+        self.channel: str | None = None
+        #: watched users whose group this process could not join (the layer's Redis was down):
+        #: joined again at each sweep, then resolved again (changes meanwhile went unheard)
+        self.unjoined: set[UserId] = set()
+        #: group -> channel: leaves the layer refused (its Redis was down), left again at each
+        #: sweep unless wanted again meanwhile (a server that comes back with its data would
+        #: otherwise keep sending this process what it no longer wants)
+        self.undiscarded: dict[str, str] = {}
+        #: each group's last join or leave decided (they reach the layer in that order)
+        self._turns: dict[str, asyncio.Future[None]] = {}
+
+    def joining(self, group: str) -> asyncio.Future[None] | None:
+        """The last join or leave of ``group`` still on its way to the layer, if any."""
+        return self._turns.get(group)
+
+    async def join(self, group: str) -> None:
+        await self._call("group_add", group)
+
+    async def leave(self, group: str) -> None:
+        await self._call("group_discard", group)
+
+    async def _call(self, method: str, group: str) -> None:
+        channel = self.channel
+        if self.layer is None or channel is None:
+            return
+        before, mine = self._take_turn(group)
+        try:
+            await self._in_turn(group, before, mine, getattr(self.layer, method), channel)
+        except Exception as error:
+            logger.warning("Presence: channel layer %s failed (%s).", method, error)
+            if method == "group_discard":
+                self.undiscarded[group] = channel
+
+    async def join_users(self, user_ids: list[UserId]) -> list[UserId]:
+        """Join these users' groups; the users whose join failed."""
+        return await self._users("group_add", user_ids)
+
+    async def leave_users(self, user_ids: list[UserId]) -> list[UserId]:
+        """Leave these users' groups; the users whose leave failed."""
+        return await self._users("group_discard", user_ids)
+
+    async def _users(self, method: str, user_ids: list[UserId]) -> list[UserId]:
+        # The channel as it is now: the hub may stop (its channel None) while this runs, when
+        # the last connection leaves during another one's unwatch; the calls still complete.
+        channel = self.channel
+        if self.layer is None or channel is None or not user_ids:
+            return []
+        call = getattr(self.layer, method)
+        failed: list[UserId] = []
+        error: BaseException | None = None
+        # Each user's turn is taken now, before any await, in the order the hub decided: a
+        # join and a leave of one group (a connection subscribing while the last watcher
+        # leaves) reach the layer in that order, never the other way round. The layer's calls
+        # in flight are limited by announce.layer_call.
+        turns = [(group, *self._take_turn(group)) for group in map(group_name, user_ids)]
+        try:
+            results = await asyncio.gather(
+                *(
+                    self._in_turn(group, before, mine, call, channel)
+                    for group, before, mine in turns
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            for group, _, mine in turns:
+                self._end_turn(group, mine)
+        for uid, result in zip(user_ids, results, strict=True):
+            if isinstance(result, Exception):
+                failed.append(uid)
+                error = result
+            elif isinstance(result, BaseException):
+                raise result  # a cancellation
+        if failed:
+            logger.warning(
+                "Presence: channel layer %s failed for %d users (%s).", method, len(failed), error
+            )
+            if method == "group_add":
+                # Joined again at the next sweep; until then their changes go unheard here.
+                watchers = self.registry.watchers.members
+                self.unjoined.update(uid for uid in failed if uid in watchers)
+            else:
+                self.undiscarded.update((group_name(uid), channel) for uid in failed)
+        return failed
+
+    def _take_turn(self, group: str) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """A place in ``group``'s queue of joins and leaves (taken when decided, before any
+        await): the call after the one before it, whichever finishes its wait first."""
+        before = self._turns.get(group)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._turns[group] = mine
+        return before, mine
+
+    def _end_turn(self, group: str, mine: asyncio.Future[None]) -> None:
+        if not mine.done():
+            mine.set_result(None)
+        if self._turns.get(group) is mine:
+            del self._turns[group]
+
+    async def _in_turn(
+        self,
+        group: str,
+        before: asyncio.Future[None] | None,
+        mine: asyncio.Future[None],
+        call: Any,
+        channel: str,
+    ) -> Any:
+        try:
+            if before is not None:
+                await asyncio.shield(before)
+            return await layer_call(call, group, channel)
+        finally:
+            self._end_turn(group, mine)
+
+    async def leave_again(self) -> None:
+        """Leave the groups whose leave failed, unless this channel wants them again."""
+        if not self.undiscarded or self.layer is None:
+            return
+        wanted = self.registry.wanted_groups()
+        retry = {
+            group: channel
+            for group, channel in self.undiscarded.items()
+            if not (channel == self.channel and group in wanted)
+        }
+        self.undiscarded.clear()
+        for group, channel in retry.items():
+            before, mine = self._take_turn(group)
+            try:
+                await self._in_turn(group, before, mine, self.layer.group_discard, channel)
+            except Exception:
+                self.undiscarded.setdefault(group, channel)

@@ -1,0 +1,223 @@
+"""The :class:`Hub`: one per process (per event loop), composed of the rooms of this package."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from presence import announce
+from presence.domain import UserId
+from presence.hub.delivery import Delivery
+from presence.hub.groups import Groups
+from presence.hub.messages import Messages
+from presence.hub.recovery import Recovery
+from presence.hub.registry import Connection, Registry
+from presence.hub.tasks import Tasks
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+
+
+class Hub:
+    """The process's (event loop's) live connections, their subscriptions and the channel
+    layer: what consumers and topic deliveries (extensions.Topics) call."""
+
+    def __init__(self) -> None:
+        self.layer = get_channel_layer()
+        self.registry = Registry()
+        self.groups = Groups(self.layer, self.registry)
+        self.delivery = Delivery(self.registry)
+        # Through the instance when called, not bound now: a benchmark wraps changed and
+        # deliver on a hub (benchmarks/bench_fanout.py) and must see every call.
+        self.recovery = Recovery(
+            self.layer, self.registry, self.groups, changed=lambda uids: self.changed(uids)
+        )
+        self.messages = Messages(
+            self.registry,
+            topics=self,
+            changed=lambda uids, announced_at: self.changed(uids, announced_at=announced_at),
+            note_lag=self.recovery.note_lag,
+        )
+        self.tasks = Tasks(
+            self.registry,
+            self.groups,
+            self.delivery,
+            self.recovery,
+            self.messages,
+            deliver=lambda uids: self.deliver(uids),
+            dispatch=lambda message: self.dispatch(message),
+        )
+        #: attach and detach: the hub starts and stops under it
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def current(cls) -> Hub | None:
+        try:
+            return _hubs.get(asyncio.get_running_loop())
+        except RuntimeError:
+            return None
+
+    @classmethod
+    def get(cls) -> Hub:
+        loop = asyncio.get_running_loop()
+        hub = _hubs.get(loop)
+        if hub is None:
+            hub = _hubs[loop] = cls()
+            # Without a channel layer, announcements on this loop come straight here.
+            announce.set_local_sink(hub.dispatch)
+        return hub
+
+    # --- the state of the rooms, by the names code outside the hub reads ---
+
+    @property
+    def connections(self) -> set[Connection]:
+        return self.registry.connections
+
+    @property
+    def watchers(self) -> dict[UserId, set[Connection]]:
+        return self.registry.watchers.members
+
+    @property
+    def watched(self) -> dict[Connection, set[UserId]]:
+        return self.registry.watchers.of
+
+    @property
+    def accounts(self) -> dict[UserId, set[Connection]]:
+        return self.registry.accounts.members
+
+    @property
+    def topics(self) -> dict[str, dict[Connection, set[str]]]:
+        return self.registry.topics.members
+
+    @property
+    def pending(self) -> dict[UserId, float]:
+        return self.delivery.pending
+
+    @property
+    def channel(self) -> str | None:
+        return self.groups.channel
+
+    @property
+    def behind(self) -> bool:
+        return self.recovery.behind
+
+    @property
+    def _tasks(self) -> list[asyncio.Task[None]]:
+        return self.tasks.running
+
+    @property
+    def _lingering(self) -> asyncio.Task[None] | None:
+        return self.tasks.lingering
+
+    # --- connections and subscriptions ---
+
+    async def attach(self, connection: Connection) -> None:
+        """Register ``connection``; once this returns, the process is in its user's account
+        group (announcements of logouts reach it), or the join failed and was logged."""
+        first_socket = False
+        joining = None
+        accounts = self.registry.accounts
+        group = accounts.group(connection.viewer_id)
+        async with self._lock:
+            self.registry.connections.add(connection)
+            if not self.tasks.running:
+                await self.tasks.start()
+            if connection.credential is not None:
+                first_socket = accounts.add(connection, connection.viewer_id)
+                # Another socket's join may still be on its way to the layer.
+                joining = None if first_socket else self.groups.joining(group)
+        if first_socket:
+            # Outside the lock (a storm of connections must not join one at a time); its turn
+            # is taken at once, so a leave decided later runs after it.
+            await self.groups.join(group)
+        elif joining is not None:
+            await asyncio.shield(joining)
+
+    async def detach(self, connection: Connection) -> None:
+        # First out of the registry: a handler of this connection still running (or a frame
+        # racing the close) can no longer watch anything for it.
+        self.registry.connections.discard(connection)
+        await self.unwatch(connection, self.registry.watchers.keys_of(connection))
+        for kind in self.registry.topics.kinds_of(connection):
+            for key in self.registry.topics.keys_of(connection, kind):
+                await self.leave_topic(connection, kind, key)
+        async with self._lock:
+            accounts = self.registry.accounts
+            if accounts.discard(connection, connection.viewer_id):
+                await self.groups.leave(accounts.group(connection.viewer_id))
+            if not self.registry.connections and self.tasks.running:
+                await self.tasks.stop()
+
+    async def watch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
+        if connection not in self.registry.connections:
+            return  # detached meanwhile (closed by the server while its frame was handled)
+        watchers = self.registry.watchers
+        first = []
+        joining: list[asyncio.Future[None]] = []
+        for user_id in user_ids:
+            if watchers.add(connection, user_id):
+                first.append(user_id)
+            elif (turn := self.groups.joining(watchers.group(user_id))) is not None:
+                # Another connection's join of this group is still on its way to the layer:
+                # a snapshot read before it lands could miss a change announced meanwhile.
+                joining.append(turn)
+        await self.groups.join_users(first)
+        if joining:
+            await asyncio.gather(*(asyncio.shield(turn) for turn in joining))
+
+    async def unwatch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
+        last = []
+        for user_id in user_ids:
+            if self.registry.watchers.discard(connection, user_id):
+                # Nobody here watches them any more: nothing to deliver, nothing to rejoin.
+                self.delivery.pending.pop(user_id, None)
+                self.groups.unjoined.discard(user_id)
+                last.append(user_id)
+        await self.groups.leave_users(last)
+
+    async def join_topic(self, connection: Connection, kind: str, key: str) -> None:
+        """Give ``connection`` the topic ``key`` of ``kind``; this process then receives
+        what is announced to ``kind`` (presence.extensions)."""
+        if connection not in self.registry.connections:
+            return  # detached: a handler still running must not add anything for it
+        if self.registry.topics.add(connection, kind, key):
+            await self.groups.join(self.registry.topics.group(kind))
+
+    async def leave_topic(self, connection: Connection, kind: str, key: str) -> None:
+        if self.registry.topics.discard(connection, kind, key):
+            await self.groups.leave(self.registry.topics.group(kind))
+
+    def topics_of(self, connection: Connection, kind: str) -> set[str]:
+        """The keys of ``kind`` that ``connection`` has (a copy)."""
+        return self.registry.topics.keys_of(connection, kind)
+
+    def topic_members(self, kind: str) -> dict[Connection, set[str]]:
+        """Every local connection with topics of ``kind``, and its keys (copies)."""
+        return self.registry.topics.members_of(kind)
+
+    # --- changes and announcements ---
+
+    def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
+        """Users whose presence may have changed: delivered after their coalescing window
+        (see Delivery.changed)."""
+        self.delivery.changed(user_ids, announced_at)
+
+    async def deliver(self, user_ids: Iterable[UserId]) -> None:
+        """Resolve these users for every viewer subscribed to them here; send the diffs."""
+        await self.delivery.deliver(user_ids)
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        """Act on one message announced through :mod:`presence.announce`."""
+        self.messages.dispatch(message)
+
+    def behind_after(self) -> float:
+        """How late an announcement may arrive before this process counts as behind its
+        channel (see Recovery.behind_after)."""
+        return self.recovery.behind_after()
+
+    async def _stop(self) -> None:
+        """Stop the background tasks (detach does when the last connection leaves)."""
+        await self.tasks.stop()

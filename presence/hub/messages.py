@@ -1,0 +1,105 @@
+"""Announcements reaching this process (presence.announce): changes go to delivery; a session
+that ended (its sockets close) and payloads of topics (presence.extensions) are each handled in
+a task of its own, never on the receive loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Protocol
+
+from presence import extensions
+from presence.announce import CHANGED, SESSION_ENDED, SESSIONS_CHANGED, TOPIC
+from presence.domain import UserId
+from presence.hub.registry import Registry
+from presence.users import decode_id, id_decoder
+
+logger = logging.getLogger("presence")
+
+
+class Changed(Protocol):
+    def __call__(self, user_ids: Iterable[UserId], *, announced_at: float | None) -> None: ...
+
+
+class Messages:
+    """Routes announcements; session and topic messages to the connections here."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        topics: extensions.Topics,
+        changed: Changed,
+        note_lag: Callable[[Any], None],
+    ) -> None:
+        self.registry = registry
+        #: what a topic's delivery is handed (the hub)
+        self.topics = topics
+        #: Hub.changed, and Recovery.note_lag (how late a change was announced)
+        self.changed = changed
+        self.note_lag = note_lag
+        #: topic deliveries under way (cancelled when the hub stops)
+        self.delivering: set[asyncio.Task[None]] = set()
+        self._session_tasks: set[asyncio.Task[None]] = set()
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        """Act on one message announced through :mod:`presence.announce`."""
+        if message.get("type") == CHANGED:
+            # Ids in their canonical form (presence.users.encode_id), read as the site's pk.
+            self.note_lag(message.get("sent"))
+            decode = id_decoder()
+            at = message.get("at")
+            self.changed(
+                (decode(uid) for uid in message.get("users", ())),
+                announced_at=float(at)
+                if isinstance(at, (int, float)) and not isinstance(at, bool)
+                else None,
+            )
+        elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
+            self.topic_message(message["kind"], message.get("payload"))
+        elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
+            self.session_message(message)
+
+    def session_message(self, message: dict[str, Any]) -> None:
+        """A session of a user here logged out, or their sessions must be checked again."""
+        try:
+            user_id = decode_id(message["user"])
+        except (KeyError, TypeError, ValueError):
+            return  # not a message of this version's announcer
+        sockets = list(self.registry.accounts.members.get(user_id, ()))
+        if message.get("type") == SESSION_ENDED:
+            digest = message.get("session")
+            ending = [c for c in sockets if c.credential and c.credential.session_digest == digest]
+            calls = [connection.end_session() for connection in ending]
+        else:
+            calls = [connection.recheck_session() for connection in sockets]
+        if calls:
+            # Not on the receive loop: closing detaches, which may stop this hub's tasks.
+            task = asyncio.ensure_future(self._run_session_calls(calls))
+            self._session_tasks.add(task)
+            task.add_done_callback(self._session_tasks.discard)
+
+    async def _run_session_calls(self, calls: list[Coroutine[Any, Any, None]]) -> None:
+        for call in calls:
+            try:
+                await call
+            except Exception:
+                logger.exception("Presence: closing the sockets of an ended session failed")
+
+    def topic_message(self, kind: str, payload: Any) -> None:
+        """Hand a payload announced to ``kind`` to its registered delivery, in a task of its
+        own (a slow delivery must not hold up the receive loop)."""
+        deliver = extensions.delivery(kind)
+        if deliver is None or not self.registry.topics.members.get(kind):
+            return
+        task = asyncio.ensure_future(self._deliver_topic(deliver, kind, payload))
+        self.delivering.add(task)
+        task.add_done_callback(self.delivering.discard)
+
+    async def _deliver_topic(self, deliver: extensions.Deliver, kind: str, payload: Any) -> None:
+        try:
+            await deliver(self.topics, payload)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("Presence: delivering a %s message failed", kind)

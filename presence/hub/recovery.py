@@ -1,0 +1,115 @@
+"""What the hub does after something went wrong: an outage of presence's Redis, failed calls
+to the channel layer, announcements arriving too late. Each time the users whose changes may
+have gone unheard are resolved again (the sweep loop calls these, presence.hub.tasks)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from presence import announce
+from presence.conf import get_settings
+from presence.domain import UserId
+from presence.hub.groups import Groups
+from presence.hub.registry import Registry
+from presence.store import get_store
+
+logger = logging.getLogger("presence")
+
+
+class Recovery:
+    """Resyncs after Redis outages, channel-layer failures and lag."""
+
+    def __init__(
+        self,
+        layer: Any,
+        registry: Registry,
+        groups: Groups,
+        changed: Callable[[Iterable[UserId]], None],
+    ) -> None:
+        self.layer = layer
+        self.registry = registry
+        self.groups = groups
+        #: Hub.changed: these users are resolved again after their coalescing window
+        self.changed = changed
+        #: outages of presence's Redis that ended, when last looked at (see after_outages)
+        self._recoveries_seen = get_store().recoveries()
+        #: announce.layer_failures when last looked at, and when to rejoin every group
+        self._failures_seen = announce.layer_failures
+        self._rejoin_all_at: float | None = None
+        #: announcements reach this process so late that some may be lost (see note_lag)
+        self.behind = False
+        #: loop time of the last announcement that came too late
+        self._last_late = 0.0
+
+    def _resync(self) -> None:
+        self.changed(list(self.registry.watchers.members))
+
+    def after_outages(self) -> None:
+        """When an outage of presence's Redis ended, resolve every watched user again:
+        changes during it (a tab closed, a connection that expired) were not announced."""
+        recoveries = get_store().recoveries()
+        if recoveries != self._recoveries_seen:
+            self._recoveries_seen = recoveries
+            self._resync()
+
+    def after_layer_failures(self, now: float) -> None:
+        """RETRY_INTERVAL after the last failed channel-layer call of this process, every
+        watched user's group is joined again and resolved again: a layer server that failed may
+        have lost messages, or come back empty (the core layer's groups are keys in it)."""
+        if announce.layer_failures != self._failures_seen:
+            self._failures_seen = announce.layer_failures
+            self._rejoin_all_at = now + get_settings().RETRY_INTERVAL
+        elif self._rejoin_all_at is not None and now >= self._rejoin_all_at:
+            self._rejoin_all_at = None
+            self.groups.unjoined.update(self.registry.watchers.members)
+
+    async def rejoin(self) -> None:
+        """Join the groups a failed group_add left out, and resolve those users again: their
+        changes meanwhile did not reach this process."""
+        watchers = self.registry.watchers.members
+        retry = [uid for uid in self.groups.unjoined if uid in watchers]
+        self.groups.unjoined.clear()
+        if not retry:
+            return
+        failed = set(await self.groups.join_users(retry))
+        self.changed(uid for uid in retry if uid not in failed)
+
+    def behind_after(self) -> float:
+        """How late (seconds after it was sent) an announcement may reach this process before
+        the process counts as behind its channel: a quarter of the layer's message expiry
+        (channels_redis drops messages older than it, 60 s by default, and any message sent to
+        a full channel)."""
+        return float(getattr(self.layer, "expiry", 60)) / 4
+
+    def note_lag(self, sent: Any) -> None:
+        """An announcement sent at ``sent`` arrived now. A process that cannot keep up with its
+        channel receives announcements later and later, and past the layer's expiry or its
+        capacity they are dropped without a word: views would stay wrong until the user's next
+        change. Once it has caught up (see after_lag), every watched user is resolved again."""
+        if not isinstance(sent, (int, float)) or isinstance(sent, bool):
+            return  # a message of an older version
+        lag = time.time() - sent
+        if lag < self.behind_after():
+            return
+        if not self.behind:
+            logger.warning(
+                "Presence: announcements reach this process %.0f s after they were sent: it is "
+                "behind its channel, and the channel layer may drop some (its expiry, a full "
+                "channel). Every watched user is resolved again once it has caught up; see the "
+                "deployment docs on sizing.",
+                lag,
+            )
+        self.behind = True
+        self._last_late = asyncio.get_running_loop().time()
+
+    def after_lag(self, now: float) -> None:
+        """Caught up (no late announcement for a whole sweep interval): every watched user is
+        resolved again, since changes announced while behind may have been dropped."""
+        if self.behind and now - self._last_late >= get_settings().SWEEP_INTERVAL:
+            self.behind = False
+            logger.warning("Presence: this process caught up with its channel; resyncing views.")
+            self._resync()

@@ -1,0 +1,163 @@
+"""The hub's registry: the connections open in this process and what each one is a member of.
+
+All per-connection state of the hub lives here, one :class:`Membership` per kind: the users a
+connection watches, the account it was opened for, its topics. The process is in the
+channel-layer group of a key while the key has members here (presence.hub.groups does the
+joining and leaving).
+
+A new kind of membership (rooms, say: room -> connections) is one more :class:`Membership`
+with its group name here, named in :meth:`Registry.other_groups`; the hub then joins and leaves
+its groups as its first member comes and its last one goes, and renews, keeps and leaves them
+with the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+from presence.announce import account_group_name, group_name, topic_group_name
+from presence.domain import Presence, UserId
+from presence.sessions import Credential
+
+
+class Connection(Protocol):
+    """What the hub needs of a consumer."""
+
+    viewer_id: UserId
+    #: the presence last sent for each subscribed user
+    sent: dict[UserId, Presence]
+    #: users whose snapshot is being read; a change meanwhile is delivered again after it
+    snapshotting: set[UserId]
+
+    async def send_presences(self, kind: str, presences: dict[UserId, Presence]) -> None: ...
+
+    async def send_json(self, content: dict[str, Any]) -> None: ...
+
+    #: what the connection authenticated with (presence.sessions), None when it is never
+    #: re-checked (another authentication middleware)
+    credential: Credential | None
+
+    async def end_session(self) -> None:
+        """Close the connection: its session ended."""
+
+    async def recheck_session(self) -> None:
+        """Close the connection if its session or token is no longer valid."""
+
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+class Membership(Generic[Key]):
+    """One kind of membership, both ways round: the connections of each key, and the keys of
+    each connection (a close must not scan every key: tens of thousands of watched users in a
+    busy process). Neither side keeps an empty set."""
+
+    def __init__(self, group: Callable[[Key], str]) -> None:
+        #: the channel-layer group of a key
+        self.group = group
+        self.members: dict[Key, set[Connection]] = {}
+        self.of: dict[Connection, set[Key]] = {}
+
+    def add(self, connection: Connection, key: Key) -> bool:
+        """Make ``connection`` a member of ``key``: True when it is the key's first here."""
+        members = self.members.setdefault(key, set())
+        first = not members
+        members.add(connection)
+        self.of.setdefault(connection, set()).add(key)
+        return first
+
+    def discard(self, connection: Connection, key: Key) -> bool:
+        """``connection`` is no longer a member of ``key``: True when it was the last here."""
+        members = self.members.get(key)
+        if members is None or connection not in members:
+            return False
+        members.discard(connection)
+        keys = self.of.get(connection)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self.of[connection]
+        if members:
+            return False
+        del self.members[key]
+        return True
+
+    def keys_of(self, connection: Connection) -> list[Key]:
+        """The keys ``connection`` is a member of (a copy)."""
+        return list(self.of.get(connection, ()))
+
+    def groups(self) -> list[str]:
+        """The groups of every key with members here (a copy)."""
+        return [self.group(key) for key in self.members]
+
+
+class Topics:
+    """Topics of connections (presence.extensions): kind -> connection -> keys. One group per
+    kind, not per key: the deliveries of a kind pick the connections of each key."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, dict[Connection, set[str]]] = {}
+
+    @staticmethod
+    def group(kind: str) -> str:
+        return topic_group_name(kind)
+
+    def add(self, connection: Connection, kind: str, key: str) -> bool:
+        """Give ``connection`` the key: True when it is the kind's first connection here."""
+        members = self.members.setdefault(kind, {})
+        first = not members
+        members.setdefault(connection, set()).add(key)
+        return first
+
+    def discard(self, connection: Connection, kind: str, key: str) -> bool:
+        """Take the key from ``connection``: True when it was the kind's last connection."""
+        members = self.members.get(kind)
+        keys = None if members is None else members.get(connection)
+        if members is None or keys is None or key not in keys:
+            return False
+        keys.discard(key)
+        if keys:
+            return False
+        del members[connection]
+        if members:
+            return False
+        del self.members[kind]
+        return True
+
+    def kinds_of(self, connection: Connection) -> list[str]:
+        return [kind for kind, members in self.members.items() if connection in members]
+
+    def keys_of(self, connection: Connection, kind: str) -> set[str]:
+        """The keys of ``kind`` that ``connection`` has (a copy)."""
+        return set(self.members.get(kind, {}).get(connection, ()))
+
+    def members_of(self, kind: str) -> dict[Connection, set[str]]:
+        """Every connection with keys of ``kind``, and its keys (copies)."""
+        return {c: set(keys) for c, keys in self.members.get(kind, {}).items()}
+
+    def groups(self) -> list[str]:
+        return [self.group(kind) for kind in self.members]
+
+
+class Registry:
+    """The connections open here and their memberships."""
+
+    def __init__(self) -> None:
+        self.connections: set[Connection] = set()
+        #: user -> the connections subscribed to them (``watched``: the other way round)
+        self.watchers = Membership[UserId](group_name)
+        #: user -> their connections opened with a session or a token (see account_group_name)
+        self.accounts = Membership[UserId](account_group_name)
+        self.topics = Topics()
+
+    def other_groups(self) -> Iterator[str]:
+        """The groups of every kind of membership but the watchers' (theirs are joined and left
+        in batches). Each kind's groups are listed when the caller reaches it: a caller that
+        awaits between groups sees a later kind as it is by then."""
+        for membership in (self.accounts, self.topics):
+            yield from membership.groups()
+
+    def wanted_groups(self) -> set[str]:
+        """Every group this process should be in now."""
+        return {*self.watchers.groups(), *self.other_groups()}

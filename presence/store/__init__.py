@@ -4,6 +4,8 @@
 - :mod:`presence.store.scripts` -- the Lua scripts (``lua/*.lua``) with their constants;
 - :mod:`presence.store.plans` -- building plans (commands + parsing + fallback), no I/O;
 - :mod:`presence.store.client` -- clients and running plans (``run``/``arun``);
+- :mod:`presence.store.cluster` and :mod:`presence.store.nodes` -- running plans on a Redis
+  Cluster, and its clients and per-master health;
 - :mod:`presence.store.health` -- outage tracking;
 - :mod:`presence.store.redact` -- URLs without their credentials, for messages and logs.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -37,6 +37,7 @@ from presence.store.cluster import ClusterRunner, NodeUnavailable
 from presence.store.health import Health
 from presence.store.plans import Plan, PlanBuilder, Raise
 from presence.store.redact import redact_url
+from presence.store.scripts import Script
 from presence.users import UserId
 
 T = TypeVar("T")
@@ -279,6 +280,22 @@ class PresenceStore(PlanBuilder):
             return plan.partial(replies)
         return self._fallback(plan, unavailable[0])
 
+    def _replies(
+        self, commands: Sequence[tuple[Any, ...]]
+    ) -> Generator[Sequence[tuple[Any, ...]] | Script, Any, list[Any]]:
+        """The replies of ``commands`` on one Redis, written once for both faces: yields the
+        commands to send as one pipeline (answered with their replies) and the scripts to
+        load (Redis lost them); raises the first error a command answered."""
+        replies: list[Any] = yield commands
+        missing = self._without_script(replies)
+        if missing:
+            yield from {commands[i][1] for i in missing}
+            retried = yield [commands[i] for i in missing]
+            for i, reply in zip(missing, retried, strict=True):
+                replies[i] = reply
+        self._raise_first_error(replies)
+        return replies
+
     def run(self, plan: Plan[T]) -> T:
         if not plan.commands:
             return plan.parse([])
@@ -292,15 +309,16 @@ class PresenceStore(PlanBuilder):
             self.health.succeeded()
             return result
         try:
-            replies = self._execute(plan.commands)
-            missing = self._without_script(replies)
-            if missing:
-                for script in {plan.commands[i][1] for i in missing}:
-                    self.client.script_load(script.source)
-                retried = self._execute([plan.commands[i] for i in missing])
-                for i, reply in zip(missing, retried, strict=True):
-                    replies[i] = reply
-            self._raise_first_error(replies)
+            steps = self._replies(plan.commands)
+            step = next(steps)
+            while True:
+                if isinstance(step, Script):
+                    self.client.script_load(step.source)
+                    step = next(steps)
+                else:
+                    step = steps.send(self._execute(step))
+        except StopIteration as done:
+            replies = done.value
         except RedisError as error:
             if is_slow_reply(error):
                 return self._late(plan, error)
@@ -351,15 +369,16 @@ class PresenceStore(PlanBuilder):
             return result
         try:
             client = self.async_client
-            replies = await self._aexecute(client, plan.commands)
-            missing = self._without_script(replies)
-            if missing:
-                for script in {plan.commands[i][1] for i in missing}:
-                    await client.script_load(script.source)
-                retried = await self._aexecute(client, [plan.commands[i] for i in missing])
-                for i, reply in zip(missing, retried, strict=True):
-                    replies[i] = reply
-            self._raise_first_error(replies)
+            steps = self._replies(plan.commands)
+            step = next(steps)
+            while True:
+                if isinstance(step, Script):
+                    await client.script_load(step.source)
+                    step = next(steps)
+                else:
+                    step = steps.send(await self._aexecute(client, step))
+        except StopIteration as done:
+            replies = done.value
         except (RedisError, OSError) as error:
             if is_pool_exhausted(error):
                 return self._late(plan, error)

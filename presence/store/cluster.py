@@ -25,17 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import weakref
-from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio.cluster
 import redis.cluster
-from redis._parsers.commands import AsyncCommandsParser
-from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
@@ -49,11 +46,16 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
-from presence.store.health import Health
-from presence.store.redact import redact_url
+from presence.store.nodes import (
+    ClusterNodes,
+    NodeUnavailable,
+    first_key,
+    startup_nodes,
+    wire_args,
+)
+
+__all__ = ["ClusterRunner", "NodeUnavailable", "first_key", "startup_nodes", "wire_args"]
 
 #: rounds of MOVED / ASK / TRYAGAIN / NOSCRIPT answers followed for one plan
 MAX_REDIRECTS = 5
@@ -61,168 +63,43 @@ MAX_REDIRECTS = 5
 TRYAGAIN_DELAY = 0.02
 
 
-class NodeUnavailable(RedisError):
-    """The reply of a command whose master could not be reached (or whose slot no master
-    serves): that master's users are unknown, the others' replies stand."""
+@dataclass(frozen=True)
+class _Refresh:
+    """Read the slot table again (a master failed since the last plan)."""
 
 
-def startup_nodes(urls: Sequence[str]) -> tuple[list[tuple[str, int]], dict[str, Any]]:
-    """(host, port) of each startup node URL, and the connection options the URLs carry
-    (credentials, TLS); the first URL with credentials gives them."""
-    nodes: list[tuple[str, int]] = []
-    options: dict[str, Any] = {}
-    for url in urls:
-        parts = urlsplit(url)
-        nodes.append((parts.hostname or "127.0.0.1", parts.port or 6379))
-        if parts.scheme == "rediss":
-            options["ssl"] = True
-        if parts.password and "password" not in options:
-            options["password"] = unquote(parts.password)
-            if parts.username:
-                options["username"] = unquote(parts.username)
-    return nodes, options
+@dataclass(frozen=True)
+class _Exchange:
+    """Send each master its pipeline of ``groups`` and read the replies into ``replies``."""
+
+    groups: dict[str, tuple[Any, list[int]]]
+    commands: Sequence[tuple[Any, ...]]
+    asking: dict[int, tuple[str, int]]
+    replies: list[Any]
 
 
-def first_key(command: tuple[Any, ...]) -> str:
-    if command[0] == "SCRIPT":
-        return str(command[2][0])
-    return str(command[1])
+@dataclass(frozen=True)
+class _Moved:
+    """Update the slot table with a MOVED answer."""
+
+    error: MovedError
 
 
-def wire_args(command: tuple[Any, ...]) -> tuple[Any, ...]:
-    if command[0] == "SCRIPT":
-        _, script, keys, args = command
-        return ("EVALSHA", script.sha, len(keys), *keys, *args)
-    return command
+@dataclass(frozen=True)
+class _LoadScripts:
+    """Load these scripts on this master (it answered NOSCRIPT)."""
+
+    node: Any
+    scripts: set[Any]
 
 
-class _RedisCluster(redis.cluster.RedisCluster):
-    """redis-py's client, starting while a master is down: it reads the command table
-    (``COMMAND``) from the first primary, which may be the one that is down."""
-
-    def command(self, **kwargs: Any) -> Any:
-        error: Exception | None = None
-        for node in [self.nodes_manager.default_node, *self.get_primaries()]:
-            try:
-                return self.execute_command("COMMAND", target_nodes=node, **kwargs)
-            except (RedisConnectionError, RedisTimeoutError, OSError) as failed:
-                error = failed
-        raise error or RedisClusterException("no primary answered COMMAND")
+@dataclass(frozen=True)
+class _Pause:
+    """Wait TRYAGAIN_DELAY before the next round (a slot half-migrated)."""
 
 
-class _ReachableCommandsParser(AsyncCommandsParser):
-    """The async client's command table, read from the first primary that answers."""
-
-    def __init__(self, cluster: redis.asyncio.cluster.RedisCluster) -> None:
-        super().__init__()
-        self.cluster = cluster
-
-    async def initialize(self, node: Any = None) -> None:
-        error: Exception | None = None
-        primaries = self.cluster.nodes_manager.get_nodes_by_server_type("primary")
-        for candidate in [node, *primaries]:
-            if candidate is None:
-                continue
-            try:
-                await super().initialize(candidate)
-                return
-            except (RedisConnectionError, RedisTimeoutError, OSError) as failed:
-                error = failed
-        raise error or RedisClusterException("no primary answered COMMAND")
-
-
-class ClusterRunner:
+class ClusterRunner(ClusterNodes):
     """Sends plans' commands to the masters of a Redis Cluster, one pipeline per master."""
-
-    def __init__(
-        self,
-        urls: Sequence[str],
-        kwargs: dict[str, Any],
-        retry_interval: float,
-        live_timeout: float | None = None,
-    ) -> None:
-        self.nodes, url_options = startup_nodes(urls)
-        self.kwargs = {**kwargs, **url_options}
-        self.retry_interval = retry_interval
-        #: the async client's socket timeout (LIVE_SOCKET_TIMEOUT: see presence.store.client)
-        self.live_timeout = live_timeout
-        self.node_health: dict[str, Health] = {}
-        #: round trips sent to each master (benchmarks and tests read it)
-        self.round_trips: Counter[str] = Counter()
-        #: answers followed: "moved", "ask", "tryagain", "noscript" (tests and monitoring)
-        self.redirects: Counter[str] = Counter()
-        self._sync: redis.cluster.RedisCluster | None = None
-        self._async: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, redis.asyncio.cluster.RedisCluster
-        ] = weakref.WeakKeyDictionary()
-        self._stale_topology = False
-
-    # --- clients ----------------------------------------------------------------------------
-
-    @property
-    def client(self) -> redis.cluster.RedisCluster:
-        if self._sync is None:
-            self._sync = _RedisCluster(
-                startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in self.nodes],
-                retry=Retry(NoBackoff(), 0),
-                require_full_coverage=False,
-                **self.kwargs,
-            )
-        return self._sync
-
-    def async_client(self) -> redis.asyncio.cluster.RedisCluster:
-        """This event loop's client (it reads the slot table at its first command)."""
-        loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            from redis.asyncio.retry import Retry as AsyncRetry
-
-            kwargs = dict(self.kwargs)
-            max_connections = kwargs.pop("max_connections", 1000)
-            if self.live_timeout is not None:
-                # Waits for a busy Redis and a busy event loop alike (see PresenceStore).
-                for key in ("socket_timeout", "socket_connect_timeout"):
-                    kwargs[key] = max(self.live_timeout, kwargs.get(key) or 0)
-            client = redis.asyncio.cluster.RedisCluster(
-                startup_nodes=[
-                    redis.asyncio.cluster.ClusterNode(host, port) for host, port in self.nodes
-                ],
-                retry=AsyncRetry(NoBackoff(), 0),
-                require_full_coverage=False,
-                max_connections=max_connections,
-                **kwargs,
-            )
-            client.commands_parser = _ReachableCommandsParser(client)
-            self._async[loop] = client
-        return client
-
-    def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
-
-    async def aclose(self) -> None:
-        client = self._async.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
-
-    # --- per-node health --------------------------------------------------------------------
-
-    def health_of(self, name: str) -> Health:
-        health = self.node_health.get(name)
-        if health is None:
-            health = self.node_health[name] = Health(f"Redis Cluster node {name}")
-        return health
-
-    def _node_failed(self, name: str, error: Exception) -> NodeUnavailable:
-        self.health_of(name).failed(error, self.retry_interval)
-        self._stale_topology = True
-        return NodeUnavailable(f"{name}: {redact_url(str(error))}")
-
-    def _node_succeeded(self, name: str) -> None:
-        health = self.node_health.get(name)
-        if health is not None:
-            health.succeeded()
 
     # --- routing ----------------------------------------------------------------------------
 
@@ -292,17 +169,20 @@ class ClusterRunner:
                 replies[position] = NodeUnavailable(f"{node_name}: {reply}")
         return again, moved
 
-    # --- sync -------------------------------------------------------------------------------
+    # --- the rounds, written once -------------------------------------------------------------
 
-    def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _rounds(
+        self, manager: Any, commands: Sequence[tuple[Any, ...]]
+    ) -> Generator[Any, Any, list[Any]]:
         """Each command's reply, or the exception it raised (NodeUnavailable for an
-        unreachable master), in order."""
-        client = self.client
-        manager = client.nodes_manager
+        unreachable master), in order: the rounds of one plan, as a generator of the I/O they
+        need (:class:`_Refresh`, :class:`_Exchange`, :class:`_Moved`, :class:`_LoadScripts`,
+        :class:`_Pause`), which :meth:`execute` does in this thread and :meth:`aexecute` on the
+        event loop."""
         if self._stale_topology:
             self._stale_topology = False
             try:
-                manager.initialize()
+                yield _Refresh()
             except (RedisError, RedisClusterException, OSError):
                 self._stale_topology = True
         replies: list[Any] = [None] * len(commands)
@@ -311,34 +191,68 @@ class ClusterRunner:
         for attempt in range(MAX_REDIRECTS):
             groups = self._route(manager, commands, pending, asking, replies)
             scripts_to_load: dict[str, set[Any]] = defaultdict(set)
-            sent = []
-            for name, (node, positions) in groups.items():
-                sent.append(
-                    (name, node, positions, self._send(client, node, commands, positions, asking))
-                )
+            yield _Exchange(groups, commands, asking, replies)
             pending = []
             any_tryagain = False
-            for name, node, positions, connection in sent:
-                self._read(client, node, name, connection, commands, positions, asking, replies)
+            for name, (_, positions) in groups.items():
                 again, moved = self._settle(
                     commands, positions, name, replies, asking, scripts_to_load
                 )
                 for error in moved:
-                    manager.move_slot(error)
+                    yield _Moved(error)
                 any_tryagain |= any(isinstance(replies[p], TryAgainError) for p in again)
                 pending += again
             for name, scripts in scripts_to_load.items():
-                loader = manager.get_node(node_name=name)
-                if loader is None:
+                node = manager.get_node(node_name=name)
+                if node is None:
                     continue  # the node left the cluster: the next round routes elsewhere
-                node_client = client.get_redis_connection(loader)
-                for script in scripts:
-                    node_client.script_load(script.source)
+                yield _LoadScripts(node, scripts)
             if not pending:
                 break
             if any_tryagain and attempt < MAX_REDIRECTS - 1:
-                time.sleep(TRYAGAIN_DELAY)
+                yield _Pause()
         return replies
+
+    # --- sync -------------------------------------------------------------------------------
+
+    def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """:meth:`_rounds` in this thread: each master's pipeline written before any is read."""
+        client = self.client
+        manager = client.nodes_manager
+        rounds = self._rounds(manager, commands)
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                io = rounds.send(reply) if error is None else rounds.throw(error)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            try:
+                if type(io) is _Exchange:
+                    self._exchange(client, io)
+                elif type(io) is _Moved:
+                    manager.move_slot(io.error)
+                elif type(io) is _LoadScripts:
+                    node_client = client.get_redis_connection(io.node)
+                    for script in io.scripts:
+                        node_client.script_load(script.source)
+                elif type(io) is _Refresh:
+                    manager.initialize()
+                else:
+                    time.sleep(TRYAGAIN_DELAY)
+            except Exception as failed:
+                error = failed
+
+    def _exchange(self, client: redis.cluster.RedisCluster, io: _Exchange) -> None:
+        sent = [
+            (name, node, positions, self._send(client, node, io.commands, positions, io.asking))
+            for name, (node, positions) in io.groups.items()
+        ]
+        for name, node, positions, connection in sent:
+            self._read(
+                client, node, name, connection, io.commands, positions, io.asking, io.replies
+            )
 
     def _send(
         self,
@@ -411,48 +325,40 @@ class ClusterRunner:
     # --- async ------------------------------------------------------------------------------
 
     async def aexecute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """:meth:`_rounds` on this event loop: the masters' pipelines gathered."""
         client = self.async_client()
         await client.initialize()  # once; later calls return at once
         manager = client.nodes_manager
-        if self._stale_topology:
-            self._stale_topology = False
+        rounds = self._rounds(manager, commands)
+        reply: Any = None
+        error: Exception | None = None
+        while True:
             try:
-                await manager.initialize()
-            except (RedisError, RedisClusterException, OSError):
-                self._stale_topology = True
-        replies: list[Any] = [None] * len(commands)
-        pending = list(range(len(commands)))
-        asking: dict[int, tuple[str, int]] = {}
-        for attempt in range(MAX_REDIRECTS):
-            groups = self._route(manager, commands, pending, asking, replies)
-            scripts_to_load: dict[str, set[Any]] = defaultdict(set)
-            await asyncio.gather(
-                *(
-                    self._apipeline(node, name, commands, positions, asking, replies)
-                    for name, (node, positions) in groups.items()
-                )
-            )
-            pending = []
-            any_tryagain = False
-            for name, (_, positions) in groups.items():
-                again, moved = self._settle(
-                    commands, positions, name, replies, asking, scripts_to_load
-                )
-                for error in moved:
-                    await manager.move_slot(error)
-                any_tryagain |= any(isinstance(replies[p], TryAgainError) for p in again)
-                pending += again
-            for name, scripts in scripts_to_load.items():
-                node = manager.get_node(node_name=name)
-                if node is None:
-                    continue  # the node left the cluster: the next round routes elsewhere
-                for script in scripts:
-                    await node.execute_command("SCRIPT", "LOAD", script.source)
-            if not pending:
-                break
-            if any_tryagain and attempt < MAX_REDIRECTS - 1:
-                await asyncio.sleep(TRYAGAIN_DELAY)
-        return replies
+                io = rounds.send(reply) if error is None else rounds.throw(error)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            try:
+                if type(io) is _Exchange:
+                    await asyncio.gather(
+                        *(
+                            self._apipeline(
+                                node, name, io.commands, positions, io.asking, io.replies
+                            )
+                            for name, (node, positions) in io.groups.items()
+                        )
+                    )
+                elif type(io) is _Moved:
+                    await manager.move_slot(io.error)
+                elif type(io) is _LoadScripts:
+                    for script in io.scripts:
+                        await io.node.execute_command("SCRIPT", "LOAD", script.source)
+                elif type(io) is _Refresh:
+                    await manager.initialize()
+                else:
+                    await asyncio.sleep(TRYAGAIN_DELAY)
+            except Exception as failed:
+                error = failed
 
     async def _apipeline(
         self,

@@ -1,0 +1,123 @@
+"""The rules of presence, free of I/O: statuses, device aggregation, privacy, humanized times.
+
+Everything that decides what a viewer may see lives here, in :func:`resolve`; the store reports
+facts, the relations loader reports who is whose contact, and every read path (Python API,
+template tags, JSON endpoint, WebSocket) hands both to :func:`resolve`.
+
+By concern:
+
+- :mod:`~presence.domain.model`: statuses, devices, what Redis and the database report
+  (:class:`LiveState`, :class:`Choices`), relations and the :class:`Presence` a viewer is shown;
+- :mod:`~presence.domain.resolver`: :func:`permits`, :func:`live_status` and :func:`resolve`,
+  the one privacy resolver;
+- :mod:`~presence.domain.display`: :func:`humanize`;
+- :mod:`~presence.domain.validation`: :func:`check_text` and :func:`parse_status_change`;
+- :mod:`~presence.domain.protocol`: the client's WebSocket frames, :func:`parse_frame`.
+
+Everything is importable from ``presence.domain`` itself, as it always was.
+"""
+
+from __future__ import annotations
+
+from presence.domain.display import TIME_STRINGS, humanize
+from presence.domain.model import (
+    DEVICE_BITS,
+    DEVICE_MASK_LIMIT,
+    HIDDEN,
+    SELF,
+    STATUS_LABELS,
+    STRANGER,
+    VISIBILITY_LABELS,
+    Choices,
+    Device,
+    LiveState,
+    Presence,
+    Relation,
+    Status,
+    StatusChoice,
+    Timing,
+    UserId,
+    Visibility,
+    device_from_user_agent,
+    devices_from_mask,
+    iso_time,
+)
+from presence.domain.protocol import (
+    CLIENT_TYPES,
+    MAX_USER_ID,
+    MAX_USER_ID_LENGTH,
+    ClientMessage,
+    Extension,
+    Heartbeat,
+    HeartbeatState,
+    SetStatus,
+    Subscribe,
+    Unsubscribe,
+    parse_frame,
+)
+from presence.domain.resolver import (
+    SECOND,
+    live_news,
+    live_status,
+    offline_at,
+    permits,
+    resolve,
+    visibly_differs,
+)
+from presence.domain.validation import (
+    ALLOWED_FORMAT_CHARACTERS,
+    InvalidInput,
+    Limits,
+    StatusChange,
+    check_text,
+    parse_status_change,
+)
+
+__all__ = [
+    "ALLOWED_FORMAT_CHARACTERS",
+    "CLIENT_TYPES",
+    "DEVICE_BITS",
+    "DEVICE_MASK_LIMIT",
+    "HIDDEN",
+    "MAX_USER_ID",
+    "MAX_USER_ID_LENGTH",
+    "SECOND",
+    "SELF",
+    "STATUS_LABELS",
+    "STRANGER",
+    "TIME_STRINGS",
+    "VISIBILITY_LABELS",
+    "Choices",
+    "ClientMessage",
+    "Device",
+    "Extension",
+    "Heartbeat",
+    "HeartbeatState",
+    "InvalidInput",
+    "Limits",
+    "LiveState",
+    "Presence",
+    "Relation",
+    "SetStatus",
+    "Status",
+    "StatusChange",
+    "StatusChoice",
+    "Subscribe",
+    "Timing",
+    "Unsubscribe",
+    "UserId",
+    "Visibility",
+    "check_text",
+    "device_from_user_agent",
+    "devices_from_mask",
+    "humanize",
+    "iso_time",
+    "live_news",
+    "live_status",
+    "offline_at",
+    "parse_frame",
+    "parse_status_change",
+    "permits",
+    "resolve",
+    "visibly_differs",
+]

@@ -1,0 +1,191 @@
+"""Presence's model of a user: statuses, devices, what Redis and the database report, and the
+presence a viewer is shown. Plain values, no I/O."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, TypeAlias
+from uuid import UUID
+
+from django.utils.translation import gettext_lazy as _
+
+#: a user's primary key, in the type of the site's user model's pk (an integer, a UUID or a
+#: string; presence.users converts what clients send)
+UserId: TypeAlias = int | str | UUID
+
+
+class Status(StrEnum):
+    ONLINE = "online"
+    IDLE = "idle"
+    DND = "dnd"
+    OFFLINE = "offline"
+
+
+#: Across devices the most present wins: an explicit dnd on any device wins.
+
+STATUS_LABELS = {
+    Status.ONLINE: _("Online"),
+    Status.IDLE: _("Idle"),
+    Status.DND: _("Do not disturb"),
+    Status.OFFLINE: _("Offline"),
+}
+
+
+class Visibility(StrEnum):
+    EVERYONE = "everyone"
+    CONTACTS = "contacts"
+    CLOSE_FRIENDS = "close_friends"
+    NOBODY = "nobody"
+
+
+VISIBILITY_LABELS = {
+    Visibility.EVERYONE: _("Everyone"),
+    Visibility.CONTACTS: _("My contacts"),
+    Visibility.CLOSE_FRIENDS: _("Close friends"),
+    Visibility.NOBODY: _("Nobody"),
+}
+
+
+class StatusChoice(StrEnum):
+    """What a user asks for with ``set_status``."""
+
+    AUTO = "auto"
+    DND = "dnd"
+    INVISIBLE = "invisible"
+
+
+class Device(StrEnum):
+    WEB = "web"
+    MOBILE = "mobile"
+    DESKTOP = "desktop"
+
+
+#: One bit per device kind; the store keeps the set of kinds as a small bit mask.
+DEVICE_BITS = {Device.WEB: 1, Device.MOBILE: 2, Device.DESKTOP: 4}
+DEVICE_MASK_LIMIT = 8
+
+_MOBILE_UA = re.compile(r"Mobi|Android|iPhone|iPad|iPod|Windows Phone", re.IGNORECASE)
+_DESKTOP_UA = re.compile(r"Electron|Tauri", re.IGNORECASE)
+
+
+def device_from_user_agent(user_agent: str | None) -> Device:
+    if user_agent:
+        if _DESKTOP_UA.search(user_agent):
+            return Device.DESKTOP
+        if _MOBILE_UA.search(user_agent):
+            return Device.MOBILE
+    return Device.WEB
+
+
+def _devices_of(mask: int) -> tuple[Device, ...]:
+    return tuple(device for device, bit in DEVICE_BITS.items() if mask & bit)
+
+
+#: Every mask's devices, computed once: decoding is on the path of every read.
+_DEVICES_BY_MASK = tuple(_devices_of(mask) for mask in range(DEVICE_MASK_LIMIT))
+
+
+def devices_from_mask(mask: int) -> tuple[Device, ...]:
+    return _DEVICES_BY_MASK[mask]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """What Redis knows about a user right now (all times are epoch seconds)."""
+
+    last_active: float | None = None
+    devices: tuple[Device, ...] = ()
+    #: the user went offline explicitly (logout, last connection closed) at ``last_active``;
+    #: ``devices`` and ``idle`` then describe the moment before, shown during the grace
+    signed_off: bool = False
+    #: the user has live WebSocket connections: ``last_active`` is their latest heartbeat and
+    #: liveness is judged by CONNECTION_TTL (crash detection) instead of ONLINE_WINDOW
+    connected: bool = False
+    #: every live connection reported no input for IDLE_AFTER (or a hidden tab)
+    idle: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Choices:
+    """A target's own choices, from the database: privacy settings and custom status."""
+
+    online_visibility: Visibility = Visibility.CONTACTS
+    last_seen_visibility: Visibility = Visibility.CONTACTS
+    activity_visibility: Visibility = Visibility.CONTACTS
+    invisible: bool = False
+    dnd: bool = False
+    text: str | None = None
+    emoji: str | None = None
+    activity: str | None = None
+    #: when text, emoji and activity clear (epoch seconds), or None for never
+    expires_at: float | None = None
+    #: last seen persisted in the database (survives a Redis flush)
+    persisted_last_seen: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """How a target relates to a viewer. The default is a stranger (or an anonymous viewer)."""
+
+    is_self: bool = False
+    #: the target has the viewer among its contacts
+    is_contact: bool = False
+    #: the target marked the viewer a close friend
+    is_close_friend: bool = False
+    #: a block in either direction
+    blocked: bool = False
+
+
+SELF = Relation(is_self=True)
+STRANGER = Relation()
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    online_window: float
+    offline_grace: float
+    connection_ttl: float = 90
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    status: Status = Status.OFFLINE
+    last_seen: datetime | None = None
+    devices: tuple[str, ...] = ()
+    text: str | None = None
+    emoji: str | None = None
+    activity: str | None = None
+    #: only present in a user's own presence
+    invisible: bool | None = field(default=None)
+
+    @property
+    def is_online(self) -> bool:
+        return self.status is not Status.OFFLINE
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "status": self.status.value,
+            "last_seen": iso_time(self.last_seen),
+            "devices": list(self.devices),
+            "text": self.text,
+            "emoji": self.emoji,
+            "activity": self.activity,
+        }
+        if self.invisible is not None:
+            data["invisible"] = self.invisible
+        return data
+
+
+HIDDEN = Presence()
+
+
+def iso_time(value: datetime | None) -> str | None:
+    """The one format of times in presence's JSON: ISO 8601 in UTC to the second
+    ("2025-01-31T09:30:00+00:00"), whichever path the time came from (Redis keeps seconds, the
+    database microseconds)."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="seconds")

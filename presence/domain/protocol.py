@@ -1,0 +1,155 @@
+"""The WebSocket frames a client sends, validated: the consumer's whole input surface, kept pure.
+:func:`parse_frame` turns one text frame into a message or raises :class:`InvalidInput`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from django.utils.translation import gettext
+
+from presence.domain.validation import InvalidInput, Limits, StatusChange, parse_status_change
+
+
+class HeartbeatState(StrEnum):
+    ACTIVE = "active"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    state: HeartbeatState = HeartbeatState.ACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    #: ids as the client sent them (JSON numbers or strings); the consumer reads them as the
+    #: site's pk (presence.users.parse_user_id) and echoes them back as sent
+    users: tuple[int | str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    users: tuple[int | str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SetStatus:
+    change: StatusChange
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    """A frame of a type an installed app added (presence.extensions): its type, and what the
+    app's parser made of it."""
+
+    type: str
+    message: Any
+
+
+ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus | Extension
+
+CLIENT_TYPES = (
+    "heartbeat",
+    "subscribe",
+    "unsubscribe",
+    "set_status",
+)
+
+
+#: the largest id a database integer key holds (BigAutoField; SQLite's INTEGER): a larger one
+#: names no user, and SQLite cannot even be asked about it (OverflowError)
+MAX_USER_ID = 2**63 - 1
+#: longest id a client may send as a string (whatever the pk, longer names no user)
+MAX_USER_ID_LENGTH = 255
+
+
+def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int | str, ...]:
+    """The ids of a subscribe/unsubscribe as sent: numbers (positive integers) or strings (what
+    they must look like depends on the site's pk; the consumer checks that)."""
+    users = data.get("users")
+    if not isinstance(users, list) or not all(
+        isinstance(user, int | str) and not isinstance(user, bool) for user in users
+    ):
+        raise InvalidInput(
+            "invalid_message",
+            gettext("'users' must be a list of user ids (numbers or strings)."),
+        )
+    if any(isinstance(user, int) and not 1 <= user <= MAX_USER_ID for user in users):
+        raise InvalidInput("invalid_value", gettext("User ids are positive integers."))
+    if any(isinstance(user, str) and not 0 < len(user) <= MAX_USER_ID_LENGTH for user in users):
+        raise InvalidInput(
+            "invalid_value",
+            gettext("A user id is a non-empty string of at most %(limit)d characters.")
+            % {"limit": MAX_USER_ID_LENGTH},
+        )
+    unique = tuple(dict.fromkeys(users))
+    if len(unique) > limits.max_subscriptions:
+        raise InvalidInput(
+            "too_many_subscriptions",
+            gettext("%(count)d user ids in one frame; at most %(limit)d.")
+            % {"count": len(unique), "limit": limits.max_subscriptions},
+        )
+    return unique
+
+
+def parse_frame(
+    text: str | None,
+    limits: Limits,
+    extra: Mapping[str, Callable[[Mapping[str, Any]], Any]] | None = None,
+) -> ClientMessage:
+    """One client frame as a message, or InvalidInput naming the problem (contract codes, plus
+    ``frame_too_large``). ``extra`` parses the types installed apps added (type -> parser,
+    see presence.extensions); presence's own types come first."""
+    if text is None:
+        raise InvalidInput("invalid_message", gettext("Send JSON text frames, not binary ones."))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_frame_bytes:
+        raise InvalidInput(
+            "frame_too_large",
+            gettext("The frame is %(size)d bytes long; at most %(limit)d.")
+            % {"size": size, "limit": limits.max_frame_bytes},
+        )
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise InvalidInput("invalid_json", gettext("The frame is not valid JSON.")) from None
+    except RecursionError:
+        # Valid JSON nested deeper than the parser's recursion limit (1 KB of "[" suffices):
+        # no frame of the protocol nests more than two levels.
+        raise InvalidInput(
+            "invalid_message", gettext("The frame nests arrays or objects too deeply.")
+        ) from None
+    if not isinstance(data, dict):
+        raise InvalidInput("invalid_message", gettext("Expected a JSON object."))
+    kind = data.get("type")
+    if not isinstance(kind, str):
+        raise InvalidInput("invalid_message", gettext("'type' is required and must be a string."))
+    if kind == "heartbeat":
+        state = data.get("state", HeartbeatState.ACTIVE.value)
+        if not isinstance(state, str):
+            raise InvalidInput("invalid_message", gettext("'state' must be 'active' or 'idle'."))
+        try:
+            return Heartbeat(HeartbeatState(state))
+        except ValueError:
+            raise InvalidInput(
+                "invalid_value",
+                gettext("Unknown state %(state)s: use 'active' or 'idle'.")
+                % {"state": repr(state)[:60]},
+            ) from None
+    if kind == "subscribe":
+        return Subscribe(_user_ids(data, limits))
+    if kind == "unsubscribe":
+        return Unsubscribe(_user_ids(data, limits))
+    if kind == "set_status":
+        return SetStatus(parse_status_change(data, limits))
+    if extra and kind in extra:
+        return Extension(kind, extra[kind](data))
+    raise InvalidInput(
+        "unknown_type",
+        gettext("Unknown message type %(type)s: use one of %(types)s.")
+        % {"type": repr(kind)[:60], "types": ", ".join([*CLIENT_TYPES, *(extra or ())])},
+    )

@@ -1,0 +1,169 @@
+"""The one privacy resolver and the liveness rules it builds on: who may see what
+(:func:`permits`), online/idle/offline from activity (:func:`live_status`), and what a viewer is
+shown (:func:`resolve`). Every read path hands the store's facts and the relations to
+:func:`resolve`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import cache
+
+from presence.domain.model import (
+    HIDDEN,
+    Choices,
+    Device,
+    LiveState,
+    Presence,
+    Relation,
+    Status,
+    Timing,
+    Visibility,
+)
+from presence.memo import bounded_memo
+
+
+def visibly_differs(before: Presence | None, after: Presence) -> bool:
+    """Whether a viewer who was shown ``before`` must be told ``after``.
+
+    While a user stays online their last seen is "about now" and moves with every heartbeat;
+    that alone is no news, so it is compared only when the user is (or goes) offline.
+    """
+    if before is None or before is after:
+        return before is None
+    if before.is_online and after.is_online:
+        # Every field but last_seen (without building two copies: the hub asks this per viewer).
+        return (
+            before.status,
+            before.devices,
+            before.text,
+            before.emoji,
+            before.activity,
+            before.invisible,
+        ) != (after.status, after.devices, after.text, after.emoji, after.activity, after.invisible)
+    return before != after
+
+
+def permits(level: Visibility, relation: Relation) -> bool:
+    if relation.is_self:
+        return True
+    if relation.blocked:
+        return False
+    if level is Visibility.EVERYONE:
+        return True
+    if level is Visibility.CONTACTS:
+        return relation.is_contact
+    if level is Visibility.CLOSE_FRIENDS:
+        return relation.is_contact and relation.is_close_friend
+    return False
+
+
+#: Redis keeps whole seconds (``int(now)``), so an event is known only to its second. The grace
+#: and the TTL count from the END of that second, so neither is ever cut short (a close at
+#: 100.9 is offline at 101 + grace, not at 100 + grace); page views' ONLINE_WINDOW, long and
+#: not a promise to the second, counts from its start (docs/settings.md).
+SECOND = 1
+
+
+def offline_at(live: LiveState, timing: Timing) -> float | None:
+    """When the user turns offline if nothing else happens (None: never online)."""
+    if live.last_active is None:
+        return None
+    if live.signed_off:
+        return live.last_active + SECOND + timing.offline_grace
+    if live.connected:
+        return live.last_active + SECOND + timing.connection_ttl
+    return live.last_active + timing.online_window
+
+
+def live_status(live: LiveState, now: float, timing: Timing) -> Status:
+    """Online, idle or offline from activity and connections (dnd is a choice, see resolve)."""
+    deadline = offline_at(live, timing)
+    if deadline is None or now >= deadline:
+        return Status.OFFLINE
+    return Status.IDLE if live.idle else Status.ONLINE
+
+
+def live_news(
+    before: LiveState, after: LiveState, now: float, timing: Timing, until: float | None = None
+) -> bool:
+    """Whether a write changed the user's status or devices, as opposed to only moving their
+    last activity forward (a heartbeat that changes nothing is no news).
+
+    ``now`` is when the write was made, ``until`` (if later) when it was known done: a reader
+    in between may have seen ``before`` turn offline (a heartbeat that came just after the
+    connection's TTL), and nobody else tells that reader the user is back. A difference at
+    either instant is news."""
+
+    def view(state: LiveState, at: float) -> tuple[Status, tuple[Device, ...]]:
+        status = live_status(state, at, timing)
+        return status, (state.devices if status is not Status.OFFLINE else ())
+
+    if view(before, now) != view(after, now):
+        return True
+    return until is not None and until > now and view(before, until) != view(after, until)
+
+
+def _timestamp(value: float | None) -> datetime | None:
+    return _datetime_at(value) if value is not None else None
+
+
+# Last-active times are whole seconds, shared by many users read at once (datetimes are
+# immutable: one instance serves them all).
+@bounded_memo(8192)
+def _datetime_at(value: float) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC)
+
+
+@cache
+def _device_names(devices: tuple[Device, ...]) -> tuple[str, ...]:
+    # A handful of distinct tuples: resolving thousands of users builds none.
+    return tuple(device.value for device in devices)
+
+
+def resolve(
+    live: LiveState, choices: Choices, relation: Relation, now: float, timing: Timing
+) -> Presence:
+    """What ``relation``'s viewer may see of a target. The one privacy resolver.
+
+    On the path of every read, thousands of users at a time (``online_friends``): it builds
+    one Presence and nothing else."""
+    if relation.blocked and not relation.is_self:
+        return HIDDEN
+
+    true_status = live_status(live, now, timing)
+    if true_status is not Status.OFFLINE and choices.dnd:
+        true_status = Status.DND
+    last_seen_ts = live.last_active
+    persisted = choices.persisted_last_seen
+    if persisted is not None and (last_seen_ts is None or persisted > last_seen_ts):
+        last_seen_ts = persisted
+    expires_at = choices.expires_at
+    if (expires_at is None or expires_at > now) and permits(choices.activity_visibility, relation):
+        text, emoji, activity = choices.text, choices.emoji, choices.activity
+    else:
+        text = emoji = activity = None
+    if relation.is_self:
+        online = true_status is not Status.OFFLINE
+        return Presence(
+            status=true_status,
+            last_seen=_timestamp(last_seen_ts),
+            devices=_device_names(live.devices) if online else (),
+            text=text,
+            emoji=emoji,
+            activity=activity,
+            invisible=choices.invisible,
+        )
+
+    # Invisible looks exactly like offline with last seen hidden.
+    show_online = not choices.invisible and permits(choices.online_visibility, relation)
+    # A fresh last seen would reveal being online, so it needs both permissions.
+    show_last_seen = show_online and permits(choices.last_seen_visibility, relation)
+    status = true_status if show_online else Status.OFFLINE
+    return Presence(
+        status=status,
+        last_seen=_timestamp(last_seen_ts) if show_last_seen else None,
+        devices=_device_names(live.devices) if status is not Status.OFFLINE else (),
+        text=text,
+        emoji=emoji,
+        activity=activity,
+    )

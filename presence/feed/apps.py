@@ -11,9 +11,9 @@ class FeedConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from presence.feed import api, checks, live  # noqa: F401  (registers checks)
+        from presence.feed import checks, live, receivers  # noqa: F401  (registers checks)
 
         # Custom status text changes become activities when RECORD_STATUS_ACTIVITIES is on.
-        api.connect_signals()
+        receivers.connect()
         # watch_feed/unwatch_feed frames and live delivery, through presence's extension points.
         live.register()

@@ -133,12 +133,6 @@ async def deliver_activity(hub: extensions.Topics, payload: Any) -> None:
                 logger.debug("Presence: could not send an activity", exc_info=True)
 
 
-async def aannounce_activity(activity_id: int) -> None:
-    """Tell every process with live timelines open that an activity was posted. Each decides
-    per viewer, with the feed's rules, who sees it on which timeline. Never raises."""
-    await extensions.aannounce_to_topic(KIND, {"activity": activity_id})
-
-
 def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
     extensions.announce_to_topic(KIND, {"activity": activity.pk})
 

@@ -31,6 +31,22 @@ _CACHE_ATTR = "_presence_cache"
 _warned_without_request = False
 
 
+def request_of(context: Any) -> Any:
+    """The request a template is rendered for, wherever Django keeps it: the ``request``
+    variable (the ``request`` context processor), else the ``request`` attribute of the context.
+    Django's ``RequestContext`` carries that attribute (``render(request, ...)``,
+    ``render_to_string(..., request=request)``), and so does every context it makes for an
+    inclusion tag (``Context.new`` copies the context, attribute included, at any depth), though
+    those contexts hold only the variables the tag returned. None for a template rendered
+    without a request."""
+    if context is None:
+        return None
+    request = context.get("request")
+    if request is None:
+        request = getattr(context, "request", None)
+    return request
+
+
 def _viewer(request: Any) -> Any:
     if request is None:
         _warn_without_request()
@@ -45,9 +61,9 @@ def _warn_without_request() -> None:
         _warned_without_request = True
         logger.warning(
             "Presence: a template tag rendered without `request` in its context, so it shows "
-            "presence as a stranger sees it. Enable the context processor "
-            "'django.template.context_processors.request' (presence.W004), and give inclusion "
-            "tags that use presence's tags takes_context=True."
+            "presence as a stranger sees it. Render the page with its request (render(request, "
+            "...), render_to_string(..., request=request)) and enable the context processor "
+            "'django.template.context_processors.request' (presence.W004)."
         )
 
 
@@ -172,7 +188,7 @@ def csp_nonce(context: Any) -> str | None:
     nonce = context.get("csp_nonce")
     if nonce is None:
         # django-csp's lazy nonce is falsy until read: read it (that also puts it in the header).
-        nonce = getattr(context.get("request"), "csp_nonce", None)
+        nonce = getattr(request_of(context), "csp_nonce", None)
     text = str(nonce) if nonce is not None else ""
     return text or None
 
@@ -198,3 +214,15 @@ def script_tag(socket: str | None = None, nonce: str | None = None) -> SafeStrin
         json.dumps(script_labels(), ensure_ascii=False, separators=(",", ":")),
         format_html(' nonce="{}"', nonce) if nonce else "",
     )
+
+
+def page_script(request: Any, socket: str | None = None, nonce: str | None = None) -> SafeString:
+    """What ``{% presence_script %}`` renders for this request: :func:`script_tag`, or nothing
+    for a visitor who is not logged in. The WebSocket and the JSON endpoints answer logged-in
+    users only, so for an anonymous visitor the client could only open a socket that is refused
+    (4401) and stop. With no request to tell (a template rendered without one) the script is
+    rendered: the client then finds out by itself."""
+    user = getattr(request, "user", None)
+    if user is not None and not user.is_authenticated:
+        return SafeString("")
+    return script_tag(socket, nonce)

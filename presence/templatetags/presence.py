@@ -1,4 +1,8 @@
-"""Template tags: thin wrappers over :mod:`presence.rendering`, which uses :mod:`presence.api`."""
+"""Template tags: thin wrappers over :mod:`presence.rendering`, which uses :mod:`presence.api`.
+
+Each finds the request (the viewer is ``request.user``) with :func:`rendering.request_of`: the
+``request`` variable, else the request the context carries, as the contexts of nested inclusion
+tags do."""
 
 from __future__ import annotations
 
@@ -16,23 +20,23 @@ register = template.Library()
 @register.simple_tag(takes_context=True)
 def presence_prefetch(context: template.Context, targets: Any) -> str:
     """Load presence for many users at once, so the tags below cost nothing more."""
-    rendering.prefetch(context.get("request"), targets)
+    rendering.prefetch(rendering.request_of(context), targets)
     return ""
 
 
 @register.simple_tag(takes_context=True)
 def presence_dot(context: template.Context, target: Any) -> SafeString:
-    return rendering.dot(context.get("request"), target)
+    return rendering.dot(rendering.request_of(context), target)
 
 
 @register.simple_tag(takes_context=True)
 def last_seen(context: template.Context, target: Any) -> str:
-    return rendering.last_seen_text(context.get("request"), target)
+    return rendering.last_seen_text(rendering.request_of(context), target)
 
 
 @register.simple_tag(takes_context=True)
 def online_friends(context: template.Context, limit: int | None = None) -> list[Any]:
-    return rendering.online_friends(context.get("request"), limit)
+    return rendering.online_friends(rendering.request_of(context), limit)
 
 
 @register.simple_tag(takes_context=True)
@@ -42,7 +46,7 @@ def online_friends_list(
     """A live list of the viewer's online friends: rendered now, then kept current by
     presence.js (friends appear, reorder and disappear as their visible presence changes).
     ``template_name`` replaces presence/online_friends_list.html (keep its data attributes)."""
-    request = context.get("request")
+    request = rendering.request_of(context)
     data = rendering.live_friends(request, limit)
     return render_to_string(
         template_name or "presence/online_friends_list.html", data, request=request
@@ -58,5 +62,7 @@ def presence_css() -> SafeString:
 @register.simple_tag(takes_context=True)
 def presence_script(context: template.Context, socket: str | None = None) -> SafeString:
     """presence.js and its configuration; ``socket=""`` makes it poll instead of a WebSocket.
-    Carries the response's CSP nonce where the site has one (django-csp, Django's own)."""
-    return rendering.script_tag(socket, rendering.csp_nonce(context))
+    Carries the response's CSP nonce where the site has one (django-csp, Django's own).
+    Nothing for an anonymous visitor: the socket and the endpoints answer logged-in users only."""
+    request = rendering.request_of(context)
+    return rendering.page_script(request, socket, rendering.csp_nonce(context))

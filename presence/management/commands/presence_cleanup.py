@@ -34,8 +34,10 @@ class Command(BaseCommand):
             report = api.cleanup(dry_run=dry_run, batch=batch)
         except StoreUnavailable as exc:
             # Each batch is persisted before it is removed, so stopping half-way loses nothing.
+            # The reason may end with its own period (redis-py's "... Connection refused.").
+            reason = str(exc).rstrip(".")
             raise CommandError(
-                f"{exc}. Cleanup stopped; entries leave Redis only after their last seen is "
+                f"{reason}. Cleanup stopped; entries leave Redis only after their last seen is "
                 "saved, so nothing was lost. Run it again when Redis answers."
             ) from exc
         if dry_run:

@@ -2,10 +2,13 @@
 
 - :mod:`presence.store.keys` -- where things live, and the score encoding;
 - :mod:`presence.store.scripts` -- the Lua scripts (``lua/*.lua``) with their constants;
-- :mod:`presence.store.plans` -- building plans (commands + parsing + fallback), no I/O;
-- :mod:`presence.store.client` -- clients and running plans (``run``/``arun``);
-- :mod:`presence.store.cluster` and :mod:`presence.store.nodes` -- running plans on a Redis
-  Cluster, and its clients and per-master health;
+- :mod:`presence.store.plans` -- building plans (commands + parsing + fallback), no I/O, a
+  package by concern (the plan type; recording, schedules, reads, scans);
+- :mod:`presence.store.client` -- running plans (``run``/``arun``), on the clients of
+  :mod:`presence.store.connecting`;
+- :mod:`presence.store.cluster` -- running plans on a Redis Cluster: :mod:`~presence.store.rounds`
+  (the rounds, written once), :mod:`~presence.store.pipelines` (each master's pipeline) and
+  :mod:`~presence.store.nodes` (its clients and per-master health);
 - :mod:`presence.store.health` -- outage tracking;
 - :mod:`presence.store.redact` -- URLs without their credentials, for messages and logs.
 

@@ -1,4 +1,4 @@
-"""Connecting to Redis and running plans: the one failure policy of the store.
+"""Running plans: the one failure policy of the store (its clients: :mod:`.connecting`).
 
 Every command goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which send a
 plan as one pipeline (one round trip) and apply one failure policy: a Redis error is logged once
@@ -17,40 +17,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-import redis
 import redis.asyncio
-from django.conf import settings as django_settings
-from django.core.exceptions import ImproperlyConfigured
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from presence.conf import PresenceSettings
-from presence.store.cluster import ClusterRunner, NodeUnavailable
-from presence.store.health import Health
-from presence.store.plans import Plan, PlanBuilder, Raise
+from presence.store.cluster import NodeUnavailable
+from presence.store.connecting import (
+    REDIS_SCHEMES,
+    StoreConnections,
+    redis_location,
+    stale_connection_retry,
+)
+from presence.store.plans import Plan, Raise
 from presence.store.redact import redact_url
 from presence.store.scripts import Script
 from presence.users import UserId
 
+__all__ = [
+    "REDIS_SCHEMES",
+    "PresenceStore",
+    "StoreUnavailable",
+    "is_pool_exhausted",
+    "is_slow_reply",
+    "redis_location",
+    "stale_connection_retry",
+]
+
 T = TypeVar("T")
 
 logger = logging.getLogger("presence")
-
-
-def stale_connection_retry(retry_class: Any) -> Any:
-    """redis-py's retry policy for presence's clients: once, at once, and only when the
-    connection was lost (a pooled connection that a restarted Redis closed: the next one
-    answers). Never on a timeout: a slow command may have run, and must not run twice; and a
-    down Redis costs a page one short timeout, not several (our own failure policy)."""
-    return retry_class(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
 
 
 def is_slow_reply(error: BaseException) -> bool:
@@ -72,150 +72,15 @@ class StoreUnavailable(RuntimeError):
     """Redis could not be reached; raised only by operations that must not fail silently."""
 
 
-REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
-
-
-def redis_location(cache_conf: dict[str, Any]) -> str | None:
-    """The URL presence connects to: a django-redis cache's first (primary) location, or None
-    when it is not a redis://, rediss:// or unix:// URL."""
-    location = cache_conf.get("LOCATION")
-    if isinstance(location, list | tuple):
-        location = location[0] if location else None
-    if isinstance(location, str):
-        location = location.split(",")[0]
-    if not isinstance(location, str) or urlsplit(location).scheme not in REDIS_SCHEMES:
-        return None
-    return location
-
-
-class PresenceStore(PlanBuilder):
-    """The store: its key scheme and plans (PlanBuilder), its clients, and running plans."""
+class PresenceStore(StoreConnections):
+    """The store: its key scheme and plans (PlanBuilder), its clients (StoreConnections), and
+    running plans."""
 
     def __init__(self, conf: PresenceSettings) -> None:
         super().__init__(conf)
-        self.health = Health()
         #: users this process claimed from the due schedule but could neither check nor put
         #: back (Redis failed in between): its next sweep checks them, so an outage loses nobody
         self.unswept: set[UserId] = set()
-        self._client: redis.Redis | None = None
-        self._async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, redis.asyncio.Redis
-        ] = weakref.WeakKeyDictionary()
-        #: on a Redis Cluster (REDIS_CLUSTER): sends each master its commands
-        self.cluster: ClusterRunner | None = None
-        if conf.REDIS_CLUSTER:
-            self.cluster = ClusterRunner(
-                conf.REDIS_CLUSTER,
-                self._cluster_kwargs(),
-                conf.RETRY_INTERVAL,
-                live_timeout=conf.LIVE_SOCKET_TIMEOUT,
-            )
-
-    # --- clients ----------------------------------------------------------------------------
-
-    def _connection_kwargs(self) -> tuple[str, dict[str, Any]]:
-        caches = getattr(django_settings, "CACHES", {})
-        try:
-            cache_conf = caches[self.conf.CACHE_ALIAS]
-        except KeyError:
-            raise ImproperlyConfigured(
-                f"PRESENCE['CACHE_ALIAS'] is {self.conf.CACHE_ALIAS!r}, which is not in CACHES "
-                "(see presence.E004)."
-            ) from None
-        location = redis_location(cache_conf)
-        if location is None:
-            raise ImproperlyConfigured(
-                f"CACHES[{self.conf.CACHE_ALIAS!r}]['LOCATION'] must be a redis:// URL."
-            )
-        options = cache_conf.get("OPTIONS", {})
-        kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
-        if options.get("PASSWORD"):
-            kwargs["password"] = options["PASSWORD"]
-        kwargs["socket_timeout"] = options.get("SOCKET_TIMEOUT") or self.conf.SOCKET_TIMEOUT
-        kwargs["socket_connect_timeout"] = (
-            options.get("SOCKET_CONNECT_TIMEOUT") or self.conf.SOCKET_TIMEOUT
-        )
-        kwargs["decode_responses"] = True
-        return location, kwargs
-
-    def _cluster_kwargs(self) -> dict[str, Any]:
-        return {
-            "socket_timeout": self.conf.SOCKET_TIMEOUT,
-            "socket_connect_timeout": self.conf.SOCKET_TIMEOUT,
-            "decode_responses": True,
-        }
-
-    @property
-    def client(self) -> redis.Redis:
-        """The Redis client (on a cluster, redis-py's RedisCluster: the same commands)."""
-        if self.cluster is not None:
-            return self.cluster.client  # type: ignore[return-value]
-        if self._client is None:
-            location, kwargs = self._connection_kwargs()
-            kwargs["retry"] = stale_connection_retry(Retry)
-            self._client = redis.Redis.from_url(location, **kwargs)
-        return self._client
-
-    @property
-    def async_client(self) -> redis.asyncio.Redis:
-        """This event loop's client (on a cluster, redis.asyncio's RedisCluster)."""
-        if self.cluster is not None:
-            return self.cluster.async_client()  # type: ignore[return-value]
-        # redis.asyncio connections belong to one event loop.
-        loop = asyncio.get_running_loop()
-        client = self._async_clients.get(loop)
-        if client is None:
-            from redis.asyncio.retry import Retry as AsyncRetry
-
-            location, kwargs = self._connection_kwargs()
-            kwargs["retry"] = stale_connection_retry(AsyncRetry)
-            # The live paths wait for a busy Redis (pages cut their own wait short, see arun),
-            # and for a busy event loop: a saturated process reaches a new connection's
-            # handshake late though Redis answered it at once. A refused connection still
-            # fails at once; a Redis that cannot be reached, after LIVE_SOCKET_TIMEOUT.
-            live_timeout = max(self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"])
-            kwargs["socket_timeout"] = live_timeout
-            kwargs["socket_connect_timeout"] = max(live_timeout, kwargs["socket_connect_timeout"])
-            # Many connections of one process write at once: past the pool's size, wait for a
-            # connection instead of failing ("Too many connections" would look like an outage).
-            pool = redis.asyncio.BlockingConnectionPool.from_url(
-                location,
-                max_connections=kwargs.pop("max_connections", 100),
-                timeout=live_timeout,
-                **kwargs,
-            )
-            client = redis.asyncio.Redis(connection_pool=pool)
-            self._async_clients[loop] = client
-        return client
-
-    def known_down(self) -> bool:
-        """Whether Redis (the whole of it: one server, or the cluster as a client) failed last
-        time and is left alone until RETRY_INTERVAL passes: a read now answers its fallback at
-        once."""
-        return not self.health.available()
-
-    def recoveries(self) -> int:
-        """Outages that ended so far: of Redis, or of any cluster master."""
-        if self.cluster is None:
-            return self.health.recoveries
-        return self.health.recoveries + sum(
-            health.recoveries for health in self.cluster.node_health.values()
-        )
-
-    def close(self) -> None:
-        if self.cluster is not None:
-            self.cluster.close()
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    async def aclose(self) -> None:
-        if self.cluster is not None:
-            await self.cluster.aclose()
-        loop = asyncio.get_running_loop()
-        client = self._async_clients.pop(loop, None)
-        if client is not None:
-            await client.aclose()
 
     # --- executing plans --------------------------------------------------------------------
 

@@ -1,0 +1,174 @@
+"""The store's connections: its Redis client (one per process), its async clients (one per
+event loop), or on a Redis Cluster its :class:`~presence.store.cluster.ClusterRunner`, built from
+``CACHES`` and ``PRESENCE``; and whether Redis is in an outage. :mod:`presence.store.client` runs
+plans on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
+
+from presence.conf import PresenceSettings
+from presence.store.cluster import ClusterRunner
+from presence.store.health import Health
+from presence.store.plans import PlanBuilder
+
+
+def stale_connection_retry(retry_class: Any) -> Any:
+    """redis-py's retry policy for presence's clients: once, at once, and only when the
+    connection was lost (a pooled connection that a restarted Redis closed: the next one
+    answers). Never on a timeout: a slow command may have run, and must not run twice; and a
+    down Redis costs a page one short timeout, not several (our own failure policy)."""
+    return retry_class(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+
+def redis_location(cache_conf: dict[str, Any]) -> str | None:
+    """The URL presence connects to: a django-redis cache's first (primary) location, or None
+    when it is not a redis://, rediss:// or unix:// URL."""
+    location = cache_conf.get("LOCATION")
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    if isinstance(location, str):
+        location = location.split(",")[0]
+    if not isinstance(location, str) or urlsplit(location).scheme not in REDIS_SCHEMES:
+        return None
+    return location
+
+
+class StoreConnections(PlanBuilder):
+    """The store's clients, and the health of Redis (of each master, on a cluster)."""
+
+    def __init__(self, conf: PresenceSettings) -> None:
+        super().__init__(conf)
+        self.health = Health()
+        self._client: redis.Redis | None = None
+        self._async_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, redis.asyncio.Redis
+        ] = weakref.WeakKeyDictionary()
+        #: on a Redis Cluster (REDIS_CLUSTER): sends each master its commands
+        self.cluster: ClusterRunner | None = None
+        if conf.REDIS_CLUSTER:
+            self.cluster = ClusterRunner(
+                conf.REDIS_CLUSTER,
+                self._cluster_kwargs(),
+                conf.RETRY_INTERVAL,
+                live_timeout=conf.LIVE_SOCKET_TIMEOUT,
+            )
+
+    def _connection_kwargs(self) -> tuple[str, dict[str, Any]]:
+        caches = getattr(django_settings, "CACHES", {})
+        try:
+            cache_conf = caches[self.conf.CACHE_ALIAS]
+        except KeyError:
+            raise ImproperlyConfigured(
+                f"PRESENCE['CACHE_ALIAS'] is {self.conf.CACHE_ALIAS!r}, which is not in CACHES "
+                "(see presence.E004)."
+            ) from None
+        location = redis_location(cache_conf)
+        if location is None:
+            raise ImproperlyConfigured(
+                f"CACHES[{self.conf.CACHE_ALIAS!r}]['LOCATION'] must be a redis:// URL."
+            )
+        options = cache_conf.get("OPTIONS", {})
+        kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
+        if options.get("PASSWORD"):
+            kwargs["password"] = options["PASSWORD"]
+        kwargs["socket_timeout"] = options.get("SOCKET_TIMEOUT") or self.conf.SOCKET_TIMEOUT
+        kwargs["socket_connect_timeout"] = (
+            options.get("SOCKET_CONNECT_TIMEOUT") or self.conf.SOCKET_TIMEOUT
+        )
+        kwargs["decode_responses"] = True
+        return location, kwargs
+
+    def _cluster_kwargs(self) -> dict[str, Any]:
+        return {
+            "socket_timeout": self.conf.SOCKET_TIMEOUT,
+            "socket_connect_timeout": self.conf.SOCKET_TIMEOUT,
+            "decode_responses": True,
+        }
+
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client (on a cluster, redis-py's RedisCluster: the same commands)."""
+        if self.cluster is not None:
+            return self.cluster.client  # type: ignore[return-value]
+        if self._client is None:
+            location, kwargs = self._connection_kwargs()
+            kwargs["retry"] = stale_connection_retry(Retry)
+            self._client = redis.Redis.from_url(location, **kwargs)
+        return self._client
+
+    @property
+    def async_client(self) -> redis.asyncio.Redis:
+        """This event loop's client (on a cluster, redis.asyncio's RedisCluster)."""
+        if self.cluster is not None:
+            return self.cluster.async_client()  # type: ignore[return-value]
+        # redis.asyncio connections belong to one event loop.
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            from redis.asyncio.retry import Retry as AsyncRetry
+
+            location, kwargs = self._connection_kwargs()
+            kwargs["retry"] = stale_connection_retry(AsyncRetry)
+            # The live paths wait for a busy Redis (pages cut their own wait short, see arun),
+            # and for a busy event loop: a saturated process reaches a new connection's
+            # handshake late though Redis answered it at once. A refused connection still
+            # fails at once; a Redis that cannot be reached, after LIVE_SOCKET_TIMEOUT.
+            live_timeout = max(self.conf.LIVE_SOCKET_TIMEOUT, kwargs["socket_timeout"])
+            kwargs["socket_timeout"] = live_timeout
+            kwargs["socket_connect_timeout"] = max(live_timeout, kwargs["socket_connect_timeout"])
+            # Many connections of one process write at once: past the pool's size, wait for a
+            # connection instead of failing ("Too many connections" would look like an outage).
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                location,
+                max_connections=kwargs.pop("max_connections", 100),
+                timeout=live_timeout,
+                **kwargs,
+            )
+            client = redis.asyncio.Redis(connection_pool=pool)
+            self._async_clients[loop] = client
+        return client
+
+    def known_down(self) -> bool:
+        """Whether Redis (the whole of it: one server, or the cluster as a client) failed last
+        time and is left alone until RETRY_INTERVAL passes: a read now answers its fallback at
+        once."""
+        return not self.health.available()
+
+    def recoveries(self) -> int:
+        """Outages that ended so far: of Redis, or of any cluster master."""
+        if self.cluster is None:
+            return self.health.recoveries
+        return self.health.recoveries + sum(
+            health.recoveries for health in self.cluster.node_health.values()
+        )
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.aclose()
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()

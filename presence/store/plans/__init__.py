@@ -1,0 +1,43 @@
+"""Plans: the commands of one store operation, how to read their replies, and what to answer
+when Redis is unavailable. Building a plan does no I/O; :mod:`presence.store.client` runs it
+(one pipeline, one round trip) under the one failure policy.
+
+By concern:
+
+- :mod:`~presence.store.plans.plan`: the :class:`Plan` type, :func:`merge` and
+  :func:`script_call`;
+- :mod:`~presence.store.plans.recording`: requests, sign-offs and connections
+  (:class:`Transition`);
+- :mod:`~presence.store.plans.schedules`: the due and expiring schedules;
+- :mod:`~presence.store.plans.reads`: many users' live state in one round trip;
+- :mod:`~presence.store.plans.scans`: whole buckets, for cleanup and "online now"
+  (:class:`StaleEntry`).
+
+:class:`PlanBuilder` composes them; every name is importable from ``presence.store.plans``
+itself, as it always was.
+"""
+
+from __future__ import annotations
+
+from presence.store.plans.plan import RAISE, Plan, Raise, merge, script_call
+from presence.store.plans.reads import READ_RECENT_KEYS, ReadPlans
+from presence.store.plans.recording import ConnectionOp, RecordingPlans, Transition
+from presence.store.plans.scans import ScanPlans, StaleEntry
+from presence.store.plans.schedules import SchedulePlans
+
+__all__ = [
+    "RAISE",
+    "READ_RECENT_KEYS",
+    "ConnectionOp",
+    "Plan",
+    "PlanBuilder",
+    "Raise",
+    "StaleEntry",
+    "Transition",
+    "merge",
+    "script_call",
+]
+
+
+class PlanBuilder(RecordingPlans, SchedulePlans, ReadPlans, ScanPlans):
+    """Every plan of the store, over its key scheme."""

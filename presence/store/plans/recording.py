@@ -1,0 +1,196 @@
+"""The plans that record presence: a request (touch), a sign-off, a connection's open,
+heartbeat, close and expiry, and a description of a user's connections. No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from presence import domain
+from presence.store.keys import KeyScheme, decode_score
+from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.scripts import CONNECTION, DESCRIBE_CONNECTIONS, SIGN_OFF, TOUCH
+from presence.users import UserId, encode_id
+
+ConnectionOp = Literal["open", "beat", "close", "expire"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A user's live state before and after a write."""
+
+    user_id: UserId
+    before: domain.LiveState
+    after: domain.LiveState
+    #: live connections left (connection writes only)
+    connections: int | None = None
+    #: a new connection past MAX_CONNECTIONS_PER_USER: nothing was recorded
+    refused: bool = False
+    #: connections this write found crashed (not heard from for CONNECTION_TTL) and dropped
+    crashed: int = 0
+
+    @classmethod
+    def from_reply(cls, user_id: UserId, reply: list[Any]) -> Transition:
+        return cls(
+            user_id,
+            decode_score(reply[0]),
+            decode_score(reply[1]),
+            int(reply[2]) if len(reply) > 2 else None,
+            bool(int(reply[3])) if len(reply) > 3 else False,
+            int(reply[4]) if len(reply) > 4 else 0,
+        )
+
+
+class RecordingPlans(KeyScheme):
+    """The plans that record requests and connections, over the key scheme."""
+
+    def touch(self, user_id: UserId, device: domain.Device, now: float) -> Plan[Transition | None]:
+        """Record a request. The user is due to turn offline ONLINE_WINDOW later at the latest
+        (``LT``: an earlier due time, such as a connection's, is kept)."""
+        seconds = int(now)
+        return Plan(
+            commands=[
+                script_call(
+                    TOUCH,
+                    [
+                        self.seen_key(self.bucket_of(user_id)),
+                        self.conns_key(self.bucket_of(user_id)),
+                    ],
+                    [
+                        encode_id(user_id),
+                        seconds,
+                        domain.DEVICE_BITS[device],
+                        seconds - self.conf.ONLINE_WINDOW,
+                        self._ttl_start(seconds),
+                    ],
+                ),
+                (
+                    "ZADD",
+                    self.user_due_key(user_id),
+                    "LT",
+                    seconds + self.conf.ONLINE_WINDOW,
+                    encode_id(user_id),
+                ),
+            ],
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def sign_off(
+        self, user_id: UserId, device: domain.Device, now: float
+    ) -> Plan[Transition | None]:
+        seconds = int(now)
+        return Plan(
+            commands=[
+                script_call(
+                    SIGN_OFF,
+                    [self.seen_key(self.bucket_of(user_id))],
+                    [
+                        encode_id(user_id),
+                        seconds,
+                        domain.DEVICE_BITS[device],
+                        self._ttl_start(seconds),
+                    ],
+                ),
+                (
+                    "ZADD",
+                    self.user_due_key(user_id),
+                    seconds + domain.SECOND + self.conf.OFFLINE_GRACE,
+                    encode_id(user_id),
+                ),
+            ],
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def connection(
+        self,
+        user_id: UserId,
+        op: ConnectionOp,
+        now: float,
+        connection_id: str = "-",
+        device: domain.Device = domain.Device.WEB,
+        idle: bool = False,
+    ) -> Plan[Transition | None]:
+        """A connection's opening ("open"), heartbeat ("beat"), close, or ("expire") a check
+        that drops the user's connections not heard from for CONNECTION_TTL.
+
+        An open (or a beat of a connection no longer live) while the user has
+        MAX_CONNECTIONS_PER_USER live connections is refused (``Transition.refused``) and
+        records nothing. One round trip: the script, then the user's due time (a heartbeat's
+        TTL, or the grace after the last connection closed); an open sets its due time only
+        once accepted (:meth:`connected`), so a refused one leaves no trace at all.
+        """
+        bucket = self.bucket_of(user_id)
+        seconds = int(now)
+        commands: list[tuple[Any, ...]] = [
+            script_call(
+                CONNECTION,
+                [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
+                [
+                    encode_id(user_id),
+                    op,
+                    connection_id,
+                    domain.DEVICE_BITS[device],
+                    int(idle),
+                    seconds,
+                    self._ttl_start(seconds),
+                    seconds - self.conf.ONLINE_WINDOW,
+                    self.conf.MAX_CONNECTIONS_PER_USER,
+                ],
+            )
+        ]
+        if op == "beat":
+            commands.append(self._connected_due(user_id, seconds))
+        elif op == "close":
+            commands.append(
+                (
+                    "ZADD",
+                    self.user_due_key(user_id),
+                    seconds + domain.SECOND + self.conf.OFFLINE_GRACE,
+                    encode_id(user_id),
+                )
+            )
+        return Plan(
+            commands=commands,
+            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def _ttl_start(self, seconds: int) -> int:
+        """The scripts' "start of the connection TTL": a heartbeat recorded in a later second is
+        live. The TTL counts from the end of the heartbeat's second, as in domain.offline_at."""
+        return seconds - domain.SECOND - self.conf.CONNECTION_TTL
+
+    def _connected_due(self, user_id: UserId, seconds: int) -> tuple[Any, ...]:
+        return (
+            "ZADD",
+            self.user_due_key(user_id),
+            seconds + domain.SECOND + self.conf.CONNECTION_TTL,
+            encode_id(user_id),
+        )
+
+    def connected(self, user_id: UserId, now: float) -> Plan[bool]:
+        """The due time of a user whose connection was just opened (heartbeat + TTL)."""
+        return Plan(
+            commands=[self._connected_due(user_id, int(now))],
+            parse=lambda replies: True,
+            fallback=False,
+        )
+
+    def describe_connections(self, user_id: UserId) -> Plan[list[str]]:
+        """The user's connections as "id:device_bit:idle:connected_at:heartbeat" and the devices
+        of their page views while connected as "h<bit>:bit:1:at:at" (inspection and tests)."""
+        bucket = self.bucket_of(user_id)
+        return Plan(
+            commands=[
+                script_call(
+                    DESCRIBE_CONNECTIONS,
+                    [self.conns_key(bucket), self.expiries_key(bucket)],
+                    [encode_id(user_id), domain.SECOND + self.conf.CONNECTION_TTL],
+                )
+            ],
+            parse=lambda replies: [str(entry) for entry in replies[0]],
+            fallback=RAISE,
+        )

@@ -1,0 +1,105 @@
+"""The plans that scan whole buckets: the stale entries cleanup removes (unless they changed
+meanwhile), and the recently active users of "online now". No I/O.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from presence import domain
+from presence.store.keys import SCORE_FACTOR, KeyScheme, decode_score
+from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.scripts import REMOVE_IF_UNCHANGED
+from presence.users import UserId, encode_id, id_decoder
+
+
+def _pairs(reply: list[Any]) -> list[tuple[Any, Any]]:
+    """(member, score) pairs of a WITHSCORES reply, flat (RESP2 raw) or paired (parsed)."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(member, score) for member, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class StaleEntry:
+    user_id: UserId
+    bucket: int
+    score: str
+
+    @property
+    def state(self) -> domain.LiveState:
+        return decode_score(self.score)
+
+    @property
+    def seen_at(self) -> float:
+        last_active = self.state.last_active
+        assert last_active is not None
+        return last_active
+
+
+class ScanPlans(KeyScheme):
+    """The plans that scan buckets and remove stale entries, over the key scheme."""
+
+    def scan_stale(self, buckets: Sequence[int], before: float) -> Plan[list[StaleEntry]]:
+        """Entries last active before ``before`` (and every signed-off one) in these buckets."""
+        threshold = int(before) * SCORE_FACTOR
+
+        def parse(replies: list[Any]) -> list[StaleEntry]:
+            decode = id_decoder()
+            entries: list[StaleEntry] = []
+            for bucket, reply in zip(buckets, replies, strict=True):
+                for member, score in _pairs(reply):
+                    entries.append(StaleEntry(decode(member), bucket, str(int(float(score)))))
+            return entries
+
+        return Plan(
+            commands=[
+                # "(" makes the bound exclusive.
+                ("ZRANGEBYSCORE", self.seen_key(bucket), "-inf", f"({threshold}", "WITHSCORES")
+                for bucket in buckets
+            ],
+            parse=parse,
+            fallback=RAISE,
+        )
+
+    def scan_recent(
+        self, buckets: Sequence[int], since: float
+    ) -> Plan[list[tuple[UserId, domain.LiveState]]]:
+        """Users of these buckets active since ``since``, or who signed off since then (the
+        candidates of "online now"; domain.live_status decides)."""
+        low = int(since) * SCORE_FACTOR
+
+        def parse(replies: list[Any]) -> list[tuple[UserId, domain.LiveState]]:
+            decode = id_decoder()
+            return [
+                (decode(member), decode_score(score))
+                for reply in replies
+                for member, score in _pairs(reply)
+            ]
+
+        commands: list[tuple[Any, ...]] = []
+        for bucket in buckets:
+            key = self.seen_key(bucket)
+            commands.append(("ZRANGEBYSCORE", key, low, "+inf", "WITHSCORES"))
+            commands.append(("ZRANGEBYSCORE", key, "-inf", -low, "WITHSCORES"))
+        return Plan(commands=commands, parse=parse, fallback=RAISE)
+
+    def remove_unchanged(self, entries: Iterable[StaleEntry]) -> Plan[int]:
+        grouped: dict[int, list[Any]] = defaultdict(list)
+        for entry in entries:
+            grouped[entry.bucket] += [encode_id(entry.user_id), entry.score]
+        return Plan(
+            commands=[
+                script_call(
+                    REMOVE_IF_UNCHANGED,
+                    [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
+                    args,
+                )
+                for bucket, args in grouped.items()
+            ],
+            parse=lambda replies: sum(int(r) for r in replies),
+            fallback=RAISE,
+        )

@@ -1,0 +1,81 @@
+"""The plans of the two schedules: users due to turn offline and custom statuses expiring
+(claimed by the sweeps, set by writes and status changes, pruned by cleanup). No I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from presence.store.keys import KeyScheme
+from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.scripts import CLAIM_DUE
+from presence.users import UserId, encode_id, id_decoder
+
+
+class SchedulePlans(KeyScheme):
+    """The plans that claim, set and prune the schedules, over the key scheme."""
+
+    def claim_due(self, now: float, limit: int) -> Plan[tuple[list[UserId], list[UserId]]]:
+        """Users due to turn offline and users whose custom status expired, taken out of their
+        schedules (each handed to one sweeper only): up to ``limit`` of each on one Redis; on a
+        cluster up to ``limit / CLUSTER_SHARDS`` (at least 16) of each from every shard, one
+        round trip per master. A shard on an unavailable master is skipped."""
+        schedules = self.schedules()
+        per_schedule = limit if len(schedules) == 1 else max(16, -(-limit // len(schedules)))
+
+        def parse(replies: list[Any]) -> tuple[list[UserId], list[UserId]]:
+            decode = id_decoder()
+            due: list[UserId] = []
+            expiring: list[UserId] = []
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    continue
+                due += [decode(m) for m in reply[0]]
+                expiring += [decode(m) for m in reply[1]]
+            return due, expiring
+
+        return Plan(
+            commands=[
+                script_call(CLAIM_DUE, [due_key, expiring_key], [int(now), per_schedule])
+                for due_key, expiring_key in schedules
+            ],
+            parse=parse,
+            fallback=([], []),
+            partial=parse,
+        )
+
+    def schedule(self, due: dict[UserId, float]) -> Plan[bool]:
+        """Check these users again at these times (an earlier time already set is kept)."""
+        by_key: dict[str, list[Any]] = defaultdict(list)
+        for user_id, at in due.items():
+            # Claims compare whole seconds (due <= int(now)): the ceiling is never early.
+            by_key[self.user_due_key(user_id)] += [math.ceil(at), encode_id(user_id)]
+        return Plan(
+            commands=[("ZADD", key, "LT", *args) for key, args in by_key.items()],
+            parse=lambda replies: True,
+            fallback=False,
+        )
+
+    def schedule_expiry(self, user_id: UserId, at: float | None) -> Plan[bool]:
+        """Announce the user's custom status clearing at ``at`` (None: it never expires)."""
+        key = self.user_expiring_key(user_id)
+        command: tuple[Any, ...] = (
+            ("ZADD", key, int(at) + 1, encode_id(user_id))
+            if at is not None
+            else ("ZREM", key, encode_id(user_id))
+        )
+        return Plan(commands=[command], parse=lambda replies: True, fallback=False)
+
+    def prune_schedules(self, before: float) -> Plan[int]:
+        """Forget due times long past (sites without a live process never sweep them)."""
+        return Plan(
+            commands=[
+                ("ZREMRANGEBYSCORE", key, "-inf", f"({int(before)}")
+                for keys in self.schedules()
+                for key in keys
+            ],
+            parse=lambda replies: sum(int(reply) for reply in replies),
+            fallback=RAISE,
+        )

@@ -1,0 +1,207 @@
+"""The rounds of one plan on a Redis Cluster, written once: routing each command to the master
+of its slot, reading what the masters answered (MOVED, ASK, TRYAGAIN, NOSCRIPT, CLUSTERDOWN),
+and the next round, as a generator of the I/O steps they need. No I/O here:
+:class:`presence.store.cluster.ClusterRunner` does the steps, in this thread or on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+
+from presence.store.nodes import ClusterNodes, NodeUnavailable, first_key
+
+#: rounds of MOVED / ASK / TRYAGAIN / NOSCRIPT answers followed for one plan
+MAX_REDIRECTS = 5
+#: pause before re-sending a command refused with TRYAGAIN (a slot half-migrated)
+TRYAGAIN_DELAY = 0.02
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """Read the slot table again (a master failed since the last plan)."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Send each master its pipeline of ``groups`` and read the replies into ``replies``."""
+
+    groups: dict[str, tuple[Any, list[int]]]
+    commands: Sequence[tuple[Any, ...]]
+    asking: dict[int, tuple[str, int]]
+    replies: list[Any]
+
+
+@dataclass(frozen=True)
+class Moved:
+    """Update the slot table with a MOVED answer."""
+
+    error: MovedError
+
+
+@dataclass(frozen=True)
+class LoadScripts:
+    """Load these scripts on this master (it answered NOSCRIPT)."""
+
+    node: Any
+    scripts: set[Any]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait TRYAGAIN_DELAY before the next round (a slot half-migrated)."""
+
+
+Step = Refresh | Exchange | Moved | LoadScripts | Pause
+
+
+class Steps:
+    """Drives the rounds (:meth:`ClusterRounds._rounds`) for :meth:`ClusterRunner.execute` and
+    :meth:`ClusterRunner.aexecute` alike: iterating gives each I/O step in turn; a step's error,
+    set in ``failed``, is raised into the rounds at the next step; ``result`` is their value."""
+
+    def __init__(self, rounds: Generator[Step, None, list[Any]]) -> None:
+        self.rounds = rounds
+        self.failed: Exception | None = None
+        self.result: list[Any] = []
+
+    def __iter__(self) -> Steps:
+        return self
+
+    def __next__(self) -> Step:
+        failed, self.failed = self.failed, None
+        try:
+            return self.rounds.send(None) if failed is None else self.rounds.throw(failed)
+        except StopIteration as done:
+            self.result = done.value
+            raise
+
+
+class ClusterRounds(ClusterNodes):
+    """The rounds of a plan's commands over the masters of a Redis Cluster."""
+
+    # --- routing ----------------------------------------------------------------------------
+
+    def _route(
+        self,
+        nodes_manager: Any,
+        commands: Sequence[tuple[Any, ...]],
+        positions: Sequence[int],
+        asking: dict[int, tuple[str, int]],
+        replies: list[Any],
+    ) -> dict[str, tuple[Any, list[int]]]:
+        """{node name: (node, positions)}; positions of no reachable master get their reply."""
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for position in positions:
+            if position in asking:
+                host, port = asking[position]
+                node = nodes_manager.get_node(host=host, port=port)
+                if node is None:
+                    replies[position] = NodeUnavailable(f"{host}:{port} is not a known node")
+                    continue
+            else:
+                try:
+                    node = nodes_manager.get_node_from_slot(
+                        key_slot(first_key(commands[position]).encode())
+                    )
+                except SlotNotCoveredError as error:
+                    replies[position] = NodeUnavailable(str(error))
+                    continue
+            if not self.health_of(node.name).available():
+                replies[position] = NodeUnavailable(f"{node.name} is in an outage")
+                continue
+            groups.setdefault(node.name, (node, []))[1].append(position)
+        return groups
+
+    def _settle(
+        self,
+        commands: Sequence[tuple[Any, ...]],
+        positions: Sequence[int],
+        node_name: str,
+        replies: list[Any],
+        asking: dict[int, tuple[str, int]],
+        scripts_to_load: dict[str, set[Any]],
+    ) -> tuple[list[int], list[MovedError]]:
+        """Replies that ask for another try: the positions to send again and the MOVED
+        answers (to update the slot table with)."""
+        again: list[int] = []
+        moved: list[MovedError] = []
+        for position in positions:
+            reply = replies[position]
+            asking.pop(position, None)
+            if isinstance(reply, MovedError):
+                self.redirects["moved"] += 1
+                moved.append(reply)
+                again.append(position)
+            elif isinstance(reply, AskError):
+                self.redirects["ask"] += 1
+                asking[position] = (reply.host, reply.port)
+                again.append(position)
+            elif isinstance(reply, TryAgainError):
+                self.redirects["tryagain"] += 1
+                again.append(position)
+            elif isinstance(reply, NoScriptError):
+                self.redirects["noscript"] += 1
+                scripts_to_load[node_name].add(commands[position][1])
+                again.append(position)
+            elif isinstance(reply, ClusterDownError):
+                replies[position] = NodeUnavailable(f"{node_name}: {reply}")
+        return again, moved
+
+    # --- the rounds, written once -------------------------------------------------------------
+
+    def _rounds(
+        self, manager: Any, commands: Sequence[tuple[Any, ...]]
+    ) -> Generator[Any, Any, list[Any]]:
+        """Each command's reply, or the exception it raised (NodeUnavailable for an
+        unreachable master), in order: the rounds of one plan, as a generator of the I/O they
+        need (:class:`Refresh`, :class:`Exchange`, :class:`Moved`, :class:`LoadScripts`,
+        :class:`Pause`), which :meth:`execute` does in this thread and :meth:`aexecute` on the
+        event loop."""
+        if self._stale_topology:
+            self._stale_topology = False
+            try:
+                yield Refresh()
+            except (RedisError, RedisClusterException, OSError):
+                self._stale_topology = True
+        replies: list[Any] = [None] * len(commands)
+        pending = list(range(len(commands)))
+        asking: dict[int, tuple[str, int]] = {}
+        for attempt in range(MAX_REDIRECTS):
+            groups = self._route(manager, commands, pending, asking, replies)
+            scripts_to_load: dict[str, set[Any]] = defaultdict(set)
+            yield Exchange(groups, commands, asking, replies)
+            pending = []
+            any_tryagain = False
+            for name, (_, positions) in groups.items():
+                again, moved = self._settle(
+                    commands, positions, name, replies, asking, scripts_to_load
+                )
+                for error in moved:
+                    yield Moved(error)
+                any_tryagain |= any(isinstance(replies[p], TryAgainError) for p in again)
+                pending += again
+            for name, scripts in scripts_to_load.items():
+                node = manager.get_node(node_name=name)
+                if node is None:
+                    continue  # the node left the cluster: the next round routes elsewhere
+                yield LoadScripts(node, scripts)
+            if not pending:
+                break
+            if any_tryagain and attempt < MAX_REDIRECTS - 1:
+                yield Pause()
+        return replies

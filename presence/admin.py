@@ -4,6 +4,7 @@ from contextvars import ContextVar
 from functools import cache
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename, get_user_model
@@ -13,7 +14,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from presence import api, domain
+from presence import api, domain, relations, resolution
+from presence.api._reading import live_user_ids
 from presence.domain import UserId
 from presence.models import (
     Block,
@@ -22,6 +24,8 @@ from presence.models import (
     PrivacySettings,
     UserStatus,
 )
+from presence.store import get_store
+from presence.users import user_pk
 
 
 def user_search_fields(*relations: str) -> tuple[str, ...]:
@@ -100,12 +104,44 @@ class BlockAdmin(UserFieldsMixin, admin.ModelAdmin):
 
 # --- presence for moderators: dots, last seen, "online now" ------------------------------------
 
+#: the permission that lets a moderator see true presence in the admin (and only there)
+TRUE_PRESENCE_PERMISSION = f"{LastSeen._meta.app_label}.view_true_presence"
+
 #: the presence of the users on the changelist page being rendered (as its viewer may see them)
 _page_presence: ContextVar[dict[UserId, domain.Presence]] = ContextVar("presence_admin_page")
 
 
+def sees_true_presence(request: Any) -> bool:
+    """Whether the admin shows this moderator true presence: granted
+    ``presence.view_true_presence`` (superusers have every permission). Privacy, blocks and
+    invisibility then do not hide a user's status and last seen from them in the admin's
+    columns, its "online now" filter and its sorting by last seen; everywhere else (the API,
+    template tags, the JSON endpoint, the WebSocket) they see what privacy allows."""
+    return bool(request.user.has_perm(TRUE_PRESENCE_PERMISSION))
+
+
+def true_presence(targets: Any) -> dict[UserId, domain.Presence]:
+    """Each target's presence as they see it themselves (the one resolver, as to themselves:
+    their true status and last seen, and whether they are invisible), for
+    :func:`sees_true_presence` moderators only. One query and one Redis round trip."""
+    facts = relations.load(None, list(dict.fromkeys(map(user_pk, targets))))
+    own = {pk: (domain.SELF, choices) for pk, (_, choices) in facts.items()}
+    store = get_store()
+    now = resolution.now()
+    return resolution.resolve_all(own, store.run(store.read(own)), now)
+
+
+def _page_presences(request: Any, targets: list[Any]) -> dict[UserId, domain.Presence]:
+    if sees_true_presence(request):
+        return true_presence(targets)
+    return api.bulk_presence(targets, request.user)
+
+
 def _dot(presence: domain.Presence) -> SafeString:
-    label = domain.STATUS_LABELS[presence.status]
+    label: Any = domain.STATUS_LABELS[presence.status]
+    if presence.invisible and presence.is_online:
+        # True presence only (a moderator's): others see this user offline.
+        label = format_html("{} ({})", label, _("invisible"))
     return format_html(
         '<span class="presence-dot presence-dot--{}" title="{}" aria-hidden="true"></span> {}',
         presence.status.value,
@@ -114,9 +150,14 @@ def _dot(presence: domain.Presence) -> SafeString:
     )
 
 
+#: what the dots of the admin's columns need (presence's template tags use the same sheet)
+PRESENCE_MEDIA = forms.Media(css={"all": ("presence/presence.css",)})
+
+
 class OnlineNowFilter(admin.SimpleListFilter):
     """Users online now, as the moderator may see them (api.online_now: a scan of every
-    bucket, O(users online))."""
+    bucket, O(users online)); every user online, invisible ones too, for a moderator granted
+    ``presence.view_true_presence``."""
 
     title = _("presence")
     parameter_name = "online"
@@ -129,20 +170,27 @@ class OnlineNowFilter(admin.SimpleListFilter):
     def queryset(self, request: Any, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         if self.value() != "now":
             return None
-        return queryset.filter(**{f"{self.user_field}__in": api.online_now(request.user)})
+        online = live_user_ids() if sees_true_presence(request) else api.online_now(request.user)
+        return queryset.filter(**{f"{self.user_field}__in": online})
 
 
 class PresenceColumnsMixin:
     """Changelist columns with each user's status dot and last seen (as the moderator may see
-    them: the one privacy resolver), read for the whole page at once."""
+    them: the one privacy resolver; true presence for a moderator granted
+    ``presence.view_true_presence``), read for the whole page at once. Loads presence's
+    stylesheet (``presence/presence.css``) on the admin's pages, for the dots."""
 
     #: how to get the user's pk from a listed object
     presence_user_attr = "pk"
 
+    @property
+    def media(self) -> forms.Media:
+        return super().media + PRESENCE_MEDIA  # type: ignore[misc]
+
     def get_changelist_instance(self, request: Any) -> Any:
         changelist = super().get_changelist_instance(request)  # type: ignore[misc]
         users = [getattr(row, self.presence_user_attr) for row in changelist.result_list]
-        _page_presence.set(api.bulk_presence(users, request.user))
+        _page_presence.set(_page_presences(request, users))
         return changelist
 
     def _presence(self, obj: Any) -> domain.Presence:
@@ -171,8 +219,9 @@ class PresenceUserAdminMixin(PresenceColumnsMixin):
             pass
 
     adds the status and last seen columns (sortable by last seen for staff who may view
-    ``LastSeen``), an "online now" filter, and the privacy settings and last seen inlines on
-    each user's page."""
+    ``LastSeen`` or see true presence), an "online now" filter, and the privacy settings and
+    last seen inlines on each user's page. Staff see what privacy lets them see, unless granted
+    ``presence.view_true_presence`` (then true presence, in the admin only)."""
 
     def get_list_display(self, request: Any) -> tuple[Any, ...]:
         shown = tuple(super().get_list_display(request))  # type: ignore[misc]
@@ -180,9 +229,11 @@ class PresenceUserAdminMixin(PresenceColumnsMixin):
 
     def may_sort_by_last_seen(self, request: Any) -> bool:
         """Whether this moderator may order users by their true (persisted) last seen: only
-        one who may view ``LastSeen`` rows, which show it anyway. For the others the column
-        shows what the resolver lets them see, and an order by the true value would tell
-        them what it hides."""
+        one who sees true presence (``presence.view_true_presence``) or may view ``LastSeen``
+        rows, which show it anyway. For the others the column shows what the resolver lets
+        them see, and an order by the true value would tell them what it hides."""
+        if sees_true_presence(request):
+            return True
         options = LastSeen._meta
         return any(
             request.user.has_perm(f"{options.app_label}.{get_permission_codename(action, options)}")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from presence import users
+from presence import domain, users
 from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
 from presence.store import redact_url, redis_location
 
@@ -103,6 +104,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             expected = f"a pair ({unit}, seconds) of positive ints, or None"
             messages.append(_bad_value(key, http_rate, expected))
     messages += _lengths_beyond_columns(raw)
+    messages += _default_privacy_problems(raw)
     heartbeat = raw.get("HEARTBEAT_INTERVAL", PresenceSettings.HEARTBEAT_INTERVAL)
     ttl = raw.get("CONNECTION_TTL", PresenceSettings.CONNECTION_TTL)
     if _is_positive_int(heartbeat) and _is_positive_int(ttl) and ttl <= heartbeat:
@@ -116,6 +118,47 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+_LEVELS = tuple(level.value for level in domain.Visibility)
+
+
+def _default_privacy_problems(raw: dict[str, Any]) -> list[CheckMessage]:
+    """presence.E010: a DEFAULT_PRIVACY that is not a dict of visibility settings to levels.
+    Until it is fixed, presence uses "contacts" where it names no valid level."""
+    if "DEFAULT_PRIVACY" not in raw:
+        return []
+    levels = raw["DEFAULT_PRIVACY"]
+    if not isinstance(levels, Mapping):
+        problems = [f"it is {levels!r}, not a dict"]
+    else:
+        problems = [
+            f"{key!r} is not a visibility setting"
+            for key in levels
+            if key not in domain.VISIBILITY_SETTINGS
+        ] + [
+            f"{key!r} is {level!r}, not a level"
+            for key, level in levels.items()
+            if key in domain.VISIBILITY_SETTINGS
+            and not (isinstance(level, str) and level in _LEVELS)
+        ]
+    if not problems:
+        return []
+    return [
+        Error(
+            "PRESENCE['DEFAULT_PRIVACY'] must map visibility settings to levels: "
+            + "; ".join(problems)
+            + ". Meanwhile users without privacy settings get 'contacts' wherever it names no "
+            "valid level.",
+            hint='Set e.g. "DEFAULT_PRIVACY": {"online_visibility": "everyone", '
+            '"last_seen_visibility": "everyone"}; keys: '
+            + ", ".join(domain.VISIBILITY_SETTINGS)
+            + "; levels: "
+            + ", ".join(_LEVELS)
+            + ' (a key left out is "contacts").',
+            id="presence.E010",
+        )
+    ]
 
 
 #: length settings and the UserStatus columns whose values they bound

@@ -8,6 +8,7 @@ with an id and a hint instead of failing at import time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
@@ -15,6 +16,31 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+
+
+class FrozenMapping(Mapping[str, Any]):
+    """A read-only mapping, hashable as a frozen dataclass's defaults must be (equal to any
+    mapping, a dict included, with the same items)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | None = None) -> None:
+        self._items = dict(items or {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._items.items(), key=repr)))
+
+    def __repr__(self) -> str:
+        return repr(self._items)
 
 
 @dataclass(frozen=True)
@@ -35,6 +61,11 @@ class PresenceSettings:
     OFFLINE_GRACE: int = 5
     MAX_SUBSCRIPTIONS: int = 1000
     RATE_LIMIT: tuple[int, int] = (60, 10)
+    #: the visibility levels of a user without a PrivacySettings row, by setting
+    #: (online_visibility, last_seen_visibility, activity_visibility -> everyone, contacts,
+    #: close_friends or nobody); a setting left out is "contacts". Read through
+    #: presence.models.privacy_defaults; presence.E010 reports a bad value
+    DEFAULT_PRIVACY: Mapping[str, str] = FrozenMapping()
     # --- additions to the contract (documented in docs/settings.md) ---
     #: number of Redis buckets the online sorted sets are split into (docs/redis-layout.md)
     BUCKETS: int = 16384
@@ -105,6 +136,11 @@ def get_settings() -> PresenceSettings:
     for pair in ("RATE_LIMIT", "HTTP_RATE_LIMIT", "HTTP_READ_LIMIT", "REDIS_CLUSTER"):
         if isinstance(known.get(pair), list):
             known[pair] = tuple(known[pair])
+    if "DEFAULT_PRIVACY" in known:
+        # A copy no one can change under the cache; not a mapping: presence.E010 reports it,
+        # and until it is fixed the levels are contacts.
+        levels = known["DEFAULT_PRIVACY"]
+        known["DEFAULT_PRIVACY"] = FrozenMapping(levels if isinstance(levels, Mapping) else None)
     return PresenceSettings(**known)
 
 

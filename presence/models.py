@@ -11,13 +11,47 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from presence import domain
+from presence.conf import PresenceSettings, get_settings
 from presence.domain import UserId
 
 VISIBILITY_CHOICES = [(v.value, label) for v, label in domain.VISIBILITY_LABELS.items()]
 
+#: the settings privacy_defaults() was last computed from, and its answer
+_computed_defaults: tuple[PresenceSettings, domain.Choices] | None = None
+
+
+def privacy_defaults() -> domain.Choices:
+    """The choices of a user without a PrivacySettings row: the site's DEFAULT_PRIVACY levels
+    ("contacts" for a setting it leaves out), not invisible. What every read path applies to
+    such a user (presence.relations, presence.privacy.visible_to) and what a row created
+    without explicit values starts from (the fields' defaults below).
+
+    Computed once per settings object: presence.conf's cache is cleared when PRESENCE changes."""
+    global _computed_defaults
+    conf = get_settings()
+    computed = _computed_defaults
+    if computed is None or computed[0] is not conf:
+        computed = _computed_defaults = (conf, domain.default_choices(conf.DEFAULT_PRIVACY))
+    return computed[1]
+
+
+# The fields' defaults are these functions, by reference (migrations name them and never bake
+# in a site's DEFAULT_PRIVACY): a row created without explicit values starts from the default.
+def default_online_visibility() -> str:
+    return privacy_defaults().online_visibility.value
+
+
+def default_last_seen_visibility() -> str:
+    return privacy_defaults().last_seen_visibility.value
+
+
+def default_activity_visibility() -> str:
+    return privacy_defaults().activity_visibility.value
+
 
 class PrivacySettings(models.Model):
-    """Who may see a user's presence. A user without a row has the defaults."""
+    """Who may see a user's presence. A user without a row has the defaults
+    (:func:`privacy_defaults`: the site's DEFAULT_PRIVACY, else "contacts")."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL,
@@ -30,19 +64,19 @@ class PrivacySettings(models.Model):
         _("who sees when I am online"),
         max_length=16,
         choices=VISIBILITY_CHOICES,
-        default=domain.Visibility.CONTACTS,
+        default=default_online_visibility,
     )
     last_seen_visibility = models.CharField(
         _("who sees my last seen"),
         max_length=16,
         choices=VISIBILITY_CHOICES,
-        default=domain.Visibility.CONTACTS,
+        default=default_last_seen_visibility,
     )
     activity_visibility = models.CharField(
         _("who sees my custom status and activity"),
         max_length=16,
         choices=VISIBILITY_CHOICES,
-        default=domain.Visibility.CONTACTS,
+        default=default_activity_visibility,
     )
     invisible = models.BooleanField(
         _("invisible"),
@@ -247,6 +281,10 @@ class LastSeen(models.Model):
     class Meta:
         verbose_name = _("last seen")
         verbose_name_plural = _("last seen")
+        permissions = [
+            # The admin only (presence.admin): everywhere else privacy applies to everyone.
+            ("view_true_presence", _("Can see true presence in the admin, despite privacy")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.seen_at:%Y-%m-%d %H:%M:%S}"

@@ -5,9 +5,10 @@ A site app with rows owned by users (posts, photos, "typing…" markers) filters
 ``Model.objects.filter(visible_to(request.user, owner_field="owner"))`` and gets exactly what
 ``permits`` decides for each row: the owner sees their own, a block in either direction hides,
 else the owner's visibility setting (``online_visibility``, ``last_seen_visibility`` or
-``activity_visibility`` of ``PrivacySettings``; no row: the default) against the tie of the
-owner to the viewer (``Contact``). The filter is derived from ``permits`` and checked against it
-at import, so the two can never disagree.
+``activity_visibility`` of ``PrivacySettings``; no row: the site's ``DEFAULT_PRIVACY``, else
+``contacts``, as the resolver reads it) against the tie of the owner to the viewer
+(``Contact``). The filter is derived from ``permits`` and checked against it at import, so the
+two can never disagree.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from django.db.models import Exists, OuterRef, Q
 
 from presence import domain
 from presence.domain import Relation, Visibility, permits
-from presence.models import Block, Contact
+from presence.models import Block, Contact, privacy_defaults
 from presence.users import viewer_pk as _viewer_pk_of
 
 __all__ = ["SETTINGS", "TIES", "permits", "visible_to"]
 
 #: the visibility settings of PrivacySettings that visible_to() can filter by
-SETTINGS = ("online_visibility", "last_seen_visibility", "activity_visibility")
+SETTINGS = domain.VISIBILITY_SETTINGS
 
 
 def _tie_required(level: Visibility) -> str | None:
@@ -80,7 +81,9 @@ def visible_to(viewer: Any, owner_field: str = "author", setting: str = "activit
     viewer_pk = _viewer_pk_of(viewer)
     prefix = "" if owner_field == "pk" else f"{owner_field}__"
     level_field = f"{prefix}presence_privacy__{setting}"
-    default = getattr(domain.Choices(), setting)
+    # An owner without a PrivacySettings row has the site's level (DEFAULT_PRIVACY), as the
+    # resolver reads it (presence.relations): no join more, the row's absence is tested.
+    default = getattr(privacy_defaults(), setting)
     them = OuterRef(owner_field)
 
     def level_is(level: Visibility) -> Q:

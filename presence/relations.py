@@ -20,7 +20,7 @@ from django.db.models.sql.constants import MULTI
 
 from presence import domain
 from presence.domain import UserId
-from presence.models import Block, Contact
+from presence.models import Block, Contact, privacy_defaults
 from presence.users import viewer_pk as viewer_id
 
 Facts = dict[UserId, tuple[domain.Relation, domain.Choices]]
@@ -39,7 +39,6 @@ _FIELDS = (
     "presence_status__expires_at",
     "presence_last_seen__seen_at",
 )
-_DEFAULTS = domain.Choices()
 _VISIBILITIES = {level.value: level for level in domain.Visibility}
 
 
@@ -56,11 +55,13 @@ def _visibility(value: str | None, default: domain.Visibility) -> domain.Visibil
 
 def _choices(row: Sequence[Any]) -> domain.Choices:
     """The choices of a row of :data:`_FIELDS`, by position (no PrivacySettings or
-    UserStatus row: the defaults)."""
+    UserStatus row: the defaults; the levels of no PrivacySettings row: the site's
+    DEFAULT_PRIVACY, :func:`presence.models.privacy_defaults`, read with no query)."""
+    defaults = privacy_defaults()
     return domain.Choices(
-        online_visibility=_visibility(row[1], _DEFAULTS.online_visibility),
-        last_seen_visibility=_visibility(row[2], _DEFAULTS.last_seen_visibility),
-        activity_visibility=_visibility(row[3], _DEFAULTS.activity_visibility),
+        online_visibility=_visibility(row[1], defaults.online_visibility),
+        last_seen_visibility=_visibility(row[2], defaults.last_seen_visibility),
+        activity_visibility=_visibility(row[3], defaults.activity_visibility),
         invisible=bool(row[4]),
         dnd=bool(row[5]),
         text=row[6] or None,

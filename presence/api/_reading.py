@@ -198,6 +198,16 @@ def online_now(viewer: Any) -> list[UserId]:
     A report (the admin's "online now" filter), not for request paths: it visits every bucket,
     ``BUCKETS / CLEANUP_BATCH`` round trips, then loads the privacy facts of the online users in
     one query, so it costs O(users online now). Raises StoreUnavailable when Redis is down."""
+    presences = bulk_presence(live_user_ids(), viewer)
+    return _most_recent_online(presences, None)
+
+
+def live_user_ids() -> list[UserId]:
+    """Ids of every user online now, whoever may see it (invisible users too): the candidates
+    of :func:`online_now`, not filtered by privacy. Only for presence.admin's true view of
+    moderators granted ``presence.view_true_presence``; every other caller resolves them as a
+    viewer (:func:`online_now`). Visits every bucket; raises StoreUnavailable when Redis is
+    down."""
     conf = get_settings()
     store = get_store()
     now = resolution.now()
@@ -209,5 +219,4 @@ def online_now(viewer: Any) -> list[UserId]:
         for user_id, state in store.run(store.scan_recent(list(buckets), since)):
             if domain.live_status(state, now, timing) is not domain.Status.OFFLINE:
                 live.append(user_id)
-    presences = bulk_presence(live, viewer)
-    return _most_recent_online(presences, None)
+    return live

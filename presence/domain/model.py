@@ -4,6 +4,7 @@ presence a viewer is shown. Plain values, no I/O."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -124,6 +125,31 @@ class Choices:
     expires_at: float | None = None
     #: last seen persisted in the database (survives a Redis flush)
     persisted_last_seen: float | None = None
+
+
+#: the visibility settings of a user's choices (and of PrivacySettings), each a Visibility
+VISIBILITY_SETTINGS = ("online_visibility", "last_seen_visibility", "activity_visibility")
+_LEVELS = frozenset(level.value for level in Visibility)
+
+
+def default_choices(levels: Mapping[str, Any]) -> Choices:
+    """The choices of a user who made none (no PrivacySettings row): ``levels`` (the site's
+    DEFAULT_PRIVACY) by visibility setting, "contacts" for a setting it leaves out or gives no
+    level of :class:`Visibility` (presence.E010 reports those)."""
+
+    def level(name: str) -> Visibility:
+        value = levels.get(name)
+        return (
+            Visibility(value)
+            if isinstance(value, str) and value in _LEVELS
+            else Visibility.CONTACTS
+        )
+
+    return Choices(
+        online_visibility=level("online_visibility"),
+        last_seen_visibility=level("last_seen_visibility"),
+        activity_visibility=level("activity_visibility"),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,31 +25,24 @@ demo: install
 	@echo "Demo users: alice, bob, carol, dave, erin, frank (and admin for /admin/); password: presence-demo"
 	MALLOC_ARENA_MAX=2 $(WITH_REDIS) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application
 
-# The main suite, then the same Redis for a site whose user model logs in by e-mail
-# (tests/settings_email.py: a second settings module needs a second run), then the store, API,
-# endpoint, consumer, hub, template tag, cleanup, feed, DRF and fuzz tests again for a site whose user
-# model is keyed by a UUID (tests/settings_uuid.py; UUID_TESTS), then the store, API,
-# middleware, consumer, hub and cleanup tests again with presence on a three-master Redis Cluster
-# and the channel layer sharded over two Redis servers (tools/redis_cluster.py; CLUSTER_TESTS),
-# then the hub and consumer tests on channels_redis's pub/sub layer (LAYER_TESTS).
-UUID_TESTS ?= tests/test_users.py tests/test_store.py tests/test_store_scripts.py \
-	tests/test_api.py tests/test_lifecycle.py tests/test_views.py tests/test_middleware.py tests/test_consumers.py \
-	tests/test_hub.py tests/test_receivers.py tests/test_relations.py tests/test_privacy.py \
-	tests/test_templatetags.py tests/test_presence_cleanup.py tests/test_drf.py \
-	tests/test_feed_api.py tests/test_feed_views.py tests/test_feed_live.py \
-	tests/test_fuzz_consumer.py tests/test_fuzz_http.py tests/uuidsite/tests_uuid.py \
-	tests/test_socket_credentials.py tests/test_socket_write_limit.py
-CLUSTER_TESTS ?= tests/test_store.py tests/test_store_scripts.py tests/test_api.py tests/test_lifecycle.py \
-	tests/test_middleware.py tests/test_consumers.py tests/test_hub.py tests/test_presence_cleanup.py \
-	tests/test_socket_credentials.py
-LAYER_TESTS ?= tests/test_hub.py tests/test_consumers.py tests/test_feed_live.py tests/test_socket_credentials.py
+# The main suite (tests/, by area: core, live, store, feed, sites, load, browser), then each
+# variant on the same Redis, selecting its tests by marker (pyproject.toml; a module's
+# `pytestmark`): the site whose user model logs in by e-mail (tests/settings_email.py,
+# -m email_site: a second settings module needs a second run), the store, API, endpoint,
+# consumer, hub, template tag, cleanup, feed, DRF and fuzz tests again for a site whose user
+# model is keyed by a UUID (tests/settings_uuid.py, -m uuid_site), the store, API, middleware,
+# consumer, hub and cleanup tests again with presence on a three-master Redis Cluster and the
+# channel layer sharded over two Redis servers (tools/redis_cluster.py, -m cluster), and the hub
+# and consumer tests on channels_redis's pub/sub layer (-m pubsub_layer). Every run collects the
+# whole of tests/ (tests/sites/conftest.py leaves out the sites a settings module lacks).
+VARIANT := $(PY) -m pytest -q -p no:cacheprovider
 WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m tools.redis_cluster --
 test: install
 	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \
-	  $(PY) -m pytest -q -p no:cacheprovider --ds=tests.settings_email tests/emailsite/tests_email.py && \
-	  $(PY) -m pytest -q -p no:cacheprovider --ds=tests.settings_uuid $(UUID_TESTS) && \
-	  $(WITH_CLUSTER) $(PY) -m pytest -q -p no:cacheprovider $(CLUSTER_TESTS) && \
-	  PRESENCE_TEST_LAYER=pubsub $(PY) -m pytest -q -p no:cacheprovider $(LAYER_TESTS)'
+	  $(VARIANT) --ds=tests.settings_email -m email_site && \
+	  $(VARIANT) --ds=tests.settings_uuid -m uuid_site && \
+	  $(WITH_CLUSTER) $(VARIANT) -m cluster && \
+	  PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer'
 
 lint: install
 	$(VENV)/bin/ruff check presence siteproject tests benchmarks tools

@@ -14,7 +14,7 @@ the counter's own INFO calls left out) and WebsocketCommunicator connections:
   turn): frames, answer bytes and Redis commands per second. The rate limit's weights
   (``IDS_PER_FRAME``; ``ANSWER_BYTES_PER_FRAME`` where the consumer has it) bound this.
 
-A client that never reads is measured by tests/test_slow_clients.py on a real daphne (memory
+A client that never reads is measured by tests/load/test_slow_clients.py on a real daphne (memory
 held for it, and when it is dropped), not here.
 """
 

@@ -245,7 +245,7 @@ def private_redis(settings: Any) -> Iterator[Any]:
 
     if cluster_urls():
         pytest.skip(
-            "an outage of one Redis; the cluster's fault tests are in tests/test_cluster.py"
+            "an outage of one Redis; the cluster's fault tests are in tests/store/test_cluster.py"
         )
     with RedisServer() as server:
         caches = {alias: dict(conf) for alias, conf in settings.CACHES.items()}

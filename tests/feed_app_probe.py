@@ -1,4 +1,4 @@
-"""Run in a subprocess by tests/test_feed_app.py with DJANGO_SETTINGS_MODULE and DATABASE_URL
+"""Run in a subprocess by tests/feed/test_feed_app.py with DJANGO_SETTINGS_MODULE and DATABASE_URL
 (a scratch database) set: ``python -m tests.feed_app_probe PHASE``; prints what it found as JSON.
 
 - ``boundary``: migrate, then report the app registry, tables, feed route and a watch_feed frame.

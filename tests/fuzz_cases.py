@@ -1,5 +1,5 @@
-"""What the fuzz tests (tests/test_fuzz_consumer.py, tests/test_fuzz_http.py) share: hypothesis
-strategies, the one text rule, and a reader of other users' Redis state.
+"""What the fuzz tests (tests/live/test_fuzz_consumer.py, tests/core/test_fuzz_http.py) share:
+hypothesis strategies, the one text rule, and a reader of other users' Redis state.
 
 The rule for client text is written out here again from the docs (docs/http.md, "Text"), not
 imported from presence, so that a mistake in presence cannot hide behind the same mistake here.

@@ -1,5 +1,5 @@
 """A site with presence alone (no presence.feed, and no demo, which uses the feed): the app
-boundary tests (tests/test_feed_app.py) run it in a subprocess."""
+boundary tests (tests/feed/test_feed_app.py) run it in a subprocess."""
 
 from __future__ import annotations
 

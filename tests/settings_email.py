@@ -1,5 +1,5 @@
 """A site whose user model logs in by e-mail (tests.emailsite), with no User admin registered:
-`make test` runs tests/emailsite/tests_email.py with these settings after the main suite."""
+`make test` runs tests/sites/test_emailsite.py with these settings after the main suite."""
 
 from __future__ import annotations
 

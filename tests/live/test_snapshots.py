@@ -1,0 +1,153 @@
+"""The WebSocket consumer at ws/presence/: the snapshot a subscribe answers with.
+
+Helpers: tests/live/sockets.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import time_machine
+from asgiref.sync import sync_to_async
+
+from presence import api
+from presence.models import LastSeen, UserStatus
+from tests.clock import at
+from tests.ids import missing_id, wire_id
+from tests.live.sockets import (
+    HIDDEN,
+    UNKNOWN_ID,
+    Sockets,
+    assert_silent,
+    diff,
+    error,
+    iso,
+    lets_see,
+    new_user,
+    online,
+    presence,
+    receive,
+    state,
+    subscribe,
+    subscriptions,
+)
+from tests.live.sockets import _base_settings as _base_settings
+from tests.live.sockets import sockets as sockets
+from tests.privacy_cases import CUSTOM
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+    pytest.mark.uuid_site,
+    pytest.mark.cluster,
+    pytest.mark.pubsub_layer,
+]
+
+
+# --- snapshots --------------------------------------------------------------------------------
+
+
+async def test_snapshot_is_sent_for_newly_subscribed_ids_only(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer = await new_user(make_user)
+    on, off, custom, hidden = [await new_user(make_user) for _ in range(4)]
+    await lets_see(on, viewer)
+    await lets_see(off, viewer)
+    await lets_see(custom, viewer)
+    await sync_to_async(LastSeen.objects.record_many)({off.pk: at(-3600).timestamp()})
+    await sync_to_async(UserStatus.objects.create)(user=custom, **CUSTOM)
+    clock.shift(-10)
+    await api.atouch(on, "mobile")  # online through a page request 10 s ago
+    await api.atouch(hidden)  # online, but it does not let the viewer see it
+    clock.shift(10)
+    communicator = await sockets.open(viewer)
+
+    assert await subscribe(communicator, on, off, custom, hidden, viewer) == state(
+        {
+            on.pk: online(-10, ("mobile",)),
+            off.pk: presence("offline", iso(-3600)),
+            custom.pk: presence(**CUSTOM),
+            hidden.pk: HIDDEN,
+            viewer.pk: online(invisible=False),  # oneself: the true presence
+        }
+    )
+    # Subscribing again to what is subscribed sends an empty snapshot; new ids only otherwise.
+    assert await subscribe(communicator, on) == state({})
+    assert await subscribe(communicator, off, on, off) == state({})
+    newcomer = await new_user(make_user)
+    assert await subscribe(communicator, on, newcomer, custom) == state({newcomer.pk: HIDDEN})
+
+
+async def test_unsubscribe_stops_diffs(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, target, other = [await new_user(make_user) for _ in range(3)]
+    await lets_see(target, viewer)
+    await lets_see(other, viewer)
+    communicator = await sockets.open(viewer)
+    assert await subscribe(communicator, target, other) == state(
+        {target.pk: HIDDEN, other.pk: HIDDEN}
+    )
+    # An unsubscribe is not answered; ids not subscribed (here of no user) are ignored.
+    await communicator.send_json_to({"type": "unsubscribe", "users": [wire_id(target), UNKNOWN_ID]})
+    assert await subscribe(communicator) == state({})  # answered: the unsubscribe was handled
+    await sockets.open(target)
+    await sockets.open(other)  # still subscribed: the proof that diffs were being delivered
+    assert await receive(communicator) == diff({other.pk: online()})
+    await assert_silent(communicator)
+    # Subscribing again sends the current presence as a snapshot.
+    assert await subscribe(communicator, target) == state({target.pk: online()})
+
+
+def spellings(user: Any) -> list[int | str]:
+    """Ways a client may name ``user``: with integer pks a JSON number or a string, with UUID
+    pks the canonical text or its upper case."""
+    if isinstance(user.pk, int):
+        return [user.pk, str(user.pk)]
+    return [str(user.pk), str(user.pk).upper()]
+
+
+async def test_ids_are_answered_as_the_client_spelt_them(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, first, second = [await new_user(make_user) for _ in range(3)]
+    await lets_see(first, viewer)
+    await lets_see(second, viewer)
+    watcher = await sockets.open(viewer)
+    # One of each spelling in one frame (integers: a number and a string); naming a user twice
+    # subscribes once, under the first spelling.
+    one, two = spellings(first)[0], spellings(second)[1]
+    nobody = str(missing_id())
+    users = [one, two, spellings(first)[1], nobody]
+    await watcher.send_json_to({"type": "subscribe", "users": users})
+    assert await receive(watcher) == state({one: HIDDEN, two: HIDDEN})
+    assert await receive(watcher) == error(
+        "unknown_users",
+        f"No user has the id(s) {nobody}; the others are subscribed.",
+        users=[nobody],  # as sent: a string stays a string
+    )
+    # Diffs keep the spelling of the subscription.
+    await sockets.open(first)
+    assert await receive(watcher) == diff({one: online()})
+    await sockets.open(second)
+    assert await receive(watcher) == diff({two: online()})
+    # Unsubscribing in another spelling is the same user; subscribing again takes the new one.
+    await watcher.send_json_to({"type": "unsubscribe", "users": [spellings(second)[0]]})
+    assert await subscribe(watcher, spellings(second)[0]) == state({spellings(second)[0]: online()})
+    assert subscriptions() == {first.pk: 1, second.pk: 1}
+
+
+async def test_ids_the_sites_pk_cannot_be_are_refused_and_change_nothing(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    watcher = await sockets.open(viewer)
+    # A UUID site takes no number; an integer site no UUID.
+    bad = 7 if not isinstance(target.pk, int) else "0b6f2c9e-3d4a-4f1e-9c2b-7a1d5e8f9a10"
+    await watcher.send_json_to({"type": "subscribe", "users": [wire_id(target), bad]})
+    assert await receive(watcher) == error("invalid_value", f"{bad!r} is not a user id.")
+    assert subscriptions() == {}
+    assert await subscribe(watcher) == state({})

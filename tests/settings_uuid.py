@@ -1,6 +1,6 @@
 """A site whose user model is keyed by a UUID (tests.uuidsite): `make test` runs the store, API,
 endpoint, consumer, hub, template tag, cleanup, feed and DRF tests again with these settings
-(UUID_TESTS in the Makefile), and tests/sites/test_uuidsite.py."""
+(those marked ``uuid_site``: ``-m uuid_site``), and tests/sites/test_uuidsite.py."""
 
 from __future__ import annotations
 

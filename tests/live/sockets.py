@@ -163,7 +163,7 @@ class Sockets:
 
 
 async def open_sockets() -> AsyncIterator[Sockets]:
-    """The body of the ``sockets`` fixture (tests/test_live.py has one too)."""
+    """The body of the ``sockets`` fixture (other test modules define theirs with it)."""
     opened = Sockets()
     yield opened
     clean = await opened.close_all()

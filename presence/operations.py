@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from presence.steps import Steps
 from presence.store import Plan, get_store
 
 T = TypeVar("T")
@@ -111,30 +112,22 @@ async def _ado(step: Step) -> Any:
 
 def run(operation: Operation[T]) -> T:
     """Run ``operation`` in this thread: each step done in turn, its error raised into it."""
-    reply: Any = None
-    error: Exception | None = None
-    while True:
+    steps = Steps(operation)
+    for step in steps:
         try:
-            step = operation.send(reply) if error is None else operation.throw(error)
-        except StopIteration as done:
-            return done.value
-        try:
-            reply, error = _do(step), None
+            steps.reply = _do(step)
         except Exception as failed:
-            reply, error = None, failed
+            steps.failed = failed
+    return steps.result
 
 
 async def arun(operation: Operation[T]) -> T:
     """Run ``operation`` on this event loop: Redis through ``store.arun``, blocking calls
     through their coroutine function or in a thread."""
-    reply: Any = None
-    error: Exception | None = None
-    while True:
+    steps = Steps(operation)
+    for step in steps:
         try:
-            step = operation.send(reply) if error is None else operation.throw(error)
-        except StopIteration as done:
-            return done.value
-        try:
-            reply, error = await _ado(step), None
+            steps.reply = await _ado(step)
         except Exception as failed:
-            reply, error = None, failed
+            steps.failed = failed
+    return steps.result

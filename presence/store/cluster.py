@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from presence.steps import Steps
 from presence.store.nodes import NodeUnavailable, first_key, startup_nodes, wire_args
 from presence.store.pipelines import MasterPipelines
 from presence.store.rounds import (
@@ -37,7 +38,6 @@ from presence.store.rounds import (
     LoadScripts,
     Moved,
     Refresh,
-    Steps,
 )
 
 __all__ = [

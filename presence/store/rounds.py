@@ -69,28 +69,6 @@ class Pause:
 Step = Refresh | Exchange | Moved | LoadScripts | Pause
 
 
-class Steps:
-    """Drives the rounds (:meth:`ClusterRounds._rounds`) for :meth:`ClusterRunner.execute` and
-    :meth:`ClusterRunner.aexecute` alike: iterating gives each I/O step in turn; a step's error,
-    set in ``failed``, is raised into the rounds at the next step; ``result`` is their value."""
-
-    def __init__(self, rounds: Generator[Step, None, list[Any]]) -> None:
-        self.rounds = rounds
-        self.failed: Exception | None = None
-        self.result: list[Any] = []
-
-    def __iter__(self) -> Steps:
-        return self
-
-    def __next__(self) -> Step:
-        failed, self.failed = self.failed, None
-        try:
-            return self.rounds.send(None) if failed is None else self.rounds.throw(failed)
-        except StopIteration as done:
-            self.result = done.value
-            raise
-
-
 class ClusterRounds(ClusterNodes):
     """The rounds of a plan's commands over the masters of a Redis Cluster."""
 

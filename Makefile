@@ -30,7 +30,9 @@ demo: install
 # `pytestmark`): the site whose user model logs in by e-mail (tests/settings_email.py,
 # -m email_site: a second settings module needs a second run), the store, API, endpoint,
 # consumer, hub, template tag, cleanup, feed, DRF and fuzz tests again for a site whose user
-# model is keyed by a UUID (tests/settings_uuid.py, -m uuid_site), the store, API, middleware,
+# model is keyed by a UUID (tests/settings_uuid.py, -m uuid_site), a Hacker-News-style site
+# wired from the README alone (tests/settings_hn.py, -m hn_site, collecting tests/sites only: it
+# installs no feed), the store, API, middleware,
 # consumer, hub and cleanup tests again with presence on a three-master Redis Cluster and the
 # channel layer sharded over two Redis servers (tools/redis_cluster.py, -m cluster), and the hub
 # and consumer tests on channels_redis's pub/sub layer (-m pubsub_layer). Every run collects the
@@ -41,6 +43,7 @@ test: install
 	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \
 	  $(VARIANT) --ds=tests.settings_email -m email_site && \
 	  $(VARIANT) --ds=tests.settings_uuid -m uuid_site && \
+	  $(VARIANT) --ds=tests.settings_hn -m hn_site tests/sites && \
 	  $(WITH_CLUSTER) $(VARIANT) -m cluster && \
 	  PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer'
 

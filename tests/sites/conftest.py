@@ -13,6 +13,7 @@ SITE_APPS = {
     "demo": "siteproject.demo",
     "emailsite": "tests.emailsite",
     "uuidsite": "tests.uuidsite",
+    "hnsite": "tests.hnsite",
 }
 
 

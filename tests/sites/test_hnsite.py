@@ -1,7 +1,7 @@
 """presence dropped into a Hacker-News-style site from the README and the book alone (issue 29):
 a UUID-keyed user model, no CACHES of its own, no user admin of its own, and each story's author
-rendered three inclusion tags deep. Run with tests.settings_hn, in a run of its own (not named
-test_*.py, so the main run does not collect it)."""
+rendered three inclusion tags deep. Runs on tests.settings_hn only (`make test`'s hn_site run;
+tests/sites/conftest.py leaves it out of the other runs)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from presence.admin import PresenceUserAdminMixin
 from presence.models import Contact, PrivacySettings
 from tests.hnsite.models import Story
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.hn_site]
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = (ROOT / "tests" / "settings_hn.py").read_text()

@@ -255,9 +255,9 @@ def test_a_model_with_its_own_from_db_or_a_field_descriptor_is_built_by_from_db(
         class Meta:
             app_label = "presence"
 
-    assert relations._builder(OwnFromDb) == OwnFromDb.from_db
-    assert relations._builder(WithDescriptor) == WithDescriptor.from_db
-    built = relations._builder(Plain)("default", ("id", "counter"), [7, 3])
+    assert relations.row_builder(OwnFromDb) == OwnFromDb.from_db
+    assert relations.row_builder(WithDescriptor) == WithDescriptor.from_db
+    built = relations.row_builder(Plain)("default", ("id", "counter"), [7, 3])
     assert type(built) is Plain and (built.pk, built.counter) == (7, 3)
     assert not built._state.adding and built._state.db == "default"
 

@@ -1,0 +1,35 @@
+"""Who may see whom, from the database: privacy choices and relations of many targets to one
+viewer (``load``), with the targets' user rows (``load_with_users``), of many targets to many
+viewers (``load_pairs``, the live fan-out), and friends (``friend_ids``); each in one query."""
+
+from __future__ import annotations
+
+from presence.relations.facts import Facts, aload, facts_query, load
+from presence.relations.friends import afriend_ids, friend_ids, friends_query
+from presence.relations.pairs import IDS_IN_QUERY, PairFacts, aload_pairs, load_pairs
+from presence.relations.rows import (
+    FactsAndUsers,
+    aexisting,
+    aload_with_users,
+    load_with_users,
+    row_builder,
+)
+
+__all__ = [
+    "IDS_IN_QUERY",
+    "Facts",
+    "FactsAndUsers",
+    "PairFacts",
+    "aexisting",
+    "afriend_ids",
+    "aload",
+    "aload_pairs",
+    "aload_with_users",
+    "facts_query",
+    "friend_ids",
+    "friends_query",
+    "load",
+    "load_pairs",
+    "load_with_users",
+    "row_builder",
+]

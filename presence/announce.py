@@ -299,20 +299,22 @@ def account_group_name(user_id: UserId) -> str:
     return f"{_group_prefix()}.account.{group_key(user_id)}"
 
 
-async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
+async def _asend_to_group(group: str, message: dict[str, Any], what: str) -> None:
+    """Send ``message`` to the processes in ``group`` (without a channel layer, to this one's
+    hub). Never raises: a failure is logged, naming ``what`` was sent."""
     layer = get_channel_layer()
     if layer is None:
         _deliver_locally(message)
         return
     try:
-        await layer_call(layer.group_send, account_group_name(user_id), message)
+        await layer_call(layer.group_send, group, message)
     except Exception as error:
-        logger.warning(
-            "Presence: could not tell the sockets of user %s (%s) (%s).",
-            user_id,
-            message["type"],
-            error,
-        )
+        logger.warning("Presence: could not send %s (%s).", what, error)
+
+
+async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
+    what = f"{message['type']} to the sockets of user {user_id}"
+    await _asend_to_group(account_group_name(user_id), message, what)
 
 
 async def aannounce_session_ended(user_id: UserId, session_key: str) -> None:
@@ -350,14 +352,7 @@ async def aannounce_to_topic(kind: str, payload: Any) -> None:
     """Send ``payload`` to every process with connections that have topics of ``kind``; each
     hands it to the delivery registered for ``kind`` (presence.extensions). Never raises."""
     message = {"type": TOPIC, "kind": kind, "payload": payload}
-    layer = get_channel_layer()
-    if layer is None:
-        _deliver_locally(message)
-        return
-    try:
-        await layer_call(layer.group_send, topic_group_name(kind), message)
-    except Exception as error:
-        logger.warning("Presence: could not announce to topic %s (%s).", kind, error)
+    await _asend_to_group(topic_group_name(kind), message, f"a message to topic {kind}")
 
 
 def announce_to_topic(kind: str, payload: Any) -> None:

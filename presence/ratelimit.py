@@ -29,12 +29,19 @@ def counter_plan(store: PresenceStore, user_id: UserId, now: float) -> Plan[int 
     Redis is unavailable (the caller lets the write through)."""
     limit = get_settings().HTTP_RATE_LIMIT
     assert limit is not None
-    _, seconds = limit
+    return _window_count_plan(store, "http-rate", user_id, 1, limit[1], now)
+
+
+def _window_count_plan(
+    store: PresenceStore, counter: str, user_id: UserId, weight: int, seconds: int, now: float
+) -> Plan[int | None]:
+    """Add ``weight`` to the user's ``counter`` in the fixed window of ``now``: the count so
+    far, or None when Redis is unavailable."""
     window = math.floor(now / seconds)
-    key = f"{store.conf.KEY_PREFIX}:http-rate:{encode_id(user_id)}:{window}"
+    key = f"{store.conf.KEY_PREFIX}:{counter}:{encode_id(user_id)}:{window}"
     return Plan(
         # The key names its window, so the expiry only cleans up (a second of slack for clocks).
-        commands=[("INCR", key), ("EXPIRE", key, seconds + 1)],
+        commands=[("INCRBY", key, weight), ("EXPIRE", key, seconds + 1)],
         parse=lambda replies: int(replies[0]),
         fallback=None,
     )
@@ -95,15 +102,7 @@ def read_counter_plan(
     far, or None when Redis is unavailable (the caller lets the read through)."""
     limit = get_settings().HTTP_READ_LIMIT
     assert limit is not None
-    _, seconds = limit
-    window = math.floor(now / seconds)
-    key = f"{store.conf.KEY_PREFIX}:http-read:{encode_id(user_id)}:{window}"
-    return Plan(
-        # As the write counter: the key names its window, the expiry only cleans up.
-        commands=[("INCRBY", key, weight), ("EXPIRE", key, seconds + 1)],
-        parse=lambda replies: int(replies[0]),
-        fallback=None,
-    )
+    return _window_count_plan(store, "http-read", user_id, weight, limit[1], now)
 
 
 def read_retry_after(user: Any, ids: int) -> int | None:

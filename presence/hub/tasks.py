@@ -107,12 +107,16 @@ class Tasks:
             if self.running:
                 return  # a connection came: the hub's own sweep loop runs again
             try:
-                await self.groups.leave_again()
-                await lifecycle.asweep()
+                await self._leave_again_and_sweep()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("Presence: sweeping due users failed")
+
+    async def _leave_again_and_sweep(self) -> None:
+        """Leave the groups a failed leave kept, then announce the users now due."""
+        await self.groups.leave_again()
+        await lifecycle.asweep()
 
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.groups.channel is not None
@@ -155,8 +159,7 @@ class Tasks:
                 self.recovery.after_lag(loop.time())
                 if self.groups.unjoined:
                     await self.recovery.rejoin()
-                await self.groups.leave_again()
-                await lifecycle.asweep()
+                await self._leave_again_and_sweep()
             except asyncio.CancelledError:
                 raise
             except Exception:

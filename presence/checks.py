@@ -354,8 +354,8 @@ REQUEST_CONTEXT_PROCESSOR = "django.template.context_processors.request"
 
 @register(Tags.templates)
 def check_request_context_processor(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """presence.W004: presence's template tags read the viewer from ``request`` in the context;
-    without the context processor they show every user as a stranger would see them."""
+    """presence.W004: presence's template tags read the viewer from the context's request; without
+    the context processor only pages rendered with their request (a RequestContext) have one."""
     engines = [
         engine
         for engine in getattr(settings, "TEMPLATES", [])
@@ -369,7 +369,9 @@ def check_request_context_processor(app_configs: Any = None, **kwargs: Any) -> l
     return [
         Warning(
             "No DjangoTemplates engine has the 'request' context processor: presence's "
-            "template tags would show every user as a stranger sees them (quietly offline).",
+            "template tags then rely on each page being rendered with its request "
+            "(render(request, ...)); one rendered without it shows every user as a stranger "
+            "sees them (quietly offline).",
             hint=f"Add {REQUEST_CONTEXT_PROCESSOR!r} to TEMPLATES[...]['OPTIONS']"
             "['context_processors'].",
             id="presence.W004",

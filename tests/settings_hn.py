@@ -1,5 +1,5 @@
-"""A Hacker-News-style site nobody here wrote, wired to presence from the README alone
-(issue 29): tests/sites/test_hnsite.py runs with these settings (make test's hn_site run).
+"""A Hacker-News-style site nobody here wrote, wired to presence from the README alone;
+tests/sites/test_hnsite.py runs with these settings (make test's hn_site run).
 
 The settings module a site owner has: `startproject`'s, with a UUID-keyed user model and no
 CACHES at all. Then, below the line, the README's "Wiring it into a site" snippet as the owner

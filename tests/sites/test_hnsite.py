@@ -1,4 +1,4 @@
-"""presence dropped into a Hacker-News-style site from the README and the book alone (issue 29):
+"""presence dropped into a Hacker-News-style site from the README and the book alone:
 a UUID-keyed user model, no CACHES of its own, no user admin of its own, and each story's author
 rendered three inclusion tags deep. Runs on tests.settings_hn only (`make test`'s hn_site run;
 tests/sites/conftest.py leaves it out of the other runs)."""

@@ -51,22 +51,25 @@ def retry_after(user: Any) -> int | None:
     """Count one write of ``user``: None when it is allowed, else the whole seconds until the
     current window ends (the ``Retry-After`` of a 429). Fails open when Redis is down or
     ``HTTP_RATE_LIMIT`` is None."""
-    if get_settings().HTTP_RATE_LIMIT is None:
+    limit = get_settings().HTTP_RATE_LIMIT
+    if limit is None:
         return None
     now = time.time()
     store = get_store()
-    return _verdict(store.run(counter_plan(store, user_pk(user), now)), now)
+    return _verdict(store.run(counter_plan(store, user_pk(user), now)), limit, now)
 
 
 async def aretry_after(user: Any) -> int | None:
     """:func:`retry_after` for the WebSocket: writes made over a socket (status changes, and
     what they record) count against the same per-user counter as HTTP's, so neither a socket
     nor a reconnect brings a fresh budget."""
-    if get_settings().HTTP_RATE_LIMIT is None:
+    limit = get_settings().HTTP_RATE_LIMIT
+    if limit is None:
         return None
     now = time.time()
     store = get_store()
-    return _verdict(await store.arun(counter_plan(store, user_pk(user), now), live=True), now)
+    counted = await store.arun(counter_plan(store, user_pk(user), now), live=True)
+    return _verdict(counted, limit, now)
 
 
 def limited_message(wait: int) -> str:
@@ -78,11 +81,11 @@ def limited_message(wait: int) -> str:
     ) % {"seconds": wait}
 
 
-def _verdict(count: int | None, now: float) -> int | None:
-    limit = get_settings().HTTP_RATE_LIMIT
-    assert limit is not None
-    requests, seconds = limit
-    if count is None or count <= requests:
+def _verdict(count: int | None, limit: tuple[int, int], now: float) -> int | None:
+    """None when ``count`` is within the ``(budget, seconds)`` window (or unknown: Redis down),
+    else the whole seconds until the window of ``now`` ends."""
+    budget, seconds = limit
+    if count is None or count <= budget:
         return None
     window_end = (math.floor(now / seconds) + 1) * seconds
     return max(1, math.ceil(window_end - now))
@@ -114,12 +117,8 @@ def read_retry_after(user: Any, ids: int) -> int | None:
     limit = get_settings().HTTP_READ_LIMIT
     if limit is None:
         return None
-    budget, seconds = limit
-    weight = min(max(ids, READ_MIN_IDS), budget)
+    weight = min(max(ids, READ_MIN_IDS), limit[0])
     now = time.time()
     store = get_store()
     counted = store.run(read_counter_plan(store, user_pk(user), weight, now))
-    if counted is None or counted <= budget:
-        return None
-    window_end = (math.floor(now / seconds) + 1) * seconds
-    return max(1, math.ceil(window_end - now))
+    return _verdict(counted, limit, now)

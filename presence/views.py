@@ -125,16 +125,17 @@ def over_read_limit(request: HttpRequest, ids: int) -> HttpResponse | None:
     wait = ratelimit.read_retry_after(request.user, ids)
     if wait is None:
         return None
-    response = error(
-        "rate_limited",
-        ngettext(
-            "Too many presence reads in a short time; try again in %(seconds)d second.",
-            "Too many presence reads in a short time; try again in %(seconds)d seconds.",
-            wait,
-        )
-        % {"seconds": wait},
-        status=429,
-    )
+    message = ngettext(
+        "Too many presence reads in a short time; try again in %(seconds)d second.",
+        "Too many presence reads in a short time; try again in %(seconds)d seconds.",
+        wait,
+    ) % {"seconds": wait}
+    return _too_many(message, wait)
+
+
+def _too_many(message: str, wait: int) -> HttpResponse:
+    """The 429 of a limit: ``rate_limited``, with ``Retry-After`` in whole seconds."""
+    response = error("rate_limited", message, status=429)
     response["Retry-After"] = str(wait)
     return response
 
@@ -189,9 +190,7 @@ def over_rate_limit(request: HttpRequest) -> HttpResponse | None:
     wait = ratelimit.retry_after(request.user)
     if wait is None:
         return None
-    response = error("rate_limited", ratelimit.limited_message(wait), status=429)
-    response["Retry-After"] = str(wait)
-    return response
+    return _too_many(ratelimit.limited_message(wait), wait)
 
 
 @csrf_exempt  # checked below, after the login check, so failures are answered in JSON

@@ -26,7 +26,6 @@ from siteproject.demo.views import (
     _back,
     member_view,
     rate_limited_action,
-    rate_limited_message,
     rate_limited_page,
     refuse_bad_text,
 )
@@ -65,7 +64,7 @@ def following(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         wait = ratelimit.retry_after(me)
         if wait is not None:
-            form.add_error("text", rate_limited_message(wait))
+            form.add_error("text", ratelimit.limited_message(wait))
         else:
             try:
                 feed.post(me, form.cleaned_data["text"])

@@ -19,7 +19,6 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from presence import api, ratelimit
@@ -223,21 +222,13 @@ def privacy(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         wait = ratelimit.retry_after(me)
         if wait is not None:
-            form.add_error(None, rate_limited_message(wait))
+            form.add_error(None, ratelimit.limited_message(wait))
         else:
             form.save()
             messages.success(request, _("Privacy settings saved."))
             return redirect("demo:privacy")
     response = render(request, "demo/privacy.html", {"form": form, "page_users": [me]})
     return response if wait is None else rate_limited_page(response, wait)
-
-
-def rate_limited_message(wait: int) -> str:
-    return ngettext(
-        "Too many changes in a short time; try again in %(seconds)d second.",
-        "Too many changes in a short time; try again in %(seconds)d seconds.",
-        wait,
-    ) % {"seconds": wait}
 
 
 def rate_limited_page(response: HttpResponse, wait: int) -> HttpResponse:
@@ -254,7 +245,9 @@ def rate_limited_action(user: Any) -> HttpResponse | None:
     wait = ratelimit.retry_after(user)
     if wait is None:
         return None
-    response = HttpResponse(rate_limited_message(wait), content_type="text/plain; charset=utf-8")
+    response = HttpResponse(
+        ratelimit.limited_message(wait), content_type="text/plain; charset=utf-8"
+    )
     return rate_limited_page(response, wait)
 
 
@@ -283,7 +276,7 @@ def status(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
         wait = ratelimit.retry_after(me)
         if wait is not None:
-            form.add_error(None, rate_limited_message(wait))
+            form.add_error(None, ratelimit.limited_message(wait))
         else:
             try:
                 api.set_status(

@@ -20,6 +20,7 @@ from django.utils.translation import ngettext
 
 from presence.conf import get_settings
 from presence.domain import UserId
+from presence.operations import Operation, arun, redis, run
 from presence.store import Plan, PresenceStore, get_store
 from presence.users import encode_id, user_pk
 
@@ -47,29 +48,28 @@ def _window_count_plan(
     )
 
 
-def retry_after(user: Any) -> int | None:
-    """Count one write of ``user``: None when it is allowed, else the whole seconds until the
-    current window ends (the ``Retry-After`` of a 429). Fails open when Redis is down or
-    ``HTTP_RATE_LIMIT`` is None."""
+def _count_write(user: Any, live: bool) -> Operation[int | None]:
     limit = get_settings().HTTP_RATE_LIMIT
     if limit is None:
         return None
     now = time.time()
     store = get_store()
-    return _verdict(store.run(counter_plan(store, user_pk(user), now)), limit, now)
+    counted = yield from redis(counter_plan(store, user_pk(user), now), live)
+    return _verdict(counted, limit, now)
+
+
+def retry_after(user: Any) -> int | None:
+    """Count one write of ``user``: None when it is allowed, else the whole seconds until the
+    current window ends (the ``Retry-After`` of a 429). Fails open when Redis is down or
+    ``HTTP_RATE_LIMIT`` is None."""
+    return run(_count_write(user, live=False))
 
 
 async def aretry_after(user: Any) -> int | None:
     """:func:`retry_after` for the WebSocket: writes made over a socket (status changes, and
     what they record) count against the same per-user counter as HTTP's, so neither a socket
     nor a reconnect brings a fresh budget."""
-    limit = get_settings().HTTP_RATE_LIMIT
-    if limit is None:
-        return None
-    now = time.time()
-    store = get_store()
-    counted = await store.arun(counter_plan(store, user_pk(user), now), live=True)
-    return _verdict(counted, limit, now)
+    return await arun(_count_write(user, live=True))
 
 
 def limited_message(wait: int) -> str:

@@ -192,6 +192,59 @@ class Block(models.Model):
         return f"{self.blocker} ⊘ {self.blocked}"
 
 
+PRIVACY_EXCEPTION_SETTINGS = [
+    ("online_visibility", _("who sees when I am online")),
+    ("last_seen_visibility", _("who sees my last seen")),
+    ("activity_visibility", _("who sees my custom status and activity")),
+]
+
+
+class PrivacyException(models.Model):
+    """``owner``'s exception to one of their levels for one ``viewer``, as messengers have it:
+    "always share with" (``allow``) or "never share with". A block beats both; ``invisible``
+    beats an allow."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="presence_privacy_exceptions",
+        verbose_name=_("owner"),
+    )
+    viewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="presence_privacy_exceptions_for",
+        verbose_name=_("viewer"),
+    )
+    setting = models.CharField(_("setting"), max_length=32, choices=PRIVACY_EXCEPTION_SETTINGS)
+    allow = models.BooleanField(
+        _("always share"),
+        default=True,
+        help_text=_("Checked: always share with this viewer. Unchecked: never share."),
+    )
+
+    class Meta:
+        verbose_name = _("privacy exception")
+        verbose_name_plural = _("privacy exceptions")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "viewer", "setting"], name="presence_privacy_exception_unique"
+            ),
+            models.CheckConstraint(
+                condition=~Q(owner=F("viewer")), name="presence_privacy_exception_not_self"
+            ),
+        ]
+        # owner -> rows is served by the unique constraint's index; this one serves the
+        # relations' subqueries by viewer (the reciprocity direction reads owner=viewer too).
+        indexes = [
+            models.Index(fields=["viewer", "owner"], name="presence_privexc_viewer"),
+        ]
+
+    def __str__(self) -> str:
+        verb = "✓" if self.allow else "✗"
+        return f"{self.owner} {verb} {self.viewer} ({self.setting})"
+
+
 class LastSeenManager(models.Manager):
     #: rows per INSERT statement (SQLite allows 32766 parameters)
     BATCH = 500

@@ -34,6 +34,9 @@
  *     "activity"   {feeds, activity}              a new activity on watched timelines
  *   watchFeed(name) / unwatchFeed(name): live timelines ("following", "mentions",
  *     "user:<id>", "group:<slug>"), watched again after every reconnect.
+ *   Rooms: every [data-presence-room="kind:id"] ({% room_presence %}) is joined and kept
+ *     live (members, others, count); event "room" {room, members, others, count}.
+ *     joinRoom(name, meta) joins (again: replaces meta), leaveRoom(name), room(name) -> view.
  *   setStatus({status, text, emoji, activity, expires_in}) -> Promise of the own presence;
  *     over the socket, else POSTed to the status endpoint. Rejects with an Error with .code.
  *   state: the connection state above.
@@ -280,6 +283,7 @@
 
   async function poll() {
     clearTimeout(pollTimer);
+    pollRooms();
     const presences = await load();
     schedulePoll();
     return presences;
@@ -321,6 +325,7 @@
       heartbeat();
       beatTimer = setInterval(heartbeat, HEARTBEAT_MS);
       feeds.forEach((feed) => send({ type: "watch_feed", feed }));
+      joinRooms();
       sync();
     };
     ws.onmessage = (event) => receive(event.data);
@@ -333,6 +338,7 @@
       subscribed.clear();
       snapshotted.clear();
       early.clear();
+      joinedRooms.clear(); // joined again on the next connection
       // Unanswered status changes are sent again over HTTP (setting a status is idempotent).
       waiting.splice(0).forEach((entry) => {
         clearTimeout(entry.timer);
@@ -398,6 +404,8 @@
         else if (subscribed.has(id)) now[id] = presences[id];
       });
       apply(now);
+    } else if (message.type === "room_state" || message.type === "room_diff") {
+      applyRoom(message);
     } else if (message.type === "activity") {
       emit("activity", { feeds: message.feeds, activity: message.activity });
     } else if (message.type === "status") {
@@ -415,6 +423,9 @@
         "too_many_subscriptions",
         "unknown_feed",
         "too_many_feeds",
+        "unknown_room",
+        "forbidden",
+        "too_many_rooms",
       ];
       if (!subscriptionError.includes(message.code) && waiting.length) {
         const entry = waiting.shift();
@@ -540,6 +551,265 @@
     });
   }
 
+  // --- rooms ({% room_presence %}) ---------------------------------------------------------
+  // Every [data-presence-room="kind:id"] element on the page is joined once the socket opens
+  // (with the JSON object of its data-presence-room-meta, or null), joined again after every
+  // reconnect, and left on pagehide or when its last element leaves the page. room_state and
+  // room_diff keep its members (avatar, dot, name), its "others" and its count live. Frames
+  // carry ids, not names: names come from the server-rendered members and, for members who
+  // arrive later, from the room's JSON endpoint (data-presence-room-endpoint).
+  const ROOM = "data-presence-room";
+  const ROOM_MEMBER = "data-presence-room-member";
+  const NAME_RETRY_MS = 5000; // a room's endpoint is asked for names at most this often
+  const joinedRooms = new Set(); // rooms joined on this connection
+  const roomViews = new Map(); // room -> {members: Map(id -> {meta, presence}), others, count}
+  const roomMeta = new Map(); // room -> meta given to presence.joinRoom (wins over the attribute)
+  const scriptRooms = new Set(); // rooms joined by presence.joinRoom, with or without an element
+  const names = new Map(); // user id -> display name
+  const nameFetches = new Map(); // room -> time of its last fetch of names
+  let roomsTimer = null;
+
+  const roomBoxes = (room) => document.querySelectorAll(byId(ROOM, room));
+
+  function pageRooms() {
+    const found = new Set(scriptRooms);
+    document.querySelectorAll(`[${ROOM}]`).forEach((el) => {
+      if (el.getAttribute(ROOM)) found.add(el.getAttribute(ROOM));
+    });
+    return found;
+  }
+
+  function metaOf(room) {
+    if (roomMeta.has(room)) return roomMeta.get(room);
+    const box = roomBoxes(room)[0];
+    const raw = box && box.getAttribute("data-presence-room-meta");
+    if (!raw) return null;
+    try {
+      const meta = JSON.parse(raw);
+      return meta && typeof meta === "object" && !Array.isArray(meta) ? meta : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // Join the rooms on the page not joined on this connection; leave those no longer there.
+  function joinRooms() {
+    roomsTimer = null;
+    if (!isOpen()) return;
+    const wanted = pageRooms();
+    wanted.forEach((room) => {
+      if (joinedRooms.has(room)) return;
+      joinedRooms.add(room);
+      send({ type: "join", room, meta: metaOf(room) });
+    });
+    joinedRooms.forEach((room) => {
+      if (wanted.has(room)) return;
+      joinedRooms.delete(room);
+      roomViews.delete(room);
+      send({ type: "leave", room });
+    });
+  }
+
+  function leaveRooms() {
+    joinedRooms.forEach((room) => send({ type: "leave", room }));
+    joinedRooms.clear();
+  }
+
+  function scheduleRooms() {
+    if (!roomsTimer) roomsTimer = setTimeout(joinRooms, 50);
+  }
+
+  // A room_state replaces what the page shows of the room; a room_diff changes it.
+  function applyRoom(message) {
+    const room = message.room;
+    if (!joinedRooms.has(room)) return; // left since
+    let view = roomViews.get(room);
+    if (message.type === "room_state") {
+      view = { members: new Map(Object.entries(message.members || {})) };
+      roomViews.set(room, view);
+    } else if (!view) {
+      return; // its room_state follows
+    } else {
+      (message.leaves || []).forEach((id) => view.members.delete(String(id)));
+      Object.entries(message.joins || {}).forEach(([id, member]) => view.members.set(id, member));
+    }
+    view.others = Number(message.others) || 0;
+    view.count = Number(message.count) || 0;
+    showRoom(room);
+  }
+
+  const initials = (name) =>
+    name
+      .trim()
+      .split(/\s+/)
+      .slice(0, 2)
+      .map((word) => Array.from(word)[0] || "")
+      .join("")
+      .toUpperCase();
+
+  function fillName(item, id) {
+    const name = names.get(id);
+    if (name === undefined) return;
+    const label = item.querySelector(".presence-room__name");
+    const avatar = item.querySelector(".presence-room__avatar");
+    if (label && label.textContent !== name) label.textContent = name;
+    if (avatar) avatar.textContent = initials(name);
+  }
+
+  // The same markup as the server's (presence/rendering.py, room_member).
+  function memberItem(id) {
+    const item = document.createElement("li");
+    item.className = "presence-room__member";
+    item.setAttribute(ROOM_MEMBER, id);
+    const avatar = document.createElement("span");
+    avatar.className = "presence-room__avatar";
+    avatar.setAttribute("aria-hidden", "true");
+    const dot = document.createElement("span");
+    dot.className = "presence-dot";
+    dot.setAttribute(USER, id);
+    dot.setAttribute("role", "img");
+    const name = document.createElement("span");
+    name.className = "presence-room__name";
+    item.append(avatar, dot, " ", name);
+    fillName(item, id);
+    return item;
+  }
+
+  function showDot(item, presence) {
+    const status = presence && STATUSES.includes(presence.status) ? presence.status : "offline";
+    item.querySelectorAll(`.presence-dot[${USER}]`).forEach((dot) => {
+      STATUSES.forEach((s) => dot.classList.toggle(`presence-dot--${s}`, s === status));
+      dot.setAttribute("title", labels[status] || status);
+      dot.setAttribute("aria-label", labels[status] || status);
+    });
+  }
+
+  // Render the room's view in each of its elements: members in the server's order (the
+  // viewer's contacts first, then by join time; later arrivals last), the count and "others".
+  function showRoom(room) {
+    const view = roomViews.get(room);
+    if (!view) return;
+    let unnamed = false;
+    roomBoxes(room).forEach((box) => {
+      const list = box.querySelector("[data-presence-room-members]");
+      if (list) {
+        const items = new Map();
+        list.querySelectorAll(`[${ROOM_MEMBER}]`).forEach((item) => {
+          const id = item.getAttribute(ROOM_MEMBER);
+          if (view.members.has(id)) items.set(id, item);
+          else item.remove();
+        });
+        let index = 0;
+        view.members.forEach((member, id) => {
+          const item = items.get(id) || memberItem(id);
+          if (!names.has(id)) unnamed = true;
+          showDot(item, member && member.presence);
+          if (list.children[index] !== item) list.insertBefore(item, list.children[index] || null);
+          index += 1;
+        });
+      }
+      box.querySelectorAll("[data-presence-room-count]").forEach((el) => {
+        el.textContent = String(view.count);
+      });
+      box.querySelectorAll("[data-presence-room-others]").forEach((el) => {
+        el.textContent = `+${view.others}`;
+        el.hidden = !view.others;
+      });
+      box.toggleAttribute("data-presence-room-empty", view.count === 0);
+    });
+    if (unnamed) fetchNames(room);
+    const members = {};
+    view.members.forEach((member, id) => {
+      members[id] = member;
+    });
+    emit("room", { room, members, others: view.others, count: view.count });
+  }
+
+  async function fetchRoom(room) {
+    const box = roomBoxes(room)[0];
+    const url = box && box.getAttribute("data-presence-room-endpoint");
+    if (!url) return null;
+    const response = await fetch(url, {
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    });
+    if (!response.ok) throw new Error(`presence: HTTP ${response.status}`);
+    const body = await response.json();
+    Object.entries(body.members || {}).forEach(([id, member]) => {
+      if (member && typeof member.name === "string") names.set(id, member.name);
+    });
+    return body;
+  }
+
+  // Names of members who arrived after the page was rendered, from the room's endpoint.
+  function fetchNames(room) {
+    const last = nameFetches.get(room) || 0;
+    if (Date.now() - last < NAME_RETRY_MS) return;
+    nameFetches.set(room, Date.now());
+    fetchRoom(room)
+      .then(() => {
+        roomBoxes(room).forEach((box) =>
+          box.querySelectorAll(`[${ROOM_MEMBER}]`).forEach((item) => {
+            fillName(item, item.getAttribute(ROOM_MEMBER));
+          })
+        );
+      })
+      .catch(() => {}); // a name shows on a later try; the dot and the count are live anyway
+  }
+
+  // Without a socket, rooms are read over HTTP with each poll (nobody is joined, though).
+  function pollRooms() {
+    pageRooms().forEach((room) => {
+      fetchRoom(room)
+        .then((body) => {
+          if (!body || isOpen()) return;
+          roomViews.set(room, {
+            members: new Map(Object.entries(body.members || {})),
+            others: Number(body.others) || 0,
+            count: Number(body.count) || 0,
+          });
+          showRoom(room);
+        })
+        .catch(() => {});
+    });
+  }
+
+  function startRooms() {
+    document.querySelectorAll(`[${ROOM_MEMBER}]`).forEach((item) => {
+      const label = item.querySelector(".presence-room__name");
+      if (label) names.set(item.getAttribute(ROOM_MEMBER), label.textContent);
+    });
+    new MutationObserver((mutations) => {
+      const touched = (node) =>
+        node.nodeType === Node.ELEMENT_NODE &&
+        (node.hasAttribute(ROOM) || node.querySelector(`[${ROOM}]`));
+      const changed = mutations.some(
+        (m) => Array.from(m.addedNodes).some(touched) || Array.from(m.removedNodes).some(touched)
+      );
+      if (!changed) return;
+      roomViews.forEach((view, room) => showRoom(room)); // a copy added later shows the room
+      scheduleRooms();
+    }).observe(document.documentElement, { childList: true, subtree: true });
+    // Leaving now rather than OFFLINE_GRACE after the socket closes: the others see it at once.
+    window.addEventListener("pagehide", leaveRooms);
+    window.addEventListener("pageshow", (event) => event.persisted && scheduleRooms());
+  }
+
+  function joinRoom(room, meta = null) {
+    const name = String(room);
+    scriptRooms.add(name);
+    roomMeta.set(name, meta);
+    if (joinedRooms.has(name)) send({ type: "join", room: name, meta });
+    else scheduleRooms();
+  }
+
+  function leaveRoom(room) {
+    const name = String(room);
+    scriptRooms.delete(name);
+    roomMeta.delete(name);
+    scheduleRooms();
+  }
+
   // --- start --------------------------------------------------------------------------------
 
   const isWatched = (node) =>
@@ -584,6 +854,7 @@
     });
     setInterval(() => latest.forEach((p, id) => renderText(id, p)), CLOCK_MS);
     checkActivity();
+    startRooms();
 
     // The server rendered fresh presence: polling can wait a full interval.
     if (socketUrl) connect();
@@ -605,6 +876,17 @@
     unwatchFeed(feed) {
       feeds.delete(feed);
       send({ type: "unwatch_feed", feed });
+    },
+    joinRoom,
+    leaveRoom,
+    room(name) {
+      const view = roomViews.get(String(name));
+      if (!view) return null;
+      const members = {};
+      view.members.forEach((member, id) => {
+        members[id] = member;
+      });
+      return { room: String(name), members, others: view.others, count: view.count };
     },
     on(event, fn) {
       const type = event.includes(":") ? event : `presence:${event}`;

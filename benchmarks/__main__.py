@@ -31,6 +31,7 @@ NAMES = (
     "user_connections",
     "cluster",
     "amplification",
+    "page_views",
 )
 
 
@@ -133,6 +134,7 @@ def main(argv: list[str]) -> int:
             bench_memory,
             bench_middleware,
             bench_online_friends,
+            bench_page_views,
             bench_user_connections,
         )
 
@@ -148,6 +150,7 @@ def main(argv: list[str]) -> int:
             "user_connections": bench_user_connections.run,
             "cluster": bench_cluster.run,
             "amplification": bench_amplification.run,
+            "page_views": bench_page_views.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

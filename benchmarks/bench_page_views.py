@@ -1,0 +1,351 @@
+"""Page views: what one server process spends on the socket of a page, against Channels' own.
+
+On a site built of pages every page view closes one WebSocket and opens another. One daphne
+process (``benchmarks.page_views_asgi`` on a free 127.0.0.1 port, stopped by its pid) serves
+both sides; the client is another process (``benchmarks.page_views_client``: the ``websockets``
+client over loopback), so that its CPU is not the server's.
+
+- ours: open ``ws/presence/`` with a session cookie, subscribe to the viewer's 50 users (a graph
+  with a privacy mix, contacts, some blocks, half of them online), wait for the snapshot, send
+  one heartbeat, close;
+- bare: open ``ws/bare/``, a consumer behind ``AuthMiddlewareStack`` that accepts, reads
+  ``scope["user"]``, answers one frame and closes.
+
+Phases alternate side by side (bare, ours, then ours, bare, ...): at a fixed offered rate, then
+at saturation (a fixed number of page views always in flight). Server CPU per page view is the
+process's utime + stime (``/proc/<pid>/stat``) over the phase / page views done. Page views/s of
+a process is 1 / that (a process saturates one core: the figure does not depend on whether the
+client or the machine's other load held the phase back); the wall rate is shown beside it.
+Finally a few snapshots are checked against ``presence.api.bulk_presence`` for the same viewer
+(the one resolver): privacy and the snapshot as the rest of presence sees them.
+
+``BENCH_PAGE_VIEWS_PROFILE=1``: the server runs under cProfile (its event loop's thread) and the
+top functions of ours' last saturated phase are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pstats
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.core.cache import cache
+
+from benchmarks.common import Report, Sizes, flush, median, raw_client, say
+from presence import api
+from presence.models import Block, Contact, PrivacySettings
+from tools.processes import stop_process
+from tools.redis_server import free_port
+
+NAME = "page_views"
+ROOT = Path(__file__).resolve().parent.parent
+DAPHNE = Path(sys.executable).parent / "daphne"
+PAGE = 50
+APP = "benchmarks.page_views_asgi:application"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def build_site(targets: int, viewers: int, seed: int = 28) -> list[dict[str, Any]]:
+    """Users (targets, then viewers), the targets' privacy mix, half of them online; each
+    viewer's page of 50 targets: 20 mutual contacts (3 close friends), 2 blocks either way.
+    Returns each viewer's page: its id, session cookie and the ids on its page."""
+    rng = random.Random(seed)
+    User = get_user_model()
+    template = User(username="template")
+    template.set_password("page-views")
+    User.objects.bulk_create(
+        User(username=f"pv{i}", password=template.password) for i in range(targets + viewers)
+    )
+    ids = list(
+        User.objects.filter(username__startswith="pv").order_by("pk").values_list("pk", flat=True)
+    )
+    target_ids, viewer_ids = ids[:targets], ids[targets:]
+    mix = [("everyone", False)] * 10 + [("contacts", False)] * 5 + [("close_friends", False)] * 2
+    mix += [("nobody", False)] * 2 + [("everyone", True)]
+    settings_rows = []
+    for pk in target_ids:
+        level, invisible = rng.choice(mix)
+        settings_rows.append(
+            PrivacySettings(
+                user_id=pk,
+                online_visibility=level,
+                last_seen_visibility=level,
+                activity_visibility=level,
+                invisible=invisible,
+            )
+        )
+    PrivacySettings.objects.bulk_create(settings_rows)
+    for pk in target_ids[::2]:
+        api.touch(pk)
+    contacts: list[Contact] = []
+    blocks: list[Block] = []
+    pages = []
+    for viewer in viewer_ids:
+        page = rng.sample(target_ids, PAGE)
+        for n, target in enumerate(page[:20]):
+            contacts.append(Contact(owner_id=viewer, contact_id=target))
+            contacts.append(Contact(owner_id=target, contact_id=viewer, close_friend=n < 3))
+        blocks.append(Block(blocker_id=page[20], blocked_id=viewer))
+        blocks.append(Block(blocker_id=viewer, blocked_id=page[21]))
+        session = SessionStore()
+        user = User.objects.get(pk=viewer)
+        session[SESSION_KEY] = str(viewer)
+        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.create()
+        pages.append(
+            {"viewer": viewer, "cookie": f"sessionid={session.session_key}", "users": page}
+        )
+    Contact.objects.bulk_create(contacts)
+    Block.objects.bulk_create(blocks)
+    return pages
+
+
+class Server:
+    """daphne serving ``benchmarks.page_views_asgi`` on the benchmark's database and Redis."""
+
+    def __init__(self, profile: str | None) -> None:
+        self.port = free_port()
+        self.profile = profile
+        self.log = tempfile.NamedTemporaryFile(prefix="page-views-daphne-", suffix=".log")  # noqa: SIM115
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "benchmarks.settings",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "MALLOC_ARENA_MAX": "2",
+        }
+        if profile:
+            env["BENCH_PROFILE"] = profile
+        self.process = subprocess.Popen(
+            [*(str(DAPHNE), "-v", "0", "-b", "127.0.0.1", "-p", str(self.port)), APP],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/"
+
+    def wait_ready(self, pages: list[dict[str, Any]]) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daphne exited:\n{self.output()}")
+            result = run_client(self, pages, "bare", seconds=0.05, concurrency=1)
+            if result["done"]:
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"daphne did not serve:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-4000:]
+
+    def dump_profile(self) -> None:
+        self.process.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+
+    def stop(self) -> None:
+        stop_process(self.process, timeout=15)
+        self.log.close()
+
+
+def run_client(
+    server: Server,
+    pages: list[dict[str, Any]],
+    mode: str,
+    seconds: float,
+    rate: float = 0,
+    concurrency: int = 1,
+    keep: int = 0,
+) -> dict[str, Any]:
+    spec = {
+        "url": server.url,
+        "origin": f"http://127.0.0.1:{server.port}",
+        "mode": mode,
+        "pages": pages,
+        "seconds": seconds,
+        "rate": rate,
+        "in_flight": 200,
+        "concurrency": concurrency,
+        "keep": keep,
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as spec_file:
+        json.dump(spec, spec_file)
+        spec_file.flush()
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.page_views_client", spec_file.name],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 120,
+        )
+    if done.returncode:
+        raise RuntimeError(f"page-view client failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def phase(
+    server: Server, pages: list[dict[str, Any]], mode: str, seconds: float, **kwargs: Any
+) -> dict[str, Any]:
+    before = cpu_seconds(server.process.pid)
+    result = run_client(server, pages, mode, seconds, **kwargs)
+    result["cpu"] = cpu_seconds(server.process.pid) - before
+    return result
+
+
+def describe(side: str, results: list[dict[str, Any]]) -> dict[str, float]:
+    done = sum(r["done"] for r in results)
+    cpu = sum(r["cpu"] for r in results)
+    wall = sum(r["seconds"] for r in results)
+    errors: dict[str, int] = {}
+    for r in results:
+        for name, count in r["errors"].items():
+            errors[name] = errors.get(name, 0) + count
+    cpu_ms = 1000 * cpu / done if done else float("inf")
+    figures = {
+        "done": done,
+        "wall_rate": done / wall if wall else 0.0,
+        "cpu_ms": cpu_ms,
+        "per_core": 1000 / cpu_ms if done else 0.0,
+        "busy": cpu / wall if wall else 0.0,
+        "p50": median(r["p50"] for r in results) * 1000,
+        "p99": max(r["p99"] for r in results) * 1000,
+        "turned_away": sum(r["turned_away"] for r in results),
+    }
+    say(
+        f"    {side:>4}: {done} page views, {figures['wall_rate']:.1f}/s wall, server "
+        f"{figures['cpu_ms']:.2f} ms CPU each (busy {figures['busy']:.0%} of a core) = "
+        f"{figures['per_core']:.0f}/s per server core; latency p50 {figures['p50']:.0f} ms, "
+        f"p99 {figures['p99']:.0f} ms; errors {errors or 0}, turned away {figures['turned_away']}"
+    )
+    return figures
+
+
+def check_snapshots(kept: list[dict[str, Any]]) -> tuple[int, int]:
+    """Snapshots the client received against bulk_presence for the same viewer, now."""
+    User = get_user_model()
+    wrong = 0
+    for snapshot in kept:
+        viewer = User.objects.get(pk=snapshot["viewer"])
+        ids = [int(uid) for uid in snapshot["presences"]]
+        expected = {str(uid): p.as_dict() for uid, p in api.bulk_presence(ids, viewer).items()}
+        got = snapshot["presences"]
+        if json.loads(json.dumps(expected)) != got:
+            if not wrong:
+                differ = sorted(uid for uid in expected.keys() | got.keys())
+                differ = [uid for uid in differ if expected.get(uid) != got.get(uid)]
+                say(
+                    f"    e.g. viewer {snapshot['viewer']}, user {differ[0]}: got "
+                    f"{got.get(differ[0])}, bulk_presence says {expected.get(differ[0])}"
+                )
+            wrong += 1
+    return wrong, len(kept)
+
+
+def print_profile(path: str) -> None:
+    stats = pstats.Stats(path)
+    stats.sort_stats("tottime")
+    say("    server profile, ours saturated (event loop thread), by own time:")
+    stats.print_stats(20)
+    stats.sort_stats("cumulative")
+    stats.print_stats(30)
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    quick = report.quick
+    targets, viewers = (300, 30) if quick else (3000, 300)
+    seconds = 2.0 if quick else 8.0
+    rounds = 1 if quick else 2
+    rate = 10 if quick else 25
+    concurrency = 16 if quick else 32
+    say(
+        f"\n== page_views: one server process, {viewers} viewers with pages of {PAGE} of "
+        f"{targets} users; {rounds} round(s) of {seconds:.0f} s phases =="
+    )
+    client = raw_client()
+    flush(client)
+    client.close()
+    cache.clear()
+    pages = build_site(targets, viewers)
+    profile = None
+    if os.environ.get("BENCH_PAGE_VIEWS_PROFILE"):
+        profile = tempfile.mktemp(prefix="page-views-", suffix=".prof")
+    server = Server(profile)
+    try:
+        server.wait_ready(pages)
+        for mode in ("bare", "ours"):  # warm-up, not counted
+            phase(server, pages, mode, seconds / 2, concurrency=concurrency)
+        fixed: dict[str, list[dict[str, Any]]] = {"bare": [], "ours": []}
+        saturated: dict[str, list[dict[str, Any]]] = {"bare": [], "ours": []}
+        for n in range(rounds):
+            order = ("bare", "ours") if n % 2 == 0 else ("ours", "bare")
+            for mode in order:
+                fixed[mode].append(phase(server, pages, mode, seconds, rate=rate))
+            for mode in order:
+                if profile and mode == "ours":
+                    server.dump_profile()  # starts a fresh profile for this phase
+                saturated[mode].append(phase(server, pages, mode, seconds, concurrency=concurrency))
+                if profile and mode == "ours":
+                    server.dump_profile()
+        say(f"  offered {rate}/s:")
+        fixed_figures = {mode: describe(mode, fixed[mode]) for mode in ("bare", "ours")}
+        say(f"  saturation ({concurrency} page views in flight):")
+        sat = {mode: describe(mode, saturated[mode]) for mode in ("bare", "ours")}
+        kept = run_client(server, pages, "ours", 1.0 if quick else 3.0, keep=20)["kept"]
+    finally:
+        server.stop()
+    wrong, checked = check_snapshots(kept)
+    say(
+        f"  snapshots as bulk_presence resolves them for the viewer: {checked - wrong} of {checked}"
+    )
+    if profile:
+        print_profile(profile)
+        os.unlink(profile)
+    ours, bare = sat["ours"]["per_core"], sat["bare"]["per_core"]
+    ratio = ours / bare if bare else 0.0
+    fixed_ratio = fixed_figures["bare"]["cpu_ms"] / fixed_figures["ours"]["cpu_ms"]
+    say(
+        f"  server CPU per page view at {rate}/s: ours {fixed_figures['ours']['cpu_ms']:.2f} ms, "
+        f"bare {fixed_figures['bare']['cpu_ms']:.2f} ms (ratio {fixed_ratio:.2f}); wall rate at "
+        f"saturation: ours {sat['ours']['wall_rate']:.1f}/s, bare {sat['bare']['wall_rate']:.1f}/s"
+    )
+    report.add(
+        NAME,
+        "server CPU per page view, ours / bare (saturated)",
+        f"{sat['ours']['cpu_ms']:.2f} / {sat['bare']['cpu_ms']:.2f} ms",
+    )
+    report.add(
+        NAME,
+        "page views/s per server core, ours / bare",
+        f"{ratio:.2f}",
+        "≥ 0.5",
+        None if quick else ratio >= 0.5,
+    )
+    report.add(
+        NAME,
+        "snapshots not as bulk_presence resolves them",
+        f"{wrong} of {checked}",
+        "0",
+        None if quick else wrong == 0,
+    )
+    say(f"page_views: ours {ours:.0f}/s, bare {bare:.0f}/s, ratio {ratio:.2f}")

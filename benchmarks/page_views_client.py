@@ -1,0 +1,140 @@
+"""The page-view benchmark's client (``benchmarks/bench_page_views.py`` runs it as a subprocess,
+so that its CPU is not the server's): real sockets over loopback with the ``websockets`` client.
+
+``python -m benchmarks.page_views_client SPEC.json`` reads what to do from the file and prints one
+JSON line of results. A page view of ``ours`` opens ``ws/presence/`` with a viewer's session
+cookie, subscribes to the viewer's page of users, waits for the whole snapshot, sends one
+heartbeat and closes; one of ``bare`` opens the bare consumer's route with the same cookie and
+waits for its one frame (the server then closes). ``rate`` > 0 offers page views at that rate
+(open loop, at most ``in_flight`` at once); 0 keeps ``concurrency`` page views going (closed
+loop: saturation). ``keep`` snapshots are returned whole (the parent checks them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from typing import Any
+
+from websockets.asyncio.client import connect
+
+HEARTBEAT = json.dumps({"type": "heartbeat", "state": "active"})
+
+
+class Run:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.pages: list[dict[str, Any]] = spec["pages"]
+        self.done = 0
+        self.errors: dict[str, int] = {}
+        self.latencies: list[float] = []
+        self.kept: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.turned_away = 0
+
+    async def page_view(self) -> None:
+        page = random.choice(self.pages)
+        started = time.perf_counter()
+        self.in_flight += 1
+        try:
+            if self.spec["mode"] == "ours":
+                snapshot = await self._ours(page)
+                if len(self.kept) < self.spec.get("keep", 0):
+                    self.kept.append({"viewer": page["viewer"], "presences": snapshot})
+            else:
+                await self._bare(page)
+        except Exception as exc:  # counted and shown: a failed page view is no page view
+            name = type(exc).__name__
+            self.errors[name] = self.errors.get(name, 0) + 1
+        else:
+            self.done += 1
+            self.latencies.append(time.perf_counter() - started)
+        finally:
+            self.in_flight -= 1
+
+    async def _ours(self, page: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Cookie": page["cookie"], "Origin": self.spec["origin"]}
+        async with connect(self.spec["url"] + "ws/presence/", additional_headers=headers) as ws:
+            await ws.send(json.dumps({"type": "subscribe", "users": page["users"]}))
+            expected = set(map(str, page["users"]))
+            presences: dict[str, Any] = {}
+            while not expected <= presences.keys():
+                frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                if frame["type"] == "presence_state":
+                    presences.update(frame["presences"])
+                elif frame["type"] == "error" and frame.get("code") == "unknown_users":
+                    expected -= set(map(str, frame["users"]))
+                elif frame["type"] == "error":
+                    raise RuntimeError(frame["code"])
+            await ws.send(HEARTBEAT)
+            return presences
+
+    async def _bare(self, page: dict[str, Any]) -> None:
+        headers = {"Cookie": page["cookie"], "Origin": self.spec["origin"]}
+        async with connect(self.spec["url"] + "ws/bare/", additional_headers=headers) as ws:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if frame.get("user") is None:
+                raise RuntimeError("anonymous")
+
+    async def closed_loop(self, until: float) -> None:
+        async def worker() -> None:
+            while time.perf_counter() < until:
+                await self.page_view()
+
+        await asyncio.gather(*(worker() for _ in range(self.spec["concurrency"])))
+
+    async def open_loop(self, until: float) -> None:
+        rate = self.spec["rate"]
+        tasks: set[asyncio.Task[None]] = set()
+        start = time.perf_counter()
+        n = 0
+        while (now := time.perf_counter()) < until:
+            due = start + n / rate
+            if due > now:
+                await asyncio.sleep(due - now)
+            n += 1
+            if self.in_flight >= self.spec["in_flight"]:
+                self.turned_away += 1  # the server is behind: not offered again
+                continue
+            task = asyncio.ensure_future(self.page_view())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+
+    async def run(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        until = started + self.spec["seconds"]
+        if self.spec["rate"] > 0:
+            await self.open_loop(until)
+        else:
+            await self.closed_loop(until)
+        elapsed = time.perf_counter() - started
+        latencies = sorted(self.latencies)
+
+        def pct(p: float) -> float:
+            return latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else 0
+
+        return {
+            "done": self.done,
+            "seconds": elapsed,
+            "errors": self.errors,
+            "turned_away": self.turned_away,
+            "p50": pct(0.5),
+            "p99": pct(0.99),
+            "kept": self.kept,
+        }
+
+
+def main(path: str) -> None:
+    with open(path) as spec_file:
+        spec = json.load(spec_file)
+    result = asyncio.run(Run(spec).run())
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, resolution, users
 from presence.domain import InvalidInput, UserId
+from presence.domain.nesting import nests_too_deeply
 
 MAX_IDS = 500
 MAX_BODY_BYTES = 4096
@@ -178,9 +179,12 @@ def json_body(request: HttpRequest, limit: int) -> tuple[Any, HttpResponse | Non
     rejected = csrf_rejection(request)
     if rejected is not None:
         return None, rejected
+    # Deep nesting is measured first: json's RecursionError comes at other depths on other Pythons.
     try:
+        if nests_too_deeply(request.body):
+            raise ValueError("nested too deeply")
         return json.loads(request.body), None
-    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+    except (ValueError, RecursionError):
         return None, error("invalid_json", _("The body is not valid JSON."))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils.translation import gettext
 
+from presence.domain.nesting import nests_too_deeply
 from presence.domain.validation import InvalidInput, Limits, StatusChange, parse_status_change
 
 
@@ -96,6 +97,11 @@ def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int | str, ...]:
     return unique
 
 
+def _nests_too_deeply() -> InvalidInput:
+    # No frame of the protocol nests more than two levels (domain.nesting.MAX_JSON_DEPTH).
+    return InvalidInput("invalid_message", gettext("The frame nests arrays or objects too deeply."))
+
+
 def parse_frame(
     text: str | None,
     limits: Limits,
@@ -113,16 +119,15 @@ def parse_frame(
             gettext("The frame is %(size)d bytes long; at most %(limit)d.")
             % {"size": size, "limit": limits.max_frame_bytes},
         )
+    # Measured before parsing: json's own limit (a RecursionError) differs between Pythons.
+    if nests_too_deeply(text):
+        raise _nests_too_deeply()
     try:
         data = json.loads(text)
     except ValueError:
         raise InvalidInput("invalid_json", gettext("The frame is not valid JSON.")) from None
-    except RecursionError:
-        # Valid JSON nested deeper than the parser's recursion limit (1 KB of "[" suffices):
-        # no frame of the protocol nests more than two levels.
-        raise InvalidInput(
-            "invalid_message", gettext("The frame nests arrays or objects too deeply.")
-        ) from None
+    except RecursionError:  # pragma: no cover - nests_too_deeply refuses far shallower
+        raise _nests_too_deeply() from None
     if not isinstance(data, dict):
         raise InvalidInput("invalid_message", gettext("Expected a JSON object."))
     kind = data.get("type")

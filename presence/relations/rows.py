@@ -4,6 +4,7 @@ converted only when used (``online_friends`` builds user objects for the friends
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -119,7 +120,22 @@ class FactsAndUsers:
             for at, convert in steps:
                 values[at] = convert(values[at])
             users.append(build(db, attnames, values))
+        return _as_loaded(self.model, users)
+
+
+def _as_loaded(model: Any, users: list[Any]) -> list[Any]:
+    """``users`` as the manager's loading leaves them beyond ``from_db``'s defaults: with the
+    fetch mode of its queryset (Django 6.1+; Django's default otherwise, and a site's other mode
+    lost), sharing one list of peers where that mode fetches for all the users read together."""
+    fetch_mode = getattr(model._default_manager.get_queryset(), "_fetch_mode", None)
+    if fetch_mode is None:  # Django < 6.1
         return users
+    peers = [weakref.ref(user) for user in users] if fetch_mode.track_peers else None
+    for user in users:
+        user._state.fetch_mode = fetch_mode
+        if peers is not None:
+            user._state.peers = peers
+    return users
 
 
 def row_builder(model: Any) -> Callable[[str, tuple[str, ...], list[Any]], Any]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from presence import sessions
+from presence import metrics, sessions
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.sessions import session_digest
@@ -111,6 +111,7 @@ async def layer_call(method: Any, *args: Any) -> Any:
 def note_layer_failure() -> None:
     global layer_failures
     layer_failures += 1
+    metrics.LAYER_FAILURES.inc()
 
 
 def _group_prefix() -> str:

@@ -10,6 +10,7 @@ class PresenceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from presence import checks, receivers  # noqa: F401  (checks register on import)
+        from presence import checks, monitoring, receivers  # noqa: F401  (checks register on import)
 
         receivers.connect()
+        monitoring.connect()

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from presence import views
+from presence import monitoring, views
 
 app_name = "presence"
 
 urlpatterns = [
     path("api/presence", views.presence_view, name="presence"),
     path("api/status", views.status_view, name="status"),
+    # load balancers and probes: no login, no database (docs/operations.md)
+    path("api/health", monitoring.health_view, name="health"),
 ]

@@ -12,7 +12,7 @@ from typing import Any
 
 from channels.consumer import get_handler_name
 
-from presence import lifecycle, sessions, users
+from presence import lifecycle, metrics, sessions, users
 from presence.conf import get_settings
 from presence.consumers.handlers import PresenceFrames
 from presence.consumers.limits import CLOSE_FOREIGN_ORIGIN, CLOSE_UNAUTHENTICATED, RateLimit
@@ -88,6 +88,7 @@ class PresenceConsumer(PresenceFrames):
         self.hub = Hub.get()
         await self.hub.attach(self)
         self.attached = True
+        metrics.CONNECTIONS.inc()
         if self.credential is not None and await self._ended_meanwhile():
             return
         if device_error:
@@ -101,6 +102,7 @@ class PresenceConsumer(PresenceFrames):
         if not self.attached:
             return
         self.attached = False
+        metrics.CONNECTIONS.dec()
         try:
             await self.hub.detach(self)
         except Exception:

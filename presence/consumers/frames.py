@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar
 
 from django.utils.translation import gettext
 
-from presence import announce, domain, extensions
+from presence import announce, domain, extensions, metrics
 from presence.consumers.limits import (
     ANSWER_BYTES_PER_FRAME,
     CLOSE_RATE_LIMITED,
@@ -108,6 +108,7 @@ class FrameDispatch(Sending):
 
     async def handle(self, text_data: str | None) -> None:
         message = domain.parse_frame(text_data, self.limits, extensions.frame_parsers())
+        metrics.frame_received(message)
         handler = self.frame_handlers.get(type(message))
         if handler is not None:
             await getattr(self, handler)(message)

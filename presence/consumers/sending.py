@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any
 
-from presence import domain
+from presence import domain, metrics
 from presence.conf import get_settings
 from presence.consumers.base import ConsumerBase
 from presence.consumers.limits import CLOSE_TOO_SLOW, answer_bytes
@@ -196,12 +196,14 @@ class Sending(ConsumerBase):
         await self.disconnect(CLOSE_TOO_SLOW)
 
     async def send_json(self, content: dict[str, Any]) -> None:
+        metrics.frame_sent(content["type"])
         await self.send(text_data=json.dumps(content, separators=(",", ":")))
 
     async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:
         # Keys as the client sent them: an integer sent as 7 or "7" is "7", a UUID keeps its case.
         # The same text as send_json would make; each distinct presence is rendered once for
         # all the connections it goes to (a fan-out sends one presence to many).
+        metrics.frame_sent(kind)
         spelling = self.spelling
         entries = [
             f"{_json_string(str(spelling.get(uid, uid)))}:{_presence_json(p)}"

@@ -13,7 +13,7 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.db import close_old_connections
 from django.db import connections as databases
 
-from presence import lifecycle
+from presence import lifecycle, metrics
 from presence.conf import get_settings
 from presence.domain import Presence, UserId, visibly_differs
 from presence.hub.registry import Connection, Registry
@@ -52,6 +52,8 @@ class Delivery:
             if user_id in watchers and user_id not in self.pending:
                 self.pending[user_id] = loop_now + window
                 self._wake.set()
+            elif user_id in self.pending:
+                metrics.COALESCED.inc()
 
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
@@ -135,10 +137,10 @@ class Delivery:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(self.pending.values()) - now)
                 continue
-            for uid in due:
-                del self.pending[uid]
+            window_ends = [self.pending.pop(uid) for uid in due]
             try:
                 await deliver(due)
+                metrics.delivered(window_ends, loop.time(), get_settings().COALESCE_WINDOW)
             except asyncio.CancelledError:
                 raise
             except Exception:

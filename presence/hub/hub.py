@@ -9,7 +9,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from presence import announce
+from presence import announce, metrics
 from presence.domain import UserId
 from presence.hub.delivery import Delivery
 from presence.hub.groups import Groups
@@ -164,6 +164,7 @@ class Hub:
                 # Another connection's join of this group is still on its way to the layer:
                 # a snapshot read before it lands could miss a change announced meanwhile.
                 joining.append(turn)
+        metrics.WATCHED_USERS.inc(len(first))
         await self.groups.join_users(first)
         if joining:
             await asyncio.gather(*(asyncio.shield(turn) for turn in joining))
@@ -176,6 +177,7 @@ class Hub:
                 self.delivery.pending.pop(user_id, None)
                 self.groups.unjoined.discard(user_id)
                 last.append(user_id)
+        metrics.WATCHED_USERS.dec(len(last))
         await self.groups.leave_users(last)
 
     async def join_topic(self, connection: Connection, kind: str, key: str) -> None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from presence import announce
+from presence import announce, metrics
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub.groups import Groups
@@ -44,6 +44,8 @@ class Recovery:
         self.behind = False
         #: loop time of the last announcement that came too late
         self._last_late = 0.0
+        #: how late the latest announcement arrived, seconds (the health endpoint shows it)
+        self.lag: float | None = None
 
     def _resync(self) -> None:
         self.changed(list(self.registry.watchers.members))
@@ -92,7 +94,8 @@ class Recovery:
         change. Once it has caught up (see after_lag), every watched user is resolved again."""
         if not isinstance(sent, (int, float)) or isinstance(sent, bool):
             return  # a message of an older version
-        lag = time.time() - sent
+        lag = self.lag = time.time() - sent
+        metrics.HUB_LAG.set(lag)
         if lag < self.behind_after():
             return
         if not self.behind:

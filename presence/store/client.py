@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from presence import metrics
 from presence.conf import PresenceSettings
 from presence.store.cluster import NodeUnavailable
 from presence.store.connecting import (
@@ -122,14 +124,20 @@ class PresenceStore(StoreConnections):
     def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         with self.client.pipeline(transaction=False) as pipe:
             self._queue(pipe, commands)
-            return list(pipe.execute(raise_on_error=False))
+            started = time.perf_counter()
+            replies = list(pipe.execute(raise_on_error=False))
+        metrics.redis_round_trip("redis", time.perf_counter() - started)
+        return replies
 
     async def _aexecute(
         self, client: redis.asyncio.Redis, commands: Sequence[tuple[Any, ...]]
     ) -> list[Any]:
         async with client.pipeline(transaction=False) as pipe:
             self._queue(pipe, commands)
-            return list(await pipe.execute(raise_on_error=False))
+            started = time.perf_counter()
+            replies = list(await pipe.execute(raise_on_error=False))
+        metrics.redis_round_trip("redis", time.perf_counter() - started)
+        return replies
 
     def _cluster_result(self, plan: Plan[T], replies: list[Any]) -> T:
         """A plan's result from the masters' replies: read in full, read partly (a master

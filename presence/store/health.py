@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+from presence import metrics
 from presence.store.redact import redact_url
 
 logger = logging.getLogger("presence")
@@ -14,9 +15,12 @@ logger = logging.getLogger("presence")
 class Health:
     """Tracks an outage so it is logged once and Redis is not hammered while down."""
 
-    def __init__(self, name: str = "Redis") -> None:
+    def __init__(self, name: str = "Redis", node: str = "redis") -> None:
         #: what is down, in the log ("Redis", or a cluster node)
         self.name = name
+        #: the node in metrics: "redis", or a cluster master's host:port
+        self.node = node
+        metrics.redis_answered(node)
         self.down_until = 0.0
         self.in_outage = False
         #: outages that ended so far (the hub resolves its users again after one)
@@ -31,6 +35,7 @@ class Health:
             self.down_until = time.time() + retry_interval
             if not self.in_outage:
                 self.in_outage = True
+                metrics.redis_outage(self.node)
                 logger.warning(
                     "Presence: %s is unavailable (%s). Pages keep working; presence is not "
                     "recorded until it answers again (retrying every %ss).",
@@ -46,4 +51,5 @@ class Health:
                     self.in_outage = False
                     self.down_until = 0.0
                     self.recoveries += 1
+                    metrics.redis_answered(self.node)
                     logger.warning("Presence: %s is reachable again; recording resumed.", self.name)

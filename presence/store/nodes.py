@@ -179,7 +179,7 @@ class ClusterNodes:
     def health_of(self, name: str) -> Health:
         health = self.node_health.get(name)
         if health is None:
-            health = self.node_health[name] = Health(f"Redis Cluster node {name}")
+            health = self.node_health[name] = Health(f"Redis Cluster node {name}", node=name)
         return health
 
     def _node_failed(self, name: str, error: Exception) -> NodeUnavailable:

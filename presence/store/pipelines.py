@@ -7,6 +7,7 @@ answers :class:`NodeUnavailable` for each of its commands.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
+from presence import metrics
 from presence.store.nodes import ClusterNodes, wire_args
 from presence.store.rounds import Exchange
 
@@ -23,6 +25,7 @@ class MasterPipelines(ClusterNodes):
     """Sends each master its pipeline of one round and reads the replies."""
 
     def _exchange(self, client: redis.cluster.RedisCluster, io: Exchange) -> None:
+        started = time.perf_counter()
         sent = [
             (name, node, positions, self._send(client, node, io.commands, positions, io.asking))
             for name, (node, positions) in io.groups.items()
@@ -31,6 +34,7 @@ class MasterPipelines(ClusterNodes):
             self._read(
                 client, node, name, connection, io.commands, positions, io.asking, io.replies
             )
+            metrics.redis_round_trip(name, time.perf_counter() - started)
 
     def _send(
         self,
@@ -121,8 +125,10 @@ class MasterPipelines(ClusterNodes):
             owners.append(position)
         try:
             self.round_trips[name] += 1
+            started = time.perf_counter()
             try:
                 await node.execute_pipeline(wire)
+                metrics.redis_round_trip(name, time.perf_counter() - started)
                 lost = bool(wire) and isinstance(wire[0].result, RedisConnectionError)
             except RedisConnectionError:
                 lost = True

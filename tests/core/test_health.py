@@ -1,0 +1,133 @@
+"""GET presence/api/health: 200 while presence's Redis and the channel layer answer, 503 naming
+the part that does not (real redis-servers, stopped by pid); no login, no database, no limit
+that would trip a probe; the hub's lag when a hub runs on the serving loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.test import AsyncClient, Client, override_settings
+from django.urls import reverse
+
+from tests.live.sockets import Sockets, lets_see, new_user, receive, subscribe
+from tests.live.sockets import _base_settings as _base_settings
+from tests.live.sockets import sockets as sockets
+from tools.redis_server import RedisServer
+
+pytestmark = [pytest.mark.uuid_site, pytest.mark.cluster, pytest.mark.pubsub_layer]
+
+LAYERS = {
+    "core": "channels_redis.core.RedisChannelLayer",
+    "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
+}
+
+
+def health(client: Client) -> Any:
+    return client.get(reverse("presence:health"))
+
+
+@pytest.fixture
+def stopped_server() -> Iterator[RedisServer]:
+    """A redis-server that answered once and was then stopped (its port refuses)."""
+    with RedisServer() as server:
+        server.stop()
+        yield server
+
+
+def test_healthy_answers_200_without_login_or_database(
+    client: Client, db: Any, django_assert_num_queries: Any
+) -> None:
+    with django_assert_num_queries(0):
+        response = health(client)
+    assert response.status_code == 200
+    assert response.json() == {"redis": "ok", "layer": "ok", "lag": None}
+    assert "no-cache" in response["Cache-Control"]
+
+
+def test_head_answers_like_get(client: Client) -> None:
+    assert client.head(reverse("presence:health")).status_code == 200
+
+
+def test_other_methods_are_refused_in_json(client: Client) -> None:
+    response = client.post(reverse("presence:health"))
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert response["Allow"] == "GET, HEAD"
+
+
+def test_probes_in_a_row_are_never_limited(client: Client, settings: Any) -> None:
+    # A load balancer probes every few seconds from each of its nodes, for ever.
+    settings.PRESENCE = {**settings.PRESENCE, "RATE_LIMIT": (2, 10), "HTTP_RATE_LIMIT": (2, 60)}
+    assert {health(client).status_code for _ in range(20)} == {200}
+
+
+def test_a_stopped_presence_redis_answers_503_naming_redis(
+    client: Client, db: Any, private_redis: RedisServer, django_assert_num_queries: Any
+) -> None:
+    assert health(client).status_code == 200
+    private_redis.stop()
+    with django_assert_num_queries(0):
+        response = health(client)
+    assert response.status_code == 503
+    assert response.json() == {"redis": "unavailable", "layer": "ok", "lag": None}
+    # Back as soon as it answers again: nothing to wait for.
+    private_redis.start()
+    assert health(client).json() == {"redis": "ok", "layer": "ok", "lag": None}
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_a_stopped_layer_server_answers_503_naming_the_layer(
+    client: Client, kind: str, stopped_server: RedisServer, redis_url: str
+) -> None:
+    layers = {
+        "default": {
+            "BACKEND": LAYERS[kind],
+            # One server answers, the other is down: the layer is not healthy.
+            "CONFIG": {"hosts": [redis_url, stopped_server.url]},
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=layers):
+        response = health(client)
+    assert response.status_code == 503
+    assert response.json()["layer"] == "unavailable"
+    assert response.json()["redis"] == "ok"
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_every_layer_server_answering_is_ok(client: Client, kind: str, redis_url: str) -> None:
+    with RedisServer() as second:
+        layers = {
+            "default": {"BACKEND": LAYERS[kind], "CONFIG": {"hosts": [redis_url, second.url]}}
+        }
+        with override_settings(CHANNEL_LAYERS=layers):
+            response = health(client)
+    assert response.status_code == 200, response.json()
+    assert response.json()["layer"] == "ok"
+
+
+def test_without_a_channel_layer_the_layer_is_none_and_healthy(client: Client) -> None:
+    with override_settings(CHANNEL_LAYERS={}):
+        response = health(client)
+    assert response.status_code == 200
+    assert response.json()["layer"] == "none"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_the_lag_of_the_hub_on_the_serving_loop(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await lets_see(target, viewer)
+    watcher = await sockets.open(viewer)
+    await subscribe(watcher, target)
+    await sockets.open(target)  # announced through the channel layer, received by the hub
+    await receive(watcher)
+
+    response = await AsyncClient().get(reverse("presence:health"))
+    assert response.status_code == 200
+    lag = response.json()["lag"]
+    assert isinstance(lag, float)
+    assert 0 <= lag < 5

@@ -8,9 +8,11 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.utils.module_loading import import_string
 
 from presence import domain, users
 from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
+from presence.domain.rooms import is_valid_kind
 from presence.store import redact_url, redis_location
 
 MIDDLEWARE_PATH = "presence.middleware.PresenceMiddleware"
@@ -37,6 +39,8 @@ _POSITIVE_INTS = (
     "SWEEP_BATCH",
     "CLUSTER_SHARDS",
     "SESSION_CHECK_INTERVAL",
+    "MAX_ROOMS",
+    "ROOM_LIST_LIMIT",
 )
 _POSITIVE_NUMBERS = (
     "SOCKET_TIMEOUT",
@@ -105,6 +109,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             messages.append(_bad_value(key, http_rate, expected))
     messages += _lengths_beyond_columns(raw)
     messages += _default_privacy_problems(raw)
+    messages += _room_problems(raw)
     heartbeat = raw.get("HEARTBEAT_INTERVAL", PresenceSettings.HEARTBEAT_INTERVAL)
     ttl = raw.get("CONNECTION_TTL", PresenceSettings.CONNECTION_TTL)
     if _is_positive_int(heartbeat) and _is_positive_int(ttl) and ttl <= heartbeat:
@@ -159,6 +164,57 @@ def _default_privacy_problems(raw: dict[str, Any]) -> list[CheckMessage]:
             id="presence.E010",
         )
     ]
+
+
+def _room_problems(raw: dict[str, Any]) -> list[CheckMessage]:
+    """presence.E011: ROOMS is not a dict of kinds to dotted paths or None; presence.E012: a
+    path that does not import, or names something not callable. Such kinds refuse everyone."""
+    if "ROOMS" not in raw:
+        return []
+    kinds = raw["ROOMS"]
+    if not isinstance(kinds, Mapping):
+        problems = [f"it is {kinds!r}, not a dict"]
+    else:
+        problems = [
+            f"{kind!r} is not a kind (a lowercase letter, then lowercase letters, digits, _ or -)"
+            for kind in kinds
+            if not is_valid_kind(kind)
+        ] + [
+            f"{kind!r} maps to {path!r}, not a dotted path or None"
+            for kind, path in kinds.items()
+            if path is not None and not (isinstance(path, str) and path)
+        ]
+    if problems:
+        return [
+            Error(
+                "PRESENCE['ROOMS'] must map room kinds to the dotted path of their "
+                "can_enter(user, room_id) rule, or None: " + "; ".join(problems) + ".",
+                hint='e.g. "ROOMS": {"post": "blog.rooms.can_read_post", "lobby": None}.',
+                id="presence.E011",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    for kind, path in kinds.items():
+        if path is None:
+            continue
+        try:
+            rule = import_string(path)
+        except ImportError as error:
+            problem = f"does not import ({error})"
+        else:
+            if callable(rule):
+                continue
+            problem = f"names a {type(rule).__name__}, not a function"
+        messages.append(
+            Error(
+                f"PRESENCE['ROOMS'][{kind!r}] = {path!r} {problem}; rooms of kind {kind!r} "
+                "refuse everyone until it is fixed.",
+                hint="Name a function can_enter(user, room_id) -> bool by its dotted path "
+                '(e.g. "blog.rooms.can_read_post"), or None to let any logged-in user in.',
+                id="presence.E012",
+            )
+        )
+    return messages
 
 
 #: length settings and the UserStatus columns whose values they bound

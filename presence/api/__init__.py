@@ -45,6 +45,7 @@ from presence.api._reading import (
     watched_friends,
 )
 from presence.api._recording import asign_off, atouch, sign_off, touch
+from presence.api._rooms import UnknownRoom, aroom_presence, room_presence
 from presence.api._status import apply_change, aset_status, set_status
 from presence.domain import InvalidInput, Presence
 
@@ -52,6 +53,7 @@ __all__ = [
     "CleanupReport",
     "InvalidInput",
     "Presence",
+    "UnknownRoom",
     "ablock",
     "abulk_presence",
     "afollow",
@@ -60,6 +62,7 @@ __all__ = [
     "aonline_friends",
     "aonline_friends_with_presence",
     "apply_change",
+    "aroom_presence",
     "aset_close_friend",
     "aset_status",
     "asign_off",
@@ -75,6 +78,7 @@ __all__ = [
     "online_friends",
     "online_friends_with_presence",
     "online_now",
+    "room_presence",
     "set_close_friend",
     "set_status",
     "sign_off",

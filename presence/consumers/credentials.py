@@ -1,14 +1,25 @@
 """Sockets close with the session or token they were opened with (logout, password change,
-deactivation, expiry; presence.sessions): the re-checks the hub and heartbeats ask for."""
+deactivation, expiry; presence.sessions): the re-checks the hub and heartbeats ask for.
+
+Checks are made in bulk, per process (event loop): a socket whose check is due takes every
+socket of the process at least half an interval past its last check along, and one
+:func:`presence.sessions.invalid_among` call (a query for the sessions, one for the users)
+judges them all. So a process makes about one check per ``SESSION_CHECK_INTERVAL`` whatever its
+number of sockets, instead of one per socket.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import weakref
+from collections.abc import Iterable
 
 from asgiref.sync import sync_to_async
 
 from presence import sessions
+from presence.conf import get_settings
 from presence.consumers.base import ConsumerBase
 from presence.consumers.limits import CLOSE_UNAUTHENTICATED
 from presence.store import get_store
@@ -29,13 +40,26 @@ class Credentials(ConsumerBase):
         await self.disconnect(CLOSE_UNAUTHENTICATED)
 
     async def recheck_session(self) -> None:
+        """Check this socket's credential now (closing it if it no longer holds), together
+        with the process's other sockets that are half an interval or more past their check."""
         credential = self.credential
         if credential is None or not self.attached:
             return
-        self.session_checked = time.time()
-        valid = await sync_to_async(credential.is_valid)(self.viewer_id)
-        if not valid:
-            await self.end_session()
+        now = time.time()
+        half = get_settings().SESSION_CHECK_INTERVAL / 2
+        along = [
+            c
+            for c in self.hub.connections
+            if isinstance(c, Credentials)
+            and c is not self
+            and c.attached
+            and c.credential is not None
+            and now - c.session_checked >= half
+        ]
+        due = [self, *along]
+        for connection in due:
+            connection.session_checked = now
+        await SessionChecks.get().check(due)
 
     async def _ended_meanwhile(self) -> bool:
         """A logout or password change announced between the handshake's read of the session
@@ -51,3 +75,68 @@ class Credentials(ConsumerBase):
         elif changed:
             await self.recheck_session()
         return not self.attached
+
+
+_checks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SessionChecks] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class SessionChecks:
+    """The process's (event loop's) credential checks: sockets asked for while a check runs
+    wait for the next one (the running one may have read before a logout), which then judges
+    them all at once."""
+
+    def __init__(self) -> None:
+        #: the sockets of the next check (a dict as an ordered set)
+        self.waiting: dict[Credentials, None] = {}
+        #: done when the next check has judged (and closed) its sockets
+        self.next: asyncio.Future[None] | None = None
+        self.running: asyncio.Task[None] | None = None
+
+    @classmethod
+    def get(cls) -> SessionChecks:
+        loop = asyncio.get_running_loop()
+        checks = _checks.get(loop)
+        if checks is None:
+            checks = _checks[loop] = cls()
+        return checks
+
+    async def check(self, connections: Iterable[Credentials]) -> None:
+        """Judge these sockets' credentials in the next check; returns once it has."""
+        self.waiting.update(dict.fromkeys(connections))
+        if self.next is None:
+            self.next = asyncio.get_running_loop().create_future()
+        judged = self.next
+        if self.running is None or self.running.done():
+            self.running = asyncio.ensure_future(self._run())
+        await asyncio.shield(judged)
+
+    async def _run(self) -> None:
+        while self.next is not None:
+            judged, self.next = self.next, None
+            batch = [c for c in self.waiting if c.attached and c.credential is not None]
+            self.waiting = {}
+            try:
+                await self._judge(batch)
+            finally:
+                if not judged.done():
+                    judged.set_result(None)
+
+    async def _judge(self, batch: list[Credentials]) -> None:
+        if not batch:
+            return
+        try:
+            invalid = await sync_to_async(sessions.invalid_among)(
+                [(c.credential, c.viewer_id) for c in batch if c.credential is not None]
+            )
+        except Exception:
+            # The database failed: nobody is closed for it; the next check comes.
+            logger.exception("Presence: checking the sockets' sessions failed")
+            return
+        for connection, ended in zip(batch, invalid, strict=True):
+            if ended:
+                try:
+                    await connection.end_session()
+                except Exception:
+                    logger.exception("Presence: closing a socket of an ended session failed")

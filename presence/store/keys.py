@@ -148,6 +148,24 @@ class KeyScheme:
             for shard in range(len(self.tags))
         ]
 
+    # --- rooms (presence.store.plans.rooms) ---
+
+    def room_key(self, room: str, part: str) -> str:
+        """A key of the room ``kind:id``: every key of one room carries the room as its hash tag
+        (one slot; a room's scripts run there). ``part``: ``m`` members by join time, ``x``
+        members by the end of their stay, ``d`` each member's connections and meta, ``i`` its
+        invisible members."""
+        return f"{self.conf.KEY_PREFIX}:{{room:{room}}}:{part}"
+
+    def room_schedule_key(self, room: str) -> str:
+        """The schedule of rooms due to be swept (members whose stay ended), for this room."""
+        member = room.encode("utf-8", "surrogatepass")
+        return self._schedule_key(binascii.crc32(member) % len(self.tags), "rooms")
+
+    def room_schedules(self) -> list[str]:
+        """Every shard's room schedule (one on one Redis)."""
+        return [self._schedule_key(shard, "rooms") for shard in range(len(self.tags))]
+
     def by_bucket(self, user_ids: Iterable[UserId]) -> list[tuple[int, tuple[UserId, ...]]]:
         """Each bucket holding one of these users, with those users, in bucket order.
 

@@ -49,6 +49,11 @@ REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
 DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")
 READ_RECENT = load("read_recent")
+ROOM_CLAIM = load("room_claim")
+ROOM_JOIN = load("room_join", "room_common")
+ROOM_LEAVE = load("room_leave", "room_common")
+ROOM_PRUNE = load("room_prune", "room_common")
+ROOM_READ = load("room_read", "room_common")
 
 ALL = {
     "touch": TOUCH,
@@ -58,4 +63,9 @@ ALL = {
     "describe_connections": DESCRIBE_CONNECTIONS,
     "claim_due": CLAIM_DUE,
     "read_recent": READ_RECENT,
+    "room_claim": ROOM_CLAIM,
+    "room_join": ROOM_JOIN,
+    "room_leave": ROOM_LEAVE,
+    "room_prune": ROOM_PRUNE,
+    "room_read": ROOM_READ,
 }

@@ -11,7 +11,8 @@ By concern:
 - :mod:`~presence.store.plans.schedules`: the due and expiring schedules;
 - :mod:`~presence.store.plans.reads`: many users' live state in one round trip;
 - :mod:`~presence.store.plans.scans`: whole buckets, for cleanup and "online now"
-  (:class:`StaleEntry`).
+  (:class:`StaleEntry`);
+- :mod:`~presence.store.plans.rooms`: rooms (members, meta, their stay, the sweep).
 
 :class:`PlanBuilder` composes them; every name is importable from ``presence.store.plans``
 itself, as it always was.
@@ -22,6 +23,7 @@ from __future__ import annotations
 from presence.store.plans.plan import RAISE, Plan, Raise, merge, script_call
 from presence.store.plans.reads import READ_RECENT_KEYS, ReadPlans
 from presence.store.plans.recording import ConnectionOp, RecordingPlans, Transition
+from presence.store.plans.rooms import MemberEntry, RoomPlans, RoomRead, RoomWrite
 from presence.store.plans.scans import ScanPlans, StaleEntry
 from presence.store.plans.schedules import SchedulePlans
 
@@ -31,7 +33,10 @@ __all__ = [
     "ConnectionOp",
     "Plan",
     "PlanBuilder",
+    "MemberEntry",
     "Raise",
+    "RoomRead",
+    "RoomWrite",
     "StaleEntry",
     "Transition",
     "merge",
@@ -39,5 +44,5 @@ __all__ = [
 ]
 
 
-class PlanBuilder(RecordingPlans, SchedulePlans, ReadPlans, ScanPlans):
+class PlanBuilder(RecordingPlans, SchedulePlans, ReadPlans, ScanPlans, RoomPlans):
     """Every plan of the store, over its key scheme."""

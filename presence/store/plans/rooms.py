@@ -1,0 +1,235 @@
+"""The plans of rooms: joining, leaving, renewing a connection's stay, reading a room, and
+sweeping members whose stay ended. No I/O.
+
+A room's four keys share one slot (the room is their hash tag, :meth:`KeyScheme.room_key`), so
+each write is one script: members by join time (the listing order, and the count in O(1)),
+members by the end of their stay (crash detection and the grace, found by a range query), each
+member's connections and meta, and its invisible members. Rooms due to be swept sit in a
+schedule per shard (:meth:`KeyScheme.room_schedule_key`), claimed by the hubs' sweeps like
+users' due times. Layout: docs/redis-layout.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from presence import domain
+from presence.domain.rooms import shown_meta
+from presence.store.keys import KeyScheme
+from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.scripts import ROOM_CLAIM, ROOM_JOIN, ROOM_LEAVE, ROOM_PRUNE, ROOM_READ
+from presence.users import UserId, encode_id, id_decoder
+
+
+@dataclass(frozen=True)
+class RoomWrite:
+    """What a join or a leave changed: the user became a member (``joined``); what others are
+    shown of the member changed (``changed``: a new member, its meta, its invisibility)."""
+
+    joined: bool
+    changed: bool
+
+
+@dataclass(frozen=True)
+class MemberEntry:
+    """A member as the room holds it: when it joined (ms), whether it joined invisible, and
+    its connections' metas by join time."""
+
+    joined_at: float
+    invisible: bool = False
+    connections: tuple[tuple[float, str | None], ...] = ()
+
+    @property
+    def meta(self) -> str | None:
+        return shown_meta(self.connections)
+
+
+@dataclass(frozen=True)
+class RoomRead:
+    """A room as Redis holds it, read in O(first + looked up) (:meth:`RoomPlans.read_room`)."""
+
+    #: members present (their stay not ended), invisible ones included
+    present: int
+    #: the first members by join time, then the looked-up users present, with their entries
+    members: dict[UserId, MemberEntry] = field(default_factory=dict)
+    #: the looked-up users present (the viewer's contacts, blocks, ...)
+    found: frozenset[UserId] = frozenset()
+    #: invisible members present
+    invisible: frozenset[UserId] = frozenset()
+
+
+def _entry(joined: Any, raw: str | None) -> MemberEntry:
+    if not raw:
+        return MemberEntry(float(joined))
+    data = json.loads(raw)
+    connections = data.get("c") or {}
+    return MemberEntry(
+        float(joined),
+        bool(data.get("i")),
+        tuple((float(c[1]), c[2] if isinstance(c[2], str) else None) for c in connections.values()),
+    )
+
+
+class RoomPlans(KeyScheme):
+    """The plans of rooms, over the key scheme."""
+
+    def room_keys(self, room: str) -> list[str]:
+        return [self.room_key(room, part) for part in ("m", "x", "d", "i")]
+
+    def _stay_end(self, seconds: int) -> int:
+        """A connection heard from now stays until then (its heartbeat's TTL, domain.offline_at)."""
+        return seconds + domain.SECOND + self.conf.CONNECTION_TTL
+
+    def join_room(
+        self,
+        room: str,
+        user_id: UserId,
+        connection_id: str,
+        now: float,
+        meta: str | None = None,
+        invisible: bool = False,
+        renew: bool = False,
+    ) -> Plan[RoomWrite | None]:
+        """A connection joins ``room`` with ``meta`` (compact JSON or None); ``renew``: a
+        heartbeat of a connection in the room, which keeps its place and meta (and joins it
+        again if its stay ended meanwhile). The room is scheduled for its sweep first, so no
+        key is ever left without a due time."""
+        seconds = int(now)
+        expiry = self._stay_end(seconds)
+        return Plan(
+            commands=[
+                ("ZADD", self.room_schedule_key(room), "LT", expiry, room),
+                script_call(
+                    ROOM_JOIN,
+                    self.room_keys(room),
+                    [
+                        encode_id(user_id),
+                        connection_id,
+                        "beat" if renew else "join",
+                        seconds,
+                        expiry,
+                        int(now * 1000),
+                        meta or "",
+                        int(meta is not None),
+                        int(invisible),
+                    ],
+                ),
+            ],
+            parse=lambda replies: RoomWrite(bool(replies[1][0]), bool(replies[1][1])),
+            fallback=None,
+        )
+
+    def leave_room(
+        self, room: str, user_id: UserId, connection_id: str, now: float
+    ) -> Plan[RoomWrite | None]:
+        """A connection leaves ``room``; the user stays for OFFLINE_GRACE if it was their last
+        (a connection not in the room changes nothing)."""
+        seconds = int(now)
+        grace_end = seconds + domain.SECOND + self.conf.OFFLINE_GRACE
+        return Plan(
+            commands=[
+                ("ZADD", self.room_schedule_key(room), "LT", grace_end, room),
+                script_call(
+                    ROOM_LEAVE,
+                    self.room_keys(room),
+                    [encode_id(user_id), connection_id, seconds, grace_end],
+                ),
+            ],
+            parse=lambda replies: RoomWrite(False, bool(replies[1][0])),
+            fallback=None,
+        )
+
+    def read_room(
+        self, room: str, now: float, first: int, lookups: list[UserId] | tuple[UserId, ...] = ()
+    ) -> Plan[RoomRead | None]:
+        """The room's count, its first ``first`` members by join time and which of
+        ``lookups`` are present, with their entries: O(first + lookups) whatever the room's
+        size. None when Redis is unavailable."""
+
+        def parse(replies: list[Any]) -> RoomRead:
+            decode = id_decoder()
+            present, page, found, invisible, entries = replies[0]
+            raw = dict(zip(entries[::2], entries[1::2], strict=True))
+            members: dict[UserId, MemberEntry] = {}
+            for flat in (page, found):
+                for member, joined in zip(flat[::2], flat[1::2], strict=True):
+                    members[decode(member)] = _entry(joined, raw.get(member) or None)
+            return RoomRead(
+                present=max(int(present), 0),
+                members=members,
+                found=frozenset(decode(m) for m in found[::2]),
+                invisible=frozenset(decode(m) for m in invisible),
+            )
+
+        return Plan(
+            commands=[
+                script_call(
+                    ROOM_READ,
+                    self.room_keys(room),
+                    [int(now), first, *(encode_id(uid) for uid in dict.fromkeys(lookups))],
+                )
+            ],
+            parse=parse,
+            fallback=None,
+        )
+
+    def room_count(self, room: str, now: float) -> Plan[int | None]:
+        """Members present in ``room`` (invisible ones too): two O(log n) commands."""
+        return Plan(
+            commands=[
+                ("ZCARD", self.room_key(room, "m")),
+                ("ZCOUNT", self.room_key(room, "x"), "-inf", int(now)),
+            ],
+            parse=lambda replies: max(int(replies[0]) - int(replies[1]), 0),
+            fallback=None,
+        )
+
+    def prune_room(self, room: str, now: float, limit: int) -> Plan[tuple[list[UserId], float]]:
+        """Remove up to ``limit`` members whose stay ended; those users and the room's next
+        due time (infinity: the room is empty, its keys are gone)."""
+
+        def parse(replies: list[Any]) -> tuple[list[UserId], float]:
+            decode = id_decoder()
+            gone, due = replies[0]
+            return [decode(m) for m in gone], math.inf if not due else float(due)
+
+        return Plan(
+            commands=[
+                script_call(ROOM_PRUNE, self.room_keys(room), [int(now), limit]),
+            ],
+            parse=parse,
+            fallback=RAISE,
+        )
+
+    def claim_rooms(self, now: float, limit: int) -> Plan[list[str]]:
+        """Rooms due to be swept, taken out of their schedules (each handed to one sweeper):
+        up to ``limit`` from each shard. A shard on an unavailable master is skipped."""
+
+        def parse(replies: list[Any]) -> list[str]:
+            return [
+                str(room) for reply in replies if not isinstance(reply, Exception) for room in reply
+            ]
+
+        return Plan(
+            commands=[
+                script_call(ROOM_CLAIM, [key], [int(now), limit]) for key in self.room_schedules()
+            ],
+            parse=parse,
+            fallback=[],
+            partial=parse,
+        )
+
+    def schedule_rooms(self, due: dict[str, float]) -> Plan[bool]:
+        """Sweep these rooms again at these times (an earlier time already set is kept)."""
+        by_key: dict[str, list[Any]] = defaultdict(list)
+        for room, at in due.items():
+            by_key[self.room_schedule_key(room)] += [math.ceil(at), room]
+        return Plan(
+            commands=[("ZADD", key, "LT", *args) for key, args in by_key.items()],
+            parse=lambda replies: True,
+            fallback=False,
+        )

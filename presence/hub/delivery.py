@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -24,6 +25,58 @@ logger = logging.getLogger("presence")
 DELIVER_BATCH = 200
 #: how soon a pending batch counts as due (saves a wake-up per batch)
 TICK = 0.005
+#: users resolved again per chunk of a resync (after an outage, a layer failure, lag)
+RESYNC_BATCH = 200
+#: the share of the time a resync may take: after a chunk that took t seconds, the next one
+#: waits 3 t; live changes, the sockets' frames and the channel's intake go first meanwhile
+RESYNC_SHARE = 0.25
+#: a resync kept waiting this long past its turn by live work takes one chunk anyway
+RESYNC_STARVED = 1.0
+
+
+class ResyncPace:
+    """When the next chunk of a resync may run: resolving every watched user again (20,000 in a
+    busy process) must not take the time the live work needs, or the resync that follows a lag
+    would feed the lag. Pure (times are passed in), so that the rule is tested on its own."""
+
+    def __init__(self, share: float = RESYNC_SHARE, batch: int = RESYNC_BATCH) -> None:
+        self.share = share
+        self.batch = batch
+        #: users waiting to be resolved again, in the order asked (a dict as an ordered set)
+        self.waiting: dict[UserId, None] = {}
+        #: the earliest time the next chunk may start
+        self.next_at = 0.0
+
+    def request(self, user_ids: Iterable[UserId]) -> None:
+        self.waiting.update(dict.fromkeys(user_ids))
+
+    def discard(self, user_id: UserId) -> None:
+        """A live delivery of this user is coming: it resolves them afresh anyway."""
+        self.waiting.pop(user_id, None)
+
+    def may_run(self, now: float, live_due: bool) -> bool:
+        """Live work first; a chunk once its pause is over (or when starved of its share)."""
+        if not self.waiting or now < self.next_at:
+            return False
+        return not live_due or now >= self.next_at + RESYNC_STARVED
+
+    def take(self, keep: Callable[[UserId], bool]) -> list[UserId]:
+        """The next chunk of users (those ``keep`` still wants), out of the waiting ones."""
+        chunk: list[UserId] = []
+        while self.waiting and len(chunk) < self.batch:
+            uid = next(iter(self.waiting))
+            del self.waiting[uid]
+            if keep(uid):
+                chunk.append(uid)
+        return chunk
+
+    def spent(self, started: float, ended: float) -> None:
+        """A chunk ran from ``started`` to ``ended``: the next waits so that the resync keeps
+        to its share."""
+        self.next_at = ended + (ended - started) * (1 - self.share) / self.share
+
+    def wake_at(self) -> float | None:
+        return self.next_at if self.waiting else None
 
 
 class Delivery:
@@ -33,6 +86,8 @@ class Delivery:
         self.registry = registry
         #: user id -> loop time when its coalescing window ends
         self.pending: dict[UserId, float] = {}
+        #: users to resolve again below the live work (see ResyncPace)
+        self.resyncing = ResyncPace()
         self._wake = asyncio.Event()
 
     def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
@@ -48,12 +103,22 @@ class Delivery:
         if announced_at is not None:
             window -= min(max(time.time() - announced_at, 0.0), window)
         watchers = self.registry.watchers.members
+        resyncing = self.resyncing
         for user_id in user_ids:
             if user_id in watchers and user_id not in self.pending:
                 self.pending[user_id] = loop_now + window
+                resyncing.discard(user_id)
                 self._wake.set()
             elif user_id in self.pending:
                 metrics.COALESCED.inc()
+
+    def resync(self, user_ids: Iterable[UserId]) -> None:
+        """Users to resolve again, in chunks paced below the live work (ResyncPace): after an
+        outage, a layer failure or lag, when any of them may have missed a change."""
+        watchers = self.registry.watchers.members
+        pending = self.pending
+        self.resyncing.request(uid for uid in user_ids if uid in watchers and uid not in pending)
+        self._wake.set()
 
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
@@ -123,33 +188,62 @@ class Delivery:
         running: Callable[[], bool],
     ) -> None:
         loop = asyncio.get_running_loop()
+        resyncing = self.resyncing
+        watchers = self.registry.watchers.members
         while running():
-            if not self.pending:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
             now = loop.time()
             # At most DELIVER_BATCH at a time (the rest stay due: the next round takes them at
-            # once): a resync of every watched user must not hold the loop, nor its memory.
-            due = [uid for uid, at in self.pending.items() if at <= now + TICK][:DELIVER_BATCH]
-            if not due:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), min(self.pending.values()) - now)
+            # once), live changes before any chunk of a resync.
+            due = list(
+                itertools.islice(
+                    (uid for uid, at in self.pending.items() if at <= now + TICK), DELIVER_BATCH
+                )
+            )
+            if resyncing.may_run(now, live_due=bool(due)):
+                chunk = resyncing.take(watchers.__contains__)
+                started = loop.time()
+                await self._deliver_now(deliver, chunk, loop)
+                resyncing.spent(started, loop.time())
                 continue
-            window_ends = [self.pending.pop(uid) for uid in due]
-            try:
-                await deliver(due)
+            if due:
+                window_ends = [self.pending.pop(uid) for uid in due]
+                await self._deliver_now(deliver, due, loop)
                 metrics.delivered(window_ends, loop.time(), get_settings().COALESCE_WINDOW)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # The database failed (a connection terminated, a failover): these users are
-                # delivered again after RETRY_INTERVAL, on a fresh connection.
-                logger.exception("Presence: delivering live updates failed; retrying shortly")
-                retry_at = loop.time() + get_settings().RETRY_INTERVAL
-                for uid in due:
-                    if uid in self.registry.watchers.members:
-                        self.pending.setdefault(uid, retry_at)
-                with contextlib.suppress(Exception):
-                    await sync_to_async(close_old_connections)()
+                continue
+            wake_at = min(
+                (
+                    at
+                    for at in (resyncing.wake_at(), min(self.pending.values(), default=None))
+                    if at is not None
+                ),
+                default=None,
+            )
+            self._wake.clear()
+            if wake_at is None:
+                await self._wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(0.0, wake_at - now))
+
+    async def _deliver_now(
+        self,
+        deliver: Callable[[list[UserId]], Awaitable[None]],
+        user_ids: list[UserId],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        if not user_ids:
+            return
+        try:
+            await deliver(user_ids)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The database failed (a connection terminated, a failover): these users are
+            # delivered again after RETRY_INTERVAL, on a fresh connection.
+            logger.exception("Presence: delivering live updates failed; retrying shortly")
+            retry_at = loop.time() + get_settings().RETRY_INTERVAL
+            for uid in user_ids:
+                if uid in self.registry.watchers.members:
+                    self.pending.setdefault(uid, retry_at)
+            with contextlib.suppress(Exception):
+                await sync_to_async(close_old_connections)()

@@ -33,7 +33,7 @@ class Hub:
         # Through the instance when called, not bound now: a benchmark wraps changed and
         # deliver on a hub (benchmarks/bench_fanout.py) and must see every call.
         self.recovery = Recovery(
-            self.layer, self.registry, self.groups, changed=lambda uids: self.changed(uids)
+            self.layer, self.registry, self.groups, resync=lambda uids: self.resync(uids)
         )
         self.messages = Messages(
             self.registry,
@@ -206,6 +206,10 @@ class Hub:
         """Users whose presence may have changed: delivered after their coalescing window
         (see Delivery.changed)."""
         self.delivery.changed(user_ids, announced_at)
+
+    def resync(self, user_ids: Iterable[UserId]) -> None:
+        """Users to resolve again below the live work, in paced chunks (Delivery.resync)."""
+        self.delivery.resync(user_ids)
 
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""

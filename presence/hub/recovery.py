@@ -1,6 +1,7 @@
 """What the hub does after something went wrong: an outage of presence's Redis, failed calls
 to the channel layer, announcements arriving too late. Each time the users whose changes may
-have gone unheard are resolved again (the sweep loop calls these, presence.hub.tasks)."""
+have gone unheard are resolved again (the sweep loop calls these, presence.hub.tasks), paced
+below the live work (presence.hub.delivery.ResyncPace)."""
 
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ class Recovery:
         layer: Any,
         registry: Registry,
         groups: Groups,
-        changed: Callable[[Iterable[UserId]], None],
+        resync: Callable[[Iterable[UserId]], None],
     ) -> None:
         self.layer = layer
         self.registry = registry
         self.groups = groups
-        #: Hub.changed: these users are resolved again after their coalescing window
-        self.changed = changed
+        #: Delivery.resync: these users are resolved again, in chunks paced below the live
+        #: work (a resync of every watched user must not feed the lag it recovers from)
+        self.resync = resync
         #: outages of presence's Redis that ended, when last looked at (see after_outages)
         self._recoveries_seen = get_store().recoveries()
         #: announce.layer_failures when last looked at, and when to rejoin every group
@@ -48,7 +50,7 @@ class Recovery:
         self.lag: float | None = None
 
     def _resync(self) -> None:
-        self.changed(list(self.registry.watchers.members))
+        self.resync(list(self.registry.watchers.members))
 
     def after_outages(self) -> None:
         """When an outage of presence's Redis ended, resolve every watched user again:
@@ -78,7 +80,7 @@ class Recovery:
         if not retry:
             return
         failed = set(await self.groups.join_users(retry))
-        self.changed(uid for uid in retry if uid not in failed)
+        self.resync([uid for uid in retry if uid not in failed])
 
     def behind_after(self) -> float:
         """How late (seconds after it was sent) an announcement may reach this process before

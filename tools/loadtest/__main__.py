@@ -66,6 +66,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "docs/deployment.md recommends at scale)",
     )
     parser.add_argument(
+        "--storm",
+        action="store_true",
+        help="a reconnect storm: the first process killed and restarted once the load runs, "
+        "timed until every one of its clients is back with a right view",
+    )
+    parser.add_argument(
         "--fault", action="append", help="with --faults: only the faults whose name has this word"
     )
     parser.add_argument(

@@ -14,7 +14,7 @@ from typing import Any
 
 import django
 
-from tools.loadtest import config, report
+from tools.loadtest import config, report, rooms
 from tools.loadtest.config import Sizes
 from tools.loadtest.faults import Faults
 from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
@@ -66,6 +66,9 @@ class Run:
 
         self.cpu = CpuMeter(self.process_groups)
         self.load_ended_at = 0.0
+        #: views not right after the reconnect storm (--storm)
+        self.storm_wrong = 0
+        self.rooms_wrong = 0  # room views still wrong at the final check (rooms.py)
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -140,6 +143,7 @@ class Run:
                     page=self.pages[user],
                     device=rng.choice(DEVICES),
                     server=index % sizes.processes,
+                    rooms=rooms.assign(index),
                 )
             )
         # Page viewers without a socket: online through the middleware for ONLINE_WINDOW.
@@ -256,10 +260,12 @@ class Run:
         #: growth (a leak climbs on; a burst's high-water mark stays flat after it)
         self.rss_timeline: list[tuple[float, str, list[int]]] = []
         try:
-            faults = Faults(self) if self.args.faults else None
+            faults = Faults(self) if self.args.faults or self.args.storm else None
             self.faults = faults
             self.restarted = faults.restarted if faults else set()
-            schedule = self.checkpoint_times(faults)
+            schedule = self.checkpoint_times(faults if self.args.faults else None)
+            if self.args.storm:
+                schedule = sorted([*schedule, (min(8.0, self.sizes.seconds / 3), "storm")])
             deadline = time.monotonic() + self.sizes.seconds
             for at, action in schedule:
                 wait = at - (time.monotonic() - (deadline - self.sizes.seconds))
@@ -270,6 +276,8 @@ class Run:
                 elif action == "warmed up":
                     rss_start = self.rss()
                     self.warmed_up_at = time.time()
+                elif action == "storm" and faults is not None:
+                    self.reconnect_storm(faults)
                 elif faults is not None:
                     faults.inject(action)
                 self.rss_timeline.append((time.time() - load_started, action, self.rss()))
@@ -284,6 +292,9 @@ class Run:
             self.cpu.sample()
             self.load_ended_at = time.time()
             final = self.checkpoint(sample=None, final=True)
+            room_check = rooms.check(self.room_views, config.CONVERGENCE_BOUND)
+            print(rooms.report(room_check), flush=True)
+            self.rooms_wrong = room_check.wrong
             beats_lost, beats_checked = self.lost_heartbeats()
         finally:
             relations.stop()
@@ -303,6 +314,15 @@ class Run:
             orphans,
             time.monotonic() - started_all,
         )
+
+    def reconnect_storm(self, faults: Faults) -> None:
+        from tools.loadtest.storm import run_storm
+
+        print("loadtest: reconnect storm: restarting process 0", flush=True)
+        storm = run_storm(self, faults)
+        print(f"loadtest: reconnect storm: {storm.row()}", flush=True)
+        self.rows.append(("reconnect storm", storm.row()))
+        self.storm_wrong = storm.wrong if storm.right_in is not None else max(1, storm.wrong)
 
     def checkpoint_times(self, faults: Any) -> list[tuple[float, str]]:
         seconds = self.sizes.seconds
@@ -358,6 +378,9 @@ class Run:
             self.relations.resume()
             self.generators.ask("resume")
         return check
+
+    def room_views(self) -> list[rooms.RoomViewsOf]:
+        return [view for part in self.generators.ask("room_views") for view in part]
 
     def lost_heartbeats(self) -> tuple[int, int]:
         """Users whose latest heartbeat is not in Redis (behaviours are paused by then)."""
@@ -704,6 +727,8 @@ class Run:
             print(f"loadtest: RSS grew {growth_max * 100:.1f} % (> 5 %)")
         for window in self.windows:
             wrong += window.wrong_after
+        wrong += self.storm_wrong
+        wrong += self.rooms_wrong
         print(
             report.final_line(
                 sizes.connections, sizes.processes, p50, p99, beats_lost, wrong, leaked, errors

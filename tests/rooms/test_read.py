@@ -89,7 +89,9 @@ def test_the_privacy_matrix(make_user: Callable[..., Any]) -> None:
     enter(not_close)
     enter(invisible, invisible=True)
     enter(invisible_late)
-    PrivacySettings.objects.create(user=invisible_late, online_visibility="everyone", invisible=True)
+    PrivacySettings.objects.create(
+        user=invisible_late, online_visibility="everyone", invisible=True
+    )
 
     state = api.room_presence(ROOM, viewer)
     assert set(state["members"]) == {key(u) for u in (viewer, public, follows_viewer, close)}

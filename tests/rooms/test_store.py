@@ -221,7 +221,9 @@ def test_a_big_rooms_read_is_bounded(redis_client: Any) -> None:
         store.run(store.read_room(room, T + 20, 2 * limit, ()))
         for _ in range(5):
             calls, usec = _eval_usec(redis_client)
-            state = store.run(store.read_room(room, T + 20, 2 * limit, tuple(u(n) for n in range(1, 50))))
+            state = store.run(
+                store.read_room(room, T + 20, 2 * limit, tuple(u(n) for n in range(1, 50)))
+            )
             after_calls, after_usec = _eval_usec(redis_client)
             assert after_calls - calls == 1
             best = min(best, after_usec - usec)

@@ -31,6 +31,7 @@ __all__ = [
     "RAISE",
     "READ_RECENT_KEYS",
     "ConnectionOp",
+    "MemberEntry",
     "Plan",
     "PlanBuilder",
     "MemberEntry",

@@ -34,7 +34,6 @@ __all__ = [
     "MemberEntry",
     "Plan",
     "PlanBuilder",
-    "MemberEntry",
     "Raise",
     "RoomRead",
     "RoomWrite",

@@ -32,6 +32,7 @@ NAMES = (
     "cluster",
     "amplification",
     "page_views",
+    "metrics",
 )
 
 
@@ -132,6 +133,7 @@ def main(argv: list[str]) -> int:
             bench_feed,
             bench_heartbeats,
             bench_memory,
+            bench_metrics,
             bench_middleware,
             bench_online_friends,
             bench_page_views,
@@ -151,6 +153,7 @@ def main(argv: list[str]) -> int:
             "cluster": bench_cluster.run,
             "amplification": bench_amplification.run,
             "page_views": bench_page_views.run,
+            "metrics": bench_metrics.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -4,6 +4,7 @@ moved by real heartbeats, diffs and Redis outages (real Redis, the channels_redi
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -176,10 +177,12 @@ async def test_a_heartbeat_and_a_diff_move_the_counters(
     watcher = await sockets.open(viewer)
     await subscribe(watcher, target)
     await heartbeat(watcher)
+    metrics.flush()  # frames reach their counters once a second; now, for the test
     assert value("presence_frames_received_total", type="heartbeat") == before["heartbeats"] + 1
     assert round_trips() > before["round trips"]
     tab = await sockets.open(target)
     assert (await receive(watcher))["type"] == "presence_diff"
+    metrics.flush()
 
     assert value("presence_connections") == before["connections"] + 2
     assert value("presence_watched_users") == before["watched"] + 1
@@ -214,3 +217,16 @@ def test_an_outage_of_presence_redis_is_counted_once_and_its_end_seen(
     api.get_presence(user, user)
     assert value("presence_redis_up", node="redis") == 1
     assert value("presence_redis_outages_total", node="redis") == outages + 1
+
+
+async def test_frame_counts_reach_their_counter_within_a_second_by_themselves(
+    recording: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Frames are counted in a plain dict and added to the counter by a callback on the loop.
+    monkeypatch.setattr(metrics, "FLUSH_SECONDS", 0.01)
+    before = value("presence_frames_sent_total", type="room_diff")
+    metrics.frame_sent("room_diff")
+    metrics.frame_sent("room_diff")
+    assert value("presence_frames_sent_total", type="room_diff") == before
+    await asyncio.sleep(0.05)
+    assert value("presence_frames_sent_total", type="room_diff") == before + 2

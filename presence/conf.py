@@ -74,14 +74,6 @@ class PresenceSettings:
     MAX_ROOMS: int = 10
     #: members listed by name in a room's state; the rest count in ``others``
     ROOM_LIST_LIMIT: int = 100
-    #: room kinds a site declares: kind -> dotted path of ``can_enter(user, room_id) -> bool``,
-    #: or None to let any authenticated user in; an undeclared kind is refused (docs/rooms.md).
-    #: presence.E011 / E012 report bad values
-    ROOMS: Mapping[str, str | None] = FrozenMapping()
-    #: rooms one WebSocket connection may be in at once
-    MAX_ROOMS: int = 10
-    #: members listed by name in a room's state; the rest count in ``others``
-    ROOM_LIST_LIMIT: int = 100
     # --- additions to the contract (documented in docs/settings.md) ---
     #: number of Redis buckets the online sorted sets are split into (docs/redis-layout.md)
     BUCKETS: int = 16384
@@ -157,10 +149,6 @@ def get_settings() -> PresenceSettings:
         # and until it is fixed the levels are contacts.
         levels = known["DEFAULT_PRIVACY"]
         known["DEFAULT_PRIVACY"] = FrozenMapping(levels if isinstance(levels, Mapping) else None)
-    if "ROOMS" in known:
-        # Not a mapping: presence.E011 reports it; until fixed no kind is declared.
-        kinds = known["ROOMS"]
-        known["ROOMS"] = FrozenMapping(kinds if isinstance(kinds, Mapping) else None)
     if "ROOMS" in known:
         # Not a mapping: presence.E011 reports it; until fixed no kind is declared.
         kinds = known["ROOMS"]

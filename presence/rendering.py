@@ -12,16 +12,17 @@ import logging
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import PermissionDenied
 from django.templatetags.static import static
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
 from presence import api, domain
 from presence.conf import get_settings
-from presence.domain import UserId
+from presence.domain import InvalidInput, UserId
 from presence.users import parse_user_id, user_pk
 
 logger = logging.getLogger("presence")
@@ -116,11 +117,15 @@ def dot(request: Any, target: Any) -> SafeString:
     pk, presence = presence_for(request, target)
     if pk is None:
         return SafeString("")
-    label = domain.STATUS_LABELS[presence.status]
+    return dot_html(pk, presence.status)
+
+
+def dot_html(pk: Any, status: domain.Status) -> SafeString:
+    label = domain.STATUS_LABELS[status]
     return format_html(
         '<span class="presence-dot presence-dot--{}" data-presence-user="{}" '
         'title="{}" aria-label="{}" role="img"></span>',
-        presence.status.value,
+        status.value,
         pk,
         label,
         label,
@@ -226,3 +231,68 @@ def page_script(request: Any, socket: str | None = None, nonce: str | None = Non
     if user is not None and not user.is_authenticated:
         return SafeString("")
     return script_tag(socket, nonce)
+
+
+# --- rooms ({% room_presence %}) --------------------------------------------------------------
+
+
+def room_name(room: Any, room_id: Any = None) -> str:
+    """``"post:42"`` from ``"post:42"``, or from the kind and the id (``"post"``, ``42``)."""
+    return str(room) if room_id is None else f"{room}:{room_id}"
+
+
+def room(request: Any, room: Any, room_id: Any = None, meta: Any = None) -> SafeString:
+    """Who is in the room now, as the viewer may see it (presence.js then joins it and keeps
+    it live); nothing for an anonymous viewer or a room the viewer may not see: a refused, an
+    undeclared or a malformed room renders as no room at all."""
+    viewer = _viewer(request)
+    if viewer is None or not viewer.is_authenticated:
+        return SafeString("")
+    name = room_name(room, room_id)
+    try:
+        state = api.with_names(api.room_presence(name, viewer))
+    except (InvalidInput, PermissionDenied, api.UnknownRoom):
+        return SafeString("")
+    if meta is not None and not isinstance(meta, str):
+        meta = json.dumps(meta, ensure_ascii=False, separators=(",", ":"))
+    members = (room_member(key, member) for key, member in state["members"].items())
+    others = state["others"]
+    count_text = escape(gettext("Here now: %(count)s")) % {
+        "count": format_html("<span data-presence-room-count>{}</span>", state["count"])
+    }
+    return format_html(
+        '<div class="presence-room" data-presence-room="{}" data-presence-room-endpoint="{}"{}>'
+        '<ul class="presence-room__members" data-presence-room-members>{}</ul>'
+        '<span class="presence-room__others" data-presence-room-others title="{}"{}>+{}</span>'
+        '<span class="presence-room__count">{}</span></div>',
+        name,
+        reverse("presence:room", args=[name]),
+        format_html(' data-presence-room-meta="{}"', meta) if meta is not None else "",
+        SafeString("".join(members)),
+        gettext("More people are here"),
+        "" if others else SafeString(" hidden"),
+        others,
+        SafeString(count_text),
+    )
+
+
+def initials(name: str) -> str:
+    """The avatar's letters: the first of the name's first two words, or the first two of a
+    one-word name (presence.js's rule)."""
+    words = name.split()
+    letters = words[0][:2] if len(words) == 1 else "".join(word[:1] for word in words[:2])
+    return letters.upper()
+
+
+def room_member(key: str, member: dict[str, Any]) -> SafeString:
+    """One listed member: avatar, dot and name (presence.js builds the same for arrivals)."""
+    status = domain.Status((member.get("presence") or {}).get("status", "offline"))
+    return format_html(
+        '<li class="presence-room__member" data-presence-room-member="{}">'
+        '<span class="presence-room__avatar" aria-hidden="true">{}</span>{} '
+        '<span class="presence-room__name">{}</span></li>',
+        key,
+        initials(member["name"]),
+        dot_html(key, status),
+        member["name"],
+    )

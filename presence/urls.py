@@ -11,4 +11,6 @@ urlpatterns = [
     path("api/status", views.status_view, name="status"),
     # load balancers and probes: no login, no database (docs/operations.md)
     path("api/health", monitoring.health_view, name="health"),
+    # <path:>: a room's id may hold a "/" (docs/rooms.md)
+    path("api/rooms/<path:room>", views.room_view, name="room"),
 ]

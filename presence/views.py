@@ -10,6 +10,7 @@ from functools import wraps
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import (
     REASON_CSRF_TOKEN_MISSING,
@@ -22,13 +23,15 @@ from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, resolution, users
+from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
 from presence.domain.nesting import nests_too_deeply
+from presence.domain.rooms import parse_room
 
 MAX_IDS = 500
 MAX_BODY_BYTES = 4096
 
-View = Callable[[HttpRequest], HttpResponse]
+View = Callable[..., HttpResponse]
 
 
 def error(code: str, message: str, status: int = 400) -> JsonResponse:
@@ -59,8 +62,10 @@ def _json_view(*methods: str) -> Callable[[View], View]:
 
     def decorate(view: View) -> View:
         @wraps(view)
-        def wrapper(request: HttpRequest) -> HttpResponse:
-            response = refusal(request, methods, _("Log in to see presence.")) or view(request)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            response = refusal(request, methods, _("Log in to see presence.")) or view(
+                request, *args, **kwargs
+            )
             add_never_cache_headers(response)
             return response
 
@@ -213,3 +218,28 @@ def status_view(request: HttpRequest) -> HttpResponse:
         return error(exc.code, exc.message)
     presence = api.apply_change(request.user, change)
     return JsonResponse({"presence": presence.as_dict()})
+
+
+@csrf_exempt  # GET only: another method is answered 405 in JSON, not by Django's HTML 403 page
+@_json_view("GET")
+def room_view(request: HttpRequest, room: str) -> HttpResponse:
+    """``GET rooms/<room>``: ``{"room", "members", "others", "count"}`` as the caller may see
+    it, each listed member with its ``name``; 400 for a malformed name, 404 for a kind the site
+    did not declare, 403 where the room's rule refuses. A read counts against
+    ``HTTP_READ_LIMIT`` as the most members it may list (``ROOM_LIST_LIMIT``)."""
+    try:
+        parse_room(room)
+    except InvalidInput as exc:
+        return error(exc.code, exc.message)
+    refused = over_read_limit(request, get_settings().ROOM_LIST_LIMIT)
+    if refused is not None:
+        return refused
+    try:
+        state = api.room_presence(room, request.user)
+    except InvalidInput as exc:
+        return error(exc.code, exc.message)
+    except api.UnknownRoom as exc:
+        return error(exc.code, exc.message, status=404)
+    except PermissionDenied:
+        return error("forbidden", _("You may not see who is in this room."), status=403)
+    return JsonResponse({"room": room, **api.with_names(state)})

@@ -108,7 +108,13 @@ CHANNEL_LAYERS = {
 }
 
 # Every key is optional; the defaults and their meaning are in docs/settings.md.
-PRESENCE: dict[str, object] = {}
+PRESENCE: dict[str, object] = {
+    # Rooms (docs/rooms.md): who is reading a post, who of a group is in it now.
+    "ROOMS": {
+        "post": "siteproject.demo.rooms.can_read_post",
+        "group": "siteproject.demo.rooms.is_group_member",
+    },
+}
 
 # The activity feed's settings (presence/feed/conf.py, docs/feed.md).
 PRESENCE_FEED: dict[str, object] = {

@@ -45,6 +45,7 @@ from presence.api._reading import (
     watched_friends,
 )
 from presence.api._recording import asign_off, atouch, sign_off, touch
+from presence.api._room_names import with_names
 from presence.api._rooms import UnknownRoom, aroom_presence, room_presence
 from presence.api._status import apply_change, aset_status, set_status
 from presence.domain import InvalidInput, Presence
@@ -86,6 +87,7 @@ __all__ = [
     "unblock",
     "unfollow",
     "watched_friends",
+    "with_names",
 ]
 
 # The benchmarks time the online-friends read piece by piece (benchmarks/bench_online_friends.py).

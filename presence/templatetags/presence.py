@@ -66,3 +66,13 @@ def presence_script(context: template.Context, socket: str | None = None) -> Saf
     Nothing for an anonymous visitor: the socket and the endpoints answer logged-in users only."""
     request = rendering.request_of(context)
     return rendering.page_script(request, socket, rendering.csp_nonce(context))
+
+
+@register.simple_tag(takes_context=True)
+def room_presence(
+    context: template.Context, room: Any, room_id: Any = None, meta: Any = None
+) -> SafeString:
+    """Who is in the room now (``"post:42"``, or ``"post" post.pk``), kept live by presence.js;
+    ``meta`` (a dict or its JSON) goes with this page's join. Nothing where the viewer may not
+    see the room."""
+    return rendering.room(rendering.request_of(context), room, room_id, meta)

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from presence import ratelimit, rendering
 from presence.feed import api as feed
 from presence.feed.conf import get_settings
-from presence.feed.models import Group, Membership
+from presence.feed.models import Activity, Group, Membership
 from siteproject.demo.feed_forms import PostForm
 from siteproject.demo.views import (
     _back,
@@ -122,6 +122,17 @@ def user_activity(request: HttpRequest, username: str) -> HttpResponse:
         request, page, target=target, page_users=[target], live_feed=f"user:{target.pk}"
     )
     return render(request, "demo/user_feed.html", context)
+
+
+@member_view
+def post(request: HttpRequest, pk: int) -> HttpResponse:
+    """One post, with who is reading it now (the room ``post:<pk>``, docs/rooms.md); a post the
+    viewer may not see is a 404, as if it did not exist."""
+    activity = get_object_or_404(Activity.objects.select_related("author"), pk=pk)
+    if not feed.can_see(request.user, activity):
+        raise Http404("No such post.")
+    context = {"activity": activity, "page_users": [request.user, activity.author]}
+    return render(request, "demo/post.html", context)
 
 
 @member_view

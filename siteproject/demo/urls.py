@@ -21,6 +21,7 @@ urlpatterns = [
     path("feed/", feed_views.following, name="feed"),
     path("feed/mentions/", feed_views.mentions, name="feed_mentions"),
     path("u/<str:username>/activity/", feed_views.user_activity, name="user_feed"),
+    path("posts/<int:pk>/", feed_views.post, name="post"),
     path("groups/", feed_views.groups, name="groups"),
     path("groups/<slug:slug>/", feed_views.group, name="group"),
     path("groups/<slug:slug>/<slug:action>/", feed_views.group_action, name="group_action"),

@@ -638,14 +638,17 @@
     showRoom(room);
   }
 
-  const initials = (name) =>
-    name
-      .trim()
-      .split(/\s+/)
+  // The server's rule (rendering.initials): the first letters of the first two words, or the
+  // first two letters of a one-word name.
+  function initials(name) {
+    const words = name.trim().split(/\s+/).filter((word) => word);
+    if (words.length === 1) return Array.from(words[0]).slice(0, 2).join("").toUpperCase();
+    return words
       .slice(0, 2)
-      .map((word) => Array.from(word)[0] || "")
+      .map((word) => Array.from(word)[0])
       .join("")
       .toUpperCase();
+  }
 
   function fillName(item, id) {
     const name = names.get(id);

@@ -1,0 +1,38 @@
+"""Putting users in a room for the read paths' tests (HTTP, template tag): the user is seen now
+(``api.touch``, so the resolver shows them online to whoever may see it) and one connection of
+theirs joins through the store's own join plan, as the consumer's join does."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from presence import api
+from presence.store import get_store
+
+
+def enter(user: Any, room: str, meta: dict[str, Any] | None = None) -> None:
+    api.touch(user)
+    store = get_store()
+    text = None if meta is None else json.dumps(meta, separators=(",", ":"))
+    plan = store.join_room(room, user.pk, f"conn-{user.pk}", time.time(), meta=text)
+    assert store.run(plan) is not None
+
+
+# --- rules (can_enter) of the read paths' tests, named in ROOMS by dotted path ----------------
+
+
+def even_ids_only(user: Any, room_id: str) -> bool:
+    return room_id.isdigit() and int(room_id) % 2 == 0
+
+
+def raises(user: Any, room_id: str) -> bool:
+    raise RuntimeError("this site's rule is broken")
+
+
+ROOMS = {
+    "post": None,
+    "group": "tests.rooms.members.even_ids_only",
+    "broken": "tests.rooms.members.raises",
+}

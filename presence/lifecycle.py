@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from presence import announce, domain, relations, resolution
+from presence import announce, domain, relations, resolution, signals
 from presence.conf import get_settings
 from presence.domain import Presence, UserId
 from presence.models import LastSeen
@@ -49,6 +49,7 @@ def _connection(
     )
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
+    _signal(transition)
     if transition is not None and op == "open":
         # Only now: a refused open must leave no trace, not even a due time.
         yield from redis(store.connected(user_id, now), live=True)
@@ -58,6 +59,14 @@ def _connection(
     if resolution.is_news(transition, now):
         yield from call(announce.announce, [user_id], afunction=announce.aannounce)
     return transition
+
+
+def _signal(transition: Transition | None) -> None:
+    """This write made the user online or offline (the ledger told this caller alone)."""
+    if transition is not None and transition.made:
+        signals.send_transition(
+            transition.user_id, transition.made, transition.at, transition.invisible
+        )
 
 
 async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transition | None:
@@ -113,7 +122,13 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     store = get_store()
     now = resolution.now()
     timing = resolution.timing()
-    due, expiring = yield from redis(store.claim_due(now, limit or conf.SWEEP_BATCH), live=True)
+    # Claimed users are leased to this sweep until it gives them back (release, below): if this
+    # process dies in between, the next sweep anywhere takes them once the lease lapses.
+    lease_end = store.lease_end(now)
+    due, expiring = yield from redis(
+        store.claim_due(now, limit or conf.SWEEP_BATCH, lease_end), live=True
+    )
+    leased = list(due)
     # Users claimed by an earlier sweep here whose check failed are checked again first.
     due = list(dict.fromkeys([*store.unswept, *due]))
     store.unswept.difference_update(due)
@@ -126,6 +141,8 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
         )
     later: dict[UserId, float] = {}
     crashed: dict[UserId, float] = {}
+    for transition in transitions:
+        _signal(transition)
     for user_id, transition in zip(due, transitions, strict=True):
         if transition is None:
             later[user_id] = now + conf.RETRY_INTERVAL  # Redis failed: try again soon
@@ -143,17 +160,21 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
             offline_at = domain.offline_at(state, timing)
             if offline_at is not None:
                 later[user_id] = offline_at
-    if later:
-        report.rescheduled = len(later)
-        if not (yield from redis(store.schedule(later), live=True)):
-            # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users
-            # out of the schedule, so this process keeps them for its next sweep.
-            store.unswept.update(later)
+    report.rescheduled = len(later)
     if crashed:
         yield from call(LastSeen.objects.record_many, crashed)
     if report.offline or report.changed or expiring:
         changed = resolution.unique([*report.offline, *report.changed, *expiring])
         yield from call(announce.announce, changed, afunction=announce.aannounce)
+    # Given back only now: a sweeper killed before this point leaves its users leased, and the
+    # sweep that takes them after the lease announces them (their transitions are made already,
+    # so no signal is sent twice).
+    if (later or leased) and not (
+        yield from redis(store.release(lease_end, leased, later), live=True)
+    ):
+        # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users out
+        # of the schedule, so this process keeps them for its next sweep.
+        store.unswept.update(later)
     return report
 
 

@@ -70,6 +70,9 @@ def _changed(sender: Any, user_ids: tuple[UserId, ...], reason: str) -> None:
 
 def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
     _changed(sender, (instance.user_id,), "privacy")
+    # The online count leaves invisible users out: its copy of the choice, after commit.
+    user_id, invisible = instance.user_id, instance.invisible and kwargs["signal"] is post_save
+    transaction.on_commit(lambda: api.note_invisible(user_id, invisible))
 
 
 def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:

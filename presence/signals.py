@@ -1,8 +1,25 @@
-"""The signals presence sends. Receivers live elsewhere (presence.receivers, site code)."""
+"""The signals presence sends. Receivers live elsewhere (presence.receivers, site code).
+
+``user_online`` and ``user_offline`` are sent once per transition on the whole site: the Lua
+script that makes a transition settles it in the store's online ledger atomically, so exactly
+one write (of one process) is told "this call made the user online" (or offline), and that
+process sends the signal (:func:`send_transition`). Receivers run on one worker thread of the
+process, never on the event loop or in the write's path, one after another in the order the
+transitions were made there; one that raises is logged and the others still run.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import close_old_connections
 from django.dispatch import Signal
+
+logger = logging.getLogger("presence")
 
 #: Sent after commit when what others may see of ``user_id`` may have changed for a reason other
 #: than activity: ``reason`` is "status" (set_status), "privacy" (PrivacySettings saved or
@@ -10,3 +27,63 @@ from django.dispatch import Signal
 #: both users). One change can send more than one (set_status also saves PrivacySettings);
 #: listeners should coalesce. The live layer listens to push updates to open connections.
 presence_changed = Signal()
+
+#: Sent once on the whole site when ``user_id`` comes online as their friends see it (a first
+#: connection or request after being offline): ``at`` (aware datetime, UTC) when, ``invisible``
+#: whether the user chose to look offline to everyone (their friends see nothing then).
+user_online = Signal()
+
+#: Sent once on the whole site when ``user_id`` goes offline as their friends see it:
+#: OFFLINE_GRACE after their last connection closed (or they logged out), CONNECTION_TTL after a
+#: crashed connection was last heard from, ONLINE_WINDOW after the last page view of a user seen
+#: only by page views; noticed by the sweep of any live process (within SWEEP_INTERVAL), or by
+#: ``presence_cleanup`` on a site without one. ``at`` is when the user turned offline.
+user_offline = Signal()
+
+#: the receivers' one thread in this process (created on first use)
+_worker: ThreadPoolExecutor | None = None
+_worker_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _worker
+    if _worker is None:
+        with _worker_lock:
+            if _worker is None:
+                _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="presence-signals")
+    return _worker
+
+
+def send_transition(user_id: Any, made: int, at: float | None, invisible: bool) -> None:
+    """Send ``user_online`` (``made`` 1) or ``user_offline`` (-1) for ``user_id`` on the
+    receivers' thread; returns at once. ``made`` comes from the store's reply (0: nothing)."""
+    if made == 0 or at is None:
+        return
+    signal = user_online if made > 0 else user_offline
+    when = datetime.fromtimestamp(at, tz=UTC)
+    _executor().submit(_send, signal, user_id, when, invisible)
+
+
+def _send(signal: Signal, user_id: Any, at: datetime, invisible: bool) -> None:
+    try:
+        for receiver, result in signal.send_robust(
+            sender=None, user_id=user_id, at=at, invisible=invisible
+        ):
+            if isinstance(result, Exception):
+                logger.error(
+                    "Presence: a receiver of %s (%r) raised for user %s",
+                    "user_online" if signal is user_online else "user_offline",
+                    receiver,
+                    user_id,
+                    exc_info=result,
+                )
+    finally:
+        # Receivers may use the database on this thread: as at the end of a request.
+        close_old_connections()
+
+
+def wait_sent(timeout: float | None = 10.0) -> None:
+    """Block until every transition this process sent so far has reached its receivers (tests,
+    and a management command's end)."""
+    done: Future[None] = _executor().submit(lambda: None)
+    done.result(timeout)

@@ -31,6 +31,7 @@ from presence.api._contacts import (
     unblock,
     unfollow,
 )
+from presence.api._counting import anote_invisible, aonline_count, note_invisible, online_count
 from presence.api._maintenance import CleanupReport, cleanup
 from presence.api._reading import (
     abulk_presence,
@@ -59,7 +60,9 @@ __all__ = [
     "abulk_presence",
     "afollow",
     "aget_presence",
+    "anote_invisible",
     "anotify_changed",
+    "aonline_count",
     "aonline_friends",
     "aonline_friends_with_presence",
     "apply_change",
@@ -75,7 +78,9 @@ __all__ = [
     "cleanup",
     "follow",
     "get_presence",
+    "note_invisible",
     "notify_changed",
+    "online_count",
     "online_friends",
     "online_friends_with_presence",
     "online_now",

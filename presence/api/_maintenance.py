@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from presence import domain, resolution
+from presence import domain, resolution, signals
 from presence.conf import get_settings
 from presence.domain import UserId
-from presence.models import LastSeen, UserStatus
+from presence.models import LastSeen, PrivacySettings, UserStatus
 from presence.store import get_store
 
 
@@ -20,6 +20,9 @@ class CleanupReport:
     persisted: int = 0
     removed: int = 0
     expired_statuses: int = 0
+    #: users whose invisibility the online count had wrong (set in the database without a save
+    #: signal, say a queryset update), put right
+    invisible_fixed: int = 0
     dry_run: bool = False
 
 
@@ -54,7 +57,11 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         for entry in entries:
             seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
         report.persisted += LastSeen.objects.record_many(seen)
-        report.removed += store.run(store.remove_unchanged(entries))
+        removal = store.run(store.remove_stale(entries))
+        report.removed += removal.removed
+        # Nobody swept these (a site without live processes): their transition is made here.
+        for user_id, invisible, at in removal.offline:
+            signals.send_transition(user_id, -1, at, invisible)
     if not dry_run:
         store.run(store.prune_schedules(now - conf.ONLINE_WINDOW))
     expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
@@ -62,4 +69,21 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         report.expired_statuses = expired.count()
     else:
         report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
+    report.invisible_fixed = _fix_invisible(dry_run)
+    if not dry_run:
+        signals.wait_sent()
     return report
+
+
+def _fix_invisible(dry_run: bool) -> int:
+    """The online count leaves out the users the store takes for invisible, a copy of
+    ``PrivacySettings.invisible`` kept on each save: recomputed here from the database, so a
+    drift (an update that sent no signal, a Redis restored from elsewhere) cannot persist."""
+    store = get_store()
+    truth = set(PrivacySettings.objects.filter(invisible=True).values_list("user_id", flat=True))
+    known = store.run(store.invisible_members())
+    changes: list[tuple[UserId, bool]] = [(user_id, True) for user_id in truth - known]
+    changes += [(user_id, False) for user_id in known - truth]
+    if changes and not dry_run:
+        store.run(store.set_invisible_many(changes))
+    return len(changes)

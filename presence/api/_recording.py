@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from presence import announce, domain, resolution
+from presence import announce, domain, resolution, signals
 from presence.models import LastSeen
 from presence.operations import Operation, arun, call, redis, run
 from presence.store import get_store
@@ -16,6 +16,8 @@ def _touch(user: Any, device: str) -> Operation[None]:
     now = resolution.now()
     store = get_store()
     transition = yield from redis(store.touch(user_id, domain.Device(device), now))
+    if transition is not None:
+        signals.send_transition(user_id, transition.made, transition.at, transition.invisible)
     if resolution.is_news(transition, now):
         yield from call(announce.announce, [user_id], afunction=announce.aannounce)
 
@@ -35,7 +37,9 @@ def _sign_off(user: Any, device: str) -> Operation[None]:
     user_id = _pk(user)
     now = resolution.now()
     store = get_store()
-    yield from redis(store.sign_off(user_id, domain.Device(device), now))
+    transition = yield from redis(store.sign_off(user_id, domain.Device(device), now))
+    if transition is not None:
+        signals.send_transition(user_id, transition.made, transition.at, transition.invisible)
     yield from call(LastSeen.objects.record_many, {user_id: now})
 
 

@@ -13,7 +13,7 @@ from presence.api._reading import _get_presence
 from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
 from presence.models import PrivacySettings, UserStatus
 from presence.operations import Operation, arun, call, redis, run
-from presence.store import get_store
+from presence.store import get_store, merge
 from presence.users import user_pk as _pk
 
 
@@ -76,11 +76,12 @@ def _apply_change(
     yield from call(_save, _pk(user), change, expires_at if has_custom else None)
     # The live layer announces the custom status clearing by itself when it expires.
     store = get_store()
-    yield from redis(
-        store.schedule_expiry(
-            _pk(user), expires_at.timestamp() if has_custom and expires_at else None
-        )
+    expiry = store.schedule_expiry(
+        _pk(user), expires_at.timestamp() if has_custom and expires_at else None
     )
+    # The online count leaves invisible users out (its copy of the choice; one round trip).
+    invisible = store.set_invisible(_pk(user), change.status is StatusChoice.INVISIBLE)
+    yield from redis(merge([expiry, invisible]))
     return (yield from _get_presence(user, user))
 
 

@@ -135,6 +135,25 @@ class KeyScheme:
         """The schedule of custom statuses due to expire, for the users of this bucket."""
         return self._schedule_key(self.shard_of(bucket), "expiring")
 
+    def lease_key(self, shard: int) -> str:
+        """The users a sweeper claimed from the shard's "due" schedule, by when the claim lapses."""
+        return self._schedule_key(shard, "leased")
+
+    def ledger_keys(self, shard: int) -> tuple[str, str, str]:
+        """The shard's online ledger (lua/ledger.lua): the visible users online and the hidden
+        ones, by the time each turns offline, and the users who chose to be invisible."""
+        return (
+            self._schedule_key(shard, "online"),
+            self._schedule_key(shard, "hidden"),
+            self._schedule_key(shard, "invisible"),
+        )
+
+    def user_ledger_keys(self, user_id: UserId) -> tuple[str, str, str]:
+        return self.ledger_keys(self.shard_of(self.bucket_of(user_id)))
+
+    def shards(self) -> range:
+        return range(len(self.tags))
+
     def user_due_key(self, user_id: UserId) -> str:
         return self.due_key(self.bucket_of(user_id))
 

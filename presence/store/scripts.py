@@ -1,6 +1,6 @@
 """The Lua scripts, one ``.lua`` file each in ``lua/``, with the score constants injected
 from :mod:`presence.store.keys` (so Python and Lua cannot drift) and the shared fragments
-(``aggregate.lua``, ``connections.lua``) prepended where a script uses them.
+(``aggregate.lua``, ``connections.lua``, ``ledger.lua``) prepended where a script uses them.
 
 What each script takes (KEYS, ARGV) and returns is described at the top of its file.
 """
@@ -42,12 +42,14 @@ def load(name: str, *fragments: str) -> Script:
     return Script(HEADER + "".join(read(fragment) for fragment in fragments) + read(name))
 
 
-TOUCH = load("touch", "aggregate")
-SIGN_OFF = load("sign_off")
-CONNECTION = load("connection", "aggregate", "connections")
+TOUCH = load("touch", "aggregate", "ledger")
+SIGN_OFF = load("sign_off", "ledger")
+CONNECTION = load("connection", "aggregate", "connections", "ledger")
 REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
 DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")
+RELEASE = load("release")
+SET_INVISIBLE = load("set_invisible")
 READ_RECENT = load("read_recent")
 ROOM_CLAIM = load("room_claim")
 ROOM_JOIN = load("room_join", "room_common")
@@ -62,6 +64,8 @@ ALL = {
     "remove_if_unchanged": REMOVE_IF_UNCHANGED,
     "describe_connections": DESCRIBE_CONNECTIONS,
     "claim_due": CLAIM_DUE,
+    "release": RELEASE,
+    "set_invisible": SET_INVISIBLE,
     "read_recent": READ_RECENT,
     "room_claim": ROOM_CLAIM,
     "room_join": ROOM_JOIN,

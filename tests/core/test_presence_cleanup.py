@@ -418,7 +418,7 @@ def test_removal_counts_stay_exact_when_redis_loses_its_scripts_mid_pipeline(
     # (lowercase: a raw command, not one of the store's script calls)
     plan = Plan(
         commands=[*removal.commands, ("script", "load", source), *other_removal.commands],
-        parse=lambda replies: int(replies[0]) + int(replies[2]),
+        parse=lambda replies: removal.parse(replies[:1]) + other_removal.parse(replies[2:]),
         fallback=RAISE,
     )
 

@@ -11,8 +11,10 @@
 -- only if every connection is. When none is left the user signs off at their last activity (now
 -- for a close). An open (or a beat) of a connection that is not live while the user has the
 -- most live connections allowed is refused and changes nothing.
+-- KEYS[4..6] the shard's ledger (online, hidden, invisible; see LEDGER), ARGV[10..12] offline
+-- grace, connection TTL, online window.
 -- Returns {old score or false, new score or false, live connections, refused (0/1), connections
--- dropped as crashed}.
+-- dropped as crashed, made, invisible, at} (see settle).
 local uid = ARGV[1]
 local op = ARGV[2]
 local beat = op == 'beat' or op == 'open'
@@ -46,7 +48,7 @@ if op ~= 'expire' then
 end
 if beat and not cur and a[1] >= tonumber(ARGV[9]) then
   local live = a[1] - redis.call('ZLEXCOUNT', KEYS[3], first, gone_below)
-  if live >= tonumber(ARGV[9]) then return {old or false, old or false, live, 1} end
+  if live >= tonumber(ARGV[9]) then return {old or false, old or false, live, 1, 0, 0, 0, false} end
 end
 -- crash detection: drop the connections not heard from for the TTL
 local gone = redis.call('ZRANGEBYLEX', KEYS[3], first, gone_below)
@@ -128,4 +130,5 @@ if score and score ~= o then
 else
   score = old or false
 end
-return {old or false, score and tostring(score) or false, a[1], 0, crashed}
+local made = settle({KEYS[4], KEYS[5], KEYS[6]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12])
+return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3]}

@@ -1,8 +1,11 @@
--- KEYS[1] bucket's seen, KEYS[2] bucket's connections, KEYS[3] bucket's expiries; ARGV member1,
--- score1, member2, score2... Removes each member whose score is still the one read (so a user
--- active again since is kept), with everything left of its connections. Returns how many were
--- removed.
+-- KEYS[1] bucket's seen, KEYS[2] bucket's connections, KEYS[3] bucket's expiries, KEYS[4..5]
+-- the shard's ledger (online, hidden; see LEDGER); ARGV member1, score1, member2, score2...
+-- Removes each member whose score is still the one read (so a user active again since is
+-- kept), with everything left of its connections; one still in the ledger (no sweep made it
+-- offline: a site without live processes) leaves it. Returns {how many were removed, {member,
+-- invisible (0/1), offline since, ...} of those that left the ledger}.
 local removed = 0
+local left = {}
 for i = 1, #ARGV, 2 do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if s and tonumber(s) == tonumber(ARGV[i + 1]) then
@@ -15,6 +18,15 @@ for i = 1, #ARGV, 2 do
     redis.call('ZREM', KEYS[1], ARGV[i])
     redis.call('HDEL', KEYS[2], ARGV[i])
     removed = removed + 1
+    for k = 4, 5 do
+      local was = redis.call('ZSCORE', KEYS[k], ARGV[i])
+      if was then
+        redis.call('ZREM', KEYS[k], ARGV[i])
+        left[#left + 1] = ARGV[i]
+        left[#left + 1] = k - 4
+        left[#left + 1] = was
+      end
+    end
   end
 end
-return removed
+return {removed, left}

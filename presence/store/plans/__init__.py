@@ -12,6 +12,7 @@ By concern:
 - :mod:`~presence.store.plans.reads`: many users' live state in one round trip;
 - :mod:`~presence.store.plans.scans`: whole buckets, for cleanup and "online now"
   (:class:`StaleEntry`);
+- :mod:`~presence.store.plans.ledger`: the online ledger's count and its invisible users;
 - :mod:`~presence.store.plans.rooms`: rooms (members, meta, their stay, the sweep).
 
 :class:`PlanBuilder` composes them; every name is importable from ``presence.store.plans``
@@ -20,11 +21,12 @@ itself, as it always was.
 
 from __future__ import annotations
 
+from presence.store.plans.ledger import LedgerPlans
 from presence.store.plans.plan import RAISE, Plan, Raise, merge, script_call
 from presence.store.plans.reads import READ_RECENT_KEYS, ReadPlans
 from presence.store.plans.recording import ConnectionOp, RecordingPlans, Transition
 from presence.store.plans.rooms import MemberEntry, RoomPlans, RoomRead, RoomWrite
-from presence.store.plans.scans import ScanPlans, StaleEntry
+from presence.store.plans.scans import Removal, ScanPlans, StaleEntry
 from presence.store.plans.schedules import SchedulePlans
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "Plan",
     "PlanBuilder",
     "Raise",
+    "Removal",
     "RoomRead",
     "RoomWrite",
     "StaleEntry",
@@ -44,5 +47,5 @@ __all__ = [
 ]
 
 
-class PlanBuilder(RecordingPlans, SchedulePlans, ReadPlans, ScanPlans, RoomPlans):
+class PlanBuilder(RecordingPlans, SchedulePlans, ReadPlans, ScanPlans, LedgerPlans, RoomPlans):
     """Every plan of the store, over its key scheme."""

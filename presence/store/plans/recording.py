@@ -4,7 +4,7 @@ heartbeat, close and expiry, and a description of a user's connections. No I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from presence import domain
@@ -29,16 +29,32 @@ class Transition:
     refused: bool = False
     #: connections this write found crashed (not heard from for CONNECTION_TTL) and dropped
     crashed: int = 0
+    #: 1: this write made the user online, -1: offline (settled in the script, so exactly one
+    #: write on the whole site says so for each transition: presence.signals), 0: neither
+    made: int = field(default=0, compare=False)
+    #: the user chose to be invisible (as the store knows it, see PlanBuilder.set_invisible)
+    invisible: bool = field(default=False, compare=False)
+    #: when the transition happened: the write's time, or the moment the user turned offline
+    at: float | None = field(default=None, compare=False)
 
     @classmethod
-    def from_reply(cls, user_id: UserId, reply: list[Any]) -> Transition:
+    def from_reply(cls, user_id: UserId, reply: list[Any], ledger_at: int = 5) -> Transition:
+        """A script's reply: old and new score, for connections (live connections, refused,
+        crashed), then the ledger's verdict from ``ledger_at`` on (made, invisible, at)."""
+        core = reply[:ledger_at]
+        made: list[Any] = (
+            reply[ledger_at : ledger_at + 3] if len(reply) >= ledger_at + 3 else [0, 0, None]
+        )
         return cls(
             user_id,
-            decode_score(reply[0]),
-            decode_score(reply[1]),
-            int(reply[2]) if len(reply) > 2 else None,
-            bool(int(reply[3])) if len(reply) > 3 else False,
-            int(reply[4]) if len(reply) > 4 else 0,
+            decode_score(core[0]),
+            decode_score(core[1]),
+            int(core[2]) if len(core) > 2 else None,
+            bool(int(core[3])) if len(core) > 3 else False,
+            int(core[4]) if len(core) > 4 else 0,
+            made=int(made[0]),
+            invisible=bool(int(made[1])),
+            at=float(made[2]) if made[2] is not None else None,
         )
 
 
@@ -56,6 +72,7 @@ class RecordingPlans(KeyScheme):
                     [
                         self.seen_key(self.bucket_of(user_id)),
                         self.conns_key(self.bucket_of(user_id)),
+                        *self.user_ledger_keys(user_id),
                     ],
                     [
                         encode_id(user_id),
@@ -63,6 +80,7 @@ class RecordingPlans(KeyScheme):
                         domain.DEVICE_BITS[device],
                         seconds - self.conf.ONLINE_WINDOW,
                         self._ttl_start(seconds),
+                        *self._timing(),
                     ],
                 ),
                 (
@@ -73,7 +91,7 @@ class RecordingPlans(KeyScheme):
                     encode_id(user_id),
                 ),
             ],
-            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            parse=lambda replies: Transition.from_reply(user_id, replies[0], ledger_at=2),
             fallback=None,
         )
 
@@ -85,12 +103,13 @@ class RecordingPlans(KeyScheme):
             commands=[
                 script_call(
                     SIGN_OFF,
-                    [self.seen_key(self.bucket_of(user_id))],
+                    [self.seen_key(self.bucket_of(user_id)), *self.user_ledger_keys(user_id)],
                     [
                         encode_id(user_id),
                         seconds,
                         domain.DEVICE_BITS[device],
                         self._ttl_start(seconds),
+                        *self._timing(),
                     ],
                 ),
                 (
@@ -100,7 +119,7 @@ class RecordingPlans(KeyScheme):
                     encode_id(user_id),
                 ),
             ],
-            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            parse=lambda replies: Transition.from_reply(user_id, replies[0], ledger_at=2),
             fallback=None,
         )
 
@@ -127,7 +146,12 @@ class RecordingPlans(KeyScheme):
         commands: list[tuple[Any, ...]] = [
             script_call(
                 CONNECTION,
-                [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
+                [
+                    self.seen_key(bucket),
+                    self.conns_key(bucket),
+                    self.expiries_key(bucket),
+                    *self.user_ledger_keys(user_id),
+                ],
                 [
                     encode_id(user_id),
                     op,
@@ -138,6 +162,7 @@ class RecordingPlans(KeyScheme):
                     self._ttl_start(seconds),
                     seconds - self.conf.ONLINE_WINDOW,
                     self.conf.MAX_CONNECTIONS_PER_USER,
+                    *self._timing(),
                 ],
             )
         ]
@@ -157,6 +182,11 @@ class RecordingPlans(KeyScheme):
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
             fallback=None,
         )
+
+    def _timing(self) -> tuple[float, float, float]:
+        """The ledger's timing (lua/ledger.lua): offline grace, connection TTL, online window."""
+        conf = self.conf
+        return (conf.OFFLINE_GRACE, conf.CONNECTION_TTL, conf.ONLINE_WINDOW)
 
     def _ttl_start(self, seconds: int) -> int:
         """The scripts' "start of the connection TTL": a heartbeat recorded in a later second is

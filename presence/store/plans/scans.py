@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from presence import domain
@@ -38,6 +38,15 @@ class StaleEntry:
         last_active = self.state.last_active
         assert last_active is not None
         return last_active
+
+
+@dataclass
+class Removal:
+    """What :meth:`ScanPlans.remove_unchanged` did: entries removed, and the users it made
+    offline in the ledger, as (user id, invisible, offline since)."""
+
+    removed: int = 0
+    offline: list[tuple[UserId, bool, float]] = field(default_factory=list)
 
 
 class ScanPlans(KeyScheme):
@@ -88,18 +97,44 @@ class ScanPlans(KeyScheme):
         return Plan(commands=commands, parse=parse, fallback=RAISE)
 
     def remove_unchanged(self, entries: Iterable[StaleEntry]) -> Plan[int]:
+        """Removes these entries unless they changed since read; how many were removed (see
+        :meth:`remove_stale`)."""
+        plan = self.remove_stale(entries)
+        read = plan.parse
+        return Plan(plan.commands, lambda replies: read(replies).removed, RAISE)
+
+    def remove_stale(self, entries: Iterable[StaleEntry]) -> Plan[Removal]:
+        """Removes these entries unless they changed since read; those still in the online
+        ledger (nobody swept them: a site without live processes) leave it there and then,
+        and :attr:`Removal.offline` says so, for ``user_offline``."""
         grouped: dict[int, list[Any]] = defaultdict(list)
         for entry in entries:
             grouped[entry.bucket] += [encode_id(entry.user_id), entry.score]
+
+        def parse(replies: list[Any]) -> Removal:
+            decode = id_decoder()
+            removal = Removal()
+            for removed, left in replies:
+                removal.removed += int(removed)
+                for i in range(0, len(left), 3):
+                    user_id = decode(left[i])
+                    removal.offline.append((user_id, bool(int(left[i + 1])), float(left[i + 2])))
+            return removal
+
         return Plan(
             commands=[
                 script_call(
                     REMOVE_IF_UNCHANGED,
-                    [self.seen_key(bucket), self.conns_key(bucket), self.expiries_key(bucket)],
+                    [
+                        self.seen_key(bucket),
+                        self.conns_key(bucket),
+                        self.expiries_key(bucket),
+                        *self.ledger_keys(self.shard_of(bucket))[:2],
+                    ],
                     args,
                 )
                 for bucket, args in grouped.items()
             ],
-            parse=lambda replies: sum(int(r) for r in replies),
+            parse=parse,
             fallback=RAISE,
         )

@@ -10,19 +10,31 @@ from typing import Any
 
 from presence.store.keys import KeyScheme
 from presence.store.plans.plan import RAISE, Plan, script_call
-from presence.store.scripts import CLAIM_DUE
+from presence.store.scripts import CLAIM_DUE, RELEASE
 from presence.users import UserId, encode_id, id_decoder
 
 
 class SchedulePlans(KeyScheme):
     """The plans that claim, set and prune the schedules, over the key scheme."""
 
-    def claim_due(self, now: float, limit: int) -> Plan[tuple[list[UserId], list[UserId]]]:
-        """Users due to turn offline and users whose custom status expired, taken out of their
-        schedules (each handed to one sweeper only): up to ``limit`` of each on one Redis; on a
-        cluster up to ``limit / CLUSTER_SHARDS`` (at least 16) of each from every shard, one
-        round trip per master. A shard on an unavailable master is skipped."""
+    def lease_end(self, now: float) -> float:
+        """When a claim made ``now`` lapses: a sweep's three round trips each wait at most
+        LIVE_SOCKET_TIMEOUT, so only a sweeper that died (or is stuck) holds its users longer,
+        and the next sweep anywhere takes them (lua/claim_due.lua)."""
+        return round(now + 3 * self.conf.LIVE_SOCKET_TIMEOUT, 3)
+
+    def claim_due(
+        self, now: float, limit: int, lease_end: float | None = None
+    ) -> Plan[tuple[list[UserId], list[UserId]]]:
+        """Users due to turn offline (with those whose claim lapsed) and users whose custom
+        status expired, taken out of their schedules (each handed to one sweeper only): up to
+        ``limit`` of each on one Redis; on a cluster up to ``limit / CLUSTER_SHARDS`` (at least
+        16) of each from every shard, one round trip per master. A shard on an unavailable
+        master is skipped. The due users are leased until ``lease_end`` (default
+        :meth:`lease_end`): a sweeper gives them back with :meth:`release` once done, and one
+        killed before that leaves them to the next sweep after the lease."""
         schedules = self.schedules()
+        lease = self.lease_end(now) if lease_end is None else lease_end
         per_schedule = limit if len(schedules) == 1 else max(16, -(-limit // len(schedules)))
 
         def parse(replies: list[Any]) -> tuple[list[UserId], list[UserId]]:
@@ -38,12 +50,37 @@ class SchedulePlans(KeyScheme):
 
         return Plan(
             commands=[
-                script_call(CLAIM_DUE, [due_key, expiring_key], [int(now), per_schedule])
-                for due_key, expiring_key in schedules
+                script_call(
+                    CLAIM_DUE,
+                    [due_key, expiring_key, self.lease_key(shard)],
+                    [int(now), per_schedule, lease],
+                )
+                for shard, (due_key, expiring_key) in enumerate(schedules)
             ],
             parse=parse,
             fallback=([], []),
             partial=parse,
+        )
+
+    def release(
+        self, lease_end: float, user_ids: list[UserId], later: dict[UserId, float]
+    ) -> Plan[bool]:
+        """A sweeper is done with the users it leased until ``lease_end``: those still online
+        are due again at their ``later`` time (an earlier one already set is kept), then every
+        one still leased to it is given back. One round trip (one per master on a cluster)."""
+        by_shard: dict[int, list[Any]] = defaultdict(list)
+        for user_id in user_ids:
+            by_shard[self.shard_of(self.bucket_of(user_id))].append(encode_id(user_id))
+        return Plan(
+            commands=[
+                *self.schedule(later).commands,
+                *(
+                    script_call(RELEASE, [self.lease_key(shard)], [lease_end, *members])
+                    for shard, members in by_shard.items()
+                ),
+            ],
+            parse=lambda replies: True,
+            fallback=False,
         )
 
     def schedule(self, due: dict[UserId, float]) -> Plan[bool]:

@@ -1,0 +1,36 @@
+-- The shard's online ledger: the users made online and not yet made offline, in two sorted
+-- sets by the time each turns offline if nothing else happens (domain.offline_at): "online" for
+-- the visible, "hidden" for those in the shard's "invisible" set. A write's script settles the
+-- user against it atomically, so exactly one caller on the whole site is told "this call made
+-- the user online" (or offline): presence.signals' user_online / user_offline. ZCOUNT of
+-- "online" from now on is the number online (api.online_count), right whether or not a sweep
+-- has yet made the users past their time offline.
+-- The time a score turns offline (false: none), ARGV timing: grace, ttl, window in seconds.
+local function offline_time(score, grace, ttl, window)
+  if not score then return false end
+  local s = tonumber(score)
+  local ts = math.floor(math.abs(s) / SCORE_FACTOR)
+  if s < 0 then return ts + 1 + grace end
+  if s % SCORE_FACTOR >= FLAG_CONNECTED then return ts + 1 + ttl end
+  return ts + window
+end
+-- Settles uid whose score is now ``score``: keys {online, hidden, invisible}. Returns
+-- {made (1 online, -1 offline, 0 neither), invisible (0/1), at (when, as text)}.
+local function settle(keys, uid, score, now, grace, ttl, window)
+  local until_ = offline_time(score, tonumber(grace), tonumber(ttl), tonumber(window))
+  if until_ and now < until_ then
+    local invisible = redis.call('SISMEMBER', keys[3], uid)
+    local key = keys[1]
+    if invisible == 1 then key = keys[2] end
+    if redis.call('ZADD', key, until_, uid) == 1 then return {1, invisible, tostring(now)} end
+    return {0, invisible, false}
+  end
+  for i = 1, 2 do
+    local was = redis.call('ZSCORE', keys[i], uid)
+    if was then
+      redis.call('ZREM', keys[i], uid)
+      return {-1, i - 1, was}
+    end
+  end
+  return {0, 0, false}
+end

@@ -1,0 +1,209 @@
+"""api.online_count and {% online_count %}: users online now, invisible users left out, right at
+once after a transition (no sweep needed), a bounded number of Redis commands whatever the
+number online, a drift put right by presence_cleanup; and the ledger's "exactly one caller
+makes each transition" under racing writers of several processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import time_machine
+from django.template import Context, Template
+from django.utils import translation
+
+from presence import api, signals
+from presence.conf import get_settings
+from presence.domain import Device
+from presence.models import PrivacySettings
+from presence.store import PresenceStore, get_store, merge
+from tests.clock import T0
+from tests.conftest import RedisCommandCounter
+from tests.store.stores import down_store as down_store
+
+pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site, pytest.mark.cluster]
+
+
+@pytest.fixture
+def offline_sent() -> Iterator[list[Any]]:
+    got: list[Any] = []
+
+    def record(sender: Any, user_id: Any, **kwargs: Any) -> None:
+        got.append(user_id)
+
+    signals.user_offline.connect(record)
+    yield got
+    signals.user_offline.disconnect(record)
+
+
+def touch_many(count: int, first: int = 10_000) -> None:
+    """``count`` users (ids only) seen by a page view now, in one round trip."""
+    store = get_store()
+    now = T0.timestamp()
+    store.run(merge([store.touch(first + i, Device.WEB, now) for i in range(count)]))
+
+
+def test_counts_the_users_online_and_leaves_invisible_ones_out(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    first, second, third = make_user(), make_user(), make_user()
+    assert api.online_count() == 0
+    for user in (first, second, third):
+        api.touch(user)
+    api.touch(first, "mobile")  # a user counts once, whatever their devices
+    assert api.online_count() == 3
+    api.set_status(second, "invisible")
+    assert api.online_count() == 2
+    settings = PrivacySettings.objects.get_or_create(user=third)[0]
+    settings.invisible = True
+    with django_capture_on_commit_callbacks(execute=True):
+        settings.save()  # as the admin or a site's form would
+    assert api.online_count() == 1
+    api.set_status(second, "dnd")  # dnd is online
+    with django_capture_on_commit_callbacks(execute=True):
+        settings.delete()
+    assert api.online_count() == 3
+
+
+async def test_the_async_twin(make_user: Callable[..., Any], clock: Any) -> None:
+    touch_many(3)
+    assert await api.aonline_count() == 3
+
+
+def test_right_at_once_after_a_transition_without_a_sweep(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    conf = get_settings()
+    store = get_store()
+    reader, socket_user = make_user(), make_user()
+    api.touch(reader)
+    store.run(store.connection(socket_user.pk, "open", T0.timestamp(), "c1"))
+    assert api.online_count() == 2
+    clock.shift(10)
+    store.run(store.connection(socket_user.pk, "close", T0.timestamp() + 10, "c1"))
+    clock.shift(conf.OFFLINE_GRACE)  # the grace counts from the end of the close's second
+    assert api.online_count() == 2
+    clock.shift(1)
+    assert api.online_count() == 1
+    clock.shift(conf.ONLINE_WINDOW - 11 - conf.OFFLINE_GRACE - 1)
+    assert api.online_count() == 1
+    clock.shift(1)
+    assert api.online_count() == 0
+
+
+def test_a_bounded_number_of_redis_commands_whatever_the_number_online(
+    redis_commands: RedisCommandCounter, clock: time_machine.Coordinates
+) -> None:
+    store = get_store()
+    per_read = len(list(store.shards()))  # one on one Redis, one per shard on a cluster
+    touch_many(10)
+    before = redis_commands.snapshot()
+    assert api.online_count() == 10
+    few = redis_commands.delta(before)
+    touch_many(2000, first=20_000)
+    before = redis_commands.snapshot()
+    assert api.online_count() == 2010
+    many = redis_commands.delta(before)
+    assert few == many == {"zcount": per_read}
+
+
+def test_localized_in_the_template_tag(clock: time_machine.Coordinates) -> None:
+    touch_many(1234)
+    template = Template("{% load presence %}<b>{% online_count %}</b> online")
+    with translation.override("en"):
+        assert template.render(Context({})) == "<b>1,234</b> online"
+    with translation.override("de"):
+        assert template.render(Context({})) == "<b>1.234</b> online"
+    with translation.override("vi"):  # Vietnamese does not group digits
+        assert template.render(Context({})) == "<b>1234</b> online"
+    assert Template("{% load presence %}{% online_count as n %}[{{ n }}]").render(Context({})) == (
+        "[1,234]"
+    )
+
+
+def test_zero_when_redis_is_unavailable(down_store: PresenceStore) -> None:
+    assert api.online_count() == 0
+
+
+def test_presence_cleanup_puts_a_drift_of_invisibility_right(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    hidden, shown = make_user(), make_user()
+    api.touch(hidden)
+    api.touch(shown)
+    # Set in the database without a save signal, and in Redis without the database.
+    PrivacySettings.objects.bulk_create([PrivacySettings(user=hidden, invisible=True)])
+    store = get_store()
+    store.run(store.set_invisible(shown.pk, True))
+    assert api.online_count() == 1  # both wrong
+    assert api.cleanup(dry_run=True).invisible_fixed == 2
+    assert api.online_count() == 1  # a dry run changes nothing
+    assert api.cleanup().invisible_fixed == 2
+    assert api.online_count() == 1
+    assert store.run(store.invisible_members()) == {hidden.pk}
+    assert api.cleanup().invisible_fixed == 0
+
+
+def test_presence_cleanup_makes_the_users_nobody_swept_offline_once(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, offline_sent: list[Any]
+) -> None:
+    # A site without live processes: nobody sweeps; the count is right anyway, and cleanup
+    # makes the transition (one signal) as it removes the entry.
+    user = make_user()
+    api.touch(user)
+    clock.shift(2 * get_settings().ONLINE_WINDOW)
+    assert api.online_count() == 0
+    store = get_store()
+    assert store.run(store.ledger_sizes())["online"] == 1
+    assert api.cleanup().removed == 1
+    assert api.cleanup().removed == 0
+    signals.wait_sent()
+    assert offline_sent == [user.pk]
+    assert store.run(store.ledger_sizes())["online"] == 0
+
+
+def test_racing_writers_of_many_processes_make_each_transition_once(
+    clock: time_machine.Coordinates,
+) -> None:
+    # Each thread is a process of its own (its own store and clients): all open a connection
+    # of one user at once, then all close theirs, then all sweep the user at once.
+    conf = get_settings()
+    writers = 8
+    stores = [PresenceStore(conf) for _ in range(writers)]
+    now = T0.timestamp()
+    made: list[int] = []
+    lock = threading.Lock()
+
+    def race(op: Callable[[int, PresenceStore], Any]) -> None:
+        start = threading.Barrier(writers)
+
+        def one(i: int) -> None:
+            start.wait()
+            transition = stores[i].run(op(i, stores[i]))
+            with lock:
+                made.append(transition.made)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(writers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    try:
+        race(lambda i, store: store.connection(7, "open", now, f"c{i}"))
+        assert sorted(made) == [0] * (writers - 1) + [1]
+        made.clear()
+        race(lambda i, store: store.connection(7, "close", now + 1, f"c{i}"))
+        assert made == [0] * writers  # still online for the grace
+        made.clear()
+        after = now + 2 + conf.OFFLINE_GRACE
+        race(lambda i, store: store.connection(7, "expire", after))
+        assert sorted(made) == [-1] + [0] * (writers - 1)
+    finally:
+        for store in stores:
+            store.close()

@@ -131,3 +131,31 @@ async def test_the_lag_of_the_hub_on_the_serving_loop(
     lag = response.json()["lag"]
     assert isinstance(lag, float)
     assert 0 <= lag < 5
+
+
+def test_a_cluster_master_down_answers_503_and_is_counted_for_its_node(
+    client: Client, settings: Any
+) -> None:
+    from prometheus_client import REGISTRY
+
+    from presence import metrics
+    from presence.store import get_store
+    from tools.redis_cluster import RedisCluster
+
+    with RedisCluster(masters=3) as cluster:
+        settings.PRESENCE = {**settings.PRESENCE, "REDIS_CLUSTER": cluster.urls}
+        assert health(client).json()["redis"] == "ok"
+        victim_port = cluster.master_ports()[1]
+        node = f"127.0.0.1:{victim_port}"
+        outages = REGISTRY.get_sample_value("presence_redis_outages_total", {"node": node}) or 0
+        cluster.node_by_port(victim_port).stop(kill=True)
+        response = health(client)
+        assert response.status_code == 503
+        assert response.json()["redis"] == "unavailable"
+        # The store's own failure policy, per master: the outage of that node is counted.
+        metrics.switch(True)
+        store = get_store()
+        store.run(store.read(range(1, 3000)))  # users on every master
+        after = REGISTRY.get_sample_value("presence_redis_outages_total", {"node": node})
+        assert after == outages + 1
+        assert REGISTRY.get_sample_value("presence_redis_up", {"node": node}) == 0

@@ -25,3 +25,6 @@ if _layer_hosts:
             "CONFIG": {**CHANNEL_LAYERS["default"]["CONFIG"], "hosts": _layer_hosts},  # type: ignore[dict-item]  # noqa: F405
         }
     }
+if os.environ.get("PRESENCE_TEST_SIGNAL_LIST"):
+    # tests/load/test_signals_multiprocess.py counts each process's signals in Redis.
+    INSTALLED_APPS = [*INSTALLED_APPS, "tests.signal_probe"]  # noqa: F405

@@ -140,6 +140,31 @@ def test_the_view_serves_the_text_format(client: Client, db: Any, recording: Non
     assert "# TYPE presence_fanout_latency_seconds histogram" in text
 
 
+def test_multiprocess_mode_merges_the_processes_of_a_host(
+    client: Client, db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two worker processes write their values to PROMETHEUS_MULTIPROC_DIR; the view merges them.
+    worker = (
+        "import sys\n"
+        "from presence import metrics\n"
+        "metrics.CONNECTIONS.inc(int(sys.argv[1]))\n"
+        "metrics.frame_sent('presence_diff')\n"
+    )
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    pids = []
+    for connections in (3, 5):
+        done = subprocess.Popen([sys.executable, "-c", worker, str(connections)], cwd=ROOT, env=env)
+        assert done.wait(timeout=60) == 0
+        pids.append(done.pid)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    with override_settings(ROOT_URLCONF=__name__):
+        text = client.get("/metrics").content.decode()
+    # Counters summed; the per-process gauges kept per process (liveall).
+    assert 'presence_frames_sent_total{type="presence_diff"} 2.0' in text
+    for pid, connections in zip(pids, (3, 5), strict=True):
+        assert f'presence_connections{{pid="{pid}"}} {connections}.0' in text
+
+
 # --- moved by the real thing --------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import hashlib
 import logging
 import os
 import re
@@ -280,6 +281,8 @@ def changed(user_ids: Iterable[UserId], reason: str, sender: Any = None) -> None
     :data:`presence.signals.presence_changed` sent for each user, the hook for sites."""
     ids = list(user_ids)
     announce(ids)
+    if get_settings().ROOMS:
+        run_from_sync(aannounce_room_members_changed(ids), "a change to rooms")
     for user_id in ids:
         token = _own_change.set((user_id, reason))
         try:
@@ -359,3 +362,42 @@ async def aannounce_to_topic(kind: str, payload: Any) -> None:
 def announce_to_topic(kind: str, payload: Any) -> None:
     """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
     run_from_sync(aannounce_to_topic(kind, payload), f"a {kind} message")
+
+
+# --- rooms (presence.api._room_events, presence.hub.rooms) ---------------------------------------
+
+#: channel-layer message type of "these users joined, left or changed in room R"
+ROOM = "presence.room"
+#: channel-layer message type of "what others may see of these users changed" (privacy,
+#: contacts, blocks, status), to every process with room views: rooms they are in are redrawn
+ROOM_MEMBERS_CHANGED = "presence.room_members_changed"
+
+
+def room_group_name(room: str) -> str:
+    """The group of the processes with connections in ``room`` (a digest: a room's id may hold
+    any printable character, a group name only ``[a-zA-Z0-9-_.]``)."""
+    digest = hashlib.sha1(room.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return f"{_group_prefix()}.room.{digest}"
+
+
+def rooms_group_name() -> str:
+    """The group of every process with connections in rooms."""
+    return f"{_group_prefix()}.rooms"
+
+
+async def aannounce_room(room: str, user_ids: Iterable[UserId]) -> None:
+    """Tell the processes with connections in ``room`` that these users joined, left or
+    changed their meta there (no state: each process reads it). Never raises."""
+    message = {
+        "type": ROOM,
+        "room": room,
+        "users": [encode_id(uid) for uid in dict.fromkeys(user_ids)],
+        "at": _change_started.get() or time.time(),
+    }
+    await _asend_to_group(room_group_name(room), message, f"a change to room {room}")
+
+
+async def aannounce_room_members_changed(user_ids: Iterable[UserId]) -> None:
+    """Tell every process with room views that what others may see of these users changed."""
+    message = {"type": ROOM_MEMBERS_CHANGED, "users": [encode_id(uid) for uid in user_ids]}
+    await _asend_to_group(rooms_group_name(), message, "a change to rooms' members")

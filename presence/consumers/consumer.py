@@ -14,8 +14,8 @@ from channels.consumer import get_handler_name
 
 from presence import lifecycle, metrics, sessions, users
 from presence.conf import get_settings
-from presence.consumers.handlers import PresenceFrames
 from presence.consumers.limits import CLOSE_FOREIGN_ORIGIN, CLOSE_UNAUTHENTICATED, RateLimit
+from presence.consumers.rooms import RoomFrames
 from presence.consumers.scope import device_of, opened_from_foreign_origin
 from presence.consumers.tidy import tidy_database_connections
 from presence.hub import Hub
@@ -26,7 +26,7 @@ logger = logging.getLogger("presence")
 _draw = random.random
 
 
-class PresenceConsumer(PresenceFrames):
+class PresenceConsumer(RoomFrames):
     """One WebSocket connection of an authenticated user (protocol: docs/websocket.md), a
     :class:`presence.hub.Connection` of its process's hub. Frame types are added by rooms
     (mixins of :class:`~presence.consumers.frames.FrameDispatch` with ``@handles`` methods)."""
@@ -107,6 +107,10 @@ class PresenceConsumer(PresenceFrames):
             await self.hub.detach(self)
         except Exception:
             logger.exception("Presence: detaching a connection of user %s failed", self.viewer_id)
+        try:
+            await self.leave_rooms()
+        except Exception:
+            logger.exception("Presence: leaving the rooms of user %s failed", self.viewer_id)
         try:
             await lifecycle.adisconnect(self.user, self.connection_id)
         except Exception:

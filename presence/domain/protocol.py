@@ -12,6 +12,7 @@ from typing import Any
 from django.utils.translation import gettext
 
 from presence.domain.nesting import nests_too_deeply
+from presence.domain.rooms import Room, parse_meta, parse_room
 from presence.domain.validation import InvalidInput, Limits, StatusChange, parse_status_change
 
 
@@ -43,6 +44,18 @@ class SetStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Join:
+    room: Room
+    #: the connection's meta in the room, compact JSON text (None: null)
+    meta: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    room: Room
+
+
+@dataclass(frozen=True, slots=True)
 class Extension:
     """A frame of a type an installed app added (presence.extensions): its type, and what the
     app's parser made of it."""
@@ -51,13 +64,15 @@ class Extension:
     message: Any
 
 
-ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus | Extension
+ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus | Join | Leave | Extension
 
 CLIENT_TYPES = (
     "heartbeat",
     "subscribe",
     "unsubscribe",
     "set_status",
+    "join",
+    "leave",
 )
 
 
@@ -100,6 +115,17 @@ def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int | str, ...]:
 def _nests_too_deeply() -> InvalidInput:
     # No frame of the protocol nests more than two levels (domain.nesting.MAX_JSON_DEPTH).
     return InvalidInput("invalid_message", gettext("The frame nests arrays or objects too deeply."))
+
+
+def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave:
+    room = data.get("room")
+    if not isinstance(room, str):
+        raise InvalidInput(
+            "invalid_message", gettext("'room' is required and must be a string (kind:id).")
+        )
+    if kind == "leave":
+        return Leave(parse_room(room))
+    return Join(parse_room(room), parse_meta(data.get("meta")))
 
 
 def parse_frame(
@@ -151,6 +177,8 @@ def parse_frame(
         return Unsubscribe(_user_ids(data, limits))
     if kind == "set_status":
         return SetStatus(parse_status_change(data, limits))
+    if kind in ("join", "leave"):
+        return _room_frame(kind, data)
     if extra and kind in extra:
         return Extension(kind, extra[kind](data))
     raise InvalidInput(

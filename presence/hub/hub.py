@@ -16,6 +16,7 @@ from presence.hub.groups import Groups
 from presence.hub.messages import Messages
 from presence.hub.recovery import Recovery
 from presence.hub.registry import Connection, Registry
+from presence.hub.rooms import RoomViews
 from presence.hub.tasks import Tasks
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
@@ -50,6 +51,9 @@ class Hub:
             deliver=lambda uids: self.deliver(uids),
             dispatch=lambda message: self.dispatch(message),
         )
+        self.rooms = RoomViews(self.registry, self.groups)
+        self.messages.rooms = self.rooms
+        self.tasks.rooms = self.rooms
         #: attach and detach: the hub starts and stops under it
         self._lock = asyncio.Lock()
 
@@ -140,14 +144,16 @@ class Hub:
         # First out of the registry: a handler of this connection still running (or a frame
         # racing the close) can no longer watch anything for it.
         self.registry.connections.discard(connection)
-        await self.unwatch(connection, self.registry.watchers.keys_of(connection))
+        # Its groups linger (Groups.let_go): the next page's socket needs most of them again.
+        await self.unwatch(connection, self.registry.watchers.keys_of(connection), linger=True)
         for kind in self.registry.topics.kinds_of(connection):
             for key in self.registry.topics.keys_of(connection, kind):
                 await self.leave_topic(connection, kind, key)
+        await self.rooms.detach(connection)
         async with self._lock:
             accounts = self.registry.accounts
             if accounts.discard(connection, connection.viewer_id):
-                await self.groups.leave(accounts.group(connection.viewer_id))
+                self.groups.let_go([accounts.group(connection.viewer_id)])
             if not self.registry.connections and self.tasks.running:
                 await self.tasks.stop()
 
@@ -169,15 +175,24 @@ class Hub:
         if joining:
             await asyncio.gather(*(asyncio.shield(turn) for turn in joining))
 
-    async def unwatch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
+    async def unwatch(
+        self, connection: Connection, user_ids: Iterable[UserId], linger: bool = False
+    ) -> None:
         last = []
+        never_joined = []
         for user_id in user_ids:
             if self.registry.watchers.discard(connection, user_id):
                 # Nobody here watches them any more: nothing to deliver, nothing to rejoin.
                 self.delivery.pending.pop(user_id, None)
-                self.groups.unjoined.discard(user_id)
+                if user_id in self.groups.unjoined:
+                    self.groups.unjoined.discard(user_id)
+                    never_joined.append(user_id)
                 last.append(user_id)
         metrics.WATCHED_USERS.dec(len(last))
+        if linger:
+            # A group whose join failed is left now (it may have reached the layer), not kept.
+            self.groups.let_go_users([uid for uid in last if uid not in never_joined])
+            last = never_joined
         await self.groups.leave_users(last)
 
     async def join_topic(self, connection: Connection, kind: str, key: str) -> None:

@@ -10,7 +10,14 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from presence import extensions
-from presence.announce import CHANGED, SESSION_ENDED, SESSIONS_CHANGED, TOPIC
+from presence.announce import (
+    CHANGED,
+    ROOM,
+    ROOM_MEMBERS_CHANGED,
+    SESSION_ENDED,
+    SESSIONS_CHANGED,
+    TOPIC,
+)
 from presence.domain import UserId
 from presence.hub.registry import Registry
 from presence.users import decode_id, id_decoder
@@ -40,6 +47,8 @@ class Messages:
         self.note_lag = note_lag
         #: topic deliveries under way (cancelled when the hub stops)
         self.delivering: set[asyncio.Task[None]] = set()
+        #: the hub's rooms (presence.hub.rooms), told of room announcements
+        self.rooms: Any = None
         self._session_tasks: set[asyncio.Task[None]] = set()
 
     def dispatch(self, message: dict[str, Any]) -> None:
@@ -57,8 +66,24 @@ class Messages:
             )
         elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
             self.topic_message(message["kind"], message.get("payload"))
+        elif message.get("type") in (ROOM, ROOM_MEMBERS_CHANGED) and self.rooms is not None:
+            self.room_message(message)
         elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
             self.session_message(message)
+
+    def room_message(self, message: dict[str, Any]) -> None:
+        """Users joined, left or changed in a room; or what others see of them changed."""
+        try:
+            decode = id_decoder()
+            users = [decode(uid) for uid in message.get("users", ())]
+        except (TypeError, ValueError):
+            return  # not a message of this version's announcer
+        if message["type"] == ROOM_MEMBERS_CHANGED:
+            self.rooms.members_changed(users)
+        elif isinstance(message.get("room"), str):
+            at = message.get("at")
+            timed = isinstance(at, int | float) and not isinstance(at, bool)
+            self.rooms.changed(message["room"], users, at if timed else None)
 
     def session_message(self, message: dict[str, Any]) -> None:
         """A session of a user here logged out, or their sessions must be checked again."""

@@ -16,7 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
-from presence.announce import account_group_name, group_name, topic_group_name
+from presence.announce import (
+    account_group_name,
+    group_name,
+    room_group_name,
+    rooms_group_name,
+    topic_group_name,
+)
 from presence.domain import Presence, UserId
 from presence.sessions import Credential
 
@@ -150,13 +156,17 @@ class Registry:
         #: user -> their connections opened with a session or a token (see account_group_name)
         self.accounts = Membership[UserId](account_group_name)
         self.topics = Topics()
+        #: room name -> the connections in it (their views: presence.hub.rooms)
+        self.rooms = Membership[str](room_group_name)
 
     def other_groups(self) -> Iterator[str]:
         """The groups of every kind of membership but the watchers' (theirs are joined and left
         in batches). Each kind's groups are listed when the caller reaches it: a caller that
         awaits between groups sees a later kind as it is by then."""
-        for membership in (self.accounts, self.topics):
+        for membership in (self.accounts, self.topics, self.rooms):
             yield from membership.groups()
+        if self.rooms.members:
+            yield rooms_group_name()
 
     def wanted_groups(self) -> set[str]:
         """Every group this process should be in now."""

@@ -12,6 +12,7 @@ from typing import Any
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence import announce, lifecycle
+from presence.api import _room_events as room_events
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub.delivery import TICK, Delivery
@@ -48,6 +49,8 @@ class Tasks:
         self.deliver = deliver
         self.dispatch = dispatch
         self.running: list[asyncio.Task[None]] = []
+        #: the hub's rooms (presence.hub.rooms): their delivery loop and sweep
+        self.rooms: Any = None
         #: the sweeps that go on after the last connection left (see _linger_sweeps)
         self.lingering: asyncio.Task[None] | None = None
 
@@ -64,6 +67,8 @@ class Tasks:
         ]
         if self.layer is not None:
             self.running.append(asyncio.ensure_future(self._receive_loop()))
+        if self.rooms is not None and get_settings().ROOMS:
+            self.running.append(asyncio.ensure_future(self.rooms.run(self._owns_current_task)))
 
     async def stop(self) -> None:
         tasks, self.running = self.running, []
@@ -76,6 +81,7 @@ class Tasks:
         await self.groups.leave_users(list(self.registry.watchers.members))
         for group in self.registry.other_groups():
             await self.groups.leave(group)
+        await self.groups.leave_lingering()
         self.groups.channel = None
         # The users who were connected here turn offline after their grace even if no
         # connection opens here again (nor anywhere): this process sweeps on for a while.
@@ -118,6 +124,8 @@ class Tasks:
         """Leave the groups a failed leave kept, then announce the users now due."""
         await self.groups.leave_again()
         await lifecycle.asweep()
+        if get_settings().ROOMS:
+            await room_events.asweep_rooms()
 
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.groups.channel is not None

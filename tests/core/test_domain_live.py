@@ -136,7 +136,7 @@ class TestParseFrame:
         with translation.override("en"):
             assert refused({"type": kind}).message == (
                 f"Unknown message type {kind!r}: use one of heartbeat, subscribe, unsubscribe, "
-                "set_status."
+                "set_status, join, leave."
             )
 
     @pytest.mark.parametrize(
@@ -452,6 +452,7 @@ class TestVisiblyDiffers:
             "emoji": "🙂",
             "activity": "reading",
             "invisible": False,
+            "last_seen_approx": domain.LastSeenApprox.WITHIN_WEEK,
         }
         # A field added to Presence must be compared too (or be listed here as exempt).
         assert {f.name for f in fields(Presence)} == {*changed, "last_seen"}
@@ -553,5 +554,5 @@ class TestParseExtensionFrames:
         assert raised.value.code == "unknown_type"
         assert raised.value.message == (
             "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, "
-            "set_status, typing."
+            "set_status, join, leave, typing."
         )

@@ -73,7 +73,7 @@ BAD_FRAMES = [
         '{"type": "ping"}',
         "unknown_type",
         "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, set_status, "
-        "watch_feed, unwatch_feed.",
+        "join, leave, watch_feed, unwatch_feed.",
     ),
     *[
         (

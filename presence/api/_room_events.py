@@ -1,0 +1,274 @@
+"""Rooms, live: a connection's join, leave and renewal (recorded, then announced to the
+processes with connections in the room), the sweep of members whose stay ended, and the
+delta of a room the hub turns into ``room_diff`` frames (:func:`aroom_delta`).
+
+How a big room's fan-out stays O(changes), not O(members²), per coalescing window
+(presence.hub.rooms): announcements carry only "these users changed in room R". Once per room
+per window, the process reads what it needs *about the changed users only*: one Redis script
+(the count, the changed users' entries, the invisible members, the viewers' blocked users
+present), the pair facts of (viewers x changed users) in three queries, and their live state.
+Each viewer then only filters that delta: a changed user it lists is dropped or updated, and
+changed users are added while its list has room; resolution is memoised per (user, relation),
+so most viewers share it. The count is ``present - invisible - blocked for this viewer``: O(1)
+per viewer. A burst of 1,000 joins is one read and one frame per viewer per window.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db.models import Q
+
+from presence import announce, domain, relations, resolution
+from presence.conf import get_settings
+from presence.domain import Presence, UserId
+from presence.domain.rooms import Member, Room, is_counted, is_listed
+from presence.models import Block, PrivacySettings
+from presence.operations import Call, Operation, Redis, arun, both, redis
+from presence.store import StoreUnavailable, get_store, merge
+from presence.store.plans.rooms import MemberEntry, RoomWrite
+from presence.users import user_pk
+
+logger = logging.getLogger("presence")
+
+#: members one sweep removes from a room per round trip
+PRUNE_BATCH = 1000
+#: rooms one sweep takes from each schedule
+ROOMS_PER_SWEEP = 200
+#: rooms claimed by this process whose sweep failed (Redis went away): swept again next time
+_unswept: set[str] = set()
+
+
+def is_invisible(user_id: Any) -> bool:
+    return PrivacySettings.objects.filter(user=user_id, invisible=True).exists()
+
+
+async def ais_invisible(user_id: UserId) -> bool:
+    return await sync_to_async(is_invisible)(user_id)
+
+
+async def ajoin_room(
+    user: Any, connection_id: str, room: Room, meta: str | None, invisible: bool
+) -> RoomWrite | None:
+    """A connection joins ``room`` (joining again replaces its meta); announced to the room
+    when what others see changed. None when Redis is unavailable."""
+    user_id = user_pk(user)
+    store = get_store()
+    plan = store.join_room(room.name, user_id, connection_id, resolution.now(), meta, invisible)
+    write = await store.arun(plan, live=True)
+    if write is not None and write.changed:
+        await announce.aannounce_room(room.name, [user_id])
+    return write
+
+
+async def aleave_rooms(user: Any, connection_id: str, rooms: Iterable[Room]) -> None:
+    """A connection leaves these rooms (one round trip); its user stays for OFFLINE_GRACE in
+    a room where it was their last connection. A room never joined changes nothing."""
+    names = [room.name for room in rooms]
+    if not names:
+        return
+    user_id = user_pk(user)
+    store = get_store()
+    now = resolution.now()
+    writes = await store.arun(
+        merge([store.leave_room(name, user_id, connection_id, now) for name in names]), live=True
+    )
+    for name, write in zip(names, writes, strict=True):
+        if write is not None and write.changed:
+            await announce.aannounce_room(name, [user_id])
+
+
+async def arenew_rooms(
+    user: Any, connection_id: str, rooms: Mapping[str, str | None], invisible: bool
+) -> None:
+    """A connection in these rooms (name -> its meta) is alive: their stay is renewed (one
+    round trip). A room whose stay of the connection ended meanwhile (crash detection) is
+    joined again, and announced."""
+    if not rooms:
+        return
+    user_id = user_pk(user)
+    store = get_store()
+    now = resolution.now()
+    plans = [
+        store.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
+        for name, meta in rooms.items()
+    ]
+    writes = await store.arun(merge(plans), live=True)
+    for name, write in zip(rooms, writes, strict=True):
+        if write is not None and write.changed:
+            await announce.aannounce_room(name, [user_id])
+
+
+# --- the sweep ------------------------------------------------------------------------------
+
+
+async def asweep_rooms(limit: int = ROOMS_PER_SWEEP) -> dict[str, list[UserId]]:
+    """Remove members whose stay ended (crashed connections past CONNECTION_TTL, the end of
+    OFFLINE_GRACE) from the rooms due, and announce them to each room. Each room is claimed by
+    one sweeper; every live process runs this every SWEEP_INTERVAL (presence.hub)."""
+    store = get_store()
+    now = resolution.now()
+    claimed = await store.arun(store.claim_rooms(now, limit), live=True)
+    rooms = list(dict.fromkeys([*_unswept, *claimed]))
+    _unswept.difference_update(rooms)
+    if not rooms:
+        return {}
+    try:
+        pruned = await store.arun(
+            merge([store.prune_room(room, now, PRUNE_BATCH) for room in rooms]), live=True
+        )
+    except StoreUnavailable:
+        _unswept.update(rooms)  # taken out of the schedule: kept here for the next sweep
+        return {}
+    due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
+    if due and not await store.arun(store.schedule_rooms(due), live=True):
+        _unswept.update(due)
+    gone = {room: users for room, (users, _) in zip(rooms, pruned, strict=True) if users}
+    for room, users in gone.items():
+        await announce.aannounce_room(room, users)
+    return gone
+
+
+def cleanup_rooms() -> int:
+    """Sweep every room due now, in rounds, until none is left (``presence_cleanup``): the
+    members whose stay ended are removed (and announced), with them the last keys of rooms
+    left empty. Returns the members removed; raises StoreUnavailable when Redis is down."""
+    removed = 0
+    while True:
+        gone = announce_sync_sweep()
+        if gone is None:
+            return removed
+        removed += gone
+
+
+def announce_sync_sweep() -> int | None:
+    """One round of :func:`asweep_rooms` from sync code; None when no room was due."""
+    store = get_store()
+    now = resolution.now()
+    rooms = store.run(store.claim_rooms(now, ROOMS_PER_SWEEP))
+    if not rooms:
+        return None
+    pruned = store.run(merge([store.prune_room(room, now, PRUNE_BATCH) for room in rooms]))
+    due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
+    if due:
+        store.run(store.schedule_rooms(due))
+    removed = 0
+    for room, (users, _) in zip(rooms, pruned, strict=True):
+        if users:
+            removed += len(users)
+            announce.run_from_sync(announce.aannounce_room(room, users), "a room's leaves")
+    return removed
+
+
+# --- the delta of a window, for the hub -----------------------------------------------------
+
+
+@dataclass
+class RoomDelta:
+    """What changed users look like in a room now, for many viewers (see the module's doc)."""
+
+    room: Room
+    #: members present now, invisible ones included
+    present: int
+    #: the changed users present now, by join time, with their entries
+    members: dict[UserId, MemberEntry]
+    #: invisible members present now (the room's flags, and changed users now invisible)
+    invisible: set[UserId]
+    #: each viewer's users present with a block either way between them
+    blocked: dict[UserId, set[UserId]]
+    pairs: relations.PairFacts
+    live: dict[UserId, domain.LiveState]
+    now: float
+    _resolved: dict[tuple[UserId, domain.Relation], Presence] = field(default_factory=dict)
+
+    def count_for(self, viewer: UserId) -> int:
+        """Members counted for ``viewer``: O(their blocks)."""
+        invisible = len(self.invisible) - (viewer in self.invisible)
+        blocked = len(self.blocked.get(viewer, set()) - self.invisible)
+        return max(self.present - invisible - blocked, 0)
+
+    def member_for(self, viewer: UserId, user_id: UserId) -> Member | None:
+        """The changed user as ``viewer`` may list them, or None (absent, not counted, or
+        hidden from the viewer): the one resolver, memoised per (user, relation)."""
+        entry = self.members.get(user_id)
+        choices = self.pairs.choices.get(user_id)
+        if entry is None or choices is None:
+            return None
+        relation = self.pairs.relation(viewer, user_id)
+        if not is_counted(relation, user_id in self.invisible):
+            return None
+        presence = self._resolved.get((user_id, relation))
+        if presence is None:
+            presence = self._resolved[(user_id, relation)] = domain.resolve(
+                self.live.get(user_id, domain.LiveState()),
+                choices,
+                relation,
+                self.now,
+                resolution.timing(),
+            )
+        return Member(entry.meta, presence) if is_listed(relation, presence) else None
+
+
+def _blocks_between(viewers: Collection[UserId]) -> dict[UserId, set[UserId]]:
+    """Each viewer's counterparts in a block either way: one query."""
+    counterparts: dict[UserId, set[UserId]] = {}
+    rows = Block.objects.filter(Q(blocker__in=viewers) | Q(blocked__in=viewers)).values_list(
+        "blocker_id", "blocked_id"
+    )
+    for blocker, blocked in rows:
+        if blocker in viewers:
+            counterparts.setdefault(blocker, set()).add(blocked)
+        if blocked in viewers:
+            counterparts.setdefault(blocked, set()).add(blocker)
+    return counterparts
+
+
+def _room_delta(
+    room: Room, viewers: Collection[UserId], changed: Collection[UserId]
+) -> Operation[RoomDelta | None]:
+    store = get_store()
+    blocks = yield Call(_blocks_between, (list(viewers),))
+    now = resolution.now()
+    lookups = list(dict.fromkeys([*changed, *(u for users in blocks.values() for u in users)]))
+    read = yield from redis(store.read_room(room.name, now, 0, lookups), live=True)
+    if read is None:
+        return None
+    present = [uid for uid in changed if uid in read.found]
+    pairs, live = yield from both(
+        Call(relations.load_pairs, (list(viewers), present), relations.aload_pairs),
+        Redis(store.read(present), live=True),
+    )
+    if live is None:
+        return None
+    invisible = set(read.invisible)
+    # A member who went invisible since joining is left out at once (the flag follows).
+    choices = pairs.choices
+    invisible.update(uid for uid in present if uid in choices and choices[uid].invisible)
+    members = {uid: read.members[uid] for uid in present}
+    return RoomDelta(
+        room=room,
+        present=read.present,
+        members=dict(sorted(members.items(), key=lambda item: item[1].joined_at)),
+        invisible=invisible,
+        blocked={viewer: users & read.found for viewer, users in blocks.items()},
+        pairs=pairs,
+        live=live,
+        now=now,
+    )
+
+
+async def aroom_delta(
+    room: Room, viewers: Collection[UserId], changed: Collection[UserId]
+) -> RoomDelta | None:
+    """The changed users of ``room`` as these viewers may see them, and each viewer's count
+    (see :class:`RoomDelta`); None when Redis is unavailable (nothing is guessed)."""
+    return await arun(_room_delta(room, viewers, changed))
+
+
+def list_limit() -> int:
+    return get_settings().ROOM_LIST_LIMIT

@@ -1,0 +1,117 @@
+"""Room frames: ``join`` and ``leave`` (docs/websocket.md), a connection's rooms renewed with
+its heartbeats, and left when it closes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from django.utils.translation import gettext
+
+from presence import domain
+from presence.api import UnknownRoom
+from presence.api import _room_events as events
+from presence.api._rooms import amay_enter, aread_room_state
+from presence.conf import get_settings
+from presence.consumers.frames import handles
+from presence.consumers.handlers import PresenceFrames
+from presence.domain.protocol import Join, Leave
+from presence.domain.rooms import Room, parse_room
+
+logger = logging.getLogger("presence")
+
+
+class RoomFrames(PresenceFrames):
+    """A connection's rooms: ``rooms`` maps each room it is in to its meta there."""
+
+    rooms: dict[str, str | None]
+    #: whether the user was invisible when the rooms were last written (their flag there)
+    rooms_invisible: bool
+
+    def _room_state_init(self) -> None:
+        if not hasattr(self, "rooms"):
+            self.rooms = {}
+            self.rooms_invisible = False
+
+    @handles(Join)
+    async def join_frame(self, message: Join) -> None:
+        self._room_state_init()
+        name = message.room.name
+        if name not in self.rooms and len(self.rooms) >= get_settings().MAX_ROOMS:
+            raise domain.InvalidInput(
+                "too_many_rooms",
+                gettext("A connection may be in at most %(limit)d rooms; leave one first.")
+                % {"limit": get_settings().MAX_ROOMS},
+            )
+        try:
+            allowed = await amay_enter(self.user, message.room)
+        except UnknownRoom as error:
+            raise domain.InvalidInput(error.code, error.message) from None
+        if not allowed:
+            raise domain.InvalidInput(
+                "forbidden", gettext("You may not enter the room %(room)s.") % {"room": name}
+            )
+        if not self.attached:
+            return
+        first = name not in self.rooms
+        self.rooms[name] = message.meta
+        try:
+            await self.hub.rooms.enter(self, name)
+            if first and len(self.rooms) == 1:
+                self.rooms_invisible = await events.ais_invisible(self.viewer_id)
+            await events.ajoin_room(
+                self.user, self.connection_id, message.room, message.meta, self.rooms_invisible
+            )
+            state = await aread_room_state(message.room, self.user)
+        except BaseException:
+            if first:
+                # Nothing of a failed join stays.
+                self.rooms.pop(name, None)
+                await asyncio.shield(self._forget_room(message.room))
+            raise
+        self.hub.rooms.show(self, name, state)
+        await self.send_json({"type": "room_state", **state.as_dict()})
+
+    @handles(Leave)
+    async def leave_frame(self, message: Leave) -> None:
+        self._room_state_init()
+        if message.room.name not in self.rooms:
+            return  # a room never joined (or left already): nothing to do
+        del self.rooms[message.room.name]
+        await self._forget_room(message.room)
+
+    async def _forget_room(self, room: Room) -> None:
+        await self.hub.rooms.exit(self, room.name)
+        await events.aleave_rooms(self.user, self.connection_id, [room])
+
+    async def heartbeat(self, message: domain.Heartbeat) -> None:
+        """A heartbeat that was written renews the connection's stay in its rooms."""
+        written_at = self.written_at
+        await super().heartbeat(message)
+        self._room_state_init()
+        if self.rooms and self.attached and self.written_at != written_at:
+            await events.arenew_rooms(
+                self.user, self.connection_id, dict(self.rooms), self.rooms_invisible
+            )
+
+    async def recheck_rooms(self) -> None:
+        """What others may see of this user changed (the hub asks): the invisible flag of the
+        connection's rooms follows the user's choice."""
+        self._room_state_init()
+        if not self.rooms or not self.attached:
+            return
+        invisible = await events.ais_invisible(self.viewer_id)
+        if invisible != self.rooms_invisible:
+            self.rooms_invisible = invisible
+            await events.arenew_rooms(self.user, self.connection_id, dict(self.rooms), invisible)
+
+    async def leave_rooms(self) -> None:
+        """The connection closes: it leaves its rooms (its user stays OFFLINE_GRACE in those
+        where it was their last connection)."""
+        rooms: dict[str, Any] = getattr(self, "rooms", {})
+        if not rooms:
+            return
+        names = [parse_room(name) for name in rooms]
+        rooms.clear()
+        await events.aleave_rooms(self.user, self.connection_id, names)

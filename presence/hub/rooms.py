@@ -1,0 +1,249 @@
+"""Rooms in the hub: each connection's view of the rooms it is in, and ``room_diff`` frames
+coalesced per room per window.
+
+A connection in a room is a member of ``registry.rooms`` (the process joins the room's
+channel-layer group with its first connection there, and the group of every process with room
+views). Announcements say only "these users changed in room R" (joins, leaves, meta) or "what
+others may see of these users changed" (privacy, contacts, blocks, status: every room here
+looks at them again). A room's changes are gathered for COALESCE_WINDOW from the first one;
+then the room is read once for all its viewers here (``api.aroom_delta``: the changed users
+only) and each view is compared with what its connection was sent. A viewer who sees no
+change gets no frame, at no different time. See presence.api._room_events for why a window
+costs O(viewers x changed users it may list), not O(members²).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from presence.announce import rooms_group_name
+from presence.api import _room_events as events
+from presence.conf import get_settings
+from presence.domain import UserId, visibly_differs
+from presence.domain.rooms import Member, RoomState, parse_room
+from presence.hub.groups import Groups
+from presence.hub.registry import Connection, Registry
+
+logger = logging.getLogger("presence")
+
+
+@dataclass
+class View:
+    """What a connection was last sent of a room."""
+
+    listed: dict[UserId, Member] = field(default_factory=dict)
+    others: int = 0
+    #: a room_state is being read (changes meanwhile are delivered again after it)
+    reading: bool = True
+    #: bumped at each room_state: a delta read before it must not be applied to it
+    generation: int = 0
+
+
+def _same(before: Member, after: Member) -> bool:
+    return before.meta == after.meta and not visibly_differs(before.presence, after.presence)
+
+
+class RoomViews:
+    """The rooms of this process's connections, and their deliveries."""
+
+    def __init__(self, registry: Registry, groups: Groups) -> None:
+        self.registry = registry
+        self.groups = groups
+        self.views: dict[Connection, dict[str, View]] = {}
+        #: room -> (changed users, loop time its window ends)
+        self.pending: dict[str, tuple[set[UserId], float]] = {}
+        self._wake = asyncio.Event()
+
+    # --- membership ---
+
+    async def enter(self, connection: Connection, room: str) -> View:
+        """Put ``connection`` in ``room`` (its view is read by the caller, :meth:`show`);
+        once this returns, changes announced to the room reach this process."""
+        memberships = self.registry.rooms
+        none_before = not memberships.members
+        view = self.views.setdefault(connection, {}).get(room)
+        if view is None:
+            view = self.views[connection][room] = View()
+        view.reading = True
+        view.generation += 1
+        group = memberships.group(room)
+        if memberships.add(connection, room):
+            await self.groups.join(group)
+        elif (turn := self.groups.joining(group)) is not None:
+            await asyncio.shield(turn)
+        if none_before and self.registry.rooms.members:
+            await self.groups.join(rooms_group_name())
+        return view
+
+    def show(self, connection: Connection, room: str, state: RoomState) -> None:
+        """The room_state just read for ``connection``: what it is sent from now on."""
+        view = self.views.get(connection, {}).get(room)
+        if view is not None:
+            view.listed = dict(state.members)
+            view.others = state.others
+            view.reading = False
+
+    async def exit(self, connection: Connection, room: str) -> None:
+        views = self.views.get(connection)
+        if views is not None:
+            views.pop(room, None)
+            if not views:
+                del self.views[connection]
+        memberships = self.registry.rooms
+        if memberships.discard(connection, room):
+            self.pending.pop(room, None)
+            await self.groups.leave(memberships.group(room))
+            if not memberships.members:
+                await self.groups.leave(rooms_group_name())
+
+    async def detach(self, connection: Connection) -> None:
+        for room in self.registry.rooms.keys_of(connection):
+            await self.exit(connection, room)
+
+    # --- changes ---
+
+    def changed(self, room: str, user_ids: Iterable[UserId], announced_at: float | None) -> None:
+        """Users joined, left or changed in ``room``: delivered after its coalescing window
+        (counted from ``announced_at``, as presence diffs are)."""
+        if room not in self.registry.rooms.members:
+            return
+        loop_now = asyncio.get_running_loop().time()
+        window = get_settings().COALESCE_WINDOW
+        if announced_at is not None:
+            window -= min(max(time.time() - announced_at, 0.0), window)
+        users, due = self.pending.get(room, (set(), loop_now + window))
+        users.update(user_ids)
+        self.pending[room] = (users, due)
+        self._wake.set()
+
+    def members_changed(self, user_ids: Iterable[UserId]) -> None:
+        """What others may see of these users changed: every room here looks at them again,
+        and their own connections here renew their rooms' invisible flags."""
+        users = set(user_ids)
+        for room in list(self.registry.rooms.members):
+            self.changed(room, users, None)
+        for connection in list(self.views):
+            if connection.viewer_id in users:
+                recheck = getattr(connection, "recheck_rooms", None)
+                if recheck is not None:
+                    task = asyncio.ensure_future(recheck())
+                    task.add_done_callback(_log_failure)
+
+    # --- delivery ---
+
+    async def deliver(self, room: str, user_ids: set[UserId]) -> None:
+        """Read the room's changed users once, then send each view here what it must be told."""
+        connections = list(self.registry.rooms.members.get(room, ()))
+        ready: dict[Connection, tuple[View, int]] = {}
+        again = False
+        for connection in connections:
+            view = self.views.get(connection, {}).get(room)
+            if view is None or view.reading:
+                again = True
+            else:
+                ready[connection] = (view, view.generation)
+        if ready:
+            delta = await events.aroom_delta(
+                parse_room(room), {c.viewer_id for c in ready}, user_ids
+            )
+            if delta is None:
+                # Redis is unavailable: tried again later, nothing is guessed.
+                self._again(room, user_ids, get_settings().RETRY_INTERVAL)
+                return
+            for connection, (view, generation) in ready.items():
+                if view.generation != generation or view.reading:
+                    again = True  # a room_state was read meanwhile: compared with it again
+                    continue
+                frame = _diff(view, delta, connection.viewer_id, user_ids)
+                if frame is not None:
+                    try:
+                        await connection.send_json(frame)
+                    except Exception:  # a connection closing must not stop the others
+                        logger.debug("Presence: could not send a room diff", exc_info=True)
+        if again:
+            self._again(room, user_ids, get_settings().COALESCE_WINDOW)
+
+    def _again(self, room: str, user_ids: set[UserId], after: float) -> None:
+        if room in self.registry.rooms.members:
+            users, due = self.pending.get(
+                room, (set(), asyncio.get_running_loop().time() + after)
+            )
+            self.pending[room] = (users | user_ids, due)
+            self._wake.set()
+
+    async def run(self, running: Callable[[], bool]) -> None:
+        """Deliver each room when its window ends, while ``running()``."""
+        loop = asyncio.get_running_loop()
+        while running():
+            if not self.pending:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            now = loop.time()
+            due = [room for room, (_, at) in self.pending.items() if at <= now + 0.005]
+            if not due:
+                self._wake.clear()
+                soonest = min(at for _, at in self.pending.values())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), soonest - now)
+                continue
+            for room in due:
+                users, _ = self.pending.pop(room)
+                try:
+                    await self.deliver(room, users)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.exception("Presence: delivering a room's changes failed; retrying")
+                    self._again(room, users, get_settings().RETRY_INTERVAL)
+
+
+def _diff(
+    view: View, delta: events.RoomDelta, viewer: UserId, changed: set[UserId]
+) -> dict[str, Any] | None:
+    """The room_diff that brings ``view`` to what ``viewer`` may see now, or None."""
+    joins: dict[UserId, Member] = {}
+    leaves: list[UserId] = []
+    for user_id in view.listed.keys() & changed:
+        member = delta.member_for(viewer, user_id)
+        if member is None:
+            del view.listed[user_id]
+            leaves.append(user_id)
+        elif not _same(view.listed[user_id], member):
+            view.listed[user_id] = joins[user_id] = member
+    room_left = events.list_limit() - len(view.listed)
+    if room_left > 0:
+        for user_id in delta.members:  # by join time
+            if user_id in view.listed or user_id not in changed:
+                continue
+            member = delta.member_for(viewer, user_id)
+            if member is not None:
+                view.listed[user_id] = joins[user_id] = member
+                room_left -= 1
+                if not room_left:
+                    break
+    count = max(delta.count_for(viewer), len(view.listed))
+    others = count - len(view.listed)
+    if not joins and not leaves and others == view.others:
+        return None
+    view.others = others
+    return {
+        "type": "room_diff",
+        "room": delta.room.name,
+        "joins": {str(uid): member.as_dict() for uid, member in joins.items()},
+        "leaves": sorted(str(uid) for uid in leaves),
+        "others": others,
+        "count": count,
+    }
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("Presence: renewing rooms failed", exc_info=task.exception())
+

@@ -1,0 +1,309 @@
+"""The WebSocket's rooms: join/leave frames, room_state and room_diff per viewer, bad input,
+the grace, crashes, coalescing (real Redis, real channel layer, WebsocketCommunicator).
+
+Helpers: tests/live/sockets.py; time is moved with time_machine and the rooms are swept by
+calling the sweep (never by sleeping past a timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from presence.models import Block, PrivacySettings
+from tests.live.sockets import (
+    BASE,
+    QUIET,
+    Sockets,
+    assert_silent,
+    error,
+    lets_see,
+    new_user,
+    receive,
+    send_frame,
+)
+from tests.live.sockets import sockets as sockets
+from tests.rooms.rules import ROOMS
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+    pytest.mark.uuid_site,
+    pytest.mark.cluster,
+    pytest.mark.pubsub_layer,
+]
+
+ROOM = "post:1"
+SETTINGS = {**BASE, "ROOMS": ROOMS, "OFFLINE_GRACE": 5, "CONNECTION_TTL": 90}
+
+
+@pytest.fixture(autouse=True)
+def _room_settings(settings: Any) -> None:
+    settings.PRESENCE = dict(SETTINGS)
+
+
+def key(user: Any) -> str:
+    return str(user.pk)
+
+
+@sync_to_async
+def public(*users: Any) -> None:
+    for user in users:
+        PrivacySettings.objects.update_or_create(
+            user=user, defaults={"online_visibility": "everyone"}
+        )
+
+
+async def join(
+    communicator: WebsocketCommunicator, room: str = ROOM, meta: Any = None
+) -> dict[str, Any]:
+    await communicator.send_json_to({"type": "join", "room": room, "meta": meta})
+    return await receive(communicator)
+
+
+async def leave(communicator: WebsocketCommunicator, room: str = ROOM) -> None:
+    await communicator.send_json_to({"type": "leave", "room": room})
+
+
+def members(frame: dict[str, Any]) -> set[str]:
+    return set(frame["members"])
+
+
+class ClientView:
+    """A room as a client keeps it from room_state and room_diff frames (as presence.js does)."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        assert state["type"] == "room_state", state
+        self.room = state["room"]
+        self.members = dict(state["members"])
+        self.others = state["others"]
+        self.count = state["count"]
+        self.frames = 0
+
+    def apply(self, frame: dict[str, Any]) -> None:
+        assert frame["type"] == "room_diff" and frame["room"] == self.room, frame
+        for uid in frame["leaves"]:
+            del self.members[uid]
+        self.members.update(frame["joins"])
+        self.others, self.count = frame["others"], frame["count"]
+        assert self.count == len(self.members) + self.others
+        self.frames += 1
+
+    def shows(self, listed: set[str], others: int) -> bool:
+        return set(self.members) == listed and self.others == others
+
+    async def until(
+        self, communicator: WebsocketCommunicator, listed: set[str], others: int
+    ) -> ClientView:
+        """Apply the frames that come until the view lists ``listed`` with ``others``."""
+        while not self.shows(listed, others):
+            self.apply(await receive(communicator))
+        return self
+
+
+async def test_join_answers_the_room_state(sockets: Sockets, make_user: Callable) -> None:
+    alice = await new_user(make_user)
+    socket = await sockets.open(alice)
+    frame = await join(socket, meta={"mode": "reading"})
+    assert frame["type"] == "room_state"
+    assert frame["room"] == ROOM
+    assert frame["count"] == 1 and frame["others"] == 0
+    me = frame["members"][key(alice)]
+    assert me["meta"] == {"mode": "reading"}
+    assert me["presence"]["status"] == "online"
+
+
+async def test_viewers_see_joins_and_meta_changes(sockets: Sockets, make_user: Callable) -> None:
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await public(alice, bob)
+    a = await sockets.open(alice)
+    b = await sockets.open(bob)
+    seen = ClientView(await join(a))
+    state = await join(b, meta={"mode": "editing"})
+    assert members(state) == {key(alice), key(bob)}
+    await seen.until(a, {key(alice), key(bob)}, 0)
+    assert seen.members[key(bob)]["meta"] == {"mode": "editing"}
+    assert seen.members[key(bob)]["presence"]["status"] == "online"
+    # Joining again replaces the meta: a room_state to the joiner, a diff to the others.
+    again = await join(b, meta={"mode": "reading"})
+    assert again["members"][key(bob)]["meta"] == {"mode": "reading"}
+    changed = await receive(a)
+    assert changed["joins"][key(bob)]["meta"] == {"mode": "reading"}
+    assert changed["leaves"] == [] and changed["count"] == 2
+    await assert_silent(a, b)
+
+
+async def test_each_viewer_sees_what_privacy_lets_them(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    viewer, friend, stranger = [await new_user(make_user) for _ in range(3)]
+    invisible = await new_user(make_user)
+    await lets_see(friend, viewer)
+    await sync_to_async(PrivacySettings.objects.create)(user=invisible, invisible=True)
+    v = await sockets.open(viewer)
+    seen = ClientView(await join(v))
+    # A hidden member: counted in others, not listed.
+    s = await sockets.open(stranger)
+    seen_by_stranger = ClientView(await join(s))
+    await seen.until(v, {key(viewer)}, 1)
+    # A member who lets the viewer see them: listed.
+    f = await sockets.open(friend)
+    await join(f)
+    await seen.until(v, {key(viewer), key(friend)}, 1)
+    # The stranger sees nobody listed (default privacy is contacts) but counts them.
+    await seen_by_stranger.until(s, {key(stranger)}, 2)
+    # An invisible member: neither listed nor counted, so nothing at all is sent.
+    i = await sockets.open(invisible)
+    state = await join(i)
+    assert members(state) == {key(invisible)}
+    assert state["members"][key(invisible)]["presence"]["invisible"] is True
+    assert state["count"] == 4 and state["others"] == 3  # the others hidden from them
+    await assert_silent(v, s, f)
+    assert (seen.count, seen_by_stranger.count) == (3, 3)
+
+
+async def test_a_block_updates_open_views(sockets: Sockets, make_user: Callable) -> None:
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await public(alice, bob)
+    a = await sockets.open(alice)
+    b = await sockets.open(bob)
+    seen_by_alice = ClientView(await join(a))
+    seen_by_bob = ClientView(await join(b))
+    await seen_by_alice.until(a, {key(alice), key(bob)}, 0)
+    await sync_to_async(Block.objects.create)(blocker=bob, blocked=alice)
+    await seen_by_alice.until(a, {key(alice)}, 0)
+    await seen_by_bob.until(b, {key(bob)}, 0)
+    assert seen_by_alice.count == seen_by_bob.count == 1
+    await assert_silent(a, b)
+
+
+async def test_going_invisible_leaves_every_view(sockets: Sockets, make_user: Callable) -> None:
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await public(alice, bob)
+    a = await sockets.open(alice)
+    b = await sockets.open(bob)
+    seen = ClientView(await join(a))
+    await join(b)
+    await seen.until(a, {key(alice), key(bob)}, 0)
+    await b.send_json_to({"type": "set_status", "status": "invisible"})
+    assert (await receive(b))["type"] == "status"
+    await seen.until(a, {key(alice)}, 0)
+    assert seen.count == 1
+    # Back: listed again.
+    await b.send_json_to({"type": "set_status", "status": "auto"})
+    await receive(b)
+    await seen.until(a, {key(alice), key(bob)}, 0)
+    await assert_silent(a)
+
+
+BAD = [
+    ({"type": "join"}, "invalid_message"),
+    ({"type": "join", "room": 42}, "invalid_message"),
+    ({"type": "join", "room": ["post", "1"]}, "invalid_message"),
+    ({"type": "join", "room": "post"}, "invalid_value"),
+    ({"type": "join", "room": "post:a b"}, "invalid_value"),
+    ({"type": "join", "room": "Post:1"}, "invalid_value"),
+    ({"type": "join", "room": "post:" + "x" * 65}, "invalid_value"),
+    ({"type": "join", "room": "nope:1"}, "unknown_room"),
+    ({"type": "join", "room": "group:3"}, "forbidden"),
+    ({"type": "join", "room": ROOM, "meta": "editing"}, "invalid_message"),
+    ({"type": "join", "room": ROOM, "meta": [1]}, "invalid_message"),
+    ({"type": "join", "room": ROOM, "meta": {"k": "x" * 600}}, "invalid_value"),
+    ({"type": "leave"}, "invalid_message"),
+    ({"type": "leave", "room": "post:"}, "invalid_value"),
+]
+
+
+@pytest.mark.parametrize(("frame", "code"), BAD)
+async def test_bad_input_is_refused_and_changes_nothing(
+    sockets: Sockets, make_user: Callable, frame: dict[str, Any], code: str, redis_client: Any
+) -> None:
+    alice = await new_user(make_user)
+    socket = await sockets.open(alice)
+    await socket.send_json_to(frame)
+    reply = await receive(socket)
+    assert reply["type"] == "error" and reply["code"] == code, reply
+    assert [k for k in redis_client.scan_iter("*room*")] == []
+    # The connection goes on.
+    assert (await join(socket))["type"] == "room_state"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"type": "join", "room": "post:\\ud800"}',
+        '{"type": "join", "room": "post:1", "meta": {"k": "\\ud800"}}',
+        '{"type": "join", "room": "post:1", "meta": {"\\udfff": 1}}',
+    ],
+)
+async def test_lone_surrogates_are_refused(
+    sockets: Sockets, make_user: Callable, text: str
+) -> None:
+    socket = await sockets.open(await new_user(make_user))
+    await send_frame(socket, text)
+    assert (await receive(socket))["code"] == "invalid_value"
+
+
+async def test_a_rule_that_raises_refuses_and_is_logged(
+    sockets: Sockets, make_user: Callable, caplog: Any
+) -> None:
+    socket = await sockets.open(await new_user(make_user))
+    with caplog.at_level(logging.ERROR, logger="presence"):
+        reply = await join(socket, "broken:1")
+    assert reply["code"] == "forbidden"
+    assert "RuntimeError" in caplog.text
+    assert (await join(socket, "group:2"))["type"] == "room_state"
+
+
+async def test_too_many_rooms(sockets: Sockets, make_user: Callable, settings: Any) -> None:
+    settings.PRESENCE = {**SETTINGS, "MAX_ROOMS": 2}
+    socket = await sockets.open(await new_user(make_user))
+    await join(socket, "post:1")
+    await join(socket, "post:2")
+    reply = await join(socket, "post:3")
+    assert reply == error(
+        "too_many_rooms", "A connection may be in at most 2 rooms; leave one first."
+    )
+    # Joining a room it is in again is no new room; leaving one makes room.
+    assert (await join(socket, "post:2"))["type"] == "room_state"
+    await leave(socket, "post:1")
+    assert (await join(socket, "post:3"))["type"] == "room_state"
+
+
+async def test_leaving_a_room_never_joined_is_a_no_op(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    socket = await sockets.open(await new_user(make_user))
+    await leave(socket, "post:9")
+    await assert_silent(socket)
+    assert (await join(socket))["count"] == 1
+
+
+async def test_joins_count_against_the_rate_limit(
+    sockets: Sockets, make_user: Callable, settings: Any
+) -> None:
+    settings.PRESENCE = {**SETTINGS, "RATE_LIMIT": (4, 60)}
+    socket = sockets.make(await new_user(make_user))
+    assert (await socket.connect())[0]
+    for n in range(4):
+        await socket.send_json_to({"type": "join", "room": f"post:{n}"})
+    for _ in range(4):
+        assert (await receive(socket))["type"] == "room_state"
+    await socket.send_json_to({"type": "join", "room": "post:9"})
+    assert (await socket.receive_output(timeout=3))["code"] == 4429
+
+
+def _json_size(frame: dict[str, Any]) -> int:
+    return len(json.dumps(frame))
+
+
+async def test_quiet_after_everything(sockets: Sockets, make_user: Callable) -> None:
+    socket = await sockets.open(await new_user(make_user))
+    await join(socket)
+    await assert_silent(socket, seconds=QUIET)

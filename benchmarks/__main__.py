@@ -33,6 +33,7 @@ NAMES = (
     "amplification",
     "page_views",
     "metrics",
+    "online_count",
 )
 
 
@@ -135,6 +136,7 @@ def main(argv: list[str]) -> int:
             bench_memory,
             bench_metrics,
             bench_middleware,
+            bench_online_count,
             bench_online_friends,
             bench_page_views,
             bench_user_connections,
@@ -154,6 +156,7 @@ def main(argv: list[str]) -> int:
             "amplification": bench_amplification.run,
             "page_views": bench_page_views.run,
             "metrics": bench_metrics.run,
+            "online_count": bench_online_count.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import Client, override_settings
 from django.urls import include, path
 from prometheus_client import REGISTRY
@@ -197,6 +198,7 @@ async def test_a_heartbeat_and_a_diff_move_the_counters(
         "fanout": value("presence_fanout_latency_seconds_count"),
         "deliveries": value("presence_deliveries_total"),
         "round trips": round_trips(),
+        "online signals": value("presence_signals_sent_total", signal="user_online"),
     }
 
     watcher = await sockets.open(viewer)
@@ -216,6 +218,11 @@ async def test_a_heartbeat_and_a_diff_move_the_counters(
     assert value("presence_fanout_latency_seconds_count") >= before["fanout"] + 1
     # Counted from the change's start: at least most of the coalescing window (0.05 s here).
     assert value("presence_fanout_latency_seconds_sum") > 0
+    # Both came online: a transition each, a signal each; the site's count read at the scrape.
+    await sync_to_async(signals.wait_sent)()
+    online_signals = value("presence_signals_sent_total", signal="user_online")
+    assert online_signals == before["online signals"] + 2
+    assert value("presence_users_online") == 2
 
     await sockets.close(tab)
     await sockets.close(watcher)

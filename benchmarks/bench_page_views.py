@@ -127,7 +127,7 @@ class Server:
         self.log = tempfile.NamedTemporaryFile(prefix="page-views-daphne-", suffix=".log")  # noqa: SIM115
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "benchmarks.settings",
+            "DJANGO_SETTINGS_MODULE": "benchmarks.page_views_settings",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "MALLOC_ARENA_MAX": "2",
         }
@@ -271,6 +271,50 @@ def print_profile(path: str) -> None:
     stats.print_stats(30)
 
 
+def record_with_py_spy(server: Server, path: str, seconds: float) -> subprocess.Popen[bytes]:
+    """py-spy (all the server's threads, idle ones left out) for one phase; appended to."""
+    return subprocess.Popen(
+        [
+            *(
+                str(Path(sys.executable).parent / "py-spy"),
+                "record",
+                "--pid",
+                str(server.process.pid),
+            ),
+            *("--duration", str(int(seconds)), "--rate", "200", "--format", "raw"),
+            *("--output", f"{path}.{time.monotonic_ns()}"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def print_py_spy(path: str, top: int = 25) -> None:
+    """The functions of the recorded phases by own and by inclusive samples."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for name in Path(path).parent.glob(Path(path).name + ".*"):
+        for line in name.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = [
+                f.rsplit(" (", 1)[0] + " " + f.rsplit("/", 1)[-1].split(":")[0]
+                for f in stack.split(";")[1:]
+            ]
+            n = int(count)
+            total += n
+            if frames:
+                own[frames[-1]] = own.get(frames[-1], 0) + n
+            for frame in set(frames):
+                inclusive[frame] = inclusive.get(frame, 0) + n
+        name.unlink()
+    say(f"    py-spy, ours saturated: {total} samples (all threads)")
+    for title, table in (("own", own), ("inclusive", inclusive)):
+        say(f"    by {title} time:")
+        for frame, n in sorted(table.items(), key=lambda item: -item[1])[:top]:
+            say(f"      {n / total:6.1%}  {frame}")
+
+
 def run(sizes: Sizes, report: Report) -> None:
     quick = report.quick
     targets, viewers = (300, 30) if quick else (3000, 300)
@@ -287,8 +331,10 @@ def run(sizes: Sizes, report: Report) -> None:
     client.close()
     cache.clear()
     pages = build_site(targets, viewers)
-    profile = None
-    if os.environ.get("BENCH_PAGE_VIEWS_PROFILE"):
+    profile = pyspy = None
+    if os.environ.get("BENCH_PAGE_VIEWS_PROFILE") == "py-spy":
+        pyspy = tempfile.mktemp(prefix="page-views-", suffix=".txt")
+    elif os.environ.get("BENCH_PAGE_VIEWS_PROFILE"):
         profile = tempfile.mktemp(prefix="page-views-", suffix=".prof")
     server = Server(profile)
     try:
@@ -304,7 +350,12 @@ def run(sizes: Sizes, report: Report) -> None:
             for mode in order:
                 if profile and mode == "ours":
                     server.dump_profile()  # starts a fresh profile for this phase
+                recorder = None
+                if pyspy and mode == "ours":
+                    recorder = record_with_py_spy(server, pyspy, seconds)
                 saturated[mode].append(phase(server, pages, mode, seconds, concurrency=concurrency))
+                if recorder is not None:
+                    recorder.wait()
                 if profile and mode == "ours":
                     server.dump_profile()
         say(f"  offered {rate}/s:")
@@ -321,6 +372,8 @@ def run(sizes: Sizes, report: Report) -> None:
     if profile:
         print_profile(profile)
         os.unlink(profile)
+    if pyspy:
+        print_py_spy(pyspy)
     ours, bare = sat["ours"]["per_core"], sat["bare"]["per_core"]
     ratio = ours / bare if bare else 0.0
     fixed_ratio = fixed_figures["bare"]["cpu_ms"] / fixed_figures["ours"]["cpu_ms"]

@@ -55,7 +55,9 @@ def _connection(
         yield from redis(store.connected(user_id, now), live=True)
     if transition is not None and op == "close" and transition.connections == 0:
         # The last connection ended: last seen survives a Redis flush from now on.
-        yield from call(LastSeen.objects.record_many, {user_id: now})
+        yield from call(
+            LastSeen.objects.record_many, {user_id: now}, afunction=LastSeen.objects.arecord_many
+        )
     if resolution.is_news(transition, now):
         yield from call(announce.announce, [user_id], afunction=announce.aannounce)
     return transition

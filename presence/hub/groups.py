@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from presence.announce import group_name, layer_call
@@ -12,6 +13,12 @@ from presence.domain import UserId
 from presence.hub.registry import Registry
 
 logger = logging.getLogger("presence")
+
+#: seconds a group stays joined after the socket that needed it closed. On a site of pages every
+#: page view closes its socket and the next page opens one for the same account, watching
+#: mostly the same users, moments later: joining and leaving each time cost two channel-layer
+#: calls per user and per account. Meanwhile the group's messages find nobody and are dropped.
+LINGER = 30.0
 
 
 class Groups:
@@ -33,13 +40,90 @@ class Groups:
         self.undiscarded: dict[str, str] = {}
         #: each group's last join or leave decided (they reach the layer in that order)
         self._turns: dict[str, asyncio.Future[None]] = {}
+        #: group -> loop time to leave it: groups no socket here needs since one closed, kept
+        #: joined for LINGER in case the next page view needs them again
+        self.lingering: dict[str, float] = {}
+        self._letting_go: asyncio.Task[None] | None = None
 
     def joining(self, group: str) -> asyncio.Future[None] | None:
         """The last join or leave of ``group`` still on its way to the layer, if any."""
         return self._turns.get(group)
 
     async def join(self, group: str) -> None:
+        if self.lingering.pop(group, None) is not None:
+            await self._joined_already([group])
+            return
         await self._call("group_add", group)
+
+    def _joined_already(self, groups: list[str]) -> Awaitable[Any]:
+        """Done when these lingering groups' joins, maybe still on their way, have reached
+        the layer (their turns as they are now)."""
+        turns = [turn for group in groups if (turn := self._turns.get(group)) is not None]
+        return asyncio.gather(*(asyncio.shield(turn) for turn in turns))
+
+    def let_go(self, groups: list[str]) -> None:
+        """Groups no socket here needs since one closed: left LINGER seconds from now, unless a
+        socket needs them again meanwhile (then nothing reaches the layer either way)."""
+        if self.channel is None or not groups:
+            return
+        leave_at = asyncio.get_running_loop().time() + LINGER
+        for group in groups:
+            self.lingering[group] = leave_at
+        if self._letting_go is None or self._letting_go.done():
+            self._letting_go = asyncio.ensure_future(self._leave_lingering_when_due())
+
+    def let_go_users(self, user_ids: list[UserId]) -> None:
+        """Users no socket here watches since one closed (see :meth:`let_go`)."""
+        self.let_go([group_name(uid) for uid in user_ids])
+
+    async def _leave_lingering_when_due(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.lingering:
+            await asyncio.sleep(max(0.0, min(self.lingering.values()) - loop.time()))
+            now = loop.time()
+            due = [group for group, at in self.lingering.items() if at <= now]
+            for group in due:
+                del self.lingering[group]
+            await self._leave_groups(due)
+
+    async def leave_lingering(self) -> None:
+        """Leave every lingering group now (the hub stops: nothing of it stays in the layer)."""
+        task, self._letting_go = self._letting_go, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        groups, self.lingering = list(self.lingering), {}
+        await self._leave_groups(groups)
+
+    def forget_lingering(self) -> None:
+        """The layer may have lost its groups (a server came back empty): lingering groups are
+        no longer counted as joined; they are left at the next sweep, unless wanted again."""
+        if self.channel is not None:
+            self.undiscarded.update(dict.fromkeys(self.lingering, self.channel))
+        self.lingering.clear()
+
+    async def _leave_groups(self, groups: list[str]) -> None:
+        channel = self.channel
+        if self.layer is None or channel is None or not groups:
+            return
+        turns = [(group, *self._take_turn(group)) for group in groups]
+        call = self.layer.group_discard
+        try:
+            results = await asyncio.gather(
+                *(
+                    self._in_turn(group, before, mine, call, channel)
+                    for group, before, mine in turns
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            for group, _, mine in turns:
+                self._end_turn(group, mine)
+        failed = [g for g, r in zip(groups, results, strict=True) if isinstance(r, Exception)]
+        if failed:
+            logger.warning(
+                "Presence: channel layer group_discard failed for %d groups.", len(failed)
+            )
+            self.undiscarded.update(dict.fromkeys(failed, channel))
 
     async def leave(self, group: str) -> None:
         await self._call("group_discard", group)
@@ -58,7 +142,19 @@ class Groups:
 
     async def join_users(self, user_ids: list[UserId]) -> list[UserId]:
         """Join these users' groups; the users whose join failed."""
-        return await self._users("group_add", user_ids)
+        kept: list[str] = []
+        if self.lingering:
+            lingering = {uid for uid in user_ids if group_name(uid) in self.lingering}
+            if lingering:
+                kept = [group_name(uid) for uid in lingering]
+                for group in kept:
+                    del self.lingering[group]
+                user_ids = [uid for uid in user_ids if uid not in lingering]
+        # The others' turns are taken first (before any await), as _users says.
+        joined_already = self._joined_already(kept)
+        failed = await self._users("group_add", user_ids)
+        await joined_already
+        return failed
 
     async def leave_users(self, user_ids: list[UserId]) -> list[UserId]:
         """Leave these users' groups; the users whose leave failed."""

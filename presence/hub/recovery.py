@@ -70,6 +70,7 @@ class Recovery:
         elif self._rejoin_all_at is not None and now >= self._rejoin_all_at:
             self._rejoin_all_at = None
             self.groups.unjoined.update(self.registry.watchers.members)
+            self.groups.forget_lingering()
 
     async def rejoin(self) -> None:
         """Join the groups a failed group_add left out, and resolve those users again: their

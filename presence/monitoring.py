@@ -133,7 +133,13 @@ def hub_lag() -> float | None:
 
 def _method_not_allowed() -> JsonResponse:
     response = JsonResponse(
-        {"error": {"code": "method_not_allowed", "message": _("Use GET.")}}, status=405
+        {
+            "error": {
+                "code": "method_not_allowed",
+                "message": _("Use %(methods)s.") % {"methods": "GET, HEAD"},
+            }
+        },
+        status=405,
     )
     response["Allow"] = "GET, HEAD"
     return response

@@ -141,6 +141,19 @@ def test_the_view_serves_the_text_format(client: Client, db: Any, recording: Non
     assert "# TYPE presence_fanout_latency_seconds histogram" in text
 
 
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_view_without_prometheus_client_answers_501_in_json(
+    client: Client, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "AVAILABLE", False)
+    response = client.get("/metrics", HTTP_ACCEPT_LANGUAGE="ja")
+    assert response.status_code == 501
+    assert response.json()["error"] == {
+        "code": "metrics_unavailable",
+        "message": "django-live-presence[metrics] (prometheus_client) をインストールしてください。",
+    }
+
+
 def test_multiprocess_mode_merges_the_processes_of_a_host(
     client: Client, db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

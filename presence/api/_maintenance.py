@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from presence import domain, resolution, signals
+from presence.api._room_events import cleanup_rooms
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
@@ -23,6 +24,9 @@ class CleanupReport:
     #: users whose invisibility the online count had wrong (set in the database without a save
     #: signal, say a queryset update), put right
     invisible_fixed: int = 0
+    #: room members whose stay had ended (crashed connections, the grace), removed with the
+    #: keys of rooms left empty
+    room_members: int = 0
     dry_run: bool = False
 
 
@@ -64,6 +68,7 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
             signals.send_transition(user_id, -1, at, invisible)
     if not dry_run:
         store.run(store.prune_schedules(now - conf.ONLINE_WINDOW))
+        report.room_members = cleanup_rooms()
     expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
     if dry_run:
         report.expired_statuses = expired.count()

@@ -1,0 +1,141 @@
+"""How long a member stays: closed sockets (OFFLINE_GRACE), reloads within the grace, crashed
+connections (CONNECTION_TTL), several connections, a burst of joins coalesced, presence_cleanup.
+
+Time is moved with time_machine; rooms are swept by calling the hubs' sweep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import time_machine
+from asgiref.sync import sync_to_async
+
+from presence import api
+from presence.api import _room_events as events
+from presence.domain.rooms import Room
+from presence.store import get_store
+from tests.live.sockets import Sockets, assert_silent, heartbeat, new_user, receive
+from tests.live.sockets import sockets as sockets
+from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, public
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+    pytest.mark.uuid_site,
+    pytest.mark.cluster,
+    pytest.mark.pubsub_layer,
+]
+
+ROOM = "post:1"
+
+
+@pytest.fixture(autouse=True)
+def _room_settings(settings: Any) -> None:
+    settings.PRESENCE = dict(SETTINGS)
+
+
+async def two_in_a_room(sockets: Sockets, make_user: Callable) -> tuple[Any, ...]:
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await public(alice, bob)
+    a = await sockets.open(alice)
+    b = await sockets.open(bob)
+    seen = ClientView(await join(a))
+    await join(b)
+    await seen.until(a, {key(alice), key(bob)}, 0)
+    return alice, bob, a, b, seen
+
+
+async def test_a_closed_socket_leaves_after_the_grace(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    alice, bob, a, b, seen = await two_in_a_room(sockets, make_user)
+    await sockets.close(b)
+    closed = time.time()
+    assert await events.asweep_rooms() == {}
+    await assert_silent(a)
+    # Never earlier than the grace after the close (it counts from the end of its second).
+    with time_machine.travel(closed + SETTINGS["OFFLINE_GRACE"] - 0.1, tick=False):
+        assert await events.asweep_rooms() == {}
+    with time_machine.travel(closed + 2 + SETTINGS["OFFLINE_GRACE"], tick=False):
+        assert await events.asweep_rooms() == {ROOM: [bob.pk]}
+        await seen.until(a, {key(alice)}, 0)
+    assert seen.count == 1
+
+
+async def test_a_reload_within_the_grace_is_no_leave(sockets: Sockets, make_user: Callable) -> None:
+    _, bob, a, b, seen = await two_in_a_room(sockets, make_user)
+    await sockets.close(b)
+    closed = time.time()
+    again = await sockets.open(bob)
+    assert (await join(again))["count"] == 2
+    with time_machine.travel(closed + 30, tick=False):
+        assert await events.asweep_rooms() == {}
+    await assert_silent(a)
+    assert seen.count == 2
+
+
+async def test_a_member_with_two_connections_stays_while_one_is_open(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    _, bob, a, b, _ = await two_in_a_room(sockets, make_user)
+    other = await sockets.open(bob)
+    await join(other)
+    await sockets.close(b)
+    with time_machine.travel(time.time() + 30, tick=False):
+        assert await events.asweep_rooms() == {}
+    await assert_silent(a)
+
+
+async def test_a_crashed_connection_leaves_after_the_ttl(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    alice, bob, a, b, seen = await two_in_a_room(sockets, make_user)
+    start = time.time()
+    # Alice's client beats; Bob's stopped (its process, or its network, died).
+    with time_machine.travel(start + 60, tick=False):
+        await heartbeat(a)
+    with time_machine.travel(start + 1 + SETTINGS["CONNECTION_TTL"] + 2, tick=False):
+        assert await events.asweep_rooms() == {ROOM: [bob.pk]}
+        await seen.until(a, {key(alice)}, 0)
+    # A heartbeat after that joins Bob again (his connection was alive after all).
+    with time_machine.travel(start + 1 + SETTINGS["CONNECTION_TTL"] + 5, tick=False):
+        await b.send_json_to({"type": "heartbeat", "state": "active"})
+        await seen.until(a, {key(alice), key(bob)}, 0)
+
+
+async def test_a_burst_of_joins_is_a_handful_of_frames(
+    sockets: Sockets, make_user: Callable, settings: Any
+) -> None:
+    settings.PRESENCE = {**SETTINGS, "COALESCE_WINDOW": 0.3, "ROOM_LIST_LIMIT": 20}
+    viewer = await new_user(make_user)
+    joiners = [await new_user(make_user) for _ in range(60)]
+    await public(*joiners[:30])  # the others are hidden from the viewer
+    v = await sockets.open(viewer)
+    seen = ClientView(await join(v))
+    for user in joiners:
+        await sync_to_async(api.touch)(user)
+        await events.ajoin_room(user, "c", Room("post", "1"), None, False)
+    while seen.count < 61:
+        seen.apply(await receive(v))
+    assert seen.frames <= 4
+    assert len(seen.members) == 20 and seen.others == 41
+    assert key(viewer) in seen.members
+    listed = set(seen.members) - {key(viewer)}
+    assert listed <= {key(user) for user in joiners[:30]}
+
+
+async def test_cleanup_leaves_no_room_key_behind(
+    sockets: Sockets, make_user: Callable, redis_client: Any
+) -> None:
+    alice = await new_user(make_user)
+    store = get_store()
+    then = time.time() - 3600
+    await store.arun(store.join_room(ROOM, alice.pk, "c", then, '{"m":1}', True))
+    await store.arun(store.join_room("group:2", alice.pk, "c", then))
+    await store.arun(store.leave_room("group:2", alice.pk, "c", then + 1))
+    report = await sync_to_async(api.cleanup)()
+    assert report.room_members == 2
+    assert [k for k in redis_client.scan_iter("*room*")] == []

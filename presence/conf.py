@@ -74,6 +74,12 @@ class PresenceSettings:
     MAX_ROOMS: int = 10
     #: members listed by name in a room's state; the rest count in ``others``
     ROOM_LIST_LIMIT: int = 100
+    #: viewers who may not see a user's exact last seen get last_seen_approx instead (recently,
+    #: within_week, within_month, long_ago; never across a block)
+    APPROXIMATE_LAST_SEEN: bool = True
+    #: a viewer who hides their own exact last seen from a user sees only that user's
+    #: approximate last seen
+    RECIPROCAL_LAST_SEEN: bool = False
     # --- additions to the contract (documented in docs/settings.md) ---
     #: number of Redis buckets the online sorted sets are split into (docs/redis-layout.md)
     BUCKETS: int = 16384

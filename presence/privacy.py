@@ -7,8 +7,9 @@ A site app with rows owned by users (posts, photos, "typing…" markers) filters
 else the owner's visibility setting (``online_visibility``, ``last_seen_visibility`` or
 ``activity_visibility`` of ``PrivacySettings``; no row: the site's ``DEFAULT_PRIVACY``, else
 ``contacts``, as the resolver reads it) against the tie of the owner to the viewer
-(``Contact``). The filter is derived from ``permits`` and checked against it at import, so the
-two can never disagree.
+(``Contact``), the owner's exception for the viewer (``PrivacyException``: "never share"
+and "always share" beat the level) deciding first. The filter is derived from ``permits`` and
+checked against it at import, so the two can never disagree.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from presence import domain
 from presence.domain import Relation, Visibility, permits
-from presence.models import Block, Contact, privacy_defaults
+from presence.models import Block, Contact, PrivacyException, privacy_defaults
 from presence.users import viewer_pk as _viewer_pk_of
 
 __all__ = ["SETTINGS", "TIES", "permits", "visible_to"]
@@ -64,6 +65,22 @@ def _check_ties() -> None:
             )
             if domain.permits(level, relation) != expected or domain.permits(level, blocked):
                 raise AssertionError(f"presence.privacy cannot express permits({level}, {tie})")
+            # An exception beats the level, a block beats an exception.
+            for setting in SETTINGS:
+                for allow in (True, False):
+                    bits = domain.exception_bits(setting, allow)
+                    excepted = Relation(
+                        is_contact=relation.is_contact,
+                        is_close_friend=relation.is_close_friend,
+                        exceptions=bits,
+                    )
+                    blocked_excepted = Relation(blocked=True, exceptions=bits)
+                    if domain.permits(level, excepted, setting) != allow or domain.permits(
+                        level, blocked_excepted, setting
+                    ):
+                        raise AssertionError(
+                            f"presence.privacy cannot express an exception of {setting}"
+                        )
 
 
 _check_ties()
@@ -109,4 +126,8 @@ def visible_to(viewer: Any, owner_field: str = "author", setting: str = "activit
     not_blocked = ~Exists(Block.objects.filter(blocker=them, blocked=viewer_pk)) & ~Exists(
         Block.objects.filter(blocker=viewer_pk, blocked=them)
     )
-    return Q(**{owner_field: viewer_pk}) | (not_blocked & admitted)
+    exceptions = PrivacyException.objects.filter(owner=them, viewer=viewer_pk, setting=setting)
+    decided = ~Exists(exceptions.filter(allow=False)) & (
+        Exists(exceptions.filter(allow=True)) | admitted
+    )
+    return Q(**{owner_field: viewer_pk}) | (not_blocked & decided)

@@ -2,8 +2,8 @@
 
 - login and logout record presence (and logout closes that session's open sockets);
 - a password change or deactivation makes open sockets check their sessions;
-- saving or deleting PrivacySettings, Contact or Block is announced to the live processes after
-  commit, then ``presence_changed`` sent (the hook for sites);
+- saving or deleting PrivacySettings, PrivacyException, Contact or Block is announced to the
+  live processes after commit, then ``presence_changed`` sent (the hook for sites);
 - a ``presence_changed`` a site sends itself is announced too.
 """
 
@@ -18,9 +18,10 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from presence import announce, api
+from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
 from presence.middleware import throttle
-from presence.models import Block, Contact, PrivacySettings
+from presence.models import Block, Contact, PrivacyException, PrivacySettings
 from presence.signals import presence_changed
 from presence.users import user_pk
 
@@ -76,8 +77,22 @@ def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 
 def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
-    # Only the owner's presence changes for someone: who may see it depends on its contacts.
-    _changed(sender, (instance.owner_id,), "contacts")
+    # Only the owner's presence changes for someone: who may see it depends on its contacts
+    # (with RECIPROCAL_LAST_SEEN, what the owner sees of the contact too).
+    both = get_settings().RECIPROCAL_LAST_SEEN is True
+    _changed(
+        sender,
+        (instance.owner_id, instance.contact_id) if both else (instance.owner_id,),
+        "contacts",
+    )
+
+
+def _on_exception_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # The owner's presence changes for the viewer (with RECIPROCAL_LAST_SEEN, the viewer's
+    # presence for the owner too): the route of a privacy change.
+    both = get_settings().RECIPROCAL_LAST_SEEN is True
+    users = (instance.owner_id, instance.viewer_id) if both else (instance.owner_id,)
+    _changed(sender, users, "privacy")
 
 
 def _on_block_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -125,4 +140,9 @@ def connect() -> None:
         )
         signal.connect(
             _on_block_changed, sender=Block, dispatch_uid=f"presence_block_{signal is post_save}"
+        )
+        signal.connect(
+            _on_exception_changed,
+            sender=PrivacyException,
+            dispatch_uid=f"presence_privacy_exception_{signal is post_save}",
         )

@@ -173,6 +173,10 @@ def script_labels() -> dict[str, str]:
     labels = {status.value: str(label) for status, label in domain.STATUS_LABELS.items()}
     labels["onlineText"] = gettext("online")
     labels["justNow"] = gettext("just now")
+    # "last seen recently"... by last_seen_approx (presence.js shows no number, no time)
+    labels.update(
+        {approx.value: str(label) for approx, label in domain.LAST_SEEN_APPROX_LABELS.items()}
+    )
     return labels
 
 

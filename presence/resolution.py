@@ -28,6 +28,7 @@ def timing() -> domain.Timing:
         online_window=conf.ONLINE_WINDOW,
         offline_grace=conf.OFFLINE_GRACE,
         connection_ttl=conf.CONNECTION_TTL,
+        approximate_last_seen=conf.APPROXIMATE_LAST_SEEN is True,
     )
 
 

@@ -123,11 +123,14 @@ class Expected:
     activity: str | None
     #: only in one's own presence
     invisible: bool | None = None
+    #: where last seen is hidden (no block): how long ago, to the UTC day
+    last_seen_approx: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "status": self.status,
             "last_seen": self.last_seen.isoformat() if self.last_seen else None,
+            "last_seen_approx": self.last_seen_approx,
             "devices": list(self.devices),
             "text": self.text,
             "emoji": self.emoji,
@@ -163,6 +166,8 @@ def expected(case: Case) -> Expected:
         last_seen=true_last_seen if sees_last_seen else None,
         devices=true_devices if status != "offline" else (),
         **(CUSTOM if sees_custom else NO_CUSTOM),
+        # Both last seen times of the cases are today (APPROXIMATE_LAST_SEEN's default).
+        last_seen_approx=None if sees_last_seen else "recently",
     )
 
 

@@ -11,8 +11,8 @@ are users or user ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a 
 Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
 twins run it: the sync one in the caller's thread, the async one on its event loop. The
 sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_contacts``,
-``_maintenance``. The live connections' side (opening, heartbeats, sweeps, the hub's reads) is
-:mod:`presence.lifecycle`.
+``_sharing`` (always/never share with), ``_maintenance``. The live connections' side
+(opening, heartbeats, sweeps, the hub's reads) is :mod:`presence.lifecycle`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from presence.api._reading import (
 from presence.api._recording import asign_off, atouch, sign_off, touch
 from presence.api._room_names import with_names
 from presence.api._rooms import UnknownRoom, aroom_presence, room_presence
+from presence.api._sharing import ashare_with, aunshare, share_with, unshare
 from presence.api._status import apply_change, aset_status, set_status
 from presence.domain import InvalidInput, Presence
 
@@ -69,10 +70,12 @@ __all__ = [
     "aroom_presence",
     "aset_close_friend",
     "aset_status",
+    "ashare_with",
     "asign_off",
     "atouch",
     "aunblock",
     "aunfollow",
+    "aunshare",
     "block",
     "bulk_presence",
     "cleanup",
@@ -87,10 +90,12 @@ __all__ = [
     "room_presence",
     "set_close_friend",
     "set_status",
+    "share_with",
     "sign_off",
     "touch",
     "unblock",
     "unfollow",
+    "unshare",
     "watched_friends",
     "with_names",
 ]

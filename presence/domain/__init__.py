@@ -23,7 +23,12 @@ from presence.domain.display import TIME_STRINGS, humanize
 from presence.domain.model import (
     DEVICE_BITS,
     DEVICE_MASK_LIMIT,
+    EXCEPTION_ALLOW,
+    EXCEPTION_BITS,
+    EXCEPTION_DENY,
+    EXCEPTION_SHIFT,
     HIDDEN,
+    LAST_SEEN_APPROX_LABELS,
     SELF,
     STATUS_LABELS,
     STRANGER,
@@ -31,6 +36,7 @@ from presence.domain.model import (
     VISIBILITY_SETTINGS,
     Choices,
     Device,
+    LastSeenApprox,
     LiveState,
     Presence,
     Relation,
@@ -42,6 +48,7 @@ from presence.domain.model import (
     default_choices,
     device_from_user_agent,
     devices_from_mask,
+    exception_bits,
     iso_time,
 )
 from presence.domain.protocol import (
@@ -58,12 +65,15 @@ from presence.domain.protocol import (
     parse_frame,
 )
 from presence.domain.resolver import (
+    DAY,
     SECOND,
+    approximate,
     live_news,
     live_status,
     offline_at,
     permits,
     resolve,
+    shows_last_seen,
     visibly_differs,
 )
 from presence.domain.validation import (
@@ -78,9 +88,15 @@ from presence.domain.validation import (
 __all__ = [
     "ALLOWED_FORMAT_CHARACTERS",
     "CLIENT_TYPES",
+    "DAY",
     "DEVICE_BITS",
     "DEVICE_MASK_LIMIT",
+    "EXCEPTION_ALLOW",
+    "EXCEPTION_BITS",
+    "EXCEPTION_DENY",
+    "EXCEPTION_SHIFT",
     "HIDDEN",
+    "LAST_SEEN_APPROX_LABELS",
     "MAX_USER_ID",
     "MAX_USER_ID_LENGTH",
     "SECOND",
@@ -97,6 +113,7 @@ __all__ = [
     "Heartbeat",
     "HeartbeatState",
     "InvalidInput",
+    "LastSeenApprox",
     "Limits",
     "LiveState",
     "Presence",
@@ -110,10 +127,12 @@ __all__ = [
     "Unsubscribe",
     "UserId",
     "Visibility",
+    "approximate",
     "check_text",
     "default_choices",
     "device_from_user_agent",
     "devices_from_mask",
+    "exception_bits",
     "humanize",
     "iso_time",
     "live_news",
@@ -123,5 +142,6 @@ __all__ = [
     "parse_status_change",
     "permits",
     "resolve",
+    "shows_last_seen",
     "visibly_differs",
 ]

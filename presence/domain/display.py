@@ -8,7 +8,7 @@ from typing import Any
 from django.utils.timesince import timesince
 from django.utils.translation import gettext, npgettext_lazy
 
-from presence.domain.model import Presence
+from presence.domain.model import LAST_SEEN_APPROX_LABELS, Presence
 
 #: timesince's units as presence's own strings: Django's catalogs lack some of them in some
 #: languages (vi), which would leave "5 minutes" untranslated inside a translated "... ago".
@@ -23,11 +23,14 @@ TIME_STRINGS: dict[str, Any] = {
 
 
 def humanize(presence: Presence, now: datetime) -> str:
-    """Say "online", "just now", "5 minutes ago"...; empty when last seen is hidden."""
+    """Say "online", "just now", "5 minutes ago"...; where only the approximate last seen
+    shows, "last seen recently", "last seen within a week"... (no number, no time); empty
+    when nothing shows."""
     if presence.is_online:
         return gettext("online")
     if presence.last_seen is None:
-        return ""
+        approx = presence.last_seen_approx
+        return str(LAST_SEEN_APPROX_LABELS[approx]) if approx is not None else ""
     if (now - presence.last_seen).total_seconds() < 60:
         return gettext("just now")
     delta = timesince(presence.last_seen, now, time_strings=TIME_STRINGS, depth=1)

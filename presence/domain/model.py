@@ -129,6 +129,36 @@ class Choices:
 
 #: the visibility settings of a user's choices (and of PrivacySettings), each a Visibility
 VISIBILITY_SETTINGS = ("online_visibility", "last_seen_visibility", "activity_visibility")
+
+#: A target's exceptions for one viewer (PrivacyException rows), packed in a small int: two
+#: bits per visibility setting, "always share" and "never share" (a row is one or the other).
+EXCEPTION_SHIFT = {"online_visibility": 0, "last_seen_visibility": 2, "activity_visibility": 4}
+EXCEPTION_ALLOW = 1
+EXCEPTION_DENY = 2
+#: the bits of every setting's exceptions (the reverse direction is packed above them)
+EXCEPTION_BITS = 6
+
+
+def exception_bits(setting: str, allow: bool) -> int:
+    """The bit of one exception (``allow``: "always share", else "never share")."""
+    return (EXCEPTION_ALLOW if allow else EXCEPTION_DENY) << EXCEPTION_SHIFT[setting]
+
+
+class LastSeenApprox(StrEnum):
+    """How long ago, in whole UTC days, for viewers who may not see the exact last seen."""
+
+    RECENTLY = "recently"  # 0-2 days
+    WITHIN_WEEK = "within_week"  # 3-6
+    WITHIN_MONTH = "within_month"  # 7-29
+    LONG_AGO = "long_ago"  # 30+
+
+
+LAST_SEEN_APPROX_LABELS = {
+    LastSeenApprox.RECENTLY: _("last seen recently"),
+    LastSeenApprox.WITHIN_WEEK: _("last seen within a week"),
+    LastSeenApprox.WITHIN_MONTH: _("last seen within a month"),
+    LastSeenApprox.LONG_AGO: _("last seen a long time ago"),
+}
 _LEVELS = frozenset(level.value for level in Visibility)
 
 
@@ -163,6 +193,11 @@ class Relation:
     is_close_friend: bool = False
     #: a block in either direction
     blocked: bool = False
+    #: the target's exceptions for this viewer (:func:`exception_bits`, or-ed)
+    exceptions: int = 0
+    #: the viewer hides their own exact last seen from the target (RECIPROCAL_LAST_SEEN), so
+    #: sees only the target's approximate last seen
+    hides_own_last_seen: bool = False
 
 
 SELF = Relation(is_self=True)
@@ -174,6 +209,8 @@ class Timing:
     online_window: float
     offline_grace: float
     connection_ttl: float = 90
+    #: APPROXIMATE_LAST_SEEN: viewers who may not see last seen get ``last_seen_approx``
+    approximate_last_seen: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +223,8 @@ class Presence:
     activity: str | None = None
     #: only present in a user's own presence
     invisible: bool | None = field(default=None)
+    #: where last_seen is hidden (and no block): how long ago, to the UTC day
+    last_seen_approx: LastSeenApprox | None = None
 
     @property
     def is_online(self) -> bool:
@@ -195,6 +234,7 @@ class Presence:
         data: dict[str, Any] = {
             "status": self.status.value,
             "last_seen": iso_time(self.last_seen),
+            "last_seen_approx": approx.value if (approx := self.last_seen_approx) else None,
             "devices": list(self.devices),
             "text": self.text,
             "emoji": self.emoji,

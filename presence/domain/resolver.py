@@ -9,9 +9,13 @@ from datetime import UTC, datetime
 from functools import cache
 
 from presence.domain.model import (
+    EXCEPTION_ALLOW,
+    EXCEPTION_DENY,
+    EXCEPTION_SHIFT,
     HIDDEN,
     Choices,
     Device,
+    LastSeenApprox,
     LiveState,
     Presence,
     Relation,
@@ -39,15 +43,33 @@ def visibly_differs(before: Presence | None, after: Presence) -> bool:
             before.emoji,
             before.activity,
             before.invisible,
-        ) != (after.status, after.devices, after.text, after.emoji, after.activity, after.invisible)
+            before.last_seen_approx,
+        ) != (
+            after.status,
+            after.devices,
+            after.text,
+            after.emoji,
+            after.activity,
+            after.invisible,
+            after.last_seen_approx,
+        )
     return before != after
 
 
-def permits(level: Visibility, relation: Relation) -> bool:
+def permits(level: Visibility, relation: Relation, setting: str | None = None) -> bool:
+    """Whether ``relation``'s viewer may see a field at ``level``. With ``setting`` (one of
+    VISIBILITY_SETTINGS), the target's exceptions for that setting apply: "never share" and
+    "always share" beat the level; a block beats both (self sees everything)."""
     if relation.is_self:
         return True
     if relation.blocked:
         return False
+    if setting is not None and relation.exceptions:
+        exception = relation.exceptions >> EXCEPTION_SHIFT[setting]
+        if exception & EXCEPTION_DENY:
+            return False
+        if exception & EXCEPTION_ALLOW:
+            return True
     if level is Visibility.EVERYONE:
         return True
     if level is Visibility.CONTACTS:
@@ -120,6 +142,38 @@ def _device_names(devices: tuple[Device, ...]) -> tuple[str, ...]:
     return tuple(device.value for device in devices)
 
 
+def shows_last_seen(choices: Choices, relation: Relation) -> bool:
+    """Whether ``relation``'s viewer may see the target's exact last seen, by the target's
+    choices alone (reciprocity aside): never across a block nor of an invisible user, and
+    only where online status is shown too (a fresh last seen would reveal "online")."""
+    if relation.is_self:
+        return True
+    return (
+        not relation.blocked
+        and not choices.invisible
+        and permits(choices.online_visibility, relation, "online_visibility")
+        and permits(choices.last_seen_visibility, relation, "last_seen_visibility")
+    )
+
+
+#: seconds in a UTC day (epoch seconds count no leap seconds: days are whole multiples)
+DAY = 86_400
+
+
+def approximate(last_seen: float, now: float) -> LastSeenApprox:
+    """How long ago ``last_seen`` was, in whole UTC days between its day and today's: 0-2
+    recently, 3-6 within a week, 7-29 within a month, 30+ a long time ago. A function of the
+    two days only, so it moves at UTC midnight as days pass, never within a day."""
+    days = int(now // DAY) - int(last_seen // DAY)
+    if days < 3:
+        return LastSeenApprox.RECENTLY
+    if days < 7:
+        return LastSeenApprox.WITHIN_WEEK
+    if days < 30:
+        return LastSeenApprox.WITHIN_MONTH
+    return LastSeenApprox.LONG_AGO
+
+
 def resolve(
     live: LiveState, choices: Choices, relation: Relation, now: float, timing: Timing
 ) -> Presence:
@@ -138,7 +192,9 @@ def resolve(
     if persisted is not None and (last_seen_ts is None or persisted > last_seen_ts):
         last_seen_ts = persisted
     expires_at = choices.expires_at
-    if (expires_at is None or expires_at > now) and permits(choices.activity_visibility, relation):
+    if (expires_at is None or expires_at > now) and permits(
+        choices.activity_visibility, relation, "activity_visibility"
+    ):
         text, emoji, activity = choices.text, choices.emoji, choices.activity
     else:
         text = emoji = activity = None
@@ -154,11 +210,21 @@ def resolve(
             invisible=choices.invisible,
         )
 
-    # Invisible looks exactly like offline with last seen hidden.
-    show_online = not choices.invisible and permits(choices.online_visibility, relation)
-    # A fresh last seen would reveal being online, so it needs both permissions.
-    show_last_seen = show_online and permits(choices.last_seen_visibility, relation)
+    # Invisible looks exactly like offline with last seen hidden; it beats an "always share".
+    show_online = not choices.invisible and permits(
+        choices.online_visibility, relation, "online_visibility"
+    )
+    # A fresh last seen would reveal being online, so it needs both permissions; and with
+    # RECIPROCAL_LAST_SEEN a viewer who hides their own sees only the approximate.
+    show_last_seen = (
+        show_online
+        and not relation.hides_own_last_seen
+        and permits(choices.last_seen_visibility, relation, "last_seen_visibility")
+    )
     status = true_status if show_online else Status.OFFLINE
+    approx = None
+    if not show_last_seen and last_seen_ts is not None and timing.approximate_last_seen:
+        approx = approximate(last_seen_ts, now)
     return Presence(
         status=status,
         last_seen=_timestamp(last_seen_ts) if show_last_seen else None,
@@ -166,4 +232,5 @@ def resolve(
         text=text,
         emoji=emoji,
         activity=activity,
+        last_seen_approx=approx,
     )

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Case, Exists, IntegerField, OuterRef, Q, Subquery, Sum, Value, When
 
 from presence import domain
+from presence.conf import get_settings
 from presence.domain import UserId
-from presence.models import Block, Contact, privacy_defaults
+from presence.models import Block, Contact, PrivacyException, PrivacySettings, privacy_defaults
 from presence.users import viewer_pk as viewer_id
 
 Facts = dict[UserId, tuple[domain.Relation, domain.Choices]]
@@ -64,18 +66,70 @@ def choices_of(row: Sequence[Any]) -> domain.Choices:
     )
 
 
+#: each exception row's bit (domain.exception_bits), as SQL: summed per pair (one row per
+#: owner, viewer and setting, so the sum is the bits or-ed)
+_EXCEPTION_BIT = Case(
+    *(
+        When(setting=setting, allow=allow, then=Value(domain.exception_bits(setting, allow)))
+        for setting in domain.VISIBILITY_SETTINGS
+        for allow in (True, False)
+    ),
+    default=Value(0),
+    output_field=IntegerField(),
+)
+
+
+def exceptions_of(owner: Any, viewer: Any) -> Subquery:
+    """The bits of ``owner``'s exceptions for ``viewer`` (NULL: none), one index lookup."""
+    return Subquery(
+        PrivacyException.objects.filter(owner=owner, viewer=viewer)
+        .order_by()
+        .values("owner")
+        .annotate(bits=Sum(_EXCEPTION_BIT))
+        .values("bits")[:1],
+        output_field=IntegerField(),
+    )
+
+
+def reciprocal() -> bool:
+    """Whether relations carry RECIPROCAL_LAST_SEEN's facts (the viewer's own side)."""
+    return get_settings().RECIPROCAL_LAST_SEEN is True
+
+
+#: a viewer's row ends with these (facts_query): the target's tie to the viewer, a block
+#: either way and the target's exceptions for the viewer; with RECIPROCAL_LAST_SEEN the
+#: viewer's own side comes before them (their exceptions for the target, their tie to it,
+#: their levels and invisible)
+_TAIL = ("presence_viewer_tie", "presence_blocked", "presence_exceptions")
+
+
 def facts_query(viewer_pk: Any, target_ids: Collection[Any], *columns: str) -> Any:
     """Rows of :data:`FIELDS`, then ``columns``, then for a viewer the target's tie to them
-    (NULL: the target has no Contact row of the viewer, else that row's close_friend) and
-    whether a block stands between them either way (two index lookups per target)."""
+    (NULL: the target has no Contact row of the viewer, else that row's close_friend), whether
+    a block stands between them either way and the target's exceptions for the viewer (index
+    lookups per target); with RECIPROCAL_LAST_SEEN, the viewer's own side before those."""
     # Any: the lookups' types are the site's pk's (see presence.users.user_pk).
     queryset = get_user_model()._default_manager.filter(pk__in=target_ids)
     if viewer_pk is None:
         return queryset.values_list(*FIELDS, *columns)
     target = OuterRef("pk")
+    own: dict[str, Any] = {}
+    if reciprocal():
+        # The viewer's levels are one row read once (the subqueries name no target).
+        mine = PrivacySettings.objects.filter(user=viewer_pk)
+        own = {
+            "presence_own_exceptions": exceptions_of(viewer_pk, target),
+            "presence_own_tie": Subquery(
+                Contact.objects.filter(owner=viewer_pk, contact=target).values("close_friend")[:1]
+            ),
+            "presence_own_online": Subquery(mine.values("online_visibility")[:1]),
+            "presence_own_last_seen": Subquery(mine.values("last_seen_visibility")[:1]),
+            "presence_own_invisible": Subquery(mine.values("invisible")[:1]),
+        }
     # Names no user model is likely to have as fields (an annotation may not shadow one).
     # Annotations come last: the order in which the database sends them (see _read_rows).
     return queryset.annotate(
+        **own,
         presence_viewer_tie=Subquery(
             Contact.objects.filter(owner=target, contact=viewer_pk).values("close_friend")[:1]
         ),
@@ -84,31 +138,70 @@ def facts_query(viewer_pk: Any, target_ids: Collection[Any], *columns: str) -> A
                 Q(blocker=target, blocked=viewer_pk) | Q(blocker=viewer_pk, blocked=target)
             )
         ),
-    ).values_list(*FIELDS, *columns, "presence_viewer_tie", "presence_blocked")
+        presence_exceptions=exceptions_of(target, viewer_pk),
+    ).values_list(*FIELDS, *columns, *own, *_TAIL)
 
 
-#: the few relations a row can express, built once (they are immutable)
-_RELATIONS = {
-    (tie, blocked): domain.Relation(
-        is_contact=tie is not None, is_close_friend=bool(tie), blocked=blocked
+def _tie(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+@cache
+def relation(
+    tie: bool | None, blocked: bool, exceptions: int, hides_own_last_seen: bool = False
+) -> domain.Relation:
+    """The relation of these facts, built once (relations are immutable; few distinct ones)."""
+    return domain.Relation(
+        is_contact=tie is not None,
+        is_close_friend=bool(tie),
+        blocked=blocked,
+        exceptions=exceptions,
+        hides_own_last_seen=hides_own_last_seen,
     )
-    for tie in (None, False, True)
-    for blocked in (False, True)
-}
 
 
-def relation_of(viewer_pk: UserId | None, row: Sequence[Any], pk: UserId) -> domain.Relation:
+def hides_own_last_seen(
+    own: domain.Choices, own_tie: bool | None, blocked: bool, own_exceptions: int
+) -> bool:
+    """RECIPROCAL_LAST_SEEN: whether the viewer hides their exact last seen from the target,
+    by the viewer's choices and the viewer's relation to the target (the one rule,
+    domain.shows_last_seen, the other way round)."""
+    return not domain.shows_last_seen(own, relation(own_tie, blocked, own_exceptions))
+
+
+@cache
+def _own_choices(
+    online: str | None, last_seen: str | None, invisible: bool, defaults: domain.Choices
+) -> domain.Choices:
+    return domain.Choices(
+        online_visibility=_visibility(online, defaults.online_visibility),
+        last_seen_visibility=_visibility(last_seen, defaults.last_seen_visibility),
+        invisible=invisible,
+    )
+
+
+def relation_of(
+    viewer_pk: UserId | None, row: Sequence[Any], pk: UserId, with_own: bool = False
+) -> domain.Relation:
+    """The relation of a row of :func:`facts_query` (``with_own``: read with reciprocity)."""
     if viewer_pk is None:
         return domain.STRANGER
     if pk == viewer_pk:
         return domain.SELF
-    # A viewer's row ends with the tie and the block (facts_query).
-    tie, blocked = row[-2], row[-1]
-    return _RELATIONS[None if tie is None else bool(tie), bool(blocked)]
+    # A viewer's row ends with the tie, the block and the exceptions (facts_query).
+    tie, blocked, exceptions = _tie(row[-3]), bool(row[-2]), row[-1] or 0
+    hides = False
+    if with_own and not blocked:
+        own_exceptions, own_tie, online, last_seen, invisible = row[-8:-3]
+        own = _own_choices(online, last_seen, bool(invisible), privacy_defaults())
+        hides = hides_own_last_seen(own, _tie(own_tie), blocked, own_exceptions or 0)
+    return relation(tie, blocked, exceptions, hides)
 
 
-def _facts(viewer_pk: UserId | None, rows: Iterable[tuple[Any, ...]]) -> Facts:
-    return {row[0]: (relation_of(viewer_pk, row, row[0]), choices_of(row)) for row in rows}
+def _facts(viewer_pk: UserId | None, rows: Iterable[tuple[Any, ...]], with_own: bool) -> Facts:
+    return {
+        row[0]: (relation_of(viewer_pk, row, row[0], with_own), choices_of(row)) for row in rows
+    }
 
 
 def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
@@ -116,11 +209,13 @@ def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     if not target_ids:
         return {}
     viewer_pk = viewer_id(viewer)
-    return _facts(viewer_pk, facts_query(viewer_pk, target_ids))
+    with_own = reciprocal()
+    return _facts(viewer_pk, facts_query(viewer_pk, target_ids), with_own)
 
 
 async def aload(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     if not target_ids:
         return {}
     viewer_pk = viewer_id(viewer)
-    return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)])
+    with_own = reciprocal()
+    return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)], with_own)

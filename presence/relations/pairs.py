@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections
-from django.db.models import BooleanField, Model, Q
+from django.db.models import BooleanField, Model, Q, Value
 from django.db.models.expressions import RawSQL
 
 from presence import domain
 from presence.domain import UserId
-from presence.models import Block, Contact
-from presence.relations.facts import choices_of, facts_query
+from presence.models import Block, Contact, PrivacyException
+from presence.relations.facts import (
+    choices_of,
+    facts_query,
+    hides_own_last_seen,
+    reciprocal,
+    relation,
+)
 
 
 @dataclass(frozen=True)
@@ -23,9 +29,14 @@ class PairFacts:
 
     choices: dict[UserId, domain.Choices]
     #: (target, viewer) -> viewer is close friend, for each target that has the viewer as contact
+    #: (with reciprocity also (viewer, target): the viewer's own contacts among the targets)
     contacts: dict[tuple[UserId, UserId], bool]
     #: {a, b} pairs with a block in either direction
     blocks: set[frozenset[UserId]]
+    #: (owner, viewer) -> the owner's exceptions for the viewer (domain.exception_bits, or-ed)
+    exceptions: dict[tuple[UserId, UserId], int] = field(default_factory=dict)
+    #: with RECIPROCAL_LAST_SEEN, the viewers' own choices (None: no reciprocity)
+    viewer_choices: dict[UserId, domain.Choices] | None = None
 
     def relation(self, viewer_pk: UserId | None, target_pk: UserId) -> domain.Relation:
         """The same relation :func:`load` computes for one viewer (tests hold them equal)."""
@@ -33,12 +44,18 @@ class PairFacts:
             return domain.STRANGER
         if viewer_pk == target_pk:
             return domain.SELF
-        close = self.contacts.get((target_pk, viewer_pk))
-        return domain.Relation(
-            is_contact=close is not None,
-            is_close_friend=bool(close),
-            blocked=frozenset((viewer_pk, target_pk)) in self.blocks,
-        )
+        blocked = frozenset((viewer_pk, target_pk)) in self.blocks
+        exceptions = self.exceptions.get((target_pk, viewer_pk), 0) if self.exceptions else 0
+        hides = False
+        if self.viewer_choices is not None and not blocked:
+            own = self.viewer_choices.get(viewer_pk, domain.Choices())
+            hides = hides_own_last_seen(
+                own,
+                self.contacts.get((viewer_pk, target_pk)),
+                blocked,
+                self.exceptions.get((viewer_pk, target_pk), 0),
+            )
+        return relation(self.contacts.get((target_pk, viewer_pk)), blocked, exceptions, hides)
 
 
 #: past this many ids named in one query, the fan-out reads the targets' whole contact lists
@@ -79,19 +96,54 @@ def _named(model: type[Model], field_name: str, ids: Collection[Any]) -> Any:
     return RawSQL(f"{column} IN ({placeholders})", values, output_field=BooleanField())
 
 
-def _pairs_queries(viewer_pks: Collection[Any], target_ids: Collection[Any]) -> tuple[Any, ...]:
-    # The targets' contact rows naming one of the viewers: at most one row per pair that is a
-    # contact. Reading the targets' whole contact lists instead (thousands of rows for a
-    # delivery of many targets, each converted by Django) took most of a busy process's time
-    # in the load test; it is kept for a number of ids no statement takes.
-    contacts = Contact.objects.filter(owner__in=target_ids)
-    if viewer_pks and len(viewer_pks) + len(target_ids) <= IDS_IN_QUERY:
-        contacts = contacts.filter(_named(Contact, "contact", viewer_pks))
-    elif not viewer_pks:
-        contacts = contacts.none()
+def _ties_query(viewer_pks: Collection[Any], target_ids: Collection[Any], with_own: bool) -> Any:
+    """The targets' contact rows naming one of the viewers and the targets' exceptions for
+    them, as one statement (a UNION ALL): ``(owner, other, flag, setting)``, ``setting`` empty
+    for a contact row (``flag``: close friend), else an exception's (``flag``: allow). With
+    reciprocity, the viewers' own rows naming a target too."""
+    # At most one contact row per pair that is a contact. Reading the targets' whole contact
+    # lists instead (thousands of rows for a delivery of many targets, each converted by
+    # Django) took most of a busy process's time in the load test; it is kept for a number of
+    # ids no statement takes.
+    parts = 4 if with_own else 2  # each part of the statement names the ids
+    named = bool(viewer_pks) and parts * (len(viewer_pks) + len(target_ids)) <= IDS_IN_QUERY
+
+    def rows(model: type[Model], owner: str, other: str, owners: Any, others: Any) -> Any:
+        query = model._default_manager.filter(**{f"{owner}__in": owners})
+        if named:
+            query = query.filter(_named(model, other, others))
+        elif not viewer_pks:
+            query = query.none()
+        return query
+
+    contacts = rows(Contact, "owner", "contact", target_ids, viewer_pks)
+    exceptions = rows(PrivacyException, "owner", "viewer", target_ids, viewer_pks)
+    statements = [
+        contacts.annotate(presence_setting=Value("")).values_list(
+            "owner_id", "contact_id", "close_friend", "presence_setting"
+        ),
+        exceptions.values_list("owner_id", "viewer_id", "allow", "setting"),
+    ]
+    if with_own:
+        own_contacts = rows(Contact, "owner", "contact", viewer_pks, target_ids)
+        own_exceptions = rows(PrivacyException, "owner", "viewer", viewer_pks, target_ids)
+        statements += [
+            own_contacts.annotate(presence_setting=Value("")).values_list(
+                "owner_id", "contact_id", "close_friend", "presence_setting"
+            ),
+            own_exceptions.values_list("owner_id", "viewer_id", "allow", "setting"),
+        ]
+    return statements[0].union(*statements[1:], all=True)
+
+
+def _pairs_queries(
+    viewer_pks: Collection[Any], target_ids: Collection[Any], with_own: bool
+) -> tuple[Any, ...]:
+    # With reciprocity the viewers' own choices come in the targets' rows' statement.
+    users = [*target_ids, *viewer_pks] if with_own else target_ids
     return (
-        facts_query(None, target_ids),
-        contacts.values_list("owner_id", "contact_id", "close_friend"),
+        facts_query(None, users),
+        _ties_query(viewer_pks, target_ids, with_own),
         Block.objects.filter(Q(blocker__in=target_ids) | Q(blocked__in=target_ids)).values_list(
             "blocker_id", "blocked_id"
         ),
@@ -111,9 +163,26 @@ async def aload_pairs(viewer_pks: Collection[UserId], target_ids: Collection[Use
 def load_pairs(viewer_pks: Collection[UserId], target_ids: Collection[UserId]) -> PairFacts:
     if not target_ids:
         return PairFacts({}, {}, set())
-    rows_query, contacts_query, blocks_query = _pairs_queries(viewer_pks, target_ids)
+    with_own = reciprocal() and bool(viewer_pks)
+    rows_query, ties_query, blocks_query = _pairs_queries(viewer_pks, target_ids, with_own)
+    choices = {row[0]: choices_of(row) for row in rows_query}
+    viewer_choices = None
+    if with_own:
+        viewer_choices = {pk: choices[pk] for pk in viewer_pks if pk in choices}
+        targets = set(target_ids)
+        choices = {pk: value for pk, value in choices.items() if pk in targets}
+    contacts: dict[tuple[UserId, UserId], bool] = {}
+    exceptions: dict[tuple[UserId, UserId], int] = {}
+    for owner, other, flag, setting in ties_query:
+        if setting:
+            pair = (owner, other)
+            exceptions[pair] = exceptions.get(pair, 0) | domain.exception_bits(setting, bool(flag))
+        else:
+            contacts[owner, other] = bool(flag)
     return PairFacts(
-        {row[0]: choices_of(row) for row in rows_query},
-        {(owner, contact): close for owner, contact, close in contacts_query},
+        choices,
+        contacts,
         {frozenset(pair) for pair in blocks_query},
+        exceptions,
+        viewer_choices,
     )

@@ -20,7 +20,14 @@ from django.db.models.sql.constants import MULTI
 
 from presence import domain
 from presence.domain import UserId
-from presence.relations.facts import FIELDS, Facts, choices_of, facts_query, relation_of
+from presence.relations.facts import (
+    FIELDS,
+    Facts,
+    choices_of,
+    facts_query,
+    reciprocal,
+    relation_of,
+)
 from presence.users import viewer_pk as viewer_id
 
 Converter = Callable[[Any], Any]
@@ -80,11 +87,13 @@ class FactsAndUsers:
     model: Any
     attnames: tuple[str, ...]
     db: str
+    #: the rows carry the viewer's own side (RECIPROCAL_LAST_SEEN)
+    with_own: bool = False
 
     def each_fact(self) -> Iterator[tuple[UserId, tuple[domain.Relation, domain.Choices]]]:
         """Each target's (pk, (relation, choices)), as :func:`load` gives them; resolved one by
         one, thousands of facts need not be kept at once."""
-        viewer_pk = self.viewer_pk
+        viewer_pk, with_own = self.viewer_pk, self.with_own
         convert = [
             (at, self.converters[at]) for at in (_EXPIRES_AT, _SEEN_AT) if at in self.converters
         ]
@@ -94,9 +103,9 @@ class FactsAndUsers:
                 for at, function in convert:
                     if values[at] is not None:
                         values[at] = function(values[at])
-                yield pk, (relation_of(viewer_pk, row, pk), choices_of(values))
+                yield pk, (relation_of(viewer_pk, row, pk, with_own), choices_of(values))
             else:
-                yield pk, (relation_of(viewer_pk, row, pk), choices_of(row))
+                yield pk, (relation_of(viewer_pk, row, pk, with_own), choices_of(row))
 
     @property
     def facts(self) -> Facts:
@@ -189,6 +198,7 @@ def _facts_and_users(
         model=get_user_model(),
         attnames=attnames,
         db=db,
+        with_own=reciprocal(),
     )
 
 

@@ -259,5 +259,12 @@ def live(daphne: Callable[..., Daphne], people: dict[str, Any]) -> Daphne:
 
 
 def presence(status: str, **fields: Any) -> dict[str, Any]:
-    base = {"last_seen": None, "devices": [], "text": None, "emoji": None, "activity": None}
+    base = {
+        "last_seen": None,
+        "last_seen_approx": None,
+        "devices": [],
+        "text": None,
+        "emoji": None,
+        "activity": None,
+    }
     return {"status": status, **base, **fields}

@@ -184,6 +184,7 @@ def test_a_stranger_never_sees_an_online_user(
         {
             "status": "offline",
             "last_seen": None,
+            "last_seen_approx": None,  # ben was never seen before
             "devices": [],
             "text": None,
             "emoji": None,

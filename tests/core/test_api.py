@@ -53,6 +53,7 @@ def seen(presence: Presence) -> Expected:
         emoji=presence.emoji,
         activity=presence.activity,
         invisible=presence.invisible,
+        last_seen_approx=approx.value if (approx := presence.last_seen_approx) else None,
     )
 
 

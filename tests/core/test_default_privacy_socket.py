@@ -76,6 +76,7 @@ def _online(seconds: float = 0, **fields: Any) -> dict[str, Any]:
     return {
         "status": "online",
         "last_seen": at(seconds).isoformat(),
+        "last_seen_approx": None,
         "devices": ["web"],
         "text": None,
         "emoji": None,
@@ -87,11 +88,14 @@ def _online(seconds: float = 0, **fields: Any) -> dict[str, Any]:
 HIDDEN = {
     "status": "offline",
     "last_seen": None,
+    "last_seen_approx": None,
     "devices": [],
     "text": None,
     "emoji": None,
     "activity": None,
 }
+#: hidden, not blocked: all but the day shows (APPROXIMATE_LAST_SEEN)
+HIDDEN_RECENTLY = {**HIDDEN, "last_seen_approx": "recently"}
 
 
 async def test_the_snapshot_and_diffs_follow_the_site_default(
@@ -111,7 +115,7 @@ async def test_the_snapshot_and_diffs_follow_the_site_default(
         "type": "presence_state",
         "presences": {
             str(no_row.pk): _online(),
-            str(contacts_row.pk): HIDDEN,
+            str(contacts_row.pk): HIDDEN_RECENTLY,
             str(blocker.pk): HIDDEN,
         },
     }
@@ -125,5 +129,5 @@ async def test_the_snapshot_and_diffs_follow_the_site_default(
     # ... and invisibility still wins over the default.
     await api.aset_status(no_row, "invisible")
     diff = await viewer.receive_json_from(timeout=TIMEOUT)
-    assert diff == {"type": "presence_diff", "presences": {str(no_row.pk): HIDDEN}}
+    assert diff == {"type": "presence_diff", "presences": {str(no_row.pk): HIDDEN_RECENTLY}}
     assert await viewer.receive_nothing(timeout=0.2)

@@ -62,7 +62,9 @@ class TestResolve:
         assert seen.invisible is None
 
     def test_defaults_hide_everything_from_strangers(self) -> None:
-        assert resolve(ONLINE, Choices(text="hi"), STRANGER) == domain.HIDDEN
+        # All but the day: last seen today is "recently" (APPROXIMATE_LAST_SEEN).
+        recently = Presence(last_seen_approx=domain.LastSeenApprox.RECENTLY)
+        assert resolve(ONLINE, Choices(text="hi"), STRANGER) == recently
 
     @pytest.mark.parametrize("choices", [everyone(), everyone(invisible=True)])
     def test_block_hides_everything_whatever_the_settings(self, choices: Choices) -> None:

@@ -83,6 +83,7 @@ def test_the_presence_is_what_the_viewer_may_see(
     assert seen_by["stranger"]["presence"] == {
         "status": "offline",
         "last_seen": None,
+        "last_seen_approx": "recently",
         "devices": [],
         "text": None,
         "emoji": None,

@@ -63,6 +63,13 @@ LAST_SEEN = {
         f"3{NBSP}ngày trước",
     ],
 }
+#: {% last_seen %} where only the approximate last seen shows (last seen today)
+RECENTLY = {
+    "en": "last seen recently",
+    "ja": "最近オンライン",
+    "zh-hans": "最近上线",
+    "vi": "truy cập gần đây",
+}
 LANGUAGES = list(LABELS)
 
 
@@ -105,6 +112,8 @@ def test_privacy_matrix(case: Case, make_user: Callable[..., Any]) -> None:
         last_seen = "online"
     elif want.last_seen is not None:
         last_seen = f"2{NBSP}hours ago"  # the offline target was last active 2 hours ago
+    elif want.last_seen_approx == "recently":
+        last_seen = "last seen recently"  # hidden, not blocked: all but the day
     else:
         last_seen = ""
     friends = f"{target.pk};" if expected_in_online_friends(case) else ""
@@ -179,7 +188,9 @@ def test_tags_without_a_request_see_as_anonymous(make_user: Callable[..., Any]) 
         a=public,
         b=private,
     )
-    assert html == f"{dot_html(public.pk, 'online')}online|{dot_html(private.pk, 'offline')}|0"
+    # The private user's last seen is hidden, not its day (APPROXIMATE_LAST_SEEN).
+    private_html = f"{dot_html(private.pk, 'offline')}last seen recently"
+    assert html == f"{dot_html(public.pk, 'online')}online|{private_html}|0"
 
 
 # --- last_seen ------------------------------------------------------------------------------
@@ -214,12 +225,16 @@ def test_last_seen_texts(language: str, make_user: Callable[..., Any]) -> None:
             request_for(viewer),
             users=[online, just_now, minutes, hours, days, hidden],
         )
-    assert html.split("|") == [*LAST_SEEN[language], "", ""]
+    assert html.split("|") == [*LAST_SEEN[language], RECENTLY[language], ""]
 
 
-def test_last_seen_is_empty_for_a_stranger_and_escaped(make_user: Callable[..., Any]) -> None:
+def test_last_seen_is_empty_for_a_stranger_and_escaped(
+    settings: Any, make_user: Callable[..., Any]
+) -> None:
     viewer, target = make_user(), make_user()
     api.touch(target)
+    assert render("[{% last_seen t %}]", request_for(viewer), t=target) == "[last seen recently]"
+    settings.PRESENCE = {**getattr(settings, "PRESENCE", {}), "APPROXIMATE_LAST_SEEN": False}
     assert render("[{% last_seen t %}]", request_for(viewer), t=target) == "[]"
     assert render("[{% last_seen t %}]", request_for(target), t=target) == "[online]"
 
@@ -349,13 +364,21 @@ def test_prefetch_of_a_queryset(make_user: Callable[..., Any]) -> None:
             "en",
             "{&quot;online&quot;:&quot;Online&quot;,&quot;idle&quot;:&quot;Idle&quot;,"
             "&quot;dnd&quot;:&quot;Do not disturb&quot;,&quot;offline&quot;:&quot;Offline&quot;,"
-            "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;}",
+            "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;,"
+            "&quot;recently&quot;:&quot;last seen recently&quot;,"
+            "&quot;within_week&quot;:&quot;last seen within a week&quot;,"
+            "&quot;within_month&quot;:&quot;last seen within a month&quot;,"
+            "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;}",
         ),
         (
             "ja",
             "{&quot;online&quot;:&quot;オンライン&quot;,&quot;idle&quot;:&quot;退席中&quot;,"
             "&quot;dnd&quot;:&quot;取り込み中&quot;,&quot;offline&quot;:&quot;オフライン&quot;,"
-            "&quot;onlineText&quot;:&quot;オンライン&quot;,&quot;justNow&quot;:&quot;たった今&quot;}",
+            "&quot;onlineText&quot;:&quot;オンライン&quot;,&quot;justNow&quot;:&quot;たった今&quot;,"
+            "&quot;recently&quot;:&quot;最近オンライン&quot;,"
+            "&quot;within_week&quot;:&quot;1週間以内にオンライン&quot;,"
+            "&quot;within_month&quot;:&quot;1か月以内にオンライン&quot;,"
+            "&quot;long_ago&quot;:&quot;長期間オフライン&quot;}",
         ),
     ],
 )
@@ -375,7 +398,11 @@ def test_presence_script_markup(language: str, labels: str) -> None:
 SCRIPT_LABELS = (
     "{&quot;online&quot;:&quot;Online&quot;,&quot;idle&quot;:&quot;Idle&quot;,"
     "&quot;dnd&quot;:&quot;Do not disturb&quot;,&quot;offline&quot;:&quot;Offline&quot;,"
-    "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;}"
+    "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;,"
+    "&quot;recently&quot;:&quot;last seen recently&quot;,"
+    "&quot;within_week&quot;:&quot;last seen within a week&quot;,"
+    "&quot;within_month&quot;:&quot;last seen within a month&quot;,"
+    "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;}"
 )
 
 

@@ -244,6 +244,7 @@ def test_post_sets_status_and_answers_own_presence(
         own = {
             "status": "dnd",
             "last_seen": NOW.isoformat(),
+            "last_seen_approx": None,
             "devices": ["web"],
             "text": "Focus",
             "emoji": "🎯",
@@ -413,6 +414,7 @@ def test_get_during_a_redis_outage_shows_persisted_last_seen(
         assert response.json()["presences"][str(target.pk)] == {
             "status": "offline",
             "last_seen": (NOW - timedelta(hours=5)).isoformat(),
+            "last_seen_approx": None,
             "devices": [],
             "text": None,
             "emoji": None,

@@ -30,6 +30,7 @@ CORE_MODELS = [
     "presence.Block",
     "presence.Contact",
     "presence.LastSeen",
+    "presence.PrivacyException",
     "presence.PrivacySettings",
     "presence.UserStatus",
 ]

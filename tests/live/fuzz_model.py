@@ -55,7 +55,10 @@ ERROR_CODES = frozenset(
 )
 STATUSES = frozenset({"online", "idle", "dnd", "offline"})
 DEVICES = frozenset({"web", "mobile", "desktop"})
-PRESENCE_KEYS = frozenset({"status", "last_seen", "devices", "text", "emoji", "activity"})
+PRESENCE_KEYS = frozenset(
+    {"status", "last_seen", "last_seen_approx", "devices", "text", "emoji", "activity"}
+)
+APPROXIMATIONS = frozenset({None, "recently", "within_week", "within_month", "long_ago"})
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$")
 MISSING = object()
 #: characters of well-formed status text: letters of several scripts, emoji with joiners and
@@ -558,6 +561,8 @@ def check_presence(value: Any, own: bool = False) -> None:
     assert keys == PRESENCE_KEYS or (keys == PRESENCE_KEYS | {"invisible"}), value
     assert value["status"] in STATUSES, value
     assert value["last_seen"] is None or ISO_UTC.match(value["last_seen"]), value
+    assert value["last_seen_approx"] in APPROXIMATIONS, value
+    assert value["last_seen"] is None or value["last_seen_approx"] is None, value
     assert isinstance(value["devices"], list) and set(value["devices"]) <= DEVICES, value
     for name in ("text", "emoji", "activity"):
         assert value[name] is None or (isinstance(value[name], str) and value[name]), value

@@ -58,12 +58,14 @@ def presence(
     text: str | None = None,
     emoji: str | None = None,
     activity: str | None = None,
+    last_seen_approx: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """A PRESENCE object as the protocol sends it (``invisible`` only in one's own)."""
     return {
         "status": status,
         "last_seen": last_seen,
+        "last_seen_approx": last_seen_approx,
         "devices": list(devices),
         "text": text,
         "emoji": emoji,
@@ -73,6 +75,8 @@ def presence(
 
 
 HIDDEN = presence()
+#: hidden but not blocked, last seen today: the approximate last seen is all that shows
+HIDDEN_RECENTLY = presence(last_seen_approx="recently")
 
 
 def iso(seconds: float = 0) -> str:

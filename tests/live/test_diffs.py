@@ -15,6 +15,7 @@ from presence import lifecycle
 from presence.conf import get_settings
 from tests.live.sockets import (
     HIDDEN,
+    HIDDEN_RECENTLY,
     Sockets,
     assert_silent,
     diff,
@@ -91,7 +92,7 @@ async def test_diffs_for_dnd_invisible_and_custom_status(
     assert await set_status(tab, status="invisible") == status_reply(invisible)
     assert await receive(tab) == diff({target.pk: invisible})
     # To others invisible is exactly offline, with last seen hidden.
-    assert await receive(watcher) == diff({target.pk: HIDDEN})
+    assert await receive(watcher) == diff({target.pk: HIDDEN_RECENTLY})
 
     custom = {"text": "In a meeting", "emoji": "📅", "activity": "Planning"}
     assert await set_status(tab, status="auto", **custom) == status_reply({**own, **custom})

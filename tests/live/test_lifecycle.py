@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from presence import announce, api, lifecycle
 from presence.conf import get_settings
-from presence.domain import Device, LiveState, Presence, Status
+from presence.domain import Device, LastSeenApprox, LiveState, Presence, Status
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.store import PresenceStore, get_store
 from presence.store.cluster import ClusterRunner
@@ -641,19 +641,21 @@ def test_presence_for_viewers_is_what_each_viewer_may_see(
                 assert result[t.pk][v.pk] == api.bulk_presence([t], v)[t.pk], (t, v)
 
     # Spot checks from the rules themselves (the target is idle, with dnd chosen: dnd wins).
+    recently = LastSeenApprox.RECENTLY  # all a hidden last seen of today shows
     assert result[target.pk][contact.pk] == Presence(
-        status=Status.DND, devices=("web",), **CUSTOM
+        status=Status.DND, devices=("web",), **CUSTOM, last_seen_approx=recently
     )  # last seen only for close friends
     assert result[target.pk][close.pk] == Presence(
         status=Status.DND, last_seen=NOW, devices=("web",), **CUSTOM
     )
-    assert result[target.pk][stranger.pk] == Presence(**CUSTOM)  # activity is for everyone
+    # Activity is for everyone.
+    assert result[target.pk][stranger.pk] == Presence(**CUSTOM, last_seen_approx=recently)
     assert result[target.pk][blocked.pk] == Presence()
     assert result[target.pk][blocking.pk] == Presence()
     assert result[target.pk][target.pk] == Presence(
         status=Status.DND, last_seen=NOW, devices=("web",), invisible=False, **CUSTOM
     )
-    assert result[hidden.pk][close.pk] == Presence()  # invisible
+    assert result[hidden.pk][close.pk] == Presence(last_seen_approx=recently)  # invisible
     assert result[quiet.pk][contact.pk] == Presence(last_seen=NOW - timedelta(days=2))
 
 

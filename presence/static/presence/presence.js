@@ -157,9 +157,12 @@
     ["minute", 60],
   ];
 
+  // Where only the approximate last seen shows: "last seen recently"... (no number, no time).
+  const APPROX = ["recently", "within_week", "within_month", "long_ago"];
+
   function lastSeenText(p) {
     if (p.status !== "offline") return labels.onlineText;
-    if (!p.last_seen) return "";
+    if (!p.last_seen) return APPROX.includes(p.last_seen_approx) ? labels[p.last_seen_approx] || "" : "";
     const seconds = Math.max(0, (Date.now() - Date.parse(p.last_seen)) / 1000);
     const unit = UNITS.find(([, size]) => seconds >= size);
     if (!unit) return labels.justNow || relative.format(0, "second");
@@ -171,6 +174,24 @@
       const text = lastSeenText(p);
       if (el.textContent !== text) el.textContent = text;
     });
+    if (p.last_seen_approx && p.last_seen_approx !== "long_ago") refreshApproxAfterMidnight();
+  }
+
+  // The approximate last seen moves at UTC midnight, and the server sends nothing then (a diff
+  // to every open view at once would be a thundering herd): each page re-reads the users it
+  // shows approximately, once, at a random moment of the new UTC day's first 15 minutes.
+  let approxTimer = null;
+  function refreshApproxAfterMidnight() {
+    if (approxTimer) return;
+    const now = Date.now();
+    const midnight = (Math.floor(now / 86400000) + 1) * 86400000;
+    approxTimer = setTimeout(() => {
+      approxTimer = null;
+      const ids = Array.from(latest)
+        .filter(([, p]) => p.last_seen_approx && p.last_seen_approx !== "long_ago")
+        .map(([id]) => id);
+      if (ids.length) load(ids);
+    }, midnight - now + Math.random() * 15 * 60000);
   }
 
   function render(id, p) {

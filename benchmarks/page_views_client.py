@@ -7,7 +7,9 @@ cookie, subscribes to the viewer's page of users, waits for the whole snapshot, 
 heartbeat and closes; one of ``bare`` opens the bare consumer's route with the same cookie and
 waits for its one frame (the server then closes). ``rate`` > 0 offers page views at that rate
 (open loop, at most ``in_flight`` at once); 0 keeps ``concurrency`` page views going (closed
-loop: saturation). ``keep`` snapshots are returned whole (the parent checks them).
+loop: saturation). ``keep`` snapshots are returned whole (the parent checks them). Mode
+``hold`` opens ``resident`` sockets (tabs left open) and keeps them, heartbeating, until it is
+stopped.
 """
 
 from __future__ import annotations
@@ -105,6 +107,22 @@ class Run:
         if tasks:
             await asyncio.wait(tasks, timeout=30)
 
+    async def hold(self) -> None:
+        """Open ``resident`` sockets (other tabs, open all along) and keep them until killed."""
+        pages = self.pages[: self.spec["resident"]]
+        sockets = []
+        for page in pages:
+            headers = {"Cookie": page["cookie"], "Origin": self.spec["origin"]}
+            ws = await connect(self.spec["url"] + "ws/presence/", additional_headers=headers)
+            await ws.send(json.dumps({"type": "subscribe", "users": page["users"][:5]}))
+            await ws.recv()
+            sockets.append(ws)
+        print(json.dumps({"resident": len(sockets)}), flush=True)
+        while True:
+            await asyncio.sleep(self.spec["heartbeat"])
+            for ws in sockets:
+                await ws.send(HEARTBEAT)
+
     async def run(self) -> dict[str, Any]:
         started = time.perf_counter()
         until = started + self.spec["seconds"]
@@ -132,6 +150,9 @@ class Run:
 def main(path: str) -> None:
     with open(path) as spec_file:
         spec = json.load(spec_file)
+    if spec["mode"] == "hold":
+        asyncio.run(Run(spec).hold())
+        return
     result = asyncio.run(Run(spec).run())
     print(json.dumps(result), flush=True)
 

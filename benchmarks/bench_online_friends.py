@@ -361,9 +361,10 @@ def run(sizes: Sizes, report: Report) -> None:
     b, c = median(per_friend.wall), median(copying.wall)
     a_server, c_server = ours.server_ms_per_call(), copying.server_ms_per_call()
     full = median(latencies)
-    report.add(
-        NAME, "online_friends() median latency, end to end", ms(full), "≤ 60 ms", full <= 0.060
-    )
+    # An absolute time is no goal on machines whose speed varies twice over: the ratio to a
+    # page's own query of the same friends, side by side (plain_friends_ratio), is.
+    report.add(NAME, "online_friends() median latency, end to end", ms(full))
+    plain_friends_ratio(viewer, sizes, report)
     report.add(
         NAME,
         "  of which the garbage collector, per call (mean)",
@@ -382,7 +383,7 @@ def run(sizes: Sizes, report: Report) -> None:
         f"{ms(median(cpu_times))} + {redis_ms:,.2f} ms",
     )
     report.add(NAME, "Redis round trips of online_friends()", str(trips[0]), "1", trips[0] == 1)
-    report.add(NAME, "DB queries of online_friends()", str(len(queries)))
+    report.add(NAME, "DB queries of online_friends()", str(len(queries)), "2", len(queries) == 2)
     report.add(NAME, "(a) our Redis read of all friends, median", ms(a))
     report.add(NAME, "(c) copy + trim + intersect, median", ms(c))
     report.add(NAME, "(c)/(a) copy approach vs ours", f"{c / a:,.1f}x", "≥ 150x", c / a >= 150)
@@ -395,3 +396,33 @@ def run(sizes: Sizes, report: Report) -> None:
     )
     flush(client)
     client.close()
+
+
+def plain_friends_ratio(viewer: Any, sizes: Sizes, report: Report) -> None:
+    """online_friends() against what a page costs without presence: the same user's friends
+    loaded as User rows with one ordinary query, call by call in turn (same gc.freeze())."""
+    user_model = get_user_model()
+
+    def plain() -> list[Any]:
+        return list(user_model._default_manager.filter(presence_followers__owner=viewer))
+
+    ours: list[float] = []
+    theirs: list[float] = []
+    rows = len(plain())
+    gc.collect()
+    try:
+        for n in range(sizes.friends_runs):
+            gc.freeze()
+            calls = [(ours, lambda: api.online_friends(viewer)), (theirs, plain)]
+            for times, function in calls if n % 2 == 0 else calls[::-1]:
+                times.append(timed(function)[0])
+            gc.unfreeze()
+    finally:
+        gc.unfreeze()
+    ratio = median(ours) / median(theirs)
+    say(
+        f"  side by side: online_friends() {ms(median(ours))}, the {rows:,} friends as User rows "
+        f"with one query {ms(median(theirs))}: {ratio:.2f}x"
+    )
+    report.add(NAME, f"the {rows:,} friends as User rows, one query (median)", ms(median(theirs)))
+    report.add(NAME, "online_friends() / those User rows", f"{ratio:.2f}x", "≤ 1.5x", ratio <= 1.5)

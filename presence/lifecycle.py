@@ -10,9 +10,10 @@ operation is a generator of steps (:mod:`presence.operations`), run here on the 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from presence import announce, domain, relations, resolution, signals
 from presence.conf import get_settings
@@ -20,7 +21,7 @@ from presence.domain import Presence, UserId
 from presence.models import LastSeen
 from presence.operations import Call, Operation, Redis, arun, both, call, redis
 from presence.resolution import limits
-from presence.store import ConnectionOp, Transition, get_store, merge
+from presence.store import ConnectionOp, Plan, Transition, get_store, merge
 from presence.users import user_pk
 
 __all__ = [
@@ -44,12 +45,11 @@ def _connection(
 ) -> Operation[Transition | None]:
     now = resolution.now()
     store = get_store()
-    transition = yield from redis(
-        store.connection(user_id, op, now, connection_id, device=device, idle=idle), live=True
+    transition = yield from _transitions(
+        store.connection(user_id, op, now, connection_id, device=device, idle=idle)
     )
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
-    _signal(transition)
     if transition is not None and op == "open":
         # Only now: a refused open must leave no trace, not even a due time.
         yield from redis(store.connected(user_id, now), live=True)
@@ -63,12 +63,40 @@ def _connection(
     return transition
 
 
-def _signal(transition: Transition | None) -> None:
-    """This write made the user online or offline (the ledger told this caller alone)."""
-    if transition is not None and transition.made:
-        signals.send_transition(
-            transition.user_id, transition.made, transition.at, transition.invisible
-        )
+R = TypeVar("R", Transition | None, list[Transition | None])
+
+
+def _signal(result: Transition | list[Transition | None] | None) -> None:
+    """Each write that made its user online or offline (the ledger told this caller alone)."""
+    for transition in result if isinstance(result, list) else [result]:
+        if transition is not None and transition.made:
+            signals.send_transition(
+                transition.user_id, transition.made, transition.at, transition.invisible
+            )
+
+
+def _write(plan: Plan[R]) -> R:
+    result = get_store().run(plan)
+    _signal(result)
+    return result
+
+
+async def _awrite(plan: Plan[R]) -> R:
+    async def write_then_signal() -> R:
+        result = await get_store().arun(plan, live=True)
+        _signal(result)
+        return result
+
+    # Shielded: a caller cancelled meanwhile (a socket's handler the server gave up on, a hub
+    # stopping) must not lose a transition its script made: the reply is still read, and its
+    # signal sent.
+    return await asyncio.shield(asyncio.ensure_future(write_then_signal()))
+
+
+def _transitions(plan: Plan[R]) -> Operation[R]:
+    """Run a plan of writes whose scripts settle transitions, and send their signals."""
+    result = yield from call(_write, plan, afunction=_awrite)
+    return cast(R, result)
 
 
 async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transition | None:
@@ -138,13 +166,11 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     transitions: list[Transition | None] = []
     if due:
         # One round trip: each user's connections not heard from for CONNECTION_TTL go.
-        transitions = yield from redis(
-            merge([store.connection(user_id, "expire", now) for user_id in due]), live=True
+        transitions = yield from _transitions(
+            merge([store.connection(user_id, "expire", now) for user_id in due])
         )
     later: dict[UserId, float] = {}
     crashed: dict[UserId, float] = {}
-    for transition in transitions:
-        _signal(transition)
     for user_id, transition in zip(due, transitions, strict=True):
         if transition is None:
             later[user_id] = now + conf.RETRY_INTERVAL  # Redis failed: try again soon

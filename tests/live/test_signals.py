@@ -21,6 +21,7 @@ from presence import api, lifecycle, signals
 from presence.conf import get_settings
 from presence.store import get_store
 from tests.clock import at
+from tests.conftest import on_one_redis
 from tests.live.sockets import (
     Sockets,
     assert_silent,
@@ -323,3 +324,25 @@ async def test_a_user_due_again_while_leased_is_swept_after_the_lease_is_given_b
     await store.arun(store.release(lease, [target.pk], {}))
     assert (await lifecycle.asweep()).offline == [target.pk]
     assert await kinds(received, target) == ["online", "offline", "online", "offline"]
+
+
+@on_one_redis
+async def test_a_write_whose_caller_is_cancelled_still_sends_its_signal(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    received: list[Sent],
+    redis_client: Any,
+    close_async_db_connections: Any,
+) -> None:
+    # The server gives up on a socket's handler (daphne's application_close_timeout, a process
+    # shutting down) while its write is under way: the script runs anyway, and so must the
+    # signal it earned.
+    user = await new_user(make_user)
+    redis_client.client_pause(400)  # the write waits in Redis's queue
+    write = asyncio.ensure_future(lifecycle.aconnect(user, "c1"))
+    await asyncio.sleep(0.1)
+    write.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await write
+    await asyncio.sleep(0.6)
+    assert await sent(received) == [("online", user.pk, at(0), False)]

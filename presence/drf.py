@@ -30,8 +30,9 @@ _CACHE_ATTR = "_presence_drf_cache"
 
 
 class PresenceField(serializers.Field):
-    """Read-only: ``{"status", "last_seen", "devices", "text", "emoji", "activity"}`` (the
-    JSON ``PRESENCE`` of the HTTP endpoints and the WebSocket), or the hidden presence."""
+    """Read-only: ``{"status", "last_seen", "last_seen_approx", "devices", "text", "emoji",
+    "activity"}`` (the JSON ``PRESENCE`` of the HTTP endpoints and the WebSocket), or the hidden
+    presence."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs["read_only"] = True

@@ -341,3 +341,26 @@ def test_visible_to_follows_exceptions(allow: bool, make_user: Callable[..., Any
     assert other.pk not in set(
         model.objects.filter(visible_to(viewer, "pk")).values_list("pk", flat=True)
     )
+
+
+def test_online_friends_order_by_what_the_viewer_may_see(make_user: Callable[..., Any]) -> None:
+    """A friend whose last seen is hidden from the viewer ("never share with") sorts as if
+    unknown (after those shown, by id), never by the hidden time: the order tells nothing."""
+    viewer = make_user()
+    first, second, hidden = make_user(), make_user(), make_user()
+    for friend in (first, second, hidden):
+        Contact.objects.create(owner=friend, contact=viewer)
+        Contact.objects.create(owner=viewer, contact=friend)
+    api.share_with(hidden, viewer, "last_seen_visibility", allow=False)
+    for ago, friend in ((30, second), (20, first), (0, hidden)):  # hidden: the most recent
+        with time_machine.travel(NOW.timestamp() - ago, tick=False):
+            api.touch(friend)
+    with time_machine.travel(NOW, tick=False):
+        assert api.online_friends(viewer) == [first, second, hidden]
+        # The live list ({% online_friends_list %}) holds them in the same order.
+        online, _ = api.watched_friends(viewer, 10)
+        assert [friend for friend, _ in online] == [first, second, hidden]
+        assert [seen.last_seen is None for _, seen in online] == [False, False, True]
+        # Without the exception the most recent comes first (the test can fail).
+        api.unshare(hidden, viewer, "last_seen_visibility")
+        assert api.online_friends(viewer) == [hidden, first, second]

@@ -32,6 +32,7 @@ NAMES = (
     "cluster",
     "amplification",
     "page_views",
+    "rooms",
     "metrics",
     "online_count",
 )
@@ -139,6 +140,7 @@ def main(argv: list[str]) -> int:
             bench_online_count,
             bench_online_friends,
             bench_page_views,
+            bench_rooms,
             bench_user_connections,
         )
 
@@ -155,6 +157,7 @@ def main(argv: list[str]) -> int:
             "cluster": bench_cluster.run,
             "amplification": bench_amplification.run,
             "page_views": bench_page_views.run,
+            "rooms": bench_rooms.run,
             "metrics": bench_metrics.run,
             "online_count": bench_online_count.run,
         }

@@ -765,13 +765,34 @@
     return body;
   }
 
-  // Names of members who arrived after the page was rendered, from the room's endpoint.
+  // Names of members who arrived after the page was rendered, from the room's endpoint: at
+  // once, or at the end of the room's NAME_RETRY_MS since its last fetch (one timer per room).
+  const nameTimers = new Map();
+  const nameTries = new Map(); // room -> fetches in a row that left a member unnamed
+  const NAME_TRIES = 3;
   function fetchNames(room) {
-    const last = nameFetches.get(room) || 0;
-    if (Date.now() - last < NAME_RETRY_MS) return;
+    if (nameTimers.has(room)) return;
+    const wait = (nameFetches.get(room) || 0) + NAME_RETRY_MS - Date.now();
+    if (wait > 0) {
+      nameTimers.set(
+        room,
+        setTimeout(() => {
+          nameTimers.delete(room);
+          fetchNames(room);
+        }, wait)
+      );
+      return;
+    }
     nameFetches.set(room, Date.now());
     fetchRoom(room)
       .then(() => {
+        const view = roomViews.get(room);
+        const unnamed = view ? Array.from(view.members.keys()).filter((id) => !names.has(id)) : [];
+        // Members who arrived meanwhile are asked for again after NAME_RETRY_MS; ids the
+        // endpoint does not name (a user deleted since) at most NAME_TRIES times in a row.
+        const tries = unnamed.length ? (nameTries.get(room) || 0) + 1 : 0;
+        nameTries.set(room, tries);
+        if (unnamed.length && tries < NAME_TRIES) fetchNames(room);
         roomBoxes(room).forEach((box) =>
           box.querySelectorAll(`[${ROOM_MEMBER}]`).forEach((item) => {
             fillName(item, item.getAttribute(ROOM_MEMBER));

@@ -25,6 +25,8 @@ logger = logging.getLogger("presence")
 DELIVER_BATCH = 200
 #: how soon a pending batch counts as due (saves a wake-up per batch)
 TICK = 0.005
+#: how often the end of snapshot reads that held up a delivery is looked for
+SNAPSHOT_POLL = 0.05
 #: users resolved again per chunk of a resync (after an outage, a layer failure, lag)
 RESYNC_BATCH = 200
 #: the share of the time a resync may take: after a chunk that took t seconds, the next one
@@ -88,6 +90,10 @@ class Delivery:
         self.pending: dict[UserId, float] = {}
         #: users to resolve again below the live work (see ResyncPace)
         self.resyncing = ResyncPace()
+        #: users whose delivery skipped connections reading their snapshot: resolved again once
+        #: such a read is over (not at every window meanwhile: in a reconnect storm reads are
+        #: slow, and resolving a user for all its watchers at each window fed the storm)
+        self.after_snapshots: dict[UserId, set[Connection]] = {}
         self._wake = asyncio.Event()
 
     def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
@@ -136,7 +142,6 @@ class Delivery:
             for connection in connections
             if uid in connection.snapshotting
         }
-        again: set[UserId] = set()
         resolved = await lifecycle.apresence_for_viewers(
             {uid: {c.viewer_id for c in connections} for uid, connections in watchers.items()}
         )
@@ -150,7 +155,7 @@ class Delivery:
         for uid, connections in watchers.items():
             for connection in connections:
                 if (uid, connection) in reading or uid in connection.snapshotting:
-                    again.add(uid)
+                    self.after_snapshots.setdefault(uid, set()).add(connection)
                     continue
                 presence = resolved.get(uid, {}).get(connection.viewer_id)
                 if presence is None or uid not in connection.sent:
@@ -158,13 +163,29 @@ class Delivery:
                 if visibly_differs(connection.sent[uid], presence):
                     connection.sent[uid] = presence
                     outbox.setdefault(connection, {})[uid] = presence
-        if again:
-            self.changed(again)
+        if self.after_snapshots:
+            self._wake.set()  # the delivery loop looks for the end of those reads
         for connection, presences in outbox.items():
             try:
                 await connection.send_presences("presence_diff", presences)
             except Exception:  # a connection closing under us must not stop the others
                 logger.debug("Presence: could not send a diff", exc_info=True)
+
+    def _snapshots_read(self) -> bool:
+        """Users a delivery skipped for connections reading their snapshot: each is due again
+        once one such read is over. True while some reads go on (they are looked at again)."""
+        watchers = self.registry.watchers.members
+        read = []
+        for uid, connections in self.after_snapshots.items():
+            if any(
+                uid not in c.snapshotting or c not in watchers.get(uid, ()) for c in connections
+            ):
+                read.append(uid)
+        for uid in read:
+            del self.after_snapshots[uid]
+        if read:
+            self.changed(read)
+        return bool(self.after_snapshots)
 
     async def run(
         self,
@@ -191,6 +212,7 @@ class Delivery:
         resyncing = self.resyncing
         watchers = self.registry.watchers.members
         while running():
+            reads_go_on = bool(self.after_snapshots) and self._snapshots_read()
             now = loop.time()
             # At most DELIVER_BATCH at a time (the rest stay due: the next round takes them at
             # once), live changes before any chunk of a resync.
@@ -213,7 +235,11 @@ class Delivery:
             wake_at = min(
                 (
                     at
-                    for at in (resyncing.wake_at(), min(self.pending.values(), default=None))
+                    for at in (
+                        resyncing.wake_at(),
+                        min(self.pending.values(), default=None),
+                        now + SNAPSHOT_POLL if reads_go_on else None,
+                    )
                     if at is not None
                 ),
                 default=None,

@@ -75,6 +75,7 @@ class Tasks:
         tasks += list(self.messages.delivering)
         self.delivery.pending.clear()
         self.delivery.resyncing.waiting.clear()
+        self.delivery.after_snapshots.clear()
         # Groups connections still leaving hold (they left the registry, the last of them
         # stopped the hub, and they wait for the lock) are left now, while the hub still has
         # its channel: nothing of this process stays in the layer.

@@ -7,13 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
+from presence.hub import Hub
 from presence.hub.delivery import RESYNC_STARVED, Delivery, ResyncPace
 from presence.hub.registry import Registry
-from tests.live.sockets import BASE
+from tests.live.sockets import (
+    BASE,
+    Sockets,
+    assert_silent,
+    lets_see,
+    new_user,
+    open_sockets,
+    presence_settings,
+    receive,
+    subscribe,
+)
 
 
 def test_a_chunk_waits_so_that_the_resync_keeps_to_its_share() -> None:
@@ -98,3 +110,52 @@ async def test_a_live_change_is_delivered_before_the_rest_of_a_resync() -> None:
     times = [(started, ended) for ids, started, ended in calls if ids != [777]]
     for (started, ended), (next_started, _) in itertools.pairwise(times):
         assert next_started - ended >= 3 * (ended - started) * 0.99
+
+
+# --- a delivery held up by a snapshot read ------------------------------------------------------
+
+
+@pytest.fixture
+async def sockets(transactional_db: Any, close_async_db_connections: Any) -> AsyncIterator[Sockets]:
+    async for opened in open_sockets():
+        yield opened
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_slow_snapshot_read_costs_one_more_resolve_not_one_per_window(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    # In a reconnect storm snapshot reads are slow; a user whose delivery skipped a connection
+    # reading their snapshot is resolved again (for all their watchers) once that read is
+    # over, not at every coalescing window while it lasts.
+    window = 0.05
+    with presence_settings(COALESCE_WINDOW=window):
+        viewer, reading_viewer, target = [await new_user(make_user) for _ in range(3)]
+        await lets_see(target, viewer, reading_viewer)
+        watcher = await sockets.open(viewer)
+        reloading = await sockets.open(reading_viewer)
+        await subscribe(watcher, target)
+        await subscribe(reloading, target)
+        hub = Hub.current()
+        assert hub is not None
+        resolved: list[Any] = []
+        deliver = hub.deliver
+
+        async def counted(user_ids: Any) -> None:
+            user_ids = list(user_ids)
+            resolved.extend(user_ids)
+            await deliver(user_ids)
+
+        hub.deliver = counted  # type: ignore[method-assign]
+        reader = next(c for c in hub.connections if c.viewer_id == reading_viewer.pk)
+        reader.snapshotting.add(target.pk)
+        await sockets.open(target)
+        assert (await receive(watcher))["presences"][str(target.pk)]["status"] == "online"
+        await asyncio.sleep(30 * window)  # the read goes on for 30 windows
+        during = resolved.count(target.pk)
+        assert 1 <= during <= 2  # the change (and maybe the first heartbeat), nothing more
+        reader.snapshotting.discard(target.pk)
+        assert (await receive(reloading))["presences"][str(target.pk)]["status"] == "online"
+        assert resolved.count(target.pk) == during + 1
+        await assert_silent(watcher)

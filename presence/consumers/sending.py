@@ -196,7 +196,7 @@ class Sending(ConsumerBase):
         await self.disconnect(CLOSE_TOO_SLOW)
 
     async def send_json(self, content: dict[str, Any]) -> None:
-        metrics.frame_sent(content["type"])
+        metrics.frame_sent(content.get("type", "other"))
         await self.send(text_data=json.dumps(content, separators=(",", ":")))
 
     async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:

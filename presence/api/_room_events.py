@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from presence import announce, domain, relations, resolution
 from presence.conf import get_settings
-from presence.domain import Presence, UserId
+from presence.domain import UserId
 from presence.domain.rooms import Member, Room, is_counted, is_listed
 from presence.models import Block, PrivacySettings
 from presence.operations import Call, Operation, Redis, arun, both, redis
@@ -184,7 +184,14 @@ class RoomDelta:
     pairs: relations.PairFacts
     live: dict[UserId, domain.LiveState]
     now: float
-    _resolved: dict[tuple[UserId, domain.Relation], Presence] = field(default_factory=dict)
+    #: (viewer, user) pairs with a contact row either way or a block: the others are strangers
+    ties: set[tuple[UserId, UserId]] = field(default_factory=set)
+    #: viewers with a tie to one of the changed users
+    tied_viewers: set[UserId] = field(default_factory=set)
+    _verdicts: dict[tuple[UserId, domain.Relation], Member | None] = field(default_factory=dict)
+    _as_stranger: dict[UserId, Member | None] = field(default_factory=dict)
+    _strangers_list: list[tuple[UserId, Member]] | None = None
+    _encoded: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def count_for(self, viewer: UserId) -> int:
         """Members counted for ``viewer``: O(their blocks)."""
@@ -194,24 +201,57 @@ class RoomDelta:
 
     def member_for(self, viewer: UserId, user_id: UserId) -> Member | None:
         """The changed user as ``viewer`` may list them, or None (absent, not counted, or
-        hidden from the viewer): the one resolver, memoised per (user, relation)."""
+        hidden from the viewer): the one resolver, once per (user, relation) whatever the
+        number of viewers (most of them are strangers to most members)."""
+        if viewer != user_id and (viewer, user_id) not in self.ties:
+            if user_id not in self._as_stranger:
+                self._as_stranger[user_id] = self._verdict(user_id, domain.STRANGER)
+            return self._as_stranger[user_id]
+        relation = self.pairs.relation(viewer, user_id)
+        key = (user_id, relation)
+        if key not in self._verdicts:
+            self._verdicts[key] = self._verdict(user_id, relation)
+        return self._verdicts[key]
+
+    def listable(self, viewer: UserId) -> list[tuple[UserId, Member]]:
+        """The changed users ``viewer`` may list, by join time: for a viewer with no tie to
+        any of them (most viewers), one list shared by all such viewers."""
+        if viewer not in self.tied_viewers and viewer not in self.members:
+            if self._strangers_list is None:
+                self._strangers_list = [
+                    (uid, member)
+                    for uid in self.members
+                    if (member := self.member_for(viewer, uid)) is not None
+                ]
+            return self._strangers_list
+        return [
+            (uid, member)
+            for uid in self.members
+            if (member := self.member_for(viewer, uid)) is not None
+        ]
+
+    def _verdict(self, user_id: UserId, relation: domain.Relation) -> Member | None:
         entry = self.members.get(user_id)
         choices = self.pairs.choices.get(user_id)
         if entry is None or choices is None:
             return None
-        relation = self.pairs.relation(viewer, user_id)
         if not is_counted(relation, user_id in self.invisible):
             return None
-        presence = self._resolved.get((user_id, relation))
-        if presence is None:
-            presence = self._resolved[(user_id, relation)] = domain.resolve(
-                self.live.get(user_id, domain.LiveState()),
-                choices,
-                relation,
-                self.now,
-                resolution.timing(),
-            )
+        presence = domain.resolve(
+            self.live.get(user_id, domain.LiveState()),
+            choices,
+            relation,
+            self.now,
+            resolution.timing(),
+        )
         return Member(entry.meta, presence) if is_listed(relation, presence) else None
+
+    def encoded(self, member: Member) -> dict[str, Any]:
+        """``member.as_dict()``, built once for every viewer it is sent to."""
+        found = self._encoded.get(id(member))
+        if found is None:
+            found = self._encoded[id(member)] = member.as_dict()
+        return found
 
 
 def _blocks_between(viewers: Collection[UserId]) -> dict[UserId, set[UserId]]:
@@ -250,6 +290,11 @@ def _room_delta(
     choices = pairs.choices
     invisible.update(uid for uid in present if uid in choices and choices[uid].invisible)
     members = {uid: read.members[uid] for uid in present}
+    ties = {(viewer, target) for target, viewer in pairs.contacts}
+    for pair in pairs.blocks:
+        if len(pair) == 2:
+            a, b = pair
+            ties.update(((a, b), (b, a)))
     return RoomDelta(
         room=room,
         present=read.present,
@@ -259,6 +304,8 @@ def _room_delta(
         pairs=pairs,
         live=live,
         now=now,
+        ties=ties,
+        tied_viewers={viewer for viewer, _ in ties},
     )
 
 

@@ -171,9 +171,7 @@ class RoomViews:
 
     def _again(self, room: str, user_ids: set[UserId], after: float) -> None:
         if room in self.registry.rooms.members:
-            users, due = self.pending.get(
-                room, (set(), asyncio.get_running_loop().time() + after)
-            )
+            users, due = self.pending.get(room, (set(), asyncio.get_running_loop().time() + after))
             self.pending[room] = (users | user_ids, due)
             self._wake.set()
 
@@ -219,11 +217,8 @@ def _diff(
             view.listed[user_id] = joins[user_id] = member
     room_left = events.list_limit() - len(view.listed)
     if room_left > 0:
-        for user_id in delta.members:  # by join time
-            if user_id in view.listed or user_id not in changed:
-                continue
-            member = delta.member_for(viewer, user_id)
-            if member is not None:
+        for user_id, member in delta.listable(viewer):  # by join time
+            if user_id not in view.listed:
                 view.listed[user_id] = joins[user_id] = member
                 room_left -= 1
                 if not room_left:
@@ -236,7 +231,7 @@ def _diff(
     return {
         "type": "room_diff",
         "room": delta.room.name,
-        "joins": {str(uid): member.as_dict() for uid, member in joins.items()},
+        "joins": {str(uid): delta.encoded(member) for uid, member in joins.items()},
         "leaves": sorted(str(uid) for uid in leaves),
         "others": others,
         "count": count,
@@ -246,4 +241,3 @@ def _diff(
 def _log_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.error("Presence: renewing rooms failed", exc_info=task.exception())
-

@@ -37,15 +37,11 @@ class RoomWrite:
 @dataclass(frozen=True)
 class MemberEntry:
     """A member as the room holds it: when it joined (ms), whether it joined invisible, and
-    its connections' metas by join time."""
+    the meta it shows (that of its connection that joined last)."""
 
     joined_at: float
     invisible: bool = False
-    connections: tuple[tuple[float, str | None], ...] = ()
-
-    @property
-    def meta(self) -> str | None:
-        return shown_meta(self.connections)
+    meta: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,9 @@ def _entry(joined: Any, raw: str | None) -> MemberEntry:
     return MemberEntry(
         float(joined),
         bool(data.get("i")),
-        tuple((float(c[1]), c[2] if isinstance(c[2], str) else None) for c in connections.values()),
+        shown_meta(
+            [(float(c[1]), c[2] if isinstance(c[2], str) else None) for c in connections.values()]
+        ),
     )
 
 

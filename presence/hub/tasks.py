@@ -122,9 +122,11 @@ class Tasks:
                 logger.exception("Presence: sweeping due users failed")
 
     async def _leave_again_and_sweep(self) -> None:
-        """Leave the groups a failed leave kept, then announce the users now due."""
+        """Leave the groups a failed leave kept, then announce the users now due. A sweep under
+        way is finished even if its loop is cancelled (the hub stopping): it gives back the
+        users it claimed rather than leave them to the next sweep after its lease."""
         await self.groups.leave_again()
-        await lifecycle.asweep()
+        await asyncio.shield(asyncio.ensure_future(lifecycle.asweep()))
         if get_settings().ROOMS:
             await room_events.asweep_rooms()
 

@@ -18,10 +18,11 @@ class SchedulePlans(KeyScheme):
     """The plans that claim, set and prune the schedules, over the key scheme."""
 
     def lease_end(self, now: float) -> float:
-        """When a claim made ``now`` lapses: a sweep's three round trips each wait at most
-        LIVE_SOCKET_TIMEOUT, so only a sweeper that died (or is stuck) holds its users longer,
-        and the next sweep anywhere takes them (lua/claim_due.lua)."""
-        return round(now + 3 * self.conf.LIVE_SOCKET_TIMEOUT, 3)
+        """When a claim made ``now`` lapses: LIVE_SOCKET_TIMEOUT later, the next sweep anywhere
+        takes the users of a sweeper that died (lua/claim_due.lua). A live sweeper slower than
+        that only shares its work: the ledger sends no signal twice and a second announcement
+        changes no view."""
+        return round(now + self.conf.LIVE_SOCKET_TIMEOUT, 3)
 
     def claim_due(
         self, now: float, limit: int, lease_end: float | None = None

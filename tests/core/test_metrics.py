@@ -275,3 +275,17 @@ async def test_frame_counts_reach_their_counter_within_a_second_by_themselves(
     assert value("presence_frames_sent_total", type="room_diff") == before
     await asyncio.sleep(0.05)
     assert value("presence_frames_sent_total", type="room_diff") == before + 2
+
+
+def test_frames_are_labelled_by_their_type_on_the_wire() -> None:
+    # The label is derived from the parsed frame's class: each must give its protocol name.
+    from presence.domain import protocol
+
+    parsed = {
+        metrics._frame_name(cls)
+        for cls in vars(protocol).values()
+        if isinstance(cls, type)
+        and cls.__module__ == protocol.__name__
+        and cls.__name__ in {"Heartbeat", "Subscribe", "Unsubscribe", "SetStatus", "Join", "Leave"}
+    }
+    assert parsed == set(protocol.CLIENT_TYPES)

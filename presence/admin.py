@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.checks import InlineModelAdminChecks
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.db.models import F, QuerySet
+from django.forms.models import inlineformset_factory
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -21,6 +23,7 @@ from presence.models import (
     Block,
     Contact,
     LastSeen,
+    PrivacyException,
     PrivacySettings,
     UserStatus,
 )
@@ -63,6 +66,47 @@ class UserFieldsMixin:
 USER_SEARCH = user_search_fields("user")
 
 
+class _ExceptionsOfTheUserChecks(InlineModelAdminChecks):
+    # The inline's rows hang off the settings' user (PrivacySettings' pk), not a foreign key
+    # to PrivacySettings itself: the formset is built on the user (PrivacyExceptionInline).
+    def _check_relation(self, obj: Any, parent_model: Any) -> list[Any]:
+        return []
+
+
+class PrivacyExceptionInline(UserFieldsMixin, admin.TabularInline):
+    """The user's "always share with" / "never share with" exceptions, on their privacy
+    settings' page; saved like any row, so open sockets see the change at once."""
+
+    model = PrivacyException
+    fk_name = "owner"
+    checks_class = _ExceptionsOfTheUserChecks
+    fields = ("viewer", "setting", "allow")
+    user_fields = raw_id_fields = ("viewer",)
+    extra = 1
+
+    def get_formset(self, request: Any, obj: Any = None, **kwargs: Any) -> Any:
+        return inlineformset_factory(
+            get_user_model(),
+            PrivacyException,
+            form=self.form,
+            formset=self.formset,
+            fk_name="owner",
+            fields=list(self.fields),
+            extra=self.get_extra(request, obj),
+            can_delete=self.can_delete,
+            formfield_callback=partial(self.formfield_for_dbfield, request=request),
+        )
+
+
+@admin.register(PrivacyException)
+class PrivacyExceptionAdmin(UserFieldsMixin, admin.ModelAdmin):
+    list_display = ("owner", "viewer", "setting", "allow")
+    list_filter = ("setting", "allow")
+    search_fields = user_search_fields("owner", "viewer")
+    user_fields = raw_id_fields = ("owner", "viewer")
+    list_select_related = ("owner", "viewer")
+
+
 @admin.register(PrivacySettings)
 class PrivacySettingsAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_display = (
@@ -75,6 +119,17 @@ class PrivacySettingsAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_filter = ("online_visibility", "last_seen_visibility", "activity_visibility", "invisible")
     search_fields = USER_SEARCH
     user_fields = raw_id_fields = ("user",)
+    inlines = (PrivacyExceptionInline,)
+
+    def get_formset_kwargs(self, request: Any, obj: Any, inline: Any, prefix: str) -> Any:
+        kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
+        if isinstance(inline, PrivacyExceptionInline):
+            # The exceptions belong to the settings' user (an unsaved user on an empty add page).
+            user_id = getattr(obj, "user_id", None)
+            kwargs["instance"] = get_user_model()(pk=user_id) if user_id else None
+            if user_id:
+                kwargs["instance"]._state.adding = False
+        return kwargs
 
 
 @admin.register(UserStatus)

@@ -116,6 +116,18 @@ def test_e002_timeouts_must_be_positive_numbers(settings: Any, key: str, bad: An
     assert ids(checks.check_settings) == ["presence.E002"]
 
 
+@pytest.mark.parametrize("key", ["APPROXIMATE_LAST_SEEN", "RECIPROCAL_LAST_SEEN"])
+def test_e002_last_seen_switches_must_be_booleans(settings: Any, key: str) -> None:
+    for bad in (1, "yes", None):
+        settings.PRESENCE = {key: bad}
+        assert ids(checks.check_settings) == ["presence.E002"]
+        (message,) = messages_with("presence.E002")
+        assert "True or False" in message.msg
+    for good in (True, False):
+        settings.PRESENCE = {key: good}
+        assert ids(checks.check_settings) == []
+
+
 @pytest.mark.parametrize("key", ["SOCKET_TIMEOUT", "LIVE_SOCKET_TIMEOUT", "RETRY_INTERVAL"])
 @pytest.mark.parametrize("good", [0.25, 2])
 def test_e002_absent_for_positive_seconds(settings: Any, key: str, good: float) -> None:

@@ -998,6 +998,7 @@ def run(sizes: Sizes, report: Report) -> None:
         batch_size=1000,
         ignore_conflicts=True,
     )
+    exceptions_side_by_side(report)
     run_async(main(report, subscribers_n, changes, users))
     from django.conf import settings
     from django.test import override_settings
@@ -1012,3 +1013,96 @@ def run(sizes: Sizes, report: Report) -> None:
     say("  -- the same on channels_redis's pub/sub layer --")
     with override_settings(CHANNEL_LAYERS=pubsub):
         run_async(main_pubsub(report, subscribers_n, changes, users))
+
+
+def exceptions_side_by_side(report: Report) -> None:
+    """The fan-out's resolution of one change for every subscriber
+    (``lifecycle.apresence_for_viewers``: one Redis read and three queries for all of them),
+    for a target 10 % of whose pairs with the subscribers carry an exception, side by side
+    (call by call in turn) with a target of the same subscribers and none. Issue 26's goal:
+    <= 1.1x the time, still one round trip and the same queries."""
+    import random
+
+    from presence.models import PrivacyException
+
+    # 1,000 subscribers even with --quick: their own users, beside the main run's.
+    base = BASE_ID + 1_000_000
+    plain_target, excepted_target, *viewers = make_users(base, 1002, "fanout-exceptions")
+    Contact.objects.bulk_create(
+        [
+            Contact(owner_id=t.pk, contact_id=v.pk)
+            for t in (plain_target, excepted_target)
+            for v in viewers
+        ],
+        batch_size=1000,
+        ignore_conflicts=True,
+    )
+    pick = random.Random(26)
+    settings_ = ("online_visibility", "last_seen_visibility", "activity_visibility")
+    PrivacyException.objects.filter(owner_id=excepted_target.pk).delete()
+    PrivacyException.objects.bulk_create(
+        [
+            PrivacyException(
+                owner_id=excepted_target.pk,
+                viewer_id=v.pk,
+                setting=pick.choice(settings_),
+                allow=pick.random() < 0.5,
+            )
+            for v in pick.sample(viewers, len(viewers) // 10)
+        ],
+        batch_size=1000,
+    )
+    viewer_ids = [v.pk for v in viewers]
+    for target in (plain_target, excepted_target):
+        api.touch(target)
+
+    async def resolve(target: Any) -> tuple[float, int]:
+        trips = [0]
+        token = TRIPS_OF_CALL.set(trips)
+        try:
+            start = time.perf_counter()
+            result = await lifecycle.apresence_for_viewers({target.pk: viewer_ids})
+            elapsed = time.perf_counter() - start
+        finally:
+            TRIPS_OF_CALL.reset(token)
+        assert result is not None and len(result[target.pk]) == len(viewer_ids)
+        return elapsed, trips[0]
+
+    async def measure() -> tuple[list[float], list[float], int, int]:
+        with instrumented() as tally:
+            await resolve(plain_target)
+            await resolve(excepted_target)  # warm
+            plain: list[float] = []
+            excepted: list[float] = []
+            trips = 0
+            for _ in range(15 if report.quick else 40):
+                plain.append((await resolve(plain_target))[0])
+                elapsed, trips = await resolve(excepted_target)
+                excepted.append(elapsed)
+            tally.queries.clear()
+            tally.active = True
+            await resolve(excepted_target)
+            tally.active = False
+            queries = sum(tally.queries.values())
+        return plain, excepted, trips, queries
+
+    plain, excepted, trips, queries = run_async(measure())
+    ratio = median(excepted) / median(plain)
+    say(
+        f"  exceptions: resolving one change for {len(viewer_ids):,} subscribers, 10 % of the "
+        f"pairs with an exception: {ms(median(excepted))} vs {ms(median(plain))} without"
+    )
+    report.add(
+        NAME,
+        f"resolution for {len(viewer_ids):,} subscribers, 10 % exceptions / none, side by side",
+        f"{ratio:.2f}x",
+        "≤ 1.1x",
+        ratio <= 1.1,
+    )
+    report.add(
+        NAME,
+        "  with exceptions: Redis round trips, DB queries",
+        f"{trips}, {queries}",
+        "1, 3",
+        (trips, queries) == (1, 3),
+    )

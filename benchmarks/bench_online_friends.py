@@ -394,8 +394,107 @@ def run(sizes: Sizes, report: Report) -> None:
     report.add(
         NAME, "Redis bytes per user in the buckets", f"{per_user:.1f}", "≤ 20", per_user <= 20
     )
+    exceptions_side_by_side(sizes, viewer, friend_ids, report)
     flush(client)
     client.close()
+
+
+@contextmanager
+def without_exception_column() -> Iterator[None]:
+    """The facts query as it was before per-person exceptions: no exceptions subquery (a
+    constant NULL in its place), for the cost of the column itself."""
+    from django.db.models import IntegerField, Value
+
+    from presence.relations import facts
+
+    original = facts.exceptions_of
+    facts.exceptions_of = lambda owner, viewer: Value(None, IntegerField())  # type: ignore[assignment,misc,return-value]
+    try:
+        yield
+    finally:
+        facts.exceptions_of = original
+
+
+def exceptions_side_by_side(
+    sizes: Sizes, viewer: Any, friend_ids: list[int], report: Report
+) -> None:
+    """online_friends of a viewer 10 % of whose friends carry an exception for them, side by
+    side (call by call in turn) with a viewer of the same friends and none, and with the
+    query without the exceptions column: issue 26's goal is <= 1.1x the time, still one round
+    trip and two queries."""
+    from presence.models import PrivacyException
+
+    other_id = sizes.population + 2
+    user_model = get_user_model()
+    user_model._default_manager.bulk_create(
+        [user_model(id=other_id, username="excepted", password="!")], ignore_conflicts=True
+    )
+    Contact.objects.bulk_create(
+        [Contact(owner_id=other_id, contact_id=uid) for uid in friend_ids]
+        + [Contact(owner_id=uid, contact_id=other_id) for uid in friend_ids],
+        batch_size=1000,
+        ignore_conflicts=True,
+    )
+    pick = random.Random(26)
+    settings_ = ("online_visibility", "last_seen_visibility", "activity_visibility")
+    excepted = pick.sample(friend_ids, len(friend_ids) // 10)
+    PrivacyException.objects.bulk_create(
+        [
+            PrivacyException(
+                owner_id=uid,
+                viewer_id=other_id,
+                setting=pick.choice(settings_),
+                # mostly "always share": a deny of online status would list fewer friends
+                allow=pick.random() < 0.8,
+            )
+            for uid in excepted
+        ],
+        batch_size=1000,
+    )
+    other = user_model._default_manager.get(pk=other_id)
+    api.online_friends(other)  # warm
+    with CaptureQueriesContext(connection) as queries, count_round_trips(store().client) as trips:
+        api.online_friends(other)
+    plain: list[float] = []
+    with_exceptions: list[float] = []
+    before_column: list[float] = []
+    gc.collect()
+    runs = max(sizes.friends_runs, 5)
+    try:
+        for _ in range(runs):
+            gc.freeze()
+            plain.append(timed(lambda: api.online_friends(viewer))[0])
+            with_exceptions.append(timed(lambda: api.online_friends(other))[0])
+            with without_exception_column():
+                before_column.append(timed(lambda: api.online_friends(viewer))[0])
+            gc.unfreeze()
+    finally:
+        gc.unfreeze()
+    ratio = median(with_exceptions) / median(plain)
+    say(
+        f"  exceptions: {len(excepted):,} of {len(friend_ids):,} friends carry one; "
+        f"{ms(median(with_exceptions))} vs {ms(median(plain))} without "
+        f"({ms(median(before_column))} without the exceptions column)"
+    )
+    report.add(
+        NAME,
+        "online_friends(), 10 % of friends with an exception / none, side by side",
+        f"{ratio:.2f}x",
+        "≤ 1.1x",
+        ratio <= 1.1,
+    )
+    report.add(
+        NAME,
+        "  no exceptions / the query without the exceptions column",
+        f"{median(plain) / median(before_column):.2f}x",
+    )
+    report.add(
+        NAME,
+        "  with exceptions: Redis round trips, DB queries",
+        f"{trips[0]}, {len(queries)}",
+        "1, 2",
+        (trips[0], len(queries)) == (1, 2),
+    )
 
 
 def plain_friends_ratio(viewer: Any, sizes: Sizes, report: Report) -> None:

@@ -16,6 +16,7 @@ urlpatterns = [
     path("people/<int:pk>/<slug:action>/", views.relation_action, name="relation"),
     path("u/<str:username>/", views.profile, name="profile"),
     path("settings/privacy/", views.privacy, name="privacy"),
+    path("settings/privacy/sharing/", views.sharing, name="sharing"),
     path("settings/status/", views.status, name="status"),
     # The activity feed (siteproject/demo/feed_views.py).
     path("feed/", feed_views.following, name="feed"),

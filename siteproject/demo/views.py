@@ -26,7 +26,7 @@ from presence.conf import get_settings
 from presence.domain import InvalidInput, check_text
 from presence.models import Block, Contact, PrivacySettings
 from siteproject.demo import seed
-from siteproject.demo.forms import PrivacyForm, StatusForm
+from siteproject.demo.forms import PrivacyForm, SharingForm, StatusForm
 
 User = get_user_model()
 
@@ -227,7 +227,30 @@ def privacy(request: HttpRequest) -> HttpResponse:
             form.save()
             messages.success(request, _("Privacy settings saved."))
             return redirect("demo:privacy")
-    response = render(request, "demo/privacy.html", {"form": form, "page_users": [me]})
+    sharing = SharingForm(owner=me)
+    context = {"form": form, "sharing": sharing, "page_users": [me]}
+    response = render(request, "demo/privacy.html", context)
+    return response if wait is None else rate_limited_page(response, wait)
+
+
+@member_view
+@require_POST
+def sharing(request: HttpRequest) -> HttpResponse:
+    """The "always share with" / "never share with" pickers of the privacy page."""
+    me = request.user
+    form = SharingForm(request.POST, owner=me)
+    wait = None
+    if form.is_valid():
+        wait = ratelimit.retry_after(me)
+        if wait is not None:
+            form.add_error(None, ratelimit.limited_message(wait))
+        else:
+            form.save()
+            messages.success(request, _("Privacy settings saved."))
+            return redirect("demo:privacy")
+    instance = PrivacySettings.objects.filter(user=me).first() or PrivacySettings(user=me)
+    context = {"form": PrivacyForm(instance=instance), "sharing": form, "page_users": [me]}
+    response = render(request, "demo/privacy.html", context, status=400 if wait is None else 200)
     return response if wait is None else rate_limited_page(response, wait)
 
 

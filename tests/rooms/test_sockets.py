@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.auth import AuthMiddlewareStack
+from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
 from presence.models import Block, PrivacySettings
+from presence.routing import websocket_urlpatterns
+from presence.tokens import TokenAuthMiddleware, issue_token
 from tests.live.sockets import (
     BASE,
     QUIET,
@@ -307,3 +311,20 @@ async def test_quiet_after_everything(sockets: Sockets, make_user: Callable) -> 
     socket = await sockets.open(await new_user(make_user))
     await join(socket)
     await assert_silent(socket, seconds=QUIET)
+
+
+async def test_a_token_socket_joins_like_any_other(sockets: Sockets, make_user: Callable) -> None:
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await public(alice, bob)
+    a = await sockets.open(alice)
+    seen = ClientView(await join(a))
+    token = await sync_to_async(issue_token)(bob)
+    app = AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
+    b = sockets.make(..., headers=headers, app=app)
+    assert (await b.connect(timeout=3))[0]
+    state = await join(b, meta={"client": "ios"})
+    assert state["members"][key(bob)]["meta"] == {"client": "ios"}
+    await seen.until(a, {key(alice), key(bob)}, 0)
+    await leave(b)
+    await assert_silent(b)

@@ -89,11 +89,18 @@ class PresenceConsumer(RoomFrames):
         await self.hub.attach(self)
         self.attached = True
         metrics.CONNECTIONS.inc()
-        if self.credential is not None and await self._ended_meanwhile():
-            return
+        if self.credential is None:
+            opened = await lifecycle.aconnect(self.user, self.connection_id, self.device.value)
+        else:
+            # Recent logouts are read in the opening write's round trip; a socket closed for
+            # one is signed off again at once (disconnect).
+            opened, (ended, changed) = await lifecycle.aconnect_checking(
+                self.user, self.connection_id, self.device.value, self.recent_ends_check()
+            )
+            if await self._ended_meanwhile(ended, changed):
+                return
         if device_error:
             await self.send_error("invalid_value", device_error)
-        opened = await lifecycle.aconnect(self.user, self.connection_id, self.device.value)
         if await self._refused(opened):
             return
         self.written_at = time.time()

@@ -22,7 +22,7 @@ from presence import sessions
 from presence.conf import get_settings
 from presence.consumers.base import ConsumerBase
 from presence.consumers.limits import CLOSE_UNAUTHENTICATED
-from presence.store import get_store
+from presence.store import Plan, get_store
 
 logger = logging.getLogger("presence")
 
@@ -61,15 +61,17 @@ class Credentials(ConsumerBase):
             connection.session_checked = now
         await SessionChecks.get().check(due)
 
-    async def _ended_meanwhile(self) -> bool:
+    def recent_ends_check(self) -> Plan[tuple[bool, bool]]:
+        """The read of recent logouts and password changes (presence.sessions) that rides along
+        with the connection's opening write (lifecycle.aconnect_checking)."""
+        assert self.credential is not None
+        return sessions.recent_ends_plan(get_store(), self.viewer_id, self.credential)
+
+    async def _ended_meanwhile(self, ended: bool, changed: bool) -> bool:
         """A logout or password change announced between the handshake's read of the session
         and the hub's join of the account group reached no socket here: its mark in Redis
-        does. Whether the connection was closed for it."""
-        assert self.credential is not None
-        store = get_store()
-        ended, changed = await store.arun(
-            sessions.recent_ends_plan(store, self.viewer_id, self.credential), live=True
-        )
+        does (``ended``, ``changed``: :meth:`recent_ends_check`'s answer, read once the group
+        was joined). Whether the connection was closed for it."""
         if ended:
             await self.end_session()
         elif changed:

@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db.backends import utils
 
+from presence.store import PresenceStore
 from tests.live.sockets import (
     Sockets,
     _logged_in_client,
@@ -87,3 +88,23 @@ async def test_a_process_checks_all_its_sockets_sessions_in_two_queries_per_inte
         await assert_closed_with(opened[3], 4401)
         for socket in opened[4:6]:
             await heartbeat(socket)
+
+
+async def test_the_read_of_recent_logouts_rides_along_with_the_opening_write(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A page view opens a socket: the read of recent logouts costs it no round trip of its own.
+    sent: list[list[str]] = []
+    real = PresenceStore.arun
+
+    async def recording(self: PresenceStore, plan: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append([str(command[0]).upper() for command in plan.commands])
+        return await real(self, plan, *args, **kwargs)
+
+    monkeypatch.setattr(PresenceStore, "arun", recording)
+    user = await new_user(make_user)
+    client = await sync_to_async(_logged_in_client)(user)
+    await _site_socket(sockets, client)
+    with_reads = [commands for commands in sent if "EXISTS" in commands]
+    assert with_reads, sent
+    assert all(set(commands) - {"EXISTS"} for commands in with_reads), sent

@@ -10,7 +10,6 @@ operation is a generator of steps (:mod:`presence.operations`), run here on the 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -19,10 +18,12 @@ from presence import announce, domain, relations, resolution, signals
 from presence.conf import get_settings
 from presence.domain import Presence, UserId
 from presence.models import LastSeen
-from presence.operations import Call, Operation, Redis, arun, both, call, redis
+from presence.operations import Call, Operation, Redis, arun, both, call, redis, redis_then
 from presence.resolution import limits
 from presence.store import ConnectionOp, Plan, Transition, get_store, merge
 from presence.users import user_pk
+
+T = TypeVar("T")
 
 __all__ = [
     "SweepReport",
@@ -50,7 +51,9 @@ def _connection(
     plan = store.connection(user_id, op, now, connection_id, device=device, idle=idle)
     if rider is not None:
         plan = _riding_along(plan, *rider)
-    transition = yield from _transitions(plan)
+    # The script settles the transition (presence.signals): its signal is sent even if this
+    # handler is cancelled meanwhile (redis_then).
+    transition = yield from redis_then(plan, signals.send_made, live=True)
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
     if transition is not None and op == "open":
@@ -88,43 +91,6 @@ def _riding_along(
             return cast(Transition | None, transition)
 
     return Plan(commands=together.commands, parse=parse, fallback=plan.fallback, partial=partial)
-
-
-R = TypeVar("R", Transition | None, list[Transition | None])
-T = TypeVar("T")
-
-
-def _signal(result: Transition | list[Transition | None] | None) -> None:
-    """Each write that made its user online or offline (the ledger told this caller alone)."""
-    for transition in result if isinstance(result, list) else [result]:
-        if transition is not None and transition.made:
-            signals.send_transition(
-                transition.user_id, transition.made, transition.at, transition.invisible
-            )
-
-
-def _write(plan: Plan[R]) -> R:
-    result = get_store().run(plan)
-    _signal(result)
-    return result
-
-
-async def _awrite(plan: Plan[R]) -> R:
-    async def write_then_signal() -> R:
-        result = await get_store().arun(plan, live=True)
-        _signal(result)
-        return result
-
-    # Shielded: a caller cancelled meanwhile (a socket's handler the server gave up on, a hub
-    # stopping) must not lose a transition its script made: the reply is still read, and its
-    # signal sent.
-    return await asyncio.shield(asyncio.ensure_future(write_then_signal()))
-
-
-def _transitions(plan: Plan[R]) -> Operation[R]:
-    """Run a plan of writes whose scripts settle transitions, and send their signals."""
-    result = yield from call(_write, plan, afunction=_awrite)
-    return cast(R, result)
 
 
 async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transition | None:
@@ -209,8 +175,10 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     transitions: list[Transition | None] = []
     if due:
         # One round trip: each user's connections not heard from for CONNECTION_TTL go.
-        transitions = yield from _transitions(
-            merge([store.connection(user_id, "expire", now) for user_id in due])
+        transitions = yield from redis_then(
+            merge([store.connection(user_id, "expire", now) for user_id in due]),
+            signals.send_made,
+            live=True,
         )
     later: dict[UserId, float] = {}
     crashed: dict[UserId, float] = {}

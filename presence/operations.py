@@ -81,6 +81,29 @@ def call(
     return result
 
 
+def redis_then(plan: Plan[T], then: Callable[[T], None], live: bool = False) -> Operation[T]:
+    """``result = yield from redis_then(plan, then)``: the plan's result, after ``then(result)``
+    ran, even if the caller is cancelled meanwhile (a handler the server gave up on): on an
+    event loop the round trip and ``then`` are shielded. For writes whose reply must not be
+    lost (the transitions their scripts make, see presence.signals)."""
+
+    def do() -> T:
+        result = get_store().run(plan)
+        then(result)
+        return result
+
+    async def ado() -> T:
+        async def write() -> T:
+            result = await get_store().arun(plan, live=live)
+            then(result)
+            return result
+
+        return await asyncio.shield(asyncio.ensure_future(write()))
+
+    result: T = yield Call(do, (), ado)
+    return result
+
+
 def both(first: Step, second: Step) -> Operation[tuple[Any, Any]]:
     """``a, b = yield from both(step_a, step_b)``: both steps' results."""
     result: tuple[Any, Any] = yield Both(first, second)

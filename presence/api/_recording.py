@@ -6,7 +6,7 @@ from typing import Any
 
 from presence import announce, domain, resolution, signals
 from presence.models import LastSeen
-from presence.operations import Operation, arun, call, redis, run
+from presence.operations import Operation, arun, call, redis_then, run
 from presence.store import get_store
 from presence.users import user_pk as _pk
 
@@ -15,9 +15,10 @@ def _touch(user: Any, device: str) -> Operation[None]:
     user_id = _pk(user)
     now = resolution.now()
     store = get_store()
-    transition = yield from redis(store.touch(user_id, domain.Device(device), now))
-    if transition is not None:
-        signals.send_transition(user_id, transition.made, transition.at, transition.invisible)
+    # Its signal is sent even if the caller is cancelled meanwhile (see presence.signals).
+    transition = yield from redis_then(
+        store.touch(user_id, domain.Device(device), now), signals.send_made
+    )
     if resolution.is_news(transition, now):
         yield from call(announce.announce, [user_id], afunction=announce.aannounce)
 
@@ -37,9 +38,7 @@ def _sign_off(user: Any, device: str) -> Operation[None]:
     user_id = _pk(user)
     now = resolution.now()
     store = get_store()
-    transition = yield from redis(store.sign_off(user_id, domain.Device(device), now))
-    if transition is not None:
-        signals.send_transition(user_id, transition.made, transition.at, transition.invisible)
+    yield from redis_then(store.sign_off(user_id, domain.Device(device), now), signals.send_made)
     yield from call(LastSeen.objects.record_many, {user_id: now})
 
 

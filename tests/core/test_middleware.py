@@ -35,8 +35,9 @@ FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.
 
 #: One write: a single EVALSHA (one command, so one round trip). Redis's commandstats also count
 #: the commands the touch script runs inside the server.
-# The touch script (ZSCORE + ZADD) and the due-time ZADD of the live sweep, in one pipeline.
-ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 2}
+# The touch script (ZSCORE + ZADD, then the online ledger's SISMEMBER + ZADD: see
+# presence.signals) and the due-time ZADD of the live sweep, in one pipeline.
+ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3, "sismember": 1}
 # A user coming online is also announced to live connections: channels_redis's group_send
 # expires stale members and reads the group (which has none here).
 FIRST_TOUCH = {**ONE_TOUCH, "zremrangebyscore": 1, "zrange": 1}

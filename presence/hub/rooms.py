@@ -67,6 +67,8 @@ class RoomViews:
         once this returns, changes announced to the room reach this process."""
         memberships = self.registry.rooms
         none_before = not memberships.members
+        if connection not in self.registry.connections:
+            return View()  # detached meanwhile: nothing may be added for it
         view = self.views.setdefault(connection, {}).get(room)
         if view is None:
             view = self.views[connection][room] = View()

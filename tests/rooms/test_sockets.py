@@ -18,6 +18,7 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
+from presence import api
 from presence.models import Block, PrivacySettings
 from presence.routing import websocket_urlpatterns
 from presence.tokens import TokenAuthMiddleware, issue_token
@@ -328,3 +329,16 @@ async def test_a_token_socket_joins_like_any_other(sockets: Sockets, make_user: 
     await seen.until(a, {key(alice), key(bob)}, 0)
     await leave(b)
     await assert_silent(b)
+
+
+async def test_an_unfollow_hides_a_member_at_once(sockets: Sockets, make_user: Callable) -> None:
+    viewer, friend = await new_user(make_user), await new_user(make_user)
+    await lets_see(friend, viewer)  # contacts privacy: the viewer may see the friend
+    v = await sockets.open(viewer)
+    f = await sockets.open(friend)
+    seen = ClientView(await join(v))
+    await join(f)
+    await seen.until(v, {key(viewer), key(friend)}, 0)
+    await sync_to_async(api.unfollow)(friend, viewer)
+    await seen.until(v, {key(viewer)}, 1)  # still here, now hidden: counted in others
+    assert seen.count == 2

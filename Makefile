@@ -8,7 +8,7 @@ WITH_REDIS := $(PY) -m tools.redis_server --
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install demo test lint docs bench loadtest messages clean
+.PHONY: install demo test suite matrix lint docs bench loadtest messages clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,13 +39,24 @@ demo: install
 # whole of tests/ (tests/sites/conftest.py leaves out the sites a settings module lacks).
 VARIANT := $(PY) -m pytest -q -p no:cacheprovider
 WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m tools.redis_cluster --
+# `make suite PY=...` runs the same with another interpreter and no install step (noxfile.py's
+# sessions do, each in its venv under .nox/).
 test: install
+	@$(MAKE) --no-print-directory suite
+
+suite:
 	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \
 	  $(VARIANT) --ds=tests.settings_email -m email_site && \
 	  $(VARIANT) --ds=tests.settings_uuid -m uuid_site && \
 	  $(VARIANT) --ds=tests.settings_hn -m hn_site tests/sites && \
 	  $(WITH_CLUSTER) $(VARIANT) -m cluster && \
 	  PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer'
+
+# The support matrix (noxfile.py): a smoke of every (Python, Django) pair but the default one,
+# each in a venv of its own under .nox/ (pyenv's interpreters); the default pair is .venv's,
+# whose whole suite is `make test`. NOX_ARGS="-s tests-3.12-6.1" runs one pair's whole suite.
+matrix: install
+	$(VENV)/bin/nox $(NOX_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check presence siteproject tests benchmarks tools

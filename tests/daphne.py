@@ -53,6 +53,11 @@ class Daphne:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/ws/presence/"
 
+    def command(self) -> list[str]:
+        """The server's command line (tests/load/test_uvicorn.py serves with another server)."""
+        port = str(self.port)
+        return [str(DAPHNE), "-b", "127.0.0.1", "-p", port, "siteproject.asgi:application"]
+
     def start(self) -> Daphne:
         env = {
             **os.environ,
@@ -63,7 +68,7 @@ class Daphne:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
         self.process = subprocess.Popen(
-            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(self.port), "siteproject.asgi:application"],
+            self.command(),
             cwd=ROOT,
             env=env,
             stdout=self.log,
@@ -73,7 +78,7 @@ class Daphne:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(
-                    f"daphne exited with {self.process.returncode}:\n{self.output()}"
+                    f"{self.command()[0]} exited with {self.process.returncode}:\n{self.output()}"
                 )
             if answers_http(self.port):
                 return self

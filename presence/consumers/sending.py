@@ -118,6 +118,8 @@ class Sending(ConsumerBase):
     _in_flight = 0
     #: this side sent websocket.close: nothing more goes out
     _closing = False
+    #: held while a presence map goes out in several frames (send_presences)
+    _map_lock: asyncio.Lock | None = None
 
     def _server_connection(self) -> Any:
         if self._server is ...:
@@ -214,20 +216,30 @@ class Sending(ConsumerBase):
         room = self._frame_limit - len(head) - 2  # the frame's own bytes and closing "}}"
         # The JSON is ASCII (json.dumps escapes the rest): characters are bytes.
         body = ",".join(entries)
+        lock = self._map_lock
         if len(body) <= room:
-            await self.send(text_data=f"{head}{body}}}}}")
+            if lock is None or not lock.locked():
+                await self.send(text_data=f"{head}{body}}}}}")
+                return
+            async with lock:  # after the map going out in several frames
+                await self.send(text_data=f"{head}{body}}}}}")
             return
-        # A map too long for one frame goes as several, each a partial map the client merges,
-        # sent without a pause between them (no diff slips in between under daphne).
-        chunk: list[str] = []
-        size = 0
-        for entry in entries:
-            if chunk and size + len(entry) > room:
-                await self.send(text_data=head + ",".join(chunk) + "}}")
-                chunk, size = [], 0
-            chunk.append(entry)
-            size += len(entry) + 1
-        await self.send(text_data=head + ",".join(chunk) + "}}")
+        # A map too long for one frame goes as several, each a partial map the client merges.
+        # A server whose send waits (uvicorn, while the client's transport is full) lets other
+        # tasks run in between: the lock keeps the hub's diffs out until the last frame, or an
+        # older reading in a later frame would undo a change the client was already sent.
+        if lock is None:
+            lock = self._map_lock = asyncio.Lock()
+        async with lock:
+            chunk: list[str] = []
+            size = 0
+            for entry in entries:
+                if chunk and size + len(entry) > room:
+                    await self.send(text_data=head + ",".join(chunk) + "}}")
+                    chunk, size = [], 0
+                chunk.append(entry)
+                size += len(entry) + 1
+            await self.send(text_data=head + ",".join(chunk) + "}}")
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
         await self.send_json({"type": "error", "code": code, "message": message, **extra})

@@ -143,6 +143,7 @@ def main(argv: list[str]) -> int:
         print(f"loadtest: working directory {work}", flush=True)
         servers.start_redis()
         env = servers.env(database, json.dumps(config.presence_settings()))
+        env["LOADTEST_SIGNALS_DIR"] = str(work / "signals")  # tools/loadtest/signals.py
         if args.layer_pool:
             env["LOADTEST_LAYER_POOL"] = str(args.layer_pool)
         env["LOADTEST_LAYER"] = args.layer

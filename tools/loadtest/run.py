@@ -14,7 +14,7 @@ from typing import Any
 
 import django
 
-from tools.loadtest import config, report
+from tools.loadtest import config, report, signals
 from tools.loadtest.config import Sizes
 from tools.loadtest.faults import Faults
 from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
@@ -68,6 +68,7 @@ class Run:
         self.load_ended_at = 0.0
         #: views not right after the reconnect storm (--storm)
         self.storm_wrong = 0
+        self.signal_check = signals.SignalCheck()
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -295,6 +296,10 @@ class Run:
             relations.stop()
         stats = self.totals(generators.stats("stop"))
         orphans = self.orphans()
+        # Every client has left and every timeout passed: each user's signals end offline.
+        restarted = any(window.name == "restart Redis" for window in self.windows)
+        self.signal_check = signals.check(self.work / "signals", redis_restarted=restarted)
+        print(signals.report(self.signal_check), flush=True)
         return self.summarize(
             stats,
             stats_before,
@@ -720,6 +725,8 @@ class Run:
         for window in self.windows:
             wrong += window.wrong_after
         wrong += self.storm_wrong
+        if self.signal_check.failed:
+            errors += 1  # a signal lost or doubled (tools/loadtest/signals.py)
         print(
             report.final_line(
                 sizes.connections, sizes.processes, p50, p99, beats_lost, wrong, leaked, errors

@@ -112,3 +112,7 @@ if os.environ.get("LOADTEST_MEMORY_DIR"):
     from tools.loadtest.memory import start_census
 
     start_census(os.environ["LOADTEST_MEMORY_DIR"])
+
+if os.environ.get("LOADTEST_SIGNALS_DIR"):
+    # Each server logs the signals it sends (tools/loadtest/signals.py counts them).
+    INSTALLED_APPS = [*INSTALLED_APPS, "tools.loadtest.signals.SignalLogConfig"]  # noqa: F405

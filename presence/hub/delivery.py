@@ -211,9 +211,14 @@ class Delivery:
         loop = asyncio.get_running_loop()
         resyncing = self.resyncing
         watchers = self.registry.watchers.members
+        reads_looked_at = 0.0
         while running():
-            reads_go_on = bool(self.after_snapshots) and self._snapshots_read()
             now = loop.time()
+            reads_go_on = bool(self.after_snapshots)
+            if reads_go_on and now >= reads_looked_at + SNAPSHOT_POLL:
+                # Not at every round: in a storm thousands of users may wait for reads.
+                reads_looked_at = now
+                reads_go_on = self._snapshots_read()
             # At most DELIVER_BATCH at a time (the rest stay due: the next round takes them at
             # once), live changes before any chunk of a resync.
             due = list(
@@ -238,7 +243,7 @@ class Delivery:
                     for at in (
                         resyncing.wake_at(),
                         min(self.pending.values(), default=None),
-                        now + SNAPSHOT_POLL if reads_go_on else None,
+                        reads_looked_at + SNAPSHOT_POLL if reads_go_on else None,
                     )
                     if at is not None
                 ),

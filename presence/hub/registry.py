@@ -31,6 +31,8 @@ class Connection(Protocol):
     """What the hub needs of a consumer."""
 
     viewer_id: UserId
+    #: the user the connection was opened for
+    user: Any
     #: the presence last sent for each subscribed user
     sent: dict[UserId, Presence]
     #: users whose snapshot is being read; a change meanwhile is delivered again after it

@@ -22,13 +22,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from presence import announce
 from presence.announce import rooms_group_name
 from presence.api import _room_events as events
+from presence.api._rooms import aread_room_state
 from presence.conf import get_settings
 from presence.domain import UserId, visibly_differs
 from presence.domain.rooms import Member, RoomState, parse_room
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry
+from presence.store import get_store
 
 logger = logging.getLogger("presence")
 
@@ -59,6 +62,8 @@ class RoomViews:
         #: room -> (changed users, loop time its window ends)
         self.pending: dict[str, tuple[set[UserId], float]] = {}
         self._wake = asyncio.Event()
+        #: outages of presence's Redis and channel-layer failures seen so far (see sweep)
+        self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
 
     # --- membership ---
 
@@ -136,6 +141,37 @@ class RoomViews:
                 if recheck is not None:
                     task = asyncio.ensure_future(recheck())
                     task.add_done_callback(_log_failure)
+
+    # --- sweeps and recovery ---
+
+    async def sweep(self) -> None:
+        """Every SWEEP_INTERVAL: remove members whose stay ended (any process may), and after
+        an outage of presence's Redis or a failed channel-layer call (announcements may have
+        been lost), send every view here a fresh room_state."""
+        await events.asweep_rooms()
+        troubles = (get_store().recoveries(), announce.layer_failures)
+        if troubles != self._troubles_seen:
+            self._troubles_seen = troubles
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Join every room's group again and send each view a fresh room_state (it replaces
+        what the client shows)."""
+        if self.registry.rooms.members:
+            await self.groups.join(rooms_group_name())
+        for room in list(self.registry.rooms.members):
+            await self.groups.join(self.registry.rooms.group(room))
+        for connection, views in list(self.views.items()):
+            for room, view in list(views.items()):
+                view.reading = True
+                view.generation += 1
+                try:
+                    state = await aread_room_state(parse_room(room), connection.user)
+                    self.show(connection, room, state)
+                    await connection.send_json({"type": "room_state", **state.as_dict()})
+                except Exception:
+                    view.reading = False
+                    logger.warning("Presence: refreshing a room view failed", exc_info=True)
 
     # --- delivery ---
 

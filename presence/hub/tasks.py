@@ -127,7 +127,9 @@ class Tasks:
         users it claimed rather than leave them to the next sweep after its lease."""
         await self.groups.leave_again()
         await asyncio.shield(asyncio.ensure_future(lifecycle.asweep()))
-        if get_settings().ROOMS:
+        if self.rooms is not None and get_settings().ROOMS:
+            await self.rooms.sweep()
+        elif get_settings().ROOMS:
             await room_events.asweep_rooms()
 
     async def _receive_loop(self) -> None:

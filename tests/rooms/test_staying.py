@@ -13,9 +13,10 @@ import pytest
 import time_machine
 from asgiref.sync import sync_to_async
 
-from presence import api
+from presence import announce, api
 from presence.api import _room_events as events
 from presence.domain.rooms import Room
+from presence.hub import Hub
 from presence.store import get_store
 from tests.live.sockets import Sockets, assert_silent, heartbeat, new_user, receive
 from tests.live.sockets import sockets as sockets
@@ -117,10 +118,15 @@ async def test_a_burst_of_joins_is_a_handful_of_frames(
     seen = ClientView(await join(v))
     for user in joiners:
         await sync_to_async(api.touch)(user)
+    await assert_silent(v)
+    started = time.monotonic()
+    for user in joiners:
         await events.ajoin_room(user, "c", Room("post", "1"), None, False)
+    burst = time.monotonic() - started
     while seen.count < 61:
         seen.apply(await receive(v))
-    assert seen.frames <= 4
+    # One frame per window at most (a slow machine spreads the burst over more windows).
+    assert seen.frames <= 2 + burst // 0.3, (seen.frames, burst)
     assert len(seen.members) == 20 and seen.others == 41
     assert key(viewer) in seen.members
     listed = set(seen.members) - {key(viewer)}
@@ -139,3 +145,30 @@ async def test_cleanup_leaves_no_room_key_behind(
     report = await sync_to_async(api.cleanup)()
     assert report.room_members == 2
     assert [k for k in redis_client.scan_iter("*room*")] == []
+
+
+async def test_after_a_layer_failure_every_view_gets_a_fresh_state(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    """Announcements may have been lost while the channel layer failed: the hub's sweep sends
+    each view here a fresh room_state, which replaces what the client shows."""
+    alice, bob, a, b, _ = await two_in_a_room(sockets, make_user)
+    carol = await new_user(make_user)
+    await public(carol)
+    await sync_to_async(api.touch)(carol)
+    await assert_silent(a, b)  # her privacy change reached the rooms: nothing to show yet
+    # Carol's join is recorded, but its announcement lost (as if the layer were down).
+    store = get_store()
+    await store.arun(store.join_room(ROOM, carol.pk, "c", time.time()))
+    await assert_silent(a, b)
+    hub = Hub.current()
+    assert hub is not None
+    announce.note_layer_failure()
+    await hub.rooms.sweep()
+    fresh = await receive(a)
+    everyone = {key(alice), key(bob), key(carol)}
+    assert fresh["type"] == "room_state" and set(fresh["members"]) == everyone
+    again = await receive(b)
+    assert again["type"] == "room_state" and again["count"] == 3
+    await hub.rooms.sweep()  # once per failure
+    await assert_silent(a, b)

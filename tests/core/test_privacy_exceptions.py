@@ -26,7 +26,7 @@ from presence.privacy import visible_to
 from presence.store import get_store
 from tests.privacy_cases import count_round_trips
 
-pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site]
+pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site, pytest.mark.cluster]
 
 NOW = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
 FIELDS = ("online_visibility", "last_seen_visibility", "activity_visibility")

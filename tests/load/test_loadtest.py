@@ -192,3 +192,14 @@ def test_the_cpu_meter_counts_each_process_from_its_own_start_and_keeps_a_dead_o
     assert idle * elapsed < 0.05
     assert 0 < meter.machine_busy() <= 1
     assert "machine busy" in meter.row()
+
+
+def test_a_storm_reports_its_time_and_its_cpu_per_client() -> None:
+    from tools.loadtest.storm import Storm
+
+    storm = Storm(clients=250, restart=1.5, reopened_in=9.4, right_in=12.4, server_cpu=4.4)
+    assert storm.cpu_per_client() == 4.4 / 250
+    assert "every view right 12.4 s after it answered again" in storm.row()
+    assert "17.6 ms per client" in storm.row()
+    late = Storm(clients=3000, last_ready=1565, wrong=1584)
+    assert "not all right after 120 s (1565 open" in late.row()

@@ -44,6 +44,11 @@ class Storm:
     last_differing: int = 0
     example: object = None
 
+    def cpu_per_client(self) -> float:
+        """The restarted process's CPU seconds per client until every view was right: what a
+        storm costs whatever else the machine was doing (its wall time depends on that)."""
+        return self.server_cpu / self.clients if self.clients else 0.0
+
     def row(self) -> str:
         if self.right_in is None:
             return (
@@ -56,7 +61,8 @@ class Storm:
             f"{self.clients:,} clients of one process reconnected; every view right "
             f"{self.right_in:.1f} s after it answered again (all open after "
             f"{self.reopened_in or 0:.1f} s; restart {self.restart:.1f} s; its CPU "
-            f"{self.server_cpu:.1f} s); {self.wrong} wrong at the fresh check"
+            f"{self.server_cpu:.1f} s, {self.cpu_per_client() * 1000:.1f} ms per client); "
+            f"{self.wrong} wrong at the fresh check"
         )
 
 

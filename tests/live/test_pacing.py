@@ -123,6 +123,8 @@ async def sockets(transactional_db: Any, close_async_db_connections: Any) -> Asy
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("close_async_db_connections")
+@pytest.mark.pubsub_layer
+@pytest.mark.uuid_site
 async def test_a_slow_snapshot_read_costs_one_more_resolve_not_one_per_window(
     sockets: Sockets, make_user: Callable[..., Any]
 ) -> None:

@@ -19,7 +19,11 @@ pytestmark = pytest.mark.django_db
 LABELS = (
     "{&quot;online&quot;:&quot;Online&quot;,&quot;idle&quot;:&quot;Idle&quot;,"
     "&quot;dnd&quot;:&quot;Do not disturb&quot;,&quot;offline&quot;:&quot;Offline&quot;,"
-    "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;}"
+    "&quot;onlineText&quot;:&quot;online&quot;,&quot;justNow&quot;:&quot;just now&quot;,"
+    "&quot;recently&quot;:&quot;last seen recently&quot;,"
+    "&quot;within_week&quot;:&quot;last seen within a week&quot;,"
+    "&quot;within_month&quot;:&quot;last seen within a month&quot;,"
+    "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;}"
 )
 SCRIPT = (
     '<script src="/static/presence/presence.js" '

@@ -56,12 +56,14 @@ class PresenceFrames(FrameDispatch, Credentials):
         # costs Redis nothing: the connection is recorded as alive for CONNECTION_TTL anyway.
         if idle == self.idle and now - self.written_at < self.heartbeat_interval / 2:
             return
-        self.idle = idle
         written = await lifecycle.aheartbeat(self.user, self.connection_id, self.device.value, idle)
         if await self._refused(written):
             return
         if written is not None:
+            # Only a recorded beat counts: one the store answered with its fallback (Redis
+            # slow or down) leaves the next beat to write, a change of state included.
             self.written_at = now
+            self.idle = idle
 
     async def _refused(self, transition: Any) -> bool:
         """Close a connection the store refused (MAX_CONNECTIONS_PER_USER): nothing of it was

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tools.loadtest import rooms
+
 #: presence's timing, compressed so that a run of seconds sees many heartbeats, TTLs and graces
 HEARTBEAT_INTERVAL = 2
 CONNECTION_TTL = 6
@@ -41,6 +43,7 @@ def presence_settings() -> dict[str, Any]:
         # The generator beats every 2 s and changes status now and then: far below this.
         "RATE_LIMIT": [600, 10],
         "HTTP_RATE_LIMIT": None,
+        **rooms.SETTINGS,  # some connections are in rooms (tools/loadtest/rooms.py)
     }
 
 

@@ -26,6 +26,8 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from tools.loadtest.rooms import RoomViews, RoomViewsOf
+
 #: ids per subscribe frame (a frame of up to 100 ids costs one of the rate limit)
 SUBSCRIBE_CHUNK = 100
 #: clients opening at once (the handshakes of thousands would only time out)
@@ -63,6 +65,8 @@ class ClientSpec:
     page: list[int]
     device: str
     server: int
+    #: rooms joined on opening (tools/loadtest/rooms.py)
+    rooms: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -122,10 +126,16 @@ class Client:
         self.next_beat = 0.0
         self.opened_at = 0.0
         self.task: asyncio.Task[None] | None = None
+        self.room_views = RoomViews()
 
     @property
     def ready(self) -> bool:
-        return self.ws is not None and not self.closing and self.pending_snapshots == 0
+        return (
+            self.ws is not None
+            and not self.closing
+            and self.pending_snapshots == 0
+            and not self.room_views.pending
+        )
 
     async def open(self) -> None:
         gen = self.gen
@@ -162,6 +172,9 @@ class Client:
         self.task = asyncio.create_task(self.run(self.ws))
         for chunk in chunks:
             await self.send({"type": "subscribe", "users": chunk})
+        self.room_views.reset(self.spec.rooms)
+        for room in self.spec.rooms:
+            await self.send({"type": "join", "room": room, "meta": None})
         self.next_beat = time.time() + gen.spec.heartbeat_interval
         await self.beat()
 
@@ -199,6 +212,10 @@ class Client:
 
     def receive(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
+        if kind in ("room_state", "room_diff"):
+            for leaked in self.room_views.apply(frame, self.spec.user, self.gen.spec.hidden):
+                self.gen.stats.leaks.append((time.time(), self.spec.user, leaked, ("room",) * 6))  # type: ignore[arg-type]
+            return
         if kind not in ("presence_state", "presence_diff"):
             if kind == "error":
                 self.gen.stats.exceptions.append((time.time(), f"error frame: {frame}"))
@@ -383,6 +400,13 @@ class Generator:
         chosen = self.clients if indices is None else [self.clients[i] for i in indices]
         return [(c.spec.index, c.spec.user, dict(c.view)) for c in chosen if c.ready]
 
+    def room_views(self) -> list[RoomViewsOf]:
+        return [
+            (c.spec.index, c.spec.user, c.room_views.snapshot())
+            for c in self.clients
+            if c.ready and c.spec.rooms
+        ]
+
     def states(self) -> dict[str, int]:
         counts = {"ready": 0, "closed": 0, "closing": 0, "awaiting snapshot": 0}
         for client in self.clients:
@@ -448,6 +472,8 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
                 for position in argument:
                     generator.spawn(generator.reload(generator.clients[position]))
                 pipe.send(("ok", None))
+            elif command == "room_views":
+                pipe.send(("room_views", generator.room_views()))
             elif command == "beats":
                 pipe.send(("beats", generator.beats()))
             elif command == "stats":

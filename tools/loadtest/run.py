@@ -14,7 +14,7 @@ from typing import Any
 
 import django
 
-from tools.loadtest import config, report, signals
+from tools.loadtest import config, report, rooms, signals
 from tools.loadtest.config import Sizes
 from tools.loadtest.faults import Faults
 from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
@@ -69,6 +69,7 @@ class Run:
         #: views not right after the reconnect storm (--storm)
         self.storm_wrong = 0
         self.signal_check = signals.SignalCheck()
+        self.rooms_wrong = 0  # room views still wrong at the final check (rooms.py)
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -143,6 +144,7 @@ class Run:
                     page=self.pages[user],
                     device=rng.choice(DEVICES),
                     server=index % sizes.processes,
+                    rooms=rooms.assign(index),
                 )
             )
         # Page viewers without a socket: online through the middleware for ONLINE_WINDOW.
@@ -291,6 +293,10 @@ class Run:
             self.cpu.sample()
             self.load_ended_at = time.time()
             final = self.checkpoint(sample=None, final=True)
+            if rooms.SHARE:
+                room_check = rooms.check(self.room_views, config.CONVERGENCE_BOUND)
+                print(rooms.report(room_check), flush=True)
+                self.rooms_wrong = room_check.wrong
             beats_lost, beats_checked = self.lost_heartbeats()
         finally:
             relations.stop()
@@ -378,6 +384,9 @@ class Run:
             self.relations.resume()
             self.generators.ask("resume")
         return check
+
+    def room_views(self) -> list[rooms.RoomViewsOf]:
+        return [view for part in self.generators.ask("room_views") for view in part]
 
     def lost_heartbeats(self) -> tuple[int, int]:
         """Users whose latest heartbeat is not in Redis (behaviours are paused by then)."""
@@ -725,6 +734,7 @@ class Run:
         for window in self.windows:
             wrong += window.wrong_after
         wrong += self.storm_wrong
+        wrong += self.rooms_wrong
         if self.signal_check.failed:
             errors += 1  # a signal lost or doubled (tools/loadtest/signals.py)
         print(

@@ -11,18 +11,18 @@ dispatches one event at a time per connection). The rate limit is lifted (``RATE
 measures capacity. Every heartbeat of a connection already recorded with the same device and
 state changes nothing visible (``domain.live_news``), so none is announced.
 
-A phase: all connections of a variant start; after a warm-up (2 s), frames handled, process
-CPU time, Redis round trips (client side: one ``send_packed_command`` per pipeline), Redis
-commands (``INFO commandstats``, commands inside the CONNECTION script included),
-``lifecycle.aheartbeat`` calls that returned, and those the store did not record (it returned None:
-the store had declared Redis unavailable) are counted for 4 s; round trips and commands are
-given per recorded heartbeat. A heartbeat's store trips are those made within its own
-``aheartbeat`` call (not those sent in the window: the calls come in bursts, and a burst still
-in flight at the window's end would count trips without their calls); the few trips that set up
-a connection the pool opens (``HELLO``, ``CLIENT SETINFO``) are once per connection, not per
-heartbeat: counted apart. Then the connections stop and every frame in flight is finished
-before the next phase. Variants alternate phase by phase on the same loop (3 rounds, after one
-unmeasured phase each so that every pool has opened its connections):
+A phase: all connections of a variant start; after a warm-up (2 s), frames handled, process CPU
+time, Redis round trips (client side: one ``send_packed_command`` per pipeline), Redis commands
+(``INFO commandstats``, commands inside the CONNECTION script included),
+``lifecycle.aheartbeat`` calls that returned, and those the store did not record (it returned
+None: see below) are counted for 4 s; round trips and commands are given per recorded heartbeat.
+A heartbeat's store trips are those made within its own ``aheartbeat`` call (not those sent in
+the window: the calls come in bursts, and a burst still in flight at the window's end would
+count trips without their calls); the few trips that set up a connection the pool opens
+(``HELLO``, ``CLIENT SETINFO``) are once per connection, not per heartbeat: counted apart. Then
+the connections stop and every frame in flight is finished before the next phase. Variants
+alternate phase by phase on the same loop (3 rounds, after one unmeasured phase each so that
+every pool has opened its connections):
 
 - ``ours``: as shipped.
 - ``echo``: a bare ``AsyncWebsocketConsumer`` sending each frame back (no Redis, no database),
@@ -39,6 +39,23 @@ default) instead: the suggested change.
   one thread-sensitive executor thread before each handler). Presence's consumer skips that hop
   too (it tidies once per second per process), so this is the fair baseline; the plain echo pays
   it on every frame.
+
+"Not recorded" counts the ``aheartbeat`` calls that got the store's fallback (None) instead of
+Redis's reply, each with its reason (:class:`Unrecorded`): ``pool wait``, every one of the
+process's 100 pooled Redis connections stayed busy for the pool's whole wait
+(``LIVE_SOCKET_TIMEOUT``, 5 s; back-pressure, no outage); ``outage``, the store declared Redis
+unavailable; ``skipped``, Redis left alone for RETRY_INTERVAL after an outage. Pool waits are
+expected on a saturated machine: the variants' phases come round every ~18 s, longer than the
+consumer's throttle (a beat that changes nothing is written once per HEARTBEAT_INTERVAL / 2 =
+15 s), so each phase of ours opens with all 2,000 connections due to write at once; a process
+starved of CPU (load average 15-35 on 2 cores) gets through fewer than 2,000 writes in 5 s, and
+the last ones in the queue give up. Such a beat is not lost: the consumer keeps its last write
+time (and state) when a write is not recorded, so the connection's next beat writes (here at
+once; in a browser HEARTBEAT_INTERVAL later, well within CONNECTION_TTL). The report follows
+each such connection to its next write, after the counted phases too (unmeasured phases of ours
+until every one made it, up to a minute): "left unwritten" (goal 0) counts those whose next
+write failed too or never came, what would be a heartbeat lost. On a machine that is not
+saturated nothing is left unrecorded at all (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -47,6 +64,9 @@ import asyncio
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +92,7 @@ from benchmarks.common import Report, Sizes, flush, median, raw_client, say
 from presence import lifecycle
 from presence import store as store_module
 from presence.routing import websocket_urlpatterns
+from presence.store.client import is_pool_exhausted
 
 NAME = "heartbeats"
 BASE_ID = 21_000_000
@@ -80,6 +101,92 @@ SHIPPED = "ours"
 BLOCKING = "ours + blocking pool"
 ECHO = "echo"
 BARE_ECHO = "echo without the per-frame tidy"
+
+
+#: why the store answered the heartbeat under way with its fallback (set during the call; the
+#: shielded write runs in a task that copies this context, so shares the list)
+WHY_NOT: ContextVar[list[str] | None] = ContextVar("presence_bench_why_not", default=None)
+POOL_WAIT = "pool wait"
+OUTAGE = "outage"
+SKIPPED = "skipped"
+LATE = "late"
+
+
+@dataclass
+class Unrecorded:
+    """Heartbeats the store did not record, by reason, how long they waited, and what became of
+    their connections."""
+
+    reasons: Counter[str] = field(default_factory=Counter)
+    #: seconds each unrecorded call took, from the handler's call to the store's fallback
+    waits: list[float] = field(default_factory=list)
+    #: connections with an unrecorded heartbeat while counted
+    missed: set[str] = field(default_factory=set)
+    #: of those, the ones whose next write has not returned yet
+    awaiting: set[str] = field(default_factory=set)
+    #: of those, the ones whose next write was not recorded either
+    failed_again: set[str] = field(default_factory=set)
+
+    def returned(self, connection: str, recorded: bool, counted: bool) -> None:
+        """A write of ``connection`` returned (whether counted or not)."""
+        if connection in self.awaiting:
+            self.awaiting.discard(connection)
+            if not recorded:
+                self.failed_again.add(connection)
+        if counted and not recorded:
+            self.missed.add(connection)
+            self.awaiting.add(connection)
+
+    def still_unwritten(self) -> int:
+        """Connections whose next write after an unrecorded one failed too, or never came."""
+        return len(self.failed_again | self.awaiting)
+
+    def describe(self) -> str:
+        if not self.reasons:
+            return "none"
+        why = ", ".join(f"{reason} {n:,}" for reason, n in self.reasons.most_common())
+        waits = sorted(self.waits)
+        return (
+            f"{why}; each waited {waits[0]:.1f}-{waits[-1]:.1f} s (median "
+            f"{median(waits):.1f}); {len(self.missed):,} connections, of which "
+            f"{len(self.failed_again):,} failed again at their next write and "
+            f"{len(self.awaiting):,} made none"
+        )
+
+
+@contextmanager
+def explaining_fallbacks() -> Iterator[None]:
+    """Record in WHY_NOT why the store answered a call with its fallback."""
+    store_cls = store_module.PresenceStore
+    late, failed, arun = store_cls._late, store_cls._failed, store_cls.arun
+
+    def note(reason: str) -> None:
+        sink = WHY_NOT.get()
+        if sink is not None:
+            sink.append(reason)
+
+    def explained_late(self: Any, plan: Any, error: Exception) -> Any:
+        note(POOL_WAIT if is_pool_exhausted(error) else LATE)
+        return late(self, plan, error)
+
+    def explained_failed(self: Any, plan: Any, error: Exception) -> Any:
+        note(OUTAGE)
+        return failed(self, plan, error)
+
+    async def explained_arun(self: Any, plan: Any, **kwargs: Any) -> Any:
+        if plan.commands and not self.health.available():
+            note(SKIPPED)
+        return await arun(self, plan, **kwargs)
+
+    store_cls._late = explained_late  # type: ignore[method-assign]
+    store_cls._failed = explained_failed  # type: ignore[method-assign]
+    store_cls.arun = explained_arun  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        store_cls._late = late  # type: ignore[method-assign]
+        store_cls._failed = failed  # type: ignore[method-assign]
+        store_cls.arun = arun  # type: ignore[method-assign]
 
 
 class EchoConsumer(AsyncWebsocketConsumer):
@@ -263,6 +370,9 @@ class Bench:
         self.tally = tally
         self.stats = stats
         self.results: Counter[str] = Counter()
+        #: the variant whose phase runs, and each variant's unrecorded heartbeats
+        self.current = SHIPPED
+        self.unrecorded: dict[str, Unrecorded] = {}
 
     async def phase(self, variant: Variant, seconds: float, warm: float, record: bool) -> None:
         store = store_module.get_store()
@@ -273,6 +383,8 @@ class Bench:
             store.health.down_until = 0.0
             store.health.in_outage = False
         group, tally = variant.group, self.tally
+        self.current = variant.label
+        self.unrecorded.setdefault(variant.label, Unrecorded())
         group.start()
         await asyncio.sleep(warm)
         before = server_commands(self.stats)
@@ -326,22 +438,28 @@ async def main(
     variants.append(Variant(ECHO, echo_group))
     variants.append(Variant(BARE_ECHO, bare_group))
 
-    with instrumented() as tally, counting_warnings() as warnings:
+    with instrumented() as tally, counting_warnings() as warnings, explaining_fallbacks():
         bench = Bench(tally, stats)
         heartbeat = lifecycle.aheartbeat
 
-        async def counting_heartbeat(*args: Any, **kwargs: Any) -> Any:
-            trips = [0]
-            token = TRIPS_OF_CALL.set(trips)
+        async def counting_heartbeat(user: Any, connection_id: str, *args: Any) -> Any:
+            trips, why = [0], list[str]()
+            token, why_token = TRIPS_OF_CALL.set(trips), WHY_NOT.set(why)
+            started = time.perf_counter()
             try:
-                transition = await heartbeat(*args, **kwargs)
+                transition = await heartbeat(user, connection_id, *args)
             finally:
+                WHY_NOT.reset(why_token)
                 TRIPS_OF_CALL.reset(token)
+            unrecorded = bench.unrecorded[bench.current]
+            unrecorded.returned(connection_id, transition is not None, tally.active)
             if tally.active:
                 bench.results["calls"] += 1
                 bench.results["trips of calls"] += trips[0]
                 if transition is None:
                     bench.results["not recorded"] += 1
+                    unrecorded.reasons[why[0] if why else "unexplained"] += 1
+                    unrecorded.waits.append(time.perf_counter() - started)
             return transition
 
         started = time.perf_counter()
@@ -372,6 +490,12 @@ async def main(
             for _ in range(rounds):
                 for variant in variants:
                     await bench.phase(variant, seconds, warm, record=True)
+            # A connection whose heartbeat went unrecorded writes at its next one: more
+            # (unmeasured) phases of ours hand each its next heartbeat (up to a minute), so
+            # "left unwritten" counts only connections whose next write failed too.
+            settling = time.perf_counter()
+            while bench.unrecorded[SHIPPED].awaiting and time.perf_counter() - settling < 60:
+                await bench.phase(variants[0], max(1.0, seconds / 2), 0, record=False)
         finally:
             lifecycle.aheartbeat = heartbeat  # type: ignore[assignment]
             store._async_clients[asyncio.get_running_loop()] = variants[0].client
@@ -394,6 +518,7 @@ async def main(
                 f" + {variant.per_recorded('other_trips'):.3f} other Redis round trips"
                 f", {variant.per_recorded('commands'):.2f} commands"
                 f"; not recorded {variant.not_recorded()}"
+                f" ({bench.unrecorded[variant.label].describe()})"
                 f"; store outages declared {variant.total('store_failures')}"
                 f"; Redis clients up to {max(p.redis_clients for p in variant.phases)}"
             )
@@ -412,10 +537,23 @@ async def main(
     )
     report.add(
         NAME,
-        "ours: heartbeats not recorded in Redis",
+        "ours: heartbeats not recorded in Redis (of frames handled)",
         f"{shipped.not_recorded()}; {shipped.total('store_failures')} outages declared",
         "0",
         recorded == shipped.frames(),
+    )
+    missed = bench.unrecorded[SHIPPED]
+    report.add(
+        NAME,
+        "ours: why not recorded (pool wait: back-pressure, LIVE_SOCKET_TIMEOUT)",
+        missed.describe(),
+    )
+    report.add(
+        NAME,
+        "ours: connections left unwritten (their next write failed too, or never came)",
+        f"{missed.still_unwritten():,}",
+        "0",
+        missed.still_unwritten() == 0,
     )
     trips = shipped.per_recorded("store_trips")
     report.add(

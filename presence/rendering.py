@@ -265,12 +265,16 @@ def room(request: Any, room: Any, room_id: Any = None, meta: Any = None) -> Safe
         "count": format_html("<span data-presence-room-count>{}</span>", state["count"])
     }
     return format_html(
-        '<div class="presence-room" data-presence-room="{}" data-presence-room-endpoint="{}"{}>'
+        '<div class="presence-room" data-presence-room="{}" data-presence-room-endpoint="{}" '
+        'data-presence-room-viewer="{}" data-presence-room-viewer-name="{}"{}>'
         '<ul class="presence-room__members" data-presence-room-members>{}</ul>'
         '<span class="presence-room__others" data-presence-room-others title="{}"{}>+{}</span>'
         '<span class="presence-room__count">{}</span></div>',
         name,
         reverse("presence:room", args=[name]),
+        # The viewer's own name: their join lists them, and presence.js need not ask for it.
+        viewer.pk,
+        api.display_name(viewer),
         format_html(' data-presence-room-meta="{}"', meta) if meta is not None else "",
         SafeString("".join(members)),
         gettext("More people are here"),

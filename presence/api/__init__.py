@@ -46,7 +46,7 @@ from presence.api._reading import (
     watched_friends,
 )
 from presence.api._recording import asign_off, atouch, sign_off, touch
-from presence.api._room_names import with_names
+from presence.api._room_names import display_name, with_names
 from presence.api._rooms import UnknownRoom, aroom_presence, room_presence
 from presence.api._sharing import ashare_with, aunshare, share_with, unshare
 from presence.api._status import apply_change, aset_status, set_status
@@ -79,6 +79,7 @@ __all__ = [
     "block",
     "bulk_presence",
     "cleanup",
+    "display_name",
     "follow",
     "get_presence",
     "note_invisible",

@@ -31,11 +31,14 @@ def render(source: str, viewer: Any, **context: Any) -> str:
     return template.render(Context({"request": request, **context}))
 
 
-def room_html(room: str, members: str = "", others: int = 0, count: int = 0, meta: str = "") -> str:
+def room_html(
+    room: str, viewer: Any, members: str = "", others: int = 0, count: int = 0, meta: str = ""
+) -> str:
     endpoint = f"/presence/api/rooms/{room}"
     return (
         f'<div class="presence-room" data-presence-room="{room}" '
-        f'data-presence-room-endpoint="{endpoint}"{meta}>'
+        f'data-presence-room-endpoint="{endpoint}" data-presence-room-viewer="{viewer.pk}" '
+        f'data-presence-room-viewer-name="{viewer.get_username()}"{meta}>'
         f'<ul class="presence-room__members" data-presence-room-members>{members}</ul>'
         '<span class="presence-room__others" data-presence-room-others '
         f'title="More people are here"{"" if others else " hidden"}>+{others}</span>'
@@ -56,7 +59,8 @@ def member_html(user: Any, initials: str, name: str, status: str = "online") -> 
 
 
 def test_an_empty_room(make_user: Callable[..., Any]) -> None:
-    assert render('{% room_presence "post:1" %}', make_user()) == room_html("post:1")
+    viewer = make_user()
+    assert render('{% room_presence "post:1" %}', viewer) == room_html("post:1", viewer)
 
 
 def test_who_is_here_as_the_viewer_may_see_them(make_user: Callable[..., Any]) -> None:
@@ -66,7 +70,7 @@ def test_who_is_here_as_the_viewer_may_see_them(make_user: Callable[..., Any]) -
     enter(ann, "post:42")
     enter(cy, "post:42")
     html = render('{% room_presence "post:42" %}', ben)
-    assert html == room_html("post:42", member_html(ann, "AS", "Ann Smith"), others=1, count=2)
+    assert html == room_html("post:42", ben, member_html(ann, "AS", "Ann Smith"), others=1, count=2)
     # Nothing of cy but the number: neither her id nor her name.
     assert f'"{cy.pk}"' not in html and "cy" not in html.replace("presence-", "")
 
@@ -77,13 +81,14 @@ def test_the_kind_and_the_id_as_two_arguments(make_user: Callable[..., Any]) -> 
     enter(ann, "post:42")
     two = render('{% room_presence "post" post_id %}', ben, post_id=42)
     assert two == render('{% room_presence "post:42" %}', ben)
-    assert two == room_html("post:42", member_html(ann, "AN", "ann"), count=1)
+    assert two == room_html("post:42", ben, member_html(ann, "AN", "ann"), count=1)
 
 
 def test_meta_for_the_pages_join(make_user: Callable[..., Any]) -> None:
-    html = render('{% room_presence "post:1" meta=mode %}', make_user(), mode={"mode": "edit"})
+    viewer = make_user()
+    html = render('{% room_presence "post:1" meta=mode %}', viewer, mode={"mode": "edit"})
     meta = ' data-presence-room-meta="{&quot;mode&quot;:&quot;edit&quot;}"'
-    assert html == room_html("post:1", meta=meta)
+    assert html == room_html("post:1", viewer, meta=meta)
 
 
 @pytest.mark.parametrize(

@@ -820,6 +820,11 @@
   }
 
   function startRooms() {
+    // The viewer's own name (their join lists them), then the members the server rendered.
+    document.querySelectorAll("[data-presence-room-viewer]").forEach((box) => {
+      const name = box.getAttribute("data-presence-room-viewer-name");
+      if (name) names.set(box.getAttribute("data-presence-room-viewer"), name);
+    });
     document.querySelectorAll(`[${ROOM_MEMBER}]`).forEach((item) => {
       const label = item.querySelector(".presence-room__name");
       if (label) names.set(item.getAttribute(ROOM_MEMBER), label.textContent);

@@ -185,6 +185,8 @@ def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
             dump[key] = [e for e in client.zrange(key, 0, -1, withscores=True) if not mine(e[0])]
         elif kind == "hash":
             dump[key] = {f: v for f, v in client.hgetall(key).items() if not mine(f)}
+        elif kind == "set":
+            dump[key] = sorted(m for m in client.smembers(key) if not mine(m))
         else:
             dump[key] = (kind, client.dump(key))
     return {key: value for key, value in dump.items() if value}

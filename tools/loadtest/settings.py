@@ -44,6 +44,11 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": _database or "loadtest.sqlite3",
+            # Persistent connections, as docs/deployment.md advises: channels' AuthMiddleware
+            # closes old connections around each socket's user lookup, and with the default of
+            # 0 every connect opened a new SQLite connection (4 % of a storm's server time).
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
             # Several processes write the same file: wait for the lock rather than fail, and
             # take it at BEGIN (no upgrade deadlocks).
             "OPTIONS": {

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from presence import announce, domain, relations, resolution, signals
+from presence import announce, domain, outbox, relations, resolution
 from presence.conf import get_settings
 from presence.domain import Presence, UserId
 from presence.models import LastSeen
@@ -53,7 +53,7 @@ def _connection(
         plan = _riding_along(plan, *rider)
     # The script settles the transition (presence.signals): its signal is sent even if this
     # handler is cancelled meanwhile (redis_then).
-    transition = yield from redis_then(plan, signals.send_made, live=True)
+    transition = yield from redis_then(plan, outbox.send_made, live=True)
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
     if transition is not None and op == "open":
@@ -168,6 +168,8 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
         store.claim_due(now, limit or conf.SWEEP_BATCH, lease_end), live=True
     )
     leased = list(due)
+    # Transitions whose caller never claimed their signal (presence.outbox) are sent here.
+    yield from outbox.claim_stale(now)
     # Users claimed by an earlier sweep here whose check failed are checked again first.
     due = list(dict.fromkeys([*store.unswept, *due]))
     store.unswept.difference_update(due)
@@ -177,7 +179,7 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
         # One round trip: each user's connections not heard from for CONNECTION_TTL go.
         transitions = yield from redis_then(
             merge([store.connection(user_id, "expire", now) for user_id in due]),
-            signals.send_made,
+            outbox.send_made,
             live=True,
         )
     later: dict[UserId, float] = {}

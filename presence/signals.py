@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +63,27 @@ def send_transition(user_id: Any, made: int, at: float | None, invisible: bool) 
     signal = user_online if made > 0 else user_offline
     when = datetime.fromtimestamp(at, tz=UTC)
     _executor().submit(_send, signal, user_id, when, invisible)
+
+
+def send_if_claimed(
+    claim: Callable[[], bool], user_id: Any, made: int, at: float, invisible: bool
+) -> None:
+    """Like :func:`send_transition`, once ``claim()`` (run on the receivers' thread, right
+    before the receivers) says this process won the transition's outbox entry
+    (presence.outbox): an entry not claimed here is left to the sweep, which sends it."""
+    signal = user_online if made > 0 else user_offline
+    when = datetime.fromtimestamp(at, tz=UTC)
+
+    def claim_and_send() -> None:
+        try:
+            claimed = claim()
+        except Exception:
+            logger.exception("Presence: claiming the signal of user %s failed", user_id)
+            return
+        if claimed:
+            _send(signal, user_id, when, invisible)
+
+    _executor().submit(claim_and_send)
 
 
 def send_made(result: Any) -> None:

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from presence import domain, resolution, signals
+from presence import domain, outbox, resolution, signals
 from presence.api._room_events import cleanup_rooms
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
+from presence.operations import run
 from presence.store import get_store
 
 
@@ -76,6 +77,8 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
     report.invisible_fixed = _fix_invisible(dry_run)
     if not dry_run:
+        # Transitions whose caller never claimed their signal (presence.outbox).
+        run(outbox.claim_stale(now))
         signals.wait_sent()
     return report
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from presence import announce, domain, resolution, signals
+from presence import announce, domain, outbox, resolution
 from presence.models import LastSeen
 from presence.operations import Operation, arun, call, redis_then, run
 from presence.store import get_store
@@ -15,9 +15,9 @@ def _touch(user: Any, device: str) -> Operation[None]:
     user_id = _pk(user)
     now = resolution.now()
     store = get_store()
-    # Its signal is sent even if the caller is cancelled meanwhile (see presence.signals).
+    # Its signal is sent even if the caller is cancelled meanwhile (see presence.outbox).
     transition = yield from redis_then(
-        store.touch(user_id, domain.Device(device), now), signals.send_made
+        store.touch(user_id, domain.Device(device), now), outbox.send_made
     )
     if resolution.is_news(transition, now):
         yield from call(announce.announce, [user_id], afunction=announce.aannounce)
@@ -38,7 +38,7 @@ def _sign_off(user: Any, device: str) -> Operation[None]:
     user_id = _pk(user)
     now = resolution.now()
     store = get_store()
-    yield from redis_then(store.sign_off(user_id, domain.Device(device), now), signals.send_made)
+    yield from redis_then(store.sign_off(user_id, domain.Device(device), now), outbox.send_made)
     yield from call(LastSeen.objects.record_many, {user_id: now})
 
 

@@ -118,6 +118,11 @@ class KeyScheme:
     def seen_key(self, bucket: int) -> str:
         return f"{self._bucket_base(bucket)}:seen"
 
+    def prior_key(self, bucket: int) -> str:
+        """The bucket's last seen before today's (lua/prior.lua): user -> the last seen of an
+        earlier UTC day that today's activity replaced (the approximate last seen's base)."""
+        return f"{self._bucket_base(bucket)}:prior"
+
     def conns_key(self, bucket: int) -> str:
         return f"{self._bucket_base(bucket)}:conns"
 
@@ -150,6 +155,14 @@ class KeyScheme:
 
     def user_ledger_keys(self, user_id: UserId) -> tuple[str, str, str]:
         return self.ledger_keys(self.shard_of(self.bucket_of(user_id)))
+
+    def outbox_key(self, shard: int) -> str:
+        """The shard's outbox (lua/ledger.lua): the transitions made whose signal nobody has
+        claimed yet (presence.outbox)."""
+        return self._schedule_key(shard, "outbox")
+
+    def user_outbox_key(self, user_id: UserId) -> str:
+        return self.outbox_key(self.shard_of(self.bucket_of(user_id)))
 
     def shards(self) -> range:
         return range(len(self.tags))

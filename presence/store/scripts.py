@@ -42,13 +42,14 @@ def load(name: str, *fragments: str) -> Script:
     return Script(HEADER + "".join(read(fragment) for fragment in fragments) + read(name))
 
 
-TOUCH = load("touch", "aggregate", "ledger")
-SIGN_OFF = load("sign_off", "ledger")
-CONNECTION = load("connection", "aggregate", "connections", "ledger")
+TOUCH = load("touch", "aggregate", "ledger", "prior")
+SIGN_OFF = load("sign_off", "ledger", "prior")
+CONNECTION = load("connection", "aggregate", "connections", "ledger", "prior")
 REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
 DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")
 RELEASE = load("release")
+OUTBOX_CLAIM = load("outbox_claim")
 SET_INVISIBLE = load("set_invisible")
 READ_RECENT = load("read_recent")
 ROOM_CLAIM = load("room_claim")
@@ -65,6 +66,7 @@ ALL = {
     "describe_connections": DESCRIBE_CONNECTIONS,
     "claim_due": CLAIM_DUE,
     "release": RELEASE,
+    "outbox_claim": OUTBOX_CLAIM,
     "set_invisible": SET_INVISIBLE,
     "read_recent": READ_RECENT,
     "room_claim": ROOM_CLAIM,

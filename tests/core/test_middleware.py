@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 from django.urls import path
 
-from presence import api
+from presence import api, signals
 from presence.conf import get_settings
 from presence.domain import Status
 from presence.middleware import PresenceMiddleware, TouchThrottle, throttle
@@ -40,7 +40,9 @@ FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.
 ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3, "sismember": 1}
 # A user coming online is also announced to live connections: channels_redis's group_send
 # expires stale members and reads the group (which has none here).
-FIRST_TOUCH = {**ONE_TOUCH, "zremrangebyscore": 1, "zrange": 1}
+# The transition is recorded in the outbox (TIME, ZADD) and claimed by the caller (ZREM,
+# on the signals' thread) before user_online is sent (presence.outbox).
+FIRST_TOUCH = {**ONE_TOUCH, "zremrangebyscore": 1, "zrange": 1, "zadd": 4, "time": 1, "zrem": 1}
 
 
 def ok_view(request: HttpRequest) -> HttpResponse:
@@ -219,6 +221,7 @@ def test_concurrent_requests_of_one_user_write_once(
         thread.join()
 
     assert statuses == [200] * 16
+    signals.wait_sent()  # the outbox claim
     assert redis_commands.delta(before) == FIRST_TOUCH
     assert api.get_presence(user, user).status is Status.ONLINE
 
@@ -420,6 +423,7 @@ async def test_async_middleware_records_and_throttles(
 
     before = redis_commands.snapshot()
     response = await middleware(async_request(user, IPHONE))
+    signals.wait_sent()  # the outbox claim
     assert redis_commands.delta(before) == FIRST_TOUCH
     assert response.status_code == 200 and len(seen) == 1
 

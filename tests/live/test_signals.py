@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import time_machine
 
-from presence import api, lifecycle, signals
+from presence import api, lifecycle, outbox, signals
 from presence.conf import get_settings
 from presence.store import get_store
 from tests.clock import at
@@ -192,6 +192,10 @@ async def test_receivers_run_off_the_event_loop_and_never_hold_up_a_heartbeat(
         tab = await sockets.open(target)  # ... yet connections open, frames are answered,
         await heartbeat(tab)
         assert await subscribe(watcher, target) == state({target.pk: online()})
+        for _ in range(200):  # the receiver starts once its outbox entry is claimed
+            if threads:
+                break
+            await asyncio.sleep(0.05)
         assert not release.is_set() and threads  # ... while the receiver still waits
     finally:
         release.set()
@@ -286,12 +290,12 @@ async def test_a_sweeper_killed_after_the_transition_is_announced_by_the_next_no
     watcher, target = await _leaving(sockets, make_user, clock)
     store = get_store()
     now = time.time()
-    # This sweeper made the transition (and sent the signal), then died before announcing it
-    # to the viewers or giving its claim back.
+    # This sweeper made the transition (and claimed and sent its signal), then died before
+    # announcing it to the viewers or giving its claim back.
     due, _ = await store.arun(store.claim_due(now, 500))
     [transition] = [await store.arun(store.connection(user_id, "expire", now)) for user_id in due]
     assert transition is not None and transition.made == -1
-    signals.send_transition(target.pk, transition.made, transition.at, transition.invisible)
+    outbox.send_made(transition)
     await assert_silent(watcher)
     clock.shift(store.lease_end(now) - now)
     assert (await lifecycle.asweep()).offline == [target.pk]

@@ -11,10 +11,10 @@
 -- only if every connection is. When none is left the user signs off at their last activity (now
 -- for a close). An open (or a beat) of a connection that is not live while the user has the
 -- most live connections allowed is refused and changes nothing.
--- KEYS[4..6] the shard's ledger (online, hidden, invisible; see LEDGER), ARGV[10..12] offline
+-- KEYS[4..7] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[10..12] offline
 -- grace, connection TTL, online window.
 -- Returns {old score or false, new score or false, live connections, refused (0/1), connections
--- dropped as crashed, made, invisible, at} (see settle).
+-- dropped as crashed, made, invisible, at, outbox entry} (see settle).
 local uid = ARGV[1]
 local op = ARGV[2]
 local beat = op == 'beat' or op == 'open'
@@ -127,8 +127,9 @@ elseif o > 0 and old_flags >= FLAG_CONNECTED then
 end
 if score and score ~= o then
   redis.call('ZADD', KEYS[1], score, uid)
+  keep_prior(KEYS[1], uid, old, math.floor(math.abs(score) / SCORE_FACTOR))
 else
   score = old or false
 end
-local made = settle({KEYS[4], KEYS[5], KEYS[6]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12])
-return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3]}
+local made = settle({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12])
+return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4]}

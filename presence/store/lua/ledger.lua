@@ -14,23 +14,36 @@ local function offline_time(score, grace, ttl, window)
   if s % SCORE_FACTOR >= FLAG_CONNECTED then return ts + 1 + ttl end
   return ts + window
 end
--- Settles uid whose score is now ``score``: keys {online, hidden, invisible}. Returns
--- {made (1 online, -1 offline, 0 neither), invisible (0/1), at (when, as text)}.
+-- The shard's outbox: each transition made, until one party claims it (ZREM answers 1) and
+-- sends its signal: the caller told, or the sweep once it is left past its deadline (the
+-- caller never got the reply, or died). Scored by ``now``; the entry is "made|invisible|at|
+-- redis time|uid", unique per transition. Returns the entry.
+local function record(outbox, made, invisible, at, uid, now)
+  local t = redis.call('TIME')
+  local entry = made .. '|' .. invisible .. '|' .. at .. '|' .. t[1] .. '.' .. t[2] .. '|' .. uid
+  redis.call('ZADD', outbox, now, entry)
+  return entry
+end
+-- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}. Returns
+-- {made (1 online, -1 offline, 0 neither), invisible (0/1), at (when, as text), outbox entry}.
 local function settle(keys, uid, score, now, grace, ttl, window)
   local until_ = offline_time(score, tonumber(grace), tonumber(ttl), tonumber(window))
   if until_ and now < until_ then
     local invisible = redis.call('SISMEMBER', keys[3], uid)
     local key = keys[1]
     if invisible == 1 then key = keys[2] end
-    if redis.call('ZADD', key, until_, uid) == 1 then return {1, invisible, tostring(now)} end
-    return {0, invisible, false}
+    if redis.call('ZADD', key, until_, uid) == 1 then
+      local at = tostring(now)
+      return {1, invisible, at, record(keys[4], 1, invisible, at, uid, now)}
+    end
+    return {0, invisible, false, false}
   end
   for i = 1, 2 do
     local was = redis.call('ZSCORE', keys[i], uid)
     if was then
       redis.call('ZREM', keys[i], uid)
-      return {-1, i - 1, was}
+      return {-1, i - 1, was, record(keys[4], -1, i - 1, was, uid, now)}
     end
   end
-  return {0, 0, false}
+  return {0, 0, false, false}
 end

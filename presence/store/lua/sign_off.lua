@@ -1,9 +1,9 @@
 -- KEYS[1] bucket; ARGV member, now, device bit, start of the connection TTL. The device signs
 -- off (logout); the last one signing off turns the score negative (signed off at that time,
 -- keeping the devices and idle flag shown during the grace). Live connections keep the user
--- online. KEYS[2..4] the shard's ledger (online, hidden, invisible; see LEDGER), ARGV[5..7]
+-- online. KEYS[2..5] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[5..7]
 -- offline grace, connection TTL, online window. Returns {old score or false, new score, made,
--- invisible, at} (see settle).
+-- invisible, at, outbox entry} (see settle).
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local bit_ = tonumber(ARGV[3])
@@ -30,5 +30,6 @@ else
   score = ts * SCORE_FACTOR + mask
 end
 redis.call('ZADD', KEYS[1], score, ARGV[1])
-local made = settle({KEYS[2], KEYS[3], KEYS[4]}, ARGV[1], score, now, ARGV[5], ARGV[6], ARGV[7])
-return {old or false, tostring(score), made[1], made[2], made[3]}
+keep_prior(KEYS[1], ARGV[1], old, ts)
+local made = settle({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, ARGV[1], score, now, ARGV[5], ARGV[6], ARGV[7])
+return {old or false, tostring(score), made[1], made[2], made[3], made[4]}

@@ -1,9 +1,9 @@
 -- KEYS[1] bucket's seen, KEYS[2] its connections; ARGV member, now, device bit, start of the
 -- online window, start of the connection TTL (now - 1 - TTL, see CONNECTION) (activity at a
 -- start is already past it, as in domain.live_status: online while now < activity + window).
--- KEYS[3..5] the shard's ledger (online, hidden, invisible; see LEDGER), ARGV[6..8] offline
+-- KEYS[3..6] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[6..8] offline
 -- grace, connection TTL, online window. Returns {old score or false, new score, made, invisible,
--- at} (see settle). Never moves activity backwards; keeps the device
+-- at, outbox entry} (see settle). Never moves activity backwards; keeps the device
 -- kinds of the current online stretch and the "connected" flag of live connections; a request is
 -- input, so it clears "idle".
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -33,5 +33,6 @@ if connected == FLAG_CONNECTED then
 end
 local score = ts * SCORE_FACTOR + connected + mask
 redis.call('ZADD', KEYS[1], score, ARGV[1])
-local made = settle({KEYS[3], KEYS[4], KEYS[5]}, ARGV[1], score, now, ARGV[6], ARGV[7], ARGV[8])
-return {old or false, tostring(score), made[1], made[2], made[3]}
+keep_prior(KEYS[1], ARGV[1], old, ts)
+local made = settle({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, ARGV[1], score, now, ARGV[6], ARGV[7], ARGV[8])
+return {old or false, tostring(score), made[1], made[2], made[3], made[4]}

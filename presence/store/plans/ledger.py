@@ -9,12 +9,30 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from presence.store.keys import KeyScheme
 from presence.store.plans.plan import RAISE, Plan, script_call
-from presence.store.scripts import SET_INVISIBLE
+from presence.store.scripts import OUTBOX_CLAIM, SET_INVISIBLE
 from presence.users import UserId, encode_id, id_decoder
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    """A transition of the outbox (lua/ledger.lua) claimed by a sweep."""
+
+    user_id: UserId
+    made: int
+    invisible: bool
+    at: float
+
+
+def parse_entry(entry: Any, decode: Any) -> OutboxEntry:
+    """``made|invisible|at|redis time|uid`` (the uid last: it may hold anything)."""
+    text = entry.decode() if isinstance(entry, bytes) else str(entry)
+    made, invisible, at, _, uid = text.split("|", 4)
+    return OutboxEntry(decode(uid), int(made), invisible == "1", float(at))
 
 
 class LedgerPlans(KeyScheme):
@@ -38,6 +56,40 @@ class LedgerPlans(KeyScheme):
             ],
             parse=parse,
             fallback=None,
+            partial=parse,
+        )
+
+    def claim_entry(self, user_id: UserId, entry: str) -> Plan[bool]:
+        """Claims a transition's outbox entry: True for exactly one claimer (the caller that
+        made it, or a sweep), who sends its signal. False when Redis fails: a sweep claims it
+        after its deadline."""
+        return Plan(
+            commands=[("ZREM", self.user_outbox_key(user_id), entry)],
+            parse=lambda replies: int(replies[0]) == 1,
+            fallback=False,
+        )
+
+    def claim_stale_entries(self, before: float, limit: int) -> Plan[list[OutboxEntry]]:
+        """Claims the transitions made at ``before`` or earlier that nobody claimed (their
+        caller never got the reply, or died first): one script per shard, at most ``limit``
+        each. A shard that fails keeps its entries for the next sweep."""
+
+        def parse(replies: list[Any]) -> list[OutboxEntry]:
+            decode = id_decoder()
+            return [
+                parse_entry(entry, decode)
+                for reply in replies
+                if not isinstance(reply, Exception)
+                for entry in reply
+            ]
+
+        return Plan(
+            commands=[
+                script_call(OUTBOX_CLAIM, [self.outbox_key(shard)], [int(before), limit])
+                for shard in self.shards()
+            ],
+            parse=parse,
+            fallback=[],
             partial=parse,
         )
 
@@ -76,6 +128,14 @@ class LedgerPlans(KeyScheme):
             commands += self.set_invisible(user_id, invisible).commands
         return Plan(
             commands=commands,
+            parse=lambda replies: sum(int(reply) for reply in replies),
+            fallback=RAISE,
+        )
+
+    def outbox_size(self) -> Plan[int]:
+        """Transitions in the outboxes that nobody claimed yet (tests, inspection)."""
+        return Plan(
+            commands=[("ZCARD", self.outbox_key(shard)) for shard in self.shards()],
             parse=lambda replies: sum(int(reply) for reply in replies),
             fallback=RAISE,
         )

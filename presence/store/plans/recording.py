@@ -36,6 +36,9 @@ class Transition:
     invisible: bool = field(default=False, compare=False)
     #: when the transition happened: the write's time, or the moment the user turned offline
     at: float | None = field(default=None, compare=False)
+    #: the transition's entry in the shard's outbox (lua/ledger.lua): whoever removes it sends
+    #: the signal (presence.outbox)
+    entry: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_reply(cls, user_id: UserId, reply: list[Any], ledger_at: int = 5) -> Transition:
@@ -43,7 +46,7 @@ class Transition:
         crashed), then the ledger's verdict from ``ledger_at`` on (made, invisible, at)."""
         core = reply[:ledger_at]
         made: list[Any] = (
-            reply[ledger_at : ledger_at + 3] if len(reply) >= ledger_at + 3 else [0, 0, None]
+            reply[ledger_at : ledger_at + 4] if len(reply) >= ledger_at + 4 else [0, 0, None, None]
         )
         return cls(
             user_id,
@@ -55,7 +58,14 @@ class Transition:
             made=int(made[0]),
             invisible=bool(int(made[1])),
             at=float(made[2]) if made[2] is not None else None,
+            entry=_text(made[3]),
         )
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value is False:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class RecordingPlans(KeyScheme):
@@ -73,6 +83,7 @@ class RecordingPlans(KeyScheme):
                         self.seen_key(self.bucket_of(user_id)),
                         self.conns_key(self.bucket_of(user_id)),
                         *self.user_ledger_keys(user_id),
+                        self.user_outbox_key(user_id),
                     ],
                     [
                         encode_id(user_id),
@@ -103,7 +114,11 @@ class RecordingPlans(KeyScheme):
             commands=[
                 script_call(
                     SIGN_OFF,
-                    [self.seen_key(self.bucket_of(user_id)), *self.user_ledger_keys(user_id)],
+                    [
+                        self.seen_key(self.bucket_of(user_id)),
+                        *self.user_ledger_keys(user_id),
+                        self.user_outbox_key(user_id),
+                    ],
                     [
                         encode_id(user_id),
                         seconds,
@@ -151,6 +166,7 @@ class RecordingPlans(KeyScheme):
                     self.conns_key(bucket),
                     self.expiries_key(bucket),
                     *self.user_ledger_keys(user_id),
+                    self.user_outbox_key(user_id),
                 ],
                 [
                     encode_id(user_id),

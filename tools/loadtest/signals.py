@@ -1,8 +1,9 @@
 """The load test's count of presence's signals: every server process logs each ``user_online``
 and ``user_offline`` it sends (one line, appended at once, so a SIGKILL loses nothing written);
 once every client has left, each user's signals must alternate online, offline, ... and end
-offline. Two in a row of one kind is *doubled*; a sequence that starts offline, or ends online
-once everyone has left, *lost* one.
+offline. The same signal twice (one kind, one second) is *doubled*; a sequence that starts
+offline, ends online once everyone has left, or has two of one kind at different seconds in a
+row (the one between them missing), *lost* one.
 
 Servers install :class:`SignalLogConfig` (tools/loadtest/settings.py) when
 ``LOADTEST_SIGNALS_DIR`` is set (tools/loadtest/__main__.py sets it).
@@ -79,10 +80,15 @@ def check(directory: Path, redis_restarted: bool = False) -> SignalCheck:
                 result.offline += 1
     result.users = len(by_user)
     for user, events in by_user.items():
-        kinds = [kind for _, _, kind in sorted(events)]
-        if kinds[0] != "online" or kinds[-1] != "offline":
+        ordered = sorted(events)
+        kinds = [kind for _, _, kind in ordered]
+        # Two in a row of one kind at the same second: one transition sent twice; at different
+        # seconds: the transition between them was lost (an online stretch without its online).
+        twice = [a == b for a, b in pairwise(ordered)]
+        skipped = [a[2] == b[2] and a != b for a, b in pairwise(ordered)]
+        if kinds[0] != "online" or kinds[-1] != "offline" or any(skipped):
             result.lost.append(f"{user}: {' '.join(kinds)}")
-        elif any(a == b for a, b in pairwise(kinds)):
+        elif any(twice):
             result.doubled.append(f"{user}: {' '.join(kinds)}")
     return result
 

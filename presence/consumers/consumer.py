@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 
 from presence import lifecycle, metrics, sessions, users
 from presence.conf import get_settings
@@ -42,8 +43,17 @@ class PresenceConsumer(RoomFrames):
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
-        await tidy_database_connections()
+        if message["type"] != "websocket.disconnect":
+            # Not on a close: it would wait for that thread (a storm's queue) before signing off.
+            await tidy_database_connections()
         await handler(message)
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        # Channels' own then closes old database connections: a hop to the database thread,
+        # queued behind every query of the process, that kept closed sockets' handlers past
+        # the server's kill timeout in a storm. This consumer is in no group; dispatch tidies.
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -119,6 +129,16 @@ class PresenceConsumer(RoomFrames):
         except Exception:
             logger.exception("Presence: leaving the rooms of user %s failed", self.viewer_id)
         try:
-            await lifecycle.adisconnect(self.user, self.connection_id)
+            # Bounded: servers kill a closed socket's handler that outlives its close (daphne
+            # after 10 s, logging each). The Redis write goes on shielded; a sign-off cut short
+            # before it lands is crash detection's (CONNECTION_TTL, the sweep).
+            async with asyncio.timeout(get_settings().LIVE_SOCKET_TIMEOUT):
+                await lifecycle.adisconnect(self.user, self.connection_id)
+        except TimeoutError:
+            logger.info(
+                "Presence: signing off a connection of user %s took over LIVE_SOCKET_TIMEOUT; "
+                "left to the sweep",
+                self.viewer_id,
+            )
         except Exception:
             logger.exception("Presence: signing off a connection of user %s failed", self.viewer_id)

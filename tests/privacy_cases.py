@@ -30,6 +30,7 @@ from presence.models import Block, Contact, PrivacySettings, UserStatus
 NOW = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
 #: when an offline target was last active: long past ONLINE_WINDOW (300 s)
 OFFLINE_SINCE = NOW - timedelta(hours=2)
+YESTERDAY = NOW - timedelta(days=1)
 
 LEVELS = ("everyone", "contacts", "close_friends", "nobody")
 FIELDS = ("online_visibility", "last_seen_visibility", "activity_visibility")
@@ -166,7 +167,7 @@ def expected(case: Case) -> Expected:
         last_seen=true_last_seen if sees_last_seen else None,
         devices=true_devices if status != "offline" else (),
         **(CUSTOM if sees_custom else NO_CUSTOM),
-        # Both last seen times of the cases are today (APPROXIMATE_LAST_SEEN's default).
+        # Both last seen times of the cases are today, the one before yesterday: "recently".
         last_seen_approx=None if sees_last_seen else "recently",
     )
 
@@ -209,6 +210,10 @@ def build(case: Case, make_user: Callable[..., Any]) -> Scenario:
             user=target, invisible=case.invisible, **(case.visibility or {})
         )
     UserStatus.objects.create(user=target, **CUSTOM)
+    # Active yesterday too: the approximate last seen counts from the latest day before today,
+    # which today's activity keeps beside the new last seen (Redis's prior set, every path).
+    with time_machine.travel(YESTERDAY, tick=False):
+        api.touch(target, "web")
     if case.target_online:
         api.touch(target, "web")
         api.touch(target, "mobile")

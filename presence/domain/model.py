@@ -107,6 +107,9 @@ class LiveState:
     connected: bool = False
     #: every live connection reported no input for IDLE_AFTER (or a hidden tab)
     idle: bool = False
+    #: the last activity before ``last_active``'s UTC day (kept by the writes when a new day's
+    #: activity replaces it): the approximate last seen counts from it until midnight
+    prior: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ def visibly_differs(before: Presence | None, after: Presence) -> bool:
     """Whether a viewer who was shown ``before`` must be told ``after``.
 
     While a user stays online their last seen is "about now" and moves with every heartbeat;
-    that alone is no news, so it is compared only when the user is (or goes) offline.
+    that alone is no news, so it is compared only when the user is (or goes) offline; whether
+    it is shown at all is news at any time.
     """
     if before is None or before is after:
         return before is None
@@ -44,6 +45,7 @@ def visibly_differs(before: Presence | None, after: Presence) -> bool:
             before.activity,
             before.invisible,
             before.last_seen_approx,
+            before.last_seen is None,
         ) != (
             after.status,
             after.devices,
@@ -52,6 +54,7 @@ def visibly_differs(before: Presence | None, after: Presence) -> bool:
             after.activity,
             after.invisible,
             after.last_seen_approx,
+            after.last_seen is None,
         )
     return before != after
 
@@ -174,6 +177,22 @@ def approximate(last_seen: float, now: float) -> LastSeenApprox:
     return LastSeenApprox.LONG_AGO
 
 
+def approximate_before_today(
+    last_seen: float | None, prior: float | None, now: float
+) -> LastSeenApprox | None:
+    """The approximate last seen a viewer who may not see the exact one is shown: counted from
+    the latest last seen of a UTC day before today (``last_seen`` if it is of an earlier day,
+    else ``prior``, the latest known before it), so activity of today counts only from the next
+    midnight and the bucket changes only at UTC midnight: watching it never tells when a user
+    came back. None where nothing before today is known (a first visit, today)."""
+    today = int(now // DAY)
+    if last_seen is not None and int(last_seen // DAY) < today:
+        return approximate(last_seen, now)
+    if prior is not None and int(prior // DAY) < today:
+        return approximate(prior, now)
+    return None
+
+
 def resolve(
     live: LiveState, choices: Choices, relation: Relation, now: float, timing: Timing
 ) -> Presence:
@@ -224,7 +243,14 @@ def resolve(
     status = true_status if show_online else Status.OFFLINE
     approx = None
     if not show_last_seen and last_seen_ts is not None and timing.approximate_last_seen:
-        approx = approximate(last_seen_ts, now)
+        # The latest known before the latest: Redis's prior, or the older of Redis's and the
+        # database's last seen (one of them may have been flushed or not persisted yet).
+        earlier = live.prior
+        if persisted is not None and live.last_active is not None:
+            older = min(persisted, live.last_active)
+            if earlier is None or older > earlier:
+                earlier = older
+        approx = approximate_before_today(last_seen_ts, earlier, now)
     return Presence(
         status=status,
         last_seen=_timestamp(last_seen_ts) if show_last_seen else None,

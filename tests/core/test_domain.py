@@ -62,9 +62,9 @@ class TestResolve:
         assert seen.invisible is None
 
     def test_defaults_hide_everything_from_strangers(self) -> None:
-        # All but the day: last seen today is "recently" (APPROXIMATE_LAST_SEEN).
-        recently = Presence(last_seen_approx=domain.LastSeenApprox.RECENTLY)
-        assert resolve(ONLINE, Choices(text="hi"), STRANGER) == recently
+        # Not even the day: the approximate last seen counts from the days before today, and
+        # nothing earlier is known of this user (APPROXIMATE_LAST_SEEN).
+        assert resolve(ONLINE, Choices(text="hi"), STRANGER) == Presence()
 
     @pytest.mark.parametrize("choices", [everyone(), everyone(invisible=True)])
     def test_block_hides_everything_whatever_the_settings(self, choices: Choices) -> None:

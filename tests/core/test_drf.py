@@ -83,7 +83,7 @@ def test_the_presence_is_what_the_viewer_may_see(
     assert seen_by["stranger"]["presence"] == {
         "status": "offline",
         "last_seen": None,
-        "last_seen_approx": "recently",
+        "last_seen_approx": None,  # seen today only: no day before today to count from
         "devices": [],
         "text": None,
         "emoji": None,

@@ -17,16 +17,17 @@ from django.utils import translation
 from presence import api, domain
 from presence.models import Block, LastSeen
 from presence.rendering import script_labels
+from presence.store import get_store
 
-pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site]
+pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site, pytest.mark.cluster]
 
 #: 00:30 UTC: a last seen of 23:59 yesterday is one day ago, though 31 minutes
 NOW = datetime(2025, 3, 14, 0, 30, tzinfo=UTC)
 TIMING = domain.Timing(online_window=300, offline_grace=5)
 
 #: (last seen, expected bucket): the boundaries, written out from the contract
-BOUNDARIES = [
-    (NOW - timedelta(minutes=10), "recently"),  # today
+BOUNDARIES: list[tuple[datetime, str | None]] = [
+    (NOW - timedelta(minutes=10), None),  # today: counts from the next midnight
     (datetime(2025, 3, 13, 23, 59, tzinfo=UTC), "recently"),  # yesterday: 1 day
     (datetime(2025, 3, 12, 0, 0, tzinfo=UTC), "recently"),  # 2 days
     (datetime(2025, 3, 11, 23, 59, 59, tzinfo=UTC), "within_week"),  # 3 days
@@ -35,13 +36,13 @@ BOUNDARIES = [
     (datetime(2025, 2, 13, 0, 0, tzinfo=UTC), "within_month"),  # 29 days
     (datetime(2025, 2, 12, 23, 59, tzinfo=UTC), "long_ago"),  # 30 days
     (datetime(2020, 1, 1, tzinfo=UTC), "long_ago"),
-    (NOW + timedelta(minutes=5), "recently"),  # a clock a little ahead: never negative
+    (NOW + timedelta(minutes=5), None),  # a clock a little ahead: today too
 ]
 
 
 @pytest.mark.parametrize(("seen", "bucket"), BOUNDARIES, ids=[b[0].isoformat() for b in BOUNDARIES])
-def test_buckets_count_whole_utc_days(seen: datetime, bucket: str) -> None:
-    assert domain.approximate(seen.timestamp(), NOW.timestamp()) == bucket
+def test_buckets_count_whole_utc_days(seen: datetime, bucket: str | None) -> None:
+    assert domain.approximate_before_today(seen.timestamp(), None, NOW.timestamp()) == bucket
     live = domain.LiveState(last_active=seen.timestamp())
     stranger = domain.resolve(live, domain.Choices(), domain.STRANGER, NOW.timestamp(), TIMING)
     assert (stranger.last_seen, stranger.last_seen_approx) == (None, bucket)
@@ -56,8 +57,55 @@ def test_it_changes_only_at_utc_midnight() -> None:
     assert domain.approximate(seen, day + 86_400) == "within_week"
 
 
+#: midnight UTC of NOW's day
+MIDNIGHT = datetime(2025, 3, 14, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("last_seen", "prior", "now", "bucket"),
+    [
+        # The last seen is of a day before today: it counts, whatever the prior.
+        (MIDNIGHT - 1, None, MIDNIGHT, "recently"),
+        (MIDNIGHT - 3 * 86_400, MIDNIGHT - 40 * 86_400, MIDNIGHT + 86_399, "within_week"),
+        # Of today: the prior counts, to the last second of the day ...
+        (MIDNIGHT, MIDNIGHT - 5 * 86_400, MIDNIGHT + 86_399.9, "within_week"),
+        (MIDNIGHT + 60, MIDNIGHT - 1, MIDNIGHT + 120, "recently"),
+        (MIDNIGHT + 60, MIDNIGHT - 40 * 86_400, MIDNIGHT + 120, "long_ago"),
+        # ... and at midnight the day's activity does (one day ago).
+        (MIDNIGHT + 60, MIDNIGHT - 5 * 86_400, MIDNIGHT + 86_400, "recently"),
+        # Nothing before today known (a first visit): null until midnight.
+        (MIDNIGHT, None, MIDNIGHT + 86_399, None),
+        (MIDNIGHT + 86_399, None, MIDNIGHT + 86_400, "recently"),
+        (MIDNIGHT + 60, MIDNIGHT + 30, MIDNIGHT + 120, None),  # a "prior" of today: none
+        (None, None, MIDNIGHT, None),
+    ],
+)
+def test_activity_of_today_counts_from_the_next_midnight(
+    last_seen: float | None, prior: float | None, now: float, bucket: str | None
+) -> None:
+    assert domain.approximate_before_today(last_seen, prior, now) == bucket
+
+
+def test_the_latest_known_before_today_counts_in_the_resolver() -> None:
+    now = NOW.timestamp()
+    today, five_days = now - 60, now - 5 * 86_400
+
+    def seen(live: domain.LiveState, persisted: float | None = None) -> str | None:
+        choices = domain.Choices(persisted_last_seen=persisted)
+        return domain.resolve(live, choices, domain.STRANGER, now, TIMING).last_seen_approx
+
+    assert seen(domain.LiveState(last_active=today)) is None
+    assert seen(domain.LiveState(last_active=today, prior=five_days)) == "within_week"
+    # The database's last seen (presence_cleanup) of today is no earlier value either ...
+    assert seen(domain.LiveState(), persisted=today) is None
+    # ... but an older one counts beside Redis's today (a Redis flushed, or not yet prior).
+    assert seen(domain.LiveState(last_active=today), persisted=five_days) == "within_week"
+    assert seen(domain.LiveState(last_active=five_days), persisted=today) == "within_week"
+
+
 def test_null_where_last_seen_shows_nothing_is_known_or_a_block_stands() -> None:
-    now, live = NOW.timestamp(), domain.LiveState(last_active=NOW.timestamp() - 600)
+    # Last seen yesterday: "recently" for a stranger, unless one of these holds.
+    now, live = NOW.timestamp(), domain.LiveState(last_active=NOW.timestamp() - 86_400)
     everyone = domain.Choices(
         online_visibility=domain.Visibility.EVERYONE,
         last_seen_visibility=domain.Visibility.EVERYONE,
@@ -86,6 +134,7 @@ def test_on_the_read_paths_and_off_by_setting(settings: Any, make_user: Callable
     client = Client()
     client.force_login(viewer)
     with time_machine.travel(NOW, tick=False):
+        api.touch(target)  # back today: "within_week" until midnight (the days before count)
         assert api.get_presence(target, viewer).last_seen_approx == "within_week"
         assert api.get_presence(blocker, viewer).last_seen_approx is None
         assert api.get_presence(target, None).last_seen_approx == "within_week"  # anonymous
@@ -97,6 +146,35 @@ def test_on_the_read_paths_and_off_by_setting(settings: Any, make_user: Callable
         assert api.get_presence(target, viewer).last_seen_approx is None
         answer = client.get("/presence/api/presence", {"users": str(target.pk)})
         assert answer.json()["presences"][str(target.pk)]["last_seen_approx"] is None
+
+
+def test_back_after_five_days_reads_within_week_until_midnight(
+    make_user: Callable[..., Any],
+) -> None:
+    """Through Redis: the write that brings a user back keeps the last seen of the earlier day
+    (the prior), and every read path counts from it until midnight."""
+    store = get_store()
+    user, never_seen = make_user().pk, make_user().pk
+    five_days_ago = MIDNIGHT - 5 * 86_400 + 3600
+    store.run(store.touch(user, domain.Device.WEB, five_days_ago))
+    store.run(store.touch(user, domain.Device.WEB, NOW.timestamp()))
+    store.run(store.touch(never_seen, domain.Device.WEB, NOW.timestamp()))
+    for read in (store.read, lambda ids: store.read_recent(ids, NOW.timestamp() - 300)):
+        states = store.run(read([user, never_seen]))
+        assert states is not None
+        assert states[user].last_active == NOW.timestamp()
+        assert states[user].prior == five_days_ago
+        assert states[never_seen].prior is None
+        bucket = {
+            uid: domain.approximate_before_today(state.last_active, state.prior, now)
+            for now in (NOW.timestamp(), MIDNIGHT + 86_399)
+            for uid, state in states.items()
+        }
+        assert bucket == {user: "within_week", never_seen: None}
+    # The next day's first activity keeps today's as the prior: "recently" from midnight on.
+    store.run(store.touch(user, domain.Device.WEB, MIDNIGHT + 86_400 + 5))
+    states = store.run(store.read([user]))
+    assert states is not None and states[user].prior == NOW.timestamp()
 
 
 @pytest.mark.parametrize(

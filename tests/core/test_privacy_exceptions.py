@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,7 +21,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from presence import api, domain, lifecycle, relations
-from presence.models import Block, Contact, PrivacyException, PrivacySettings, UserStatus
+from presence.models import (
+    Block,
+    Contact,
+    LastSeen,
+    PrivacyException,
+    PrivacySettings,
+    UserStatus,
+)
 from presence.privacy import visible_to
 from presence.store import get_store
 from tests.privacy_cases import count_round_trips
@@ -99,6 +106,10 @@ def build(case: Case, make_user: Callable[..., Any]) -> tuple[Any, Any]:
     UserStatus.objects.create(user=target, text="Lunch")
     if case.exception:
         api.share_with(target, viewer, case.exception[0], allow=case.exception[1])
+    # Active yesterday and today: the approximate last seen counts from yesterday (the last
+    # day before today), "recently".
+    with time_machine.travel(NOW - timedelta(days=1), tick=False):
+        api.touch(target)
     api.touch(target)
     return target, viewer
 
@@ -178,6 +189,8 @@ def test_reciprocity(
             api.share_with(viewer, target, "last_seen_visibility", pair.own_exception)
         if pair.target_allows:
             api.share_with(target, viewer, "last_seen_visibility")
+        # Last seen yesterday as the database keeps it (presence_cleanup), today in Redis.
+        LastSeen.objects.create(user=target, seen_at=NOW - timedelta(days=1))
         api.touch(target)
         api.touch(viewer)
         hidden = reciprocal and pair.viewer_hides  # it beats the target's "always share"

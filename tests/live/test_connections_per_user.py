@@ -23,7 +23,6 @@ from tests.clock import at
 from tests.ids import redis_member
 from tests.live.sockets import (
     HIDDEN,
-    HIDDEN_RECENTLY,
     Sockets,
     assert_silent,
     connections_in_redis,
@@ -176,12 +175,12 @@ async def test_a_sites_own_graph_kept_in_sync_by_the_recipe_reaches_open_sockets
     viewer, target = await new_user(make_user), await new_user(make_user)
     await sockets.open(target)
     watcher = await sockets.open(viewer)
-    assert await subscribe(watcher, target) == state({target.pk: HIDDEN_RECENTLY})
+    assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
     follow = await sync_to_async(Follow.objects.create)(follower=target, followed=viewer)
     assert await sync_to_async(Contact.objects.filter(owner=target, contact=viewer).exists)()
     assert await receive(watcher) == diff({target.pk: online()})
     await sync_to_async(follow.delete)()
-    assert await receive(watcher) == diff({target.pk: HIDDEN_RECENTLY})
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
 
 
 async def test_one_time_format_on_every_path(

@@ -20,7 +20,6 @@ from presence.models import UserStatus
 from tests.live.sockets import (
     APP,
     HIDDEN,
-    HIDDEN_RECENTLY,
     TIMEOUT,
     Sockets,
     assert_silent,
@@ -212,7 +211,7 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
     viewer, target = await new_user(make_user), await new_user(make_user)
     keeper = await sockets.open(target)  # keeps the hub running
     communicator = await sockets.open(viewer)
-    assert await subscribe(communicator, target) == state({target.pk: HIDDEN_RECENTLY})
+    assert await subscribe(communicator, target) == state({target.pk: HIDDEN})
     await communicator.send_json_to({"type": "watch_feed", "feed": "following"})
     assert await subscribe(communicator) == state({})
     hub = Hub.current()

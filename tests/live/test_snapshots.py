@@ -18,7 +18,6 @@ from tests.clock import at
 from tests.ids import missing_id, wire_id
 from tests.live.sockets import (
     HIDDEN,
-    HIDDEN_RECENTLY,
     UNKNOWN_ID,
     Sockets,
     assert_silent,
@@ -71,7 +70,7 @@ async def test_snapshot_is_sent_for_newly_subscribed_ids_only(
             on.pk: online(-10, ("mobile",)),
             off.pk: presence("offline", iso(-3600)),
             custom.pk: presence(**CUSTOM),
-            hidden.pk: HIDDEN_RECENTLY,  # all but the day
+            hidden.pk: HIDDEN,  # all but the day, and nothing before today is known
             viewer.pk: online(invisible=False),  # oneself: the true presence
         }
     )

@@ -23,7 +23,6 @@ from presence.models import Block, Contact, PrivacySettings, UserStatus
 from tests.ids import wire_id
 from tests.live.sockets import (
     HIDDEN,
-    HIDDEN_RECENTLY,
     TIMEOUT,
     UNKNOWN_ID,
     Sockets,
@@ -242,7 +241,7 @@ async def test_blocking_hides_at_once_and_unblocking_reveals(watched: dict[str, 
 async def test_removing_the_viewer_from_contacts_hides_at_once(watched: dict[str, Any]) -> None:
     viewer, target, watcher = watched["viewer"], watched["target"], watched["watcher"]
     await sync_to_async(Contact.objects.filter(owner=target, contact=viewer).delete)()
-    assert await receive(watcher) == diff({target.pk: HIDDEN_RECENTLY})
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
     await lets_see(target, viewer)
     assert await receive(watcher) == diff({target.pk: online(text="Hi", emoji="👋")})
     # The viewer unfollowing the target changes nothing: the target's contacts decide.
@@ -257,7 +256,7 @@ async def test_the_contacts_api_reaches_open_sockets(watched: dict[str, Any]) ->
     viewer, target, watcher = watched["viewer"], watched["target"], watched["watcher"]
     shown = diff({target.pk: online(text="Hi", emoji="👋")})
     assert await api.aunfollow(target, viewer) is True
-    assert await receive(watcher) == diff({target.pk: HIDDEN_RECENTLY})
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
     assert await api.afollow(target, viewer) is True
     assert await receive(watcher) == shown
     assert await api.ablock(viewer, target) is True
@@ -269,7 +268,7 @@ async def test_the_contacts_api_reaches_open_sockets(watched: dict[str, Any]) ->
     await sync_to_async(PrivacySettings.objects.create)(
         user=target, online_visibility="close_friends"
     )
-    status_only = diff({target.pk: presence(text="Hi", emoji="👋", last_seen_approx="recently")})
+    status_only = diff({target.pk: presence(text="Hi", emoji="👋")})
     assert await receive(watcher) == status_only
     assert await api.aset_close_friend(target, viewer) is True
     assert await receive(watcher) == shown
@@ -287,11 +286,11 @@ async def test_privacy_settings_take_effect_at_once(watched: dict[str, Any]) -> 
         user=target, online_visibility="nobody"
     )
     # Offline with last seen hidden; the custom status follows its own setting (contacts).
-    hidden = presence(text="Hi", emoji="👋", last_seen_approx="recently")
+    hidden = presence(text="Hi", emoji="👋")
     assert await receive(watcher) == diff({target.pk: hidden})
     privacy.activity_visibility = "nobody"
     await sync_to_async(privacy.save)()
-    assert await receive(watcher) == diff({target.pk: HIDDEN_RECENTLY})
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
     privacy.online_visibility = privacy.activity_visibility = "contacts"
     await sync_to_async(privacy.save)()
     assert await receive(watcher) == diff({target.pk: online(text="Hi", emoji="👋")})
@@ -303,7 +302,7 @@ async def test_going_invisible_looks_offline_to_others_only(watched: dict[str, A
     own = online(invisible=True)
     assert await set_status(tab, status="invisible") == status_reply(own)
     assert await receive(tab) == diff({target.pk: own})
-    assert await receive(watcher) == diff({target.pk: HIDDEN_RECENTLY})
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
     # Heartbeats of an invisible user tell nobody anything.
     await heartbeat(tab, "idle")
     assert await receive(tab) == diff({target.pk: {**own, "status": "idle"}})

@@ -19,6 +19,7 @@ from asgiref.sync import sync_to_async
 from presence import api
 from presence.models import LastSeen, PrivacyException, PrivacySettings, UserStatus
 from tests.live.sockets import (
+    HIDDEN,
     HIDDEN_RECENTLY,
     Sockets,
     assert_silent,
@@ -45,8 +46,8 @@ pytestmark = [
 
 
 def online_untimed() -> dict[str, Any]:
-    """Online, its time hidden: all but the day."""
-    return {**online(), "last_seen": None, "last_seen_approx": "recently"}
+    """Online, its time hidden (and no day before today known)."""
+    return {**online(), "last_seen": None, "last_seen_approx": None}
 
 
 async def fresh(target: Any, viewer: Any) -> dict[str, Any]:
@@ -63,8 +64,8 @@ async def test_an_exception_reaches_open_sockets_at_once(
     await sockets.open(target)
     watcher = await sockets.open(viewer)
     bystander = await sockets.open(other)
-    assert await subscribe(watcher, target) == state({target.pk: HIDDEN_RECENTLY})
-    assert await subscribe(bystander, target) == state({target.pk: HIDDEN_RECENTLY})
+    assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+    assert await subscribe(bystander, target) == state({target.pk: HIDDEN})
 
     # "Always share my online status with the viewer": only online status, not last seen
     # (its level, contacts, does not admit a stranger).
@@ -79,12 +80,12 @@ async def test_an_exception_reaches_open_sockets_at_once(
     row = await PrivacyException.objects.aget(owner=target, setting="online_visibility")
     row.allow = False
     await sync_to_async(row.save)()
-    assert await receive(watcher) == diff({target.pk: HIDDEN_RECENTLY})
+    assert await receive(watcher) == diff({target.pk: HIDDEN})
     await sync_to_async(row.delete)()
     # Back to the level (nobody): the same as the "never share" showed, so nothing to tell;
     # and others saw nothing of any of it.
     await assert_silent(watcher, bystander)
-    assert await fresh(target, viewer) == HIDDEN_RECENTLY
+    assert await fresh(target, viewer) == HIDDEN
 
 
 async def test_a_never_share_hides_from_one_contact_only(
@@ -130,3 +131,32 @@ async def test_nothing_is_sent_when_only_the_day_passes(
     assert await receive(watcher) == diff(
         {target.pk: presence(text="Back soon", last_seen_approx="within_week")}
     )
+
+
+async def test_coming_online_tells_a_stranger_nothing_until_midnight(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    """The approximate last seen counts from the days before today: a user who comes online
+    moves no stranger's bucket at that moment (no diff, the same fresh read); the day's
+    activity counts from the next midnight."""
+    viewer, fresh_user, returning = [await new_user(make_user) for _ in range(3)]
+    today = int(time.time() // 86_400) * 86_400
+    # Away five days (last seen in Redis then, kept as the prior when today's activity comes).
+    with time_machine.travel(today - 5 * 86_400 + 3600, tick=False):
+        await api.atouch(returning)
+    watcher = await sockets.open(viewer)
+    away = presence(last_seen_approx="within_week")
+    assert await subscribe(watcher, fresh_user, returning) == state(
+        {fresh_user.pk: HIDDEN, returning.pk: away}
+    )
+    await sockets.open(fresh_user)  # never seen before: first visit, over the WebSocket
+    await api.atouch(returning)  # back, a page view
+    clock.shift(60)
+    await heartbeat(watcher)
+    await assert_silent(watcher)
+    assert await fresh(fresh_user, viewer) == HIDDEN
+    assert await fresh(returning, viewer) == away
+    # At midnight today's activity counts: "recently" for both, on the next read.
+    clock.move_to(datetime.fromtimestamp(today + 86_400 + 60, tz=UTC))
+    assert (await fresh(fresh_user, viewer))["last_seen_approx"] == "recently"
+    assert (await fresh(returning, viewer))["last_seen_approx"] == "recently"

@@ -29,7 +29,8 @@ def test_the_pickers_save_exceptions_that_apply(client: Any, demo: dict[str, Any
     assert response.status_code == 302
     assert api.get_presence(alice, erin).status == "online"
     assert api.get_presence(alice, bob).last_seen is None
-    assert api.get_presence(alice, bob).last_seen_approx == "recently"
+    # Nothing before today is known of alice: not even the approximate last seen.
+    assert api.get_presence(alice, bob).last_seen_approx is None
     # The page shows them chosen; saving nothing removes them.
     form = client.get(reverse("demo:privacy")).context["sharing"]
     assert list(form["always_online_visibility"].value()) == [erin.pk]

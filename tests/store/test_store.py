@@ -127,7 +127,9 @@ class TestRead:
         for user_id in (1, 2, 16385):  # 1 and 16385 share a bucket
             store.run(store.touch(user_id, Device.WEB, NOW + user_id % 7))
         plan = store.read([1, 2, 3, 16385])
-        assert len(plan.commands) == 3  # one ZMSCORE per bucket, all in one pipeline
+        # One ZMSCORE per bucket and one of its prior set (the last seen before today's), all
+        # in one pipeline.
+        assert len(plan.commands) == 6
         states = store.run(plan)
         assert states is not None
         assert set(states) == {1, 2, 16385}

@@ -2,12 +2,19 @@
 -- (seconds * SCORE_FACTOR: an entry active, or signed off, before it is offline whatever its
 -- flags); ARGV[2] how many of the keys come first holding one member each to read, then those
 -- members, one per key; then for each further key in turn how many members to read there, and
--- those members. Returns {member, score, member, score, ...} of the members present whose score
--- may be live (domain.live_status decides): a list of friends costs a reply of the online ones.
+-- those members. Returns {member, score, prior or false, member, ...} of the members present
+-- whose score may be live (domain.live_status decides): a list of friends costs a reply of the
+-- online ones. Prior: the last seen before today's (lua/prior.lua), from the bucket's prior set.
 local low = tonumber(ARGV[1])
 local singles = tonumber(ARGV[2])
 local found = {}
 local n = 0
+
+-- the prior set's key is the seen set's with ':prior' for ':seen' (same slot; lua/prior.lua)
+local function prior_of(seen, member)
+  local prior = redis.call('ZSCORE', string.sub(seen, 1, -5) .. 'prior', member)
+  return prior and tonumber(prior) or false
+end
 
 -- Most buckets hold one of the users asked for: ZSCORE, no count, no table for the answer.
 for i = 1, singles do
@@ -17,7 +24,8 @@ for i = 1, singles do
     if v >= low or -v >= low then
       found[n + 1] = ARGV[2 + i]
       found[n + 2] = v
-      n = n + 2
+      found[n + 3] = prior_of(KEYS[i], ARGV[2 + i])
+      n = n + 3
     end
   end
 end
@@ -38,7 +46,8 @@ for k = singles + 1, #KEYS do
         if v >= low or -v >= low then
           found[n + 1] = ARGV[start + i - 1]
           found[n + 2] = v
-          n = n + 2
+          found[n + 3] = prior_of(KEYS[k], ARGV[start + i - 1])
+          n = n + 3
         end
       end
     end

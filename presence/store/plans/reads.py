@@ -4,6 +4,7 @@ cluster). No I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -19,6 +20,13 @@ from presence.users import UserId, encode_id, id_decoder, pk_kind
 READ_RECENT_KEYS = 512
 
 
+def with_prior(state: domain.LiveState, prior: float | str | None) -> domain.LiveState:
+    """``state`` with the last seen before its UTC day, if the prior set holds one."""
+    if prior is None:
+        return state
+    return dataclasses.replace(state, prior=float(prior))
+
+
 class ReadPlans(KeyScheme):
     """The plans that read users' live state, over the key scheme."""
 
@@ -32,17 +40,25 @@ class ReadPlans(KeyScheme):
 
         def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:
             states: dict[UserId, domain.LiveState] = {}
-            for (_, members), scores in zip(buckets, replies, strict=True):
-                if isinstance(scores, Exception):
+            count = len(buckets)
+            for (_, members), scores, priors in zip(
+                buckets, replies[:count], replies[count:], strict=True
+            ):
+                if isinstance(scores, Exception) or isinstance(priors, Exception):
                     continue  # an unavailable master's users: unknown, read as not live
-                for user_id, score in zip(members, scores, strict=True):
+                for user_id, score, prior in zip(members, scores, priors, strict=True):
                     if score is not None:
-                        states[user_id] = decode_score(score)
+                        states[user_id] = with_prior(decode_score(score), prior)
             return states
 
+        # Each bucket's seen set, then its prior set (the same slot), in the same round trip.
         return Plan(
             commands=[
                 ("ZMSCORE", self.seen_key(bucket), *map(encode_id, members))
+                for bucket, members in buckets
+            ]
+            + [
+                ("ZMSCORE", self.prior_key(bucket), *map(encode_id, members))
                 for bucket, members in buckets
             ],
             parse=parse,
@@ -97,9 +113,9 @@ class ReadPlans(KeyScheme):
             for reply in replies:
                 if isinstance(reply, Exception):
                     continue  # an unavailable master's users: unknown, read as not live
-                pairs = iter(reply)
-                for member, score in zip(pairs, pairs, strict=True):
-                    states[decode(member)] = decode_score(score)
+                triples = iter(reply)
+                for member, score, prior in zip(triples, triples, triples, strict=True):
+                    states[decode(member)] = with_prior(decode_score(score), prior)
             return states
 
         return Plan(

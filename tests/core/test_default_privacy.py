@@ -121,8 +121,8 @@ def test_a_stranger_sees_a_public_default_but_not_a_row_that_says_contacts(
     seen = api.bulk_presence([no_row, contacts_row], stranger)
     assert seen[no_row.pk].status is domain.Status.ONLINE
     assert seen[no_row.pk].last_seen is not None and seen[no_row.pk].text == "Reading"
-    # All but the day (APPROXIMATE_LAST_SEEN).
-    assert seen[contacts_row.pk] == domain.Presence(last_seen_approx=domain.LastSeenApprox.RECENTLY)
+    # Nothing: not even the day, none before today being known (APPROXIMATE_LAST_SEEN).
+    assert seen[contacts_row.pk] == domain.Presence()
     # Anonymous viewers too (a public site's visitors).
     assert api.get_presence(no_row, None).is_online
     assert not api.get_presence(contacts_row, None).is_online
@@ -150,8 +150,8 @@ def test_invisible_still_wins_over_a_public_default(
     viewer, target = make_user(), make_user()
     api.touch(target)
     api.set_status(target, "invisible")
-    # Offline, all but the day (APPROXIMATE_LAST_SEEN).
-    recently = domain.Presence(last_seen_approx=domain.LastSeenApprox.RECENTLY)
+    # Offline, and not even the day: none before today is known (APPROXIMATE_LAST_SEEN).
+    recently = domain.Presence()
     assert api.get_presence(target, viewer) == recently
     # Going invisible made the row, from the site's default: back to auto, still public.
     row = PrivacySettings.objects.get(user=target)

@@ -95,7 +95,6 @@ HIDDEN = {
     "activity": None,
 }
 #: hidden, not blocked: all but the day shows (APPROXIMATE_LAST_SEEN)
-HIDDEN_RECENTLY = {**HIDDEN, "last_seen_approx": "recently"}
 
 
 async def test_the_snapshot_and_diffs_follow_the_site_default(
@@ -115,7 +114,7 @@ async def test_the_snapshot_and_diffs_follow_the_site_default(
         "type": "presence_state",
         "presences": {
             str(no_row.pk): _online(),
-            str(contacts_row.pk): HIDDEN_RECENTLY,
+            str(contacts_row.pk): HIDDEN,  # not even the day: seen today only
             str(blocker.pk): HIDDEN,
         },
     }
@@ -129,5 +128,5 @@ async def test_the_snapshot_and_diffs_follow_the_site_default(
     # ... and invisibility still wins over the default.
     await api.aset_status(no_row, "invisible")
     diff = await viewer.receive_json_from(timeout=TIMEOUT)
-    assert diff == {"type": "presence_diff", "presences": {str(no_row.pk): HIDDEN_RECENTLY}}
+    assert diff == {"type": "presence_diff", "presences": {str(no_row.pk): HIDDEN}}
     assert await viewer.receive_nothing(timeout=0.2)

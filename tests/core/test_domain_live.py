@@ -427,8 +427,10 @@ class TestVisiblyDiffers:
         )
         idle = Presence(status=Status.IDLE, last_seen=self.earlier)
         assert domain.visibly_differs(idle, replace(idle, last_seen=self.later)) is False
-        dnd = Presence(status=Status.DND, last_seen=None)
+        # ... but whether it is shown at all is news (a privacy change reaches open views).
+        dnd = Presence(status=Status.DND, last_seen=self.earlier)
         assert domain.visibly_differs(dnd, replace(dnd, last_seen=self.later)) is False
+        assert domain.visibly_differs(dnd, replace(dnd, last_seen=None)) is True
 
     def test_anything_else_counts_while_online(self) -> None:
         before = online(last_seen=self.earlier)

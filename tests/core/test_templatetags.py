@@ -188,8 +188,9 @@ def test_tags_without_a_request_see_as_anonymous(make_user: Callable[..., Any]) 
         a=public,
         b=private,
     )
-    # The private user's last seen is hidden, not its day (APPROXIMATE_LAST_SEEN).
-    private_html = f"{dot_html(private.pk, 'offline')}last seen recently"
+    # The private user's last seen is hidden, and its day too: seen today only (the approximate
+    # last seen counts from the days before today).
+    private_html = f"{dot_html(private.pk, 'offline')}"
     assert html == f"{dot_html(public.pk, 'online')}online|{private_html}|0"
 
 
@@ -217,6 +218,7 @@ def test_last_seen_texts(language: str, make_user: Callable[..., Any]) -> None:
     active(minutes, timedelta(minutes=5, seconds=10), logout=True)
     active(hours, timedelta(hours=2, minutes=59))
     LastSeen.objects.create(user=days, seen_at=NOW - timedelta(days=3, hours=5))
+    active(hidden, timedelta(days=1, hours=1))  # a day before today: its bucket's base
     active(hidden, timedelta(hours=1))
 
     with time_machine.travel(NOW, tick=False), translation.override(language):
@@ -232,11 +234,15 @@ def test_last_seen_is_empty_for_a_stranger_and_escaped(
     settings: Any, make_user: Callable[..., Any]
 ) -> None:
     viewer, target = make_user(), make_user()
-    api.touch(target)
-    assert render("[{% last_seen t %}]", request_for(viewer), t=target) == "[last seen recently]"
-    settings.PRESENCE = {**getattr(settings, "PRESENCE", {}), "APPROXIMATE_LAST_SEEN": False}
-    assert render("[{% last_seen t %}]", request_for(viewer), t=target) == "[]"
-    assert render("[{% last_seen t %}]", request_for(target), t=target) == "[online]"
+    with time_machine.travel(T0 - timedelta(days=1), tick=False):
+        api.touch(target)  # a day before today: the approximate last seen counts from it
+    with time_machine.travel(T0, tick=False):
+        api.touch(target)
+        seen = render("[{% last_seen t %}]", request_for(viewer), t=target)
+        assert seen == "[last seen recently]"
+        settings.PRESENCE = {**getattr(settings, "PRESENCE", {}), "APPROXIMATE_LAST_SEEN": False}
+        assert render("[{% last_seen t %}]", request_for(viewer), t=target) == "[]"
+        assert render("[{% last_seen t %}]", request_for(target), t=target) == "[online]"
 
 
 # --- online_friends -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from presence import announce, api, lifecycle
 from presence.conf import get_settings
-from presence.domain import Device, LastSeenApprox, LiveState, Presence, Status
+from presence.domain import Device, LiveState, Presence, Status
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
 from presence.store import PresenceStore, get_store
 from presence.store.cluster import ClusterRunner
@@ -641,7 +641,7 @@ def test_presence_for_viewers_is_what_each_viewer_may_see(
                 assert result[t.pk][v.pk] == api.bulk_presence([t], v)[t.pk], (t, v)
 
     # Spot checks from the rules themselves (the target is idle, with dnd chosen: dnd wins).
-    recently = LastSeenApprox.RECENTLY  # all a hidden last seen of today shows
+    recently = None  # a hidden last seen of today shows not even the day (none before known)
     assert result[target.pk][contact.pk] == Presence(
         status=Status.DND, devices=("web",), **CUSTOM, last_seen_approx=recently
     )  # last seen only for close friends

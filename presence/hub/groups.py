@@ -105,19 +105,7 @@ class Groups:
         channel = self.channel
         if self.layer is None or channel is None or not groups:
             return
-        turns = [(group, *self._take_turn(group)) for group in groups]
-        call = self.layer.group_discard
-        try:
-            results = await asyncio.gather(
-                *(
-                    self._in_turn(group, before, mine, call, channel)
-                    for group, before, mine in turns
-                ),
-                return_exceptions=True,
-            )
-        finally:
-            for group, _, mine in turns:
-                self._end_turn(group, mine)
+        results = await self._in_turns(groups, self.layer.group_discard, channel)
         failed = [g for g, r in zip(groups, results, strict=True) if isinstance(r, Exception)]
         if failed:
             logger.warning(
@@ -173,18 +161,7 @@ class Groups:
         # join and a leave of one group (a connection subscribing while the last watcher
         # leaves) reach the layer in that order, never the other way round. The layer's calls
         # in flight are limited by announce.layer_call.
-        turns = [(group, *self._take_turn(group)) for group in map(group_name, user_ids)]
-        try:
-            results = await asyncio.gather(
-                *(
-                    self._in_turn(group, before, mine, call, channel)
-                    for group, before, mine in turns
-                ),
-                return_exceptions=True,
-            )
-        finally:
-            for group, _, mine in turns:
-                self._end_turn(group, mine)
+        results = await self._in_turns(list(map(group_name, user_ids)), call, channel)
         for uid, result in zip(user_ids, results, strict=True):
             if isinstance(result, Exception):
                 failed.append(uid)
@@ -202,6 +179,22 @@ class Groups:
             else:
                 self.undiscarded.update((group_name(uid), channel) for uid in failed)
         return failed
+
+    async def _in_turns(self, groups: list[str], call: Any, channel: str) -> list[Any]:
+        """``call`` for each group in its turn, the turns taken in this order before any await;
+        the results, exceptions among them."""
+        turns = [(group, *self._take_turn(group)) for group in groups]
+        try:
+            return await asyncio.gather(
+                *(
+                    self._in_turn(group, before, mine, call, channel)
+                    for group, before, mine in turns
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            for group, _, mine in turns:
+                self._end_turn(group, mine)
 
     def _take_turn(self, group: str) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """A place in ``group``'s queue of joins and leaves (taken when decided, before any

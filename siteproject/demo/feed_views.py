@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from presence import ratelimit, rendering
+from presence import rendering
 from presence.feed import api as feed
 from presence.feed.conf import get_settings
 from presence.feed.models import Activity, Group, Membership
@@ -25,6 +25,7 @@ from siteproject.demo.feed_forms import PostForm
 from siteproject.demo.views import (
     _back,
     member_view,
+    over_write_limit,
     rate_limited_action,
     rate_limited_page,
     refuse_bad_text,
@@ -62,10 +63,8 @@ def following(request: HttpRequest) -> HttpResponse:
     form = PostForm(request.POST or None)
     wait = None
     if request.method == "POST" and form.is_valid():
-        wait = ratelimit.retry_after(me)
-        if wait is not None:
-            form.add_error("text", ratelimit.limited_message(wait))
-        else:
+        wait = over_write_limit(me, form, "text")
+        if wait is None:
             try:
                 feed.post(me, form.cleaned_data["text"])
             except feed.InvalidInput as error:

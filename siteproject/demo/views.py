@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
@@ -215,22 +216,13 @@ def relation_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
 @member_view
 def privacy(request: HttpRequest) -> HttpResponse:
     me = request.user
-    # No row until the user saves: a missing row means the defaults.
-    instance = PrivacySettings.objects.filter(user=me).first() or PrivacySettings(user=me)
-    form = PrivacyForm(request.POST or None, instance=instance)
+    form = PrivacyForm(request.POST or None, instance=_own_privacy(me))
     wait = None
     if request.method == "POST" and form.is_valid():
-        wait = ratelimit.retry_after(me)
-        if wait is not None:
-            form.add_error(None, ratelimit.limited_message(wait))
-        else:
-            form.save()
-            messages.success(request, _("Privacy settings saved."))
+        wait = _save_unless_limited(request, form)
+        if wait is None:
             return redirect("demo:privacy")
-    sharing = SharingForm(owner=me)
-    context = {"form": form, "sharing": sharing, "page_users": [me]}
-    response = render(request, "demo/privacy.html", context)
-    return response if wait is None else rate_limited_page(response, wait)
+    return _privacy_page(request, form, SharingForm(owner=me), wait)
 
 
 @member_view
@@ -241,17 +233,47 @@ def sharing(request: HttpRequest) -> HttpResponse:
     form = SharingForm(request.POST, owner=me)
     wait = None
     if form.is_valid():
-        wait = ratelimit.retry_after(me)
-        if wait is not None:
-            form.add_error(None, ratelimit.limited_message(wait))
-        else:
-            form.save()
-            messages.success(request, _("Privacy settings saved."))
+        wait = _save_unless_limited(request, form)
+        if wait is None:
             return redirect("demo:privacy")
-    instance = PrivacySettings.objects.filter(user=me).first() or PrivacySettings(user=me)
-    context = {"form": PrivacyForm(instance=instance), "sharing": form, "page_users": [me]}
-    response = render(request, "demo/privacy.html", context, status=400 if wait is None else 200)
+    privacy_form = PrivacyForm(instance=_own_privacy(me))
+    return _privacy_page(request, privacy_form, form, wait, status=400 if wait is None else 200)
+
+
+def _own_privacy(user: Any) -> PrivacySettings:
+    # No row until the user saves: a missing row means the defaults.
+    return PrivacySettings.objects.filter(user=user).first() or PrivacySettings(user=user)
+
+
+def _save_unless_limited(request: HttpRequest, form: PrivacyForm | SharingForm) -> int | None:
+    """Save one of the privacy page's forms unless its user is over HTTP_RATE_LIMIT: None once
+    saved, else the seconds to wait (the form then says so)."""
+    wait = over_write_limit(request.user, form)
+    if wait is None:
+        form.save()
+        messages.success(request, _("Privacy settings saved."))
+    return wait
+
+
+def _privacy_page(
+    request: HttpRequest,
+    form: PrivacyForm,
+    sharing: SharingForm,
+    wait: int | None,
+    status: int = 200,
+) -> HttpResponse:
+    context = {"form": form, "sharing": sharing, "page_users": [request.user]}
+    response = render(request, "demo/privacy.html", context, status=status)
     return response if wait is None else rate_limited_page(response, wait)
+
+
+def over_write_limit(user: Any, form: forms.BaseForm, field: str | None = None) -> int | None:
+    """Count one form's write against PRESENCE["HTTP_RATE_LIMIT"]: None when allowed, else the
+    seconds to wait, which the form's ``field`` (or the form itself) then says."""
+    wait = ratelimit.retry_after(user)
+    if wait is not None:
+        form.add_error(field, ratelimit.limited_message(wait))
+    return wait
 
 
 def rate_limited_page(response: HttpResponse, wait: int) -> HttpResponse:
@@ -297,10 +319,8 @@ def status(request: HttpRequest) -> HttpResponse:
     wait = None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        wait = ratelimit.retry_after(me)
-        if wait is not None:
-            form.add_error(None, ratelimit.limited_message(wait))
-        else:
+        wait = over_write_limit(me, form)
+        if wait is None:
             try:
                 api.set_status(
                     me,

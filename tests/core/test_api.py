@@ -427,7 +427,6 @@ def test_reads_survive_a_redis_outage(
     LastSeen.objects.create(user=target, seen_at=persisted)
     api.touch(target)  # online in the real Redis; unreachable below
     caplog.set_level(logging.WARNING, logger="presence")
-    caplog.clear()  # only this outage counts: a node's earlier hiccup is not this test's
     with override_settings(CACHES=DOWN), time_machine.travel(NOW, tick=False):
         for viewer in (friend, target):
             presence = api.get_presence(target, viewer)
@@ -439,7 +438,9 @@ def test_reads_survive_a_redis_outage(
         assert api.bulk_presence([target, friend], friend)[target.pk].last_seen == persisted
         assert async_to_sync(_aget_presence)(target, friend).last_seen == persisted
         assert api.online_friends(friend) == []
-    outage_logs = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    # Only the unreachable Redis counts: switching CACHES closes the real store's clients, and
+    # on the cluster a connection closed under a thread still using it may log a node as well.
+    outage_logs = [r for r in caplog.records if "Redis is unavailable" in r.getMessage()]
     assert len(outage_logs) == 1  # once per outage, not once per read
 
 

@@ -5,6 +5,7 @@ callers (never a redirect to a login page), 403 for a failed CSRF check, 405 for
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -23,10 +24,12 @@ from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, resolution, users
+from presence.api._rooms import room_state
 from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
 from presence.domain.nesting import nests_too_deeply
 from presence.domain.rooms import parse_room
+from presence.store import StoreUnavailable
 
 MAX_IDS = 500
 MAX_BODY_BYTES = 4096
@@ -225,7 +228,8 @@ def status_view(request: HttpRequest) -> HttpResponse:
 def room_view(request: HttpRequest, room: str) -> HttpResponse:
     """``GET rooms/<room>``: ``{"room", "members", "others", "count"}`` as the caller may see
     it, each listed member with its ``name``; 400 for a malformed name, 404 for a kind the site
-    did not declare, 403 where the room's rule refuses. A read counts against
+    did not declare, 403 where the room's rule refuses, 503 while presence's Redis cannot be
+    read (an outage: the room is not shown empty). A read counts against
     ``HTTP_READ_LIMIT`` as the most members it may list (``ROOM_LIST_LIMIT``)."""
     try:
         parse_room(room)
@@ -235,11 +239,26 @@ def room_view(request: HttpRequest, room: str) -> HttpResponse:
     if refused is not None:
         return refused
     try:
-        state = api.room_presence(room, request.user)
+        # Strict: a room Redis could not read is not shown empty (nobody here would be false).
+        state = room_state(room, request.user, strict=True).as_dict()
     except InvalidInput as exc:
         return error(exc.code, exc.message)
     except api.UnknownRoom as exc:
         return error(exc.code, exc.message, status=404)
     except PermissionDenied:
         return error("forbidden", _("You may not see who is in this room."), status=403)
+    except StoreUnavailable:
+        return room_unavailable()
     return JsonResponse({"room": room, **api.with_names(state)})
+
+
+def room_unavailable() -> HttpResponse:
+    """503 ``unavailable``: presence's Redis could not be read (an outage), so who is in the
+    room is unknown; ``Retry-After`` is when presence tries Redis again (RETRY_INTERVAL)."""
+    response = error(
+        "unavailable",
+        _("Who is in this room cannot be read right now; try again shortly."),
+        status=503,
+    )
+    response["Retry-After"] = str(max(1, math.ceil(get_settings().RETRY_INTERVAL)))
+    return response

@@ -36,7 +36,7 @@ from presence.domain.rooms import (
 )
 from presence.models import Block, Contact
 from presence.operations import Call, Operation, Redis, arun, both, call, redis, run
-from presence.store import get_store
+from presence.store import StoreUnavailable, get_store
 from presence.users import viewer_pk
 
 logger = logging.getLogger("presence")
@@ -110,7 +110,9 @@ def viewer_ties(viewer_id: Any) -> tuple[set[UserId], set[UserId]]:
     return contacts, blocked
 
 
-def _room_state(room: Room, viewer: Any) -> Operation[RoomState]:
+def _room_state(room: Room, viewer: Any, strict: bool = False) -> Operation[RoomState]:
+    """``strict``: raise StoreUnavailable when Redis cannot be read (a join must not show the
+    room empty); otherwise the room reads empty then, as get_presence reads offline."""
     conf = get_settings()
     store = get_store()
     viewer_id = viewer_pk(viewer)
@@ -121,6 +123,8 @@ def _room_state(room: Room, viewer: Any) -> Operation[RoomState]:
         store.read_room(room.name, now, SCAN_FACTOR * conf.ROOM_LIST_LIMIT, lookups)
     )
     if read is None:
+        if strict:
+            raise StoreUnavailable("Redis is unavailable: the room could not be read")
         return RoomState(room, {}, 0)  # Redis is unavailable: nobody can be told present
     # Neither listed nor counted: invisible members and members blocked either way.
     excluded = set(read.invisible | (blocked & read.found)) - {viewer_id}
@@ -149,25 +153,27 @@ def _room_state(room: Room, viewer: Any) -> Operation[RoomState]:
     return RoomState(room, members, count - len(members))
 
 
-def room_state(room: Any, viewer: Any) -> RoomState:
+def room_state(room: Any, viewer: Any, *, strict: bool = False) -> RoomState:
     """:func:`room_presence` as a :class:`~presence.domain.rooms.RoomState` (ids as the
-    site's pks), for the live side and the template tag."""
+    site's pks), for the live side and the template tag. ``strict``: StoreUnavailable when
+    Redis cannot be read (the JSON endpoint answers 503), instead of the room read empty."""
     name = parse_room(room)
     if not may_enter(viewer, name):
         raise PermissionDenied(gettext("You may not see who is in this room."))
-    return run(_room_state(name, viewer))
+    return run(_room_state(name, viewer, strict))
 
 
-async def aroom_state(room: Any, viewer: Any) -> RoomState:
+async def aroom_state(room: Any, viewer: Any, *, strict: bool = False) -> RoomState:
     name = parse_room(room)
     if not await amay_enter(viewer, name):
         raise PermissionDenied(gettext("You may not see who is in this room."))
-    return await arun(_room_state(name, viewer))
+    return await arun(_room_state(name, viewer, strict))
 
 
-async def aread_room_state(room: Room, viewer: Any) -> RoomState:
-    """The room as ``viewer`` sees it, without checking the room's rule (the caller did)."""
-    return await arun(_room_state(room, viewer))
+async def aread_room_state(room: Room, viewer: Any, *, strict: bool = False) -> RoomState:
+    """The room as ``viewer`` sees it, without checking the room's rule (the caller did).
+    ``strict``: StoreUnavailable when Redis cannot be read, instead of an empty room."""
+    return await arun(_room_state(room, viewer, strict))
 
 
 def room_presence(room: Any, viewer: Any) -> dict[str, Any]:
@@ -179,7 +185,11 @@ def room_presence(room: Any, viewer: Any) -> dict[str, Any]:
     members present but not listed; invisible members and members blocked either way are
     neither listed nor counted. Raises InvalidInput (``invalid_value``) for a malformed name,
     :class:`UnknownRoom` for a kind the site did not declare, PermissionDenied where the room's
-    rule refuses (anonymous viewers included)."""
+    rule refuses (anonymous viewers included).
+
+    While Redis is unavailable it never raises, as :func:`get_presence` (which reads users
+    offline then): the room reads empty (no member, count 0), and a page renders. The JSON
+    endpoint answers 503 and a WebSocket join ``unavailable`` instead (docs/rooms.md)."""
     return room_state(room, viewer).as_dict()
 
 

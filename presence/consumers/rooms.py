@@ -18,6 +18,7 @@ from presence.consumers.frames import handles
 from presence.consumers.handlers import PresenceFrames
 from presence.domain.protocol import Join, Leave
 from presence.domain.rooms import Room, parse_room
+from presence.store import StoreUnavailable
 
 logger = logging.getLogger("presence")
 
@@ -55,20 +56,35 @@ class RoomFrames(PresenceFrames):
         if not self.attached:
             return
         first = name not in self.rooms
+        before = self.rooms.get(name)
         self.rooms[name] = message.meta
         try:
             await self.hub.rooms.enter(self, name)
             if first and len(self.rooms) == 1:
                 self.rooms_invisible = await events.ais_invisible(self.viewer_id)
-            await events.ajoin_room(
+            written = await events.ajoin_room(
                 self.user, self.connection_id, message.room, message.meta, self.rooms_invisible
             )
-            state = await aread_room_state(message.room, self.user)
-        except BaseException:
+            if written is None:
+                raise StoreUnavailable("Redis is unavailable: the join was not written")
+            state = await aread_room_state(message.room, self.user, strict=True)
+        except BaseException as failure:
             if first:
                 # Nothing of a failed join stays.
                 self.rooms.pop(name, None)
                 await asyncio.shield(self._forget_room(message.room))
+            else:
+                self.rooms[name] = before  # joined before: stays with its meta of then
+            if isinstance(failure, StoreUnavailable):
+                # An outage: the client learns the room could not be read (an empty room_state
+                # would say nobody is here) and may join again once Redis is back.
+                await self.send_error(
+                    "unavailable",
+                    gettext("The room %(room)s cannot be read right now; join again shortly.")
+                    % {"room": name},
+                    room=name,
+                )
+                return
             raise
         self.hub.rooms.show(self, name, state)
         await self.send_json({"type": "room_state", **state.as_dict()})

@@ -1,0 +1,154 @@
+"""Rooms while presence's Redis is unreachable (a real Redis made unreachable: CACHES pointed at
+a port nobody listens on, as tests/core/test_api.py and tests/live/test_hub.py do).
+
+A join is told ``unavailable`` (not an empty room_state, which would say nobody is here), the
+socket stays open and nothing else changes; ``GET rooms/<room>`` answers 503 ``unavailable``;
+``api.room_presence`` never raises, as ``get_presence`` (the room reads empty). Once Redis
+answers again, a join and a read work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.exceptions import PermissionDenied
+from django.test import Client, override_settings
+
+from presence import api
+from presence.models import PrivacySettings
+from tests.live.sockets import BASE, Sockets, assert_silent, heartbeat, new_user, receive
+from tests.live.sockets import sockets as sockets
+from tests.privacy_cases import quiet_login
+from tests.rooms.members import enter
+from tests.rooms.rules import ROOMS
+from tools.redis_server import free_port
+
+ROOM = "post:1"
+#: presence tries an unreachable Redis again after RETRY_INTERVAL (the 503's Retry-After)
+SETTINGS = {**BASE, "ROOMS": ROOMS, "OFFLINE_GRACE": 5, "CONNECTION_TTL": 90}
+
+
+@pytest.fixture(autouse=True)
+def _room_settings(settings: Any) -> None:
+    settings.PRESENCE = dict(SETTINGS)
+
+
+def unreachable_presence_redis(settings: Any) -> override_settings:
+    """Presence's Redis (the cache's) on a port nobody listens on; the channel layer's stays."""
+    caches = {alias: dict(conf) for alias, conf in settings.CACHES.items()}
+    caches["default"]["LOCATION"] = f"redis://127.0.0.1:{free_port()}/0"
+    return override_settings(CACHES=caches)
+
+
+def quiet_outage(caplog: pytest.LogCaptureFixture) -> None:
+    # The outage is logged once (a warning): expected here, not a failure of the test run.
+    caplog.set_level(logging.ERROR, logger="presence")
+
+
+# --- the WebSocket ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+@pytest.mark.pubsub_layer
+async def test_a_join_during_an_outage_is_told_unavailable_and_a_later_join_works(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    alice = await new_user(make_user)
+    socket = await sockets.open(alice)
+    with unreachable_presence_redis(settings):
+        await socket.send_json_to({"type": "join", "room": ROOM, "meta": {"mode": "reading"}})
+        told = await receive(socket)
+        # An error naming the room, not a room_state showing it empty.
+        assert told["type"] == "error" and told["code"] == "unavailable", told
+        assert told["room"] == ROOM and ROOM in told["message"]
+        # The socket stays open and answers what does not need the room.
+        await heartbeat(socket)
+        await socket.send_json_to({"type": "leave", "room": ROOM})  # never joined: a no-op
+        await assert_silent(socket)
+    # Redis answers again: the same join works, on the same socket.
+    await socket.send_json_to({"type": "join", "room": ROOM, "meta": {"mode": "reading"}})
+    state = await receive(socket)
+    assert state["type"] == "room_state" and state["room"] == ROOM, state
+    assert set(state["members"]) == {str(alice.pk)}
+    assert state["members"][str(alice.pk)]["meta"] == {"mode": "reading"}
+    assert (state["others"], state["count"]) == (0, 1)
+    await assert_silent(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_failed_join_leaves_the_connections_other_rooms_as_they_were(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await sync_to_async(PrivacySettings.objects.create)(user=alice, online_visibility="everyone")
+    socket = await sockets.open(alice)
+    await socket.send_json_to({"type": "join", "room": "post:2", "meta": {"mode": "editing"}})
+    assert (await receive(socket))["type"] == "room_state"
+    with unreachable_presence_redis(settings):
+        await socket.send_json_to({"type": "join", "room": ROOM, "meta": None})
+        assert (await receive(socket))["code"] == "unavailable"
+    # Redis answers again: alice is in post:2 (with her meta), and in nothing else.
+    for room, listed in (("post:2", {str(alice.pk)}), (ROOM, set())):
+        seen = await sync_to_async(api.room_presence)(room, bob)
+        assert set(seen["members"]) == listed, (room, seen)
+    seen = await sync_to_async(api.room_presence)("post:2", bob)
+    assert seen["members"][str(alice.pk)]["meta"] == {"mode": "editing"}
+
+
+# --- HTTP and the Python API --------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_endpoint_answers_503_unavailable_during_an_outage(
+    make_user: Callable[..., Any], settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    quiet_outage(caplog)
+    alice = make_user()
+    enter(alice, ROOM)
+    client = Client()
+    quiet_login(client, alice)
+    url = f"/presence/api/rooms/{ROOM}"
+    with unreachable_presence_redis(settings):
+        response = client.get(url)
+        assert response.status_code == 503, response.content
+        assert response["Content-Type"] == "application/json"
+        assert response["Retry-After"] == "2"  # RETRY_INTERVAL (2 s by default), rounded up
+        body = response.json()
+        assert set(body) == {"error"} and body["error"]["code"] == "unavailable"
+        assert body["error"]["message"]
+        # Bad input is still answered as such.
+        assert client.get("/presence/api/rooms/nope:1").status_code == 404
+        assert client.get("/presence/api/rooms/Bad").status_code == 400
+    response = client.get(url)
+    assert response.status_code == 200
+    assert set(response.json()["members"]) == {str(alice.pk)}
+
+
+@pytest.mark.django_db
+def test_room_presence_reads_the_room_empty_during_an_outage_as_get_presence_reads_offline(
+    make_user: Callable[..., Any], settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    quiet_outage(caplog)
+    alice, bob = make_user(), make_user()
+    PrivacySettings.objects.create(user=alice, online_visibility="everyone")
+    enter(alice, ROOM)
+    assert api.room_presence(ROOM, bob)["count"] == 1
+    with unreachable_presence_redis(settings):
+        # Never raises for the outage (a page renders), as get_presence shows alice offline.
+        assert api.room_presence(ROOM, bob) == {
+            "room": ROOM,
+            "members": {},
+            "others": 0,
+            "count": 0,
+        }
+        assert api.get_presence(alice, bob).status == "offline"
+        # What does not need Redis is refused as ever.
+        with pytest.raises(PermissionDenied):
+            api.room_presence(ROOM, None)
+    assert set(api.room_presence(ROOM, bob)["members"]) == {str(alice.pk)}

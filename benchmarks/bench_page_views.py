@@ -322,8 +322,14 @@ def print_py_spy(path: str, top: int = 25) -> None:
     own: dict[str, int] = {}
     inclusive: dict[str, int] = {}
     total = 0
+    kept = Path(path + ".all")
     for name in Path(path).parent.glob(Path(path).name + ".*"):
-        for line in name.read_text().splitlines():
+        if name == kept:
+            continue
+        text = name.read_text()
+        with kept.open("a") as merged:  # the raw stacks, for a closer look (flamegraph.pl)
+            merged.write(text)
+        for line in text.splitlines():
             stack, _, count = line.rpartition(" ")
             frames = [
                 f.rsplit(" (", 1)[0] + " " + f.rsplit("/", 1)[-1].split(":")[0]
@@ -336,7 +342,7 @@ def print_py_spy(path: str, top: int = 25) -> None:
             for frame in set(frames):
                 inclusive[frame] = inclusive.get(frame, 0) + n
         name.unlink()
-    say(f"    py-spy, ours saturated: {total} samples (all threads)")
+    say(f"    py-spy, ours saturated: {total} samples (all threads), stacks in {kept}")
     for title, table in (("own", own), ("inclusive", inclusive)):
         say(f"    by {title} time:")
         for frame, n in sorted(table.items(), key=lambda item: -item[1])[:top]:

@@ -99,8 +99,9 @@ class PresenceFrames(FrameDispatch, Credentials):
                 )
                 % {"total": total, "limit": self.limits.max_subscriptions},
             )
-        # Ids of no user first, at the cost of one query: they join no channel-layer group
-        # (a frame of unknown ids would otherwise cost Redis commands for each).
+        # Ids of no user first, at the cost of one query for ids the process has not found
+        # before: they join no channel-layer group (a frame of unknown ids would otherwise
+        # cost Redis commands for each).
         existing = await relations.aexisting(new)
         known = [uid for uid in new if uid in existing]
         # Watch before reading (relations and live state), so that a change during the read
@@ -118,8 +119,11 @@ class PresenceFrames(FrameDispatch, Credentials):
         finally:
             self.snapshotting.difference_update(known)
         unknown = [uid for uid in new if uid not in presences]
-        # Users deleted since the existence check were watched: leave them again.
-        await self.hub.unwatch(self, [uid for uid in unknown if uid in existing])
+        # Users deleted since the existence check (or since the process found them) were
+        # watched: leave them again, and check them again next time.
+        deleted = [uid for uid in unknown if uid in existing]
+        relations.forget_existing(deleted)
+        await self.hub.unwatch(self, deleted)
         self._forget_spellings(unknown)
         self.sent.update(presences)
         if guessed:

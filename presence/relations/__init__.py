@@ -11,6 +11,7 @@ from presence.relations.rows import (
     FactsAndUsers,
     aexisting,
     aload_with_users,
+    forget_existing,
     load_with_users,
     row_builder,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "aload_pairs",
     "aload_with_users",
     "facts_query",
+    "forget_existing",
     "friend_ids",
     "friends_query",
     "load",

@@ -8,13 +8,16 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
+from django.db import router
 from django.db.models import Case, Exists, IntegerField, OuterRef, Q, Subquery, Sum, Value, When
 
 from presence import domain
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import Block, Contact, PrivacyException, PrivacySettings, privacy_defaults
+from presence.relations import compiled
 from presence.users import viewer_pk as viewer_id
 
 Facts = dict[UserId, tuple[domain.Relation, domain.Choices]]
@@ -198,10 +201,24 @@ def relation_of(
     return relation(tie, blocked, exceptions, hides)
 
 
-def _facts(viewer_pk: UserId | None, rows: Iterable[tuple[Any, ...]], with_own: bool) -> Facts:
+def _facts(viewer_pk: UserId | None, rows: Iterable[Sequence[Any]], with_own: bool) -> Facts:
     return {
         row[0]: (relation_of(viewer_pk, row, row[0], with_own), choices_of(row)) for row in rows
     }
+
+
+def _rows(viewer_pk: UserId | None, target_ids: Collection[UserId]) -> list[Sequence[Any]]:
+    """The rows of :func:`facts_query`, from its SQL compiled once per shape where it can be
+    (presence.relations.compiled). Blocking: the database's thread."""
+    size = compiled.padded_size(len(target_ids))
+    if size is not None:
+        alias = router.db_for_read(get_user_model())
+        shape = compiled.compile_facts(
+            alias, viewer_pk is not None, reciprocal(), size, facts_query
+        )
+        if shape is not None:
+            return compiled.run_compiled(shape, alias, viewer_pk, target_ids)
+    return list(facts_query(viewer_pk, target_ids))
 
 
 def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
@@ -209,13 +226,9 @@ def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     if not target_ids:
         return {}
     viewer_pk = viewer_id(viewer)
-    with_own = reciprocal()
-    return _facts(viewer_pk, facts_query(viewer_pk, target_ids), with_own)
+    return _facts(viewer_pk, _rows(viewer_pk, target_ids), reciprocal())
 
 
 async def aload(viewer: Any, target_ids: Collection[UserId]) -> Facts:
-    if not target_ids:
-        return {}
-    viewer_pk = viewer_id(viewer)
-    with_own = reciprocal()
-    return _facts(viewer_pk, [row async for row in facts_query(viewer_pk, target_ids)], with_own)
+    """:func:`load` in one hop to the database's thread."""
+    return await sync_to_async(load)(viewer, target_ids) if target_ids else {}

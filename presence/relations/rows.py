@@ -218,9 +218,29 @@ async def aload_with_users(viewer: Any, target_ids: Collection[UserId]) -> Facts
     return _facts_and_users(viewer_pk, attnames, raw, query.db)
 
 
+#: ids this process has found to be users' (aexisting), at most KNOWN_IDS of them: users are
+#: seldom deleted, and a deleted one's id is caught by the snapshot read after the check, which
+#: leaves it out (the consumer then calls forget_existing)
+_known: dict[Any, None] = {}
+KNOWN_IDS = 65536
+
+
 async def aexisting(target_ids: Collection[Any]) -> set[UserId]:
-    """Which of these ids are users' (one query)."""
-    if not target_ids:
-        return set()
-    query = get_user_model()._default_manager.filter(pk__in=target_ids).values_list("pk", flat=True)
-    return {pk async for pk in query}
+    """Which of these ids are users' (one query for those not found before in this process, none
+    when all were: a page view's socket subscribes to users the process's other sockets did)."""
+    found = {pk for pk in target_ids if pk in _known}
+    asked = [pk for pk in target_ids if pk not in found]
+    if not asked:
+        return found
+    query = get_user_model()._default_manager.filter(pk__in=asked).values_list("pk", flat=True)
+    new = {pk async for pk in query}
+    if len(_known) + len(new) > KNOWN_IDS:
+        _known.clear()
+    _known.update(dict.fromkeys(new))
+    return found | new
+
+
+def forget_existing(target_ids: Iterable[Any]) -> None:
+    """Ids found to be no user's after all (deleted since :func:`aexisting` found them)."""
+    for pk in target_ids:
+        _known.pop(pk, None)

@@ -12,7 +12,7 @@ import pytest
 import time_machine
 from asgiref.sync import sync_to_async
 
-from presence import api
+from presence import api, relations
 from presence.models import LastSeen, UserStatus
 from tests.clock import at
 from tests.ids import missing_id, wire_id
@@ -151,3 +151,22 @@ async def test_ids_the_sites_pk_cannot_be_are_refused_and_change_nothing(
     assert await receive(watcher) == error("invalid_value", f"{bad!r} is not a user id.")
     assert subscriptions() == {}
     assert await subscribe(watcher) == state({})
+
+
+async def test_a_user_deleted_after_a_socket_found_them_is_unknown_to_the_next(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # The process remembers which ids are users' (no existence query for the next page's
+    # socket); the snapshot catches one deleted since, which is then forgotten.
+    viewer, kept, gone = [await new_user(make_user) for _ in range(3)]
+    first = await sockets.open(viewer)
+    assert await subscribe(first, kept, gone) == state({kept.pk: HIDDEN, gone.pk: HIDDEN})
+    gone_pk = gone.pk
+    assert gone_pk in relations.rows._known
+    await sync_to_async(gone.delete)()
+    second = await sockets.open(viewer)
+    await second.send_json_to({"type": "subscribe", "users": [wire_id(kept), wire_id(gone_pk)]})
+    assert await receive(second) == state({kept.pk: HIDDEN})
+    assert (await receive(second))["code"] == "unknown_users"
+    assert gone_pk not in relations.rows._known
+    assert subscriptions() == {kept.pk: 2, gone_pk: 1}

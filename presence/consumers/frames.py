@@ -12,6 +12,7 @@ from typing import Any, ClassVar, TypeVar
 from django.utils.translation import gettext
 
 from presence import announce, domain, extensions, metrics
+from presence.conf import get_settings
 from presence.consumers.limits import (
     ANSWER_BYTES_PER_FRAME,
     CLOSE_RATE_LIMITED,
@@ -25,6 +26,17 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 #: the attribute :func:`handles` marks a method with
 _HANDLES = "_presence_handles"
+
+#: heartbeat frames as clients spell them (presence.js' JSON.stringify, Python's json.dumps),
+#: parsed once: most frames a process handles are these, and most change nothing
+_HEARTBEATS: dict[str, domain.Heartbeat] = {
+    text: domain.Heartbeat(state)
+    for state in domain.HeartbeatState
+    for text in (
+        f'{{"type":"heartbeat","state":"{state.value}"}}',
+        f'{{"type": "heartbeat", "state": "{state.value}"}}',
+    )
+}
 
 
 def handles(*frame_types: type) -> Callable[[Method], Method]:
@@ -62,6 +74,12 @@ class FrameDispatch(Sending):
         if not self.rate.allow(arrived):
             await self.rate_limited()
             return
+        beat = _HEARTBEATS.get(text_data) if text_data is not None else None
+        if beat is not None and self._beats_quietly(beat, arrived):
+            # Handled here, without a parse or a handler's coroutines: it writes nothing,
+            # answers nothing and announces nothing (the heartbeat handler would return).
+            metrics.frame_received(beat)
+            return
         answered = [0]
         counting = answer_bytes.set(answered)
         try:
@@ -80,6 +98,19 @@ class FrameDispatch(Sending):
         extra = answered[0] // ANSWER_BYTES_PER_FRAME
         if extra and self.attached:
             self.rate.charge(time.time(), extra)
+
+    def _beats_quietly(self, beat: domain.Heartbeat, now: float) -> bool:
+        """Whether the heartbeat handler would do nothing with ``beat``: its idle state is the
+        one written, its last write is within half a HEARTBEAT_INTERVAL (the connection is
+        recorded alive for CONNECTION_TTL anyway), and no session check is due."""
+        return (
+            (beat.state is domain.HeartbeatState.IDLE) == self.idle
+            and now - self.written_at < self.heartbeat_interval / 2
+            and (
+                self.credential is None
+                or now - self.session_checked < get_settings().SESSION_CHECK_INTERVAL
+            )
+        )
 
     async def _answer(self, text_data: str | None) -> None:
         try:

@@ -5,6 +5,7 @@ Helpers: tests/live/sockets.py.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ import time_machine
 from asgiref.sync import sync_to_async
 from django.apps import apps
 
-from presence import api
+from presence import api, domain
 from presence.conf import get_settings
 from presence.models import Contact, LastSeen, PrivacySettings
 from presence.store import get_store
@@ -161,6 +162,39 @@ async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_int
     assert await store.async_client.zscore(store.user_due_key(user.pk), redis_member(user)) == (
         at(interval - 1).timestamp() + 1 + get_settings().CONNECTION_TTL
     )
+
+
+async def test_a_heartbeat_that_changes_nothing_is_not_even_parsed(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Most frames a process handles are heartbeats within half an interval of the last
+    write: known spellings of them are handled on arrival (no parse, no handler), and the
+    frames that do something still reach the handler."""
+    user = await new_user(make_user)
+    tab = await sockets.open(user)
+    parsed: list[str | None] = []
+    parse = domain.parse_frame
+
+    def counting(text: str | None, *args: Any) -> Any:
+        parsed.append(text)
+        return parse(text, *args)
+
+    monkeypatch.setattr(domain, "parse_frame", counting)
+    clock.shift(1)
+    await tab.send_to(text_data='{"type":"heartbeat","state":"active"}')  # presence.js
+    await heartbeat(tab)  # json.dumps' spelling; then an answered subscribe
+    assert [json.loads(text or "")["type"] for text in parsed] == ["subscribe"]
+    parsed.clear()
+    await heartbeat(tab, "idle")  # a change: parsed, handled and written
+    assert [json.loads(text or "")["type"] for text in parsed] == ["heartbeat", "subscribe"]
+    assert (await api.aget_presence(user, user)).status == "idle"
+    parsed.clear()
+    await tab.send_to(text_data='{"state":"idle","type":"heartbeat"}')  # another spelling
+    await heartbeat(tab, "idle")
+    assert [json.loads(text or "")["type"] for text in parsed] == ["heartbeat", "subscribe"]
 
 
 async def test_a_sites_own_graph_kept_in_sync_by_the_recipe_reaches_open_sockets(

@@ -282,8 +282,11 @@ def _snapshot(
     # Judged as of the start of the read (see resolution.is_news).
     now = resolution.now()
     # Redis and the database at once (ids of no user cost Redis nothing: they are not there).
+    # Every user's state, as read() gives it (since 0: none left out), in one script call
+    # instead of two ZMSCOREs per bucket: 100 commands for a page of 50 people, whose packing
+    # and parsing cost more than the read.
     facts, live = yield from both(
         Call(relations.load, (viewer, ids), relations.aload),
-        Redis(store.read(ids), live=True),
+        Redis(store.read_recent(ids, 0), live=True),
     )
     return resolution.resolve_all(facts, live, now), live is None

@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 
 from presence import api, relations
 from presence.models import LastSeen, UserStatus
+from presence.store import get_store
 from tests.clock import at
 from tests.ids import missing_id, wire_id
 from tests.live.sockets import (
@@ -170,3 +171,36 @@ async def test_a_user_deleted_after_a_socket_found_them_is_unknown_to_the_next(
     assert (await receive(second))["code"] == "unknown_users"
     assert gone_pk not in relations.rows._known
     assert subscriptions() == {kept.pk: 2, gone_pk: 1}
+
+
+async def test_a_snapshot_reads_redis_in_one_command_and_as_bulk_presence_does(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Users in as many buckets as they are: the read used to be two ZMSCOREs per bucket.
+    viewer = await new_user(make_user)
+    targets = [await new_user(make_user) for _ in range(12)]
+    for n, target in enumerate(targets):
+        if n % 3:
+            await lets_see(target, viewer)
+        if n % 2:
+            await sockets.open(target)
+    await sync_to_async(api.sign_off)(targets[3])
+    watcher = await sockets.open(viewer)
+    store = get_store()
+    sizes: list[int] = []
+    real = store.arun
+
+    async def counting(plan: Any, *, live: bool = False) -> Any:
+        sizes.append(len(plan.commands))
+        return await real(plan, live=live)
+
+    monkeypatch.setattr(store, "arun", counting)
+    snapshot = await subscribe(watcher, *targets)
+    monkeypatch.undo()
+    # One script call (one per master holding them on a cluster), nothing else.
+    assert len(sizes) == 1 and sizes[0] <= 3
+    expected = await sync_to_async(api.bulk_presence)([t.pk for t in targets], viewer)
+    assert snapshot == state({pk: p.as_dict() for pk, p in expected.items()})

@@ -1,9 +1,17 @@
-"""The load test's rooms (tools/loadtest/rooms.py), free of I/O: a client's view of a room
-from room_state and room_diff, leaks of hidden users, who joins which room."""
+"""The load test's rooms (tools/loadtest/rooms.py): a client's view of a room from room_state
+and room_diff, leaks of hidden and blocked users, who joins which room (free of I/O); room keys
+left in a real Redis, found by the key scheme's own names."""
 
 from __future__ import annotations
 
-from tools.loadtest.rooms import BIG, KIND, RoomViews, assign
+from typing import Any
+
+import pytest
+import redis
+
+from presence.store.keys import KeyScheme
+from tools.loadtest import rooms as loadtest_rooms
+from tools.loadtest.rooms import BIG, KIND, RoomViews, assign, leftover_keys
 
 
 def test_a_view_is_its_state_with_each_diff_applied() -> None:
@@ -11,13 +19,13 @@ def test_a_view_is_its_state_with_each_diff_applied() -> None:
     views.reset(["lobby:1"])
     assert views.pending == {"lobby:1"}
     # A diff before the room's state is dropped: the state follows and includes it.
-    views.apply({"type": "room_diff", "room": "lobby:1", "joins": {"9": {}}}, 1, set())
+    views.apply({"type": "room_diff", "room": "lobby:1", "joins": {"9": {}}}, 1, set(), set())
     assert views.snapshot() == {}
     state = {"type": "room_state", "room": "lobby:1", "members": {"1": {}, "2": {}}}
-    views.apply({**state, "others": 3, "count": 5}, 1, set())
+    views.apply({**state, "others": 3, "count": 5}, 1, set(), set())
     assert views.pending == set()
     diff = {"type": "room_diff", "room": "lobby:1", "joins": {"4": {}}, "leaves": ["2"]}
-    views.apply({**diff, "others": 2, "count": 4}, 1, set())
+    views.apply({**diff, "others": 2, "count": 4}, 1, set(), set())
     assert views.snapshot() == {"lobby:1": (frozenset({"1", "4"}), 2, 4)}
 
 
@@ -25,11 +33,11 @@ def test_a_hidden_user_listed_to_someone_else_is_a_leak() -> None:
     views = RoomViews()
     views.reset(["lobby:1"])
     state = {"type": "room_state", "room": "lobby:1", "members": {"1": {}, "7": {}}}
-    assert views.apply({**state, "others": 0, "count": 2}, 1, {7}) == [7]
+    assert views.apply({**state, "others": 0, "count": 2}, 1, {7}, set()) == [7]
     # Oneself is never a leak, nor a hidden user counted in others only.
-    assert views.apply({**state, "others": 0, "count": 2}, 7, {7}) == []
+    assert views.apply({**state, "others": 0, "count": 2}, 7, {7}, set()) == []
     diff = {"type": "room_diff", "room": "lobby:1", "joins": {}, "leaves": [], "others": 1}
-    assert views.apply({**diff, "count": 3}, 1, {7}) == []
+    assert views.apply({**diff, "count": 3}, 1, {7}, set()) == []
 
 
 def test_a_share_of_the_connections_join_a_room_many_of_them_the_big_one() -> None:
@@ -40,3 +48,32 @@ def test_a_share_of_the_connections_join_a_room_many_of_them_the_big_one() -> No
     assert 0.35 < sum(r == [BIG] for r in joined) / len(joined) < 0.65
     assert rooms == [assign(index, share=0.3) for index in range(2000)]  # the same every run
     assert not any(assign(index, share=0) for index in range(100))  # off: no rooms
+
+
+def test_a_user_a_seeded_block_stands_between_listed_is_a_leak_both_ways() -> None:
+    views = RoomViews()
+    views.reset(["lobby:1"])
+    state = {"type": "room_state", "room": "lobby:1", "members": {"1": {}, "5": {}}}
+    blocked = {(1, 5), (5, 1)}
+    assert views.apply({**state, "others": 0, "count": 2}, 1, set(), blocked) == [5]
+    assert views.apply({**state, "others": 0, "count": 2}, 5, set(), blocked) == [1]
+    assert views.apply({**state, "others": 0, "count": 2}, 1, set(), set()) == []
+
+
+def test_rooms_are_in_the_population_by_default() -> None:
+    assert pytest.approx(0.3) == loadtest_rooms.SHARE  # LOADTEST_ROOMS unset in the tests
+    assert any(assign(index) for index in range(100))
+
+
+@pytest.mark.django_db
+def test_room_keys_left_in_redis_are_found_by_the_key_schemes_names(
+    redis_client: redis.Redis, settings: Any
+) -> None:
+    from presence.conf import get_settings
+
+    scheme = KeyScheme(get_settings())
+    assert leftover_keys([redis_client]) == {"room keys": 0, "room schedule entries": 0}
+    redis_client.set(scheme.room_key("lobby:big", "n"), "1")
+    redis_client.zadd(scheme.room_schedules()[0], {"lobby:big": 1})
+    redis_client.set(f"{get_settings().KEY_PREFIX}:{{7}}:seen", "1")  # not a room's
+    assert leftover_keys([redis_client]) == {"room keys": 1, "room schedule entries": 1}

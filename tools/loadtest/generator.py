@@ -178,6 +178,12 @@ class Client:
         self.next_beat = time.time() + gen.spec.heartbeat_interval
         await self.beat()
 
+    async def join_later(self, room: str, delay: float) -> None:
+        ws = self.ws
+        await asyncio.sleep(delay)
+        if ws is not None and self.ws is ws and not self.closing and not self.gen.stopping:
+            await self.send({"type": "join", "room": room, "meta": None})
+
     async def send(self, frame: dict[str, Any]) -> None:
         ws = self.ws
         if ws is None or self.closing:
@@ -213,12 +219,19 @@ class Client:
     def receive(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
         if kind in ("room_state", "room_diff"):
-            for leaked in self.room_views.apply(frame, self.spec.user, self.gen.spec.hidden):
+            spec = self.gen.spec
+            for leaked in self.room_views.apply(
+                frame, self.spec.user, spec.hidden, spec.blocked_pairs
+            ):
                 self.gen.stats.leaks.append((time.time(), self.spec.user, leaked, ("room",) * 6))  # type: ignore[arg-type]
             return
         if kind not in ("presence_state", "presence_diff"):
             if kind == "error":
                 self.gen.stats.exceptions.append((time.time(), f"error frame: {frame}"))
+                if frame.get("code") == "unavailable" and frame.get("room") in self.spec.rooms:
+                    # The room could not be read (Redis down or every pooled connection busy):
+                    # joined again shortly, as the error asks; the view stays pending till then.
+                    self.gen.spawn(self.join_later(str(frame["room"]), 1 + random.random()))
             return
         now = time.time()
         viewer = self.spec.user

@@ -232,6 +232,8 @@ class RelationChanges(threading.Thread):
         self.own_blocks: list[tuple[int, int]] = []
         self.counts = {"follow": 0, "unfollow": 0, "block": 0, "unblock": 0, "privacy": 0}
         self.failures: list[str] = []
+        #: (time, kind, pk a, pk b) of every change made: to explain a view found wrong
+        self.log: list[tuple[float, str, int, int]] = []
 
     def pause(self) -> None:
         self.paused.set()
@@ -290,6 +292,7 @@ class RelationChanges(threading.Thread):
                 a, b = self.own_blocks.pop(0)
                 api.unblock(self.pks[a], self.pks[b])
                 self.counts["unblock"] += 1
+                self.log.append((time.time(), "unblock", self.pks[a], self.pks[b]))
                 return
             api.block(self.pks[a], self.pks[b])
             self.own_blocks.append((a, b))
@@ -305,3 +308,4 @@ class RelationChanges(threading.Thread):
                 },
             )
         self.counts[kind] += 1
+        self.log.append((time.time(), kind, self.pks[a], self.pks[b]))

@@ -1,16 +1,20 @@
 """Rooms in the load test (issue 25): a share of the connections join a room ("lobby:big", which
-many join, or one of a few small ones) when they open, and keep the room's view they were sent
-(``room_state``, then each ``room_diff``). At the final check each view is compared with
-``presence.api.room_presence`` for that viewer: the members listed (as a set: the order past
-the viewer's contacts is by join time), ``others`` and ``count``. A hidden user (no one may ever
-see them) listed to anyone else is a leak, counted at once.
+many join, or one of a few small ones) when they open (and again after each reload), and keep
+the room's view they were sent (``room_state``, then each ``room_diff``). At every checkpoint
+and at the final check each view is compared with ``presence.api.room_presence`` for that
+viewer: the members listed (as a set: the order past the viewer's contacts is by join time),
+``others`` and ``count``, exactly. A hidden user (no one may ever see them) or a user a seeded
+block stands between listed to anyone else is a leak, counted at once, in the client's frames
+and in the oracle's answer alike. Once every client has left and ``presence_cleanup`` ran,
+:func:`leftover_keys` finds every room key still in Redis (the key scheme's own names): any is
+an orphan, and fails the run.
 
 The hooks: ``ClientSpec.rooms`` (run.plan_clients), the client's ``room_views`` (generator),
-the generators' ``room_views`` command, and :func:`check` after the final checkpoint.
+the generators' ``room_views`` command, :func:`check` at the checkpoints and the final check,
+:func:`leftover_keys` in run.orphans.
 
-Opt-in for now: ``LOADTEST_ROOMS=0.3 make loadtest`` puts that share of the connections in
-rooms (default 0: none, so the capacity figures of earlier runs stay comparable). It has only
-run on a machine saturated by other work, where presence's own views were late too.
+By default 30 % of the connections are in rooms, in --quick too; ``LOADTEST_ROOMS=0.5`` sets
+another share, ``LOADTEST_ROOMS=0`` leaves rooms out (presence alone, as runs before rooms).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ BIG = f"{KIND}:big"
 SMALL = 5
 #: share of the connections in a room (LOADTEST_ROOMS; 0: rooms are left out); of those, the
 #: share in the big one
-SHARE = float(os.environ.get("LOADTEST_ROOMS") or 0)
+SHARE = float(os.environ.get("LOADTEST_ROOMS") or 0.3)
 BIG_SHARE = 0.5
 
 #: what a view of a room is compared by: the members listed, others, count
@@ -61,8 +65,15 @@ class RoomViews:
         self.views = {}
         self.pending = set(rooms)
 
-    def apply(self, frame: dict[str, Any], viewer: int, hidden: set[int]) -> list[int]:
-        """Apply a room frame; the hidden users it lists (leaks)."""
+    def apply(
+        self,
+        frame: dict[str, Any],
+        viewer: int,
+        hidden: set[int],
+        blocked_pairs: set[tuple[int, int]],
+    ) -> list[int]:
+        """Apply a room frame; the users it lists that this viewer may never see (leaks): the
+        hidden ones and those a seeded block stands between (both ways in ``blocked_pairs``)."""
         room = frame.get("room")
         if not isinstance(room, str):
             return []
@@ -81,13 +92,20 @@ class RoomViews:
             "count": int(frame.get("count") or 0),
         }
         listed = (frame.get("members") or frame.get("joins") or {}).keys()
-        return [int(m) for m in listed if int(m) != viewer and int(m) in hidden]
+        return [int(m) for m in listed if never_shown(viewer, int(m), hidden, blocked_pairs)]
 
     def snapshot(self) -> dict[str, RoomTuple]:
         return {
             room: (frozenset(view["members"]), view["others"], view["count"])
             for room, view in self.views.items()
         }
+
+
+def never_shown(
+    viewer: int, member: int, hidden: set[int], blocked_pairs: set[tuple[int, int]]
+) -> bool:
+    """Whether listing ``member`` to ``viewer`` is a leak whatever else happened in the run."""
+    return member != viewer and (member in hidden or (viewer, member) in blocked_pairs)
 
 
 def expected(viewers: Iterable[int], rooms: Mapping[int, Iterable[str]]) -> dict[Any, RoomTuple]:
@@ -108,16 +126,30 @@ def expected(viewers: Iterable[int], rooms: Mapping[int, Iterable[str]]) -> dict
 @dataclass
 class RoomCheck:
     views: int = 0
+    #: views differing at the first comparison (the last changes still being coalesced)
+    first_wrong: int = 0
     wrong: int = 0
+    #: members listed by the oracle (room_presence) that the viewer may never see
+    oracle_leaks: int = 0
     examples: list[tuple[int, str, RoomTuple, RoomTuple]] = field(default_factory=list)
     converged_in: float | None = None
+    #: by room: the members present as the oracle counts them for one viewer (the largest
+    #: count any viewer of it saw), for the summary's figures
+    sizes: dict[str, int] = field(default_factory=dict)
 
 
-def compare(views: Iterable[RoomViewsOf]) -> RoomCheck:
+def compare(
+    views: Iterable[RoomViewsOf], hidden: set[int], blocked_pairs: set[tuple[int, int]]
+) -> RoomCheck:
     views = list(views)
     rooms = {viewer: list(shown) for _, viewer, shown in views}
     truth = expected(rooms, rooms)
     result = RoomCheck()
+    for (viewer, room), (listed, _others, count) in truth.items():
+        result.oracle_leaks += sum(
+            1 for member in listed if never_shown(viewer, int(member), hidden, blocked_pairs)
+        )
+        result.sizes[room] = max(result.sizes.get(room, 0), count)
     for _, viewer, shown in views:
         for room, view in shown.items():
             result.views += 1
@@ -129,12 +161,21 @@ def compare(views: Iterable[RoomViewsOf]) -> RoomCheck:
     return result
 
 
-def check(ask_views: Callable[[], Iterable[RoomViewsOf]], bound: float) -> RoomCheck:
+def check(
+    ask_views: Callable[[], Iterable[RoomViewsOf]],
+    bound: float,
+    hidden: set[int],
+    blocked_pairs: set[tuple[int, int]],
+) -> RoomCheck:
     """Compare every client's room views with the oracle until they agree or ``bound``
     seconds have passed (the last joins and leaves of the run are still being coalesced)."""
     started = time.monotonic()
+    first: RoomCheck | None = None
     while True:
-        result = compare(ask_views())
+        result = compare(ask_views(), hidden, blocked_pairs)
+        first = first or result
+        result.first_wrong = first.wrong
+        result.oracle_leaks = max(result.oracle_leaks, first.oracle_leaks)
         if not result.wrong:
             result.converged_in = time.monotonic() - started
             return result
@@ -143,16 +184,98 @@ def check(ask_views: Callable[[], Iterable[RoomViewsOf]], bound: float) -> RoomC
         time.sleep(0.5)
 
 
-def report(result: RoomCheck) -> str:
+def report(result: RoomCheck, label: str = "final") -> str:
     converged = "n/a" if result.converged_in is None else f"{result.converged_in:.1f} s"
     line = (
-        f"loadtest: rooms: {result.views} room views, {result.wrong} wrong "
-        f"(converged in {converged})"
+        f"loadtest: rooms ({label}): {result.views} room views, {result.first_wrong} differing "
+        f"at first, {result.wrong} wrong (converged in {converged}), "
+        f"{result.oracle_leaks} oracle leaks"
     )
     for viewer, room, shown, right in result.examples if result.wrong else []:
         line += (
             f"\nloadtest:   wrong: viewer {viewer} room {room}: shown "
             f"{len(shown[0])} listed/{shown[1]} others/{shown[2]}, oracle "
-            f"{len(right[0])}/{right[1]}/{right[2]}"
+            f"{len(right[0])}/{right[1]}/{right[2]}; listed only in the view "
+            f"{sorted(shown[0] - right[0])}, only by the oracle {sorted(right[0] - shown[0])}"
         )
     return line
+
+
+def diagnose(result: RoomCheck, changes: list[tuple[float, str, int, int]]) -> str:
+    """For the wrong views' differing members: how the oracle sees them now, their privacy,
+    and the harness's relation changes that touched them (a view that missed one of those
+    points at that kind of change)."""
+    from presence import api
+    from presence.models import PrivacySettings
+
+    lines = []
+    for viewer, room, shown, right in result.examples:
+        for member in sorted(shown[0] ^ right[0]):
+            uid = int(member)
+            presence = api.get_presence(uid, viewer)
+            privacy = PrivacySettings.objects.filter(user_id=uid).values_list(
+                "online_visibility", "invisible"
+            )
+            touched = [
+                f"{kind} {a}->{b} at -{time.time() - at:.1f} s"
+                for at, kind, a, b in changes
+                if uid in (a, b)
+            ]
+            where = "only in the view" if member in shown[0] else "only by the oracle"
+            lines.append(
+                f"loadtest:   viewer {viewer} room {room} member {uid}: listed {where}; oracle "
+                f"presence {presence.status}, privacy {list(privacy)}; changes {touched}"
+            )
+    return "\n".join(lines)
+
+
+def row(result: RoomCheck, joined: int, connections: int) -> str:
+    """The summary's figures of the rooms at the final check."""
+    big = result.sizes.get(BIG, 0)
+    small = sorted(count for room, count in result.sizes.items() if room != BIG)
+    converged = "n/a" if result.converged_in is None else f"{result.converged_in:.1f} s"
+    return (
+        f"{joined} of {connections} connections ({joined / max(1, connections):.0%}); "
+        f"{BIG} {big} present, {len(small)} small rooms "
+        f"{'/'.join(str(c) for c in small) or '-'}; {result.views} views, "
+        f"{result.first_wrong} differing at first, {result.wrong} wrong (converged in "
+        f"{converged})"
+    )
+
+
+# --- no room key left behind ------------------------------------------------------------------
+
+
+def key_patterns() -> tuple[list[str], list[str]]:
+    """From the key scheme itself (presence.store.keys): glob patterns matching every room's
+    keys, and the room schedules' keys (which may stay, but empty)."""
+    from presence.conf import get_settings
+    from presence.store.keys import KeyScheme
+
+    scheme = KeyScheme(get_settings())
+    # A room name of "*" makes the scheme's own names into patterns (the hash tag's braces
+    # are plain characters to SCAN's MATCH); every part of a room, whatever its name.
+    patterns = {scheme.room_key("*", "*")}
+    return sorted(patterns), list(scheme.room_schedules())
+
+
+def leftover_keys(nodes: Iterable[Any], quiet: bool = False) -> dict[str, int]:
+    """Room keys still in Redis (``nodes``: a client per server, the masters of a cluster):
+    ``{"room keys": n, "room schedule entries": m}``, with a few of their names printed."""
+    patterns, schedules = key_patterns()
+    found = {"room keys": 0, "room schedule entries": 0}
+    names: list[str] = []
+    for node in nodes:
+        for pattern in patterns:
+            for key in node.scan_iter(match=pattern, count=1000):
+                found["room keys"] += 1
+                if len(names) < 5:
+                    names.append(key if isinstance(key, str) else key.decode())
+        for schedule in schedules:
+            try:
+                found["room schedule entries"] += int(node.zcard(schedule))
+            except Exception:  # another master's slot on a cluster: that master counts it
+                continue
+    if names and not quiet:
+        print(f"loadtest: room keys left behind, e.g. {names}", flush=True)
+    return found

@@ -69,7 +69,11 @@ class Run:
         #: views not right after the reconnect storm (--storm)
         self.storm_wrong = 0
         self.signal_check = signals.SignalCheck()
-        self.rooms_wrong = 0  # room views still wrong at the final check (rooms.py)
+        #: room views still wrong at a checkpoint or the final check, and members the oracle
+        #: listed to a viewer who may never see them (rooms.py)
+        self.rooms_wrong = 0
+        self.rooms_leaked = 0
+        self.rooms_row = ""
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -294,9 +298,9 @@ class Run:
             self.load_ended_at = time.time()
             final = self.checkpoint(sample=None, final=True)
             if rooms.SHARE:
-                room_check = rooms.check(self.room_views, config.CONVERGENCE_BOUND)
-                print(rooms.report(room_check), flush=True)
-                self.rooms_wrong = room_check.wrong
+                room_check = self.check_rooms("final")
+                joined = sum(1 for index in range(self.sizes.connections) if rooms.assign(index))
+                self.rooms_row = rooms.row(room_check, joined, self.sizes.connections)
             beats_lost, beats_checked = self.lost_heartbeats()
         finally:
             relations.stop()
@@ -380,10 +384,22 @@ class Run:
             )
         if check.wrong:
             print(f"loadtest:   {check.diagnosis}", flush=True)
+        if rooms.SHARE and not final:
+            self.check_rooms("checkpoint")  # while the behaviours are still paused
         if not final:
             self.relations.resume()
             self.generators.ask("resume")
         return check
+
+    def check_rooms(self, label: str) -> rooms.RoomCheck:
+        """Every client's room views against room_presence (behaviours paused)."""
+        result = rooms.check(self.room_views, config.CONVERGENCE_BOUND, self.hidden, self.blocked)
+        print(rooms.report(result, label), flush=True)
+        if result.wrong:
+            print(rooms.diagnose(result, self.relations.log), flush=True)
+        self.rooms_wrong += result.wrong
+        self.rooms_leaked += result.oracle_leaks
+        return result
 
     def room_views(self) -> list[rooms.RoomViewsOf]:
         return [view for part in self.generators.ask("room_views") for view in part]
@@ -485,6 +501,8 @@ class Run:
                         if score > 0 and (score // 32 + config.ONLINE_WINDOW > now or score & 16):
                             found["seen online"] += 1
             node.close()
+        if rooms.SHARE:
+            found.update(self.room_leftovers())
         killed = self.faults.killed_prefixes if self.faults is not None else set()
         left_by_killed = 0
         for server in self.servers.layer:
@@ -505,6 +523,42 @@ class Run:
                 flush=True,
             )
         return found
+
+    def room_leftovers(self) -> dict[str, int]:
+        """Once everyone left (the sweeps had their time): presence_cleanup runs as an operator
+        would, then every room key still in Redis is an orphan (docs/rooms.md: a room whose
+        last member left has no key left)."""
+        import io
+
+        import redis
+        from django.core.management import call_command
+
+        if self.servers.cluster:
+            nodes = [redis.Redis(port=n.port) for n in self.servers.cluster.nodes if n.running]
+        else:
+            nodes = [redis.Redis.from_url(self.servers.redis_url)]
+        try:
+            # What the hubs' sweeps left (told, not counted: the cleanup is the backstop)...
+            swept = rooms.leftover_keys(nodes, quiet=True)
+            call_command("presence_cleanup", stdout=io.StringIO())
+            # ... and what even the cleanup left: orphans.
+            left = rooms.leftover_keys(nodes)
+        finally:
+            for node in nodes:
+                node.close()
+        print(
+            "loadtest: room keys once everyone left: "
+            + ", ".join(f"{k} {v}" for k, v in swept.items())
+            + " before presence_cleanup, "
+            + ", ".join(f"{k} {v}" for k, v in left.items())
+            + " after it",
+            flush=True,
+        )
+        self.rooms_row += (
+            f"; room keys after all left: {swept['room keys']} before presence_cleanup, "
+            f"{left['room keys']} after"
+        )
+        return left
 
     def scan_logs(self) -> LogScan:
         scan = LogScan()
@@ -580,6 +634,7 @@ class Run:
         errors += len(self.relations.failures)
         wrong = final.wrong + sum(c.wrong for c in checks if c is not None)
         leaked = len(stats.leaks) + final.oracle_leaks + sum(c.oracle_leaks for c in checks)
+        leaked += self.rooms_leaked
         frames = (during.frames_sent + during.frames_received) - (
             before.frames_sent + before.frames_received
         )
@@ -647,6 +702,8 @@ class Run:
                 f"{final.first_wrong} differing at first, {final.wrong} wrong",
             )
         )
+        if self.rooms_row:
+            rows.append(("rooms (final check)", self.rooms_row))
         rows.append(("heartbeats checked", f"{beats_checked} users, {beats_lost} not recorded"))
         for window in self.windows:
             converged = (

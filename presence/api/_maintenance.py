@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from django.utils import timezone
 
-from presence import domain, outbox, resolution, signals
-from presence.api._room_events import cleanup_rooms
+from presence import announce, domain, outbox, resolution, signals
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
 from presence.operations import run
-from presence.store import get_store
+from presence.store import get_store, merge
 
 
 @dataclass
@@ -28,6 +28,9 @@ class CleanupReport:
     #: room members whose stay had ended (crashed connections, the grace), removed with the
     #: keys of rooms left empty
     room_members: int = 0
+    #: rooms some member was removed from, and rooms left empty (no key of theirs remains)
+    rooms: int = 0
+    rooms_emptied: int = 0
     dry_run: bool = False
 
 
@@ -69,7 +72,7 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
             signals.send_transition(user_id, -1, at, invisible)
     if not dry_run:
         store.run(store.prune_schedules(now - conf.ONLINE_WINDOW))
-        report.room_members = cleanup_rooms()
+        _prune_rooms(report, now)
     expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
     if dry_run:
         report.expired_statuses = expired.count()
@@ -81,6 +84,33 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         run(outbox.claim_stale(now))
         signals.wait_sent()
     return report
+
+
+#: rooms claimed per round trip, and members removed per room per script
+ROOMS_PER_ROUND = 200
+MEMBERS_PER_PRUNE = 1000
+
+
+def _prune_rooms(report: CleanupReport, now: float) -> None:
+    """Sweep every room due now, in rounds, until none is left: the members whose stay ended
+    are removed (and announced to the room), and with a room's last member its last key."""
+    store = get_store()
+    swept: set[str] = set()
+    emptied: set[str] = set()
+    while rooms := store.run(store.claim_rooms(now, ROOMS_PER_ROUND)):
+        plans = [store.prune_room(room, now, MEMBERS_PER_PRUNE) for room in rooms]
+        pruned = store.run(merge(plans))
+        due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
+        if due:
+            store.run(store.schedule_rooms(due))  # a room with more to remove comes round again
+        for room, (users, _) in zip(rooms, pruned, strict=True):
+            if users:
+                swept.add(room)
+                report.room_members += len(users)
+                announce.run_from_sync(announce.aannounce_room(room, users), "a room's leaves")
+            if room not in due:
+                emptied.add(room)
+    report.rooms, report.rooms_emptied = len(swept), len(emptied)
 
 
 def _fix_invisible(dry_run: bool) -> int:

@@ -184,9 +184,9 @@ class KeyScheme:
 
     def room_key(self, room: str, part: str) -> str:
         """A key of the room ``kind:id``: every key of one room carries the room as its hash tag
-        (one slot; a room's scripts run there). ``part``: ``m`` members by join time, ``x``
-        members by the end of their stay, ``d`` each member's connections and meta, ``i`` its
-        invisible members."""
+        (one slot; a room's scripts run there). ``part``: ``n`` the room's summary (its
+        scripts build the other parts from it: segments ``s:<k>``, index buckets ``u:<b>``,
+        ``g``, ``w``, ``e``, ``t``, ``i``; lua/room_common.lua)."""
         return f"{self.conf.KEY_PREFIX}:{{room:{room}}}:{part}"
 
     def room_schedule_key(self, room: str) -> str:

@@ -313,7 +313,8 @@ def test_output_reports_the_counts(
     output = cleanup()
     assert output.strip() == (
         f"Scanned {get_settings().BUCKETS} buckets: 2 stale entries, 2 last seen times "
-        "persisted, 2 removed from Redis; 0 expired custom statuses cleared."
+        "persisted, 2 removed from Redis; 0 expired custom statuses cleared; 0 room members "
+        "whose stay ended removed from 0 rooms (0 rooms left empty, their keys removed)."
     )
 
 

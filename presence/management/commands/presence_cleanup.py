@@ -51,6 +51,9 @@ class Command(BaseCommand):
                 self.style.SUCCESS(
                     f"Scanned {report.buckets} buckets: {report.stale} stale entries, "
                     f"{report.persisted} last seen times persisted, {report.removed} removed "
-                    f"from Redis; {report.expired_statuses} expired custom statuses cleared."
+                    f"from Redis; {report.expired_statuses} expired custom statuses cleared; "
+                    f"{report.room_members} room members whose stay ended removed from "
+                    f"{report.rooms} rooms ({report.rooms_emptied} rooms left empty, their "
+                    "keys removed)."
                 )
             )

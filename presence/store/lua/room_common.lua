@@ -1,43 +1,210 @@
--- Shared by the room scripts. KEYS of a room: [1] members by join time (sorted set, score =
--- join time in ms), [2] members by the end of their stay (sorted set, score = seconds),
--- [3] each member's entry (hash: user -> JSON {"i": invisible 0/1, "c": {connection:
--- [expiry, joined ms, meta JSON text or false, left 0/1]}}), [4] invisible members (set).
--- A connection counts until its expiry (heartbeat + CONNECTION_TTL); one that left while it
--- was its user's last keeps the user for OFFLINE_GRACE (its expiry becomes the end of the
--- grace, "left" set). A member's stay ends at the latest expiry of its connections.
-local function room_entry(uid)
-  local raw = redis.call('HGET', KEYS[3], uid)
+-- Shared by the room scripts. KEYS[1] is the room's summary hash (<base>:n); every other key
+-- of the room is <base>:<part>, in the same slot (the room is the hash tag), built here. The
+-- layout keeps every key small enough for Redis's compact encodings (listpacks, ~10x smaller
+-- than skip lists and hash tables), whatever the room's size (docs/redis-layout.md):
+--   :n     hash: n = members recorded, t = the tail segment, L / p = the index's level and
+--          split pointer (linear hashing)
+--   :s:<k> hash, segment k of at most SEGMENT members in join order: user -> entry (below)
+--   :u:<b> hash, index bucket b (by a hash of the user): user -> its segment
+--   :g     sorted set: segments by number (the listing order)
+--   :w     sorted set: segments by the earliest end of a stay in them (never later)
+--   :e     sorted set: member = a second, score = second * SHIFT + members whose stay ends then
+--          (the count: n minus the stays ended, O(log n + seconds not yet swept))
+--   :t     hash: user|connection digest -> that connection's meta (only when it has one)
+--   :i     sorted set (all scores 0, a listpack up to 128): invisible members
+-- An entry: <joined ms, base 36><"." or "!" invisible> then, per connection in join order
+-- (the last joined last), <state><8 hex digits of the connection id's SHA-1><expiry, base
+-- 36>; state "+" here, "*" here with meta, "-" left, "~" left with meta. A connection counts
+-- until its expiry (heartbeat + CONNECTION_TTL); one that left while it was its user's last
+-- keeps the user for OFFLINE_GRACE (its expiry becomes the end of the grace, "left" set). A
+-- member's stay ends at the latest expiry of its connections.
+local SEGMENT = 128
+local LOAD = 64
+local SHIFT = 2097152
+local BASE = string.sub(KEYS[1], 1, -3)
+local N_KEY, E_KEY, G_KEY, W_KEY = KEYS[1], BASE .. ':e', BASE .. ':g', BASE .. ':w'
+local T_KEY, I_KEY = BASE .. ':t', BASE .. ':i'
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+
+local function seg_key(k) return BASE .. ':s:' .. k end
+local function idx_key(b) return BASE .. ':u:' .. b end
+local function int(n) return string.format('%d', n) end
+
+local function b36(n)
+  n = math.floor(n)
+  if n <= 0 then return '0' end
+  local s = ''
+  while n > 0 do
+    local r = n % 36
+    s = string.sub(DIGITS, r + 1, r + 1) .. s
+    n = (n - r) / 36
+  end
+  return s
+end
+
+local function digest(s) return string.sub(redis.sha1hex(s), 1, 8) end
+
+-- the index (linear hashing: buckets split one at a time as the room grows, each <= ~2 LOAD)
+local index
+local function index_state()
+  if not index then
+    local v = redis.call('HMGET', N_KEY, 'L', 'p')
+    index = {L = tonumber(v[1]) or 0, p = tonumber(v[2]) or 0}
+  end
+  return index
+end
+
+local function bucket(uid, L, p)
+  local h = tonumber(digest(uid), 16)
+  if not L then
+    local ix = index_state()
+    L, p = ix.L, ix.p
+  end
+  local a = h % 2 ^ L
+  if a < p then a = h % 2 ^ (L + 1) end
+  return int(a)
+end
+
+local function maybe_split(n)
+  local ix = index_state()
+  if n <= LOAD * (2 ^ ix.L + ix.p) then return end
+  local from, to = idx_key(int(ix.p)), idx_key(int(ix.p + 2 ^ ix.L))
+  local all = redis.call('HGETALL', from)
+  local moved, names = {}, {}
+  for i = 1, #all, 2 do
+    if bucket(all[i], ix.L + 1, 0) ~= int(ix.p) then
+      moved[#moved + 1] = all[i]
+      moved[#moved + 1] = all[i + 1]
+      names[#names + 1] = all[i]
+    end
+  end
+  if #names > 0 then
+    redis.call('HSET', to, unpack(moved))
+    redis.call('HDEL', from, unpack(names))
+  end
+  ix.p = ix.p + 1
+  if ix.p == 2 ^ ix.L then ix.L, ix.p = ix.L + 1, 0 end
+  redis.call('HSET', N_KEY, 'L', ix.L, 'p', ix.p)
+end
+
+local function decode(raw)
+  local j, f, rest = string.match(raw, '^(%w+)([%.!])(.*)$')
+  local e = {j = tonumber(j, 36), i = (f == '!') and 1 or 0, c = {}}
+  for st, d, x in string.gmatch(rest, '([%+%*%-~])(%x%x%x%x%x%x%x%x)(%w+)') do
+    e.c[#e.c + 1] = {d = d, x = tonumber(x, 36), left = (st == '-' or st == '~'),
+                     meta = (st == '*' or st == '~')}
+  end
+  return e
+end
+
+local function encode(e)
+  local parts = {b36(e.j), e.i == 1 and '!' or '.'}
+  for _, c in ipairs(e.c) do
+    local st
+    if c.left then st = c.meta and '~' or '-' else st = c.meta and '*' or '+' end
+    parts[#parts + 1] = st .. c.d .. b36(c.x)
+  end
+  return table.concat(parts)
+end
+
+-- the end of the member's stay: the latest expiry of its connections (0: none)
+local function stay(e)
+  local s = 0
+  for _, c in ipairs(e.c) do if c.x > s then s = c.x end end
+  return s
+end
+
+-- the meta shown with a member: that of its connection that joined last (false: none)
+local function shown(uid, e)
+  local last = e.c[#e.c]
+  if not last or not last.meta then return false end
+  return redis.call('HGET', T_KEY, uid .. '|' .. last.d) or false
+end
+
+-- the member's entry (with .k its segment), or nil
+local function load(uid)
+  local k = redis.call('HGET', idx_key(bucket(uid)), uid)
+  if not k then return nil end
+  local raw = redis.call('HGET', seg_key(k), uid)
   if not raw then return nil end
-  return cjson.decode(raw)
+  local e = decode(raw)
+  e.k = k
+  return e
 end
 
--- the meta shown with a member: that of its connection that joined last
-local function room_shown(e)
-  local best, meta = -1, false
-  for _, c in pairs(e.c) do
-    if c[2] > best then best, meta = c[2], c[3] end
+-- members whose stay ends at ``second``: moved by ``delta`` (one ZINCRBY when the second is
+-- already there, as it mostly is in a busy room)
+local function ends_add(second, delta)
+  if second <= 0 or delta == 0 then return end
+  local member = int(second)
+  local n = tonumber(redis.call('ZINCRBY', E_KEY, delta, member))
+  if n == delta then
+    n = tonumber(redis.call('ZINCRBY', E_KEY, int(second * SHIFT), member))
   end
-  return meta
+  if n <= second * SHIFT then redis.call('ZREM', E_KEY, member) end
 end
 
--- connections whose expiry passed are dropped; the end of the member's stay (0: none left)
-local function room_stay(e, now)
-  local stay = 0
-  for id, c in pairs(e.c) do
-    if c[1] <= now then e.c[id] = nil elseif c[1] > stay then stay = c[1] end
+-- members present: those recorded minus those whose stay ended (not yet swept)
+local function present(now)
+  local n = tonumber(redis.call('HGET', N_KEY, 'n')) or 0
+  local ended = redis.call('ZRANGEBYSCORE', E_KEY, '-inf', int((now + 1) * SHIFT - 1), 'WITHSCORES')
+  for i = 1, #ended, 2 do n = n - (tonumber(ended[i + 1]) - tonumber(ended[i]) * SHIFT) end
+  if n < 0 then n = 0 end
+  return n
+end
+
+-- the entry rewritten in place; ``old`` the end of its stay as it was recorded (0: a new
+-- member), ``was_inv`` whether it was invisible
+local function room_store(uid, e, old, was_inv)
+  local new = stay(e)
+  redis.call('HSET', seg_key(e.k), uid, encode(e))
+  if new ~= old then
+    ends_add(old, -1)
+    ends_add(new, 1)
   end
-  return stay
+  -- the segment's due is never later than a stay in it: only an earlier end moves it
+  if old == 0 or new < old then redis.call('ZADD', W_KEY, 'LT', new, e.k) end
+  if e.i ~= was_inv then
+    if e.i == 1 then redis.call('ZADD', I_KEY, 0, uid) else redis.call('ZREM', I_KEY, uid) end
+  end
 end
 
-local function room_remove(uid)
-  redis.call('ZREM', KEYS[1], uid)
-  redis.call('ZREM', KEYS[2], uid)
-  redis.call('HDEL', KEYS[3], uid)
-  redis.call('SREM', KEYS[4], uid)
+-- a new member, at the tail of the join order
+local function room_add(uid, e)
+  local t = tonumber(redis.call('HGET', N_KEY, 't')) or 0
+  local size = redis.call('HLEN', seg_key(int(t)))
+  if size >= SEGMENT then
+    t, size = t + 1, 0
+    redis.call('HSET', N_KEY, 't', t)
+  end
+  e.k = int(t)
+  redis.call('HSET', idx_key(bucket(uid)), uid, e.k)
+  if size == 0 then redis.call('ZADD', G_KEY, t, e.k) end
+  room_store(uid, e, 0, 0)
+  maybe_split(redis.call('HINCRBY', N_KEY, 'n', 1))
 end
 
--- the next time a member's stay ends (false: the room is empty)
+-- the member and its meta removed (``e`` as recorded); the room's last takes its keys along
+local function room_remove(uid, e)
+  redis.call('HDEL', seg_key(e.k), uid)
+  redis.call('HDEL', idx_key(bucket(uid)), uid)
+  redis.call('ZREM', I_KEY, uid)
+  for _, c in ipairs(e.c) do
+    if c.meta then redis.call('HDEL', T_KEY, uid .. '|' .. c.d) end
+  end
+  ends_add(stay(e), -1)
+  if redis.call('EXISTS', seg_key(e.k)) == 0 then
+    redis.call('ZREM', G_KEY, e.k)
+    redis.call('ZREM', W_KEY, e.k)
+  end
+  if redis.call('HINCRBY', N_KEY, 'n', -1) <= 0 then
+    redis.call('DEL', N_KEY, E_KEY, G_KEY, W_KEY, T_KEY, I_KEY)
+    index = nil
+  end
+end
+
+-- the next time a member's stay may end (false: the room is empty)
 local function room_next_due()
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')
   return first[2] or false
 end

@@ -6,31 +6,41 @@
 -- changed (meta, invisible), the room's next due time}.
 local uid, conn, op = ARGV[1], ARGV[2], ARGV[3]
 local now, expiry, joined = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local meta = false
-if ARGV[8] == '1' then meta = ARGV[7] end
+local has_meta = ARGV[8] == '1'
 local inv = tonumber(ARGV[9])
-local e = room_entry(uid)
-local stay_end = redis.call('ZSCORE', KEYS[2], uid)
-local new = 0
-if not e or not stay_end or tonumber(stay_end) <= now then
-  if e then room_remove(uid) end
-  e = {i = inv, c = {}}
-  new = 1
-  redis.call('ZADD', KEYS[1], joined, uid)
+local d = digest(conn)
+local e = load(uid)
+if e and stay(e) <= now then
+  room_remove(uid, e)
+  e = nil
 end
-local before = room_shown(e)
-local before_inv = e.i
-room_stay(e, now)
-local c = e.c[conn]
-if c and c[4] == 0 and op == 'beat' then
-  c[1] = expiry
+local new, old, before, before_inv = 0, 0, false, inv
+if e then
+  old, before, before_inv = stay(e), shown(uid, e), e.i
 else
-  e.c[conn] = {expiry, joined, meta, 0}
+  e = {j = joined, i = inv, c = {}}
+  new = 1
 end
+-- connections whose expiry passed are dropped; this one is renewed in place or joins last
+local kept, renewed = {}, false
+for _, c in ipairs(e.c) do
+  if c.d == d and not c.left and c.x > now and op == 'beat' then
+    c.x = expiry
+    renewed = true
+    kept[#kept + 1] = c
+  elseif c.x <= now or c.d == d then
+    if c.meta then redis.call('HDEL', T_KEY, uid .. '|' .. c.d) end
+  else
+    kept[#kept + 1] = c
+  end
+end
+if not renewed then
+  kept[#kept + 1] = {d = d, x = expiry, left = false, meta = has_meta}
+  if has_meta then redis.call('HSET', T_KEY, uid .. '|' .. d, ARGV[7]) end
+end
+e.c = kept
 e.i = inv
-if inv == 1 then redis.call('SADD', KEYS[4], uid) else redis.call('SREM', KEYS[4], uid) end
-redis.call('HSET', KEYS[3], uid, cjson.encode(e))
-redis.call('ZADD', KEYS[2], room_stay(e, now), uid)
+if new == 1 then room_add(uid, e) else room_store(uid, e, old, before_inv) end
 local changed = 0
-if new == 1 or before ~= room_shown(e) or before_inv ~= inv then changed = 1 end
+if new == 1 or before ~= shown(uid, e) or before_inv ~= inv then changed = 1 end
 return {new, changed, room_next_due()}

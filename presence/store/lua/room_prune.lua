@@ -1,7 +1,46 @@
 -- KEYS a room's (see room_common.lua); ARGV now (s), most members to remove.
--- Removes the members whose stay ended (crashed connections, the end of the grace).
--- Returns {the users removed, the room's next due time}.
+-- Removes the members whose stay ended (crashed connections, the end of the grace) from the
+-- segments due (up to 64 segments a call), sets each one's exact next due time, and merges a
+-- segment left under a quarter full into a neighbour that has room, so the listing order's
+-- segments stay full. Returns {the users removed, the room's next due time}.
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
-for _, uid in ipairs(gone) do room_remove(uid) end
+local gone = {}
+
+local function merge(k)
+  local size = redis.call('HLEN', seg_key(k))
+  if size == 0 or size > SEGMENT / 4 or k == redis.call('HGET', N_KEY, 't') then return end
+  local into = redis.call('ZREVRANGEBYSCORE', G_KEY, '(' .. k, '-inf', 'LIMIT', 0, 1)[1]
+  if not into then into = redis.call('ZRANGEBYSCORE', G_KEY, '(' .. k, '+inf', 'LIMIT', 0, 1)[1] end
+  if not into or redis.call('HLEN', seg_key(into)) + size > SEGMENT then return end
+  local all = redis.call('HGETALL', seg_key(k))
+  redis.call('HSET', seg_key(into), unpack(all))
+  for i = 1, #all, 2 do redis.call('HSET', idx_key(bucket(all[i])), all[i], into) end
+  local due = redis.call('ZSCORE', W_KEY, k)
+  if due then redis.call('ZADD', W_KEY, 'LT', due, into) end
+  redis.call('DEL', seg_key(k))
+  redis.call('ZREM', G_KEY, k)
+  redis.call('ZREM', W_KEY, k)
+end
+
+local due = redis.call('ZRANGEBYSCORE', W_KEY, '-inf', now, 'LIMIT', 0, 64)
+for _, k in ipairs(due) do
+  if #gone >= limit then break end
+  local all = redis.call('HGETALL', seg_key(k))
+  local earliest = false
+  for i = 1, #all, 2 do
+    local e = decode(all[i + 1])
+    local s = stay(e)
+    if s <= now and #gone < limit then
+      e.k = k
+      room_remove(all[i], e)
+      gone[#gone + 1] = all[i]
+    elseif not earliest or s < earliest then
+      earliest = s
+    end
+  end
+  if earliest then
+    redis.call('ZADD', W_KEY, earliest, k)
+    merge(k)
+  end
+end
 return {gone, room_next_due()}

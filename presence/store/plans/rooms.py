@@ -1,24 +1,23 @@
 """The plans of rooms: joining, leaving, renewing a connection's stay, reading a room, and
 sweeping members whose stay ended. No I/O.
 
-A room's four keys share one slot (the room is their hash tag, :meth:`KeyScheme.room_key`), so
-each write is one script: members by join time (the listing order, and the count in O(1)),
-members by the end of their stay (crash detection and the grace, found by a range query), each
-member's connections and meta, and its invisible members. Rooms due to be swept sit in a
-schedule per shard (:meth:`KeyScheme.room_schedule_key`), claimed by the hubs' sweeps like
-users' due times. Layout: docs/redis-layout.md.
+Every key of a room carries the room as its hash tag (one slot, :meth:`KeyScheme.room_key`), so
+each write is one script there. A room's members are held in segments of at most 128 in join
+order (the listing order), found by an index of small buckets that split as the room grows, and
+counted by a summary (members recorded, minus the stays ended per second): every key stays a
+listpack, about 50 B a member, whatever the room's size (lua/room_common.lua). Rooms due to be
+swept sit in a schedule per shard (:meth:`KeyScheme.room_schedule_key`), claimed by the hubs'
+sweeps like users' due times. Layout: docs/redis-layout.md.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from presence import domain
-from presence.domain.rooms import shown_meta
 from presence.store.keys import KeyScheme
 from presence.store.plans.plan import RAISE, Plan, script_call
 from presence.store.scripts import ROOM_CLAIM, ROOM_JOIN, ROOM_LEAVE, ROOM_PRUNE, ROOM_READ
@@ -58,25 +57,20 @@ class RoomRead:
     invisible: frozenset[UserId] = frozenset()
 
 
-def _entry(joined: Any, raw: str | None) -> MemberEntry:
-    if not raw:
-        return MemberEntry(float(joined))
-    data = json.loads(raw)
-    connections = data.get("c") or {}
-    return MemberEntry(
-        float(joined),
-        bool(data.get("i")),
-        shown_meta(
-            [(float(c[1]), c[2] if isinstance(c[2], str) else None) for c in connections.values()]
-        ),
-    )
+#: the room's per-second counts of stays ending: score = second * STAY_SHIFT + members
+STAY_SHIFT = 2**21
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
 
 class RoomPlans(KeyScheme):
     """The plans of rooms, over the key scheme."""
 
     def room_keys(self, room: str) -> list[str]:
-        return [self.room_key(room, part) for part in ("m", "x", "d", "i")]
+        """The room's summary key (its scripts' KEYS[1]; they build the others in its slot)."""
+        return [self.room_key(room, "n")]
 
     def _stay_end(self, seconds: int) -> int:
         """A connection heard from now stays until then (its heartbeat's TTL, domain.offline_at)."""
@@ -151,11 +145,16 @@ class RoomPlans(KeyScheme):
         def parse(replies: list[Any]) -> RoomRead:
             decode = id_decoder()
             present, page, found, invisible, entries = replies[0]
-            raw = dict(zip(entries[::2], entries[1::2], strict=True))
+            shown = {
+                member: (bool(int(inv)), _text(meta) if meta else None)
+                for member, inv, meta in zip(
+                    entries[::3], entries[1::3], entries[2::3], strict=True
+                )
+            }
             members: dict[UserId, MemberEntry] = {}
             for flat in (page, found):
                 for member, joined in zip(flat[::2], flat[1::2], strict=True):
-                    members[decode(member)] = _entry(joined, raw.get(member) or None)
+                    members[decode(member)] = MemberEntry(float(joined), *shown[member])
             return RoomRead(
                 present=max(int(present), 0),
                 members=members,
@@ -176,13 +175,29 @@ class RoomPlans(KeyScheme):
         )
 
     def room_count(self, room: str, now: float) -> Plan[int | None]:
-        """Members present in ``room`` (invisible ones too): two O(log n) commands."""
+        """Members present in ``room`` (invisible ones too): the members recorded minus those
+        whose stay ended and who are not swept yet (a range of the per-second counts of stays
+        ending, O(log n + the seconds not swept yet))."""
+
+        def parse(replies: list[Any]) -> int:
+            ended = replies[1]
+            if ended and not isinstance(ended[0], list | tuple):
+                ended = list(zip(ended[::2], ended[1::2], strict=True))
+            gone = sum(int(float(score)) - int(second) * STAY_SHIFT for second, score in ended)
+            return max(int(replies[0] or 0) - gone, 0)
+
         return Plan(
             commands=[
-                ("ZCARD", self.room_key(room, "m")),
-                ("ZCOUNT", self.room_key(room, "x"), "-inf", int(now)),
+                ("HGET", self.room_key(room, "n"), "n"),
+                (
+                    "ZRANGEBYSCORE",
+                    self.room_key(room, "e"),
+                    "-inf",
+                    (int(now) + 1) * STAY_SHIFT - 1,
+                    "WITHSCORES",
+                ),
             ],
-            parse=lambda replies: max(int(replies[0]) - int(replies[1]), 0),
+            parse=parse,
             fallback=None,
         )
 

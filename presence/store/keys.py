@@ -186,7 +186,7 @@ class KeyScheme:
         """A key of the room ``kind:id``: every key of one room carries the room as its hash tag
         (one slot; a room's scripts run there). ``part``: ``n`` the room's summary (its
         scripts build the other parts from it: segments ``s:<k>``, index buckets ``u:<b>``,
-        ``g``, ``w``, ``e``, ``t``, ``i``; lua/room_common.lua)."""
+        ``g``, ``w``, ``e``, ``t``, ``v``; lua/room_common.lua)."""
         return f"{self.conf.KEY_PREFIX}:{{room:{room}}}:{part}"
 
     def room_schedule_key(self, room: str) -> str:

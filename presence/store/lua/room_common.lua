@@ -11,7 +11,7 @@
 --   :e     sorted set: member = a second, score = second * SHIFT + members whose stay ends then
 --          (the count: n minus the stays ended, O(log n + seconds not yet swept))
 --   :t     hash: user|connection digest -> that connection's meta (only when it has one)
---   :i     sorted set (all scores 0, a listpack up to 128): invisible members
+--   :v     sorted set (all scores 0, a listpack up to 128): invisible members
 -- An entry: <joined ms, base 36><"." or "!" invisible> then, per connection in join order
 -- (the last joined last), <state><8 hex digits of the connection id's SHA-1><expiry, base
 -- 36>; state "+" here, "*" here with meta, "-" left, "~" left with meta. A connection counts
@@ -23,7 +23,7 @@ local LOAD = 64
 local SHIFT = 2097152
 local BASE = string.sub(KEYS[1], 1, -3)
 local N_KEY, E_KEY, G_KEY, W_KEY = KEYS[1], BASE .. ':e', BASE .. ':g', BASE .. ':w'
-local T_KEY, I_KEY = BASE .. ':t', BASE .. ':i'
+local T_KEY, I_KEY = BASE .. ':t', BASE .. ':v'
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 
 local function seg_key(k) return BASE .. ':s:' .. k end
@@ -197,8 +197,9 @@ local function room_remove(uid, e)
     redis.call('ZREM', G_KEY, e.k)
     redis.call('ZREM', W_KEY, e.k)
   end
-  if redis.call('HINCRBY', N_KEY, 'n', -1) <= 0 then
-    redis.call('DEL', N_KEY, E_KEY, G_KEY, W_KEY, T_KEY, I_KEY)
+  -- the last segment gone: the room's last member (what n says too)
+  if redis.call('HINCRBY', N_KEY, 'n', -1) <= 0 and redis.call('EXISTS', G_KEY) == 0 then
+    redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY)
     index = nil
   end
 end

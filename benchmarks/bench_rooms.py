@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -111,10 +112,17 @@ def fill_room(room: str, user_ids: list[int], now: float) -> None:
 
 
 def room_bytes(room: str) -> dict[str, int]:
-    """``MEMORY USAGE`` of each of the room's keys, by its part (m, x, d, i)."""
+    """``MEMORY USAGE`` of every key of the room (found by SCAN), summed by its part: ``s``
+    segments, ``u`` index buckets, the rest (``n``, ``e``, ``g``, ``w``, ``t``, ``v``) as named."""
     client = raw_client()
-    keys = store().room_keys(room)
-    return {key.rsplit(":", 1)[-1]: int(client.memory_usage(key, samples=0) or 0) for key in keys}
+    base = store().room_key(room, "")
+    parts: dict[str, int] = {}
+    pattern = re.sub(r"([\\*?\[\]])", r"\\\1", base) + "*"  # the room's name, not a glob
+    for key in client.scan_iter(match=pattern, count=1000):
+        name = key.decode() if isinstance(key, bytes) else key
+        part = name[len(base) :].split(":", 1)[0]
+        parts[part] = parts.get(part, 0) + int(client.memory_usage(key, samples=0) or 0)
+    return parts
 
 
 def timed_median(fn: Callable[[], Any], runs: int) -> float:

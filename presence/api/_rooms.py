@@ -110,9 +110,13 @@ def viewer_ties(viewer_id: Any) -> tuple[set[UserId], set[UserId]]:
     return contacts, blocked
 
 
-def _room_state(room: Room, viewer: Any, strict: bool = False) -> Operation[RoomState]:
+def _room_state(
+    room: Room, viewer: Any, strict: bool = False, waits: bool = False
+) -> Operation[RoomState]:
     """``strict``: raise StoreUnavailable when Redis cannot be read (a join must not show the
-    room empty); otherwise the room reads empty then, as get_presence reads offline."""
+    room empty); otherwise the room reads empty then, as get_presence reads offline. ``waits``:
+    a socket's join, which waits for a busy Redis up to LIVE_SOCKET_TIMEOUT, as the join's own
+    write did (a page waits SOCKET_TIMEOUT)."""
     conf = get_settings()
     store = get_store()
     viewer_id = viewer_pk(viewer)
@@ -120,7 +124,7 @@ def _room_state(room: Room, viewer: Any, strict: bool = False) -> Operation[Room
     now = resolution.now()
     lookups = [viewer_id, *contacts, *blocked]
     read = yield from redis(
-        store.read_room(room.name, now, SCAN_FACTOR * conf.ROOM_LIST_LIMIT, lookups)
+        store.read_room(room.name, now, SCAN_FACTOR * conf.ROOM_LIST_LIMIT, lookups), waits
     )
     if read is None:
         if strict:
@@ -131,7 +135,7 @@ def _room_state(room: Room, viewer: Any, strict: bool = False) -> Operation[Room
     candidates = [uid for uid in read.members if uid not in excluded]
     facts, live = yield from both(
         Call(relations.load, (viewer, candidates), relations.aload),
-        Redis(store.read(candidates)),
+        Redis(store.read(candidates), waits),
     )
     presences = resolution.resolve_all(facts, live, now)
     listable = []
@@ -170,10 +174,13 @@ async def aroom_state(room: Any, viewer: Any, *, strict: bool = False) -> RoomSt
     return await arun(_room_state(name, viewer, strict))
 
 
-async def aread_room_state(room: Room, viewer: Any, *, strict: bool = False) -> RoomState:
+async def aread_room_state(
+    room: Room, viewer: Any, *, strict: bool = False, live: bool = False
+) -> RoomState:
     """The room as ``viewer`` sees it, without checking the room's rule (the caller did).
-    ``strict``: StoreUnavailable when Redis cannot be read, instead of an empty room."""
-    return await arun(_room_state(room, viewer, strict))
+    ``strict``: StoreUnavailable when Redis cannot be read, instead of an empty room;
+    ``live``: a socket's read, which waits for a busy Redis (LIVE_SOCKET_TIMEOUT)."""
+    return await arun(_room_state(room, viewer, strict, live))
 
 
 def room_presence(room: Any, viewer: Any) -> dict[str, Any]:

@@ -67,7 +67,8 @@ class RoomFrames(PresenceFrames):
             )
             if written is None:
                 raise StoreUnavailable("Redis is unavailable: the join was not written")
-            state = await aread_room_state(message.room, self.user, strict=True)
+            # Live: a busy Redis is waited for (back-pressure), an outage told (unavailable).
+            state = await aread_room_state(message.room, self.user, strict=True, live=True)
         except BaseException as failure:
             if first:
                 # Nothing of a failed join stays.

@@ -48,14 +48,19 @@ local function digest(s) return string.sub(redis.sha1hex(s), 1, 8) end
 local index
 local function index_state()
   if not index then
-    local v = redis.call('HMGET', N_KEY, 'L', 'p')
-    index = {L = tonumber(v[1]) or 0, p = tonumber(v[2]) or 0}
+    local v = redis.call('HMGET', N_KEY, 'L', 'p', 't')
+    index = {L = tonumber(v[1]) or 0, p = tonumber(v[2]) or 0, t = tonumber(v[3]) or 0}
   end
   return index
 end
 
+local hashes = {}
 local function bucket(uid, L, p)
-  local h = tonumber(digest(uid), 16)
+  local h = hashes[uid]
+  if not h then
+    h = tonumber(digest(uid), 16)
+    hashes[uid] = h
+  end
   if not L then
     local ix = index_state()
     L, p = ix.L, ix.p
@@ -171,10 +176,11 @@ end
 
 -- a new member, at the tail of the join order
 local function room_add(uid, e)
-  local t = tonumber(redis.call('HGET', N_KEY, 't')) or 0
+  local t = index_state().t
   local size = redis.call('HLEN', seg_key(int(t)))
   if size >= SEGMENT then
     t, size = t + 1, 0
+    index.t = t
     redis.call('HSET', N_KEY, 't', t)
   end
   e.k = int(t)

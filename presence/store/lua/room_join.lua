@@ -3,7 +3,7 @@
 -- joined (ms), meta JSON text, has meta (0/1), invisible (0/1).
 -- A member who joins again replaces its connection's meta; a member whose stay ended (not yet
 -- swept) joins anew. Returns {1 if the user became a member, 1 if what is shown of the member
--- changed (meta, invisible), the room's next due time}.
+-- changed (meta, invisible)}.
 local uid, conn, op = ARGV[1], ARGV[2], ARGV[3]
 local now, expiry, joined = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local has_meta = ARGV[8] == '1'
@@ -43,4 +43,4 @@ e.i = inv
 if new == 1 then room_add(uid, e) else room_store(uid, e, old, before_inv) end
 local changed = 0
 if new == 1 or before ~= shown(uid, e) or before_inv ~= inv then changed = 1 end
-return {new, changed, room_next_due()}
+return {new, changed}

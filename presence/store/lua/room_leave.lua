@@ -1,7 +1,7 @@
 -- KEYS a room's (see room_common.lua); ARGV user, connection, now (s), end of the grace (s).
 -- The connection leaves the room; if it was its user's last, the user stays until the end of
 -- the grace (a reload joins again meanwhile). A connection not in the room: nothing changes.
--- Returns {1 if what is shown of the member changed, the room's next due time}.
+-- Returns {1 if what is shown of the member changed}.
 local uid = ARGV[1]
 local now, grace_end = tonumber(ARGV[3]), tonumber(ARGV[4])
 local d = digest(ARGV[2])
@@ -12,7 +12,7 @@ if e then
     if c.d == d then mine = c end
   end
 end
-if not mine or mine.left or mine.x <= now then return {0, room_next_due()} end
+if not mine or mine.left or mine.x <= now then return {0} end
 local old, before = stay(e), shown(uid, e)
 local others = false
 for _, c in ipairs(e.c) do
@@ -34,4 +34,4 @@ e.c = kept
 room_store(uid, e, old, e.i)
 local changed = 0
 if before ~= shown(uid, e) then changed = 1 end
-return {changed, room_next_due()}
+return {changed}

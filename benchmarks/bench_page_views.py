@@ -20,7 +20,9 @@ Finally a few snapshots are checked against ``presence.api.bulk_presence`` for t
 (the one resolver): privacy and the snapshot as the rest of presence sees them.
 
 ``BENCH_PAGE_VIEWS_PROFILE=1``: the server runs under cProfile (its event loop's thread) and the
-top functions of ours' last saturated phase are printed.
+top functions (``BENCH_PAGE_VIEWS_TOP``, 20) of ours' last saturated phase are printed;
+``=py-spy``: py-spy records ours' saturated phases (all threads), and the raw stacks are kept in
+the file the run names, for a closer look.
 """
 
 from __future__ import annotations
@@ -294,7 +296,7 @@ def print_profile(path: str) -> None:
     stats = pstats.Stats(path)
     stats.sort_stats("tottime")
     say("    server profile, ours saturated (event loop thread), by own time:")
-    stats.print_stats(20)
+    stats.print_stats(int(os.environ.get("BENCH_PAGE_VIEWS_TOP", "20")))
     stats.sort_stats("cumulative")
     stats.print_stats(30)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
+import redis
 from django.utils import timezone
 
 from presence import announce, domain, outbox, resolution, signals
@@ -12,7 +14,8 @@ from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
 from presence.operations import run
-from presence.store import get_store, merge
+from presence.store import StoreUnavailable, get_store, merge
+from presence.store.redact import redact_url
 
 
 @dataclass
@@ -91,10 +94,31 @@ ROOMS_PER_ROUND = 200
 MEMBERS_PER_PRUNE = 1000
 
 
+def _glob(text: str) -> str:
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
+
+
+def _schedule_lost_rooms(now: float) -> None:
+    """Rooms whose keys outlived their schedule entry (a process stopped between claiming a
+    room and putting it back) are scheduled now: their summary keys found by SCAN on every
+    master, each room added to its schedule only if it is not there."""
+    store = get_store()
+    head, tail = f"{get_settings().KEY_PREFIX}:{{room:", "}:n"
+    pattern = f"{_glob(head)}*{_glob(tail)}"
+    try:
+        keys = store.client.scan_iter(match=pattern, count=1000, _type="hash")
+        rooms = list({str(key)[len(head) : -len(tail)] for key in keys})
+    except redis.RedisError as error:
+        raise StoreUnavailable(f"Redis is unavailable: {redact_url(str(error))}") from error
+    for start in range(0, len(rooms), ROOMS_PER_ROUND):
+        store.run(store.schedule_missing_rooms(rooms[start : start + ROOMS_PER_ROUND], now))
+
+
 def _prune_rooms(report: CleanupReport, now: float) -> None:
     """Sweep every room due now, in rounds, until none is left: the members whose stay ended
     are removed (and announced to the room), and with a room's last member its last key."""
     store = get_store()
+    _schedule_lost_rooms(now)
     swept: set[str] = set()
     emptied: set[str] = set()
     while rooms := store.run(store.claim_rooms(now, ROOMS_PER_ROUND)):

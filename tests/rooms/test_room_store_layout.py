@@ -151,3 +151,17 @@ def test_cleanup_removes_every_room_key_and_says_so(redis_client: Any) -> None:
         "their keys removed)."
     ) in out.getvalue()
     assert [k for k in redis_client.scan_iter("*room*")] == []
+
+
+@pytest.mark.django_db
+def test_cleanup_sweeps_a_room_its_sweeper_never_put_back(redis_client: Any) -> None:
+    """A process claimed the room (out of its schedule) and stopped before putting it back:
+    presence_cleanup finds the room's keys and sweeps it all the same."""
+    store = get_store()
+    then = time.time() - 3600
+    fill("doc:a}b*", range(1, 4), at=then)
+    assert run(store.claim_rooms(time.time(), 100)) == ["doc:a}b*"]  # and never put back
+    out = io.StringIO()
+    call_command("presence_cleanup", stdout=out)
+    assert "3 room members whose stay ended removed from 1 rooms" in out.getvalue()
+    assert [k for k in redis_client.scan_iter("*room*")] == []

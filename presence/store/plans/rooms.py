@@ -236,6 +236,18 @@ class RoomPlans(KeyScheme):
             partial=parse,
         )
 
+    def schedule_missing_rooms(self, rooms: list[str], at: float) -> Plan[bool]:
+        """Schedule these rooms at ``at`` unless they are scheduled already (rooms whose keys
+        outlived their schedule entry: a sweeper stopped between claiming and putting back)."""
+        by_key: dict[str, list[Any]] = defaultdict(list)
+        for room in rooms:
+            by_key[self.room_schedule_key(room)] += [math.floor(at), room]  # due at ``at``
+        return Plan(
+            commands=[("ZADD", key, "NX", *args) for key, args in by_key.items()],
+            parse=lambda replies: True,
+            fallback=RAISE,
+        )
+
     def schedule_rooms(self, due: dict[str, float]) -> Plan[bool]:
         """Sweep these rooms again at these times (an earlier time already set is kept)."""
         by_key: dict[str, list[Any]] = defaultdict(list)

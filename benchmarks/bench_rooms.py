@@ -20,7 +20,9 @@
 5. **A burst of joins into one room with viewers**: V viewers (1,000; ``--quick`` 100) have
    joined the room (each one consumer, as above); then J users (1,000; 100) join at once, two
    ways, into two rooms: (a) recorded and announced as each joiner's own process does
-   (``_room_events.ajoin_room``): the fan-out alone, judged; (b) as join frames of consumers
+   (``_room_events.ajoin_room``, 50 at a time), from 4 other processes started before the
+   burst (on a site the joins come from the joiners' processes, not from the process holding
+   the views): the fan-out alone, judged; (b) as join frames of consumers
    of this same process, each answered with its own ``room_state``: one process doing both
    sides. Frames each viewer receives for the burst, and the time from the burst's start
    until each viewer's view (its ``room_state`` with every ``room_diff`` applied) shows the
@@ -33,6 +35,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -79,6 +82,8 @@ SETTINGS = {
 APP = URLRouter(websocket_urlpatterns)
 #: how long the burst's views may take to be right before they count as never right
 WAIT_RIGHT = 600
+#: the processes recording the burst's joins (as the joiners' own processes on a site)
+JOINER_PROCESSES = 4
 
 
 def pct(values: list[float], q: float) -> float:
@@ -383,13 +388,10 @@ async def measure_burst(
 
 async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any]) -> None:
     """Two bursts into two rooms with the same viewers (real consumers of this process):
-    (a) the joins recorded and announced as each joiner's own process does
-    (``_room_events.ajoin_room``: the Redis write, then "these users changed in room R"),
+    (a) the joins recorded and announced by other processes, as each joiner's own process
+    does (``_room_events.ajoin_room``: the Redis write, then "these users changed in room R"),
     the fan-out alone; (b) the joins as frames of real consumers of this process too, each
     answered with its own room_state (a room read): what one process does for both sides."""
-    from presence.api import _room_events as events
-    from presence.domain.rooms import parse_room
-
     viewers = [Viewer(u) for u in users[:viewers_n]]
     joiners = [Viewer(u) for u in users[viewers_n : viewers_n + joiners_n]]
     await bounded([v.open for v in viewers + joiners], 20)
@@ -399,33 +401,98 @@ async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any
         # the viewers before it).
         await asyncio.gather(*(viewer.join(room) for viewer in viewers))
         await settle(viewers, room, viewers_n)
-    joiner_users = users[viewers_n : viewers_n + joiners_n]
+    joiner_ids = [u.pk for u in users[viewers_n : viewers_n + joiners_n]]
+    # The joiners' side runs in processes of their own, started (Django set up) before the
+    # burst, each with its share of the joiners.
+    share = -(-len(joiner_ids) // JOINER_PROCESSES)
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            "import django; django.setup(); "
+            "from benchmarks.bench_rooms import joiner_process; joiner_process()",
+            elsewhere,
+            str(joiner_ids[start]),
+            str(len(joiner_ids[start : start + share])),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for start in range(0, len(joiner_ids), share)
+    ]
+
+    async def said(process: asyncio.subprocess.Process, word: bytes, timeout: float) -> None:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), timeout)
+        if line.strip() != word:
+            raise RuntimeError(f"a joiners' process said {line!r}, not {word!r}")
 
     async def recorded_elsewhere() -> None:
-        room = parse_room(elsewhere)
-        await bounded(
-            [
-                partial(events.ajoin_room, u, connection_id(u.pk), room, None, False)
-                for u in joiner_users
-            ],
-            50,  # below the store's pool of 100 connections
-        )
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write(b"go\n")
+        await asyncio.gather(*(p.stdin.drain() for p in processes if p.stdin is not None))
+        await asyncio.gather(*(said(p, b"done", WAIT_RIGHT) for p in processes))
 
     async def joined_here() -> None:
         await asyncio.gather(*(j.join(here) for j in joiners))
 
-    await measure_burst(
-        report,
-        "joins recorded by their own processes",
-        elsewhere,
-        viewers,
-        recorded_elsewhere,
-        joiners_n,
-    )
+    try:
+        await asyncio.gather(*(said(p, b"ready", 120) for p in processes))
+        await measure_burst(
+            report,
+            "joins recorded by their own processes",
+            elsewhere,
+            viewers,
+            recorded_elsewhere,
+            joiners_n,
+        )
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
     await measure_burst(
         report, "join frames handled by this process too", here, viewers, joined_here, joiners_n
     )
     await close_all([v.comm for v in viewers + joiners], limit=20)
+
+
+def joiner_process() -> None:
+    """The joiners' side of the burst, in a process of its own (as on a site, where joins come
+    from the joiners' processes, not the viewers'): ``ROOM FIRST_ID COUNT`` as arguments; says
+    ``ready`` once set up, waits for a line, records and announces the joins as each joiner's
+    process does (``_room_events.ajoin_room``, 50 at a time), says ``done``."""
+    room_name, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    from django.contrib.auth import get_user_model
+
+    from presence.api import _room_events as events
+    from presence.domain.rooms import Room, parse_room
+
+    user_model = get_user_model()
+    joiners = [user_model(id=pk) for pk in range(first, first + count)]
+    room = parse_room(room_name)
+
+    async def joins() -> None:
+        async def into(room: Room) -> None:
+            await bounded(
+                [
+                    partial(events.ajoin_room, u, connection_id(u.pk), room, None, False)
+                    for u in joiners
+                ],
+                50,  # below the store's pool of 100 connections
+            )
+
+        # Warmed up as a running process is (its connections to Redis and the channel layer
+        # open, the scripts loaded): the same joins into a room nobody watches.
+        await into(parse_room(f"{KIND}:warm-up"))
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        await into(room)
+        await store().aclose()
+
+    with override_settings(PRESENCE=SETTINGS):
+        run_async(joins())
+        print("done", flush=True)
 
 
 async def socket_parts(report: Report, quick: bool, users: list[Any]) -> None:

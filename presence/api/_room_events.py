@@ -6,11 +6,15 @@ How a big room's fan-out stays O(changes), not O(members²), per coalescing wind
 (presence.hub.rooms): announcements carry only "these users changed in room R". Once per room
 per window, the process reads what it needs *about the changed users only*: one Redis script
 (the count, the changed users' entries, the invisible members, the viewers' blocked users
-present), the pair facts of (viewers x changed users) in three queries, and their live state.
-Each viewer then only filters that delta: a changed user it lists is dropped or updated, and
-changed users are added while its list has room; resolution is memoised per (user, relation),
-so most viewers share it. The count is ``present - invisible - blocked for this viewer``: O(1)
-per viewer. A burst of 1,000 joins is one read and one frame per viewer per window.
+present) and the changed users' choices. The count is ``present - invisible - blocked for this
+viewer``: set lookups, O(1) per viewer, no privacy resolved. Pairs are resolved only for the
+viewers that could list a changed user (``resolving``): those listing one of them, or whose
+list has room. A viewer whose list is full and lists none of them (most viewers of a big
+room in a burst of joins) gets only its count: the changed users rank after its listed
+members (they are not listed ahead of them by a fresh read either; see presence.hub.rooms).
+For the viewers resolved, the pair facts come in three queries and the resolver runs once per
+(user, relation), so most viewers share it. A burst of 1,000 joins is one read and about one
+frame per viewer per window.
 """
 
 from __future__ import annotations
@@ -188,6 +192,11 @@ class RoomDelta:
     ties: set[tuple[UserId, UserId]] = field(default_factory=set)
     #: viewers with a tie to one of the changed users
     tied_viewers: set[UserId] = field(default_factory=set)
+    #: the viewers whose pair facts were read: only they may be resolved (see member_for)
+    resolving: frozenset[UserId] = frozenset()
+    #: the first members by join time that are not changed (a refill's candidates), with
+    #: their entries; empty unless a refill was asked for
+    scanned: dict[UserId, MemberEntry] = field(default_factory=dict)
     _verdicts: dict[tuple[UserId, domain.Relation], Member | None] = field(default_factory=dict)
     _as_stranger: dict[UserId, Member | None] = field(default_factory=dict)
     _strangers_list: list[tuple[UserId, Member]] | None = None
@@ -202,8 +211,15 @@ class RoomDelta:
     def member_for(self, viewer: UserId, user_id: UserId) -> Member | None:
         """The changed user as ``viewer`` may list them, or None (absent, not counted, or
         hidden from the viewer): the one resolver, once per (user, relation) whatever the
-        number of viewers (most of them are strangers to most members)."""
-        if viewer != user_id and (viewer, user_id) not in self.ties:
+        number of viewers (most of them are strangers to most members). Only for a viewer
+        whose pair facts were read: any other would be taken for a stranger."""
+        if viewer not in self.resolving:
+            raise ValueError(f"viewer {viewer!r} was not resolved in this delta")
+        if (
+            viewer != user_id
+            and self.pairs.viewer_choices is None
+            and ((viewer, user_id) not in self.ties)
+        ):
             if user_id not in self._as_stranger:
                 self._as_stranger[user_id] = self._verdict(user_id, domain.STRANGER)
             return self._as_stranger[user_id]
@@ -216,7 +232,11 @@ class RoomDelta:
     def listable(self, viewer: UserId) -> list[tuple[UserId, Member]]:
         """The changed users ``viewer`` may list, by join time: for a viewer with no tie to
         any of them (most viewers), one list shared by all such viewers."""
-        if viewer not in self.tied_viewers and viewer not in self.members:
+        if (
+            viewer not in self.tied_viewers
+            and viewer not in self.members
+            and self.pairs.viewer_choices is None
+        ):
             if self._strangers_list is None:
                 self._strangers_list = [
                     (uid, member)
@@ -230,8 +250,18 @@ class RoomDelta:
             if (member := self.member_for(viewer, uid)) is not None
         ]
 
+    def refill(self, viewer: UserId) -> list[tuple[UserId, float, Member]]:
+        """The scanned members ``viewer`` may list, with their join times: what a fresh read
+        would list next when a place in a full list was freed."""
+        found = []
+        for uid, entry in self.scanned.items():
+            member = self.member_for(viewer, uid)
+            if member is not None:
+                found.append((uid, entry.joined_at, member))
+        return found
+
     def _verdict(self, user_id: UserId, relation: domain.Relation) -> Member | None:
-        entry = self.members.get(user_id)
+        entry = self.members.get(user_id) or self.scanned.get(user_id)
         choices = self.pairs.choices.get(user_id)
         if entry is None or choices is None:
             return None
@@ -268,29 +298,82 @@ def _blocks_between(viewers: Collection[UserId]) -> dict[UserId, set[UserId]]:
     return counterparts
 
 
+def _blocks_and_pairs(
+    viewers: Collection[UserId], resolved: Collection[UserId], changed: Collection[UserId]
+) -> tuple[dict[UserId, set[UserId]], relations.PairFacts]:
+    """The viewers' blocks, and the changed users' facts with their relations to the viewers
+    resolved (their choices only when none is): one trip to the database's thread."""
+    return _blocks_between(viewers), relations.load_pairs(resolved, changed)
+
+
+def _lookups(changed: Collection[UserId], blocks: dict[UserId, set[UserId]]) -> list[UserId]:
+    return list(dict.fromkeys([*changed, *(u for users in blocks.values() for u in users)]))
+
+
 def _room_delta(
-    room: Room, viewers: Collection[UserId], changed: Collection[UserId]
+    room: Room,
+    viewers: Collection[UserId],
+    changed: Collection[UserId],
+    resolving: Collection[UserId],
+    scan: int,
 ) -> Operation[RoomDelta | None]:
     store = get_store()
-    blocks = yield Call(_blocks_between, (list(viewers),))
+    asked = set(resolving)
+    resolved_viewers = [viewer for viewer in viewers if viewer in asked]
     now = resolution.now()
-    lookups = list(dict.fromkeys([*changed, *(u for users in blocks.values() for u in users)]))
-    read = yield from redis(store.read_room(room.name, now, 0, lookups), live=True)
-    if read is None:
-        return None
-    present = [uid for uid in changed if uid in read.found]
-    pairs, live = yield from both(
-        Call(relations.load_pairs, (list(viewers), present), relations.aload_pairs),
-        Redis(store.read(present), live=True),
-    )
-    if live is None:
-        return None
+    scanned: dict[UserId, MemberEntry] = {}
+    if not scan:
+        # One trip to the database's thread (the viewers' blocks, the changed users' facts)
+        # and one to Redis (the room, their live state): under a burst, each trip waits for
+        # a busy thread and event loop, the most of a window's time.
+        blocks, pairs = yield Call(
+            _blocks_and_pairs, (list(viewers), resolved_viewers, list(changed))
+        )
+        lookups = _lookups(changed, blocks)
+        read_plan = store.read_room(room.name, now, 0, lookups)
+        if resolved_viewers:
+            read, live = yield from both(
+                Redis(read_plan, live=True), Redis(store.read(list(changed)), live=True)
+            )
+        else:
+            read, live = (yield from redis(read_plan, live=True)), {}
+        if read is None or live is None:
+            return None
+        present = [uid for uid in changed if uid in read.found]
+    else:
+        # A refill: the first members by join time are read first, then their facts too.
+        blocks = yield Call(_blocks_between, (list(viewers),))
+        lookups = _lookups(changed, blocks)
+        read = yield from redis(store.read_room(room.name, now, scan, lookups), live=True)
+        if read is None:
+            return None
+        present = [uid for uid in changed if uid in read.found]
+        changed_set = set(changed)
+        scanned = {
+            uid: entry
+            for uid, entry in list(read.members.items())[:scan]
+            if uid not in changed_set and uid not in read.invisible
+        }
+        targets = [*present, *scanned]
+        pairs, live = yield from both(
+            Call(relations.load_pairs, (resolved_viewers, targets), relations.aload_pairs),
+            Redis(store.read(targets), live=True),
+        )
+        if live is None:
+            return None
     invisible = set(read.invisible)
     # A member who went invisible since joining is left out at once (the flag follows).
     choices = pairs.choices
     invisible.update(uid for uid in present if uid in choices and choices[uid].invisible)
+    for uid in [uid for uid in scanned if uid in choices and choices[uid].invisible]:
+        invisible.add(uid)
+        del scanned[uid]
     members = {uid: read.members[uid] for uid in present}
+    # A contact row or an exception of the target's for the viewer, or a block: not a
+    # stranger. (With reciprocity a viewer's own choices count too: no viewer is taken for a
+    # plain stranger, see member_for.)
     ties = {(viewer, target) for target, viewer in pairs.contacts}
+    ties.update((viewer, owner) for owner, viewer in pairs.exceptions)
     for pair in pairs.blocks:
         if len(pair) == 2:
             a, b = pair
@@ -306,15 +389,25 @@ def _room_delta(
         now=now,
         ties=ties,
         tied_viewers={viewer for viewer, _ in ties},
+        resolving=frozenset(resolved_viewers),
+        scanned=scanned,
     )
 
 
 async def aroom_delta(
-    room: Room, viewers: Collection[UserId], changed: Collection[UserId]
+    room: Room,
+    viewers: Collection[UserId],
+    changed: Collection[UserId],
+    resolving: Collection[UserId] | None = None,
+    scan: int = 0,
 ) -> RoomDelta | None:
     """The changed users of ``room`` as these viewers may see them, and each viewer's count
-    (see :class:`RoomDelta`); None when Redis is unavailable (nothing is guessed)."""
-    return await arun(_room_delta(room, viewers, changed))
+    (see :class:`RoomDelta`); None when Redis is unavailable (nothing is guessed). Pairs are
+    resolved for the viewers in ``resolving`` only (default: all); ``scan`` > 0 also reads
+    the first ``scan`` members by join time for them (a refill's candidates)."""
+    return await arun(
+        _room_delta(room, viewers, changed, viewers if resolving is None else resolving, scan)
+    )
 
 
 def list_limit() -> int:

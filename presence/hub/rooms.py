@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from presence import announce
+from presence import announce, metrics
 from presence.announce import rooms_group_name
 from presence.api import _room_events as events
-from presence.api._rooms import aread_room_state
+from presence.api._rooms import SCAN_FACTOR, aread_room_state
 from presence.conf import get_settings
 from presence.domain import UserId, visibly_differs
 from presence.domain.rooms import Member, RoomState, parse_room
@@ -176,7 +177,15 @@ class RoomViews:
     # --- delivery ---
 
     async def deliver(self, room: str, user_ids: set[UserId]) -> None:
-        """Read the room's changed users once, then send each view here what it must be told."""
+        """Read the room's changed users once, then send each view here what it must be told.
+
+        Pairs are resolved only for the viewers that could list a changed user: those listing
+        one (it may have left or changed) and those whose list has room. A viewer whose list
+        is full and lists none of them gets its count only: the changed users are not its
+        listed members, and a fresh read would not list them ahead of those either (its
+        contacts and the members who joined before them come first; see docs/rooms.md).
+        When a listed member leaves a full list (``others`` > 0), the first members by join
+        time are read once too, and the freed place is refilled in the same diff."""
         connections = list(self.registry.rooms.members.get(room, ()))
         ready: dict[Connection, tuple[View, int]] = {}
         again = False
@@ -187,21 +196,34 @@ class RoomViews:
             else:
                 ready[connection] = (view, view.generation)
         if ready:
+            limit = events.list_limit()
+            resolving: set[UserId] = set()
+            refilling = False
+            for connection, (view, _) in ready.items():
+                lists_one = not view.listed.keys().isdisjoint(user_ids)
+                if lists_one or len(view.listed) < limit:
+                    resolving.add(connection.viewer_id)
+                refilling = refilling or (lists_one and view.others > 0)
             delta = await events.aroom_delta(
-                parse_room(room), {c.viewer_id for c in ready}, user_ids
+                parse_room(room),
+                {c.viewer_id for c in ready},
+                user_ids,
+                resolving,
+                SCAN_FACTOR * limit if refilling else 0,
             )
             if delta is None:
                 # Redis is unavailable: tried again later, nothing is guessed.
                 self._again(room, user_ids, get_settings().RETRY_INTERVAL)
                 return
+            texts: dict[Any, str] = {}  # identical frames are serialized once
             for connection, (view, generation) in ready.items():
                 if view.generation != generation or view.reading:
                     again = True  # a room_state was read meanwhile: compared with it again
                     continue
-                frame = _diff(view, delta, connection.viewer_id, user_ids)
+                frame = _diff(view, delta, connection.viewer_id, user_ids, limit)
                 if frame is not None:
                     try:
-                        await connection.send_json(frame)
+                        await _send(connection, frame, texts)
                     except Exception:  # a connection closing must not stop the others
                         logger.debug("Presence: could not send a room diff", exc_info=True)
         if again:
@@ -241,7 +263,7 @@ class RoomViews:
 
 
 def _diff(
-    view: View, delta: events.RoomDelta, viewer: UserId, changed: set[UserId]
+    view: View, delta: events.RoomDelta, viewer: UserId, changed: set[UserId], limit: int
 ) -> dict[str, Any] | None:
     """The room_diff that brings ``view`` to what ``viewer`` may see now, or None."""
     joins: dict[UserId, Member] = {}
@@ -253,14 +275,25 @@ def _diff(
             leaves.append(user_id)
         elif not _same(view.listed[user_id], member):
             view.listed[user_id] = joins[user_id] = member
-    room_left = events.list_limit() - len(view.listed)
-    if room_left > 0:
-        for user_id, member in delta.listable(viewer):  # by join time
-            if user_id not in view.listed:
-                view.listed[user_id] = joins[user_id] = member
-                room_left -= 1
-                if not room_left:
-                    break
+    room_left = limit - len(view.listed)
+    if room_left > 0 and viewer in delta.resolving:
+        # The changed users it may list, and (a place freed in a list that was full) the
+        # first members by join time it may list: the next ones by join time, as a fresh
+        # read lists them after the viewer's contacts (already listed when visible).
+        candidates = [
+            (delta.members[uid].joined_at, str(uid), uid, member)
+            for uid, member in delta.listable(viewer)
+            if uid not in view.listed
+        ]
+        if view.others > 0 and delta.scanned:
+            candidates += [
+                (joined_at, str(uid), uid, member)
+                for uid, joined_at, member in delta.refill(viewer)
+                if uid not in view.listed
+            ]
+            candidates.sort(key=lambda c: (c[0], c[1]))
+        for _, _, user_id, member in candidates[:room_left]:
+            view.listed[user_id] = joins[user_id] = member
     count = max(delta.count_for(viewer), len(view.listed))
     others = count - len(view.listed)
     if not joins and not leaves and others == view.others:
@@ -274,6 +307,28 @@ def _diff(
         "others": others,
         "count": count,
     }
+
+
+async def _send(connection: Connection, frame: dict[str, Any], texts: dict[Any, str]) -> None:
+    """Send ``frame``; its JSON text is made once for every connection sent the same frame
+    (most viewers of a big room get the same count). A connection without a raw ``send``
+    (the hub's tests) gets it through ``send_json``."""
+    send = getattr(connection, "send", None)
+    if send is None:
+        await connection.send_json(frame)
+        return
+    joins = frame["joins"]
+    key = (
+        tuple((uid, id(member)) for uid, member in joins.items()),
+        tuple(frame["leaves"]),
+        frame["others"],
+        frame["count"],
+    )
+    text = texts.get(key)
+    if text is None:
+        text = texts[key] = json.dumps(frame, separators=(",", ":"))
+    metrics.frame_sent("room_diff")
+    await send(text_data=text)
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -1,0 +1,160 @@
+"""Who a window resolves (presence.hub.rooms): a viewer whose list is full and lists none of
+the changed users gets its count only (set lookups, no pair facts read for it); the viewers
+listing a changed user, or with room in their list, are resolved. Either way every view ends
+as a fresh read for that viewer says: the count (blocks either way, invisible members, hidden
+members in ``others``) and the list."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+
+from presence import api, relations
+from presence.api._rooms import aread_room_state
+from presence.domain.rooms import parse_room
+from presence.hub.groups import Groups
+from presence.hub.registry import Registry
+from presence.hub.rooms import RoomViews, View
+from presence.models import Block, Contact, PrivacySettings
+from presence.store import get_store, merge
+from tests.rooms.rules import ROOMS
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.uuid_site, pytest.mark.cluster]
+
+ROOM = "post:1"
+LIMIT = 5
+
+
+class Viewer:
+    """A connection as the hub sees it, keeping what it is sent."""
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+        self.viewer_id = user.pk
+        self.frames: list[dict[str, Any]] = []
+
+    async def send_json(self, content: dict[str, Any]) -> None:
+        self.frames.append(content)
+
+
+@sync_to_async
+def population() -> tuple[list[Any], list[Any], list[Any]]:
+    User = get_user_model()
+    early = [User.objects.create_user(username=f"e{n}") for n in range(8)]
+    late = [User.objects.create_user(username=f"l{n}") for n in range(6)]
+    viewers = [User.objects.create_user(username=f"v{n}") for n in range(5)]
+    for user in [*early[4:], *late[:4], *viewers]:
+        PrivacySettings.objects.create(user=user, online_visibility="everyone")
+    # The first four are seen by their contacts only: every viewer but viewer 3, whose list
+    # therefore has room (four listed, the four hidden in others).
+    for user in early[:4]:
+        PrivacySettings.objects.create(user=user, online_visibility="contacts")
+        for viewer in viewers:
+            if viewer is not viewers[3]:
+                Contact.objects.create(owner=user, contact=viewer)
+    # late[4] keeps the default visibility (hidden from the viewers: counted in others),
+    # late[5] is invisible (counted by nobody).
+    PrivacySettings.objects.create(user=late[5], invisible=True)
+    Block.objects.create(blocker=late[0], blocked=viewers[1])  # a newcomer blocks viewer 1
+    Block.objects.create(blocker=viewers[2], blocked=late[1])  # viewer 2 blocks a newcomer
+    return early, late, viewers
+
+
+async def enter(store: Any, users: list[Any], at: float, invisible: set[Any]) -> None:
+    """The users join in this order (10 ms apart: the order by join time is theirs)."""
+    await store.arun(merge([store.connection(u.pk, "open", at, "c") for u in users]))
+    await store.arun(
+        merge(
+            [
+                store.join_room(ROOM, u.pk, "c", at + n / 100, None, u.pk in invisible)
+                for n, u in enumerate(users)
+            ]
+        )
+    )
+
+
+async def test_full_lists_get_their_count_without_resolution(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT}
+    early, late, viewers = await population()
+    store = get_store()
+    now = time.time()
+    await enter(store, early, now - 10, set())
+    registry = Registry()
+    rooms = RoomViews(registry, Groups(None, registry))
+    connections = [Viewer(user) for user in viewers]
+    for connection in connections:
+        registry.rooms.add(connection, ROOM)  # type: ignore[arg-type]
+        rooms.views[connection] = {ROOM: View()}  # type: ignore[index]
+        state = await aread_room_state(parse_room(ROOM), connection.user)
+        rooms.show(connection, ROOM, state)  # type: ignore[arg-type]
+    for connection in connections:
+        listed = len(rooms.views[connection][ROOM].listed)  # type: ignore[index]
+        assert listed == (4 if connection is connections[3] else LIMIT)
+
+    asked: list[set[Any]] = []
+    real_load, real_aload = relations.load_pairs, relations.aload_pairs
+
+    def load(viewer_pks: Any, target_ids: Any) -> Any:
+        asked.append(set(viewer_pks))
+        return real_load(viewer_pks, target_ids)
+
+    async def aload(viewer_pks: Any, target_ids: Any) -> Any:
+        asked.append(set(viewer_pks))
+        return await real_aload(viewer_pks, target_ids)
+
+    monkeypatch.setattr(relations, "load_pairs", load)
+    monkeypatch.setattr(relations, "aload_pairs", aload)
+    await enter(store, late, now, {late[5].pk})
+    await rooms.deliver(ROOM, {u.pk for u in late})
+    # Only the viewer with room in its list had pair facts read.
+    assert asked and set().union(*asked) == {viewers[3].pk}
+
+    for connection in connections:
+        (frame,) = connection.frames
+        view = rooms.views[connection][ROOM]  # type: ignore[index]
+        fresh = await api.aroom_presence(ROOM, connection.user)
+        assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"]), (
+            connection.user
+        )
+        assert {str(uid) for uid in view.listed} == set(fresh["members"]), connection.user
+    by_viewer = {c.user: c.frames[0] for c in connections}
+    plain = len(early) + 5  # late[5] is invisible; late[4] hidden but counted
+    assert by_viewer[viewers[0]]["count"] == plain
+    assert by_viewer[viewers[1]]["count"] == plain - 1  # blocked by late[0]
+    assert by_viewer[viewers[2]]["count"] == plain - 1  # blocks late[1]
+    assert by_viewer[viewers[0]]["joins"] == {}
+    # The viewer with room lists the first newcomer it may see, by join time.
+    assert set(by_viewer[viewers[3]]["joins"]) == {str(late[0].pk)}
+
+
+async def test_a_listed_member_that_changes_is_resolved_and_refilled(
+    settings: Any,
+) -> None:
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT}
+    early, _, viewers = await population()
+    store = get_store()
+    await enter(store, early, time.time() - 10, set())
+    registry = Registry()
+    rooms = RoomViews(registry, Groups(None, registry))
+    connection = Viewer(viewers[0])
+    registry.rooms.add(connection, ROOM)  # type: ignore[arg-type]
+    rooms.views[connection] = {ROOM: View()}  # type: ignore[index]
+    rooms.show(connection, ROOM, await aread_room_state(parse_room(ROOM), viewers[0]))  # type: ignore[arg-type]
+    listed = list(rooms.views[connection][ROOM].listed)  # type: ignore[index]
+    # A listed member blocks the viewer: left out of the list and the count, the next member
+    # by join time takes its place in the same frame.
+    await sync_to_async(Block.objects.create)(blocker_id=listed[0], blocked=viewers[0])
+    await rooms.deliver(ROOM, {listed[0]})
+    (frame,) = connection.frames
+    assert frame["leaves"] == [str(listed[0])]
+    assert set(frame["joins"]) == {str(early[LIMIT].pk)}
+    fresh = await api.aroom_presence(ROOM, viewers[0])
+    view = rooms.views[connection][ROOM]  # type: ignore[index]
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])

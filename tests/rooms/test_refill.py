@@ -1,0 +1,94 @@
+"""A freed place is refilled: when a listed member leaves a viewer's full list (``others`` > 0),
+the same window's room_diff lists the next member as a fresh read would, not only the next
+room_state (real Redis, real channel layer, WebsocketCommunicator; time moved with
+time_machine, rooms swept by calling the sweep)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import time_machine
+
+from presence import api
+from presence.api import _room_events as events
+from tests.live.sockets import Sockets, assert_silent, new_user, receive
+from tests.live.sockets import sockets as sockets
+from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, public
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+    pytest.mark.uuid_site,
+    pytest.mark.cluster,
+    pytest.mark.pubsub_layer,
+]
+
+ROOM = "post:1"
+
+
+@pytest.fixture(autouse=True)
+def _room_settings(settings: Any) -> None:
+    settings.PRESENCE = {**SETTINGS, "ROOM_LIST_LIMIT": 3}
+
+
+async def test_a_freed_place_is_refilled_in_the_same_diff(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    viewer = await new_user(make_user)
+    first, second, hidden, fourth, fifth = [await new_user(make_user) for _ in range(5)]
+    # ``hidden`` keeps the default visibility: the viewer may not see it (counted in others).
+    await public(viewer, first, second, fourth, fifth)
+    opened = {}
+    for user in (first, second, hidden, fourth, fifth):  # in this join order
+        opened[user] = await sockets.open(user)
+        await join(opened[user])
+    v = await sockets.open(viewer)
+    seen = ClientView(await join(v))
+    # Full: the viewer, then by join time; ``hidden`` and ``fifth`` are others.
+    assert seen.shows({key(viewer), key(first), key(second)}, 3), seen.members
+    await assert_silent(v)
+
+    await sockets.close(opened[first])
+    closed = time.time()
+    with time_machine.travel(closed + 2 + SETTINGS["OFFLINE_GRACE"], tick=False):
+        assert await events.asweep_rooms() == {ROOM: [first.pk]}
+        frame = await receive(v)
+    # One diff: the leave and the next member the viewer may see (``fourth``, not ``hidden``).
+    assert frame["leaves"] == [key(first)]
+    assert set(frame["joins"]) == {key(fourth)}
+    assert (frame["others"], frame["count"]) == (2, 5)
+    seen.apply(frame)
+    fresh = await api.aroom_presence(ROOM, viewer)
+    assert set(seen.members) == set(fresh["members"])
+    assert (seen.others, seen.count) == (fresh["others"], fresh["count"])
+    await assert_silent(v)
+
+
+async def test_no_refill_from_members_the_viewer_may_not_see(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    viewer = await new_user(make_user)
+    first, second, hidden = [await new_user(make_user) for _ in range(3)]
+    await public(viewer, first, second)
+    opened = {}
+    for user in (first, second, hidden):
+        opened[user] = await sockets.open(user)
+        await join(opened[user])
+    v = await sockets.open(viewer)
+    seen = ClientView(await join(v))
+    assert seen.shows({key(viewer), key(first), key(second)}, 1), seen.members
+    await assert_silent(v)
+
+    await sockets.close(opened[first])
+    closed = time.time()
+    with time_machine.travel(closed + 2 + SETTINGS["OFFLINE_GRACE"], tick=False):
+        assert await events.asweep_rooms() == {ROOM: [first.pk]}
+        frame = await receive(v)
+    assert frame["leaves"] == [key(first)] and frame["joins"] == {}
+    assert (frame["others"], frame["count"]) == (1, 3)
+    seen.apply(frame)
+    fresh = await api.aroom_presence(ROOM, viewer)
+    assert set(seen.members) == set(fresh["members"]) == {key(viewer), key(second)}

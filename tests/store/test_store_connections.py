@@ -670,3 +670,39 @@ class TestClusterKeyScheme:
             shard_tags(256)[:3]
             == KeyScheme(PresenceSettings(REDIS_CLUSTER=("redis://other:1",))).tags[:3]
         )
+
+
+@on_one_redis
+def test_a_beat_of_a_user_online_already_settles_the_ledger_in_one_command(
+    store: PresenceStore, redis_client: Any
+) -> None:
+    """A user in the ledger's "online" set is not invisible (SET_INVISIBLE moves them), so a
+    heartbeat moves their time there without asking; an invisible user's is settled as ever."""
+    visible, hidden = uid(5), uid(6)
+    store.run(store.connection(visible, "open", NOW, "a"))
+    store.run(store.connection(hidden, "open", NOW, "b"))
+    store.run(store.set_invisible(hidden, True))
+    redis_client.config_resetstat()
+    beat = store.run(store.connection(visible, "beat", NOW + 10, "a"))
+    assert "cmdstat_sismember" not in redis_client.info("commandstats")
+    assert beat is not None and (beat.made, beat.invisible) == (0, False)
+    beat = store.run(store.connection(hidden, "beat", NOW + 10, "b"))
+    assert beat is not None and (beat.made, beat.invisible) == (0, True)
+    online, hidden_set, _ = store.ledger_keys(store.shard_of(store.bucket_of(visible)))
+    until = NOW + 10 + 1 + store.conf.CONNECTION_TTL
+    assert redis_client.zscore(online, member(5)) == until
+    _, hidden_set, _ = store.ledger_keys(store.shard_of(store.bucket_of(hidden)))
+    assert redis_client.zscore(hidden_set, member(6)) == until
+
+
+def test_the_scripts_declare_the_prior_set_among_their_keys(store: PresenceStore) -> None:
+    """Every key a script touches is in its KEYS (a cluster routes by them; lua/prior.lua)."""
+    user = uid(7)
+    prior = store.prior_key(store.bucket_of(user))
+    for plan in (
+        store.touch(user, Device.WEB, NOW),
+        store.sign_off(user, Device.WEB, NOW),
+        store.connection(user, "beat", NOW, "c"),
+        store.read_recent([user], NOW),
+    ):
+        assert prior in plan.commands[0][2]

@@ -12,7 +12,7 @@
 -- for a close). An open (or a beat) of a connection that is not live while the user has the
 -- most live connections allowed is refused and changes nothing.
 -- KEYS[4..7] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[10..12] offline
--- grace, connection TTL, online window.
+-- grace, connection TTL, online window. KEYS[8] the bucket's prior set (lua/prior.lua).
 -- Returns {old score or false, new score or false, live connections, refused (0/1), connections
 -- dropped as crashed, made, invisible, at, outbox entry} (see settle).
 local uid = ARGV[1]
@@ -127,9 +127,9 @@ elseif o > 0 and old_flags >= FLAG_CONNECTED then
 end
 if score and score ~= o then
   redis.call('ZADD', KEYS[1], score, uid)
-  keep_prior(KEYS[1], uid, old, math.floor(math.abs(score) / SCORE_FACTOR))
+  keep_prior(KEYS[8], uid, old, math.floor(math.abs(score) / SCORE_FACTOR))
 else
   score = old or false
 end
-local made = settle({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12])
+local made = settle({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12], old)
 return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4]}

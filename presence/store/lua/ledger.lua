@@ -24,11 +24,19 @@ local function record(outbox, made, invisible, at, uid, now)
   redis.call('ZADD', outbox, now, entry)
   return entry
 end
--- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}. Returns
--- {made (1 online, -1 offline, 0 neither), invisible (0/1), at (when, as text), outbox entry}.
-local function settle(keys, uid, score, now, grace, ttl, window)
-  local until_ = offline_time(score, tonumber(grace), tonumber(ttl), tonumber(window))
+-- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}; ``old``
+-- (optional) the score before the write. Returns {made (1 online, -1 offline, 0 neither),
+-- invisible (0/1), at (when, as text), outbox entry}.
+local function settle(keys, uid, score, now, grace, ttl, window, old)
+  grace, ttl, window = tonumber(grace), tonumber(ttl), tonumber(window)
+  local until_ = offline_time(score, grace, ttl, window)
   if until_ and now < until_ then
+    local was = offline_time(old, grace, ttl, window)
+    -- A heartbeat is mostly a visible user's, online already: moving their time in "online"
+    -- says so (a user there is not invisible: SET_INVISIBLE moves them), one command, not two.
+    if was and now < was and redis.call('ZADD', keys[1], 'XX', 'CH', until_, uid) == 1 then
+      return {0, 0, false, false}
+    end
     local invisible = redis.call('SISMEMBER', keys[3], uid)
     local key = keys[1]
     if invisible == 1 then key = keys[2] end

@@ -3,7 +3,7 @@
 -- keeping the devices and idle flag shown during the grace). Live connections keep the user
 -- online. KEYS[2..5] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[5..7]
 -- offline grace, connection TTL, online window. Returns {old score or false, new score, made,
--- invisible, at, outbox entry} (see settle).
+-- invisible, at, outbox entry} (see settle). KEYS[6] the bucket's prior set (lua/prior.lua).
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local bit_ = tonumber(ARGV[3])
@@ -30,6 +30,6 @@ else
   score = ts * SCORE_FACTOR + mask
 end
 redis.call('ZADD', KEYS[1], score, ARGV[1])
-keep_prior(KEYS[1], ARGV[1], old, ts)
+keep_prior(KEYS[6], ARGV[1], old, ts)
 local made = settle({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, ARGV[1], score, now, ARGV[5], ARGV[6], ARGV[7])
 return {old or false, tostring(score), made[1], made[2], made[3], made[4]}

@@ -99,12 +99,15 @@ class ReadPlans(KeyScheme):
             # The buckets holding one of these users first, with no count each (most of them).
             singles = [(bucket, members) for bucket, members in batch if len(members) == 1]
             others = [(bucket, members) for bucket, members in batch if len(members) > 1]
-            args: list[Any] = [low, len(singles)]
+            # An entry since ``since`` may be of today: its prior is read (the script's second
+            # argument; lua/read_recent.lua).
+            args: list[Any] = [low, low, len(singles)]
             args += (members[0] if as_is else encode_id(members[0]) for _, members in singles)
             for _, members in others:
                 args.append(len(members))
                 args += members if as_is else map(encode_id, members)
-            keys = [self.seen_key(bucket) for bucket, _ in singles + others]
+            ordered = [bucket for bucket, _ in singles + others]
+            keys = [*map(self.seen_key, ordered), *map(self.prior_key, ordered)]
             commands.append(script_call(READ_RECENT, keys, args))
 
         def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:

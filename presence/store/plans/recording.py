@@ -84,6 +84,7 @@ class RecordingPlans(KeyScheme):
                         self.conns_key(self.bucket_of(user_id)),
                         *self.user_ledger_keys(user_id),
                         self.user_outbox_key(user_id),
+                        self.prior_key(self.bucket_of(user_id)),
                     ],
                     [
                         encode_id(user_id),
@@ -118,6 +119,7 @@ class RecordingPlans(KeyScheme):
                         self.seen_key(self.bucket_of(user_id)),
                         *self.user_ledger_keys(user_id),
                         self.user_outbox_key(user_id),
+                        self.prior_key(self.bucket_of(user_id)),
                     ],
                     [
                         encode_id(user_id),
@@ -167,6 +169,7 @@ class RecordingPlans(KeyScheme):
                     self.expiries_key(bucket),
                     *self.user_ledger_keys(user_id),
                     self.user_outbox_key(user_id),
+                    self.prior_key(bucket),
                 ],
                 [
                     encode_id(user_id),

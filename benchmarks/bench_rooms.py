@@ -236,6 +236,9 @@ class Viewer:
         self.diffs: dict[str, int] = {}
         self.targets: dict[str, int] = {}
         self.right_at: dict[str, float] = {}
+        #: joins answered "unavailable", joined again
+        self.retries = 0
+        self._tasks: set[asyncio.Future[None]] = set()
         queue = self.comm.output_queue
         put_nowait = queue.put_nowait
 
@@ -243,6 +246,16 @@ class Viewer:
             text = message.get("text") or ""
             if '"room_' in text:
                 self.apply(json.loads(text))
+            elif '"unavailable"' in text:
+                # A join answered "unavailable" (Redis too busy to read the room in time, as
+                # under a storm of joins on a loaded machine) is joined again, as presence.js
+                # does.
+                frame = json.loads(text)
+                if frame.get("room"):
+                    self.retries += 1
+                    task = asyncio.ensure_future(self.join(frame["room"]))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
             put_nowait(message)
 
         queue.put_nowait = stamped  # type: ignore[method-assign]

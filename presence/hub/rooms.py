@@ -197,37 +197,72 @@ class RoomViews:
                 ready[connection] = (view, view.generation)
         if ready:
             limit = events.list_limit()
-            resolving: set[UserId] = set()
-            refilling = False
-            for connection, (view, _) in ready.items():
-                lists_one = not view.listed.keys().isdisjoint(user_ids)
-                if lists_one or len(view.listed) < limit:
-                    resolving.add(connection.viewer_id)
-                refilling = refilling or (lists_one and view.others > 0)
+            resolving = {
+                connection.viewer_id
+                for connection, (view, _) in ready.items()
+                if len(view.listed) < limit or not view.listed.keys().isdisjoint(user_ids)
+            }
             delta = await events.aroom_delta(
-                parse_room(room),
-                {c.viewer_id for c in ready},
-                user_ids,
-                resolving,
-                SCAN_FACTOR * limit if refilling else 0,
+                parse_room(room), {c.viewer_id for c in ready}, user_ids, resolving
             )
             if delta is None:
                 # Redis is unavailable: tried again later, nothing is guessed.
                 self._again(room, user_ids, get_settings().RETRY_INTERVAL)
                 return
-            texts: dict[Any, str] = {}  # identical frames are serialized once
+            frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
+            freed: set[UserId] = set()
             for connection, (view, generation) in ready.items():
                 if view.generation != generation or view.reading:
                     again = True  # a room_state was read meanwhile: compared with it again
                     continue
+                had_others = view.others > 0
                 frame = _diff(view, delta, connection.viewer_id, user_ids, limit)
                 if frame is not None:
-                    try:
-                        await _send(connection, frame, texts)
-                    except Exception:  # a connection closing must not stop the others
-                        logger.debug("Presence: could not send a room diff", exc_info=True)
+                    frames.append((connection, view, generation, frame))
+                    if frame["leaves"] and had_others and len(view.listed) < limit:
+                        freed.add(connection.viewer_id)
+            if freed:
+                await self._refill(room, frames, freed, limit)
+            texts: dict[Any, str] = {}  # identical frames are serialized once
+            for connection, view, generation, frame in frames:
+                if view.generation != generation or view.reading:
+                    again = True
+                    continue
+                try:
+                    await _send(connection, frame, texts)
+                except Exception:  # a connection closing must not stop the others
+                    logger.debug("Presence: could not send a room diff", exc_info=True)
         if again:
             self._again(room, user_ids, get_settings().COALESCE_WINDOW)
+
+    async def _refill(
+        self,
+        room: str,
+        frames: list[tuple[Connection, View, int, dict[str, Any]]],
+        freed: set[UserId],
+        limit: int,
+    ) -> None:
+        """Places freed in full lists: the first members by join time are read once for
+        those viewers, and each frame lists the next ones its viewer may see, as a fresh read
+        lists them (its contacts, listed first, are listed already when visible). Redis
+        unavailable: the frames go as they are (counted right; the next room_state lists)."""
+        delta = await events.aroom_delta(parse_room(room), freed, (), freed, SCAN_FACTOR * limit)
+        if delta is None:
+            return
+        for connection, view, _, frame in frames:
+            viewer = connection.viewer_id
+            if viewer not in freed or view.reading:
+                continue
+            candidates = sorted(
+                (joined_at, str(uid), uid, member)
+                for uid, joined_at, member in delta.refill(viewer)
+                if uid not in view.listed
+            )
+            room_left = limit - len(view.listed)
+            for _, _, user_id, member in candidates[: max(room_left, 0)]:
+                view.listed[user_id] = member
+                frame["joins"][str(user_id)] = delta.encoded(member)
+            view.others = frame["others"] = frame["count"] - len(view.listed)
 
     def _again(self, room: str, user_ids: set[UserId], after: float) -> None:
         if room in self.registry.rooms.members:
@@ -277,23 +312,12 @@ def _diff(
             view.listed[user_id] = joins[user_id] = member
     room_left = limit - len(view.listed)
     if room_left > 0 and viewer in delta.resolving:
-        # The changed users it may list, and (a place freed in a list that was full) the
-        # first members by join time it may list: the next ones by join time, as a fresh
-        # read lists them after the viewer's contacts (already listed when visible).
-        candidates = [
-            (delta.members[uid].joined_at, str(uid), uid, member)
-            for uid, member in delta.listable(viewer)
-            if uid not in view.listed
-        ]
-        if view.others > 0 and delta.scanned:
-            candidates += [
-                (joined_at, str(uid), uid, member)
-                for uid, joined_at, member in delta.refill(viewer)
-                if uid not in view.listed
-            ]
-            candidates.sort(key=lambda c: (c[0], c[1]))
-        for _, _, user_id, member in candidates[:room_left]:
-            view.listed[user_id] = joins[user_id] = member
+        for user_id, member in delta.listable(viewer):  # by join time
+            if user_id not in view.listed:
+                view.listed[user_id] = joins[user_id] = member
+                room_left -= 1
+                if not room_left:
+                    break
     count = max(delta.count_for(viewer), len(view.listed))
     others = count - len(view.listed)
     if not joins and not leaves and others == view.others:

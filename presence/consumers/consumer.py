@@ -40,12 +40,15 @@ class PresenceConsumer(RoomFrames):
         # Channels (4.2+) closes old database connections before every message, in the one
         # thread all of the process's database calls share: a thread hop per heartbeat, queued
         # behind the others' queries. Done at most once per TIDY_INTERVAL per process here.
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        if message["type"] != "websocket.disconnect":
+        kind = message["type"]
+        if kind != "websocket.disconnect":
             # Not on a close: it would wait for that thread (a storm's queue) before signing off.
             await tidy_database_connections()
+        if kind == "websocket.receive" and self.beat_quietly(message.get("text")):
+            return  # the most common frame by far, handled at once
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {kind}")
         await handler(message)
 
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:

@@ -74,12 +74,6 @@ class FrameDispatch(Sending):
         if not self.rate.allow(arrived):
             await self.rate_limited()
             return
-        beat = _HEARTBEATS.get(text_data) if text_data is not None else None
-        if beat is not None and self._beats_quietly(beat, arrived):
-            # Handled here, without a parse or a handler's coroutines: it writes nothing,
-            # answers nothing and announces nothing (the heartbeat handler would return).
-            metrics.frame_received(beat)
-            return
         answered = [0]
         counting = answer_bytes.set(answered)
         try:
@@ -98,6 +92,19 @@ class FrameDispatch(Sending):
         extra = answered[0] // ANSWER_BYTES_PER_FRAME
         if extra and self.attached:
             self.rate.charge(time.time(), extra)
+
+    def beat_quietly(self, text_data: str | None) -> bool:
+        """Handle ``text_data`` on arrival if it is a heartbeat that changes nothing (True):
+        without a parse or a handler's coroutines, it writes, answers and announces nothing,
+        as the heartbeat handler would. Other frames are left to ``receive`` (False)."""
+        beat = _HEARTBEATS.get(text_data) if text_data is not None else None
+        if beat is None or not self.attached:
+            return False
+        arrived = time.time()
+        if not self._beats_quietly(beat, arrived) or not self.rate.allow(arrived):
+            return False  # the handler's to write, or receive's to close past RATE_LIMIT
+        metrics.frame_received(beat)
+        return True
 
     def _beats_quietly(self, beat: domain.Heartbeat, now: float) -> bool:
         """Whether the heartbeat handler would do nothing with ``beat``: its idle state is the

@@ -62,6 +62,8 @@ class RoomViews:
         self.views: dict[Connection, dict[str, View]] = {}
         #: room -> (changed users, loop time its window ends)
         self.pending: dict[str, tuple[set[UserId], float]] = {}
+        #: the room being delivered now, if any
+        self.delivering: str | None = None
         self._wake = asyncio.Event()
         #: outages of presence's Redis and channel-layer failures seen so far (see sweep)
         self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
@@ -288,6 +290,7 @@ class RoomViews:
                 continue
             for room in due:
                 users, _ = self.pending.pop(room)
+                self.delivering = room
                 try:
                     await self.deliver(room, users)
                 except asyncio.CancelledError:
@@ -295,6 +298,8 @@ class RoomViews:
                 except Exception:
                     logger.exception("Presence: delivering a room's changes failed; retrying")
                     self._again(room, users, get_settings().RETRY_INTERVAL)
+                finally:
+                    self.delivering = None
 
 
 def _diff(

@@ -4,9 +4,10 @@ it (:func:`room_presence`), through the one resolver.
 A read costs O(ROOM_LIST_LIMIT + the viewer's contacts and blocks) whatever the room's size:
 one query for the viewer's ties, one Redis script (the count, the first members by join time,
 the viewer's contacts and blocks among the members, the invisible members), then the privacy
-facts and live state of those candidates at once. Members past the first ``2 *
-ROOM_LIST_LIMIT`` by join time are listed only if they are the viewer's contacts; the others
-count in ``others`` (docs/rooms.md).
+facts and live state of those candidates at once. Where the viewer may see fewer than
+ROOM_LIST_LIMIT of them, the read goes four times further down the join order, up to the first
+``WIDEST_FACTOR * ROOM_LIST_LIMIT``; members past that are listed only if they are the viewer's
+contacts; the others count in ``others`` (docs/rooms.md).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ logger = logging.getLogger("presence")
 
 #: members read by join time for each listing, per member that may be listed
 SCAN_FACTOR = 2
+#: how far down the join order (times ROOM_LIST_LIMIT) a read goes for a viewer who may see
+#: few of the first members
+WIDEST_FACTOR = 32
 
 RoomRule = Callable[[Any, str], Any]
 
@@ -118,18 +122,48 @@ def _room_state(
     a socket's join, which waits for a busy Redis up to LIVE_SOCKET_TIMEOUT, as the join's own
     write did (a page waits SOCKET_TIMEOUT)."""
     conf = get_settings()
-    store = get_store()
     viewer_id = viewer_pk(viewer)
     contacts, blocked = yield from call(viewer_ties, viewer_id)
     now = resolution.now()
     lookups = [viewer_id, *contacts, *blocked]
-    read = yield from redis(
-        store.read_room(room.name, now, SCAN_FACTOR * conf.ROOM_LIST_LIMIT, lookups), waits
-    )
+    first = SCAN_FACTOR * conf.ROOM_LIST_LIMIT
+    while True:
+        state = yield from _read_first(room, viewer, now, first, lookups, blocked, contacts, waits)
+        if state is None:
+            if strict:
+                raise StoreUnavailable("Redis is unavailable: the room could not be read")
+            return RoomState(room, {}, 0)  # Redis is unavailable: nobody can be told present
+        result, scanned_all = state
+        # Few of the first members are the viewer's to see: read further down the join order,
+        # so that a fresh read lists whom a live view listing newcomers while it has room lists.
+        if len(result.members) >= conf.ROOM_LIST_LIMIT or scanned_all or first >= _widest(conf):
+            return result
+        first *= 4
+
+
+def _widest(conf: Any) -> int:
+    """How far down the join order a read goes for a viewer who may see few members."""
+    return WIDEST_FACTOR * conf.ROOM_LIST_LIMIT
+
+
+def _read_first(
+    room: Room,
+    viewer: Any,
+    now: float,
+    first: int,
+    lookups: list[UserId],
+    blocked: set[UserId],
+    contacts: set[UserId],
+    waits: bool,
+) -> Operation[tuple[RoomState, bool] | None]:
+    """The room as ``viewer`` sees it from its first ``first`` members by join time and the
+    looked-up users, and whether those were all its members; None when Redis is unavailable."""
+    conf = get_settings()
+    store = get_store()
+    viewer_id = viewer_pk(viewer)
+    read = yield from redis(store.read_room(room.name, now, first, lookups), waits)
     if read is None:
-        if strict:
-            raise StoreUnavailable("Redis is unavailable: the room could not be read")
-        return RoomState(room, {}, 0)  # Redis is unavailable: nobody can be told present
+        return None
     # Neither listed nor counted: invisible members and members blocked either way.
     excluded = set(read.invisible | (blocked & read.found)) - {viewer_id}
     candidates = [uid for uid in read.members if uid not in excluded]
@@ -154,7 +188,8 @@ def _room_state(
     listed = order_listed(listable, conf.ROOM_LIST_LIMIT)
     members = {uid: Member(read.members[uid].meta, presences[uid]) for uid in listed}
     count = max(read.present - len(excluded), len(members))
-    return RoomState(room, members, count - len(members))
+    scanned_all = read.present <= first
+    return RoomState(room, members, count - len(members)), scanned_all
 
 
 def room_state(room: Any, viewer: Any, *, strict: bool = False) -> RoomState:

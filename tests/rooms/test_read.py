@@ -176,3 +176,44 @@ def test_a_big_room_lists_at_most_the_limit(make_user: Callable[..., Any], setti
     state = api.room_presence(ROOM, viewer)
     assert list(state["members"]) == [key(members[7]), key(members[0])]
     assert state["count"] == 8
+
+
+def test_a_viewer_who_may_see_few_of_the_first_members_reads_further(
+    make_user: Callable[..., Any], settings: Any
+) -> None:
+    """The first members hide from the viewer: the read goes further down the join order, so
+    a fresh read lists the later members a live view lists (it lists newcomers while it has
+    room), up to ROOM_LIST_LIMIT."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 2}
+    viewer = make_user()
+    hidden = [make_user() for _ in range(6)]
+    shown = [make_user() for _ in range(3)]
+    for user in hidden:
+        PrivacySettings.objects.create(user=user, online_visibility="nobody")
+        enter(user)
+    for user in shown:
+        PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        enter(user)
+    state = api.room_presence(ROOM, viewer)
+    assert list(state["members"]) == [key(shown[0]), key(shown[1])]
+    assert (state["others"], state["count"]) == (7, 9)
+
+
+def test_the_read_goes_no_further_than_its_widest(
+    make_user: Callable[..., Any], settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from presence.api import _rooms
+
+    monkeypatch.setattr(_rooms, "WIDEST_FACTOR", 2)  # the first 2 * ROOM_LIST_LIMIT members
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 2}
+    viewer = make_user()
+    hidden = [make_user() for _ in range(4)]
+    shown = make_user()
+    for user in hidden:
+        PrivacySettings.objects.create(user=user, online_visibility="nobody")
+        enter(user)
+    PrivacySettings.objects.create(user=shown, online_visibility="everyone")
+    enter(shown)
+    state = api.room_presence(ROOM, viewer)
+    assert state["members"] == {}
+    assert (state["others"], state["count"]) == (5, 5)

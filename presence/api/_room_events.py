@@ -138,37 +138,6 @@ async def asweep_rooms(limit: int = ROOMS_PER_SWEEP) -> dict[str, list[UserId]]:
     return gone
 
 
-def cleanup_rooms() -> int:
-    """Sweep every room due now, in rounds, until none is left (``presence_cleanup``): the
-    members whose stay ended are removed (and announced), with them the last keys of rooms
-    left empty. Returns the members removed; raises StoreUnavailable when Redis is down."""
-    removed = 0
-    while True:
-        gone = announce_sync_sweep()
-        if gone is None:
-            return removed
-        removed += gone
-
-
-def announce_sync_sweep() -> int | None:
-    """One round of :func:`asweep_rooms` from sync code; None when no room was due."""
-    store = get_store()
-    now = resolution.now()
-    rooms = store.run(store.claim_rooms(now, ROOMS_PER_SWEEP))
-    if not rooms:
-        return None
-    pruned = store.run(merge([store.prune_room(room, now, PRUNE_BATCH) for room in rooms]))
-    due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
-    if due:
-        store.run(store.schedule_rooms(due))
-    removed = 0
-    for room, (users, _) in zip(rooms, pruned, strict=True):
-        if users:
-            removed += len(users)
-            announce.run_from_sync(announce.aannounce_room(room, users), "a room's leaves")
-    return removed
-
-
 # --- the delta of a window, for the hub -----------------------------------------------------
 
 

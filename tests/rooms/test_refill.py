@@ -34,6 +34,29 @@ def _room_settings(settings: Any) -> None:
     settings.PRESENCE = {**SETTINGS, "ROOM_LIST_LIMIT": 3}
 
 
+async def open_in_order(
+    sockets: Sockets, viewer: Any, members: list[Any]
+) -> tuple[dict[Any, Any], Any, ClientView]:
+    """``members`` join in this order, then the viewer: their sockets, the viewer's and its
+    view from its room_state."""
+    opened = {}
+    for user in members:
+        opened[user] = await sockets.open(user)
+        await join(opened[user])
+    v = await sockets.open(viewer)
+    return opened, v, ClientView(await join(v))
+
+
+async def swept_after_leaving(sockets: Sockets, socket: Any, user: Any, v: Any) -> Any:
+    """``user`` closes ``socket``; once the grace has passed the sweep removes them: the
+    viewer's next frame."""
+    await sockets.close(socket)
+    closed = time.time()
+    with time_machine.travel(closed + 2 + SETTINGS["OFFLINE_GRACE"], tick=False):
+        assert await events.asweep_rooms() == {ROOM: [user.pk]}
+        return await receive(v)
+
+
 async def test_a_freed_place_is_refilled_in_the_same_diff(
     sockets: Sockets, make_user: Callable
 ) -> None:
@@ -41,21 +64,12 @@ async def test_a_freed_place_is_refilled_in_the_same_diff(
     first, second, hidden, fourth, fifth = [await new_user(make_user) for _ in range(5)]
     # ``hidden`` keeps the default visibility: the viewer may not see it (counted in others).
     await public(viewer, first, second, fourth, fifth)
-    opened = {}
-    for user in (first, second, hidden, fourth, fifth):  # in this join order
-        opened[user] = await sockets.open(user)
-        await join(opened[user])
-    v = await sockets.open(viewer)
-    seen = ClientView(await join(v))
+    opened, v, seen = await open_in_order(sockets, viewer, [first, second, hidden, fourth, fifth])
     # Full: the viewer, then by join time; ``hidden`` and ``fifth`` are others.
     assert seen.shows({key(viewer), key(first), key(second)}, 3), seen.members
     await assert_silent(v)
 
-    await sockets.close(opened[first])
-    closed = time.time()
-    with time_machine.travel(closed + 2 + SETTINGS["OFFLINE_GRACE"], tick=False):
-        assert await events.asweep_rooms() == {ROOM: [first.pk]}
-        frame = await receive(v)
+    frame = await swept_after_leaving(sockets, opened[first], first, v)
     # One diff: the leave and the next member the viewer may see (``fourth``, not ``hidden``).
     assert frame["leaves"] == [key(first)]
     assert set(frame["joins"]) == {key(fourth)}
@@ -73,20 +87,11 @@ async def test_no_refill_from_members_the_viewer_may_not_see(
     viewer = await new_user(make_user)
     first, second, hidden = [await new_user(make_user) for _ in range(3)]
     await public(viewer, first, second)
-    opened = {}
-    for user in (first, second, hidden):
-        opened[user] = await sockets.open(user)
-        await join(opened[user])
-    v = await sockets.open(viewer)
-    seen = ClientView(await join(v))
+    opened, v, seen = await open_in_order(sockets, viewer, [first, second, hidden])
     assert seen.shows({key(viewer), key(first), key(second)}, 1), seen.members
     await assert_silent(v)
 
-    await sockets.close(opened[first])
-    closed = time.time()
-    with time_machine.travel(closed + 2 + SETTINGS["OFFLINE_GRACE"], tick=False):
-        assert await events.asweep_rooms() == {ROOM: [first.pk]}
-        frame = await receive(v)
+    frame = await swept_after_leaving(sockets, opened[first], first, v)
     assert frame["leaves"] == [key(first)] and frame["joins"] == {}
     assert (frame["others"], frame["count"]) == (1, 3)
     seen.apply(frame)

@@ -22,23 +22,12 @@ from presence.hub.rooms import RoomViews, View
 from presence.models import Block, Contact, PrivacySettings
 from presence.store import get_store, merge
 from tests.rooms.rules import ROOMS
+from tests.rooms.test_fanout import Viewer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.uuid_site, pytest.mark.cluster]
 
 ROOM = "post:1"
 LIMIT = 5
-
-
-class Viewer:
-    """A connection as the hub sees it, keeping what it is sent."""
-
-    def __init__(self, user: Any) -> None:
-        self.user = user
-        self.viewer_id = user.pk
-        self.frames: list[dict[str, Any]] = []
-
-    async def send_json(self, content: dict[str, Any]) -> None:
-        self.frames.append(content)
 
 
 @sync_to_async

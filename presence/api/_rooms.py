@@ -2,18 +2,26 @@
 it (:func:`room_presence`), through the one resolver.
 
 A read costs O(ROOM_LIST_LIMIT + the viewer's contacts and blocks) whatever the room's size:
-one query for the viewer's ties, one Redis script (the count, the first members by join time,
-the viewer's contacts and blocks among the members, the invisible members), then the privacy
-facts and live state of those candidates at once. Where the viewer may see fewer than
-ROOM_LIST_LIMIT of them, the read goes four times further down the join order, up to the first
-``WIDEST_FACTOR * ROOM_LIST_LIMIT``; members past that are listed only if they are the viewer's
-contacts; the others count in ``others`` (docs/rooms.md).
+one trip to the database's thread (the room's rule and the viewer's ties, :func:`room_entry`),
+one Redis script (the count, the first members by join time, the viewer's contacts and blocks
+among the members, the invisible members), then the privacy facts and live state of those
+candidates at once. Where the viewer may see fewer than ROOM_LIST_LIMIT of them, the read goes
+four times further down the join order, up to the first ``WIDEST_FACTOR * ROOM_LIST_LIMIT``;
+members past that are listed only if they are the viewer's contacts; the others count in
+``others`` (docs/rooms.md).
+
+A socket's join (:func:`ajoin_room_state`) writes and reads in one round trip: the join
+script, the room's read and the joiner's own live state in one pipeline, after one trip to the
+database's thread that also read the joiner's own facts (so a room of the joiner alone needs
+no second trip).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -22,9 +30,9 @@ from django.db.models import Q
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
-from presence import relations, resolution
+from presence import announce, relations, resolution
 from presence.conf import get_settings
-from presence.domain import UserId
+from presence.domain import LiveState, UserId
 from presence.domain.rooms import (
     Candidate,
     Member,
@@ -37,7 +45,8 @@ from presence.domain.rooms import (
 )
 from presence.models import Block, Contact
 from presence.operations import Call, Operation, Redis, arun, both, call, redis, run
-from presence.store import StoreUnavailable, get_store
+from presence.store import Plan, StoreUnavailable, get_store, merge
+from presence.store.plans.rooms import RoomRead, RoomWrite
 from presence.users import viewer_pk
 
 logger = logging.getLogger("presence")
@@ -114,31 +123,93 @@ def viewer_ties(viewer_id: Any) -> tuple[set[UserId], set[UserId]]:
     return contacts, blocked
 
 
+@dataclass(frozen=True)
+class RoomEntry:
+    """What a viewer's read of a room needs from the database, read in one trip to its thread
+    (:func:`room_entry`): whether the room's rule lets the viewer in, the viewer's ties and,
+    for a join, the viewer's own facts (a joiner is among the members it reads)."""
+
+    allowed: bool
+    contacts: set[UserId] = field(default_factory=set)
+    blocked: set[UserId] = field(default_factory=set)
+    #: the viewer's own facts (relation SELF, their choices); empty unless asked for
+    own: relations.Facts = field(default_factory=dict)
+
+    def invisible(self, viewer_id: UserId) -> bool:
+        """Whether the viewer chose to be invisible (from their own facts)."""
+        facts = self.own.get(viewer_id)
+        return facts is not None and facts[1].invisible
+
+
+def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
+    """:func:`may_enter` (unless ``room`` is None: the caller checked), then the viewer's ties
+    and, with ``own``, their own facts: one trip to the database's thread for all of it.
+    UnknownRoom for a kind ``ROOMS`` does not declare."""
+    if room is not None and not may_enter(viewer, room):
+        return RoomEntry(False)
+    viewer_id = viewer_pk(viewer)
+    contacts, blocked = viewer_ties(viewer_id)
+    mine = relations.load(viewer, [viewer_id]) if own and viewer_id is not None else {}
+    return RoomEntry(True, contacts, blocked, mine)
+
+
+async def aroom_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
+    if room is not None:
+        room_rule(room)  # UnknownRoom without a thread hop
+    return await sync_to_async(room_entry)(viewer, room, own)
+
+
 def _room_state(
-    room: Room, viewer: Any, strict: bool = False, waits: bool = False
+    room: Room,
+    viewer: Any,
+    strict: bool = False,
+    waits: bool = False,
+    check: bool = True,
 ) -> Operation[RoomState]:
     """``strict``: raise StoreUnavailable when Redis cannot be read (a join must not show the
     room empty); otherwise the room reads empty then, as get_presence reads offline. ``waits``:
-    a socket's join, which waits for a busy Redis up to LIVE_SOCKET_TIMEOUT, as the join's own
-    write did (a page waits SOCKET_TIMEOUT)."""
-    conf = get_settings()
-    viewer_id = viewer_pk(viewer)
-    contacts, blocked = yield from call(viewer_ties, viewer_id)
+    a socket's read, which waits for a busy Redis up to LIVE_SOCKET_TIMEOUT (a page waits
+    SOCKET_TIMEOUT). ``check``: the room's rule is asked in the same trip to the database's
+    thread as the viewer's ties (PermissionDenied where it refuses)."""
+    entry = yield from call(room_entry, viewer, room if check else None)
+    if not entry.allowed:
+        raise PermissionDenied(gettext("You may not see who is in this room."))
     now = resolution.now()
-    lookups = [viewer_id, *contacts, *blocked]
-    first = SCAN_FACTOR * conf.ROOM_LIST_LIMIT
-    while True:
-        state = yield from _read_first(room, viewer, now, first, lookups, blocked, contacts, waits)
+    first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
+    state = yield from _read_first(room, viewer, now, first, entry, waits)
+    if state is None:
+        if strict:
+            raise StoreUnavailable("Redis is unavailable: the room could not be read")
+        return RoomState(room, {}, 0)  # Redis is unavailable: nobody can be told present
+    return (yield from _widened(room, viewer, now, first, entry, waits, *state, strict))
+
+
+def _widened(
+    room: Room,
+    viewer: Any,
+    now: float,
+    first: int,
+    entry: RoomEntry,
+    waits: bool,
+    result: RoomState,
+    scanned_all: bool,
+    strict: bool,
+) -> Operation[RoomState]:
+    """``result``, read from the room's first ``first`` members; where few of them are the
+    viewer's to see, read further down the join order, so that a fresh read lists whom a live
+    view listing newcomers while it has room lists."""
+    conf = get_settings()
+    while not (
+        len(result.members) >= conf.ROOM_LIST_LIMIT or scanned_all or first >= _widest(conf)
+    ):
+        first *= 4
+        state = yield from _read_first(room, viewer, now, first, entry, waits)
         if state is None:
             if strict:
                 raise StoreUnavailable("Redis is unavailable: the room could not be read")
-            return RoomState(room, {}, 0)  # Redis is unavailable: nobody can be told present
+            return RoomState(room, {}, 0)
         result, scanned_all = state
-        # Few of the first members are the viewer's to see: read further down the join order,
-        # so that a fresh read lists whom a live view listing newcomers while it has room lists.
-        if len(result.members) >= conf.ROOM_LIST_LIMIT or scanned_all or first >= _widest(conf):
-            return result
-        first *= 4
+    return result
 
 
 def _widest(conf: Any) -> int:
@@ -146,31 +217,54 @@ def _widest(conf: Any) -> int:
     return WIDEST_FACTOR * conf.ROOM_LIST_LIMIT
 
 
+def _lookups(viewer: Any, entry: RoomEntry) -> list[UserId]:
+    """The users a room's read looks up: the viewer, their contacts and blocks."""
+    return [viewer_pk(viewer), *entry.contacts, *entry.blocked]
+
+
 def _read_first(
+    room: Room, viewer: Any, now: float, first: int, entry: RoomEntry, waits: bool
+) -> Operation[tuple[RoomState, bool] | None]:
+    """The room as ``viewer`` sees it from its first ``first`` members by join time and the
+    looked-up users, and whether those were all its members; None when Redis is unavailable."""
+    store = get_store()
+    read = yield from redis(store.read_room(room.name, now, first, _lookups(viewer, entry)), waits)
+    if read is None:
+        return None
+    return (yield from _listing(room, viewer, now, first, read, entry, None, waits))
+
+
+def _listing(
     room: Room,
     viewer: Any,
     now: float,
     first: int,
-    lookups: list[UserId],
-    blocked: set[UserId],
-    contacts: set[UserId],
+    read: RoomRead,
+    entry: RoomEntry,
+    own_live: dict[UserId, LiveState] | None,
     waits: bool,
-) -> Operation[tuple[RoomState, bool] | None]:
-    """The room as ``viewer`` sees it from its first ``first`` members by join time and the
-    looked-up users, and whether those were all its members; None when Redis is unavailable."""
+) -> Operation[tuple[RoomState, bool]]:
+    """The room as ``viewer`` sees it from ``read``, and whether that read all its members:
+    the privacy facts and live state of its candidates, at once (the candidates whose facts
+    ``entry`` holds already, with their live state ``own_live``, are not read again)."""
     conf = get_settings()
     store = get_store()
     viewer_id = viewer_pk(viewer)
-    read = yield from redis(store.read_room(room.name, now, first, lookups), waits)
-    if read is None:
-        return None
     # Neither listed nor counted: invisible members and members blocked either way.
-    excluded = set(read.invisible | (blocked & read.found)) - {viewer_id}
+    excluded = set(read.invisible | (entry.blocked & read.found)) - {viewer_id}
     candidates = [uid for uid in read.members if uid not in excluded]
-    facts, live = yield from both(
-        Call(relations.load, (viewer, candidates), relations.aload),
-        Redis(store.read(candidates), waits),
-    )
+    unread = [uid for uid in candidates if uid not in entry.own]
+    facts = {uid: entry.own[uid] for uid in candidates if uid in entry.own}
+    live = dict(own_live or {})
+    if unread:
+        # The same reads as a subscribe's snapshot: the compiled facts query, and the live
+        # state in one script (read_recent since 0 leaves nobody out).
+        more, more_live = yield from both(
+            Call(relations.load, (viewer, unread), relations.aload),
+            Redis(store.read_recent(unread, 0), waits),
+        )
+        facts.update(more)
+        live.update(more_live or {})
     presences = resolution.resolve_all(facts, live, now)
     listable = []
     for uid in candidates:
@@ -181,9 +275,9 @@ def _read_first(
             # Went invisible since joining (the room learns it at its next announcement).
             excluded.add(uid)
         elif is_listed(relation, presences[uid]):
-            entry = read.members[uid]
+            entry_of = read.members[uid]
             listable.append(
-                Candidate(uid, entry.joined_at, uid in contacts, is_self=relation.is_self)
+                Candidate(uid, entry_of.joined_at, uid in entry.contacts, is_self=relation.is_self)
             )
     listed = order_listed(listable, conf.ROOM_LIST_LIMIT)
     members = {uid: Member(read.members[uid].meta, presences[uid]) for uid in listed}
@@ -192,20 +286,58 @@ def _read_first(
     return RoomState(room, members, count - len(members)), scanned_all
 
 
+async def ajoin_room_state(
+    room: Room,
+    user: Any,
+    connection_id: str,
+    meta: str | None,
+    invisible: bool,
+    entry: RoomEntry,
+) -> RoomState:
+    """A socket's join (the caller asked the room's rule, :func:`aroom_entry` with ``own``):
+    the connection joins ``room`` (joining again replaces its meta), announced to the room when
+    what others see changed, and the room as ``user`` sees it now. The join script, the room's
+    read and the joiner's live state go in one round trip (the read runs after the write, in
+    the same pipeline: the joiner is among the members it reads). StoreUnavailable when Redis
+    cannot be written or read: nothing is guessed."""
+    store = get_store()
+    user_id = viewer_pk(user)
+    now = resolution.now()
+    first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
+    plans: list[Plan[Any]] = [
+        store.join_room(room.name, user_id, connection_id, now, meta, invisible),
+        store.read_room(room.name, now, first, _lookups(user, entry)),
+        store.read_recent([user_id], 0),
+    ]
+    replies = await store.arun(merge(plans), live=True)
+    write: RoomWrite | None = replies[0]
+    read: RoomRead | None = replies[1]
+    if write is None or read is None:
+        raise StoreUnavailable("Redis is unavailable: the join was not written or read")
+    announcing = None
+    if write.changed:
+        # On its way while the joiner's view is resolved; never raises.
+        announcing = asyncio.ensure_future(announce.aannounce_room(room.name, [user_id]))
+    try:
+        listing = await arun(_listing(room, user, now, first, read, entry, replies[2], True))
+        return await arun(_widened(room, user, now, first, entry, True, *listing, True))
+    finally:
+        if announcing is not None:
+            await asyncio.shield(announcing)
+
+
 def room_state(room: Any, viewer: Any, *, strict: bool = False) -> RoomState:
     """:func:`room_presence` as a :class:`~presence.domain.rooms.RoomState` (ids as the
     site's pks), for the live side and the template tag. ``strict``: StoreUnavailable when
     Redis cannot be read (the JSON endpoint answers 503), instead of the room read empty."""
     name = parse_room(room)
-    if not may_enter(viewer, name):
-        raise PermissionDenied(gettext("You may not see who is in this room."))
+    room_rule(name)  # UnknownRoom first, as may_enter raises it
     return run(_room_state(name, viewer, strict))
 
 
 async def aroom_state(room: Any, viewer: Any, *, strict: bool = False) -> RoomState:
     name = parse_room(room)
-    if not await amay_enter(viewer, name):
-        raise PermissionDenied(gettext("You may not see who is in this room."))
+    room_rule(name)
     return await arun(_room_state(name, viewer, strict))
 
 
@@ -215,7 +347,7 @@ async def aread_room_state(
     """The room as ``viewer`` sees it, without checking the room's rule (the caller did).
     ``strict``: StoreUnavailable when Redis cannot be read, instead of an empty room;
     ``live``: a socket's read, which waits for a busy Redis (LIVE_SOCKET_TIMEOUT)."""
-    return await arun(_room_state(room, viewer, strict, live))
+    return await arun(_room_state(room, viewer, strict, live, check=False))
 
 
 def room_presence(room: Any, viewer: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ its heartbeats, and left when it closes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -12,7 +13,7 @@ from django.utils.translation import gettext
 from presence import domain
 from presence.api import UnknownRoom
 from presence.api import _room_events as events
-from presence.api._rooms import amay_enter, aread_room_state
+from presence.api._rooms import ajoin_room_state, aroom_entry, room_rule
 from presence.conf import get_settings
 from presence.consumers.frames import handles
 from presence.consumers.handlers import PresenceFrames
@@ -38,42 +39,57 @@ class RoomFrames(PresenceFrames):
     @handles(Join)
     async def join_frame(self, message: Join) -> None:
         self._room_state_init()
-        name = message.room.name
-        if name not in self.rooms and len(self.rooms) >= get_settings().MAX_ROOMS:
+        room = message.room
+        name = room.name
+        first = name not in self.rooms
+        if first and len(self.rooms) >= get_settings().MAX_ROOMS:
             raise domain.InvalidInput(
                 "too_many_rooms",
                 gettext("A connection may be in at most %(limit)d rooms; leave one first.")
                 % {"limit": get_settings().MAX_ROOMS},
             )
         try:
-            allowed = await amay_enter(self.user, message.room)
+            room_rule(room)
         except UnknownRoom as error:
             raise domain.InvalidInput(error.code, error.message) from None
-        if not allowed:
-            raise domain.InvalidInput(
-                "forbidden", gettext("You may not enter the room %(room)s.") % {"room": name}
-            )
-        if not self.attached:
+        # A first join puts the connection in the room's channel-layer group while the
+        # database is asked (the room's rule, the joiner's ties and own facts, in one trip);
+        # nothing is sent for the room before its room_state, and a refusal takes it out again.
+        entering = (
+            asyncio.ensure_future(self.hub.rooms.enter(self, name))
+            if first and self.attached
+            else None
+        )
+        try:
+            entry = await aroom_entry(self.user, room, own=True)
+        except BaseException:
+            await asyncio.shield(self._not_entered(entering, name))
+            raise
+        if not entry.allowed or not self.attached:
+            await self._not_entered(entering, name)
+            if not entry.allowed:
+                raise domain.InvalidInput(
+                    "forbidden", gettext("You may not enter the room %(room)s.") % {"room": name}
+                )
             return
-        first = name not in self.rooms
         before = self.rooms.get(name)
         self.rooms[name] = message.meta
         try:
-            await self.hub.rooms.enter(self, name)
+            if entering is not None:
+                await entering
+            else:
+                await self.hub.rooms.enter(self, name)
             if first and len(self.rooms) == 1:
-                self.rooms_invisible = await events.ais_invisible(self.viewer_id)
-            written = await events.ajoin_room(
-                self.user, self.connection_id, message.room, message.meta, self.rooms_invisible
-            )
-            if written is None:
-                raise StoreUnavailable("Redis is unavailable: the join was not written")
+                self.rooms_invisible = entry.invisible(self.viewer_id)
             # Live: a busy Redis is waited for (back-pressure), an outage told (unavailable).
-            state = await aread_room_state(message.room, self.user, strict=True, live=True)
+            state = await ajoin_room_state(
+                room, self.user, self.connection_id, message.meta, self.rooms_invisible, entry
+            )
         except BaseException as failure:
             if first:
                 # Nothing of a failed join stays.
                 self.rooms.pop(name, None)
-                await asyncio.shield(self._forget_room(message.room))
+                await asyncio.shield(self._forget_room(room))
             else:
                 self.rooms[name] = before  # joined before: stays with its meta of then
             if isinstance(failure, StoreUnavailable):
@@ -90,6 +106,14 @@ class RoomFrames(PresenceFrames):
         self.hub.rooms.show(self, name, state)
         await self.send_json({"type": "room_state", **state.as_dict()})
 
+    async def _not_entered(self, entering: asyncio.Future[Any] | None, name: str) -> None:
+        """A first join refused or failed before its write: out of the room's group again."""
+        if entering is None:
+            return
+        with contextlib.suppress(Exception):
+            await entering
+        await self.hub.rooms.exit(self, name)
+
     @handles(Leave)
     async def leave_frame(self, message: Leave) -> None:
         self._room_state_init()
@@ -99,8 +123,11 @@ class RoomFrames(PresenceFrames):
         await self._forget_room(message.room)
 
     async def _forget_room(self, room: Room) -> None:
-        await self.hub.rooms.exit(self, room.name)
-        await events.aleave_rooms(self.user, self.connection_id, [room])
+        # The view goes and the leave is written at once: neither waits for the other.
+        await asyncio.gather(
+            self.hub.rooms.exit(self, room.name),
+            events.aleave_rooms(self.user, self.connection_id, [room]),
+        )
 
     async def heartbeat(self, message: domain.Heartbeat) -> None:
         """A heartbeat that was written renews the connection's stay in its rooms."""

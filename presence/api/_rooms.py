@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db import connections, router
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
@@ -111,16 +112,47 @@ async def amay_enter(user: Any, room: Room) -> bool:
 
 def viewer_ties(viewer_id: Any) -> tuple[set[UserId], set[UserId]]:
     """The viewer's contacts (listed first) and the users a block stands between the viewer
-    and either way (neither listed nor counted): two indexed queries."""
-    contacts: set[UserId] = set(
-        Contact.objects.filter(owner=viewer_id).values_list("contact_id", flat=True)
-    )
+    and either way (neither listed nor counted): one query of three index lookups, its SQL
+    built once per database (building it with the ORM each time cost ten times the query:
+    it ran on every join)."""
+    alias = router.db_for_read(Contact)
+    connection = connections[alias]
+    sql = _ties_sql.get(alias)
+    if sql is None:
+        sql = _ties_sql[alias] = _build_ties_sql(connection)
+    param = Contact._meta.get_field("owner").get_db_prep_value(viewer_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [param, param, param])
+        rows = cursor.fetchall()
+    as_id = get_user_model()._meta.pk.to_python  # as the ORM gives it (a UUID's text on SQLite)
+    contacts: set[UserId] = set()
     blocked: set[UserId] = set()
-    for blocker, blocked_id in Block.objects.filter(
-        Q(blocker=viewer_id) | Q(blocked=viewer_id)
-    ).values_list("blocker_id", "blocked_id"):
-        blocked.add(blocked_id if blocker == viewer_id else blocker)
+    for kind, user_id in rows:
+        (blocked if kind else contacts).add(as_id(user_id))
     return contacts, blocked
+
+
+#: the SQL of viewer_ties, by database alias
+_ties_sql: dict[str, str] = {}
+
+
+def _build_ties_sql(connection: Any) -> str:
+    """The viewer's contacts (0) and the other side of each block either way (1), from the
+    models' tables and columns."""
+    quote = connection.ops.quote_name
+    contact, block = Contact._meta, Block._meta
+
+    def column(meta: Any, name: str) -> str:
+        return str(quote(meta.get_field(name).column))
+
+    contacts, blocks = quote(contact.db_table), quote(block.db_table)
+    blocker, blocked = column(block, "blocker"), column(block, "blocked")
+    return (
+        f"SELECT 0, {column(contact, 'contact')} FROM {contacts} "
+        f"WHERE {column(contact, 'owner')} = %s "
+        f"UNION ALL SELECT 1, {blocked} FROM {blocks} WHERE {blocker} = %s "
+        f"UNION ALL SELECT 1, {blocker} FROM {blocks} WHERE {blocked} = %s"
+    )
 
 
 @dataclass(frozen=True)

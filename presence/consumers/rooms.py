@@ -89,7 +89,7 @@ class RoomFrames(PresenceFrames):
             if first:
                 # Nothing of a failed join stays.
                 self.rooms.pop(name, None)
-                await asyncio.shield(self._forget_room(room))
+                await asyncio.shield(self._forget_room(room, linger=False))
             else:
                 self.rooms[name] = before  # joined before: stays with its meta of then
             if isinstance(failure, StoreUnavailable):
@@ -112,7 +112,7 @@ class RoomFrames(PresenceFrames):
             return
         with contextlib.suppress(Exception):
             await entering
-        await self.hub.rooms.exit(self, name)
+        await self.hub.rooms.exit(self, name, linger=False)
 
     @handles(Leave)
     async def leave_frame(self, message: Leave) -> None:
@@ -122,10 +122,10 @@ class RoomFrames(PresenceFrames):
         del self.rooms[message.room.name]
         await self._forget_room(message.room)
 
-    async def _forget_room(self, room: Room) -> None:
+    async def _forget_room(self, room: Room, linger: bool = True) -> None:
         # The view goes and the leave is written at once: neither waits for the other.
         await asyncio.gather(
-            self.hub.rooms.exit(self, room.name),
+            self.hub.rooms.exit(self, room.name, linger),
             events.aleave_rooms(self.user, self.connection_id, [room]),
         )
 

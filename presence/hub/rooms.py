@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,12 +83,17 @@ class RoomViews:
         view.reading = True
         view.generation += 1
         group = memberships.group(room)
+        # The room's group and, with the process's first room view, the group of every
+        # process with room views: joined at once (each group's turns keep their order).
+        joins: list[Awaitable[Any]] = []
         if memberships.add(connection, room):
-            await self.groups.join(group)
+            joins.append(self.groups.join(group))
         elif (turn := self.groups.joining(group)) is not None:
-            await asyncio.shield(turn)
-        if none_before and self.registry.rooms.members:
-            await self.groups.join(rooms_group_name())
+            joins.append(asyncio.shield(turn))
+        if none_before and memberships.members:
+            joins.append(self.groups.join(rooms_group_name()))
+        if joins:
+            await asyncio.gather(*joins)
         return view
 
     def show(self, connection: Connection, room: str, state: RoomState) -> None:
@@ -99,7 +104,10 @@ class RoomViews:
             view.others = state.others
             view.reading = False
 
-    async def exit(self, connection: Connection, room: str) -> None:
+    async def exit(self, connection: Connection, room: str, linger: bool = True) -> None:
+        """Take ``connection`` out of ``room``. ``linger``: a room it was in (see below);
+        otherwise (a join refused or failed) the groups it needed are left now: nothing of a
+        join that did not happen stays, in the channel layer either."""
         views = self.views.get(connection)
         if views is not None:
             views.pop(room, None)
@@ -108,9 +116,18 @@ class RoomViews:
         memberships = self.registry.rooms
         if memberships.discard(connection, room):
             self.pending.pop(room, None)
-            await self.groups.leave(memberships.group(room))
+            # The groups linger (presence.hub.groups.LINGER), as a user's group does once a
+            # socket closed: a page left (presence.js leaves on pagehide) is mostly followed
+            # by the next page of the site joining the same rooms moments later. Meanwhile
+            # their messages find no view here and are dropped (see changed).
+            unneeded = [memberships.group(room)]
             if not memberships.members:
-                await self.groups.leave(rooms_group_name())
+                unneeded.append(rooms_group_name())
+            if linger:
+                self.groups.let_go(unneeded)
+            else:
+                for group in unneeded:
+                    await self.groups.leave(group)
 
     async def detach(self, connection: Connection) -> None:
         for room in self.registry.rooms.keys_of(connection):

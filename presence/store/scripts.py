@@ -53,6 +53,7 @@ OUTBOX_CLAIM = load("outbox_claim")
 SET_INVISIBLE = load("set_invisible")
 READ_RECENT = load("read_recent")
 ROOM_CLAIM = load("room_claim")
+ROOM_COUNT = load("room_count")
 ROOM_JOIN = load("room_join", "room_common")
 ROOM_LEAVE = load("room_leave", "room_common")
 ROOM_PRUNE = load("room_prune", "room_common")
@@ -70,6 +71,7 @@ ALL = {
     "set_invisible": SET_INVISIBLE,
     "read_recent": READ_RECENT,
     "room_claim": ROOM_CLAIM,
+    "room_count": ROOM_COUNT,
     "room_join": ROOM_JOIN,
     "room_leave": ROOM_LEAVE,
     "room_prune": ROOM_PRUNE,

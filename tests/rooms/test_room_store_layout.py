@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from presence.store import get_store, merge
+from presence.store import get_store, merge, scripts
+from presence.store.plans.rooms import STAY_SHIFT
 from presence.users import encode_id
 from tests.ids import uid as u
 
@@ -117,6 +118,15 @@ def test_the_count_is_right_before_any_sweep() -> None:
         alive = sum(1 for n in range(1, 301) if T + n // 10 + 1 + TTL > at)
         assert run(store.room_count(ROOM, at)) == alive
         assert run(store.read_room(ROOM, at, 0, ())).present == alive
+
+
+def test_the_count_is_one_script_call_with_the_shift_of_the_room_scripts() -> None:
+    """The count is one command (one round trip, one script), and its Lua reads the per-second
+    counts with the shift the room scripts write them with."""
+    plan = get_store().room_count(ROOM, T)
+    assert [command[0] for command in plan.commands] == ["SCRIPT"]
+    for script in (scripts.ROOM_COUNT, scripts.ROOM_READ, scripts.ROOM_JOIN):
+        assert f"local SHIFT = {STAY_SHIFT}" in script.source, script
 
 
 def test_a_swept_room_merges_its_segments_and_keeps_the_order(redis_client: Any) -> None:

@@ -20,7 +20,14 @@ from typing import Any
 from presence import domain
 from presence.store.keys import KeyScheme
 from presence.store.plans.plan import RAISE, Plan, script_call
-from presence.store.scripts import ROOM_CLAIM, ROOM_JOIN, ROOM_LEAVE, ROOM_PRUNE, ROOM_READ
+from presence.store.scripts import (
+    ROOM_CLAIM,
+    ROOM_COUNT,
+    ROOM_JOIN,
+    ROOM_LEAVE,
+    ROOM_PRUNE,
+    ROOM_READ,
+)
 from presence.users import UserId, encode_id, id_decoder
 
 
@@ -177,27 +184,10 @@ class RoomPlans(KeyScheme):
     def room_count(self, room: str, now: float) -> Plan[int | None]:
         """Members present in ``room`` (invisible ones too): the members recorded minus those
         whose stay ended and who are not swept yet (a range of the per-second counts of stays
-        ending, O(log n + the seconds not swept yet))."""
-
-        def parse(replies: list[Any]) -> int:
-            ended = replies[1]
-            if ended and not isinstance(ended[0], list | tuple):
-                ended = list(zip(ended[::2], ended[1::2], strict=True))
-            gone = sum(int(float(score)) - int(second) * STAY_SHIFT for second, score in ended)
-            return max(int(replies[0] or 0) - gone, 0)
-
+        ending, O(log n + the seconds not swept yet)), in one script call."""
         return Plan(
-            commands=[
-                ("HGET", self.room_key(room, "n"), "n"),
-                (
-                    "ZRANGEBYSCORE",
-                    self.room_key(room, "e"),
-                    "-inf",
-                    (int(now) + 1) * STAY_SHIFT - 1,
-                    "WITHSCORES",
-                ),
-            ],
-            parse=parse,
+            commands=[script_call(ROOM_COUNT, self.room_keys(room), [int(now)])],
+            parse=lambda replies: max(int(replies[0]), 0),
             fallback=None,
         )
 

@@ -5,8 +5,12 @@
    alternates (a) ``subscribe [B]`` → ``presence_state``, ``unsubscribe [B]``, and (b) ``join``
    → ``room_state``, ``leave``; each round ends with an empty ``subscribe`` answered in order
    (frames are handled one after another), so both sides are timed to the end of their last
-   frame. Rounds interleave; ratio of medians (goal ≤ 2x). Redis-side microseconds of the two
-   store paths (``INFO commandstats`` deltas) beside it.
+   frame. Rounds interleave; ratio of medians (goal ≤ 2x). Neither side calls the channel
+   layer's group_add or group_discard in a round (the subscribe finds B's group joined; the
+   join, the room's groups lingering since the last round's leave, as after a page's reload);
+   a third side, unjudged, joins a room new to the process each round (its two groups joined,
+   then left to linger). Redis-side microseconds of the store paths (``INFO commandstats``
+   deltas) beside it.
 2. **Redis memory per room member**: a room of N members (10,000; ``--quick`` 1,000) joined
    through the store's own join plan; ``MEMORY USAGE key SAMPLES 0`` of the room's keys / N
    (goal ≤ 100 B).
@@ -315,20 +319,28 @@ async def join_vs_subscribe(report: Report, rounds: int, users: list[Any]) -> No
         await answered(a, "presence_state")
         return time.perf_counter() - start
 
-    async def join_round() -> float:
+    async def join_round(room: str) -> float:
         start = time.perf_counter()
-        await a.send_json_to({"type": "join", "room": "lobby:cost", "meta": None})
+        await a.send_json_to({"type": "join", "room": room, "meta": None})
         await answered(a, "room_state")
-        await a.send_json_to({"type": "leave", "room": "lobby:cost"})
+        await a.send_json_to({"type": "leave", "room": room})
         await a.send_json_to({"type": "subscribe", "users": []})
         await answered(a, "presence_state")
         return time.perf_counter() - start
 
     subs: list[float] = []
     joins: list[float] = []
-    usec = {"subscribe": 0, "join": 0}
+    fresh: list[float] = []
+    usec = {"subscribe": 0, "join": 0, "fresh": 0}
     for n in range(rounds + 2):
-        for kind, step, out in (("subscribe", subscribe_round, subs), ("join", join_round, joins)):
+        for kind, step, out in (
+            ("subscribe", subscribe_round, subs),
+            ("join", partial(join_round, "lobby:cost"), joins),
+            # A room this process has no group of (none lingering): two channel-layer calls
+            # more for the join (the room's group, that of every room view), as the
+            # subscribe of a user nobody here watches would pay one.
+            ("fresh", partial(join_round, f"lobby:cost-{n}"), fresh),
+        ):
             before = sum(u for _, u in command_stats(client).values())
             took = await step()
             after = sum(u for _, u in command_stats(client).values())
@@ -343,6 +355,11 @@ async def join_vs_subscribe(report: Report, rounds: int, users: list[Any]) -> No
         f"{ratio:.2f}x",
         "≤ 2x",
         ratio <= 2,
+    )
+    report.add(
+        NAME,
+        f"  join+leave of a room new to this process each time {ms(median(fresh))}",
+        f"{median(fresh) / median(subs):.2f}x",
     )
     say(
         f"  (Redis time per round: join+leave {usec['join'] / rounds:.0f} µs, "

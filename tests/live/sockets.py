@@ -26,6 +26,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client, override_settings
 
+from presence import signals
 from presence.hub import Hub
 from presence.models import Contact, LastSeen, PrivacySettings, UserStatus
 from presence.routing import websocket_urlpatterns
@@ -316,7 +317,12 @@ def database_state(*users: Any) -> dict[str, Any]:
 
 
 def redis_state(client: redis.Redis) -> dict[str, Any]:
-    """Every presence key and its content (the channel layer's keys are left out)."""
+    """Every presence key and its content (the channel layer's keys are left out).
+
+    A transition's signal-outbox claim (a ZREM) runs on the receivers' thread after the write
+    that made it, late on a busy machine: earlier work is let finish first, so that it is not
+    taken for a change made by what comes next."""
+    signals.wait_sent()
     dump: dict[str, Any] = {}
     for key in sorted(client.scan_iter("presence:*")):
         kind = client.type(key)

@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from presence import users
+from presence import signals, users
 
 #: the largest id an integer key holds (docs/websocket.md: "positive integers")
 MAX_INT_ID = 2**63 - 1
@@ -167,7 +167,12 @@ OWN_KEY = "presence:account-changed:{}"
 
 
 def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
-    """Every presence key's content but the fuzzing users' own members and fields."""
+    """Every presence key's content but the fuzzing users' own members and fields.
+
+    A transition's signal-outbox entry (in a shard's outbox, whoever made it) is claimed (a
+    ZREM) on the receivers' thread after the write, late on a busy machine: earlier work is let
+    finish first, so that an entry on its way out is not taken for a change to others."""
+    signals.wait_sent()
     own = [str(users.encode_id(actor.pk)) for actor in actors]
 
     def mine(member: Any) -> bool:

@@ -13,12 +13,13 @@ from typing import Any
 from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 
-from presence import lifecycle, metrics, sessions, users
+from presence import admission, lifecycle, metrics, sessions, users
 from presence.conf import get_settings
 from presence.consumers.limits import CLOSE_FOREIGN_ORIGIN, CLOSE_UNAUTHENTICATED, RateLimit
 from presence.consumers.rooms import RoomFrames
 from presence.consumers.scope import device_of, opened_from_foreign_origin
 from presence.consumers.tidy import tidy_database_connections
+from presence.domain import UserId
 from presence.hub import Hub
 
 logger = logging.getLogger("presence")
@@ -35,6 +36,8 @@ class PresenceConsumer(RoomFrames):
     # The process's hub is the one channel-layer listener; a connection needs no channel (and
     # no Redis receive) of its own. No such alias exists, so Channels gives it none.
     channel_layer_alias = "presence.hub-only"
+    #: its place among the openings in progress until its first snapshot (presence.admission)
+    opening: admission.Slot | None = None
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels (4.2+) closes old database connections before every message, in the one
@@ -51,6 +54,15 @@ class PresenceConsumer(RoomFrames):
             raise ValueError(f"No handler for message type {kind}")
         await handler(message)
 
+    async def subscribe(self, ids: dict[UserId, int | str]) -> None:
+        try:
+            await super().subscribe(ids)
+        finally:
+            if self.opening is not None:
+                # Its first snapshot is out: the next socket waiting opens (presence.admission).
+                self.opening.release()
+                self.opening = None
+
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
         # Channels' own then closes old database connections: a hop to the database thread,
         # queued behind every query of the process, that kept closed sockets' handlers past
@@ -62,6 +74,8 @@ class PresenceConsumer(RoomFrames):
         try:
             await super().__call__(scope, receive, send)
         finally:
+            if self.opening is not None:
+                self.opening.release()
             # Whatever ends the consumer (a handler's exception, a cancellation by the server,
             # a close without websocket.disconnect), it leaves the hub and Redis; shielded,
             # so that a second cancellation cannot cut the cleanup short.
@@ -98,6 +112,8 @@ class PresenceConsumer(RoomFrames):
         # The first check falls anywhere in the second half of the first interval: sockets
         # opened together (a deploy, a reconnect storm) must not all check at the same moment.
         self.session_checked = time.time() - conf.SESSION_CHECK_INTERVAL * _draw() / 2
+        # Accepted already, it waits for its turn among the openings (a reconnect storm).
+        self.opening = await admission.admit()
         self.hub = Hub.get()
         await self.hub.attach(self)
         self.attached = True

@@ -56,9 +56,7 @@ def _connection(
     transition = yield from redis_then(plan, outbox.send_made, live=True)
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
-    if transition is not None and op == "open":
-        # Only now: a refused open must leave no trace, not even a due time.
-        yield from redis(store.connected(user_id, now), live=True)
+    # An accepted open's due time was set by its script (a refused one leaves no trace).
     if transition is not None and op == "close" and transition.connections == 0:
         # The last connection ended: last seen survives a Redis flush from now on.
         yield from call(

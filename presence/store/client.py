@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
@@ -224,7 +225,8 @@ class PresenceStore(StoreConnections):
         if not self.health.available():
             return self._fallback(plan)
         if live:
-            return await self._arun(plan)
+            # On one Redis, a live plan shares its round trip with the others of this moment.
+            return await self._arun(plan, batched=self.cluster is None)
         try:
             async with asyncio.timeout(self.conf.SOCKET_TIMEOUT):
                 return await self._arun(plan)
@@ -232,7 +234,7 @@ class PresenceStore(StoreConnections):
             # The wait was cut short here; the connection it left is dropped by redis-py.
             return self._late(plan, error)
 
-    async def _arun(self, plan: Plan[T]) -> T:
+    async def _arun(self, plan: Plan[T], batched: bool = False) -> T:
         if self.cluster is not None:
             try:
                 result = self._cluster_result(plan, await self.cluster.aexecute(plan.commands))
@@ -244,6 +246,11 @@ class PresenceStore(StoreConnections):
             client = self.async_client
             steps = self._replies(plan.commands)
             step = next(steps)
+            if batched:
+                # The plan's commands go with the other live plans of this moment (one
+                # pipeline, see _Batches); a script Redis lost is loaded and resent below.
+                assert not isinstance(step, Script)
+                step = steps.send(await _Batches.of(self, client).send(step))
             while True:
                 if isinstance(step, Script):
                     await client.script_load(step.source)
@@ -258,3 +265,73 @@ class PresenceStore(StoreConnections):
             return self._failed(plan, error)
         self.health.succeeded()
         return plan.parse(replies)
+
+
+class _Batches:
+    """The live plans of one event loop's moment, sent to one Redis as one pipeline: a
+    saturated process has many sockets writing at once (page views opening, subscribing and
+    closing), and each round trip of its own cost a write to the socket, a read, and the
+    pipeline's and the pool's bookkeeping, a fifth of a page view's time. Plans asked for
+    while the event loop handles the callbacks already due go together, in the next round
+    of the loop; each caller gets its own commands' replies (errors among them: a script
+    Redis lost is loaded and resent by its caller alone), or the pipeline's exception."""
+
+    def __init__(self, store: PresenceStore, client: redis.asyncio.Redis) -> None:
+        self.store = store
+        self.client = client
+        self.waiting: list[tuple[Sequence[tuple[Any, ...]], asyncio.Future[list[Any]]]] = []
+        #: the pipelines under way (a reference to each task until it is done)
+        self.sending: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def of(cls, store: PresenceStore, client: redis.asyncio.Redis) -> _Batches:
+        batches = _batches.get(client)
+        if batches is None or batches.store is not store:
+            batches = _batches[client] = cls(store, client)
+        return batches
+
+    def send(self, commands: Sequence[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self.waiting.append((commands, future))
+        if len(self.waiting) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        batch, self.waiting = self.waiting, []
+        task = asyncio.ensure_future(self._send(batch))
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
+
+    async def _send(
+        self, batch: list[tuple[Sequence[tuple[Any, ...]], asyncio.Future[list[Any]]]]
+    ) -> None:
+        commands = [command for part, _ in batch for command in part]
+        try:
+            replies = await self.store._aexecute(self.client, commands)
+        except Exception as error:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+                    future.add_done_callback(_retrieve)
+            return
+        except BaseException:
+            for _, future in batch:
+                future.cancel()
+            raise
+        start = 0
+        for part, future in batch:
+            end = start + len(part)
+            if not future.done():  # its caller may have been cancelled meanwhile
+                future.set_result(replies[start:end])
+            start = end
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A caller cancelled meanwhile never reads its exception: no "never retrieved" warning.
+    if not future.cancelled():
+        future.exception()
+
+
+#: each event loop's client (redis.asyncio clients belong to one loop) -> its batches
+_batches: weakref.WeakKeyDictionary[redis.asyncio.Redis, _Batches] = weakref.WeakKeyDictionary()

@@ -361,6 +361,17 @@ class TestConnectionLimit:
 
 
 class TestDueSchedule:
+    def test_an_open_sets_its_due_time_in_its_one_command(
+        self, store: PresenceStore, redis_client: redis.Redis
+    ) -> None:
+        # A page view opens a socket: its due time is set by the connection script itself
+        # (not by a second round trip after it), and a refused open sets none (see
+        # TestConnectionLimit).
+        plan = store.connection(5, "open", NOW, "c1")
+        assert len(plan.commands) == 1
+        assert store.run(plan).refused is False
+        assert redis_client.zscore(DUE, "5") == NOW + TTL_END
+
     def test_each_write_sets_when_the_user_turns_offline(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:

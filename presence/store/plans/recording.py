@@ -155,22 +155,29 @@ class RecordingPlans(KeyScheme):
         An open (or a beat of a connection no longer live) while the user has
         MAX_CONNECTIONS_PER_USER live connections is refused (``Transition.refused``) and
         records nothing. One round trip: the script, then the user's due time (a heartbeat's
-        TTL, or the grace after the last connection closed); an open sets its due time only
-        once accepted (:meth:`connected`), so a refused one leaves no trace at all.
+        TTL, or the grace after the last connection closed); an open's due time is set by the
+        script itself once it is accepted, so a refused one leaves no trace at all.
         """
         bucket = self.bucket_of(user_id)
         seconds = int(now)
+        keys = [
+            self.seen_key(bucket),
+            self.conns_key(bucket),
+            self.expiries_key(bucket),
+            *self.user_ledger_keys(user_id),
+            self.user_outbox_key(user_id),
+            self.prior_key(bucket),
+        ]
+        due: list[Any] = []
+        if op == "open":
+            # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[13]):
+            # a page view's socket pays one round trip for its opening, not two.
+            keys.append(self.user_due_key(user_id))
+            due.append(seconds + domain.SECOND + self.conf.CONNECTION_TTL)
         commands: list[tuple[Any, ...]] = [
             script_call(
                 CONNECTION,
-                [
-                    self.seen_key(bucket),
-                    self.conns_key(bucket),
-                    self.expiries_key(bucket),
-                    *self.user_ledger_keys(user_id),
-                    self.user_outbox_key(user_id),
-                    self.prior_key(bucket),
-                ],
+                keys,
                 [
                     encode_id(user_id),
                     op,
@@ -182,6 +189,7 @@ class RecordingPlans(KeyScheme):
                     seconds - self.conf.ONLINE_WINDOW,
                     self.conf.MAX_CONNECTIONS_PER_USER,
                     *self._timing(),
+                    *due,
                 ],
             )
         ]
@@ -221,7 +229,8 @@ class RecordingPlans(KeyScheme):
         )
 
     def connected(self, user_id: UserId, now: float) -> Plan[bool]:
-        """The due time of a user whose connection was just opened (heartbeat + TTL)."""
+        """The due time of a user whose connection was just opened (heartbeat + TTL); an open
+        through :meth:`connection` sets it already, in its own round trip."""
         return Plan(
             commands=[self._connected_due(user_id, int(now))],
             parse=lambda replies: True,

@@ -5,7 +5,8 @@ A connection in a room is a member of ``registry.rooms`` (the process joins the 
 channel-layer group with its first connection there, and the group of every process with room
 views). Announcements say only "these users changed in room R" (joins, leaves, meta) or "what
 others may see of these users changed" (privacy, contacts, blocks, status: every room here
-looks at them again). A room's changes are gathered for COALESCE_WINDOW from the first one;
+looks at them again). A room's changes are gathered for COALESCE_WINDOW from the first one,
+and a room is delivered at most once per window (late announcements wait for the next);
 then the room is read once for all its viewers here (``api.aroom_delta``: the changed users
 only) and each view is compared with what its connection was sent. A viewer who sees no
 change gets no frame, at no different time. See presence.api._room_events for why a window
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -64,6 +66,8 @@ class RoomViews:
         self.pending: dict[str, tuple[set[UserId], float]] = {}
         #: the room being delivered now, if any
         self.delivering: str | None = None
+        #: room -> loop time its last delivery began (the next one waits a window after it)
+        self.delivered_at: dict[str, float] = {}
         self._wake = asyncio.Event()
         #: outages of presence's Redis and channel-layer failures seen so far (see sweep)
         self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
@@ -116,6 +120,7 @@ class RoomViews:
         memberships = self.registry.rooms
         if memberships.discard(connection, room):
             self.pending.pop(room, None)
+            self.delivered_at.pop(room, None)
             # The groups linger (presence.hub.groups.LINGER), as a user's group does once a
             # socket closed: a page left (presence.js leaves on pagehide) is mostly followed
             # by the next page of the site joining the same rooms moments later. Meanwhile
@@ -141,10 +146,13 @@ class RoomViews:
         if room not in self.registry.rooms.members:
             return
         loop_now = asyncio.get_running_loop().time()
-        window = get_settings().COALESCE_WINDOW
+        full = window = get_settings().COALESCE_WINDOW
         if announced_at is not None:
             window -= min(max(time.time() - announced_at, 0.0), window)
-        users, due = self.pending.get(room, (set(), loop_now + window))
+        # At most one delivery per window: announcements that arrive late (a busy channel
+        # layer) would otherwise each be delivered at once, a frame per join in a burst.
+        after_last = self.delivered_at.get(room, -math.inf) + full
+        users, due = self.pending.get(room, (set(), max(loop_now + window, after_last)))
         users.update(user_ids)
         self.pending[room] = (users, due)
         self._wake.set()
@@ -308,6 +316,7 @@ class RoomViews:
             for room in due:
                 users, _ = self.pending.pop(room)
                 self.delivering = room
+                self.delivered_at[room] = loop.time()
                 try:
                     await self.deliver(room, users)
                 except asyncio.CancelledError:

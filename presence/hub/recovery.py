@@ -20,6 +20,11 @@ from presence.store import get_store
 
 logger = logging.getLogger("presence")
 
+#: a process behind its channel has caught up once announcements reach it within this share of
+#: behind_after() (or none came for a sweep interval): a quarter, 3.75 s with channels_redis's
+#: default expiry
+CAUGHT_UP = 0.25
+
 
 class Recovery:
     """Resyncs after Redis outages, channel-layer failures and lag."""
@@ -100,6 +105,11 @@ class Recovery:
         lag = self.lag = time.time() - sent
         metrics.HUB_LAG.set(lag)
         if lag < self.behind_after():
+            if self.behind and lag >= self.behind_after() * CAUGHT_UP:
+                # Still far behind, if less than before: not caught up yet. In a storm the lag
+                # swings about the limit; each swing below it resynced every watched user,
+                # and that work kept the process behind (issue 28).
+                self._last_late = asyncio.get_running_loop().time()
             return
         if not self.behind:
             logger.warning(
@@ -113,8 +123,9 @@ class Recovery:
         self._last_late = asyncio.get_running_loop().time()
 
     def after_lag(self, now: float) -> None:
-        """Caught up (no late announcement for a whole sweep interval): every watched user is
-        resolved again, since changes announced while behind may have been dropped."""
+        """Caught up (for a whole sweep interval no announcement later than CAUGHT_UP of the
+        limit): every watched user is resolved again, once, since changes announced while
+        behind may have been dropped."""
         if self.behind and now - self._last_late >= get_settings().SWEEP_INTERVAL:
             self.behind = False
             logger.warning("Presence: this process caught up with its channel; resyncing views.")

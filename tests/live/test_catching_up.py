@@ -1,0 +1,70 @@
+"""presence.hub.recovery: a process behind its channel resolves every watched user again once,
+when it has caught up (announcements within CAUGHT_UP of the limit again, or none for a sweep
+interval), not each time the lag dips under the limit (in a reconnect storm it swings about it,
+and each resync of every watched user kept the process behind)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import time_machine
+
+from presence import announce
+from presence.domain import Device
+from presence.hub import Hub
+from presence.hub.recovery import CAUGHT_UP
+from presence.store import get_store
+from tests.ids import wire_id
+from tests.live.sockets import (
+    HIDDEN,
+    Sockets,
+    assert_silent,
+    diff,
+    lets_see,
+    new_user,
+    online,
+    presence_settings,
+    receive,
+    state,
+    subscribe,
+)
+from tests.live.sockets import _base_settings as _base_settings
+from tests.live.sockets import sockets as sockets
+
+pytestmark = [pytest.mark.usefixtures("close_async_db_connections")]
+
+
+def _announced_about(hub: Hub, user: Any, sent: float) -> None:
+    hub.dispatch({"type": announce.CHANGED, "users": [wire_id(user)], "at": sent, "sent": sent})
+
+
+async def test_a_process_still_far_behind_resyncs_only_once_it_has_caught_up(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    with presence_settings(SWEEP_INTERVAL=0.1):
+        viewer, target, other = [await new_user(make_user) for _ in range(3)]
+        await lets_see(target, viewer)
+        watcher = await sockets.open(viewer)
+        assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
+        hub = Hub.current()
+        assert hub is not None and not hub.behind
+        # The target comes online without an announcement (one the layer dropped).
+        store = get_store()
+        await store.arun(store.touch(target.pk, Device.WEB, time.time()))
+        _announced_about(hub, other, time.time() - hub.behind_after())
+        assert hub.behind
+        # Later announcements under the limit but still far behind, more often than the
+        # sweep looks: not caught up, for several sweep intervals.
+        still_far = hub.behind_after() * (CAUGHT_UP + 0.5)
+        for _ in range(10):
+            _announced_about(hub, other, time.time() - still_far)
+            assert await watcher.receive_nothing(timeout=0.04)
+            assert hub.behind
+        # On time again: within a sweep interval every watched user is resolved again.
+        _announced_about(hub, other, time.time() - hub.behind_after() * CAUGHT_UP / 2)
+        assert await receive(watcher) == diff({target.pk: online()})
+        assert not hub.behind
+        await assert_silent(watcher)

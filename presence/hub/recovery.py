@@ -24,6 +24,10 @@ logger = logging.getLogger("presence")
 #: behind_after() (or none came for a sweep interval): a quarter, 3.75 s with channels_redis's
 #: default expiry
 CAUGHT_UP = 0.25
+#: a process behind again within this many seconds of its catch-up resync had not caught up:
+#: the next catch-up waits for twice the quiet (up to QUIET_MAX sweep intervals)
+RELAPSE = 60.0
+QUIET_MAX = 32
 
 
 class Recovery:
@@ -53,6 +57,10 @@ class Recovery:
         self._last_late = 0.0
         #: how late the latest announcement arrived, seconds (the health endpoint shows it)
         self.lag: float | None = None
+        #: sweep intervals without a late announcement that count as caught up (see note_lag)
+        self._quiet_needed = 1
+        #: loop time of the last catch-up resync
+        self._resynced_at: float | None = None
 
     def _resync(self) -> None:
         self.resync(list(self.registry.watchers.members))
@@ -111,7 +119,14 @@ class Recovery:
                 # and that work kept the process behind (issue 28).
                 self._last_late = asyncio.get_running_loop().time()
             return
+        now = asyncio.get_running_loop().time()
         if not self.behind:
+            if self._resynced_at is not None and now - self._resynced_at < RELAPSE:
+                # Behind again right after a resync: the quiet that looked like a drained
+                # channel was a loop too busy to read it. Wait for a longer quiet next time.
+                self._quiet_needed = min(self._quiet_needed * 2, QUIET_MAX)
+            else:
+                self._quiet_needed = 1
             logger.warning(
                 "Presence: announcements reach this process %.0f s after they were sent: it is "
                 "behind its channel, and the channel layer may drop some (its expiry, a full "
@@ -120,13 +135,15 @@ class Recovery:
                 lag,
             )
         self.behind = True
-        self._last_late = asyncio.get_running_loop().time()
+        self._last_late = now
 
     def after_lag(self, now: float) -> None:
         """Caught up (for a whole sweep interval no announcement later than CAUGHT_UP of the
-        limit): every watched user is resolved again, once, since changes announced while
-        behind may have been dropped."""
-        if self.behind and now - self._last_late >= get_settings().SWEEP_INTERVAL:
+        limit; twice as long after each relapse, see note_lag): every watched user is resolved
+        again, once, since changes announced while behind may have been dropped."""
+        quiet = get_settings().SWEEP_INTERVAL * self._quiet_needed
+        if self.behind and now - self._last_late >= quiet:
             self.behind = False
+            self._resynced_at = now
             logger.warning("Presence: this process caught up with its channel; resyncing views.")
             self._resync()

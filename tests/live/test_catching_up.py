@@ -5,8 +5,10 @@ and each resync of every watched user kept the process behind)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,7 +17,8 @@ import time_machine
 from presence import announce
 from presence.domain import Device
 from presence.hub import Hub
-from presence.hub.recovery import CAUGHT_UP
+from presence.hub.recovery import CAUGHT_UP, RELAPSE, Recovery
+from presence.hub.registry import Registry
 from presence.store import get_store
 from tests.ids import wire_id
 from tests.live.sockets import (
@@ -68,3 +71,26 @@ async def test_a_process_still_far_behind_resyncs_only_once_it_has_caught_up(
         assert await receive(watcher) == diff({target.pk: online()})
         assert not hub.behind
         await assert_silent(watcher)
+
+
+async def test_a_process_behind_again_soon_after_its_resync_waits_for_a_longer_quiet() -> None:
+    # Its loop, too busy to read the channel for a sweep interval, looked caught up: each such
+    # relapse doubles the quiet the next catch-up waits for.
+    resyncs: list[list[int]] = []
+    recovery = Recovery(SimpleNamespace(expiry=60), Registry(), None, resyncs.append)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    with presence_settings(SWEEP_INTERVAL=1):
+        for quiet in (1, 2, 4):
+            recovery.note_lag(time.time() - 15)
+            assert recovery.behind
+            late = loop.time()
+            recovery.after_lag(late + quiet - 0.1)
+            assert len(resyncs) == quiet.bit_length() - 1
+            recovery.after_lag(late + quiet)
+            assert len(resyncs) == quiet.bit_length()
+            assert not recovery.behind
+        # Behind again long after its last resync: a sweep interval's quiet is enough again.
+        recovery._resynced_at = loop.time() - RELAPSE
+        recovery.note_lag(time.time() - 15)
+        recovery.after_lag(loop.time() + 1)
+        assert len(resyncs) == 4

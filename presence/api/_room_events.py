@@ -32,7 +32,7 @@ from presence import announce, domain, relations, resolution
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import Member, Room, is_counted, is_listed
-from presence.models import Block, PrivacySettings
+from presence.models import Block, Contact, PrivacySettings
 from presence.operations import Call, Operation, Redis, arun, both, redis
 from presence.store import StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import MemberEntry, RoomWrite
@@ -166,6 +166,8 @@ class RoomDelta:
     #: the first members by join time that are not changed (a refill's candidates), with
     #: their entries; empty unless a refill was asked for
     scanned: dict[UserId, MemberEntry] = field(default_factory=dict)
+    #: each viewer's contacts among the changed users (not read for a refill)
+    contacts: dict[UserId, set[UserId]] = field(default_factory=dict)
     _verdicts: dict[tuple[UserId, domain.Relation], Member | None] = field(default_factory=dict)
     _as_stranger: dict[UserId, Member | None] = field(default_factory=dict)
     _strangers_list: list[tuple[UserId, Member]] | None = None
@@ -267,12 +269,37 @@ def _blocks_between(viewers: Collection[UserId]) -> dict[UserId, set[UserId]]:
     return counterparts
 
 
+def _contacts_among(
+    viewers: Collection[UserId], changed: Collection[UserId]
+) -> dict[UserId, set[UserId]]:
+    """Each viewer's contacts among the changed users (listed first): one query."""
+    found: dict[UserId, set[UserId]] = {}
+    if not viewers or not changed:
+        return found
+    rows = Contact.objects.filter(owner__in=viewers, contact__in=changed).values_list(
+        "owner_id", "contact_id"
+    )
+    for owner, contact in rows:
+        found.setdefault(owner, set()).add(contact)
+    return found
+
+
 def _blocks_and_pairs(
     viewers: Collection[UserId], resolved: Collection[UserId], changed: Collection[UserId]
-) -> tuple[dict[UserId, set[UserId]], relations.PairFacts]:
-    """The viewers' blocks, and the changed users' facts with their relations to the viewers
-    resolved (their choices only when none is): one trip to the database's thread."""
-    return _blocks_between(viewers), relations.load_pairs(resolved, changed)
+) -> tuple[dict[UserId, set[UserId]], dict[UserId, set[UserId]], list[UserId], relations.PairFacts]:
+    """The viewers' blocks, their contacts among the changed users, the viewers resolved (those
+    asked, and those with a contact among the changed users: a full list lists its contacts
+    first), and the changed users' facts with their relations to those viewers (their choices
+    only when none is): one trip to the database's thread."""
+    contacts = _contacts_among(viewers, changed)
+    asked = set(resolved)
+    resolving = [viewer for viewer in viewers if viewer in asked or viewer in contacts]
+    return (
+        _blocks_between(viewers),
+        contacts,
+        resolving,
+        relations.load_pairs(resolving, changed),
+    )
 
 
 def _lookups(changed: Collection[UserId], blocks: dict[UserId, set[UserId]]) -> list[UserId]:
@@ -295,7 +322,7 @@ def _room_delta(
         # One trip to the database's thread (the viewers' blocks, the changed users' facts)
         # and one to Redis (the room, their live state): under a burst, each trip waits for
         # a busy thread and event loop, the most of a window's time.
-        blocks, pairs = yield Call(
+        blocks, contacts, resolved_viewers, pairs = yield Call(
             _blocks_and_pairs, (list(viewers), resolved_viewers, list(changed))
         )
         lookups = _lookups(changed, blocks)
@@ -312,6 +339,7 @@ def _room_delta(
     else:
         # A refill: the first members by join time are read first, then their facts too.
         blocks = yield Call(_blocks_between, (list(viewers),))
+        contacts = {}
         lookups = _lookups(changed, blocks)
         read = yield from redis(store.read_room(room.name, now, scan, lookups), live=True)
         if read is None:
@@ -360,6 +388,7 @@ def _room_delta(
         tied_viewers={viewer for viewer, _ in ties},
         resolving=frozenset(resolved_viewers),
         scanned=scanned,
+        contacts=contacts,
     )
 
 

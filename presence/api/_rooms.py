@@ -313,9 +313,18 @@ def _listing(
             )
     listed = order_listed(listable, conf.ROOM_LIST_LIMIT)
     members = {uid: Member(read.members[uid].meta, presences[uid]) for uid in listed}
+    ranks = {c.user_id: rank(c.contact, c.joined_at, c.user_id) for c in listable}
     count = max(read.present - len(excluded), len(members))
     scanned_all = read.present <= first
-    return RoomState(room, members, count - len(members)), scanned_all
+    return RoomState(
+        room, members, count - len(members), {uid: ranks[uid] for uid in listed}
+    ), scanned_all
+
+
+def rank(contact: bool, joined_at: float, user_id: UserId) -> tuple[bool, float, str]:
+    """A listed member's place after the viewer (order_listed): contacts first, then by join
+    time, then by id as text; the smaller the earlier."""
+    return (not contact, joined_at, str(user_id))
 
 
 async def ajoin_room_state(

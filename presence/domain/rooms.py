@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext
@@ -174,6 +174,9 @@ class RoomState:
     room: Room
     members: Mapping[UserId, Member]
     others: int
+    #: each listed member's place in the order of :func:`order_listed` (not a contact of the
+    #: viewer, joined at, id as text): the live side keeps a full list in that order
+    ranks: Mapping[UserId, tuple[bool, float, str]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:

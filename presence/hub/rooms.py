@@ -28,7 +28,7 @@ from typing import Any
 from presence import announce, metrics
 from presence.announce import rooms_group_name
 from presence.api import _room_events as events
-from presence.api._rooms import SCAN_FACTOR, aread_room_state
+from presence.api._rooms import SCAN_FACTOR, aread_room_state, rank
 from presence.conf import get_settings
 from presence.domain import UserId, visibly_differs
 from presence.domain.rooms import Member, RoomState, parse_room
@@ -44,6 +44,8 @@ class View:
     """What a connection was last sent of a room."""
 
     listed: dict[UserId, Member] = field(default_factory=dict)
+    #: each listed member's place in the listing order but the viewer's (_rooms.rank)
+    ranks: dict[UserId, tuple[bool, float, str]] = field(default_factory=dict)
     others: int = 0
     #: a room_state is being read (changes meanwhile are delivered again after it)
     reading: bool = True
@@ -105,6 +107,7 @@ class RoomViews:
         view = self.views.get(connection, {}).get(room)
         if view is not None:
             view.listed = dict(state.members)
+            view.ranks = dict(state.ranks)
             view.others = state.others
             view.reading = False
 
@@ -286,8 +289,10 @@ class RoomViews:
                 if uid not in view.listed
             )
             room_left = limit - len(view.listed)
-            for _, _, user_id, member in candidates[: max(room_left, 0)]:
+            for joined_at, _, user_id, member in candidates[: max(room_left, 0)]:
                 view.listed[user_id] = member
+                # Not a contact: the viewer's contacts it may see are listed first already.
+                view.ranks[user_id] = rank(False, joined_at, user_id)
                 frame["joins"][str(user_id)] = delta.encoded(member)
             view.others = frame["others"] = frame["count"] - len(view.listed)
 
@@ -338,17 +343,44 @@ def _diff(
         member = delta.member_for(viewer, user_id)
         if member is None:
             del view.listed[user_id]
+            view.ranks.pop(user_id, None)
             leaves.append(user_id)
         elif not _same(view.listed[user_id], member):
             view.listed[user_id] = joins[user_id] = member
+    contacts = delta.contacts.get(viewer, set())
+    added: set[UserId] = set()  # listed by this diff
     room_left = limit - len(view.listed)
     if room_left > 0 and viewer in delta.resolving:
         for user_id, member in delta.listable(viewer):  # by join time
             if user_id not in view.listed:
                 view.listed[user_id] = joins[user_id] = member
+                view.ranks[user_id] = _rank_of(delta, user_id, contacts)
+                added.add(user_id)
                 room_left -= 1
                 if not room_left:
                     break
+    if contacts and viewer in delta.resolving:
+        # The viewer's contacts are listed first: one that a full list leaves out takes the
+        # place of its last member (by the listing order), as a fresh read lists them.
+        for mine, user_id in sorted(
+            (_rank_of(delta, uid, contacts), uid) for uid in contacts - view.listed.keys()
+        ):
+            member = delta.member_for(viewer, user_id)
+            if member is None:
+                continue
+            if len(view.listed) >= limit:
+                ranked = [(r, uid) for uid, r in view.ranks.items() if uid != viewer]
+                if not ranked or max(ranked)[0] < mine:
+                    break  # every listed member comes first (earlier contacts)
+                evicted = max(ranked)[1]
+                del view.listed[evicted]
+                del view.ranks[evicted]
+                joins.pop(evicted, None)
+                if evicted not in added:
+                    leaves.append(evicted)
+            view.listed[user_id] = joins[user_id] = member
+            view.ranks[user_id] = mine
+            added.add(user_id)
     count = max(delta.count_for(viewer), len(view.listed))
     others = count - len(view.listed)
     if not joins and not leaves and others == view.others:
@@ -362,6 +394,14 @@ def _diff(
         "others": others,
         "count": count,
     }
+
+
+def _rank_of(
+    delta: events.RoomDelta, user_id: UserId, contacts: set[UserId]
+) -> tuple[bool, float, str]:
+    """A changed user's place in ``view.ranks`` (see :func:`presence.api._rooms.rank`)."""
+    entry = delta.members.get(user_id)
+    return rank(user_id in contacts, entry.joined_at if entry else math.inf, user_id)
 
 
 async def _send(connection: Connection, frame: dict[str, Any], texts: dict[Any, str]) -> None:

@@ -1,6 +1,7 @@
-"""A freed place is refilled: when a listed member leaves a viewer's full list (``others`` > 0),
-the same window's room_diff lists the next member as a fresh read would, not only the next
-room_state (real Redis, real channel layer, WebsocketCommunicator; time moved with
+"""A full list follows a fresh read: when a listed member leaves a viewer's full list
+(``others`` > 0), the same window's room_diff lists the next member as a fresh read would; a
+contact of the viewer joining a full list takes its last place at once (not only at the next
+room_state) (real Redis, real channel layer, WebsocketCommunicator; time moved with
 time_machine, rooms swept by calling the sweep)."""
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any
 
 import pytest
 import time_machine
+from asgiref.sync import sync_to_async
 
 from presence import api
 from presence.api import _room_events as events
+from presence.models import Contact
 from tests.live.sockets import Sockets, assert_silent, new_user, receive
 from tests.live.sockets import sockets as sockets
 from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, public
@@ -97,3 +100,31 @@ async def test_no_refill_from_members_the_viewer_may_not_see(
     seen.apply(frame)
     fresh = await api.aroom_presence(ROOM, viewer)
     assert set(seen.members) == set(fresh["members"]) == {key(viewer), key(second)}
+
+
+async def test_a_contact_joining_a_full_list_takes_the_last_place(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    """The viewer's contacts are listed first: one joining a full list is listed at once, in
+    the place of the list's last member by join time (counted in others from then on)."""
+    viewer, friend = await new_user(make_user), await new_user(make_user)
+    first, second, third = [await new_user(make_user) for _ in range(3)]
+    await public(viewer, friend, first, second, third)
+    await sync_to_async(Contact.objects.create)(owner=viewer, contact=friend)
+    _, v, seen = await open_in_order(sockets, viewer, [first, second, third])
+    assert seen.shows({key(viewer), key(first), key(second)}, 1), seen.members
+    await assert_silent(v)
+
+    await join(await sockets.open(friend))
+    frame = await receive(v)
+    assert set(frame["joins"]) == {key(friend)} and frame["leaves"] == [key(second)], frame
+    assert (frame["others"], frame["count"]) == (2, 5)
+    seen.apply(frame)
+    fresh = await api.aroom_presence(ROOM, viewer)
+    assert set(seen.members) == set(fresh["members"]) == {key(viewer), key(friend), key(first)}
+    assert (seen.others, seen.count) == (fresh["others"], fresh["count"])
+    # A member who is no contact joining the full list is counted only.
+    await join(await sockets.open(await new_user(make_user)))
+    counted = await receive(v)
+    assert counted["joins"] == {} and counted["leaves"] == [] and counted["count"] == 6
+    await assert_silent(v)

@@ -26,6 +26,7 @@ from tests.live.sockets import (
     Sockets,
     assert_silent,
     diff,
+    eventually,
     heartbeat,
     iso,
     lets_see,
@@ -342,11 +343,13 @@ async def test_a_write_whose_caller_is_cancelled_still_sends_its_signal(
     # shutting down) while its write is under way: the script runs anyway, and so must the
     # signal it earned.
     user = await new_user(make_user)
-    redis_client.client_pause(400)  # the write waits in Redis's queue
+    # The write waits in Redis's queue, long enough for the cancel to come first on a busy
+    # machine too.
+    redis_client.client_pause(2000)
     write = asyncio.ensure_future(lifecycle.aconnect(user, "c1"))
     await asyncio.sleep(0.1)
     write.cancel()
     with pytest.raises(asyncio.CancelledError):
         await write
-    await asyncio.sleep(0.6)
+    assert await eventually(lambda: received)  # once Redis runs the script, however late
     assert await sent(received) == [("online", user.pk, at(0), False)]

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.usefixtures("close_async_db_connections", "clock"),
 ]
 
-TIMEOUT = 3
+TIMEOUT = 10  # bounds waits for what must come; generous for a busy machine
 #: the documented wiring, with tokens for native clients
 APP = PresenceOriginValidator(
     AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))

@@ -191,7 +191,8 @@ async def test_a_logout_right_after_the_handshake_closes_the_socket_every_time(
     sockets: Sockets, make_user: Callable[..., Any]
 ) -> None:
     # The review's reproduction: the logout issued as soon as the handshake is answered, while
-    # the process may still be joining the account group. 50 in a row, each closed within 1 s.
+    # the process may still be joining the account group. 50 in a row, each closed (however
+    # busy the machine: the wait ends with the close).
     from siteproject.asgi import application
 
     user = await new_user(make_user)
@@ -206,7 +207,7 @@ async def test_a_logout_right_after_the_handshake_closes_the_socket_every_time(
         )
         assert await communicator.connect(timeout=TIMEOUT) == (True, None)
         assert (await sync_to_async(client.post)("/logout/")).status_code == 302
-        assert await communicator.receive_output(timeout=1) == {
+        assert await communicator.receive_output(timeout=TIMEOUT) == {
             "type": "websocket.close",
             "code": 4401,
         }

@@ -44,10 +44,10 @@ def boundary() -> dict[str, Any]:
     async def watch_feed() -> dict[str, Any]:
         communicator = WebsocketCommunicator(PresenceConsumer.as_asgi(), "/ws/presence/")
         communicator.scope["user"] = user
-        await communicator.connect()
+        await communicator.connect(timeout=10)  # (channels' default, 1 s, is tight on a busy CI)
         await communicator.send_json_to({"type": "watch_feed", "feed": "nope"})
         frame = await communicator.receive_json_from(timeout=10)
-        await communicator.disconnect()
+        await communicator.disconnect(timeout=10)
         return frame
 
     return {

@@ -54,7 +54,7 @@ async def opened(transactional_db: Any) -> AsyncIterator[list[WebsocketCommunica
     await close_pubsub_layer()
     lingering = asyncio.all_tasks() - {asyncio.current_task()}
     if lingering:
-        await asyncio.wait(lingering, timeout=6)
+        await asyncio.wait(lingering, timeout=15)
     await get_store().aclose()
 
 

@@ -27,6 +27,8 @@ from presence.tokens import TokenAuthMiddleware, bearer_token, issue_token, user
 
 APP = AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
 WITH_TOKENS = [*settings.MIDDLEWARE, "presence.tokens.TokenAuthenticationMiddleware"]
+#: bounds socket waits for what must come (channels' default is 1 s): generous for a busy machine
+TIMEOUT = 10
 
 
 # --- the token ---------------------------------------------------------------------------
@@ -88,17 +90,17 @@ async def test_a_mobile_client_connects_with_a_token(
     ann = await sync_to_async(make_user)("ann")
     token = await sync_to_async(issue_token)(ann)
     socket = _socket(token)
-    connected, _ = await socket.connect()
+    connected, _ = await socket.connect(timeout=TIMEOUT)
     assert connected
     try:
         await socket.send_json_to({"type": "subscribe", "users": [ann.pk]})
-        reply = await socket.receive_json_from(timeout=3)
+        reply = await socket.receive_json_from(timeout=TIMEOUT)
         assert reply["type"] == "presence_state"
         own = reply["presences"][str(ann.pk)]
         assert own["status"] == "online" and own["devices"] == ["mobile"]
         assert (await api.aget_presence(ann, ann)).devices == ("mobile",)
     finally:
-        await socket.disconnect()
+        await socket.disconnect(timeout=TIMEOUT)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -110,9 +112,12 @@ async def test_a_bad_token_is_closed_with_4401_and_never_logged(
     bad = (await sync_to_async(issue_token)(ann))[:-3] + "abc"
     with caplog.at_level("DEBUG"):
         socket = _socket(bad)
-        connected, _ = await socket.connect()
+        connected, _ = await socket.connect(timeout=TIMEOUT)
         assert connected  # accepted, then closed, so that the client sees the code
-        assert await socket.receive_output(timeout=3) == {"type": "websocket.close", "code": 4401}
+        assert await socket.receive_output(timeout=TIMEOUT) == {
+            "type": "websocket.close",
+            "code": 4401,
+        }
         await socket.wait()
     assert bad not in caplog.text
     assert (await api.aget_presence(ann, ann)).status == "offline"

@@ -358,13 +358,13 @@ def test_with_a_master_down_sockets_stay_open_and_heartbeats_elsewhere_count(
             for user in (down_user, up_user):
                 socket = WebsocketCommunicator(app, "/ws/presence/")
                 socket.scope["user"] = user
-                assert (await socket.connect(timeout=3))[0]
+                assert (await socket.connect(timeout=10))[0]
                 sockets.append(socket)
             victim.stop(kill=True)
             for socket in sockets:
                 await socket.send_json_to({"type": "heartbeat"})
                 await socket.send_json_to({"type": "subscribe", "users": [up_user.pk]})
-                reply = await socket.receive_json_from(timeout=3)
+                reply = await socket.receive_json_from(timeout=10)
                 assert reply["type"] == "presence_state"
                 assert reply["presences"][str(up_user.pk)]["status"] in {"online", "offline"}
             for socket in sockets:
@@ -373,7 +373,7 @@ def test_with_a_master_down_sockets_stay_open_and_heartbeats_elsewhere_count(
             assert states is not None and states[up_user.pk].connected
         finally:
             for socket in sockets:
-                await socket.disconnect(timeout=3)
+                await socket.disconnect(timeout=10)
             await get_store().aclose()
 
     try:

@@ -299,6 +299,9 @@ def print_profile(path: str) -> None:
     stats.print_stats(int(os.environ.get("BENCH_PAGE_VIEWS_TOP", "20")))
     stats.sort_stats("cumulative")
     stats.print_stats(30)
+    # BENCH_PAGE_VIEWS_CALLERS="zadd,socket.send": who calls these (comma-separated patterns)
+    for pattern in filter(None, os.environ.get("BENCH_PAGE_VIEWS_CALLERS", "").split(",")):
+        stats.print_callers(pattern)
 
 
 def record_with_py_spy(server: Server, path: str, seconds: float) -> subprocess.Popen[bytes]:

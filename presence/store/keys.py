@@ -98,6 +98,8 @@ class KeyScheme:
         self.conf = conf
         self.clustered = bool(conf.REDIS_CLUSTER)
         self.tags = shard_tags(conf.CLUSTER_SHARDS) if self.clustered else ("live",)
+        self._seen_keys: dict[int, str] = {}
+        self._prior_keys: dict[int, str] = {}
 
     def bucket_of(self, user_id: UserId) -> int:
         """The one source of a user's bucket: an integer id modulo BUCKETS, any other id by the
@@ -116,12 +118,20 @@ class KeyScheme:
         return f"{self.conf.KEY_PREFIX}:{{{bucket}}}"
 
     def seen_key(self, bucket: int) -> str:
-        return f"{self._bucket_base(bucket)}:seen"
+        # Kept once made (at most BUCKETS of each): a subscribe's snapshot names a seen and a
+        # prior key for each of its users' buckets, a hundred strings per page view.
+        key = self._seen_keys.get(bucket)
+        if key is None:
+            key = self._seen_keys[bucket] = f"{self._bucket_base(bucket)}:seen"
+        return key
 
     def prior_key(self, bucket: int) -> str:
         """The bucket's last seen before today's (lua/prior.lua): user -> the last seen of an
         earlier UTC day that today's activity replaced (the approximate last seen's base)."""
-        return f"{self._bucket_base(bucket)}:prior"
+        key = self._prior_keys.get(bucket)
+        if key is None:
+            key = self._prior_keys[bucket] = f"{self._bucket_base(bucket)}:prior"
+        return key
 
     def conns_key(self, bucket: int) -> str:
         return f"{self._bucket_base(bucket)}:conns"

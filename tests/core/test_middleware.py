@@ -38,11 +38,12 @@ FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.
 # The touch script (ZSCORE + ZADD, then the online ledger's SISMEMBER + ZADD: see
 # presence.signals) and the due-time ZADD of the live sweep, in one pipeline.
 ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3, "sismember": 1}
-# A user coming online is also announced to live connections: channels_redis's group_send
-# expires stale members and reads the group (which has none here).
+# A user coming online is also announced to live connections: a ZCARD of the user's group finds
+# it empty (none here), so no group_send follows (presence.announce._GroupSizes; channels_redis's
+# group_send would expire stale members and read the group, two round trips, to find the same).
 # The transition is recorded in the outbox (TIME, ZADD) and claimed by the caller (ZREM,
 # on the signals' thread) before user_online is sent (presence.outbox).
-FIRST_TOUCH = {**ONE_TOUCH, "zremrangebyscore": 1, "zrange": 1, "zadd": 4, "time": 1, "zrem": 1}
+FIRST_TOUCH = {**ONE_TOUCH, "zcard": 1, "zadd": 4, "time": 1, "zrem": 1}
 
 
 def ok_view(request: HttpRequest) -> HttpResponse:

@@ -26,14 +26,15 @@ from tests.conftest import RedisCommandCounter
 IPHONE = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148 Safari/604.1"
 # commandstats count the script's commands (with the online ledger's SISMEMBER and ZADD, see
 # presence.signals); the last ZADD schedules the live sweep, and a user coming online is
-# announced through channels_redis's group_send (no members here).
+# announced: a ZCARD of the user's channel-layer group finds it empty (no members here), so no
+# group_send follows (presence.announce._GroupSizes: channels_redis's own would cost two
+# round trips, ZREMRANGEBYSCORE and ZRANGE, to find the same).
 FIRST_TOUCH = {
     "evalsha": 1,
     "zscore": 1,
     "zadd": 4,
     "sismember": 1,
-    "zremrangebyscore": 1,
-    "zrange": 1,
+    "zcard": 1,
     # the outbox: recorded by the script (TIME, ZADD), claimed by the caller (presence.outbox)
     "time": 1,
     "zrem": 1,

@@ -261,6 +261,18 @@ async def set_status(communicator: WebsocketCommunicator, **fields: Any) -> dict
     return await receive(communicator)
 
 
+async def set_own_status(
+    communicator: WebsocketCommunicator, **fields: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """set_status on a socket subscribed to its own user: (the reply, the diff of the change),
+    in whichever order they came. The reply goes out when the handler is done, the diff when
+    the hub's coalescing window ends: on a busy machine the handler's last reads can take
+    longer than the window, and nothing (docs/websocket.md) orders the two."""
+    await communicator.send_json_to({"type": "set_status", **fields})
+    first, second = await receive(communicator), await receive(communicator)
+    return (second, first) if first["type"] == "presence_diff" else (first, second)
+
+
 async def heartbeat(communicator: WebsocketCommunicator, state_: str = "active") -> None:
     await communicator.send_json_to({"type": "heartbeat", "state": state_})
     # Frames are handled in order: an answered (empty) subscribe means the beat was recorded.

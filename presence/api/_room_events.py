@@ -276,7 +276,7 @@ def _contacts_among(
     found: dict[UserId, set[UserId]] = {}
     if not viewers or not changed:
         return found
-    rows = Contact.objects.filter(owner__in=viewers, contact__in=changed).values_list(
+    rows = Contact.objects.filter(Q(owner__in=viewers), Q(contact__in=changed)).values_list(
         "owner_id", "contact_id"
     )
     for owner, contact in rows:

@@ -10,6 +10,8 @@ import random
 import re
 import statistics
 
+import pytest
+
 from tools.loadtest import oracle, population, report
 from tools.loadtest.generator import PresenceTuple, reveals
 
@@ -203,3 +205,34 @@ def test_a_storm_reports_its_time_and_its_cpu_per_client() -> None:
     assert "17.6 ms per client" in storm.row()
     late = Storm(clients=3000, last_ready=1565, wrong=1584)
     assert "not all right after 120 s (1565 open" in late.row()
+
+
+def test_a_storm_is_compared_with_its_bare_floor() -> None:
+    from tools.loadtest.storm import Storm
+
+    storm = Storm(clients=3000, right_in=24.0, bare_in=6.0, bare_cpu=9.0)
+    storm.bare_failures = {"TimeoutError": 2}
+    assert storm.ratio() == 4.0
+    row = storm.floor_row()
+    assert "all 3,000 had their frame in 6.0 s" in row
+    assert "3.0 ms per client" in row
+    assert "2 TimeoutError" in row
+    assert row.endswith("ours 24.0 s: ratio 4.0")
+    # No ratio when either side did not finish.
+    assert Storm(clients=3000, right_in=None, bare_in=6.0).ratio() is None
+    assert "no ratio" in Storm(clients=3000, right_in=24.0, bare_in=None).floor_row()
+    assert "not measured (it exited)" in Storm(clients=1, bare_note="it exited").floor_row()
+
+
+def test_reconnection_backs_off_as_presence_js_does() -> None:
+    from tools.loadtest.generator import RATE_LIMITED, RETRY_MAX, retry_delay
+
+    # Doubling from 1 s with half of it random: 0.5-1, 1-2, 2-4 s ... up to 30 s.
+    assert [retry_delay(n, "1006", 0.0) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+    assert [retry_delay(n, "1006", 0.999) for n in (1, 2, 3)] == pytest.approx(
+        [0.9995, 1.999, 3.998]
+    )
+    assert retry_delay(20, "open:TimeoutError", 1.0) == RETRY_MAX
+    # Told to slow down (rate limited, too slow a reader): at least 10 s.
+    assert retry_delay(1, "4429", 0.0) == RATE_LIMITED
+    assert retry_delay(1, "4408", 0.5) == RATE_LIMITED

@@ -34,7 +34,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="python -m tools.loadtest",
         description="A multi-process load, soak and fault test of presence with an oracle.",
     )
-    parser.add_argument("--quick", action="store_true", help="small and short (CI smoke, < 60 s)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small and short (CI smoke, < 60 s)")
+    size.add_argument(
+        "--full",
+        action="store_true",
+        help="the full size, named (the default: 20,000 users, 10,000 connections, 3 processes, "
+        "2 generators, 60 s)",
+    )
     parser.add_argument("--cluster", action="store_true", help="presence on a 3-master cluster")
     parser.add_argument("--processes", type=int, help="daphne processes (default 3; quick 2)")
     parser.add_argument("--generators", type=int, help="load generator processes (default 2)")

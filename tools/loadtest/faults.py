@@ -27,6 +27,8 @@ class LoadRun(Protocol):
     module does not import the one that drives it."""
 
     args: argparse.Namespace
+    #: the servers' environment (the storm's bare floor starts a daphne of its own on it)
+    env: dict[str, str]
     sizes: Sizes
     servers: Servers
     windows: list[Window]

@@ -35,6 +35,26 @@ OPENING_AT_ONCE = 100
 TICK = 0.1
 #: how long the opening storm may take to pass before the load starts anyway
 OPENING_SETTLE_TIMEOUT = 60.0
+#: reconnection as presence.js does it: the first delay, doubled after each connection that
+#: failed or did not last STABLE seconds, up to RETRY_MAX; at least RATE_LIMITED after a
+#: 4429 or 4408 close, and the server's own hint after a 1013 ("try again later")
+RETRY = 1.0
+RETRY_MAX = 30.0
+STABLE = 10.0
+RATE_LIMITED = 10.0
+SLOW_DOWN_CODES = ("4429", "4408")
+#: the handshake's own bound: daphne drops a handshake not accepted within 5 s anyway
+OPEN_TIMEOUT = 10.0
+
+
+def retry_delay(attempts: int, code: str, draw: float) -> float:
+    """presence.js's ``retryDelay``: exponential backoff with "equal jitter" (half the delay
+    fixed, half random, ``draw`` in [0, 1)), so that the clients of a restarted server do not
+    all come back in the same instant, nor again together after each refusal."""
+    delay = min(RETRY_MAX, RETRY * 2 ** (max(1, attempts) - 1))
+    jittered = delay / 2 + draw * delay / 2
+    return max(RATE_LIMITED, jittered) if code in SLOW_DOWN_CODES else jittered
+
 
 #: one presence as compared: status, last_seen, devices, text, emoji, activity
 PresenceTuple = tuple[str, str | None, tuple[str, ...], str | None, str | None, str | None]
@@ -109,6 +129,18 @@ class Stats:
     states: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class BareStorm:
+    """One generator's part of the bare floor of a reconnect storm (Generator.bare_storm)."""
+
+    #: clients that had their frame
+    done: int = 0
+    #: seconds until the last of them had it; None when some had not within the timeout
+    seconds: float | None = 0.0
+    #: failed attempts by kind (each tried again after a backoff)
+    failures: dict[str, int] = field(default_factory=dict)
+
+
 class Client:
     def __init__(self, spec: ClientSpec, generator: Generator) -> None:
         self.spec = spec
@@ -127,6 +159,15 @@ class Client:
         self.opened_at = 0.0
         self.task: asyncio.Task[None] | None = None
         self.room_views = RoomViews()
+        #: connections in a row that failed or did not last STABLE seconds (presence.js)
+        self.attempts = 0
+
+    def retry_later(self, code: str) -> None:
+        """Reopen after presence.js's backoff (a connection that lasted resets it)."""
+        if self.opened_at and time.time() - self.opened_at >= STABLE:
+            self.attempts = 0
+        self.attempts += 1
+        self.gen.reopen_later(self, retry_delay(self.attempts, code, random.random()))
 
     @property
     def ready(self) -> bool:
@@ -151,7 +192,7 @@ class Client:
                     url,
                     additional_headers={"Cookie": f"sessionid={self.spec.cookie}"},
                     origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-                    open_timeout=30,
+                    open_timeout=OPEN_TIMEOUT,
                     ping_interval=None,
                     close_timeout=5,
                     compression=None,
@@ -162,7 +203,8 @@ class Client:
             failed = f"open:{type(error).__name__}"
             gen.stats.unrequested.append((time.time(), failed, self.spec.index))
             if not gen.stopping:
-                gen.reopen_later(self, 1 + 2 * random.random())
+                self.opened_at = 0.0
+                self.retry_later(failed)
             return
         self.opened_at = time.time()
         gen.stats.opened += 1
@@ -214,7 +256,7 @@ class Client:
             code = ws.close_code if ws.close_code is not None else "none"
             gen.stats.unrequested.append((time.time(), str(code), self.spec.index))
             self.ws = None
-            gen.reopen_later(self, 0.5 + random.random())
+            self.retry_later(str(code))
 
     def receive(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
@@ -442,6 +484,56 @@ class Generator:
                 latest[client.spec.user] = max(latest.get(client.spec.user, 0), client.last_beat)
         return latest
 
+    async def bare_storm(self, port: int, positions: list[int], timeout: float) -> BareStorm:
+        """The floor of a reconnect storm (``--storm``): the clients at ``positions`` open a
+        socket at once to a bare Channels consumer behind ``AuthMiddlewareStack`` on ``port``
+        (``benchmarks.page_views_asgi``: accept, read the user, one frame, close), each with
+        its session cookie, through the same handshake limit and backoff as a reconnection.
+        The seconds until every one had its frame, from this call."""
+        started = time.monotonic()
+        result = BareStorm()
+
+        async def one(client: Client) -> None:
+            attempts = 0
+            while not self.stopping:
+                try:
+                    async with self.opening:
+                        ws = await connect(
+                            f"ws://127.0.0.1:{port}/ws/bare/",
+                            additional_headers={"Cookie": f"sessionid={client.spec.cookie}"},
+                            origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+                            open_timeout=OPEN_TIMEOUT,
+                            ping_interval=None,
+                            close_timeout=5,
+                            compression=None,
+                        )
+                    try:
+                        hello = json.loads(await asyncio.wait_for(ws.recv(), OPEN_TIMEOUT))
+                    finally:
+                        await ws.close()
+                except Exception as error:  # refused, timed out: tried again after a backoff
+                    result.failures[type(error).__name__] = (
+                        result.failures.get(type(error).__name__, 0) + 1
+                    )
+                    attempts += 1
+                    await asyncio.sleep(retry_delay(attempts, "", random.random()))
+                    continue
+                if hello.get("user") != client.spec.user:
+                    result.failures["unauthenticated"] = (
+                        result.failures.get("unauthenticated", 0) + 1
+                    )
+                result.done += 1
+                result.seconds = time.monotonic() - started
+                return
+
+        tasks = [asyncio.ensure_future(one(self.clients[p])) for p in positions]
+        _, late = await asyncio.wait(tasks, timeout=timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            result.seconds = None
+        return result
+
     async def stop(self) -> None:
         """Every client leaves (a requested close); bounded, so that a stuck handshake or
         close cannot hold the run."""
@@ -489,6 +581,8 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
                 pipe.send(("room_views", generator.room_views()))
             elif command == "beats":
                 pipe.send(("beats", generator.beats()))
+            elif command == "bare_storm":
+                pipe.send(("bare_storm", await generator.bare_storm(*argument)))
             elif command == "stats":
                 generator.stats.states = generator.states()
                 pipe.send(("stats", generator.stats))

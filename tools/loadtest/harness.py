@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from tools.loadtest import config, oracle
-from tools.loadtest.generator import PresenceTuple, Stats, as_tuple
+from tools.loadtest.generator import BareStorm, PresenceTuple, Stats, as_tuple
 from tools.loadtest.population import Graph
 
 
@@ -50,6 +50,20 @@ class Generators:
                 raise RuntimeError("a generator did not answer 'views'")
             result.extend(pipe.recv()[1])
         return result
+
+    def bare_storm(
+        self, port: int, by_generator: Mapping[int, list[int]], timeout: float
+    ) -> list[BareStorm]:
+        """Each generator's clients of ``by_generator`` open a socket at once to the bare
+        consumer on ``port`` (Generator.bare_storm); their parts."""
+        for number, pipe in enumerate(self.pipes):
+            pipe.send(("bare_storm", (port, by_generator.get(number, []), timeout)))
+        parts = []
+        for pipe in self.pipes:
+            if not pipe.poll(self.timeout):
+                raise RuntimeError("a generator did not answer 'bare_storm'")
+            parts.append(pipe.recv()[1])
+        return parts
 
     def reload(self, by_generator: Mapping[int, list[int]]) -> None:
         for number, pipe in enumerate(self.pipes):

@@ -331,7 +331,9 @@ class Run:
         print("loadtest: reconnect storm: restarting process 0", flush=True)
         storm = run_storm(self, faults)
         print(f"loadtest: reconnect storm: {storm.row()}", flush=True)
+        print(f"loadtest: reconnect storm floor: {storm.floor_row()}", flush=True)
         self.rows.append(("reconnect storm", storm.row()))
+        self.rows.append(("  its floor", storm.floor_row()))
         self.storm_wrong = storm.wrong if storm.right_in is not None else max(1, storm.wrong)
 
     def checkpoint_times(self, faults: Any) -> list[tuple[float, str]]:

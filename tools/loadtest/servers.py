@@ -16,17 +16,25 @@ from tools.redis_server import RedisServer, free_port
 ROOT = Path(__file__).resolve().parents[2]
 DAPHNE = Path(sys.executable).parent / "daphne"
 START_TIMEOUT = 60.0
+#: the demo site, as the load test serves it
+SITE = "siteproject.asgi:application"
+#: the floor of a reconnect storm (--storm): a bare Channels consumer behind
+#: AuthMiddlewareStack at ws/bare/ (the page-view benchmark's server application)
+BARE = "benchmarks.page_views_asgi:application"
 
 
 class DaphneProcess:
-    """``daphne -b 127.0.0.1 -p PORT siteproject.asgi:application`` on the load test's settings;
-    its stdout and stderr go to ``log_path`` (appended to across restarts)."""
+    """``daphne -b 127.0.0.1 -p PORT siteproject.asgi:application`` (or ``app``) on the load
+    test's settings; its stdout and stderr go to ``log_path`` (appended to across restarts)."""
 
-    def __init__(self, index: int, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, index: int, env: dict[str, str], log_dir: Path, app: str = SITE, name: str = ""
+    ) -> None:
         self.index = index
+        self.app = app
         self.port = free_port()
         self.env = env
-        self.log_path = log_dir / f"daphne-{index}.log"
+        self.log_path = log_dir / f"daphne-{name or index}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -48,7 +56,7 @@ class DaphneProcess:
                     "127.0.0.1",
                     "-p",
                     str(self.port),
-                    "siteproject.asgi:application",
+                    self.app,
                 ],
                 cwd=ROOT,
                 env=self.env,

@@ -7,12 +7,17 @@ agrees with the oracle. The behaviours are paused meanwhile, so what every view 
 computed once before the kill, and read again only for the views that differ from it (the
 harness's own ``bulk_presence`` calls are mostly not counted in the storm's time); a fresh
 oracle check of every view at the end confirms it.
+
+Then the floor, side by side in the same run: the same clients open a socket at once to a bare
+Channels consumer behind ``AuthMiddlewareStack`` in a daphne process of its own (the page-view
+benchmark's, ``benchmarks.page_views_asgi``: accept, read the user, one frame, close), through
+the same handshake limit and backoff. What the storm costs beyond that is presence's.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tools.loadtest import oracle
 from tools.loadtest.faults import Faults, LoadRun
@@ -46,11 +51,46 @@ class Storm:
     last_ready: int = 0
     last_differing: int = 0
     example: object = None
+    #: the floor: seconds until every client had the bare consumer's frame (None: not within
+    #: STORM_TIMEOUT), that process's CPU seconds meanwhile, failed attempts by kind
+    bare_in: float | None = None
+    bare_cpu: float = 0.0
+    bare_failures: dict[str, int] = field(default_factory=dict)
+    #: the bare floor was not measured (and why)
+    bare_note: str = ""
 
     def cpu_per_client(self) -> float:
         """The restarted process's CPU seconds per client until every view was right: what a
         storm costs whatever else the machine was doing (its wall time depends on that)."""
         return self.server_cpu / self.clients if self.clients else 0.0
+
+    def ratio(self) -> float | None:
+        """The storm's time over the bare floor's: how many times Channels' own it takes."""
+        if self.right_in is None or not self.bare_in:
+            return None
+        return self.right_in / self.bare_in
+
+    def floor_row(self) -> str:
+        """The bare consumer's storm beside ours, and the ratio."""
+        if self.bare_note:
+            return f"not measured ({self.bare_note})"
+        failures = (
+            ", ".join(f"{count} {kind}" for kind, count in sorted(self.bare_failures.items()))
+            or "none"
+        )
+        bare = (
+            f"all {self.clients:,} had their frame in {self.bare_in:.1f} s"
+            if self.bare_in is not None
+            else f"not all had their frame within {STORM_TIMEOUT:.0f} s"
+        )
+        ratio = self.ratio()
+        ours = f"{self.right_in:.1f} s" if self.right_in is not None else "not all right"
+        return (
+            f"a bare Channels consumer behind AuthMiddlewareStack: {bare} (its CPU "
+            f"{self.bare_cpu:.1f} s, {self.bare_cpu / max(1, self.clients) * 1000:.1f} ms per "
+            f"client; failed attempts: {failures}); ours {ours}: "
+            + (f"ratio {ratio:.1f}" if ratio is not None else "no ratio")
+        )
 
     def row(self) -> str:
         if self.right_in is None:
@@ -141,10 +181,35 @@ def run_storm(run: LoadRun, faults: Faults) -> Storm:
         window.converged_in = storm.right_in
         check = run.oracle.check(None)
         storm.wrong = check.wrong
+        bare_floor(run, chosen, storm)
     finally:
         run.relations.resume()
         run.generators.ask("resume")
     return storm
+
+
+def bare_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> None:
+    """The same clients at once to a bare Channels consumer in a daphne process of its own,
+    started for this and stopped after it (behaviours still paused)."""
+    from tools.loadtest.servers import BARE, DaphneProcess
+
+    daphne = DaphneProcess(run.sizes.processes, run.env, run.servers.log_dir, BARE, "bare")
+    try:
+        daphne.start()
+        daphne.wait_ready()
+        cpu_start = _cpu_seconds(daphne.pid)
+        parts = run.generators.bare_storm(daphne.port, chosen, STORM_TIMEOUT)
+        storm.bare_cpu = _cpu_seconds(daphne.pid) - cpu_start
+    except RuntimeError as error:
+        storm.bare_note = str(error)
+        return
+    finally:
+        daphne.stop()
+    for part in parts:
+        for kind, count in part.failures.items():
+            storm.bare_failures[kind] = storm.bare_failures.get(kind, 0) + count
+    seconds = [part.seconds for part in parts]
+    storm.bare_in = None if None in seconds else max(s or 0.0 for s in seconds)
 
 
 def _compare(

@@ -106,7 +106,9 @@ class Sizes:
             idle_per_second=0.005,
             page_views_per_second=0.005,
             relations_per_second=10,
-            checkpoint_sample=2_000,
+            # A sample at checkpoints (each view is read again through bulk_presence, at the
+            # servers' expense on a small machine); every view at the final check.
+            checkpoint_sample=500,
         )
 
     def replace(self, **changes: Any) -> Sizes:

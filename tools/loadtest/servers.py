@@ -16,6 +16,8 @@ from tools.redis_server import RedisServer, free_port
 ROOT = Path(__file__).resolve().parents[2]
 DAPHNE = Path(sys.executable).parent / "daphne"
 START_TIMEOUT = 60.0
+#: seconds a WebSocket handshake may take before daphne drops it (its default is 5)
+HANDSHAKE_TIMEOUT = 30
 #: the demo site, as the load test serves it
 SITE = "siteproject.asgi:application"
 #: the floor of a reconnect storm (--storm): a bare Channels consumer behind
@@ -56,6 +58,11 @@ class DaphneProcess:
                     "127.0.0.1",
                     "-p",
                     str(self.port),
+                    # As docs/deployment.md advises: a handshake queued behind a reconnect storm
+                    # completes instead of being dropped after daphne's default 5 s (the
+                    # middleware's work done in vain, the client back after a backoff).
+                    "--websocket_connect_timeout",
+                    str(HANDSHAKE_TIMEOUT),
                     self.app,
                 ],
                 cwd=ROOT,

@@ -162,7 +162,8 @@ def test_views_converge_after_a_layer_shard_restarts_empty(
 ) -> None:
     """Changes announced while a layer server was down are lost on the way; once it is back
     (empty: the core layer's groups were keys in it) every view catches up by itself:
-    announcements are retried, and the hub joins its groups again and resolves its users."""
+    announcements are retried, and the hub joins its groups again and resolves its users (on
+    the pub/sub layer, which rejoins without the server, maybe before it is back)."""
     viewer = make_user()
     targets = [make_user() for _ in range(TARGETS)]
     Contact.objects.bulk_create([Contact(owner=t, contact=viewer) for t in targets])
@@ -205,8 +206,16 @@ def test_views_converge_after_a_layer_shard_restarts_empty(
             offline = dict.fromkeys(online, "offline")
             others = {u: s for u, s in offline.items() if u not in held}
             await wait_for_view(socket, view, others, CONVERGE)
-            # The other shard's users went offline; the stopped shard's still show online.
-            assert view == {**online, **others}
+            # The other shard's users went offline...
+            assert {u: view.get(u) for u in others} == others
+            if kind == "core":
+                # ... the stopped shard's still show online: their changes were lost on the way,
+                # and the hub cannot join their groups again (each is a key on that server).
+                assert view == {**online, **others}
+            # (The pub/sub layer keeps its subscriptions to the stopped server on its own books:
+            # the hub's rejoin after the layer failed "succeeds", and its recovery, from
+            # RETRY_INTERVAL after the failure, may resolve those users again before the server
+            # is back. Whether it came before the others' diffs is timing; a loaded run saw it.)
 
             shards[stopped].start()
             assert await wait_for_view(socket, view, offline, CONVERGE) == offline

@@ -218,8 +218,10 @@ def test_a_storm_is_compared_with_its_bare_floor() -> None:
     assert "3.0 ms per client" in row
     assert "2 TimeoutError" in row
     assert row.endswith("ours 24.0 s: ratio 4.0")
-    # No ratio when either side did not finish.
-    assert Storm(clients=3000, right_in=None, bare_in=6.0).ratio() is None
+    # Ours not all right within the timeout: the ratio is at least the timeout's.
+    late = Storm(clients=3000, right_in=None, bare_in=6.0)
+    assert late.ratio() is None
+    assert late.floor_row().endswith("ours not all right within 120 s: ratio above 20.0")
     assert "no ratio" in Storm(clients=3000, right_in=24.0, bare_in=None).floor_row()
     assert "not measured (it exited)" in Storm(clients=1, bare_note="it exited").floor_row()
 

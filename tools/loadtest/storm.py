@@ -84,12 +84,22 @@ class Storm:
             else f"not all had their frame within {STORM_TIMEOUT:.0f} s"
         )
         ratio = self.ratio()
-        ours = f"{self.right_in:.1f} s" if self.right_in is not None else "not all right"
+        if ratio is not None:
+            ours = f"ours {self.right_in:.1f} s: ratio {ratio:.1f}"
+        elif self.right_in is None and self.bare_in:
+            # Not all right within the timeout: the ratio is at least that far.
+            ours = (
+                f"ours not all right within {STORM_TIMEOUT:.0f} s: ratio above "
+                f"{STORM_TIMEOUT / self.bare_in:.1f}"
+            )
+        else:
+            ours = (f"ours {self.right_in:.1f} s" if self.right_in else "ours not all right") + (
+                ": no ratio"
+            )
         return (
             f"a bare Channels consumer behind AuthMiddlewareStack: {bare} (its CPU "
             f"{self.bare_cpu:.1f} s, {self.bare_cpu / max(1, self.clients) * 1000:.1f} ms per "
-            f"client; failed attempts: {failures}); ours {ours}: "
-            + (f"ratio {ratio:.1f}" if ratio is not None else "no ratio")
+            f"client; failed attempts: {failures}); {ours}"
         )
 
     def row(self) -> str:

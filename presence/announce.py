@@ -225,11 +225,13 @@ class _GroupSizes:
 
     async def _ask(self, batch: list[tuple[list[str], asyncio.Future[set[str]]]]) -> None:
         layer = self.layer
-        by_server: dict[int, list[str]] = {}
-        for groups, _ in batch:
-            for group in groups:
-                by_server.setdefault(layer.consistent_hash(group), []).append(group)
         try:
+            # Inside the try: whatever fails (channels_redis's internals included) must still
+            # answer every waiting announcement, which then sends as before.
+            by_server: dict[int, list[str]] = {}
+            for groups, _ in batch:
+                for group in groups:
+                    by_server.setdefault(layer.consistent_hash(group), []).append(group)
             occupied: set[str] = set()
             for index, groups in by_server.items():
                 async with layer_slot(), layer.connection(index).pipeline(False) as pipe:

@@ -12,11 +12,11 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 from tools.loadtest import config, oracle
 from tools.loadtest.generator import BareStorm, PresenceTuple, Stats, as_tuple
@@ -83,6 +83,8 @@ class Generators:
         return self.ask(command)
 
 
+T = TypeVar("T")
+
 #: differing views are compared again this often, at most (seconds) ...
 RECHECK = 0.5
 #: ... and so that those reads take at most this share of the time
@@ -100,15 +102,20 @@ def _lower_this_threads_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ORACLE_NICENESS)
 
 
+def in_oracle_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in the oracle's thread of lower priority."""
+    global _oracle_thread
+    if _oracle_thread is None:
+        _oracle_thread = ThreadPoolExecutor(1, "oracle", initializer=_lower_this_threads_priority)
+    return _oracle_thread.submit(function, *args).result()
+
+
 def expected_views(
     pages: Mapping[int, list[int]], viewers: Iterable[int]
 ) -> dict[int, dict[int, PresenceTuple]]:
     """By viewer: each target of its page as ``bulk_presence`` resolves it for that viewer now
     (read in a thread of lower priority)."""
-    global _oracle_thread
-    if _oracle_thread is None:
-        _oracle_thread = ThreadPoolExecutor(1, "oracle", initializer=_lower_this_threads_priority)
-    return _oracle_thread.submit(_expected_views, pages, list(viewers)).result()
+    return in_oracle_thread(_expected_views, pages, list(viewers))
 
 
 def _expected_views(

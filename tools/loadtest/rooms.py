@@ -166,13 +166,27 @@ def check(
     bound: float,
     hidden: set[int],
     blocked_pairs: set[tuple[int, int]],
+    sample: int | None = None,
 ) -> RoomCheck:
-    """Compare every client's room views with the oracle until they agree or ``bound``
-    seconds have passed (the last joins and leaves of the run are still being coalesced)."""
+    """Compare every client's room views (or those of ``sample`` clients drawn at random: a
+    checkpoint's) with the oracle until they agree or ``bound`` seconds have passed (the last
+    joins and leaves of the run are still being coalesced). The oracle's reads run in the
+    harness's thread of lower priority, at most a quarter of the time."""
+    from tools.loadtest.harness import ORACLE_SHARE, RECHECK, in_oracle_thread
+
     started = time.monotonic()
     first: RoomCheck | None = None
+    chosen: set[int] | None = None
     while True:
-        result = compare(ask_views(), hidden, blocked_pairs)
+        views = list(ask_views())
+        if sample is not None:
+            if chosen is None:
+                clients = sorted({index for index, _, _ in views})
+                chosen = set(random.sample(clients, min(sample, len(clients))))
+            views = [view for view in views if view[0] in chosen]
+        reading = time.monotonic()
+        result = in_oracle_thread(compare, views, hidden, blocked_pairs)
+        pause = max(RECHECK, (time.monotonic() - reading) * (1 - ORACLE_SHARE) / ORACLE_SHARE)
         first = first or result
         result.first_wrong = first.wrong
         result.oracle_leaks = max(result.oracle_leaks, first.oracle_leaks)
@@ -181,7 +195,7 @@ def check(
             return result
         if time.monotonic() - started > bound:
             return result
-        time.sleep(0.5)
+        time.sleep(pause)
 
 
 def report(result: RoomCheck, label: str = "final") -> str:

@@ -387,15 +387,19 @@ class Run:
         if check.wrong:
             print(f"loadtest:   {check.diagnosis}", flush=True)
         if rooms.SHARE and not final:
-            self.check_rooms("checkpoint")  # while the behaviours are still paused
+            # While the behaviours are still paused; a sample, as the presence views.
+            self.check_rooms("checkpoint", sample)
         if not final:
             self.relations.resume()
             self.generators.ask("resume")
         return check
 
-    def check_rooms(self, label: str) -> rooms.RoomCheck:
-        """Every client's room views against room_presence (behaviours paused)."""
-        result = rooms.check(self.room_views, config.CONVERGENCE_BOUND, self.hidden, self.blocked)
+    def check_rooms(self, label: str, sample: int | None = None) -> rooms.RoomCheck:
+        """Every client's room views (or a sample's) against room_presence (behaviours
+        paused)."""
+        result = rooms.check(
+            self.room_views, config.CONVERGENCE_BOUND, self.hidden, self.blocked, sample
+        )
         print(rooms.report(result, label), flush=True)
         if result.wrong:
             print(rooms.diagnose(result, self.relations.log), flush=True)

@@ -1,4 +1,4 @@
-"""Admission of opening sockets: a process works on at most OPENING_AT_ONCE sockets' openings at
+"""Admission of opening sockets: a process works on at most OPENINGS_AT_ONCE sockets' openings at
 once; the others, accepted already, wait their turn in the order they came.
 
 A socket's opening (joining the hub, the opening write to Redis, the first subscribe's relations
@@ -22,13 +22,10 @@ from __future__ import annotations
 import asyncio
 import weakref
 
-#: openings a process works on at once (each is a few ms of its CPU and a few round trips: a
-#: few dozen keep the database thread and Redis busy without a queue behind them)
-OPENING_AT_ONCE = 24
-#: the longest a socket keeps its slot after it was admitted, in seconds
-OPENING_HOLD = 2.0
+from presence.conf import get_settings
 
-_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+#: each event loop's gate and the limit it was made for (a process's sockets share one loop)
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, asyncio.Semaphore]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -53,16 +50,18 @@ class Slot:
 
 
 def gate() -> asyncio.Semaphore:
-    """The running event loop's gate (a process's sockets share one loop)."""
+    """The running event loop's gate, of OPENINGS_AT_ONCE places (a new gate once the setting
+    changed; slots of the old one give their places back to it)."""
     loop = asyncio.get_running_loop()
+    limit = get_settings().OPENINGS_AT_ONCE
     found = _gates.get(loop)
-    if found is None:
-        found = _gates[loop] = asyncio.Semaphore(OPENING_AT_ONCE)
-    return found
+    if found is None or found[0] != limit:
+        found = _gates[loop] = (limit, asyncio.Semaphore(limit))
+    return found[1]
 
 
 async def admit() -> Slot:
     """Wait for a place among the openings in progress (first come, first served)."""
     entrance = gate()
     await entrance.acquire()
-    return Slot(entrance, OPENING_HOLD)
+    return Slot(entrance, get_settings().OPENING_HOLD)

@@ -20,6 +20,7 @@ AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 DJANGO_REDIS_BACKENDS = {"django_redis.cache.RedisCache"}
 
 _POSITIVE_INTS = (
+    "OPENINGS_AT_ONCE",
     "TOKEN_MAX_AGE",
     "ONLINE_WINDOW",
     "TOUCH_INTERVAL",
@@ -48,6 +49,7 @@ _POSITIVE_NUMBERS = (
     "RETRY_INTERVAL",
     "COALESCE_WINDOW",
     "SWEEP_INTERVAL",
+    "OPENING_HOLD",
 )
 
 

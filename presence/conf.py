@@ -131,6 +131,12 @@ class PresenceSettings:
     #: read); past it the connection is closed with 4408. Above the largest snapshot
     #: (MAX_SUBSCRIPTIONS presences of up to ~3.6 KB each with the longest custom statuses)
     MAX_UNSENT_BYTES: int = 4 * 1024 * 1024
+    #: sockets' openings (joining the hub, the opening write, the first subscribe's snapshot) a
+    #: process works on at once; the others are accepted and wait their turn (presence.admission:
+    #: a reconnect storm then costs what its openings cost one after another)
+    OPENINGS_AT_ONCE: int = 24
+    #: the longest an opening keeps its turn, in seconds (a socket that subscribes to nothing)
+    OPENING_HOLD: float = 2.0
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))

@@ -412,7 +412,9 @@ def test_w001_absent_for_known_keys(settings: Any) -> None:
 # --- E002 for the live layer's settings --------------------------------------------------------
 
 
-@pytest.mark.parametrize(("key", "default"), [("MAX_FRAME_BYTES", 65536), ("SWEEP_BATCH", 500)])
+@pytest.mark.parametrize(
+    ("key", "default"), [("MAX_FRAME_BYTES", 65536), ("SWEEP_BATCH", 500), ("OPENINGS_AT_ONCE", 24)]
+)
 @pytest.mark.parametrize("bad", [0, -1, "500", 1.5, 2.0, True, None])
 def test_e002_live_counts_must_be_positive_ints(
     settings: Any, key: str, default: int, bad: Any
@@ -426,7 +428,10 @@ def test_e002_live_counts_must_be_positive_ints(
     assert message.hint == f"Fix or remove PRESENCE[{key!r}] (default: {default!r})."
 
 
-@pytest.mark.parametrize(("key", "default"), [("COALESCE_WINDOW", 0.2), ("SWEEP_INTERVAL", 1.0)])
+@pytest.mark.parametrize(
+    ("key", "default"),
+    [("COALESCE_WINDOW", 0.2), ("SWEEP_INTERVAL", 1.0), ("OPENING_HOLD", 2.0)],
+)
 @pytest.mark.parametrize("bad", [0, 0.0, -0.5, "0.2", False, None, [1]])
 def test_e002_live_intervals_must_be_positive_numbers(
     settings: Any, key: str, default: float, bad: Any
@@ -449,6 +454,7 @@ def test_e002_live_intervals_must_be_positive_numbers(
         {"SWEEP_INTERVAL": 0.25},
         {"SWEEP_INTERVAL": 5},
         {"MAX_FRAME_BYTES": 4096, "SWEEP_BATCH": 100, "COALESCE_WINDOW": 1, "SWEEP_INTERVAL": 1},
+        {"OPENINGS_AT_ONCE": 1, "OPENING_HOLD": 0.5},
     ],
 )
 def test_e002_absent_for_good_live_settings(settings: Any, conf: dict[str, Any]) -> None:

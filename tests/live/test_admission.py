@@ -1,11 +1,11 @@
 """presence.admission: a process works on a few sockets' openings at once (a reconnect storm);
 the others are accepted at once and wait their turn, first come first served, until the one
-before them had its first snapshot, closed, or held its place for OPENING_HOLD."""
+before them had its first snapshot, closed, or held its place for OPENING_HOLD (both settings:
+PRESENCE["OPENINGS_AT_ONCE"], PRESENCE["OPENING_HOLD"])."""
 
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -25,11 +25,13 @@ from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import sockets as sockets
 
 
+def admit_one_at_a_time(settings: Any, hold: float) -> None:
+    settings.PRESENCE = {**settings.PRESENCE, "OPENINGS_AT_ONCE": 1, "OPENING_HOLD": hold}
+
+
 @pytest.fixture
-def one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(admission, "OPENING_AT_ONCE", 1)
-    monkeypatch.setattr(admission, "OPENING_HOLD", 30.0)
-    monkeypatch.setattr(admission, "_gates", weakref.WeakKeyDictionary())
+def one_at_a_time(settings: Any) -> None:
+    admit_one_at_a_time(settings, hold=30.0)
 
 
 @pytest.mark.usefixtures("one_at_a_time")
@@ -84,11 +86,9 @@ async def test_a_socket_that_closes_before_subscribing_gives_its_place_back(
 
 
 async def test_a_socket_that_never_subscribes_holds_its_place_for_opening_hold_only(
-    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
 ) -> None:
-    monkeypatch.setattr(admission, "OPENING_AT_ONCE", 1)
-    monkeypatch.setattr(admission, "OPENING_HOLD", 0.5)
-    monkeypatch.setattr(admission, "_gates", weakref.WeakKeyDictionary())
+    admit_one_at_a_time(settings, hold=0.5)
     ahead, behind = [await new_user(make_user) for _ in range(2)]
     first = sockets.make(ahead)
     assert (await first.connect(timeout=TIMEOUT))[0]

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import time_machine
-from channels.testing import WebsocketCommunicator
 
 from presence import lifecycle
 from presence.conf import get_settings
@@ -27,6 +26,7 @@ from tests.live.sockets import (
     online,
     presence,
     receive,
+    set_own_status,
     set_status,
     state,
     status_reply,
@@ -69,18 +69,6 @@ async def test_no_diff_for_a_heartbeat_that_changes_nothing(
     assert await receive(watcher) == diff({target.pk: presence("idle", iso(60), ["web"])})
     await heartbeat(tab, "active")
     assert await receive(watcher) == diff({target.pk: online(60)})
-
-
-async def set_own_status(
-    tab: WebsocketCommunicator, **fields: Any
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The reply to a socket's own set_status and the diff it gets as a watcher of itself. The
-    protocol does not order the two (the diff leaves at the end of a coalescing window, which a
-    busy machine can reach before the reply is written), so they are returned reply first."""
-    await tab.send_json_to({"type": "set_status", **fields})
-    frames = [await receive(tab), await receive(tab)]
-    reply, own_diff = sorted(frames, key=lambda frame: frame["type"] != "status")
-    return reply, own_diff
 
 
 async def test_diffs_for_dnd_invisible_and_custom_status(

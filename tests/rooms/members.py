@@ -18,21 +18,3 @@ def enter(user: Any, room: str, meta: dict[str, Any] | None = None) -> None:
     text = None if meta is None else json.dumps(meta, separators=(",", ":"))
     plan = store.join_room(room, user.pk, f"conn-{user.pk}", time.time(), meta=text)
     assert store.run(plan) is not None
-
-
-# --- rules (can_enter) of the read paths' tests, named in ROOMS by dotted path ----------------
-
-
-def even_ids_only(user: Any, room_id: str) -> bool:
-    return room_id.isdigit() and int(room_id) % 2 == 0
-
-
-def raises(user: Any, room_id: str) -> bool:
-    raise RuntimeError("this site's rule is broken")
-
-
-ROOMS = {
-    "post": None,
-    "group": "tests.rooms.members.even_ids_only",
-    "broken": "tests.rooms.members.raises",
-}

@@ -13,7 +13,8 @@ from django.urls import reverse
 
 from presence.models import Block, Contact, PrivacySettings
 from tests.privacy_cases import quiet_login
-from tests.rooms.members import ROOMS, enter
+from tests.rooms.members import enter
+from tests.rooms.rules import ROOMS
 
 pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site]
 

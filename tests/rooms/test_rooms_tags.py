@@ -14,7 +14,8 @@ from django.test import RequestFactory
 from django.utils import translation
 
 from presence.models import Contact
-from tests.rooms.members import ROOMS, enter
+from tests.rooms.members import enter
+from tests.rooms.rules import ROOMS
 
 pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site]
 

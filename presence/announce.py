@@ -30,6 +30,7 @@ from channels.layers import get_channel_layer
 from presence import metrics, sessions
 from presence.conf import get_settings
 from presence.domain import UserId
+from presence.gathering import Gathering
 from presence.sessions import session_digest
 from presence.signals import presence_changed
 from presence.store import get_store
@@ -192,7 +193,7 @@ async def _announce_later(layer: Any, ids: list[UserId]) -> None:
     )
 
 
-class _GroupSizes:
+class _GroupSizes(Gathering[list[str], set[str]]):
     """Which groups of channels_redis's core layer have members, asked for by the
     announcements of one event loop's moment together: one pipeline of ZCARDs per layer server.
 
@@ -200,59 +201,28 @@ class _GroupSizes:
     stale members, read the rest), and most announced users are watched nowhere at that moment
     (a page view's socket announces its user coming online; the sweep, the same user offline
     after the grace): on a site of pages those empty sends were most of a page view's Redis
-    round trips. A group with members (stale ones included) gets the layer's own group_send."""
+    round trips. A group with members (stale ones included) gets the layer's own group_send.
+    Whatever fails (channels_redis's internals included) answers every waiting announcement
+    with the error, and they then send as before."""
 
     def __init__(self, layer: Any) -> None:
+        super().__init__(self._occupied)
         self.layer = layer
-        self.waiting: list[tuple[list[str], asyncio.Future[set[str]]]] = []
-        #: the lookups under way (a reference to each task until it is done)
-        self.asking: set[asyncio.Task[None]] = set()
 
-    def occupied(self, groups: list[str]) -> asyncio.Future[set[str]]:
-        """The groups among these that have a member (an exception if the layer failed)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[set[str]] = loop.create_future()
-        self.waiting.append((groups, future))
-        if len(self.waiting) == 1:
-            loop.call_soon(self._flush)
-        return future
-
-    def _flush(self) -> None:
-        batch, self.waiting = self.waiting, []
-        task = asyncio.ensure_future(self._ask(batch))
-        self.asking.add(task)
-        task.add_done_callback(self.asking.discard)
-
-    async def _ask(self, batch: list[tuple[list[str], asyncio.Future[set[str]]]]) -> None:
+    async def _occupied(self, asked: list[list[str]]) -> list[set[str]]:
         layer = self.layer
-        try:
-            # Inside the try: whatever fails (channels_redis's internals included) must still
-            # answer every waiting announcement, which then sends as before.
-            by_server: dict[int, list[str]] = {}
-            for groups, _ in batch:
+        by_server: dict[int, list[str]] = {}
+        for groups in asked:
+            for group in groups:
+                by_server.setdefault(layer.consistent_hash(group), []).append(group)
+        occupied: set[str] = set()
+        for index, groups in by_server.items():
+            async with layer_slot(), layer.connection(index).pipeline(False) as pipe:
                 for group in groups:
-                    by_server.setdefault(layer.consistent_hash(group), []).append(group)
-            occupied: set[str] = set()
-            for index, groups in by_server.items():
-                async with layer_slot(), layer.connection(index).pipeline(False) as pipe:
-                    for group in groups:
-                        pipe.zcard(layer._group_key(group))
-                    sizes = await pipe.execute()
-                occupied.update(g for g, size in zip(groups, sizes, strict=True) if size)
-        except Exception as error:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-                    future.add_done_callback(_retrieve)
-            return
-        for _, future in batch:
-            if not future.done():
-                future.set_result(occupied)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+                    pipe.zcard(layer._group_key(group))
+                sizes = await pipe.execute()
+            occupied.update(g for g, size in zip(groups, sizes, strict=True) if size)
+        return [occupied] * len(asked)
 
 
 _group_sizes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GroupSizes] = (
@@ -281,7 +251,7 @@ async def _watched(layer: Any, ids: list[UserId]) -> list[UserId]:
         sizes = _group_sizes[loop] = _GroupSizes(layer)
     names = {user_id: group_name(user_id) for user_id in ids}
     try:
-        occupied = await sizes.occupied(list(names.values()))
+        occupied = await sizes.ask(list(names.values()))
     except Exception:
         return ids
     return [user_id for user_id, name in names.items() if name in occupied]

@@ -29,6 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence import metrics
 from presence.conf import PresenceSettings
+from presence.gathering import Gathering
 from presence.store.cluster import NodeUnavailable
 from presence.store.connecting import (
     REDIS_SCHEMES,
@@ -250,7 +251,7 @@ class PresenceStore(StoreConnections):
                 # The plan's commands go with the other live plans of this moment (one
                 # pipeline, see _Batches); a script Redis lost is loaded and resent below.
                 assert not isinstance(step, Script)
-                step = steps.send(await _Batches.of(self, client).send(step))
+                step = steps.send(await _Batches.of(self, client).ask(step))
             while True:
                 if isinstance(step, Script):
                     await client.script_load(step.source)
@@ -267,21 +268,18 @@ class PresenceStore(StoreConnections):
         return plan.parse(replies)
 
 
-class _Batches:
+class _Batches(Gathering[Sequence[tuple[Any, ...]], list[Any]]):
     """The live plans of one event loop's moment, sent to one Redis as one pipeline: a
     saturated process has many sockets writing at once (page views opening, subscribing and
     closing), and each round trip of its own cost a write to the socket, a read, and the
-    pipeline's and the pool's bookkeeping, a fifth of a page view's time. Plans asked for
-    while the event loop handles the callbacks already due go together, in the next round
-    of the loop; each caller gets its own commands' replies (errors among them: a script
-    Redis lost is loaded and resent by its caller alone), or the pipeline's exception."""
+    pipeline's and the pool's bookkeeping, a fifth of a page view's time. Each caller gets its
+    own commands' replies (errors among them: a script Redis lost is loaded and resent by its
+    caller alone), or the pipeline's exception."""
 
     def __init__(self, store: PresenceStore, client: redis.asyncio.Redis) -> None:
+        super().__init__(self._send)
         self.store = store
         self.client = client
-        self.waiting: list[tuple[Sequence[tuple[Any, ...]], asyncio.Future[list[Any]]]] = []
-        #: the pipelines under way (a reference to each task until it is done)
-        self.sending: set[asyncio.Task[None]] = set()
 
     @classmethod
     def of(cls, store: PresenceStore, client: redis.asyncio.Redis) -> _Batches:
@@ -290,47 +288,15 @@ class _Batches:
             batches = _batches[client] = cls(store, client)
         return batches
 
-    def send(self, commands: Sequence[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self.waiting.append((commands, future))
-        if len(self.waiting) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
-        return future
-
-    def _flush(self) -> None:
-        batch, self.waiting = self.waiting, []
-        task = asyncio.ensure_future(self._send(batch))
-        self.sending.add(task)
-        task.add_done_callback(self.sending.discard)
-
-    async def _send(
-        self, batch: list[tuple[Sequence[tuple[Any, ...]], asyncio.Future[list[Any]]]]
-    ) -> None:
-        commands = [command for part, _ in batch for command in part]
-        try:
-            replies = await self.store._aexecute(self.client, commands)
-        except Exception as error:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-                    future.add_done_callback(_retrieve)
-            return
-        except BaseException:
-            for _, future in batch:
-                future.cancel()
-            raise
-        start = 0
-        for part, future in batch:
-            end = start + len(part)
-            if not future.done():  # its caller may have been cancelled meanwhile
-                future.set_result(replies[start:end])
-            start = end
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    # A caller cancelled meanwhile never reads its exception: no "never retrieved" warning.
-    if not future.cancelled():
-        future.exception()
+    async def _send(self, parts: list[Sequence[tuple[Any, ...]]]) -> list[list[Any]]:
+        replies = await self.store._aexecute(
+            self.client, [command for part in parts for command in part]
+        )
+        answers, start = [], 0
+        for part in parts:
+            answers.append(replies[start : start + len(part)])
+            start += len(part)
+        return answers
 
 
 #: each event loop's client (redis.asyncio clients belong to one loop) -> its batches

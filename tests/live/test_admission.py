@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from channels.testing import WebsocketCommunicator
 
 from presence import admission
 from tests.ids import wire_id
@@ -32,6 +33,20 @@ def admit_one_at_a_time(settings: Any, hold: float) -> None:
 @pytest.fixture
 def one_at_a_time(settings: Any) -> None:
     admit_one_at_a_time(settings, hold=30.0)
+
+
+async def second_behind_first(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> tuple[WebsocketCommunicator, WebsocketCommunicator]:
+    """Two sockets opened in turn, both accepted at once; the first holds the one place, the
+    second has asked for its snapshot and waits its turn."""
+    ahead, behind = [await new_user(make_user) for _ in range(2)]
+    first = sockets.make(ahead)
+    assert (await first.connect(timeout=TIMEOUT))[0]
+    second = sockets.make(behind)
+    assert (await second.connect(timeout=TIMEOUT))[0]
+    await second.send_json_to({"type": "subscribe", "users": []})
+    return first, second
 
 
 @pytest.mark.usefixtures("one_at_a_time")
@@ -74,12 +89,7 @@ async def test_a_socket_is_accepted_at_once_and_its_snapshot_waits_for_the_one_b
 async def test_a_socket_that_closes_before_subscribing_gives_its_place_back(
     sockets: Sockets, make_user: Callable[..., Any]
 ) -> None:
-    ahead, behind = [await new_user(make_user) for _ in range(2)]
-    first = sockets.make(ahead)
-    assert (await first.connect(timeout=TIMEOUT))[0]
-    second = sockets.make(behind)
-    assert (await second.connect(timeout=TIMEOUT))[0]
-    await second.send_json_to({"type": "subscribe", "users": []})
+    first, second = await second_behind_first(sockets, make_user)
     await assert_silent(second)
     await sockets.close(first)
     assert (await receive(second))["type"] == "presence_state"
@@ -89,11 +99,6 @@ async def test_a_socket_that_never_subscribes_holds_its_place_for_opening_hold_o
     sockets: Sockets, make_user: Callable[..., Any], settings: Any
 ) -> None:
     admit_one_at_a_time(settings, hold=0.5)
-    ahead, behind = [await new_user(make_user) for _ in range(2)]
-    first = sockets.make(ahead)
-    assert (await first.connect(timeout=TIMEOUT))[0]
-    second = sockets.make(behind)
-    assert (await second.connect(timeout=TIMEOUT))[0]
-    await second.send_json_to({"type": "subscribe", "users": []})
+    _, second = await second_behind_first(sockets, make_user)
     await assert_silent(second, seconds=0.2)
     assert (await receive(second))["type"] == "presence_state"

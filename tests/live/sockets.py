@@ -26,7 +26,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client, override_settings
 
-from presence import signals
+from presence import announce, signals
 from presence.hub import Hub
 from presence.models import Contact, LastSeen, PrivacySettings, UserStatus
 from presence.routing import websocket_urlpatterns
@@ -271,6 +271,11 @@ async def set_own_status(
     await communicator.send_json_to({"type": "set_status", **fields})
     first, second = await receive(communicator), await receive(communicator)
     return (second, first) if first["type"] == "presence_diff" else (first, second)
+
+
+def announced_about(hub: Hub, user: Any, sent: float) -> None:
+    """As if an announcement that ``user`` changed, sent at ``sent``, reached ``hub`` now."""
+    hub.dispatch({"type": announce.CHANGED, "users": [wire_id(user)], "at": sent, "sent": sent})
 
 
 async def heartbeat(communicator: WebsocketCommunicator, state_: str = "active") -> None:

@@ -14,16 +14,15 @@ from typing import Any
 import pytest
 import time_machine
 
-from presence import announce
 from presence.domain import Device
 from presence.hub import Hub
 from presence.hub.recovery import CAUGHT_UP, RELAPSE, Recovery
 from presence.hub.registry import Registry
 from presence.store import get_store
-from tests.ids import wire_id
 from tests.live.sockets import (
     HIDDEN,
     Sockets,
+    announced_about,
     assert_silent,
     diff,
     lets_see,
@@ -40,10 +39,6 @@ from tests.live.sockets import sockets as sockets
 pytestmark = [pytest.mark.usefixtures("close_async_db_connections")]
 
 
-def _announced_about(hub: Hub, user: Any, sent: float) -> None:
-    hub.dispatch({"type": announce.CHANGED, "users": [wire_id(user)], "at": sent, "sent": sent})
-
-
 async def test_a_process_still_far_behind_resyncs_only_once_it_has_caught_up(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
@@ -57,17 +52,17 @@ async def test_a_process_still_far_behind_resyncs_only_once_it_has_caught_up(
         # The target comes online without an announcement (one the layer dropped).
         store = get_store()
         await store.arun(store.touch(target.pk, Device.WEB, time.time()))
-        _announced_about(hub, other, time.time() - hub.behind_after())
+        announced_about(hub, other, time.time() - hub.behind_after())
         assert hub.behind
         # Later announcements under the limit but still far behind, more often than the
         # sweep looks: not caught up, for several sweep intervals.
         still_far = hub.behind_after() * (CAUGHT_UP + 0.5)
         for _ in range(10):
-            _announced_about(hub, other, time.time() - still_far)
+            announced_about(hub, other, time.time() - still_far)
             assert await watcher.receive_nothing(timeout=0.04)
             assert hub.behind
         # On time again: within a sweep interval every watched user is resolved again.
-        _announced_about(hub, other, time.time() - hub.behind_after() * CAUGHT_UP / 2)
+        announced_about(hub, other, time.time() - hub.behind_after() * CAUGHT_UP / 2)
         assert await receive(watcher) == diff({target.pk: online()})
         assert not hub.behind
         await assert_silent(watcher)

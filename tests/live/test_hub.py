@@ -32,6 +32,7 @@ from tests.live.sockets import (
     HIDDEN,
     UNKNOWN_ID,
     Sockets,
+    announced_about,
     assert_silent,
     connections_in_redis,
     diff,
@@ -543,10 +544,6 @@ async def _unannounced_change(
     return watcher, hub, target
 
 
-def _announced_about(hub: Hub, user: Any, sent: float) -> None:
-    hub.dispatch({"type": announce.CHANGED, "users": [wire_id(user)], "at": sent, "sent": sent})
-
-
 async def test_a_process_behind_its_channel_resolves_every_view_again_once_caught_up(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
@@ -556,7 +553,7 @@ async def test_a_process_behind_its_channel_resolves_every_view_again_once_caugh
     with presence_settings(SWEEP_INTERVAL=0.1):
         watcher, hub, target = await _unannounced_change(sockets, make_user)
         # An announcement about someone else arrives as late as that: the process is behind.
-        _announced_about(hub, await new_user(make_user), time.time() - hub.behind_after())
+        announced_about(hub, await new_user(make_user), time.time() - hub.behind_after())
         assert hub.behind
         # Once no late one came for a sweep interval, the target's view is corrected.
         assert await receive(watcher) == diff({target.pk: online()})
@@ -570,7 +567,7 @@ async def test_announcements_on_time_resolve_nothing_more(
     with presence_settings(SWEEP_INTERVAL=0.1):
         watcher, hub, _ = await _unannounced_change(sockets, make_user)
         # Late, but not that late.
-        _announced_about(hub, await new_user(make_user), time.time() - hub.behind_after() + 1)
+        announced_about(hub, await new_user(make_user), time.time() - hub.behind_after() + 1)
         assert not hub.behind
         # A time that is not one (a message of another version, or garbage) says nothing.
         for sent in ("0", True, None, [0]):

@@ -56,12 +56,10 @@ def _connection(
     transition = yield from redis_then(plan, outbox.send_made, live=True)
     if transition is not None and transition.refused:
         return transition  # nothing was recorded, nothing to announce
-    # An accepted open's due time was set by its script (a refused one leaves no trace).
-    if transition is not None and op == "close" and transition.connections == 0:
-        # The last connection ended: last seen survives a Redis flush from now on.
-        yield from call(
-            LastSeen.objects.record_many, {user_id: now}, afunction=LastSeen.objects.arecord_many
-        )
+    # An accepted open's due time was set by its script (a refused one leaves no trace). The
+    # last connection's end is persisted by the sweep that finds the user offline (_sweep):
+    # on a site of pages the next page's socket opens within OFFLINE_GRACE, so a visit costs
+    # the database one write, not one per page view.
     if resolution.is_news(transition, now):
         yield from call(announce.announce, [user_id], afunction=announce.aannounce)
     return transition
@@ -129,8 +127,9 @@ async def aheartbeat(
 
 
 async def adisconnect(user: Any, connection_id: str) -> Transition | None:
-    """A live connection closed. The last one records last seen; friends see the user offline
-    after OFFLINE_GRACE (announced by :func:`asweep`), so a page reload does not flap."""
+    """A live connection closed. The last one records last seen in Redis; friends see the user
+    offline after OFFLINE_GRACE, when :func:`asweep` announces it and persists that last seen
+    to the database (a page reload within the grace neither flaps nor writes)."""
     return await arun(_connection(user_pk(user), "close", connection_id))
 
 
@@ -181,7 +180,9 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
             live=True,
         )
     later: dict[UserId, float] = {}
-    crashed: dict[UserId, float] = {}
+    # Users whose connections ended (closed, or crashed and dropped now) and who are offline:
+    # their last activity becomes the persisted last seen, in one write for the whole sweep.
+    ended: dict[UserId, float] = {}
     for user_id, transition in zip(due, transitions, strict=True):
         if transition is None:
             later[user_id] = now + conf.RETRY_INTERVAL  # Redis failed: try again soon
@@ -189,8 +190,8 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
         state = transition.after
         if domain.live_status(state, now, timing) is domain.Status.OFFLINE:
             report.offline.append(user_id)
-            if transition.before.connected and state.signed_off and state.last_active:
-                crashed[user_id] = state.last_active
+            if state.signed_off and state.last_active:
+                ended[user_id] = state.last_active
         else:
             if resolution.is_news(transition, now):
                 # Still online, but a crashed connection went (its devices, its activity) or
@@ -200,8 +201,8 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
             if offline_at is not None:
                 later[user_id] = offline_at
     report.rescheduled = len(later)
-    if crashed:
-        yield from call(LastSeen.objects.record_many, crashed)
+    if ended:
+        yield from call(LastSeen.objects.record_many, ended)
     if report.offline or report.changed or expiring:
         changed = resolution.unique([*report.offline, *report.changed, *expiring])
         yield from call(announce.announce, changed, afunction=announce.aannounce)

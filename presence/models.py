@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections, models, router, transaction
@@ -252,16 +249,6 @@ class LastSeenManager(models.Manager):
     #: rows per INSERT statement (SQLite allows 32766 parameters)
     BATCH = 500
 
-    async def arecord_many(self, seen: Mapping[UserId, float]) -> int:
-        """:meth:`record_many` from async code, group-committed: writes asked for while one is
-        under way are made together once it ends, in one statement and one commit (a site of
-        pages ends a socket per page view). Each caller returns once its write is committed."""
-        loop = asyncio.get_running_loop()
-        writes = _grouped_writes.get(loop)
-        if writes is None:
-            writes = _grouped_writes[loop] = _GroupedWrites(self)
-        return await writes.write(seen)
-
     def record_many(self, seen: Mapping[UserId, float]) -> int:
         """Upsert last seen times (epoch seconds), never moving one backwards.
 
@@ -328,43 +315,6 @@ class LastSeenManager(models.Manager):
                 if not updated:
                     self.using(alias).get_or_create(user_id=user_id, defaults={"seen_at": seen_at})
         return len(rows)
-
-
-class _GroupedWrites:
-    """One event loop's last-seen writes: the next group, and whether one is under way."""
-
-    def __init__(self, manager: LastSeenManager) -> None:
-        self.manager = manager
-        self.waiting: dict[UserId, float] = {}
-        self.next: asyncio.Future[int] | None = None
-        self.task: asyncio.Task[None] | None = None
-
-    async def write(self, seen: Mapping[UserId, float]) -> int:
-        for user_id, at in seen.items():
-            self.waiting[user_id] = max(at, self.waiting.get(user_id, at))
-        if self.next is None:
-            self.next = asyncio.get_running_loop().create_future()
-        committed = self.next
-        if self.task is None or self.task.done():
-            self.task = asyncio.ensure_future(self._run())
-        return await asyncio.shield(committed)
-
-    async def _run(self) -> None:
-        while self.next is not None:
-            committed, self.next = self.next, None
-            group, self.waiting = self.waiting, {}
-            try:
-                written = await sync_to_async(self.manager.record_many)(group)
-            except Exception as error:
-                committed.set_exception(error)
-                committed.add_done_callback(lambda future: future.exception())
-            else:
-                committed.set_result(written)
-
-
-_grouped_writes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GroupedWrites] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 class LastSeen(models.Model):

@@ -80,22 +80,35 @@ async def test_reload_within_the_grace_does_not_flap(
     clock.shift(1)
     assert (await lifecycle.asweep()).offline == [target.pk]
     assert await receive(watcher) == diff({target.pk: presence("offline", iso(closed_at))})
-    # Last seen was persisted when the last connection ended.
+    # Last seen is persisted when the user turns offline: the close's moment.
     assert await last_seen_row(target) == at(closed_at)
 
 
-async def test_last_seen_is_persisted_when_the_last_connection_ends(
+async def test_last_seen_is_persisted_once_the_last_connection_ends_for_good(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
+    grace = get_settings().OFFLINE_GRACE
     user = await new_user(make_user)
     first = await sockets.open(user)
     second = await sockets.open(user, "?device=desktop")
     clock.shift(30)
     await sockets.close(first)
-    assert await last_seen_row(user) is None
     clock.shift(30)
     await sockets.close(second)
-    assert await last_seen_row(user) == at(60)
+    # A page view's close: the next page's socket comes within the grace, so nothing is
+    # written yet; a reload is no visit's end.
+    clock.shift(grace)
+    assert (await lifecycle.asweep()).offline == []
+    third = await sockets.open(user)
+    clock.shift(grace + 1)
+    assert (await lifecycle.asweep()).offline == []
+    assert await last_seen_row(user) is None
+    clock.shift(10)
+    await sockets.close(third)
+    clock.shift(grace + 1)
+    # Gone for good: the end of the last connection is persisted, once.
+    assert (await lifecycle.asweep()).offline == [user.pk]
+    assert await last_seen_row(user) == at(60 + grace + grace + 1 + 10)
 
 
 async def test_a_silent_connection_is_dropped_after_its_ttl(

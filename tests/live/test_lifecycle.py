@@ -150,8 +150,8 @@ async def test_heartbeats_and_disconnects_announce_only_news(
             last_active=T + 30, devices=(Device.WEB,), signed_off=True, idle=True
         )
         assert await news.received() == []  # within the grace: a reload must not flap
-        # The last connection's end is last seen from now on, whatever happens to Redis.
-        assert await last_seen(user) == at(30)
+        # Last seen is in Redis; the database is written once the user is offline (the sweep).
+        assert await last_seen(user) is None
         # Friends see the user idle until the grace ends.
         assert (await api.aget_presence(user, user)).status is Status.IDLE
     finally:
@@ -315,11 +315,13 @@ async def test_sweep_announces_the_end_of_the_grace(
         clock.shift(GRACE)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])
         assert await news.received() == []
+        assert await last_seen(user) is None  # still online to others: nothing persisted
         clock.shift(1)
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
         assert await news.received() == [user.pk]
         assert (await api.aget_presence(user, user)).status is Status.OFFLINE
-        assert await last_seen(user) == at(10)  # a close is no crash: unchanged
+        # Offline now: the close's moment is persisted, by the sweep that announced it.
+        assert await last_seen(user) == at(10)
         assert due_at(redis_client, user) is None
         # Claimed once: the next sweep has nothing to do.
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[])

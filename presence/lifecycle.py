@@ -201,11 +201,12 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
             if offline_at is not None:
                 later[user_id] = offline_at
     report.rescheduled = len(later)
-    if ended:
-        yield from call(LastSeen.objects.record_many, ended)
     if report.offline or report.changed or expiring:
         changed = resolution.unique([*report.offline, *report.changed, *expiring])
         yield from call(announce.announce, changed, afunction=announce.aannounce)
+    if ended:
+        # After the announcement: friends are told at once, not behind the database's queue.
+        yield from call(LastSeen.objects.record_many, ended)
     # Given back only now: a sweeper killed before this point leaves its users leased, and the
     # sweep that takes them after the lease announces them (their transitions are made already,
     # so no signal is sent twice).

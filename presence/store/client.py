@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence import metrics
 from presence.conf import PresenceSettings
@@ -37,6 +36,7 @@ from presence.store.connecting import (
     redis_location,
     stale_connection_retry,
 )
+from presence.store.health import is_slow_reply
 from presence.store.plans import Plan, Raise
 from presence.store.redact import redact_url
 from presence.store.scripts import Script
@@ -55,13 +55,6 @@ __all__ = [
 T = TypeVar("T")
 
 logger = logging.getLogger("presence")
-
-
-def is_slow_reply(error: BaseException) -> bool:
-    """Whether ``error`` says only that a reply was late (the connection was made and the
-    command sent): slowness, not an outage. redis-py raises TimeoutError for a connection that
-    could not be made as well ("Timeout connecting ..."), which is an outage."""
-    return isinstance(error, RedisTimeoutError) and "Timeout reading" in str(error)
 
 
 def is_pool_exhausted(error: BaseException) -> bool:

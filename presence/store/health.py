@@ -6,10 +6,19 @@ import logging
 import threading
 import time
 
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from presence import metrics
 from presence.store.redact import redact_url
 
 logger = logging.getLogger("presence")
+
+
+def is_slow_reply(error: BaseException) -> bool:
+    """Whether ``error`` says only that a reply was late (the connection was made and the
+    command sent): slowness, not an outage. redis-py raises TimeoutError for a connection that
+    could not be made as well ("Timeout connecting ..."), which is an outage."""
+    return isinstance(error, RedisTimeoutError) and "Timeout reading" in str(error)
 
 
 class Health:

@@ -6,6 +6,7 @@ made to start while a master is down. :mod:`presence.store.cluster` runs plans o
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -24,10 +25,18 @@ from redis.retry import Retry
 from presence.store.health import Health
 from presence.store.redact import redact_url
 
+logger = logging.getLogger("presence")
+
 
 class NodeUnavailable(RedisError):
     """The reply of a command whose master could not be reached (or whose slot no master
     serves): that master's users are unknown, the others' replies stand."""
+
+
+class NodeLate(NodeUnavailable):
+    """The reply of a command whose master answered later than the call waits (a page's
+    SOCKET_TIMEOUT): unknown to this call, as from an unreachable master, but no outage. The
+    master stays in use, as a late reply on one Redis is (presence.store.client)."""
 
 
 def startup_nodes(urls: Sequence[str]) -> tuple[list[tuple[str, int]], dict[str, Any]]:
@@ -186,6 +195,10 @@ class ClusterNodes:
         self.health_of(name).failed(error, self.retry_interval)
         self._stale_topology = True
         return NodeUnavailable(f"{name}: {redact_url(str(error))}")
+
+    def _node_late(self, name: str, error: Exception) -> NodeLate:
+        logger.info("Presence: Redis Cluster node %s is slow: %s.", name, redact_url(str(error)))
+        return NodeLate(f"{name}: {redact_url(str(error))}")
 
     def _node_succeeded(self, name: str) -> None:
         health = self.node_health.get(name)

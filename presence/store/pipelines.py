@@ -17,7 +17,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from presence import metrics
-from presence.store.nodes import ClusterNodes, wire_args
+from presence.store.health import is_slow_reply
+from presence.store.nodes import ClusterNodes, NodeUnavailable, wire_args
 from presence.store.rounds import Exchange
 
 
@@ -94,11 +95,16 @@ class MasterPipelines(ClusterNodes):
                     replies[position] = error
                 read += 1
         except (RedisError, OSError) as error:
+            # A late reply would come on this connection after the next command: it goes.
             connection.disconnect()
-            unavailable = self._node_failed(name, error)
+            unread: NodeUnavailable = (
+                self._node_late(name, error)
+                if is_slow_reply(error)
+                else self._node_failed(name, error)
+            )
             # The replies not read (a retried command may still hold last round's MOVED).
             for position in positions[read:]:
-                replies[position] = unavailable
+                replies[position] = unread
         else:
             self._node_succeeded(name)
         finally:

@@ -157,6 +157,36 @@ def test_a_master_down_leaves_only_its_users_unknown_and_it_recovers_empty(
     assert any("reachable again" in r.getMessage() for r in caplog.records)
 
 
+def test_a_late_reply_to_a_page_is_not_an_outage_of_its_master(cluster: RedisCluster) -> None:
+    # As on one Redis: a page waits SOCKET_TIMEOUT and answers without the late master, which
+    # stays in use (no outage logged, no RETRY_INTERVAL without it, no resync of every user).
+    for port in cluster.master_ports():
+        redis.Redis(port=port).flushall()
+    store = PresenceStore(
+        PresenceSettings(REDIS_CLUSTER=tuple(cluster.urls), SOCKET_TIMEOUT=0.1, RETRY_INTERVAL=60)
+    )
+    try:
+        touch_all(store, USERS)
+        slow_port = master_of_bucket(cluster, store, 1)
+        on_slow = {u for u in USERS if master_of_bucket(cluster, store, u) == slow_port}
+        slow = redis.Redis(port=slow_port)
+        slow.execute_command("CLIENT", "PAUSE", 600)
+        states = store.run(store.read(USERS))
+        # The other masters' users are answered; the late master's are not (this call).
+        assert states is not None and set(states) == set(USERS) - on_slow
+        health = store.cluster.health_of(f"127.0.0.1:{slow_port}")  # type: ignore[union-attr]
+        assert health.available() and not health.in_outage
+        time.sleep(0.6)  # the pause's end (CLIENT PAUSE counts in real time)
+        # Recorded at once, well within the RETRY_INTERVAL an outage would have started.
+        assert store.run(store.touch(1, Device.WEB, NOW + 5)) is not None
+        states = store.run(store.read([1]))
+        assert states is not None and states[1].last_active == NOW + 5
+        assert store.cluster.health_of(f"127.0.0.1:{slow_port}").recoveries == 0  # type: ignore[union-attr]
+        slow.close()
+    finally:
+        store.close()
+
+
 def master_of_bucket(cluster: RedisCluster, store: PresenceStore, user_id: int) -> int:
     return _slot_owner(cluster)[key_slot(store.seen_key(store.bucket_of(user_id)).encode())]
 

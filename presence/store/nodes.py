@@ -197,8 +197,9 @@ class ClusterNodes:
         return NodeUnavailable(f"{name}: {redact_url(str(error))}")
 
     def _node_late(self, name: str, error: Exception) -> NodeLate:
-        logger.info("Presence: Redis Cluster node %s is slow: %s.", name, redact_url(str(error)))
-        return NodeLate(f"{name}: {redact_url(str(error))}")
+        reason = redact_url(str(error))
+        logger.info("Presence: Redis Cluster node %s is slow: %s.", name, reason)
+        return NodeLate(f"{name}: {reason}")
 
     def _node_succeeded(self, name: str) -> None:
         health = self.node_health.get(name)

@@ -131,7 +131,8 @@ def test_a_master_down_leaves_only_its_users_unknown_and_it_recovers_empty(
     touch_all(store, USERS)
     victim_port = master_of(cluster, store.seen_key(store.bucket_of(1)))
     victim = cluster.node_by_port(victim_port)
-    on_victim = {u for u in USERS if master_of_bucket(cluster, store, u) == victim_port}
+    master_of_user = masters_of_buckets(cluster, store)
+    on_victim = {u for u in USERS if master_of_user(u) == victim_port}
     assert 0 < len(on_victim) < len(USERS)
     victim.stop(kill=True)
     try:
@@ -167,10 +168,11 @@ def test_a_late_reply_to_a_page_is_not_an_outage_of_its_master(cluster: RedisClu
     )
     try:
         touch_all(store, USERS)
-        slow_port = master_of_bucket(cluster, store, 1)
-        on_slow = {u for u in USERS if master_of_bucket(cluster, store, u) == slow_port}
-        slow = redis.Redis(port=slow_port)
-        slow.execute_command("CLIENT", "PAUSE", 600)
+        master_of_user = masters_of_buckets(cluster, store)
+        slow_port = master_of_user(1)
+        on_slow = {u for u in USERS if master_of_user(u) == slow_port}
+        with redis.Redis(port=slow_port) as slow:
+            slow.execute_command("CLIENT", "PAUSE", 600)
         states = store.run(store.read(USERS))
         # The other masters' users are answered; the late master's are not (this call).
         assert states is not None and set(states) == set(USERS) - on_slow
@@ -182,13 +184,14 @@ def test_a_late_reply_to_a_page_is_not_an_outage_of_its_master(cluster: RedisClu
         states = store.run(store.read([1]))
         assert states is not None and states[1].last_active == NOW + 5
         assert store.cluster.health_of(f"127.0.0.1:{slow_port}").recoveries == 0  # type: ignore[union-attr]
-        slow.close()
     finally:
         store.close()
 
 
-def master_of_bucket(cluster: RedisCluster, store: PresenceStore, user_id: int) -> int:
-    return _slot_owner(cluster)[key_slot(store.seen_key(store.bucket_of(user_id)).encode())]
+def masters_of_buckets(cluster: RedisCluster, store: PresenceStore) -> Callable[[int], int]:
+    """The port of the master holding each user's bucket, from one read of CLUSTER SLOTS."""
+    owners = _slot_owner(cluster)
+    return lambda user_id: owners[key_slot(store.seen_key(store.bucket_of(user_id)).encode())]
 
 
 def _slot_owner(cluster: RedisCluster) -> dict[int, int]:
@@ -446,7 +449,8 @@ def test_a_store_started_while_the_first_master_is_down_serves_the_others(
     cluster.node_by_port(first).stop(kill=True)
     try:
         fresh = PresenceStore(store.conf)
-        placed = {u: master_of_bucket(cluster, fresh, u) for u in range(1, 40)}
+        master_of_user = masters_of_buckets(cluster, fresh)
+        placed = {u: master_of_user(u) for u in range(1, 40)}
         elsewhere = [u for u, port in placed.items() if port != first]
         there = [u for u, port in placed.items() if port == first]
         assert elsewhere and there

@@ -44,13 +44,17 @@ WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m to
 test: install
 	@$(MAKE) --no-print-directory suite
 
+# REDIS_VARIANTS=no leaves out the cluster and pub/sub variants (they test Redis and the channel
+# layer, not the database): .ci/run's PostgreSQL pass, after the SQLite pass ran them.
+REDIS_VARIANTS ?= yes
 suite:
-	$(WITH_REDIS) sh -c '$(PY) -m pytest $(PYTEST_ARGS) && \
+	$(WITH_REDIS) sh -c '$(PY) -m pytest --durations=25 $(PYTEST_ARGS) && \
 	  $(VARIANT) --ds=tests.settings_email -m email_site && \
 	  $(VARIANT) --ds=tests.settings_uuid -m uuid_site && \
 	  $(VARIANT) --ds=tests.settings_hn -m hn_site tests/sites && \
-	  $(WITH_CLUSTER) $(VARIANT) -m cluster && \
-	  PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer'
+	  if [ "$(REDIS_VARIANTS)" != no ]; then \
+	    $(WITH_CLUSTER) $(VARIANT) -m cluster && \
+	    PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer; fi'
 
 # The support matrix (noxfile.py): a smoke of every (Python, Django) pair but the default one,
 # each in a venv of its own under .nox/ (pyenv's interpreters); the default pair is .venv's,

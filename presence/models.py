@@ -325,7 +325,7 @@ class LastSeenManager(models.Manager):
                 )
                 if created:
                     continue
-                row = self.using(alias).select_for_update().get(user_id=user_id)
+                row: Any = self.using(alias).select_for_update().get(user_id=user_id)
                 kept, prior = domain.carry_last_seen(
                     row.seen_at.timestamp(),
                     row.prior_seen_at.timestamp() if row.prior_seen_at else None,

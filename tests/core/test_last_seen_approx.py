@@ -160,10 +160,12 @@ def test_a_write_keeps_the_last_seen_it_replaces_on_a_later_day(
     assert domain.carry_last_seen(*stored, new) == kept
 
 
+@pytest.mark.parametrize("portable", [False, True], ids=["sql", "portable"])
 def test_the_database_keeps_the_last_seen_of_an_earlier_day(
-    make_user: Callable[..., Any],
+    make_user: Callable[..., Any], portable: bool
 ) -> None:
-    """LastSeen.record_many's SQL does what domain.carry_last_seen says, row by row."""
+    """LastSeen.record_many's SQL (and its ORM path for other databases) does what
+    domain.carry_last_seen says, row by row."""
     users = [make_user() for _ in range(4)]
     stored = [
         (MIDNIGHT - 5 * 86_400 + 3600, None),
@@ -178,7 +180,12 @@ def test_the_database_keeps_the_last_seen_of_an_earlier_day(
 
     for user, (seen, prior) in zip(users, stored, strict=True):
         LastSeen.objects.create(user=user, seen_at=at(seen), prior_seen_at=at(prior))
-    assert LastSeen.objects.record_many({u.pk: t for u, t in zip(users, new, strict=True)}) == 4
+    times = {u.pk: t for u, t in zip(users, new, strict=True)}
+    if portable:
+        rows = [(pk, datetime.fromtimestamp(t, tz=UTC)) for pk, t in times.items()]
+        assert LastSeen.objects._record_portably(rows, "default") == 4
+    else:
+        assert LastSeen.objects.record_many(times) == 4
     rows = {row.user_id: row for row in LastSeen.objects.filter(user__in=users)}
     found = [(rows[u.pk].seen_at, rows[u.pk].prior_seen_at) for u in users]
     expected = [

@@ -46,6 +46,8 @@ TOPIC = "presence.topic"
 #: (with a digest of its key, never the key) and "check your sessions again" (password change)
 SESSION_ENDED = "presence.session_ended"
 SESSIONS_CHANGED = "presence.sessions_changed"
+#: channel-layer message type of "this user was deleted": their sockets close (4401) at once
+USER_DELETED = "presence.user_deleted"
 
 
 #: a hub's handler of announced messages
@@ -420,6 +422,15 @@ async def aannounce_sessions_changed(user_id: UserId) -> None:
 
 def announce_sessions_changed(user_id: UserId) -> None:
     run_from_sync(aannounce_sessions_changed(user_id), "a session change")
+
+
+async def aannounce_user_deleted(user_id: UserId) -> None:
+    """Close every socket of this deleted user (4401), in every process, leaving their rooms
+    at once. Never raises. Marked first, as a password change is: a socket whose process joins
+    the account group after the announcement checks its session, and finds no user."""
+    store = get_store()
+    await store.arun(sessions.mark_account_changed_plan(store, user_id))
+    await _asend_account(user_id, {"type": USER_DELETED, "user": encode_id(user_id)})
 
 
 def topic_group_name(kind: str) -> str:

@@ -18,7 +18,17 @@ from presence import announce, domain, outbox, relations, resolution
 from presence.conf import get_settings
 from presence.domain import Presence, UserId
 from presence.models import LastSeen
-from presence.operations import Call, Operation, Redis, arun, both, call, redis, redis_then
+from presence.operations import (
+    Call,
+    Operation,
+    Redis,
+    arun,
+    both,
+    call,
+    redis,
+    redis_then,
+    run,
+)
 from presence.resolution import limits
 from presence.store import ConnectionOp, Plan, Transition, get_store, merge
 from presence.users import user_pk
@@ -30,11 +40,13 @@ __all__ = [
     "aconnect",
     "aconnect_checking",
     "adisconnect",
+    "aerase_user",
     "aheartbeat",
     "apresence_for_viewers",
     "asnapshot",
     "asweep",
     "limits",
+    "user_deleted",
 ]
 
 
@@ -290,3 +302,29 @@ def _snapshot(
         Redis(store.read_recent(ids, 0), live=True),
     )
     return resolution.resolve_all(facts, live, now), live is None
+
+
+# --- a deleted user -----------------------------------------------------------------------------
+
+
+def _erase_user(user_id: UserId) -> Operation[Transition | None]:
+    store = get_store()
+    # The script settles the transition like any write: user_offline is sent once, if the
+    # user was online (redis_then: even if the caller is cancelled meanwhile).
+    return (yield from redis_then(store.erase(user_id, resolution.now()), outbox.send_made))
+
+
+async def aerase_user(user_id: UserId) -> Transition | None:
+    """Remove everything Redis holds live of a deleted user (one script on their shard): no
+    longer online, counted, due or connected. None when Redis is unavailable (logged)."""
+    return await arun(_erase_user(user_id))
+
+
+def user_deleted(user_id: UserId) -> None:
+    """A user was deleted (after its commit; presence.receivers): their live state is erased
+    at once (``online_count`` falls, ``user_offline`` is sent if they were online), those
+    watching them are shown them offline, and their sockets close with 4401 in every process,
+    leaving their rooms at once. Never raises for a Redis or channel-layer outage (logged)."""
+    run(_erase_user(user_id))
+    announce.announce([user_id])
+    announce.run_from_sync(announce.aannounce_user_deleted(user_id), "a deleted user")

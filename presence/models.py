@@ -252,8 +252,11 @@ class LastSeenManager(models.Manager):
     def record_many(self, seen: Mapping[UserId, float]) -> int:
         """Upsert last seen times (epoch seconds), never moving one backwards.
 
-        Ids of users that no longer exist are skipped. Safe to run concurrently: the database
-        keeps the greater time. Returns the number of users written.
+        A time of a later UTC day than the stored one keeps the stored one as ``prior_seen_at``
+        (domain.carry_last_seen: the approximate last seen counts from it until midnight). Ids
+        of users that no longer exist are skipped. Safe to run concurrently: the database keeps
+        the greater time, and the update is one statement per row. Returns the number of users
+        written.
         """
         if not seen:
             return 0
@@ -276,16 +279,26 @@ class LastSeenManager(models.Manager):
         connection = connections[alias]
         vendor = connection.vendor
         table = connection.ops.quote_name(self.model._meta.db_table)
-        if vendor in {"sqlite", "postgresql"}:
-            greatest = "max" if vendor == "sqlite" else "GREATEST"
-            conflict = (
-                f"ON CONFLICT (user_id) DO UPDATE SET seen_at = "
-                f"{greatest}({table}.seen_at, excluded.seen_at)"
-            )
-        elif vendor == "mysql":
-            conflict = "ON DUPLICATE KEY UPDATE seen_at = GREATEST(seen_at, VALUES(seen_at))"
-        else:
+        if vendor not in _DAY_OF:
             return self._record_portably(rows, alias)
+        day, greatest = _DAY_OF[vendor], _GREATEST[vendor]
+        if vendor == "mysql":
+            old, new, conflict = "", "VALUES(seen_at)", "ON DUPLICATE KEY UPDATE"
+        else:
+            old, new, conflict = (
+                f"{table}.",
+                "excluded.seen_at",
+                "ON CONFLICT (user_id) DO UPDATE SET",
+            )
+        # The prior first: MySQL's assignments see the ones made before them.
+        conflict += (
+            f" prior_seen_at = CASE"
+            f" WHEN {day.format(f'{old}seen_at')} < {day.format(new)} THEN {old}seen_at"
+            f" WHEN {day.format(new)} < {day.format(f'{old}seen_at')}"
+            f" THEN {greatest}(COALESCE({old}prior_seen_at, {new}), {new})"
+            f" ELSE {old}prior_seen_at END,"
+            f" seen_at = {greatest}({old}seen_at, {new})"
+        )
         # The pk as the column holds it (a UUID is char(32) on SQLite, uuid on PostgreSQL).
         user_column: Any = self.model._meta.get_field("user")
         with transaction.atomic(using=alias), connection.cursor() as cursor:
@@ -307,14 +320,30 @@ class LastSeenManager(models.Manager):
     def _record_portably(self, rows: list[tuple[UserId, datetime]], alias: str) -> int:
         with transaction.atomic(using=alias):
             for user_id, seen_at in rows:
-                updated = (
-                    self.using(alias)
-                    .filter(user_id=user_id, seen_at__lt=seen_at)
-                    .update(seen_at=seen_at)
+                _, created = self.using(alias).get_or_create(
+                    user_id=user_id, defaults={"seen_at": seen_at}
                 )
-                if not updated:
-                    self.using(alias).get_or_create(user_id=user_id, defaults={"seen_at": seen_at})
+                if created:
+                    continue
+                row: Any = self.using(alias).select_for_update().get(user_id=user_id)
+                kept, prior = domain.carry_last_seen(
+                    row.seen_at.timestamp(),
+                    row.prior_seen_at.timestamp() if row.prior_seen_at else None,
+                    seen_at.timestamp(),
+                )
+                row.seen_at = datetime.fromtimestamp(kept, tz=UTC)
+                row.prior_seen_at = None if prior is None else datetime.fromtimestamp(prior, tz=UTC)
+                row.save(using=alias, update_fields=["seen_at", "prior_seen_at"])
         return len(rows)
+
+
+#: the UTC day of a datetime column, as SQL (times are stored in UTC: USE_TZ)
+_DAY_OF = {
+    "sqlite": "date({})",
+    "postgresql": "date_trunc('day', {} AT TIME ZONE 'UTC')",
+    "mysql": "DATE({})",
+}
+_GREATEST = {"sqlite": "max", "postgresql": "GREATEST", "mysql": "GREATEST"}
 
 
 class LastSeen(models.Model):
@@ -328,6 +357,9 @@ class LastSeen(models.Model):
         verbose_name=_("user"),
     )
     seen_at = models.DateTimeField(_("last seen"), db_index=True)
+    #: the last seen of a UTC day before seen_at's, replaced by a write of a later day: the
+    #: approximate last seen counts from it until midnight (docs/privacy.md)
+    prior_seen_at = models.DateTimeField(_("last seen on an earlier day"), null=True, blank=True)
 
     objects = LastSeenManager()
 

@@ -2,6 +2,7 @@
 
 - login and logout record presence (and logout closes that session's open sockets);
 - a password change or deactivation makes open sockets check their sessions;
+- deleting a user erases their presence after commit and closes their sockets;
 - saving or deleting PrivacySettings, PrivacyException, Contact or Block is announced to the
   live processes after commit, then ``presence_changed`` sent (the hook for sites);
 - a ``presence_changed`` a site sends itself is announced too.
@@ -17,7 +18,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
-from presence import announce, api
+from presence import announce, api, lifecycle
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
 from presence.middleware import throttle
@@ -111,6 +112,20 @@ def _on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> 
     transaction.on_commit(lambda: announce.announce_sessions_changed(user_id))
 
 
+def _on_user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # The pk is read now (Django clears it once the delete is done), in the site's pk type (a
+    # UUID stays a UUID); the erase waits for the commit: a delete rolled back erases nothing.
+    user_id = user_pk(instance)
+    transaction.on_commit(lambda: _erase_deleted(user_id), using=kwargs.get("using"))
+
+
+def _erase_deleted(user_id: UserId) -> None:
+    try:
+        lifecycle.user_deleted(user_id)
+    except Exception:  # deleting a user must never fail because of presence
+        logger.exception("Presence: could not erase the presence of deleted user %s", user_id)
+
+
 def _on_site_presence_changed(sender: Any, user_id: UserId, reason: str, **kwargs: Any) -> None:
     # Presence announces its own changes itself (announce.changed) before sending the signal;
     # a site sending presence_changed for a change of its own is announced here.
@@ -125,6 +140,9 @@ def connect() -> None:
     presence_changed.connect(_on_site_presence_changed, dispatch_uid="presence_live_announce")
     post_save.connect(
         _on_user_saved, sender=get_user_model(), dispatch_uid="presence_user_sessions"
+    )
+    post_delete.connect(
+        _on_user_deleted, sender=get_user_model(), dispatch_uid="presence_user_deleted"
     )
 
     for signal in (post_save, post_delete):

@@ -70,9 +70,12 @@ async def ajoin_room(
     return write
 
 
-async def aleave_rooms(user: Any, connection_id: str, rooms: Iterable[Room]) -> None:
+async def aleave_rooms(
+    user: Any, connection_id: str, rooms: Iterable[Room], grace: bool = True
+) -> None:
     """A connection leaves these rooms (one round trip); its user stays for OFFLINE_GRACE in
-    a room where it was their last connection. A room never joined changes nothing."""
+    a room where it was their last connection (without ``grace``, a deleted user's, they leave
+    at once). A room never joined changes nothing."""
     names = [room.name for room in rooms]
     if not names:
         return
@@ -80,7 +83,8 @@ async def aleave_rooms(user: Any, connection_id: str, rooms: Iterable[Room]) -> 
     store = get_store()
     now = resolution.now()
     writes = await store.arun(
-        merge([store.leave_room(name, user_id, connection_id, now) for name in names]), live=True
+        merge([store.leave_room(name, user_id, connection_id, now, grace) for name in names]),
+        live=True,
     )
     for name, write in zip(names, writes, strict=True):
         if write is not None and write.changed:

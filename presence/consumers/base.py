@@ -22,6 +22,8 @@ class ConsumerBase(AsyncWebsocketConsumer):
 
     #: in the hub and recorded in Redis: frames are handled, and closing it has to clean up
     attached: bool = False
+    #: closed because its user was deleted: its rooms are left at once, without the grace
+    account_deleted: bool = False
 
     user: Any
     viewer_id: UserId

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from asgiref.sync import sync_to_async
 
-from presence import sessions
+from presence import lifecycle, sessions
 from presence.conf import get_settings
 from presence.consumers.base import ConsumerBase
 from presence.consumers.limits import CLOSE_UNAUTHENTICATED
@@ -38,6 +38,18 @@ class Credentials(ConsumerBase):
         logger.info("Presence: closing connection of user %s: session ended", self.viewer_id)
         await self.close(code=CLOSE_UNAUTHENTICATED)
         await self.disconnect(CLOSE_UNAUTHENTICATED)
+
+    async def end_account(self) -> None:
+        """Its user was deleted: closed with 4401, out of its rooms at once (no grace), and
+        what its own close wrote of the user erased again (the deleting process erased the
+        rest already; lifecycle.aerase_user)."""
+        if not self.attached:
+            return
+        logger.info("Presence: closing connection of user %s: user deleted", self.viewer_id)
+        self.account_deleted = True
+        await self.close(code=CLOSE_UNAUTHENTICATED)
+        await self.disconnect(CLOSE_UNAUTHENTICATED)
+        await lifecycle.aerase_user(self.viewer_id)
 
     async def recheck_session(self) -> None:
         """Check this socket's credential now (closing it if it no longer holds), together

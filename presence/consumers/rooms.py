@@ -152,10 +152,12 @@ class RoomFrames(PresenceFrames):
 
     async def leave_rooms(self) -> None:
         """The connection closes: it leaves its rooms (its user stays OFFLINE_GRACE in those
-        where it was their last connection)."""
+        where it was their last connection; a deleted user leaves at once)."""
         rooms: dict[str, Any] = getattr(self, "rooms", {})
         if not rooms:
             return
         names = [parse_room(name) for name in rooms]
         rooms.clear()
-        await events.aleave_rooms(self.user, self.connection_id, names)
+        await events.aleave_rooms(
+            self.user, self.connection_id, names, grace=not self.account_deleted
+        )

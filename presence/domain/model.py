@@ -128,6 +128,10 @@ class Choices:
     expires_at: float | None = None
     #: last seen persisted in the database (survives a Redis flush)
     persisted_last_seen: float | None = None
+    #: the database's last seen of a UTC day before ``persisted_last_seen``'s (the one a write
+    #: of a later day replaced, LastSeen.prior_seen_at): the approximate last seen counts from
+    #: it until midnight, even once Redis has forgotten the user
+    persisted_prior: float | None = None
 
 
 #: the visibility settings of a user's choices (and of PrivacySettings), each a Visibility

@@ -185,12 +185,38 @@ def approximate_before_today(
     else ``prior``, the latest known before it), so activity of today counts only from the next
     midnight and the bucket changes only at UTC midnight: watching it never tells when a user
     came back. None where nothing before today is known (a first visit, today)."""
-    today = int(now // DAY)
-    if last_seen is not None and int(last_seen // DAY) < today:
-        return approximate(last_seen, now)
-    if prior is not None and int(prior // DAY) < today:
-        return approximate(prior, now)
-    return None
+    return approximate_from((last_seen, prior), now)
+
+
+def approximate_from(known: tuple[float | None, ...], now: float) -> LastSeenApprox | None:
+    """:func:`approximate` of the latest of the ``known`` last seen times whose UTC day is
+    before today (None where none is). Every time known counts, wherever it was kept (Redis's
+    last seen and prior, the database's last seen and the one it replaced on an earlier day),
+    and a write of today adds none of them: what a stranger is shown cannot change before
+    midnight, whatever is written today (a sign-off, the sweep, ``presence_cleanup``)."""
+    midnight = (now // DAY) * DAY
+    latest = None
+    for seen in known:
+        if seen is not None and seen < midnight and (latest is None or seen > latest):
+            latest = seen
+    return approximate(latest, now) if latest is not None else None
+
+
+def carry_last_seen(
+    seen: float | None, prior: float | None, new: float
+) -> tuple[float, float | None]:
+    """The stored (last seen, prior) after recording ``new``: the last seen never moves
+    backwards, and the prior is the latest known of a UTC day before the last seen's day. A
+    write that moves the last seen into a later day keeps the one it replaces as the prior; a
+    late write of an earlier day may raise the prior. The database's rule (LastSeen.record_many,
+    whose SQL does the same) and Redis's (lua/prior.lua)."""
+    if seen is None:
+        return new, None
+    if new // DAY > seen // DAY:
+        return new, seen
+    if new // DAY < seen // DAY:
+        return seen, new if prior is None or new > prior else prior
+    return max(seen, new), prior
 
 
 def resolve(
@@ -243,14 +269,10 @@ def resolve(
     status = true_status if show_online else Status.OFFLINE
     approx = None
     if not show_last_seen and last_seen_ts is not None and timing.approximate_last_seen:
-        # The latest known before the latest: Redis's prior, or the older of Redis's and the
-        # database's last seen (one of them may have been flushed or not persisted yet).
-        earlier = live.prior
-        if persisted is not None and live.last_active is not None:
-            older = min(persisted, live.last_active)
-            if earlier is None or older > earlier:
-                earlier = older
-        approx = approximate_before_today(last_seen_ts, earlier, now)
+        # Counted from the latest last seen of a day before today, wherever it is kept.
+        approx = approximate_from(
+            (live.last_active, live.prior, persisted, choices.persisted_prior), now
+        )
     return Presence(
         status=status,
         last_seen=_timestamp(last_seen_ts) if show_last_seen else None,

@@ -16,7 +16,7 @@ from django.db import connections as databases
 
 from presence import lifecycle, metrics
 from presence.conf import get_settings
-from presence.domain import Presence, UserId, visibly_differs
+from presence.domain import HIDDEN, Presence, UserId, visibly_differs
 from presence.hub.registry import Connection, Registry
 
 logger = logging.getLogger("presence")
@@ -157,9 +157,13 @@ class Delivery:
                 if (uid, connection) in reading or uid in connection.snapshotting:
                     self.after_snapshots.setdefault(uid, set()).add(connection)
                     continue
-                presence = resolved.get(uid, {}).get(connection.viewer_id)
-                if presence is None or uid not in connection.sent:
-                    continue  # the user was deleted, or the connection unsubscribed meanwhile
+                if uid not in connection.sent:
+                    continue  # the connection unsubscribed meanwhile
+                by_viewer = resolved.get(uid)
+                # A user deleted meanwhile is no one: offline, nothing shown (a last diff).
+                presence = HIDDEN if by_viewer is None else by_viewer.get(connection.viewer_id)
+                if presence is None:
+                    continue
                 if visibly_differs(connection.sent[uid], presence):
                     connection.sent[uid] = presence
                     outbox.setdefault(connection, {})[uid] = presence

@@ -17,6 +17,7 @@ from presence.announce import (
     SESSION_ENDED,
     SESSIONS_CHANGED,
     TOPIC,
+    USER_DELETED,
 )
 from presence.domain import UserId
 from presence.hub.registry import Registry
@@ -68,7 +69,7 @@ class Messages:
             self.topic_message(message["kind"], message.get("payload"))
         elif message.get("type") in (ROOM, ROOM_MEMBERS_CHANGED) and self.rooms is not None:
             self.room_message(message)
-        elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED):
+        elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED, USER_DELETED):
             self.session_message(message)
 
     def room_message(self, message: dict[str, Any]) -> None:
@@ -96,6 +97,8 @@ class Messages:
             digest = message.get("session")
             ending = [c for c in sockets if c.credential and c.credential.session_digest == digest]
             calls = [connection.end_session() for connection in ending]
+        elif message.get("type") == USER_DELETED:
+            calls = [connection.end_account() for connection in sockets]
         else:
             calls = [connection.recheck_session() for connection in sockets]
         if calls:

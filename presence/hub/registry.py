@@ -52,6 +52,9 @@ class Connection(Protocol):
     async def recheck_session(self) -> None:
         """Close the connection if its session or token is no longer valid."""
 
+    async def end_account(self) -> None:
+        """Close the connection: its user was deleted (out of its rooms at once)."""
+
 
 Key = TypeVar("Key", bound=Hashable)
 

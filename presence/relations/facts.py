@@ -35,6 +35,7 @@ FIELDS = (
     "presence_status__activity",
     "presence_status__expires_at",
     "presence_last_seen__seen_at",
+    "presence_last_seen__prior_seen_at",
 )
 _VISIBILITIES = {level.value: level for level in domain.Visibility}
 
@@ -66,6 +67,7 @@ def choices_of(row: Sequence[Any]) -> domain.Choices:
         activity=row[8] or None,
         expires_at=_epoch(row[9]),
         persisted_last_seen=_epoch(row[10]),
+        persisted_prior=_epoch(row[11]),
     )
 
 

@@ -72,6 +72,7 @@ def _read_rows(query: Any) -> _RawRows:
 #: SQLite); the booleans are read with bool() (0 and 1 on some databases)
 _EXPIRES_AT = FIELDS.index("presence_status__expires_at")
 _SEEN_AT = FIELDS.index("presence_last_seen__seen_at")
+_PRIOR_SEEN_AT = FIELDS.index("presence_last_seen__prior_seen_at")
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ class FactsAndUsers:
         one, thousands of facts need not be kept at once."""
         viewer_pk, with_own = self.viewer_pk, self.with_own
         convert = [
-            (at, self.converters[at]) for at in (_EXPIRES_AT, _SEEN_AT) if at in self.converters
+            (at, self.converters[at])
+            for at in (_EXPIRES_AT, _SEEN_AT, _PRIOR_SEEN_AT)
+            if at in self.converters
         ]
         for pk, row in self.rows.items():
             if convert and (row[_EXPIRES_AT] is not None or row[_SEEN_AT] is not None):

@@ -46,6 +46,7 @@ TOUCH = load("touch", "aggregate", "ledger", "prior")
 SIGN_OFF = load("sign_off", "ledger", "prior")
 CONNECTION = load("connection", "aggregate", "connections", "ledger", "prior")
 REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
+ERASE = load("erase", "ledger")
 DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")
 RELEASE = load("release")
@@ -64,6 +65,7 @@ ALL = {
     "sign_off": SIGN_OFF,
     "connection": CONNECTION,
     "remove_if_unchanged": REMOVE_IF_UNCHANGED,
+    "erase": ERASE,
     "describe_connections": DESCRIBE_CONNECTIONS,
     "claim_due": CLAIM_DUE,
     "release": RELEASE,

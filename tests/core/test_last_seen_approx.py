@@ -103,6 +103,99 @@ def test_the_latest_known_before_today_counts_in_the_resolver() -> None:
     assert seen(domain.LiveState(last_active=five_days), persisted=today) == "within_week"
 
 
+def test_a_sign_off_of_today_changes_nothing_before_midnight() -> None:
+    """Issue 34: back today after five days away, the user signs off at 11:17 and the sign-off
+    writes today's time to the database (the sweep, a logout, presence_cleanup). A stranger is
+    shown "within_week" all day whatever holds the times, and "recently" from midnight."""
+    midnight = MIDNIGHT + 86_400  # the day after NOW's: today is 14 March
+    five_days, morning = MIDNIGHT - 5 * 86_400 + 3600, MIDNIGHT + 9 * 3600
+    sign_off = MIDNIGHT + 11 * 3600 + 17 * 60
+
+    def shown(live: domain.LiveState, choices: domain.Choices, now: float) -> str | None:
+        return domain.resolve(live, choices, domain.STRANGER, now, TIMING).last_seen_approx
+
+    # Where the times may be, during the day: Redis's seen (and its prior, kept when the
+    # morning's write replaced the earlier day's), the database's row (and its prior, kept when
+    # the sign-off's write replaced the earlier day's), either of them gone (a flush, cleanup).
+    redis_back = domain.LiveState(last_active=morning, prior=five_days)
+    redis_off = domain.LiveState(last_active=sign_off, signed_off=True, prior=five_days)
+    forgotten = domain.LiveState()  # flushed, or removed by presence_cleanup
+    redis_no_prior = domain.LiveState(last_active=sign_off, signed_off=True)  # was not in Redis
+    db_before = domain.Choices(persisted_last_seen=five_days)
+    db_after = domain.Choices(persisted_last_seen=sign_off, persisted_prior=five_days)
+    states = [
+        (redis_back, db_before),
+        (redis_off, db_before),
+        (redis_off, db_after),  # failed before: min(database, Redis) was today's sign-off
+        (redis_no_prior, db_before),
+        (redis_no_prior, db_after),  # failed before
+        (forgotten, db_after),  # failed before: nothing of an earlier day was kept
+    ]
+    for now in (morning, sign_off, sign_off + 60, midnight - 0.1):
+        assert [shown(live, choices, now) for live, choices in states] == ["within_week"] * 6
+    # From midnight the day's activity counts (one day ago), whatever holds it.
+    assert [shown(live, choices, midnight) for live, choices in states] == ["recently"] * 6
+
+
+@pytest.mark.parametrize(
+    ("stored", "new", "kept"),
+    [
+        ((None, None), MIDNIGHT + 60, (MIDNIGHT + 60, None)),  # a first write
+        # The same day: the later time, the prior as it was.
+        ((MIDNIGHT + 60, MIDNIGHT - 9), MIDNIGHT + 70, (MIDNIGHT + 70, MIDNIGHT - 9)),
+        ((MIDNIGHT + 60, None), MIDNIGHT + 50, (MIDNIGHT + 60, None)),
+        # A later day: the time it replaces becomes the prior (the older prior is earlier).
+        ((MIDNIGHT - 5, MIDNIGHT - 9 * 86_400), MIDNIGHT + 3, (MIDNIGHT + 3, MIDNIGHT - 5)),
+        # A late write of an earlier day: never backwards, but the prior may rise.
+        ((MIDNIGHT + 60, MIDNIGHT - 9 * 86_400), MIDNIGHT - 7, (MIDNIGHT + 60, MIDNIGHT - 7)),
+        ((MIDNIGHT + 60, MIDNIGHT - 3), MIDNIGHT - 7, (MIDNIGHT + 60, MIDNIGHT - 3)),
+        ((MIDNIGHT + 60, None), MIDNIGHT - 7, (MIDNIGHT + 60, MIDNIGHT - 7)),
+    ],
+)
+def test_a_write_keeps_the_last_seen_it_replaces_on_a_later_day(
+    stored: tuple[float | None, float | None],
+    new: float,
+    kept: tuple[float, float | None],
+) -> None:
+    assert domain.carry_last_seen(*stored, new) == kept
+
+
+@pytest.mark.parametrize("portable", [False, True], ids=["sql", "portable"])
+def test_the_database_keeps_the_last_seen_of_an_earlier_day(
+    make_user: Callable[..., Any], portable: bool
+) -> None:
+    """LastSeen.record_many's SQL (and its ORM path for other databases) does what
+    domain.carry_last_seen says, row by row."""
+    users = [make_user() for _ in range(4)]
+    stored = [
+        (MIDNIGHT - 5 * 86_400 + 3600, None),
+        (MIDNIGHT + 60, MIDNIGHT - 9 * 86_400),
+        (MIDNIGHT + 60, MIDNIGHT - 9 * 86_400),
+        (MIDNIGHT - 1, MIDNIGHT - 9 * 86_400),
+    ]
+    new = [MIDNIGHT + 11 * 3600, MIDNIGHT + 3600, MIDNIGHT - 7, MIDNIGHT + 86_400 * 2]
+
+    def at(seconds: float | None) -> datetime | None:
+        return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
+
+    for user, (seen, prior) in zip(users, stored, strict=True):
+        LastSeen.objects.create(user=user, seen_at=at(seen), prior_seen_at=at(prior))
+    times = {u.pk: t for u, t in zip(users, new, strict=True)}
+    if portable:
+        rows = [(pk, datetime.fromtimestamp(t, tz=UTC)) for pk, t in times.items()]
+        assert LastSeen.objects._record_portably(rows, "default") == 4
+    else:
+        assert LastSeen.objects.record_many(times) == 4
+    rows = {row.user_id: row for row in LastSeen.objects.filter(user__in=users)}
+    found = [(rows[u.pk].seen_at, rows[u.pk].prior_seen_at) for u in users]
+    expected = [
+        tuple(map(at, domain.carry_last_seen(*was, time)))
+        for was, time in zip(stored, new, strict=True)
+    ]
+    assert found == expected
+    assert expected[0] == (at(new[0]), at(stored[0][0]))  # the sign-off's case
+
+
 def test_null_where_last_seen_shows_nothing_is_known_or_a_block_stands() -> None:
     # Last seen yesterday: "recently" for a stranger, unless one of these holds.
     now, live = NOW.timestamp(), domain.LiveState(last_active=NOW.timestamp() - 86_400)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from presence import domain
 from presence.store.keys import KeyScheme, decode_score
 from presence.store.plans.plan import RAISE, Plan, script_call
-from presence.store.scripts import CONNECTION, DESCRIBE_CONNECTIONS, SIGN_OFF, TOUCH
+from presence.store.scripts import CONNECTION, DESCRIBE_CONNECTIONS, ERASE, SIGN_OFF, TOUCH
 from presence.users import UserId, encode_id
 
 ConnectionOp = Literal["open", "beat", "close", "expire"]
@@ -207,6 +207,32 @@ class RecordingPlans(KeyScheme):
         return Plan(
             commands=commands,
             parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            fallback=None,
+        )
+
+    def erase(self, user_id: UserId, now: float) -> Plan[Transition | None]:
+        """Remove everything live of a deleted user from their shard at once (lua/erase.lua):
+        their last seen and prior, connections, schedules and place in the ledger. A user the
+        ledger had online is made offline by it (``made`` -1, an outbox entry: the signal is
+        sent once)."""
+        bucket = self.bucket_of(user_id)
+        online, hidden, invisible = self.user_ledger_keys(user_id)
+        keys = [
+            self.seen_key(bucket),
+            self.prior_key(bucket),
+            self.conns_key(bucket),
+            self.expiries_key(bucket),
+            self.user_due_key(user_id),
+            self.user_expiring_key(user_id),
+            self.lease_key(self.shard_of(bucket)),
+            online,
+            hidden,
+            invisible,
+            self.user_outbox_key(user_id),
+        ]
+        return Plan(
+            commands=[script_call(ERASE, keys, [encode_id(user_id), int(now)])],
+            parse=lambda replies: Transition.from_reply(user_id, replies[0], ledger_at=2),
             fallback=None,
         )
 

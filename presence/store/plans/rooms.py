@@ -123,12 +123,13 @@ class RoomPlans(KeyScheme):
         )
 
     def leave_room(
-        self, room: str, user_id: UserId, connection_id: str, now: float
+        self, room: str, user_id: UserId, connection_id: str, now: float, grace: bool = True
     ) -> Plan[RoomWrite | None]:
         """A connection leaves ``room``; the user stays for OFFLINE_GRACE if it was their last
-        (a connection not in the room changes nothing)."""
+        (a connection not in the room changes nothing). Without ``grace`` (a deleted user) the
+        stay ends now: neither listed nor counted from this second on."""
         seconds = int(now)
-        grace_end = seconds + domain.SECOND + self.conf.OFFLINE_GRACE
+        grace_end = seconds + domain.SECOND + self.conf.OFFLINE_GRACE if grace else seconds
         return Plan(
             commands=[
                 ("ZADD", self.room_schedule_key(room), "LT", grace_end, room),

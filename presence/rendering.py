@@ -410,7 +410,7 @@ def card_of(request: Any, target: Any) -> dict[str, Any] | None:
         return None
     cache = _card_cache(request)
     if pk not in cache:
-        user = get_user_model()._default_manager.filter(pk=pk).first()
+        user = get_user_model()._default_manager.filter(pk__in=[pk]).first()
         if user is None:
             return None
         cache[pk] = display_card(api.member_card(user))

@@ -55,7 +55,7 @@ def _imported(path: str) -> Callable[[Any], Any] | None:
         # presence.E013 reports it; members are shown by their default cards meanwhile.
         logger.error("Presence: MEMBER_CARD %r is not an importable function", path)
         return None
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def card_function() -> Callable[[Any], Any] | None:
@@ -64,7 +64,7 @@ def card_function() -> Callable[[Any], Any] | None:
     if path is None:
         return None
     if callable(path):
-        return path  # type: ignore[no-any-return]
+        return path
     return _imported(path) if isinstance(path, str) and path else None
 
 

@@ -115,6 +115,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages += _lengths_beyond_columns(raw)
     messages += _default_privacy_problems(raw)
     messages += _room_problems(raw)
+    messages += _card_problems(raw)
     heartbeat = raw.get("HEARTBEAT_INTERVAL", PresenceSettings.HEARTBEAT_INTERVAL)
     ttl = raw.get("CONNECTION_TTL", PresenceSettings.CONNECTION_TTL)
     if _is_positive_int(heartbeat) and _is_positive_int(ttl) and ttl <= heartbeat:
@@ -202,14 +203,9 @@ def _room_problems(raw: dict[str, Any]) -> list[CheckMessage]:
     for kind, path in kinds.items():
         if path is None:
             continue
-        try:
-            rule = import_string(path)
-        except ImportError as error:
-            problem = f"does not import ({error})"
-        else:
-            if callable(rule):
-                continue
-            problem = f"names a {type(rule).__name__}, not a function"
+        problem = _not_a_function(path)
+        if problem is None:
+            continue
         messages.append(
             Error(
                 f"PRESENCE['ROOMS'][{kind!r}] = {path!r} {problem}; rooms of kind {kind!r} "
@@ -220,6 +216,36 @@ def _room_problems(raw: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+def _not_a_function(path: str) -> str | None:
+    """Why the dotted ``path`` names no function (it does not import, or is not callable)."""
+    try:
+        found = import_string(path)
+    except ImportError as error:
+        return f"does not import ({error})"
+    return None if callable(found) else f"names a {type(found).__name__}, not a function"
+
+
+def _card_problems(raw: dict[str, Any]) -> list[CheckMessage]:
+    """presence.E013: MEMBER_CARD is neither None nor the dotted path of a function. Members
+    are shown by their default cards until it is fixed."""
+    path = raw.get("MEMBER_CARD")
+    if path is None:
+        return []
+    valid = isinstance(path, str) and path
+    problem = _not_a_function(path) if valid else "is not a dotted path or None"
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"PRESENCE['MEMBER_CARD'] = {path!r} {problem}; members are shown by their default "
+            "cards (full name else username, no avatar) until it is fixed.",
+            hint='Name a function card(user) -> {"name": str, "avatar": url or None} by its '
+            'dotted path (e.g. "accounts.cards.member_card"), or remove the key.',
+            id="presence.E013",
+        )
+    ]
 
 
 #: length settings and the UserStatus columns whose values they bound

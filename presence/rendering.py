@@ -12,11 +12,15 @@ import logging
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth import get_user_model
+from django.core.exceptions import FieldDoesNotExist, ObjectDoesNotExist, PermissionDenied
+from django.db import models
+from django.template import TemplateSyntaxError
+from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
-from django.utils.html import escape, format_html
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
@@ -92,13 +96,76 @@ def _pk(target: Any) -> UserId | None:
         return None
 
 
-def prefetch(request: Any, targets: Any) -> None:
-    """Read the presence of ``targets`` for this request at once (one query, one round trip)."""
+def prefetch(request: Any, targets: Any, path: str | None = None) -> None:
+    """Read the presence of ``targets`` for this request at once (one query, one round trip).
+    ``path`` (``"user"``, ``"author.user"``) reads the users from objects that carry them
+    (:func:`carried_users`)."""
     cache = _cache(request)
+    if path is not None:
+        targets = carried_users(targets, path)
     ids = [pk for pk in map(_pk, targets or ()) if pk is not None and pk not in cache]
     if ids:
         found = api.bulk_presence(ids, _viewer(request))
         cache.update({pk: found.get(pk, domain.HIDDEN) for pk in ids})
+
+
+def carried_users(objects: Any, path: str) -> list[Any]:
+    """The users ``objects`` carry at the dotted attribute ``path`` (``"user"``,
+    ``"author.user"``); an object whose path ends at None carries no user. For model instances
+    whose path is made of foreign keys, the related objects not yet loaded are loaded first by
+    ``prefetch_related_objects``: one query per step of the path whatever the number of
+    objects, and the template's ``{{ comment.author.user }}`` then costs nothing.
+    TemplateSyntaxError, naming the path, where an object has no such attribute."""
+    parts = path.split(".") if isinstance(path, str) else []
+    if not parts or not all(part.isidentifier() for part in parts):
+        raise TemplateSyntaxError(
+            f'presence_prefetch: {path!r} is not an attribute path (e.g. "user" or "author.user").'
+        )
+    items = list(objects or ())
+    _load_relations(items, parts)
+    user_model = get_user_model()
+    found = []
+    for item in items:
+        value = item
+        for step, part in enumerate(parts):
+            if value is None:
+                break
+            try:
+                value = getattr(value, part)
+            except ObjectDoesNotExist:  # a reverse one-to-one with no row: no user
+                value = None
+            except AttributeError:
+                raise TemplateSyntaxError(
+                    f"presence_prefetch: {type(value).__name__} has no attribute {part!r} "
+                    f"(path {path!r}, step {step + 1})."
+                ) from None
+        if isinstance(value, models.Model) and not isinstance(value, user_model):
+            raise TemplateSyntaxError(
+                f"presence_prefetch: the path {path!r} reaches a {type(value).__name__}, "
+                f"not a user; name the user at its end (e.g. {path + '.user'!r})."
+            )
+        if value is not None:
+            found.append(value)
+    return found
+
+
+def _load_relations(items: list[Any], parts: list[str]) -> None:
+    """Load the objects along ``parts`` for model instances of one model, where every step is
+    a forward relation (a foreign key, a one-to-one): the page reads them anyway."""
+    if not items or not isinstance(items[0], models.Model):
+        return
+    model = type(items[0])
+    if any(type(item) is not model for item in items):
+        return
+    for part in parts:
+        try:
+            field = model._meta.get_field(part)
+        except FieldDoesNotExist:
+            return  # an attribute, not a field: read as it is
+        if not (field.many_to_one or field.one_to_one) or field.related_model is None:
+            return
+        model = field.related_model
+    models.prefetch_related_objects(items, "__".join(parts))
 
 
 def presence_for(request: Any, target: Any) -> tuple[UserId | None, domain.Presence]:
@@ -245,10 +312,17 @@ def room_name(room: Any, room_id: Any = None) -> str:
     return str(room) if room_id is None else f"{room}:{room_id}"
 
 
-def room(request: Any, room: Any, room_id: Any = None, meta: Any = None) -> SafeString:
+def room(
+    request: Any,
+    room: Any,
+    room_id: Any = None,
+    meta: Any = None,
+    template_name: str | None = None,
+) -> SafeString:
     """Who is in the room now, as the viewer may see it (presence.js then joins it and keeps
     it live); nothing for an anonymous viewer or a room the viewer may not see: a refused, an
-    undeclared or a malformed room renders as no room at all."""
+    undeclared or a malformed room renders as no room at all. ``template_name`` replaces
+    presence/room_presence.html (keep its data attributes and classes)."""
     viewer = _viewer(request)
     if viewer is None or not viewer.is_authenticated:
         return SafeString("")
@@ -259,29 +333,21 @@ def room(request: Any, room: Any, room_id: Any = None, meta: Any = None) -> Safe
         return SafeString("")
     if meta is not None and not isinstance(meta, str):
         meta = json.dumps(meta, ensure_ascii=False, separators=(",", ":"))
-    members = (room_member(key, member) for key, member in state["members"].items())
-    others = state["others"]
-    count_text = escape(gettext("Here now: %(count)s")) % {
-        "count": format_html("<span data-presence-room-count>{}</span>", state["count"])
-    }
-    return format_html(
-        '<div class="presence-room" data-presence-room="{}" data-presence-room-endpoint="{}" '
-        'data-presence-room-viewer="{}" data-presence-room-viewer-name="{}"{}>'
-        '<ul class="presence-room__members" data-presence-room-members>{}</ul>'
-        '<span class="presence-room__others" data-presence-room-others title="{}"{}>+{}</span>'
-        '<span class="presence-room__count">{}</span></div>',
-        name,
-        reverse("presence:room", args=[name]),
+    members = [room_member(key, member) for key, member in state["members"].items()]
+    context = {
+        "room": name,
+        "endpoint": reverse("presence:room", args=[name]),
         # The viewer's own name: their join lists them, and presence.js need not ask for it.
-        viewer.pk,
-        api.display_name(viewer),
-        format_html(' data-presence-room-meta="{}"', meta) if meta is not None else "",
-        SafeString("".join(members)),
-        gettext("More people are here"),
-        "" if others else SafeString(" hidden"),
-        others,
-        SafeString(count_text),
-    )
+        "viewer_id": viewer.pk,
+        "viewer_name": _card(request, viewer)["name"],
+        "meta": meta,
+        "members": members,
+        "others": state["others"],
+        "count": state["count"],
+        "count_html": format_html("<span data-presence-room-count>{}</span>", state["count"]),
+    }
+    html = render_to_string(template_name or "presence/room_presence.html", context, request)
+    return SafeString(html)
 
 
 def initials(name: str) -> str:
@@ -292,15 +358,60 @@ def initials(name: str) -> str:
     return letters.upper()
 
 
-def room_member(key: str, member: dict[str, Any]) -> SafeString:
-    """One listed member: avatar, dot and name (presence.js builds the same for arrivals)."""
+def display_card(card: dict[str, Any]) -> dict[str, Any]:
+    """A card as templates show it: its ``name``, ``avatar`` (a URL or None) and ``initials``
+    (shown where there is no avatar)."""
+    return {**card, "initials": initials(card["name"])}
+
+
+def room_member(key: str, member: dict[str, Any]) -> dict[str, Any]:
+    """One listed member as presence/room_presence.html shows it: its key, card (with
+    initials), status and dot (presence.js builds the same markup for arrivals)."""
     status = domain.Status((member.get("presence") or {}).get("status", "offline"))
-    return format_html(
-        '<li class="presence-room__member" data-presence-room-member="{}">'
-        '<span class="presence-room__avatar" aria-hidden="true">{}</span>{} '
-        '<span class="presence-room__name">{}</span></li>',
-        key,
-        initials(member["name"]),
-        dot_html(key, status),
-        member["name"],
-    )
+    return {
+        "key": key,
+        "card": display_card(member["card"]),
+        "status": status.value,
+        "meta": member.get("meta"),
+        "dot": dot_html(key, status),
+    }
+
+
+# --- cards ({% member_card %}, the friends list) ------------------------------------------------
+
+_CARDS_ATTR = "_presence_cards"
+
+
+def _card_cache(request: Any) -> dict[Any, dict[str, Any]]:
+    if request is None:
+        return {}
+    found = getattr(request, _CARDS_ATTR, None)
+    if found is None:
+        found = {}
+        setattr(request, _CARDS_ATTR, found)
+    return found
+
+
+def _card(request: Any, user: Any) -> dict[str, Any]:
+    """``user``'s card for display, computed once per request (MEMBER_CARD)."""
+    cache = _card_cache(request)
+    if user.pk not in cache:
+        cache[user.pk] = display_card(api.member_card(user))
+    return cache[user.pk]
+
+
+def card_of(request: Any, target: Any) -> dict[str, Any] | None:
+    """The card of a user (or a user's id) for display: ``name``, ``avatar``, ``initials``;
+    None for anything that names no user. An id costs a query once per request."""
+    if hasattr(target, "get_username"):
+        return _card(request, target)
+    pk = _pk(target)
+    if pk is None:
+        return None
+    cache = _card_cache(request)
+    if pk not in cache:
+        user = get_user_model()._default_manager.filter(pk__in=[pk]).first()
+        if user is None:
+            return None
+        cache[pk] = display_card(api.member_card(user))
+    return cache[pk]

@@ -17,6 +17,7 @@ sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_
 
 from __future__ import annotations
 
+from presence.api._cards import amember_card, member_card
 from presence.api._contacts import (
     ablock,
     afollow,
@@ -61,6 +62,7 @@ __all__ = [
     "abulk_presence",
     "afollow",
     "aget_presence",
+    "amember_card",
     "anote_invisible",
     "anotify_changed",
     "aonline_count",
@@ -82,6 +84,7 @@ __all__ = [
     "display_name",
     "follow",
     "get_presence",
+    "member_card",
     "note_invisible",
     "notify_changed",
     "online_count",

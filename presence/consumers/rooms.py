@@ -13,6 +13,7 @@ from django.utils.translation import gettext
 from presence import domain
 from presence.api import UnknownRoom
 from presence.api import _room_events as events
+from presence.api._cards import add_cards
 from presence.api._rooms import ajoin_room_state, aroom_entry, room_rule
 from presence.conf import get_settings
 from presence.consumers.frames import handles
@@ -85,6 +86,9 @@ class RoomFrames(PresenceFrames):
             state = await ajoin_room_state(
                 room, self.user, self.connection_id, message.meta, self.rooms_invisible, entry
             )
+            # The listed members' cards, before the view is shown: no diff may precede it.
+            frame = {"type": "room_state", **state.as_dict()}
+            await add_cards([frame["members"]])
         except BaseException as failure:
             if first:
                 # Nothing of a failed join stays.
@@ -104,7 +108,7 @@ class RoomFrames(PresenceFrames):
                 return
             raise
         self.hub.rooms.show(self, name, state)
-        await self.send_json({"type": "room_state", **state.as_dict()})
+        await self.send_json(frame)
 
     async def _not_entered(self, entering: asyncio.Future[Any] | None, name: str) -> None:
         """A first join refused or failed before its write: out of the room's group again."""

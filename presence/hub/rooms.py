@@ -28,6 +28,7 @@ from typing import Any
 from presence import announce, metrics
 from presence.announce import rooms_group_name
 from presence.api import _room_events as events
+from presence.api._cards import add_cards
 from presence.api._rooms import SCAN_FACTOR, aread_room_state, rank
 from presence.conf import get_settings
 from presence.domain import UserId, visibly_differs
@@ -198,8 +199,10 @@ class RoomViews:
                 view.generation += 1
                 try:
                     state = await aread_room_state(parse_room(room), connection.user)
+                    frame = {"type": "room_state", **state.as_dict()}
+                    await add_cards([frame["members"]])
                     self.show(connection, room, state)
-                    await connection.send_json({"type": "room_state", **state.as_dict()})
+                    await connection.send_json(frame)
                 except Exception:
                     view.reading = False
                     logger.warning("Presence: refreshing a room view failed", exc_info=True)
@@ -253,6 +256,8 @@ class RoomViews:
                         freed.add(connection.viewer_id)
             if freed:
                 await self._refill(room, frames, freed, limit)
+            # The cards of the members joining some list: each user's once for all viewers.
+            await add_cards([frame["joins"] for *_, frame in frames])
             texts: dict[Any, str] = {}  # identical frames are serialized once
             for connection, view, generation, frame in frames:
                 if view.generation != generation or view.reading:

@@ -19,9 +19,11 @@ register = template.Library()
 
 
 @register.simple_tag(takes_context=True)
-def presence_prefetch(context: template.Context, targets: Any) -> str:
-    """Load presence for many users at once, so the tags below cost nothing more."""
-    rendering.prefetch(rendering.request_of(context), targets)
+def presence_prefetch(context: template.Context, targets: Any, path: str | None = None) -> str:
+    """Load presence for many users at once, so the tags below cost nothing more. ``path``
+    reads the users from objects that carry them: ``{% presence_prefetch comments "user" %}``,
+    ``{% presence_prefetch posts "author.user" %}`` (dotted)."""
+    rendering.prefetch(rendering.request_of(context), targets, path)
     return ""
 
 
@@ -78,9 +80,20 @@ def presence_script(context: template.Context, socket: str | None = None) -> Saf
 
 @register.simple_tag(takes_context=True)
 def room_presence(
-    context: template.Context, room: Any, room_id: Any = None, meta: Any = None
+    context: template.Context,
+    room: Any,
+    room_id: Any = None,
+    meta: Any = None,
+    template_name: str | None = None,
 ) -> SafeString:
     """Who is in the room now (``"post:42"``, or ``"post" post.pk``), kept live by presence.js;
     ``meta`` (a dict or its JSON) goes with this page's join. Nothing where the viewer may not
-    see the room."""
-    return rendering.room(rendering.request_of(context), room, room_id, meta)
+    see the room. ``template_name`` replaces presence/room_presence.html."""
+    return rendering.room(rendering.request_of(context), room, room_id, meta, template_name)
+
+
+@register.simple_tag(takes_context=True)
+def member_card(context: template.Context, target: Any) -> dict[str, Any] | None:
+    """``{% member_card user as card %}``: how ``user`` is shown (MEMBER_CARD): ``card.name``,
+    ``card.avatar`` (a URL or None) and ``card.initials``; once per user per request."""
+    return rendering.card_of(rendering.request_of(context), target)

@@ -115,3 +115,36 @@ def test_group_members_see_who_is_in_the_group_now(
     expect(member(a, name, ben)).to_have_count(0, timeout=(GRACE + 1 + MARGIN) * 1000)
     expect(room(a, name).locator("[data-presence-room-count]")).to_have_text("1")
     assert a.page.evaluate("() => window.loadedOnce") is True
+
+
+def test_member_cards_show_their_avatars_live(
+    browser: Browser, daphne: Callable[..., Daphne], people: dict[str, Any]
+) -> None:
+    """PRESENCE["MEMBER_CARD"] (issue 38): a member who arrives after the page was rendered is
+    shown by their card, from the room_diff: the avatar image with the name as its text
+    alternative, and the card's name. Without an avatar, the initials (the other tests)."""
+    server = daphne({**LIVE, "ROOMS": ROOMS, "MEMBER_CARD": "tests.rooms.cards.with_avatar"})
+    ann, ben = people["ann"], people["ben"]
+    post = feed.post(ann, "Cards are here")
+    name = f"post:{post.pk}"
+    a = browser.open(ann, server.url)
+    # The cards' images (/media/...) are not served by the test server: their 404s are expected.
+    a.allowed.append(r"status of 404 \(Not Found\)")
+    a.page.goto(a.url("demo:post", post.pk))
+    a.wait_connected()
+    own = member(a, name, ann)
+    expect(own.locator("img.presence-room__avatar")).to_have_attribute("src", "/media/ann.png")
+
+    b = browser.open(ben, server.url)
+    b.allowed.append(r"status of 404 \(Not Found\)")
+    b.page.goto(b.url("demo:post", post.pk))
+    arrived = member(a, name, ben)
+    expect(arrived.locator(".presence-room__name")).to_have_text("Ben Card")
+    avatar = arrived.locator("img.presence-room__avatar")
+    expect(avatar).to_have_attribute("src", "/media/ben.png")
+    expect(avatar).to_have_attribute("alt", "Ben Card")
+    expect(arrived.locator("span.presence-room__avatar")).to_have_count(0)
+    # ben's page: ann rendered by the server with her card.
+    expect(member(b, name, ann).locator("img.presence-room__avatar")).to_have_attribute(
+        "alt", "Ann Card"
+    )

@@ -576,9 +576,11 @@
   // Every [data-presence-room="kind:id"] element on the page is joined once the socket opens
   // (with the JSON object of its data-presence-room-meta, or null), joined again after every
   // reconnect, and left on pagehide or when its last element leaves the page. room_state and
-  // room_diff keep its members (avatar, dot, name), its "others" and its count live. Frames
-  // carry ids, not names: names come from the server-rendered members and, for members who
-  // arrive later, from the room's JSON endpoint (data-presence-room-endpoint).
+  // room_diff keep its members (avatar, dot, name), its "others" and its count live. Each
+  // listed member comes with its card ({name, avatar}, PRESENCE["MEMBER_CARD"]): the avatar
+  // image, else the name's initials. A member without a card (a server that could not read
+  // it) is named from the server-rendered members or the room's JSON endpoint
+  // (data-presence-room-endpoint).
   const ROOM = "data-presence-room";
   const ROOM_MEMBER = "data-presence-room-member";
   const NAME_RETRY_MS = 5000; // a room's endpoint is asked for names at most this often
@@ -587,6 +589,7 @@
   const roomMeta = new Map(); // room -> meta given to presence.joinRoom (wins over the attribute)
   const scriptRooms = new Set(); // rooms joined by presence.joinRoom, with or without an element
   const names = new Map(); // user id -> display name
+  const avatars = new Map(); // user id -> avatar URL (absent: initials)
   const nameFetches = new Map(); // room -> time of its last fetch of names
   let roomsTimer = null;
 
@@ -640,11 +643,21 @@
     if (!roomsTimer) roomsTimer = setTimeout(joinRooms, 50);
   }
 
+  // A member's card ({name, avatar}) as the server sent it, where it did.
+  function learnCard(id, member) {
+    const card = member && member.card;
+    if (!card || typeof card.name !== "string") return;
+    names.set(id, card.name);
+    if (typeof card.avatar === "string" && card.avatar) avatars.set(id, card.avatar);
+    else avatars.delete(id);
+  }
+
   // A room_state replaces what the page shows of the room; a room_diff changes it.
   function applyRoom(message) {
     const room = message.room;
     if (!joinedRooms.has(room)) return; // left since
     let view = roomViews.get(room);
+    Object.entries(message.members || message.joins || {}).forEach(([id, m]) => learnCard(id, m));
     if (message.type === "room_state") {
       view = { members: new Map(Object.entries(message.members || {})) };
       roomViews.set(room, view);
@@ -675,9 +688,26 @@
     const name = names.get(id);
     if (name === undefined) return;
     const label = item.querySelector(".presence-room__name");
-    const avatar = item.querySelector(".presence-room__avatar");
     if (label && label.textContent !== name) label.textContent = name;
-    if (avatar) avatar.textContent = initials(name);
+    const avatar = item.querySelector(".presence-room__avatar");
+    if (!avatar) return;
+    // The card's image with the name as its text alternative, else the initials (as the
+    // server renders them: presence/room_presence.html).
+    const url = avatars.get(id);
+    const wanted = url ? "IMG" : "SPAN";
+    let shown = avatar;
+    if (avatar.tagName !== wanted) {
+      shown = document.createElement(wanted.toLowerCase());
+      shown.className = "presence-room__avatar";
+      avatar.replaceWith(shown);
+    }
+    if (url) {
+      if (shown.getAttribute("src") !== url) shown.setAttribute("src", url);
+      shown.setAttribute("alt", name);
+    } else {
+      shown.setAttribute("aria-hidden", "true");
+      shown.textContent = initials(name);
+    }
   }
 
   // The same markup as the server's (presence/rendering.py, room_member).
@@ -727,6 +757,7 @@
         view.members.forEach((member, id) => {
           const item = items.get(id) || memberItem(id);
           if (!names.has(id)) unnamed = true;
+          if (member && member.card) fillName(item, id);
           showDot(item, member && member.presence);
           if (list.children[index] !== item) list.insertBefore(item, list.children[index] || null);
           index += 1;
@@ -761,6 +792,7 @@
     const body = await response.json();
     Object.entries(body.members || {}).forEach(([id, member]) => {
       if (member && typeof member.name === "string") names.set(id, member.name);
+      learnCard(id, member);
     });
     return body;
   }
@@ -826,8 +858,11 @@
       if (name) names.set(box.getAttribute("data-presence-room-viewer"), name);
     });
     document.querySelectorAll(`[${ROOM_MEMBER}]`).forEach((item) => {
+      const id = item.getAttribute(ROOM_MEMBER);
       const label = item.querySelector(".presence-room__name");
-      if (label) names.set(item.getAttribute(ROOM_MEMBER), label.textContent);
+      if (label) names.set(id, label.textContent);
+      const image = item.querySelector("img.presence-room__avatar");
+      if (image && image.getAttribute("src")) avatars.set(id, image.getAttribute("src"));
     });
     new MutationObserver((mutations) => {
       const touched = (node) =>

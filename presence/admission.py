@@ -113,6 +113,7 @@ class Gate:
 
     async def admit(self, user_id: UserId) -> Slot:
         # Once _serve is done, no user waiting may take a free place: a newcomer takes it.
+        self._serve()  # (places added by a raised OPENINGS_AT_ONCE go to those waiting first)
         limit = get_settings().OPENINGS_AT_ONCE
         if self.in_use < limit and self.held.get(user_id, 0) < PLACES_PER_USER:
             self._hold(user_id, +1)
@@ -164,7 +165,8 @@ class Gate:
 
     def _serve(self) -> None:
         """Free places to the users waiting in turn, each to the user's first socket waiting."""
-        while self.in_use < get_settings().OPENINGS_AT_ONCE:
+        limit = get_settings().OPENINGS_AT_ONCE
+        while self.in_use < limit:
             line = next((line for line in self.turns if line), None)
             if line is None:
                 return

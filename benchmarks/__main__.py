@@ -35,6 +35,7 @@ NAMES = (
     "rooms",
     "metrics",
     "online_count",
+    "admission_flood",
 )
 
 
@@ -127,6 +128,7 @@ def main(argv: list[str]) -> int:
     try:
         setup(db_dir, args.postgres)
         from benchmarks import (
+            bench_admission_flood,
             bench_amplification,
             bench_cleanup,
             bench_cluster,
@@ -160,6 +162,7 @@ def main(argv: list[str]) -> int:
             "rooms": bench_rooms.run,
             "metrics": bench_metrics.run,
             "online_count": bench_online_count.run,
+            "admission_flood": bench_admission_flood.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -7,20 +7,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import sync_to_async
+import redis
 from channels.layers import get_channel_layer
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
+from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from presence import api, metrics, signals
 from presence.conf import get_settings
 from presence.hub import Hub
 from presence.store import get_store, redact_url
+from presence.store.connecting import stale_connection_retry
 
 logger = logging.getLogger("presence")
 
@@ -33,6 +38,48 @@ HEALTH_TIMEOUT = 1.0
 
 def _timeout() -> float:
     return min(HEALTH_TIMEOUT, get_settings().SOCKET_TIMEOUT)
+
+
+# --- one check at a time ---------------------------------------------------------------------
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _probes_executor() -> ThreadPoolExecutor:
+    """The process's threads for health checks: two, so that a slow Redis does not hold the
+    layer's check back (nor the other way round)."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="presence-health")
+        return _executor
+
+
+class Probe:
+    """A check run once at a time per process, in a thread of its own, whatever the event loop
+    asking (a WSGI process runs each async view on a new one): requests that come while it runs
+    share its answer. An anonymous flood of health requests costs one check at a time, on the
+    connections the check keeps, not a new one per request."""
+
+    def __init__(self, check: Callable[[], str]) -> None:
+        self._check = check
+        self._lock = threading.Lock()
+        self._running: Future[str] | None = None
+
+    async def state(self) -> str:
+        with self._lock:
+            running = self._running
+            if running is None:
+                running = self._running = _probes_executor().submit(self._check)
+                running.add_done_callback(self._done)
+        # Shielded: a request that gives up (timeout, disconnect) leaves the check to the others.
+        return await asyncio.shield(asyncio.wrap_future(running))
+
+    def _done(self, finished: Future[str]) -> None:
+        with self._lock:
+            if self._running is finished:
+                self._running = None
 
 
 # --- presence's Redis ------------------------------------------------------------------------
@@ -55,8 +102,11 @@ def _ping_redis() -> str:
     return OK
 
 
+_redis_probe = Probe(_ping_redis)
+
+
 async def redis_state() -> str:
-    return await sync_to_async(_ping_redis, thread_sensitive=False)()
+    return await _redis_probe.state()
 
 
 # --- the channel layer -----------------------------------------------------------------------
@@ -75,15 +125,65 @@ def _layer_hosts(layer: Any) -> list[Any] | None:
     return [shard.host for shard in shards]
 
 
-async def _ping_host(host: Any) -> None:
-    from channels_redis.utils import create_pool
-    from redis.asyncio import Redis
+def _probe_client(host: dict[str, Any]) -> redis.Redis:
+    """A client of one server of the layer (a channels_redis host: an ``address``, a Sentinel's
+    ``master_name`` and ``sentinels``, or connection keywords) with one connection, kept."""
+    host = dict(host)
+    timeout = _timeout()
+    options: dict[str, Any] = {
+        **host,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "max_connections": 1,  # the probe's one check at a time
+        "retry": stale_connection_retry(Retry),
+    }
+    if "address" in host:
+        options.pop("address")
+        return redis.Redis(
+            connection_pool=redis.ConnectionPool.from_url(host["address"], **options)
+        )
+    master_name = options.pop("master_name", None)
+    if master_name is not None:
+        sentinel = Sentinel(
+            options.pop("sentinels"), sentinel_kwargs=options.pop("sentinel_kwargs", None)
+        )
+        return redis.Redis(connection_pool=SentinelConnectionPool(master_name, sentinel, **options))
+    return redis.Redis(connection_pool=redis.ConnectionPool(**options))
 
-    client = Redis(connection_pool=create_pool(host))
-    try:
-        await client.ping()
-    finally:
-        await client.aclose()
+
+class LayerProbe(Probe):
+    """PINGs each server of a channels_redis layer in turn, on one kept connection each."""
+
+    def __init__(self, hosts: list[Any]) -> None:
+        super().__init__(self._ping_all)
+        self.hosts = hosts
+        self._clients: list[redis.Redis] | None = None
+
+    def _ping_all(self) -> str:
+        try:
+            if self._clients is None:
+                self._clients = [_probe_client(host) for host in self.hosts]
+            for client in self._clients:
+                client.ping()
+        except Exception as error:  # whatever stops a PING is the answer
+            if "imeout" in str(error) or isinstance(error, redis.TimeoutError):
+                logger.warning("Presence: health check: the channel layer did not answer in time")
+                return "timeout"
+            logger.warning("Presence: health check: the channel layer failed (%s)", _why(error))
+            return "unavailable"
+        return OK
+
+
+#: the layer's probe, for the layer's servers it was made for (a changed CHANNEL_LAYERS: a new one)
+_layer_probe: LayerProbe | None = None
+
+
+def _layer_probe_for(hosts: list[Any]) -> LayerProbe:
+    global _layer_probe
+    probe = _layer_probe
+    if probe is None or probe.hosts != hosts:
+        probe = _layer_probe = LayerProbe(hosts)
+    return probe
 
 
 async def _round_trip(layer: Any) -> None:
@@ -99,13 +199,12 @@ async def layer_state() -> str:
     layer = get_channel_layer()
     if layer is None:
         return NO_LAYER
+    hosts = _layer_hosts(layer)
     try:
         async with asyncio.timeout(_timeout()):
-            hosts = _layer_hosts(layer)
-            if hosts is None:
-                await _round_trip(layer)
-            else:
-                await asyncio.gather(*(_ping_host(host) for host in hosts))
+            if hosts is not None:
+                return await _layer_probe_for(hosts).state()
+            await _round_trip(layer)
     except TimeoutError:
         logger.warning("Presence: health check: the channel layer did not answer in time")
         return "timeout"

@@ -15,7 +15,12 @@ from channels.exceptions import StopConsumer
 
 from presence import admission, lifecycle, metrics, sessions, users
 from presence.conf import get_settings
-from presence.consumers.limits import CLOSE_FOREIGN_ORIGIN, CLOSE_UNAUTHENTICATED, RateLimit
+from presence.consumers.limits import (
+    CLOSE_FOREIGN_ORIGIN,
+    CLOSE_TOO_MANY_CONNECTIONS,
+    CLOSE_UNAUTHENTICATED,
+    RateLimit,
+)
 from presence.consumers.rooms import RoomFrames
 from presence.consumers.scope import device_of, opened_from_foreign_origin
 from presence.consumers.tidy import tidy_database_connections
@@ -36,6 +41,8 @@ class PresenceConsumer(RoomFrames):
     # The process's hub is the one channel-layer listener; a connection needs no channel (and
     # no Redis receive) of its own. No such alias exists, so Channels gives it none.
     channel_layer_alias = "presence.hub-only"
+    #: its place in the process's count of its user's sockets, until it ends (presence.admission)
+    entry: admission.Entry | None = None
     #: its place among the openings in progress until its first snapshot (presence.admission)
     opening: admission.Slot | None = None
 
@@ -74,8 +81,7 @@ class PresenceConsumer(RoomFrames):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            if self.opening is not None:
-                self.opening.release()
+            self._give_places_back()
             # Whatever ends the consumer (a handler's exception, a cancellation by the server,
             # a close without websocket.disconnect), it leaves the hub and Redis; shielded,
             # so that a second cancellation cannot cut the cleanup short.
@@ -112,8 +118,14 @@ class PresenceConsumer(RoomFrames):
         # The first check falls anywhere in the second half of the first interval: sockets
         # opened together (a deploy, a reconnect storm) must not all check at the same moment.
         self.session_checked = time.time() - conf.SESSION_CHECK_INTERVAL * _draw() / 2
+        # Past MAX_CONNECTIONS_PER_USER in this process alone it is refused before it waits:
+        # one account's sockets must not queue ahead of everyone's (presence.admission).
+        self.entry = admission.enter(self.viewer_id)
+        if self.entry is None:
+            await self._too_many()
+            return
         # Accepted already, it waits for its turn among the openings (a reconnect storm).
-        self.opening = await admission.admit()
+        self.opening = await self.entry.admit()
         self.hub = Hub.get()
         await self.hub.attach(self)
         self.attached = True
@@ -127,12 +139,29 @@ class PresenceConsumer(RoomFrames):
                 self.user, self.connection_id, self.device.value, self.recent_ends_check()
             )
             if await self._ended_meanwhile(ended, changed):
+                self._give_places_back()
                 return
+        if opened is not None and opened.refused:
+            # The next socket in turn opens now, not once this one's close is answered.
+            self._give_places_back()
         if device_error:
             await self.send_error("invalid_value", device_error)
         if await self._refused(opened):
             return
         self.written_at = time.time()
+
+    async def _too_many(self) -> None:
+        logger.info("Presence: closing connection of user %s: too many connections", self.viewer_id)
+        await self.close(code=CLOSE_TOO_MANY_CONNECTIONS)
+
+    def _give_places_back(self) -> None:
+        """Its place among the openings and in its user's count: the socket is closing."""
+        if self.opening is not None:
+            self.opening.release()
+            self.opening = None
+        if self.entry is not None:
+            self.entry.leave()
+            self.entry = None
 
     async def disconnect(self, code: int) -> None:
         if not self.attached:

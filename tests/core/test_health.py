@@ -4,10 +4,12 @@ that would trip a probe; the hub's lag when a hub runs on the serving loop."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
 
@@ -105,6 +107,53 @@ def test_every_layer_server_answering_is_ok(client: Client, kind: str, redis_url
             response = health(client)
     assert response.status_code == 200, response.json()
     assert response.json()["layer"] == "ok"
+
+
+def layer_of(kind: str, *urls: str) -> dict[str, Any]:
+    return {"default": {"BACKEND": LAYERS[kind], "CONFIG": {"hosts": list(urls)}}}
+
+
+def connections_received(counter: redis.Redis) -> int:
+    """Connections the server accepted so far, ``counter``'s own (open already) among them."""
+    return int(counter.info("stats")["total_connections_received"])
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_probes_in_a_row_keep_one_connection_to_the_layer(client: Client, kind: str) -> None:
+    # An anonymous flood of health requests must not cost the layer's servers a connection
+    # each. Each request of the test client runs on an event loop of its own (as under WSGI).
+    with RedisServer() as server, redis.Redis.from_url(server.url) as counter:
+        before = connections_received(counter)
+        with override_settings(CHANNEL_LAYERS=layer_of(kind, server.url)):
+            assert {health(client).status_code for _ in range(20)} == {200}
+        assert connections_received(counter) - before <= 1
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+async def test_probes_at_once_share_one_check_of_the_layer(kind: str) -> None:
+    with RedisServer() as server, redis.Redis.from_url(server.url) as counter:
+        before = connections_received(counter)
+        with override_settings(CHANNEL_LAYERS=layer_of(kind, server.url)):
+            client = AsyncClient()
+            responses = await asyncio.gather(
+                *(client.get(reverse("presence:health")) for _ in range(20))
+            )
+        assert {response.status_code for response in responses} == {200}
+        assert {response.json()["layer"] for response in responses} == {"ok"}
+        assert connections_received(counter) - before <= 1
+
+
+def test_a_layer_server_that_stops_and_comes_back_is_seen_at_once(client: Client) -> None:
+    server = RedisServer()
+    with server, override_settings(CHANNEL_LAYERS=layer_of("core", server.url)):
+        assert health(client).status_code == 200
+        server.stop()
+        response = health(client)
+        assert response.status_code == 503
+        assert response.json()["layer"] == "unavailable"
+        server.start()
+        # The kept connection was lost with the server: the next check makes a new one.
+        assert health(client).json()["layer"] == "ok"
 
 
 def test_without_a_channel_layer_the_layer_is_none_and_healthy(client: Client) -> None:

@@ -1,11 +1,14 @@
 """presence.admission: a process works on a few sockets' openings at once (a reconnect storm);
-the others are accepted at once and wait their turn, first come first served, until the one
-before them had its first snapshot, closed, or held its place for OPENING_HOLD (both settings:
-PRESENCE["OPENINGS_AT_ONCE"], PRESENCE["OPENING_HOLD"])."""
+the others are accepted at once and wait their turn (each user's first come first served, the
+users in turn, one user holding at most PLACES_PER_USER places) until the one before them had
+its first snapshot, closed, was refused, or held its place for OPENING_HOLD (both settings:
+PRESENCE["OPENINGS_AT_ONCE"], PRESENCE["OPENING_HOLD"]). A socket past MAX_CONNECTIONS_PER_USER
+in the process is refused before it waits."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,21 +16,29 @@ import pytest
 from channels.testing import WebsocketCommunicator
 
 from presence import admission
+from presence.store import get_store
 from tests.ids import wire_id
 from tests.live.sockets import (
     TIMEOUT,
     Sockets,
     assert_silent,
+    connections_in_redis,
+    eventually,
     new_user,
     receive,
+    refused,
+    state,
     subscribe,
 )
 from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import sockets as sockets
 
+#: user ids of the tests of the gate alone
+USER, OTHER = 1, 2
 
-def admit_one_at_a_time(settings: Any, hold: float) -> None:
-    settings.PRESENCE = {**settings.PRESENCE, "OPENINGS_AT_ONCE": 1, "OPENING_HOLD": hold}
+
+def admit_one_at_a_time(settings: Any, hold: float, **more: Any) -> None:
+    settings.PRESENCE = {**settings.PRESENCE, "OPENINGS_AT_ONCE": 1, "OPENING_HOLD": hold, **more}
 
 
 @pytest.fixture
@@ -51,12 +62,12 @@ async def second_behind_first(
 
 @pytest.mark.usefixtures("one_at_a_time")
 async def test_a_slot_is_given_back_once_and_to_the_first_waiting() -> None:
-    slot = await admission.admit()
+    slot = await admission.admit(USER)
     slot.release()
     slot.release()  # a second release frees no second place
-    again = await admission.admit()
-    first = asyncio.ensure_future(admission.admit())
-    second = asyncio.ensure_future(admission.admit())
+    again = await admission.admit(USER)
+    first = asyncio.ensure_future(admission.admit(USER))
+    second = asyncio.ensure_future(admission.admit(USER))
     await asyncio.sleep(0.05)
     assert not first.done() and not second.done()
     again.release()
@@ -102,3 +113,108 @@ async def test_a_socket_that_never_subscribes_holds_its_place_for_opening_hold_o
     _, second = await second_behind_first(sockets, make_user)
     await assert_silent(second, seconds=0.2)
     assert (await receive(second))["type"] == "presence_state"
+
+
+@pytest.mark.usefixtures("one_at_a_time")
+async def test_a_freed_place_goes_to_the_user_holding_fewest_then_in_turn() -> None:
+    held = await admission.admit(USER)
+    mine = [asyncio.ensure_future(admission.admit(USER)) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    theirs = asyncio.ensure_future(admission.admit(OTHER))
+    await asyncio.sleep(0.05)
+    # USER's sockets came first, but USER was served last: OTHER's turn.
+    held.release()
+    held = await asyncio.wait_for(theirs, TIMEOUT)
+    assert not any(turn.done() for turn in mine)
+    # A socket gone while it waited loses its turn, to its user's next one.
+    mine[0].cancel()
+    held.release()
+    assert (await asyncio.wait_for(mine[1], TIMEOUT)).held
+    assert mine[0].cancelled() and not mine[2].done()
+    mine[1].result().release()
+    (await asyncio.wait_for(mine[2], TIMEOUT)).release()
+    assert admission.gate().in_use == 0 and admission.gate().held == {}
+
+
+async def test_another_users_socket_opens_before_the_later_sockets_of_one_who_came_first(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    admit_one_at_a_time(settings, hold=30.0)
+    flooder, other, target = [await new_user(make_user) for _ in range(3)]
+    # The flooder's sockets, all accepted; the first holds the one place, none subscribes.
+    floods = [sockets.make(flooder) for _ in range(4)]
+    for flood in floods:
+        assert (await flood.connect(timeout=TIMEOUT))[0]
+    mine = sockets.make(other)
+    assert (await mine.connect(timeout=TIMEOUT))[0]
+    await mine.send_json_to({"type": "subscribe", "users": [wire_id(target)]})
+    await assert_silent(mine)
+    await sockets.close(floods[0])
+    # Had the flooder's second socket been admitted, it would hold the place for 30 s.
+    assert (await receive(mine))["type"] == "presence_state"
+    assert len(await connections_in_redis(flooder)) == 0
+
+
+async def test_one_user_holds_at_most_a_few_places_and_another_opens_beside_them(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    places = admission.PLACES_PER_USER
+    settings.PRESENCE = {
+        **settings.PRESENCE,
+        "OPENINGS_AT_ONCE": places + 1,
+        "OPENING_HOLD": 30.0,
+    }
+    flooder, other, target = [await new_user(make_user) for _ in range(3)]
+    for _ in range(places + 3):
+        assert (await sockets.make(flooder).connect(timeout=TIMEOUT))[0]
+
+    async def flooder_opened() -> int:
+        return len(await connections_in_redis(flooder))
+
+    async def all_places_taken() -> bool:
+        return await flooder_opened() == places
+
+    # Its first sockets took their places (and made their opening writes) ...
+    assert await eventually(all_places_taken)
+    # ... and another user's socket opens beside them, not after the flooder's next ones.
+    mine = sockets.make(other)
+    assert (await mine.connect(timeout=TIMEOUT))[0]
+    await mine.send_json_to({"type": "subscribe", "users": [wire_id(target)]})
+    assert (await receive(mine))["type"] == "presence_state"
+    assert await flooder_opened() == places
+
+
+async def test_a_socket_the_store_refuses_gives_its_place_back_at_once(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    admit_one_at_a_time(settings, hold=30.0, MAX_CONNECTIONS_PER_USER=1)
+    crowded, other, target = [await new_user(make_user) for _ in range(3)]
+    store = get_store()
+    # The user's one connection is another process's: the store refuses a second one.
+    opened = await store.arun(store.connection(crowded.pk, "open", time.time(), "elsewhere"))
+    assert opened is not None and not opened.refused
+    # Refused; its client never answers the close (nor does the server see the socket end).
+    assert await refused(sockets.make(crowded))
+    mine = sockets.make(other)
+    assert (await mine.connect(timeout=TIMEOUT))[0]
+    await mine.send_json_to({"type": "subscribe", "users": [wire_id(target)]})
+    assert (await receive(mine))["type"] == "presence_state"
+
+
+async def test_past_max_connections_per_user_in_the_process_a_socket_is_refused_before_waiting(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    admit_one_at_a_time(settings, hold=30.0, MAX_CONNECTIONS_PER_USER=2)
+    holder, user = [await new_user(make_user) for _ in range(2)]
+    first = sockets.make(holder)
+    assert (await first.connect(timeout=TIMEOUT))[0]  # holds the one place
+    waiting = [sockets.make(user) for _ in range(2)]
+    for socket in waiting:
+        assert (await socket.connect(timeout=TIMEOUT))[0]
+    # A third socket of the user here: refused at once, though no place is free.
+    assert await refused(sockets.make(user))
+    # The two waiting are counted, not refused: they open in turn.
+    await sockets.close(first)
+    for socket in waiting:
+        assert await subscribe(socket) == state({})
+    assert len(await connections_in_redis(user)) == 2

@@ -31,7 +31,13 @@ from presence.api._contacts import (
     unblock,
     unfollow,
 )
-from presence.api._counting import anote_invisible, aonline_count, note_invisible, online_count
+from presence.api._counting import (
+    anote_invisible,
+    aonline_count,
+    note_invisible,
+    online_count,
+    recent_online_count,
+)
 from presence.api._maintenance import CleanupReport, cleanup
 from presence.api._reading import (
     abulk_presence,
@@ -88,6 +94,7 @@ __all__ = [
     "online_friends",
     "online_friends_with_presence",
     "online_now",
+    "recent_online_count",
     "room_presence",
     "set_close_friend",
     "set_status",

@@ -35,6 +35,7 @@ NAMES = (
     "rooms",
     "metrics",
     "online_count",
+    "guest_count",
 )
 
 
@@ -133,6 +134,7 @@ def main(argv: list[str]) -> int:
             bench_connections,
             bench_fanout,
             bench_feed,
+            bench_guest_count,
             bench_heartbeats,
             bench_memory,
             bench_metrics,
@@ -160,6 +162,7 @@ def main(argv: list[str]) -> int:
             "rooms": bench_rooms.run,
             "metrics": bench_metrics.run,
             "online_count": bench_online_count.run,
+            "guest_count": bench_guest_count.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -38,6 +38,7 @@ from presence.api._counting import (
     online_count,
     recent_online_count,
 )
+from presence.api._guests import aguest_count, guest_count
 from presence.api._maintenance import CleanupReport, cleanup
 from presence.api._reading import (
     abulk_presence,
@@ -67,6 +68,7 @@ __all__ = [
     "abulk_presence",
     "afollow",
     "aget_presence",
+    "aguest_count",
     "anote_invisible",
     "anotify_changed",
     "aonline_count",
@@ -88,6 +90,7 @@ __all__ = [
     "display_name",
     "follow",
     "get_presence",
+    "guest_count",
     "note_invisible",
     "notify_changed",
     "online_count",

@@ -44,22 +44,37 @@ async def alive_online_count() -> int | None:
     return await arun(_online_count(live=True))
 
 
-#: each store's (this process's) last reading for the endpoint: (when, count)
-_recent: weakref.WeakKeyDictionary[PresenceStore, tuple[float, int]] = weakref.WeakKeyDictionary()
+#: each store's (this process's) last readings: name -> (when, count)
+_recent: weakref.WeakKeyDictionary[PresenceStore, dict[str, tuple[float, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fresh_reading(name: str) -> int | None:
+    """This process's reading of ``name`` made within COUNT_INTERVAL, or None."""
+    recent = _recent.get(get_store(), {}).get(name)
+    # A clock that went backwards (now < then) reads again.
+    if recent is not None and 0 <= time.time() - recent[0] < COUNT_INTERVAL:
+        return recent[1]
+    return None
+
+
+def keep_reading(name: str, count: int | None) -> int:
+    """Remember a reading of ``name`` (None: Redis could not be read, nothing to keep); the
+    count to answer (0 for None)."""
+    if count is None:
+        return 0
+    _recent.setdefault(get_store(), {})[name] = (time.time(), count)
+    return count
 
 
 def recent_online_count() -> int:
     """:func:`online_count` as this process read it within COUNT_INTERVAL (read now if it did
     not): what ``GET presence/api/online_count`` answers, so that any number of pollers cost
     Redis one read per process per interval."""
-    store = get_store()
-    now = time.time()
-    recent = _recent.get(store)
-    # A clock that went backwards (now < then) reads again.
-    if recent is not None and 0 <= now - recent[0] < COUNT_INTERVAL:
-        return recent[1]
-    count = online_count()
-    _recent[store] = (now, count)
+    count = fresh_reading("online")
+    if count is None:
+        count = keep_reading("online", run(_online_count()))
     return count
 
 

@@ -91,6 +91,17 @@ def online_count(parser: template.base.Parser, token: template.base.Token) -> _C
     return _count_tag(parser, token, api.online_count, rendering.online_count)
 
 
+@register.tag
+def guest_count(parser: template.base.Parser, token: template.base.Token) -> _CountNode:
+    """Distinct anonymous visitors within ONLINE_WINDOW (``COUNT_GUESTS``; 0 otherwise), as a
+    number in the page's language, rendered once; ``{% guest_count as n %}`` stores it."""
+    return _count_tag(parser, token, api.guest_count, _plain_number)
+
+
+def _plain_number(count: int) -> str:
+    return number_format(count, force_grouping=True)
+
+
 @register.simple_tag
 def presence_css() -> SafeString:
     """The stylesheet of the dots (presence/presence.css); without it they measure 0 px."""

@@ -38,6 +38,7 @@ from presence.api._counting import (
     online_count,
     recent_online_count,
 )
+from presence.api._export import aexport_user_data, export_user_data
 from presence.api._guests import aguest_count, guest_count
 from presence.api._maintenance import CleanupReport, cleanup
 from presence.api._reading import (
@@ -66,6 +67,7 @@ __all__ = [
     "UnknownRoom",
     "ablock",
     "abulk_presence",
+    "aexport_user_data",
     "afollow",
     "aget_presence",
     "aguest_count",
@@ -88,6 +90,7 @@ __all__ = [
     "bulk_presence",
     "cleanup",
     "display_name",
+    "export_user_data",
     "follow",
     "get_presence",
     "guest_count",

@@ -352,7 +352,8 @@
       heartbeat();
       beatTimer = setInterval(heartbeat, HEARTBEAT_MS);
       feeds.forEach((feed) => send({ type: "watch_feed", feed }));
-      if (countElements().length) send({ type: "watch_count" });
+      countWatched = false;
+      watchCount();
       joinRooms();
       sync();
     };
@@ -592,6 +593,15 @@
       return new Intl.NumberFormat();
     }
   })();
+
+  let countWatched = false; // watch_count sent on this connection
+
+  // Ask the socket for the count once the page shows one (also an element added later).
+  function watchCount() {
+    if (countWatched || !isOpen() || !countElements().length) return;
+    countWatched = true;
+    send({ type: "watch_count" });
+  }
 
   function showCount(count) {
     if (typeof count !== "number" || !Number.isFinite(count)) return;
@@ -877,6 +887,7 @@
       const changed = mutations.some(
         (m) => Array.from(m.addedNodes).some(touched) || Array.from(m.removedNodes).some(touched)
       );
+      watchCount();
       if (!changed) return;
       roomViews.forEach((view, room) => showRoom(room)); // a copy added later shows the room
       scheduleRooms();

@@ -158,7 +158,8 @@ def _redis(record: UserRecord) -> dict[str, Any]:
         "page_views_while_connected": pages,
         "offline_due_at": _at(record.due),
         # the online count's ledger: counted ("online") or invisible ("hidden"), until when
-        "online_ledger": in_ledger and {
+        "online_ledger": in_ledger
+        and {
             "as": in_ledger,
             "until": _at(record.online_until or record.hidden_until),
         },

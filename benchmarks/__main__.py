@@ -36,6 +36,7 @@ NAMES = (
     "metrics",
     "online_count",
     "admission_flood",
+    "guest_count",
 )
 
 
@@ -135,6 +136,7 @@ def main(argv: list[str]) -> int:
             bench_connections,
             bench_fanout,
             bench_feed,
+            bench_guest_count,
             bench_heartbeats,
             bench_memory,
             bench_metrics,
@@ -163,6 +165,7 @@ def main(argv: list[str]) -> int:
             "metrics": bench_metrics.run,
             "online_count": bench_online_count.run,
             "admission_flood": bench_admission_flood.run,
+            "guest_count": bench_guest_count.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -109,7 +109,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         ):
             expected = f"a pair ({unit}, seconds) of positive ints, or None"
             messages.append(_bad_value(key, http_rate, expected))
-    for key in ("APPROXIMATE_LAST_SEEN", "RECIPROCAL_LAST_SEEN"):
+    for key in ("APPROXIMATE_LAST_SEEN", "RECIPROCAL_LAST_SEEN", "COUNT_GUESTS"):
         if key in raw and not isinstance(raw[key], bool):
             messages.append(_bad_value(key, raw[key], "True or False"))
     messages += _lengths_beyond_columns(raw)

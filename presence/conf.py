@@ -84,6 +84,9 @@ class PresenceSettings:
     #: a viewer who hides their own exact last seen from a user sees only that user's
     #: approximate last seen
     RECIPROCAL_LAST_SEEN: bool = False
+    #: count distinct anonymous visitors within ONLINE_WINDOW (approximately, storing no
+    #: identity) for guest_count; off: anonymous requests cost nothing
+    COUNT_GUESTS: bool = False
     # --- additions to the contract (documented in docs/settings.md) ---
     #: number of Redis buckets the online sorted sets are split into (docs/redis-layout.md)
     BUCKETS: int = 16384

@@ -12,6 +12,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from presence import api
+from presence.api._guests import anote_guest, note_guest
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
 
@@ -105,6 +106,7 @@ class PresenceMiddleware:
                 api.touch(*claim)
             except Exception:  # the store already fails open; this guards anything else
                 logger.exception("Presence: could not record activity")
+        note_guest(request, getattr(request, "user", None))  # COUNT_GUESTS; never raises
         return self.get_response(request)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -116,4 +118,5 @@ class PresenceMiddleware:
                 await api.atouch(*claim)
             except Exception:
                 logger.exception("Presence: could not record activity")
+        await anote_guest(request, user)  # COUNT_GUESTS; never raises
         return await self.get_response(request)  # type: ignore[misc]

@@ -18,8 +18,9 @@ from django.db import models
 from django.template import TemplateSyntaxError
 from django.template.loader import render_to_string
 from django.templatetags.static import static
-from django.urls import get_script_prefix, reverse
+from django.urls import NoReverseMatch, get_script_prefix, reverse
 from django.utils import timezone
+from django.utils.formats import number_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -302,6 +303,20 @@ def page_script(request: Any, socket: str | None = None, nonce: str | None = Non
     if user is not None and not user.is_authenticated:
         return SafeString("")
     return script_tag(socket, nonce)
+
+
+def online_count(count: int) -> SafeString:
+    """``{% online_count %}``: the number in the page's language, in an element presence.js
+    keeps live (its attribute names the JSON endpoint it polls where it has no socket)."""
+    try:
+        endpoint = reverse("presence:online_count")
+    except NoReverseMatch:  # a site without presence's URLs: live over the socket only
+        endpoint = ""
+    return format_html(
+        '<span class="presence-online-count" data-presence-online-count="{}">{}</span>',
+        endpoint,
+        number_format(count, force_grouping=True),
+    )
 
 
 # --- rooms ({% room_presence %}) --------------------------------------------------------------

@@ -9,6 +9,8 @@ app_name = "presence"
 urlpatterns = [
     path("api/presence", views.presence_view, name="presence"),
     path("api/status", views.status_view, name="status"),
+    # no login: the count presence.js polls where it has no socket (docs/http.md)
+    path("api/online_count", views.online_count_view, name="online_count"),
     # load balancers and probes: no login, no database (docs/operations.md)
     path("api/health", monitoring.health_view, name="health"),
     # <path:>: a room's id may hold a "/" (docs/rooms.md)

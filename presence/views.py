@@ -18,12 +18,13 @@ from django.middleware.csrf import (
     REASON_NO_CSRF_COOKIE,
     CsrfViewMiddleware,
 )
-from django.utils.cache import add_never_cache_headers
+from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, resolution, users
+from presence.api._counting import COUNT_INTERVAL
 from presence.api._rooms import room_state
 from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
@@ -165,6 +166,24 @@ def presence_view(request: HttpRequest) -> HttpResponse:
     return JsonResponse(
         {"presences": {str(pk): presence.as_dict() for pk, presence in presences.items()}}
     )
+
+
+@csrf_exempt  # GET only: another method is answered 405 in JSON, not by Django's HTML 403 page
+def online_count_view(request: HttpRequest) -> HttpResponse:
+    """``GET online_count``: ``{"count": N}``, users online now on the whole site (invisible
+    ones left out), for anyone, logged in or not: presence.js polls it where it has no socket.
+    Answered from this process's reading of the last COUNT_INTERVAL (5 s), so any number of
+    callers cost Redis one ``ZCOUNT`` per process per interval; shared caches may keep it as
+    long."""
+    if request.method != "GET":
+        response: HttpResponse = error(
+            "method_not_allowed", _("Use %(methods)s.") % {"methods": "GET"}, status=405
+        )
+        response["Allow"] = "GET"
+        return response
+    response = JsonResponse({"count": api.recent_online_count()})
+    patch_cache_control(response, public=True, max_age=int(COUNT_INTERVAL))
+    return response
 
 
 def _body_length(request: HttpRequest) -> int | None:

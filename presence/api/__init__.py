@@ -32,7 +32,15 @@ from presence.api._contacts import (
     unblock,
     unfollow,
 )
-from presence.api._counting import anote_invisible, aonline_count, note_invisible, online_count
+from presence.api._counting import (
+    anote_invisible,
+    aonline_count,
+    note_invisible,
+    online_count,
+    recent_online_count,
+)
+from presence.api._export import aexport_user_data, export_user_data
+from presence.api._guests import aguest_count, guest_count
 from presence.api._maintenance import CleanupReport, cleanup
 from presence.api._reading import (
     abulk_presence,
@@ -60,8 +68,10 @@ __all__ = [
     "UnknownRoom",
     "ablock",
     "abulk_presence",
+    "aexport_user_data",
     "afollow",
     "aget_presence",
+    "aguest_count",
     "amember_card",
     "anote_invisible",
     "anotify_changed",
@@ -82,8 +92,10 @@ __all__ = [
     "bulk_presence",
     "cleanup",
     "display_name",
+    "export_user_data",
     "follow",
     "get_presence",
+    "guest_count",
     "member_card",
     "note_invisible",
     "notify_changed",
@@ -91,6 +103,7 @@ __all__ = [
     "online_friends",
     "online_friends_with_presence",
     "online_now",
+    "recent_online_count",
     "room_presence",
     "set_close_friend",
     "set_status",

@@ -152,6 +152,14 @@ class PresenceFrames(FrameDispatch, Credentials):
         self._forget_spellings(subscribed)
         await self.hub.unwatch(self, subscribed)
 
+    @handles(domain.WatchCount)
+    async def watch_count_frame(self, message: domain.WatchCount) -> None:
+        await self.hub.counts.watch(self)
+
+    @handles(domain.UnwatchCount)
+    async def unwatch_count_frame(self, message: domain.UnwatchCount) -> None:
+        self.hub.counts.discard(self)
+
     @handles(domain.SetStatus)
     async def set_status_frame(self, message: domain.SetStatus) -> None:
         await self.set_status(message.change)

@@ -62,6 +62,8 @@ from presence.domain.protocol import (
     SetStatus,
     Subscribe,
     Unsubscribe,
+    UnwatchCount,
+    WatchCount,
     parse_frame,
 )
 from presence.domain.resolver import (
@@ -128,8 +130,10 @@ __all__ = [
     "Subscribe",
     "Timing",
     "Unsubscribe",
+    "UnwatchCount",
     "UserId",
     "Visibility",
+    "WatchCount",
     "approximate",
     "approximate_before_today",
     "approximate_from",

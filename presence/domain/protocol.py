@@ -56,6 +56,16 @@ class Leave:
 
 
 @dataclass(frozen=True, slots=True)
+class WatchCount:
+    """Send me the site's online count now, and its changes (``online_count`` frames)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnwatchCount:
+    """Stop sending me the online count."""
+
+
+@dataclass(frozen=True, slots=True)
 class Extension:
     """A frame of a type an installed app added (presence.extensions): its type, and what the
     app's parser made of it."""
@@ -64,7 +74,17 @@ class Extension:
     message: Any
 
 
-ClientMessage = Heartbeat | Subscribe | Unsubscribe | SetStatus | Join | Leave | Extension
+ClientMessage = (
+    Heartbeat
+    | Subscribe
+    | Unsubscribe
+    | SetStatus
+    | Join
+    | Leave
+    | WatchCount
+    | UnwatchCount
+    | Extension
+)
 
 CLIENT_TYPES = (
     "heartbeat",
@@ -73,6 +93,8 @@ CLIENT_TYPES = (
     "set_status",
     "join",
     "leave",
+    "watch_count",
+    "unwatch_count",
 )
 
 
@@ -179,6 +201,10 @@ def parse_frame(
         return SetStatus(parse_status_change(data, limits))
     if kind in ("join", "leave"):
         return _room_frame(kind, data)
+    if kind == "watch_count":
+        return WatchCount()
+    if kind == "unwatch_count":
+        return UnwatchCount()
     if extra and kind in extra:
         return Extension(kind, extra[kind](data))
     raise InvalidInput(

@@ -11,6 +11,7 @@ from channels.layers import get_channel_layer
 
 from presence import announce, metrics
 from presence.domain import UserId
+from presence.hub.counts import OnlineCounts
 from presence.hub.delivery import Delivery
 from presence.hub.groups import Groups
 from presence.hub.messages import Messages
@@ -54,6 +55,8 @@ class Hub:
         self.rooms = RoomViews(self.registry, self.groups)
         self.messages.rooms = self.rooms
         self.tasks.rooms = self.rooms
+        #: the connections watching the site's online count, and its one reading
+        self.counts = OnlineCounts()
         #: attach and detach: the hub starts and stops under it
         self._lock = asyncio.Lock()
 
@@ -144,6 +147,7 @@ class Hub:
         # First out of the registry: a handler of this connection still running (or a frame
         # racing the close) can no longer watch anything for it.
         self.registry.connections.discard(connection)
+        self.counts.discard(connection)
         # Its groups linger (Groups.let_go): the next page's socket needs most of them again.
         await self.unwatch(connection, self.registry.watchers.keys_of(connection), linger=True)
         for kind in self.registry.topics.kinds_of(connection):

@@ -41,6 +41,7 @@ from presence.store.plans import (
     Raise,
     StaleEntry,
     Transition,
+    UserRecord,
     merge,
     script_call,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "StaleEntry",
     "StoreUnavailable",
     "Transition",
+    "UserRecord",
     "decode_score",
     "get_store",
     "merge",

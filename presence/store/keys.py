@@ -190,6 +190,19 @@ class KeyScheme:
             for shard in range(len(self.tags))
         ]
 
+    # --- guests (presence.store.plans.guests) ---
+
+    def guest_bucket_seconds(self) -> int:
+        """The length of a guest bucket: a tenth of ONLINE_WINDOW (at least a second), so a
+        count reads 10 or 11 buckets and is exact to a tenth of the window."""
+        return max(1, math.ceil(self.conf.ONLINE_WINDOW / 10))
+
+    def guest_key(self, bucket: int) -> str:
+        """The HyperLogLog of the anonymous visitors seen in guest bucket ``bucket`` (seconds
+        since the epoch // the bucket's length). One hash tag for all of them: a count reads
+        them with one multi-key PFCOUNT, which a cluster allows only within one slot."""
+        return f"{self.conf.KEY_PREFIX}:{{guests}}:{bucket}"
+
     # --- rooms (presence.store.plans.rooms) ---
 
     def room_key(self, room: str, part: str) -> str:

@@ -6,6 +6,7 @@ tags do."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import template
@@ -56,11 +57,51 @@ def online_friends_list(
     )
 
 
-@register.simple_tag
-def online_count() -> str:
+class _CountNode(template.Node):
+    def __init__(self, count: Callable[[], int], html: Callable[[int], str], var: str | None):
+        self.count, self.html, self.var = count, html, var
+
+    def render(self, context: template.Context) -> str:
+        count = self.count()
+        if self.var is None:
+            return self.html(count)
+        # "as n": the number alone, in the page's language, for a sentence of the site's own
+        context[self.var] = number_format(count, force_grouping=True)
+        return ""
+
+
+def _count_tag(
+    parser: template.base.Parser,
+    token: template.base.Token,
+    count: Callable[[], int],
+    html: Callable[[int], str],
+) -> _CountNode:
+    bits = token.split_contents()
+    if len(bits) == 1:
+        return _CountNode(count, html, None)
+    if len(bits) == 3 and bits[1] == "as":
+        return _CountNode(count, html, bits[2])
+    raise template.TemplateSyntaxError(f"Use {{% {bits[0]} %}} or {{% {bits[0]} as name %}}.")
+
+
+@register.tag
+def online_count(parser: template.base.Parser, token: template.base.Token) -> _CountNode:
     """Users online now on the whole site (invisible users left out), as a number in the
-    page's language ("1,234", "1.234"); cheap enough for every page (api.online_count)."""
-    return number_format(api.online_count(), force_grouping=True)
+    page's language ("1,234", "1.234") in a ``<span class="presence-online-count">`` that
+    presence.js keeps live; ``{% online_count as n %}`` stores the number alone. Cheap enough
+    for every page (api.online_count)."""
+    return _count_tag(parser, token, api.online_count, rendering.online_count)
+
+
+@register.tag
+def guest_count(parser: template.base.Parser, token: template.base.Token) -> _CountNode:
+    """Distinct anonymous visitors within ONLINE_WINDOW (``COUNT_GUESTS``; 0 otherwise), as a
+    number in the page's language, rendered once; ``{% guest_count as n %}`` stores it."""
+    return _count_tag(parser, token, api.guest_count, _plain_number)
+
+
+def _plain_number(count: int) -> str:
+    return number_format(count, force_grouping=True)
 
 
 @register.simple_tag

@@ -116,7 +116,7 @@ def test_e002_timeouts_must_be_positive_numbers(settings: Any, key: str, bad: An
     assert ids(checks.check_settings) == ["presence.E002"]
 
 
-@pytest.mark.parametrize("key", ["APPROXIMATE_LAST_SEEN", "RECIPROCAL_LAST_SEEN"])
+@pytest.mark.parametrize("key", ["APPROXIMATE_LAST_SEEN", "RECIPROCAL_LAST_SEEN", "COUNT_GUESTS"])
 def test_e002_last_seen_switches_must_be_booleans(settings: Any, key: str) -> None:
     for bad in (1, "yes", None):
         settings.PRESENCE = {key: bad}

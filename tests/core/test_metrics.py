@@ -286,6 +286,16 @@ def test_frames_are_labelled_by_their_type_on_the_wire() -> None:
         for cls in vars(protocol).values()
         if isinstance(cls, type)
         and cls.__module__ == protocol.__name__
-        and cls.__name__ in {"Heartbeat", "Subscribe", "Unsubscribe", "SetStatus", "Join", "Leave"}
+        and cls.__name__
+        in {
+            "Heartbeat",
+            "Subscribe",
+            "Unsubscribe",
+            "SetStatus",
+            "Join",
+            "Leave",
+            "WatchCount",
+            "UnwatchCount",
+        }
     }
     assert parsed == set(protocol.CLIENT_TYPES)

@@ -115,12 +115,17 @@ def test_a_bounded_number_of_redis_commands_whatever_the_number_online(
 def test_localized_in_the_template_tag(clock: time_machine.Coordinates) -> None:
     touch_many(1234)
     template = Template("{% load presence %}<b>{% online_count %}</b> online")
+    # In an element presence.js keeps live, naming the endpoint it polls without a socket.
+    live = (
+        '<b><span class="presence-online-count" '
+        'data-presence-online-count="/presence/api/online_count">{}</span></b> online'
+    )
     with translation.override("en"):
-        assert template.render(Context({})) == "<b>1,234</b> online"
+        assert template.render(Context({})) == live.format("1,234")
     with translation.override("de"):
-        assert template.render(Context({})) == "<b>1.234</b> online"
+        assert template.render(Context({})) == live.format("1.234")
     with translation.override("vi"):  # Vietnamese does not group digits
-        assert template.render(Context({})) == "<b>1234</b> online"
+        assert template.render(Context({})) == live.format("1234")
     assert Template("{% load presence %}{% online_count as n %}[{{ n }}]").render(Context({})) == (
         "[1,234]"
     )
@@ -207,3 +212,38 @@ def test_racing_writers_of_many_processes_make_each_transition_once(
     finally:
         for store in stores:
             store.close()
+
+
+# --- GET presence/api/online_count (the polling fallback of {% online_count %}) ----------------
+
+
+def test_the_endpoint_answers_anyone_the_count(
+    client: Any, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    touch_many(3)
+    response = client.get("/presence/api/online_count")  # anonymous: no login needed
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"count": 3}
+    assert response["Cache-Control"] == "public, max-age=5"
+    refused = client.post("/presence/api/online_count")
+    assert refused.status_code == 405
+    assert refused["Allow"] == "GET"
+    assert refused.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_the_endpoint_reads_redis_once_per_process_per_interval(
+    client: Any, redis_commands: RedisCommandCounter, clock: time_machine.Coordinates
+) -> None:
+    per_read = len(list(get_store().shards()))
+    touch_many(3)
+    before = redis_commands.snapshot()
+    assert [client.get("/presence/api/online_count").json() for _ in range(10)] == [
+        {"count": 3}
+    ] * 10
+    assert redis_commands.delta(before) == {"zcount": per_read}
+    touch_many(2, first=50_000)
+    clock.shift(4)
+    assert client.get("/presence/api/online_count").json() == {"count": 3}  # this interval's
+    clock.shift(1)
+    assert client.get("/presence/api/online_count").json() == {"count": 5}

@@ -34,6 +34,11 @@
  *     "activity"   {feeds, activity}              a new activity on watched timelines
  *   watchFeed(name) / unwatchFeed(name): live timelines ("following", "mentions",
  *     "user:<id>", "group:<slug>"), watched again after every reconnect.
+ *   Online count: every [data-presence-online-count] ({% online_count %}) shows the number of
+ *     users online, in the page's number format (Intl.NumberFormat, the document's lang): the
+ *     socket is asked for it ("watch_count": only on pages that show it) and pushes its changes
+ *     (at most one "online_count" frame per 5 s); polling reads the attribute's endpoint.
+ *     Event "online_count" {count}.
  *   Rooms: every [data-presence-room="kind:id"] ({% room_presence %}) is joined and kept
  *     live (members, others, count); event "room" {room, members, others, count}.
  *     joinRoom(name, meta) joins (again: replaces meta), leaveRoom(name), room(name) -> view.
@@ -305,6 +310,7 @@
   async function poll() {
     clearTimeout(pollTimer);
     pollRooms();
+    pollCount();
     const presences = await load();
     schedulePoll();
     return presences;
@@ -346,6 +352,8 @@
       heartbeat();
       beatTimer = setInterval(heartbeat, HEARTBEAT_MS);
       feeds.forEach((feed) => send({ type: "watch_feed", feed }));
+      countWatched = false;
+      watchCount();
       joinRooms();
       sync();
     };
@@ -427,6 +435,8 @@
       apply(now);
     } else if (message.type === "room_state" || message.type === "room_diff") {
       applyRoom(message);
+    } else if (message.type === "online_count") {
+      showCount(message.count);
     } else if (message.type === "activity") {
       emit("activity", { feeds: message.feeds, activity: message.activity });
     } else if (message.type === "status") {
@@ -570,6 +580,47 @@
       waiting.push(entry);
       send(Object.assign({}, change, { type: "set_status" }));
     });
+  }
+
+  // --- the online count ({% online_count %}) ---------------------------------------------
+
+  const COUNT = "data-presence-online-count";
+  const countElements = () => document.querySelectorAll(`[${COUNT}]`);
+  const numbers = (() => {
+    try {
+      return new Intl.NumberFormat(document.documentElement.lang || undefined);
+    } catch (e) {
+      return new Intl.NumberFormat();
+    }
+  })();
+
+  let countWatched = false; // watch_count sent on this connection
+
+  // Ask the socket for the count once the page shows one (also an element added later).
+  function watchCount() {
+    if (countWatched || !isOpen() || !countElements().length) return;
+    countWatched = true;
+    send({ type: "watch_count" });
+  }
+
+  function showCount(count) {
+    if (typeof count !== "number" || !Number.isFinite(count)) return;
+    const text = numbers.format(count);
+    countElements().forEach((el) => {
+      if (el.textContent !== text) el.textContent = text;
+    });
+    emit("online_count", { count });
+  }
+
+  // Without a socket the count is read over HTTP with each poll (no login needed).
+  function pollCount() {
+    const el = countElements()[0];
+    const url = el && el.getAttribute(COUNT);
+    if (!url) return;
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((response) => (response.ok ? response.json() : null))
+      .then((body) => body && showCount(body.count))
+      .catch(() => {}); // the next poll tries again
   }
 
   // --- rooms ({% room_presence %}) ---------------------------------------------------------
@@ -871,6 +922,7 @@
       const changed = mutations.some(
         (m) => Array.from(m.addedNodes).some(touched) || Array.from(m.removedNodes).some(touched)
       );
+      watchCount();
       if (!changed) return;
       roomViews.forEach((view, room) => showRoom(room)); // a copy added later shows the room
       scheduleRooms();

@@ -13,7 +13,9 @@ By concern:
 - :mod:`~presence.store.plans.scans`: whole buckets, for cleanup and "online now"
   (:class:`StaleEntry`);
 - :mod:`~presence.store.plans.ledger`: the online ledger's count and its invisible users;
-- :mod:`~presence.store.plans.rooms`: rooms (members, meta, their stay, the sweep).
+- :mod:`~presence.store.plans.rooms`: rooms (members, meta, their stay, the sweep);
+- :mod:`~presence.store.plans.guests`: the guest count (COUNT_GUESTS);
+- :mod:`~presence.store.plans.export`: what Redis holds about one user (data requests).
 
 :class:`PlanBuilder` composes them; every name is importable from ``presence.store.plans``
 itself, as it always was.
@@ -21,6 +23,8 @@ itself, as it always was.
 
 from __future__ import annotations
 
+from presence.store.plans.export import ExportPlans, UserRecord
+from presence.store.plans.guests import GuestPlans
 from presence.store.plans.ledger import LedgerPlans
 from presence.store.plans.plan import RAISE, Plan, Raise, merge, script_call
 from presence.store.plans.reads import READ_RECENT_KEYS, ReadPlans
@@ -42,10 +46,20 @@ __all__ = [
     "RoomWrite",
     "StaleEntry",
     "Transition",
+    "UserRecord",
     "merge",
     "script_call",
 ]
 
 
-class PlanBuilder(RecordingPlans, SchedulePlans, ReadPlans, ScanPlans, LedgerPlans, RoomPlans):
+class PlanBuilder(
+    RecordingPlans,
+    SchedulePlans,
+    ReadPlans,
+    ScanPlans,
+    LedgerPlans,
+    RoomPlans,
+    GuestPlans,
+    ExportPlans,
+):
     """Every plan of the store, over its key scheme."""

@@ -92,7 +92,7 @@ class StatusForm(forms.Form):
     text = forms.CharField(label=_("Status text"), required=False)
     expires = forms.ChoiceField(label=_("Clear the text and emoji"))
 
-    def __init__(self, *args: Any, user: Any, now: datetime | None = None, **kwargs: Any) -> None:
+    def __init__(self, data: Any = None, *, user: Any, now: datetime | None = None) -> None:
         self.user = user
         self.now = now or timezone.now()
         row = UserStatus.objects.filter(user=user).first()
@@ -106,7 +106,7 @@ class StatusForm(forms.Form):
             "emoji": custom.emoji if custom else "",
             "expires": KEEP if self.current_expiry else "never",
         }
-        super().__init__(*args, initial=initial, **kwargs)
+        super().__init__(data, initial=initial)
         limits = resolution.limits()
         for name, limit in (("text", limits.text_max_length), ("emoji", limits.emoji_max_length)):
             self.fields[name] = forms.CharField(
@@ -115,7 +115,9 @@ class StatusForm(forms.Form):
         self.fields["text"].help_text = _("Up to %(max)d characters.") % {
             "max": limits.text_max_length
         }
-        self.fields["expires"].choices = self._expiry_choices(limits.max_expiry)
+        expires = self.fields["expires"]
+        assert isinstance(expires, forms.ChoiceField)
+        expires.choices = self._expiry_choices(limits.max_expiry)
 
     def _expiry_choices(self, max_expiry: int) -> list[tuple[str, Any]]:
         choices: list[tuple[str, Any]] = []

@@ -5,7 +5,7 @@ exception for someone who is no longer a contact can be kept or removed, not cha
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.http import QueryDict
@@ -45,10 +45,14 @@ class ExceptionForm(forms.Form):
         if raw is None:
             raw = self.initial.get("viewer")
         #: who this form is about (None: an id the page may not list), for the template
-        self.person = people.get(_canonical(raw))
+        self.person = self._person(raw)
+
+    def _person(self, raw: Any) -> Person | None:
+        key = _canonical(raw)
+        return None if key is None else self.people.get(key)
 
     def clean_viewer(self) -> Person:
-        person = self.people.get(_canonical(self.cleaned_data["viewer"]))
+        person = self._person(self.cleaned_data["viewer"])
         if person is None:
             raise forms.ValidationError(
                 _("This person is not one of your contacts."), code="not_a_contact"
@@ -56,7 +60,8 @@ class ExceptionForm(forms.Form):
         return person
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         person = data.get("viewer")
         if isinstance(person, Person) and not person.is_contact:
             for setting in VISIBILITY_SETTINGS:
@@ -84,9 +89,15 @@ def _canonical(raw: Any) -> str | None:
 
 
 class BaseExceptionFormSet(forms.BaseFormSet):
-    def __init__(self, *args: Any, people: dict[str, Person], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        data: QueryDict | None = None,
+        *,
+        people: dict[str, Person],
+        initial: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.people = people
-        super().__init__(*args, prefix=PREFIX, form_kwargs={"people": people}, **kwargs)
+        super().__init__(data, initial=initial, prefix=PREFIX, form_kwargs={"people": people})
 
     def clean(self) -> None:
         seen: set[str] = set()
@@ -120,13 +131,16 @@ class BaseExceptionFormSet(forms.BaseFormSet):
         return written
 
 
-ExceptionFormSet = forms.formset_factory(
-    ExceptionForm,
-    formset=BaseExceptionFormSet,
-    extra=0,
-    max_num=SHOWN_MAX,
-    absolute_max=SHOWN_MAX,
-    validate_max=True,
+ExceptionFormSet = cast(
+    type[BaseExceptionFormSet],
+    forms.formset_factory(
+        ExceptionForm,
+        formset=BaseExceptionFormSet,
+        extra=0,
+        max_num=SHOWN_MAX,
+        absolute_max=SHOWN_MAX,
+        validate_max=True,
+    ),
 )
 
 
@@ -141,10 +155,13 @@ def listing(people: list[Person]) -> BaseExceptionFormSet:
 
 def posted(owner: Any, data: QueryDict) -> BaseExceptionFormSet:
     """The formset bound to a POST: the people it names are looked up (only those the page may
-    list for ``owner``; any other id is an error of its form)."""
+    list for ``owner``; any other id is an error of its form). Unbound and empty when the POST
+    has no formset at all (a site's template left the exceptions out): they stay as they are."""
+    if not any(key.startswith(f"{PREFIX}-") for key in data):
+        return ExceptionFormSet(people={})
     raw_ids = [
         value
         for key, value in data.items()
-        if key.startswith(f"{PREFIX}-") and key.endswith("-viewer")
+        if key.startswith(f"{PREFIX}-") and key.endswith("-viewer") and isinstance(value, str)
     ][: SHOWN_MAX + 1]
     return ExceptionFormSet(data, people=named(owner, raw_ids))

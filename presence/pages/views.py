@@ -5,13 +5,14 @@ one write against ``HTTP_RATE_LIMIT``; bad input is shown on the form and nothin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 from django.apps import apps
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.utils.http import urlencode
@@ -21,7 +22,7 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_http_methods
 
 from presence import domain, ratelimit
-from presence.domain import InvalidInput
+from presence.domain import VISIBILITY_SETTINGS, InvalidInput
 from presence.models import PrivacySettings
 from presence.pages import people, sharing
 from presence.pages.forms import LevelsForm, StatusForm
@@ -52,14 +53,24 @@ def _own_levels(user: Any, data: Any = None) -> LevelsForm:
     return LevelsForm(data, instance=row)
 
 
+def _part(data: QueryDict, names: Iterable[str]) -> QueryDict | None:
+    """``data`` for a part of the page, if the POST has any of its fields; else None (the part
+    is left as it is: a site's template may leave a part out)."""
+    return data if any(name in data for name in names) else None
+
+
 def _save(user: Any, levels: LevelsForm, status: StatusForm, shares: Any) -> bool:
-    """Save all three, or nothing: the status first (the one step that may still refuse,
-    e.g. a clearing time that passed meanwhile). False, with the error on the form, if refused."""
+    """Save the parts posted, all or nothing: the status first (the one step that may still
+    refuse, e.g. a clearing time that passed meanwhile). False, with the error on the form, if
+    refused."""
     try:
         with transaction.atomic():
-            status.save_status()
-            levels.save_levels()
-            shares.save_exceptions(user)
+            if status.is_bound:
+                status.save_status()
+            if levels.is_bound:
+                levels.save_levels()
+            if shares.is_bound:
+                shares.save_exceptions(user)
     except InvalidInput as error:
         status.add_error(None, error.message)
         return False
@@ -75,15 +86,14 @@ def settings_view(request: HttpRequest) -> HttpResponse:
     limited: str | None = None
     wait: int | None = None
     if request.method == "POST":
-        levels = _own_levels(user, request.POST)
-        status = StatusForm(request.POST, user=user)
+        levels = _own_levels(user, _part(request.POST, VISIBILITY_SETTINGS))
+        status = StatusForm(_part(request.POST, StatusForm.base_fields), user=user)
         shares = sharing.posted(user, request.POST)
+        parts = [form for form in (levels, status, shares) if form.is_bound]
         wait = ratelimit.retry_after(user)
         if wait is not None:
             limited = ratelimit.limited_message(wait)
-        elif all([levels.is_valid(), status.is_valid(), shares.is_valid()]) and _save(
-            user, levels, status, shares
-        ):
+        elif all([form.is_valid() for form in parts]) and _save(user, levels, status, shares):
             if apps.is_installed("django.contrib.messages"):
                 from django.contrib import messages
 

@@ -256,6 +256,32 @@ def test_the_search_is_kept_after_a_save(ann_client: Client, people: dict[str, A
     )
 
 
+@pytest.mark.django_db
+def test_a_part_a_sites_template_leaves_out_is_left_as_it_is(
+    ann_client: Client, people: dict[str, Any]
+) -> None:
+    """A site overriding a block of presence/settings.html away (the status, the exceptions)
+    posts none of its fields: that part is not touched, the others are saved."""
+    ann = people["ann"]
+    api.set_status(ann, "dnd", text="Busy")
+    before = stored(ann)
+    values = page(ann_client)
+    levels_only = {k: values[k] for k in ("csrfmiddlewaretoken", *LEVELS)}
+    response = ann_client.post(URL, {**levels_only, "online_visibility": "nobody"})
+    assert response.status_code == 302
+    after = stored(ann)
+    assert PrivacySettings.objects.get(user=ann).online_visibility == "nobody"
+    assert after["UserStatus"] == before["UserStatus"]
+    assert after["PrivacyException"] == before["PrivacyException"]
+    # Only the exceptions: the levels and the status stay.
+    shares = {k: v for k, v in values.items() if k.startswith("share-")}
+    shares[f"{row_of(values, people['bob'])}-online_visibility"] = "always"
+    assert ann_client.post(URL, shares).status_code == 302
+    assert PrivacySettings.objects.get(user=ann).online_visibility == "nobody"
+    assert UserStatus.objects.get(user=ann).text == "Busy"
+    assert PrivacyException.objects.filter(owner=ann, viewer=people["bob"], allow=True).exists()
+
+
 def _bad(values: dict[str, str], people: dict[str, Any], case: str) -> dict[str, str]:
     bob_row, eve_row = row_of(values, people["bob"]), row_of(values, people["eve"])
     changes: dict[str, dict[str, str]] = {

@@ -54,7 +54,7 @@ class LevelsForm(forms.ModelForm):
         if not changed:
             return False
         # A saved row (update_or_create saves through the model) tells open sockets.
-        PrivacySettings.objects.update_or_create(user=self.instance.user, defaults=changed)
+        PrivacySettings.objects.update_or_create(user_id=self.instance.user_id, defaults=changed)
         return True
 
 

@@ -97,7 +97,8 @@ def settings_view(request: HttpRequest) -> HttpResponse:
             if apps.is_installed("django.contrib.messages"):
                 from django.contrib import messages
 
-                messages.success(request, _("Your settings are saved."))
+                # fail_silently: a site may install the app without its middleware
+                messages.success(request, _("Your settings are saved."), fail_silently=True)
             query = f"?{urlencode({'q': search.query})}" if search.query else ""
             return redirect(request.path + query)
         listed, total = [form.person for form in shares.forms if form.person], len(shares.forms)

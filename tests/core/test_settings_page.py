@@ -15,9 +15,7 @@ from typing import Any
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
-from django.conf import settings as django_settings
 from django.test import Client
-from django.urls import reverse
 from django.utils import timezone
 
 from presence import api
@@ -37,9 +35,13 @@ from tests.live.sockets import (
     state,
     subscribe,
 )
+from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import sockets as sockets
 from tests.privacy_cases import quiet_login
-from tests.settings_page_cases import URL, controls, page, row_of
+from tests.privacy_page_cases import URL, controls, page, row_of
+
+#: runs again on the UUID-keyed site (ids in the formset, the people looked up by them)
+pytestmark = pytest.mark.uuid_site
 
 LEVELS = ("online_visibility", "last_seen_visibility", "activity_visibility")
 
@@ -365,14 +367,13 @@ def test_the_errors_say_what_is_wrong(ann_client: Client, people: dict[str, Any]
 
 @pytest.mark.django_db
 def test_anonymous_visitors_are_sent_to_the_login_page(
-    client: Client, people: dict[str, Any]
+    client: Client, people: dict[str, Any], settings: Any
 ) -> None:
+    settings.LOGIN_URL = "/accounts/login/"  # the demo's: tests/sites/test_demo.py
     before = stored(*people.values())
     for response in (client.get(URL + "?q=b"), client.post(URL, {"status": "invisible"})):
         assert response.status_code == 302
-        assert response.url.startswith(
-            reverse(django_settings.LOGIN_URL) + "?next=/presence/settings/"
-        )
+        assert response.url.startswith("/accounts/login/?next=/presence/settings/")
     assert stored(*people.values()) == before
 
 

@@ -25,8 +25,8 @@ from presence.models import Block, Contact, PrivacyException, PrivacySettings, U
 from siteproject.demo import seed
 from siteproject.demo.forms import StatusForm
 from tests.privacy_cases import count_round_trips
-from tests.settings_page_cases import page as settings_page
-from tests.settings_page_cases import row_of
+from tests.privacy_page_cases import page as settings_page
+from tests.privacy_page_cases import row_of
 
 pytestmark = pytest.mark.django_db
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from presence import monitoring, views
+from presence.pages.views import settings_view
 
 app_name = "presence"
 
@@ -15,4 +16,6 @@ urlpatterns = [
     path("api/health", monitoring.health_view, name="health"),
     # <path:>: a room's id may hold a "/" (docs/rooms.md)
     path("api/rooms/<path:room>", views.room_view, name="room"),
+    # the ready privacy and status page a site links to (docs/privacy.md)
+    path("settings/", settings_view, name="settings"),
 ]

@@ -5,7 +5,7 @@ endpoint, consumer, hub, template tag, cleanup, feed and DRF tests again with th
 from __future__ import annotations
 
 from tests.settings import *  # noqa: F403
-from tests.settings import INSTALLED_APPS
+from tests.settings import INSTALLED_APPS, TEMPLATES
 
 INSTALLED_APPS = [
     app for app in INSTALLED_APPS if app not in {"siteproject.demo", "tests.graphsite"}
@@ -13,3 +13,6 @@ INSTALLED_APPS = [
 AUTH_USER_MODEL = "uuidsite.User"
 ROOT_URLCONF = "tests.uuidsite.urls"
 LOCALE_PATHS = []  # the demo's catalogs (siteproject/settings.py) leave with the demo
+# and so do its templates (templates/: its pages, and presence/base.html in its layout)
+TEMPLATES = [{**TEMPLATES[0], "DIRS": []}]
+LOGIN_URL = "/accounts/login/"  # Django's default, for its login page leaves with it too

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
+from django.views.generic import RedirectView
 from django.views.i18n import set_language
 
 from siteproject.demo import feed_views, views
@@ -15,8 +16,13 @@ urlpatterns = [
     path("people/", views.people, name="people"),
     path("people/<int:pk>/<slug:action>/", views.relation_action, name="relation"),
     path("u/<str:username>/", views.profile, name="profile"),
-    path("settings/privacy/", views.privacy, name="privacy"),
-    path("settings/privacy/sharing/", views.sharing, name="sharing"),
+    # The privacy page is presence's own (presence:settings), in the demo's layout
+    # (templates/presence/base.html); the old address leads there.
+    path(
+        "settings/privacy/",
+        RedirectView.as_view(pattern_name="presence:settings"),
+        name="privacy",
+    ),
     path("settings/status/", views.status, name="status"),
     # The activity feed (siteproject/demo/feed_views.py).
     path("feed/", feed_views.following, name="feed"),

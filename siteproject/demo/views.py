@@ -25,9 +25,9 @@ from django.views.decorators.http import require_POST
 from presence import api, ratelimit
 from presence.conf import get_settings
 from presence.domain import InvalidInput, check_text
-from presence.models import Block, Contact, PrivacySettings
+from presence.models import Block, Contact
 from siteproject.demo import seed
-from siteproject.demo.forms import PrivacyForm, SharingForm, StatusForm
+from siteproject.demo.forms import StatusForm
 
 User = get_user_model()
 
@@ -211,60 +211,6 @@ def relation_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     message = act(request.user, target)
     messages.success(request, message % {"name": target.get_full_name() or target.username})
     return _back(request, "demo:people")
-
-
-@member_view
-def privacy(request: HttpRequest) -> HttpResponse:
-    me = request.user
-    form = PrivacyForm(request.POST or None, instance=_own_privacy(me))
-    wait = None
-    if request.method == "POST" and form.is_valid():
-        wait = _save_unless_limited(request, form)
-        if wait is None:
-            return redirect("demo:privacy")
-    return _privacy_page(request, form, SharingForm(owner=me), wait)
-
-
-@member_view
-@require_POST
-def sharing(request: HttpRequest) -> HttpResponse:
-    """The "always share with" / "never share with" pickers of the privacy page."""
-    me = request.user
-    form = SharingForm(request.POST, owner=me)
-    wait = None
-    if form.is_valid():
-        wait = _save_unless_limited(request, form)
-        if wait is None:
-            return redirect("demo:privacy")
-    privacy_form = PrivacyForm(instance=_own_privacy(me))
-    return _privacy_page(request, privacy_form, form, wait, status=400 if wait is None else 200)
-
-
-def _own_privacy(user: Any) -> PrivacySettings:
-    # No row until the user saves: a missing row means the defaults.
-    return PrivacySettings.objects.filter(user=user).first() or PrivacySettings(user=user)
-
-
-def _save_unless_limited(request: HttpRequest, form: PrivacyForm | SharingForm) -> int | None:
-    """Save one of the privacy page's forms unless its user is over HTTP_RATE_LIMIT: None once
-    saved, else the seconds to wait (the form then says so)."""
-    wait = over_write_limit(request.user, form)
-    if wait is None:
-        form.save()
-        messages.success(request, _("Privacy settings saved."))
-    return wait
-
-
-def _privacy_page(
-    request: HttpRequest,
-    form: PrivacyForm,
-    sharing: SharingForm,
-    wait: int | None,
-    status: int = 200,
-) -> HttpResponse:
-    context = {"form": form, "sharing": sharing, "page_users": [request.user]}
-    response = render(request, "demo/privacy.html", context, status=status)
-    return response if wait is None else rate_limited_page(response, wait)
 
 
 def over_write_limit(user: Any, form: forms.BaseForm, field: str | None = None) -> int | None:

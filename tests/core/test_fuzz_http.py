@@ -122,6 +122,8 @@ PRESENCE_ENDPOINTS = [
         "presences",
     ),
     Endpoint("status", "/presence/api/status", ("POST",), True, WRITE_CODES, (), "presence"),
+    # the ready settings page: HTML, so only "never a 5xx"
+    Endpoint("settings page", "/presence/settings/", ("GET", "POST"), False, params=("q",)),
 ]
 FEED_ENDPOINTS = [
     Endpoint(
@@ -191,7 +193,7 @@ DEMO_ENDPOINTS = [
     Endpoint("people", "/people/", ("GET",), False, params=("q",)),
     Endpoint("relation", "/people/{pk}/{action}/", ("POST",), False),
     Endpoint("profile", "/u/{username}/", ("GET",), False),
-    Endpoint("privacy", "/settings/privacy/", ("GET", "POST"), False),
+    Endpoint("old privacy page", "/settings/privacy/", ("GET",), False),
     Endpoint("status page", "/settings/status/", ("GET", "POST"), False),
     Endpoint("feed page", "/feed/", ("GET", "POST"), False, params=("cursor",)),
     Endpoint("mentions page", "/feed/mentions/", ("GET",), False, params=("cursor",)),

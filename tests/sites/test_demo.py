@@ -21,10 +21,12 @@ from django.urls import reverse
 
 from presence import api, lifecycle
 from presence.middleware import throttle
-from presence.models import Block, Contact, PrivacySettings, UserStatus
+from presence.models import Block, Contact, PrivacyException, PrivacySettings, UserStatus
 from siteproject.demo import seed
 from siteproject.demo.forms import StatusForm
 from tests.privacy_cases import count_round_trips
+from tests.privacy_page_cases import page as settings_page
+from tests.privacy_page_cases import row_of
 
 pytestmark = pytest.mark.django_db
 
@@ -161,7 +163,7 @@ def test_logout_is_a_post(client: Any, demo: dict[str, Any]) -> None:
         reverse("demo:home"),
         reverse("demo:people"),
         reverse("demo:profile", args=["alice"]),
-        reverse("demo:privacy"),
+        reverse("presence:settings"),
         reverse("demo:status"),
     ],
 )
@@ -188,7 +190,7 @@ def test_actions_send_anonymous_visitors_to_login(client: Any, demo: dict[str, A
         ("demo:people", []),
         ("demo:profile", ["bob"]),
         ("demo:profile", ["alice"]),
-        ("demo:privacy", []),
+        ("presence:settings", []),
         ("demo:status", []),
     ],
 )
@@ -352,32 +354,45 @@ def test_actions_need_csrf_token(demo: dict[str, Any]) -> None:
     assert not Contact.objects.filter(owner=demo["alice"], contact=demo["frank"]).exists()
 
 
-# --- privacy settings -----------------------------------------------------------------------
+# --- privacy settings: presence's ready page (presence:settings) in the demo's layout -------
 
 
-def test_privacy_form_shows_defaults_without_saving_a_row(
+def test_the_demo_links_to_presences_settings_page_in_its_own_layout(
     client: Any, demo: dict[str, Any]
 ) -> None:
-    login(client, demo["alice"])
-    response = client.get(reverse("demo:privacy"))
+    alice = demo["alice"]
+    login(client, alice)
+    settings_url = reverse("presence:settings")
+    for page_url in (reverse("demo:home"), reverse("demo:profile", args=["alice"])):
+        assert f'href="{settings_url}"' in client.get(page_url).content.decode()
+    response = client.get(settings_url)
     assert response.status_code == 200
-    assert response.context["form"]["online_visibility"].value() == "contacts"
-    assert not PrivacySettings.objects.filter(user=demo["alice"]).exists()
+    html = response.content.decode()
+    # templates/presence/base.html extends the demo's base: its title, styles and header.
+    assert "<title>Privacy and status · Circle</title>" in html
+    assert 'href="/static/demo/site.css"' in html
+    assert f'<a href="{settings_url}" aria-current="page">Privacy</a>' in html
+    assert html.count("<h1>") == 1 and "<h1>Privacy and status</h1>" in html
+    # The demo's former privacy page leads there.
+    old = client.get("/settings/privacy/")
+    assert old.status_code == 302 and old.url == settings_url
+    assert not PrivacySettings.objects.filter(user=alice).exists()
 
 
-def test_privacy_form_saves_and_applies(client: Any, demo: dict[str, Any]) -> None:
+def test_the_privacy_page_saves_and_applies(client: Any, demo: dict[str, Any]) -> None:
     alice, bob, erin = demo["alice"], demo["bob"], demo["erin"]
     api.touch(alice)
     assert api.get_presence(alice, erin).status == "offline"  # erin is not alice's contact
     login(client, alice)
-    response = client.post(
-        reverse("demo:privacy"),
+    values = settings_page(client)
+    values.update(
         {
             "online_visibility": "everyone",
             "last_seen_visibility": "close_friends",
             "activity_visibility": "nobody",
-        },
+        }
     )
+    response = client.post(reverse("presence:settings"), values)
     assert response.status_code == 302
     row = PrivacySettings.objects.get(user=alice)
     assert (row.online_visibility, row.last_seen_visibility, row.activity_visibility) == (
@@ -389,54 +404,24 @@ def test_privacy_form_saves_and_applies(client: Any, demo: dict[str, Any]) -> No
     assert api.get_presence(alice, erin).status == "online"
     # bob is alice's contact but no close friend of hers: no last seen for him.
     assert api.get_presence(alice, bob).last_seen is None
+    # The saved message shows in the demo's flash list.
+    assert "Your settings are saved." in client.get(reverse("demo:home")).content.decode()
 
-    client.post(
-        reverse("demo:privacy"),
-        {
-            "online_visibility": "everyone",
-            "last_seen_visibility": "everyone",
-            "activity_visibility": "nobody",
-            "invisible": "on",
-        },
-    )
+    values = settings_page(client)
+    values.update({"status": "invisible", f"{row_of(values, bob)}-online_visibility": "never"})
+    assert client.post(reverse("presence:settings"), values).status_code == 302
     assert api.get_presence(alice, erin).status == "offline"
     assert PrivacySettings.objects.filter(user=alice).count() == 1
+    assert PrivacyException.objects.get(owner=alice).viewer == bob
 
 
 # --- HTTP_RATE_LIMIT on every demo form ---------------------------------------------------------
-
-
-PRIVACY_FORM = {
-    "online_visibility": "everyone",
-    "last_seen_visibility": "contacts",
-    "activity_visibility": "contacts",
-}
 
 
 def assert_limited_page(response: Any, retry_after: int) -> None:
     assert response.status_code == 429
     assert response["Retry-After"] == str(retry_after)
     assert f"try again in {retry_after} seconds" in response.content.decode()
-
-
-def test_privacy_form_is_rate_limited_and_a_refused_save_changes_nothing(
-    client: Any, demo: dict[str, Any], settings: Any, clock: time_machine.Coordinates
-) -> None:
-    settings.PRESENCE = {"HTTP_RATE_LIMIT": (2, 60)}
-    alice = demo["alice"]
-    login(client, alice)
-    assert client.post(reverse("demo:privacy"), PRIVACY_FORM).status_code == 302
-    invalid = client.post(reverse("demo:privacy"), {**PRIVACY_FORM, "online_visibility": "x"})
-    assert invalid.status_code == 200  # a form error, not a write: not counted
-    nobody = {**PRIVACY_FORM, "online_visibility": "nobody"}
-    assert client.post(reverse("demo:privacy"), nobody).status_code == 302
-    clock.shift(15)
-    refused = client.post(reverse("demo:privacy"), PRIVACY_FORM)
-    assert_limited_page(refused, retry_after=45)
-    assert 'name="online_visibility"' in refused.content.decode()  # the form, kept
-    assert PrivacySettings.objects.get(user=alice).online_visibility == "nobody"
-    clock.shift(45)  # a new window
-    assert client.post(reverse("demo:privacy"), PRIVACY_FORM).status_code == 302
 
 
 def test_follow_and_block_actions_are_rate_limited(
@@ -457,21 +442,6 @@ def test_follow_and_block_actions_are_rate_limited(
     clock.shift(60)
     assert post_action(client, erin, "block").status_code == 302
     assert Block.objects.filter(blocker=alice, blocked=erin).exists()
-
-
-def test_privacy_form_rejects_unknown_level(client: Any, demo: dict[str, Any]) -> None:
-    login(client, demo["alice"])
-    response = client.post(
-        reverse("demo:privacy"),
-        {
-            "online_visibility": "martians",
-            "last_seen_visibility": "contacts",
-            "activity_visibility": "contacts",
-        },
-    )
-    assert response.status_code == 200
-    assert response.context["form"].errors["online_visibility"]
-    assert not PrivacySettings.objects.filter(user=demo["alice"]).exists()
 
 
 # --- status ---------------------------------------------------------------------------------

@@ -1,0 +1,181 @@
+"""The forms of the settings page: the three privacy levels, and the status (automatic, do not
+disturb or invisible) with a custom text and emoji that may clear at a chosen time. The
+per-person exceptions are :mod:`presence.pages.sharing`.
+
+Every check is made here, before anything is saved; saving goes through the paths the admin
+and the API take (a saved PrivacySettings row, ``api.set_status``), so open sockets are told
+at once."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.utils import formats, timezone
+from django.utils.translation import gettext_lazy as _
+
+from presence import api, domain, resolution
+from presence.domain import VISIBILITY_SETTINGS, InvalidInput
+from presence.models import PrivacySettings, UserStatus
+
+
+class LevelsForm(forms.ModelForm):
+    """Who sees when the user is online, their last seen, their custom status."""
+
+    class Meta:
+        model = PrivacySettings
+        fields = list(VISIBILITY_SETTINGS)
+        widgets = {name: forms.RadioSelect for name in VISIBILITY_SETTINGS}
+        help_texts = {
+            "online_visibility": _(
+                "“My contacts” are the people you added to your contacts; “Close friends” "
+                "are the contacts you marked as close friends."
+            ),
+            "last_seen_visibility": _(
+                "When you were last active. Others may still see roughly how long ago "
+                "(“recently”, “within a week”)."
+            ),
+            "activity_visibility": _("Your status text and emoji."),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            # The fields' defaults are callables, for which Django would post the initial value
+            # in a hidden input: a change is measured against the stored row instead.
+            field.show_hidden_initial = False
+
+    def save_levels(self) -> bool:
+        """Save the levels that changed, and only them (``invisible`` is the status form's);
+        a user without a row gets one only when a level differs from the site's defaults.
+        True if anything was saved."""
+        changed = {name: self.cleaned_data[name] for name in self.changed_data}
+        if not changed:
+            return False
+        # A saved row (update_or_create saves through the model) tells open sockets.
+        PrivacySettings.objects.update_or_create(user_id=self.instance.user_id, defaults=changed)
+        return True
+
+
+STATUS_CHOICES = [
+    ("auto", _("Automatic — online while you are active")),
+    ("dnd", _("Do not disturb")),
+    ("invisible", _("Invisible — appear offline to everyone")),
+]
+#: choice -> seconds until the custom status clears ("today" is computed)
+EXPIRY_SECONDS = {"30m": 30 * 60, "1h": 3600, "4h": 4 * 3600, "today": 24 * 3600}
+EXPIRY_CHOICES = [
+    ("30m", _("in 30 minutes")),
+    ("1h", _("in 1 hour")),
+    ("4h", _("in 4 hours")),
+    ("today", _("at midnight")),
+    ("never", _("never")),
+]
+KEEP = "keep"
+
+
+def _live_custom(row: UserStatus | None, now: datetime) -> UserStatus | None:
+    """The row, if its custom status has not cleared yet."""
+    if row is None or (row.expires_at is not None and row.expires_at <= now):
+        return None
+    return row
+
+
+class StatusForm(forms.Form):
+    """The user's status and custom status; saved with ``api.set_status`` when it changed."""
+
+    status = forms.ChoiceField(
+        label=_("Show me as"), choices=STATUS_CHOICES, widget=forms.RadioSelect
+    )
+    emoji = forms.CharField(label=_("Emoji"), required=False)
+    text = forms.CharField(label=_("Status text"), required=False)
+    expires = forms.ChoiceField(label=_("Clear the text and emoji"))
+
+    def __init__(self, data: Any = None, *, user: Any, now: datetime | None = None) -> None:
+        self.user = user
+        self.now = now or timezone.now()
+        row = UserStatus.objects.filter(user=user).first()
+        invisible = PrivacySettings.objects.filter(user=user, invisible=True).exists()
+        custom = _live_custom(row, self.now)
+        self.activity = custom.activity if custom else ""
+        self.current_expiry = custom.expires_at if custom else None
+        initial = {
+            "status": "invisible" if invisible else "dnd" if row and row.dnd else "auto",
+            "text": custom.text if custom else "",
+            "emoji": custom.emoji if custom else "",
+            "expires": KEEP if self.current_expiry else "never",
+        }
+        super().__init__(data, initial=initial)
+        limits = resolution.limits()
+        for name, limit in (("text", limits.text_max_length), ("emoji", limits.emoji_max_length)):
+            self.fields[name] = forms.CharField(
+                label=self.fields[name].label, required=False, max_length=limit
+            )
+        self.fields["text"].help_text = _("Up to %(max)d characters.") % {
+            "max": limits.text_max_length
+        }
+        expires = self.fields["expires"]
+        assert isinstance(expires, forms.ChoiceField)
+        expires.choices = self._expiry_choices(limits.max_expiry)
+
+    def _expiry_choices(self, max_expiry: int) -> list[tuple[str, Any]]:
+        choices: list[tuple[str, Any]] = []
+        if self.current_expiry is not None:
+            when = formats.date_format(timezone.localtime(self.current_expiry), "DATETIME_FORMAT")
+            choices.append((KEEP, _("as set: %(when)s") % {"when": when}))
+        # Only what the site allows (MAX_STATUS_EXPIRY).
+        choices += [
+            (value, label)
+            for value, label in EXPIRY_CHOICES
+            if value == "never" or EXPIRY_SECONDS[value] <= max_expiry
+        ]
+        return choices
+
+    def _clean_text(self, name: str) -> str:
+        value: str = self.cleaned_data[name]
+        try:
+            return domain.check_text(value, name)
+        except InvalidInput as error:
+            raise forms.ValidationError(error.message, code=error.code) from None
+
+    def clean_text(self) -> str:
+        return self._clean_text("text")
+
+    def clean_emoji(self) -> str:
+        return self._clean_text("emoji")
+
+    def clean_expires(self) -> str:
+        choice: str = self.cleaned_data["expires"]
+        if choice == KEEP and (self.current_expiry is None or self.current_expiry <= self.now):
+            raise forms.ValidationError(_("That time has passed: choose when to clear again."))
+        return choice
+
+    def expires_at(self) -> datetime | None:
+        choice = self.cleaned_data["expires"]
+        if choice == KEEP:
+            return self.current_expiry
+        if choice == "never":
+            return None
+        if choice == "today":
+            local = timezone.localtime(self.now)
+            midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
+            return midnight + timedelta(days=1)
+        return self.now + timedelta(seconds=EXPIRY_SECONDS[choice])
+
+    def save_status(self) -> bool:
+        """``api.set_status`` with the chosen values, if any changed (the user's activity, which
+        this page does not edit, is kept). True if anything was saved. Raises InvalidInput as
+        ``set_status`` does (the view shows it on the form)."""
+        if not self.has_changed():
+            return False
+        data = self.cleaned_data
+        api.set_status(
+            self.user,
+            data["status"],
+            text=data["text"] or None,
+            emoji=data["emoji"] or None,
+            activity=self.activity or None,
+            expires_at=self.expires_at(),
+        )
+        return True

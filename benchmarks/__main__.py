@@ -35,6 +35,7 @@ NAMES = (
     "rooms",
     "metrics",
     "online_count",
+    "join_flood",
 )
 
 
@@ -134,6 +135,7 @@ def main(argv: list[str]) -> int:
             bench_fanout,
             bench_feed,
             bench_heartbeats,
+            bench_join_flood,
             bench_memory,
             bench_metrics,
             bench_middleware,
@@ -160,6 +162,7 @@ def main(argv: list[str]) -> int:
             "rooms": bench_rooms.run,
             "metrics": bench_metrics.run,
             "online_count": bench_online_count.run,
+            "join_flood": bench_join_flood.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -9,7 +9,8 @@ candidates at once. Where the viewer may see fewer than ROOM_LIST_LIMIT of them,
 four times further down the join order, up to the first ``WIDEST_FACTOR * ROOM_LIST_LIMIT``;
 members past that are listed only if they are the viewer's contacts; the others count in
 ``others`` (docs/rooms.md). Each candidate's facts and live state are read once however far
-the read goes (:class:`Resolved`); a socket's join is charged by how many that was.
+the read goes, in pieces (presence.api._room_candidates); a socket's join is charged by how
+many that was.
 
 A socket's join (:func:`ajoin_room_state`) writes and reads in one round trip: the join
 script, the room's read and the joiner's own live state in one pipeline, after one trip to the
@@ -33,8 +34,9 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
 from presence import announce, relations, resolution
+from presence.api._room_candidates import Resolved, read_candidates
 from presence.conf import get_settings
-from presence.domain import LiveState, Presence, UserId
+from presence.domain import UserId
 from presence.domain.rooms import (
     Candidate,
     Member,
@@ -46,7 +48,7 @@ from presence.domain.rooms import (
     parse_room,
 )
 from presence.models import Block, Contact
-from presence.operations import Call, Operation, Redis, arun, both, call, redis, run
+from presence.operations import Operation, arun, call, redis, run
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -174,26 +176,6 @@ class RoomEntry:
         return facts is not None and facts[1].invisible
 
 
-@dataclass
-class Resolved:
-    """What one read of a room learned of its candidates, kept across its widening passes:
-    each pass reads the first members again (four times as many), but no candidate's privacy
-    facts or live state are read twice. ``read``: how many members' facts were read (a
-    socket's join is charged by it, docs/rooms.md)."""
-
-    facts: relations.Facts
-    live: dict[UserId, LiveState]
-    #: the members whose facts were read (or are the viewer's own, in ``entry``)
-    asked: set[UserId]
-    presences: dict[UserId, Presence] = field(default_factory=dict)
-    read: int = 0
-
-    @classmethod
-    def of(cls, entry: RoomEntry, own_live: dict[UserId, LiveState] | None = None) -> Resolved:
-        """Starting from the viewer's own facts in ``entry`` and their live state, if read."""
-        return cls(dict(entry.own), dict(own_live or {}), set(entry.own))
-
-
 def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
     """:func:`may_enter` (unless ``room`` is None: the caller checked), then the viewer's ties
     and, with ``own``, their own facts: one trip to the database's thread for all of it.
@@ -229,7 +211,7 @@ def _room_state(
         raise PermissionDenied(gettext("You may not see who is in this room."))
     now = resolution.now()
     first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
-    resolved = Resolved.of(entry)
+    resolved = Resolved.of(entry.own)
     state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
     if state is None:
         if strict:
@@ -305,28 +287,17 @@ def _listing(
     resolved: Resolved,
     waits: bool,
 ) -> Operation[tuple[RoomState, bool]]:
-    """The room as ``viewer`` sees it from ``read``, and whether that read all its members:
-    the privacy facts and live state of its candidates, at once (those ``resolved`` holds
-    already, from the viewer's entry or an earlier pass of this read, are not read again)."""
+    """The room as ``viewer`` sees it from ``read``, and whether that read all its members,
+    by the privacy facts and live state of its candidates (those ``resolved`` holds already,
+    from the viewer's entry or an earlier pass of this read, are not read again)."""
     conf = get_settings()
-    store = get_store()
     viewer_id = viewer_pk(viewer)
     # Neither listed nor counted: invisible members and members blocked either way.
     excluded = set(read.invisible | (entry.blocked & read.found)) - {viewer_id}
     candidates = [uid for uid in read.members if uid not in excluded]
     facts, presences = resolved.facts, resolved.presences
     unread = [uid for uid in candidates if uid not in resolved.asked]
-    if unread:
-        # The same reads as a subscribe's snapshot: the compiled facts query, and the live
-        # state in one script (read_recent since 0 leaves nobody out).
-        more, more_live = yield from both(
-            Call(relations.load, (viewer, unread), relations.aload),
-            Redis(store.read_recent(unread, 0), waits),
-        )
-        facts.update(more)
-        resolved.live.update(more_live or {})
-        resolved.asked.update(unread)
-        resolved.read += len(unread)
+    yield from read_candidates(viewer, unread, resolved, waits)
     fresh = {uid: facts[uid] for uid in candidates if uid in facts and uid not in presences}
     presences.update(resolution.resolve_all(fresh, resolved.live, now))
     listable = []
@@ -391,7 +362,7 @@ async def ajoin_room_state(
     if write.changed:
         # On its way while the joiner's view is resolved; never raises.
         announcing = asyncio.ensure_future(announce.aannounce_room(room.name, [user_id]))
-    resolved = Resolved.of(entry, replies[2])
+    resolved = Resolved.of(entry.own, replies[2])
     try:
         listing = await arun(_listing(room, user, now, first, read, entry, resolved, True))
         state = await arun(_widened(room, user, now, first, entry, resolved, True, *listing, True))

@@ -55,7 +55,8 @@ class RoomFrames(PresenceFrames):
         except UnknownRoom as error:
             raise domain.InvalidInput(error.code, error.message) from None
         # A first join puts the connection in the room's channel-layer group while the
-        # database is asked (the room's rule, the joiner's ties and own facts, in one trip);
+        # database is asked (the room's rule, the joiner's ties and own facts, in one trip:
+        # a join again, answered from the connection's view, needs no facts);
         # nothing is sent for the room before its room_state, and a refusal takes it out again.
         entering = (
             asyncio.ensure_future(self.hub.rooms.enter(self, name))
@@ -63,7 +64,7 @@ class RoomFrames(PresenceFrames):
             else None
         )
         try:
-            entry = await aroom_entry(self.user, room, own=True)
+            entry = await aroom_entry(self.user, room, own=first)
         except BaseException:
             await asyncio.shield(self._not_entered(entering, name))
             raise

@@ -37,6 +37,7 @@ NAMES = (
     "online_count",
     "admission_flood",
     "guest_count",
+    "join_flood",
 )
 
 
@@ -138,6 +139,7 @@ def main(argv: list[str]) -> int:
             bench_feed,
             bench_guest_count,
             bench_heartbeats,
+            bench_join_flood,
             bench_memory,
             bench_metrics,
             bench_middleware,
@@ -166,6 +168,7 @@ def main(argv: list[str]) -> int:
             "online_count": bench_online_count.run,
             "admission_flood": bench_admission_flood.run,
             "guest_count": bench_guest_count.run,
+            "join_flood": bench_join_flood.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

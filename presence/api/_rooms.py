@@ -8,7 +8,9 @@ among the members, the invisible members), then the privacy facts and live state
 candidates at once. Where the viewer may see fewer than ROOM_LIST_LIMIT of them, the read goes
 four times further down the join order, up to the first ``WIDEST_FACTOR * ROOM_LIST_LIMIT``;
 members past that are listed only if they are the viewer's contacts; the others count in
-``others`` (docs/rooms.md).
+``others`` (docs/rooms.md). Each candidate's facts and live state are read once however far
+the read goes, in pieces (presence.api._room_candidates); a socket's join is charged by how
+many that was.
 
 A socket's join (:func:`ajoin_room_state`) writes and reads in one round trip: the join
 script, the room's read and the joiner's own live state in one pipeline, after one trip to the
@@ -32,8 +34,9 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
 from presence import announce, relations, resolution
+from presence.api._room_candidates import Resolved, read_candidates
 from presence.conf import get_settings
-from presence.domain import LiveState, UserId
+from presence.domain import UserId
 from presence.domain.rooms import (
     Candidate,
     Member,
@@ -45,7 +48,7 @@ from presence.domain.rooms import (
     parse_room,
 )
 from presence.models import Block, Contact
-from presence.operations import Call, Operation, Redis, arun, both, call, redis, run
+from presence.operations import Operation, arun, call, redis, run
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -208,12 +211,13 @@ def _room_state(
         raise PermissionDenied(gettext("You may not see who is in this room."))
     now = resolution.now()
     first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
-    state = yield from _read_first(room, viewer, now, first, entry, waits)
+    resolved = Resolved.of(entry.own)
+    state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
     if state is None:
         if strict:
             raise StoreUnavailable("Redis is unavailable: the room could not be read")
         return RoomState(room, {}, 0)  # Redis is unavailable: nobody can be told present
-    return (yield from _widened(room, viewer, now, first, entry, waits, *state, strict))
+    return (yield from _widened(room, viewer, now, first, entry, resolved, waits, *state, strict))
 
 
 def _widened(
@@ -222,6 +226,7 @@ def _widened(
     now: float,
     first: int,
     entry: RoomEntry,
+    resolved: Resolved,
     waits: bool,
     result: RoomState,
     scanned_all: bool,
@@ -235,7 +240,7 @@ def _widened(
         len(result.members) >= conf.ROOM_LIST_LIMIT or scanned_all or first >= _widest(conf)
     ):
         first *= 4
-        state = yield from _read_first(room, viewer, now, first, entry, waits)
+        state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
         if state is None:
             if strict:
                 raise StoreUnavailable("Redis is unavailable: the room could not be read")
@@ -255,7 +260,13 @@ def _lookups(viewer: Any, entry: RoomEntry) -> list[UserId]:
 
 
 def _read_first(
-    room: Room, viewer: Any, now: float, first: int, entry: RoomEntry, waits: bool
+    room: Room,
+    viewer: Any,
+    now: float,
+    first: int,
+    entry: RoomEntry,
+    resolved: Resolved,
+    waits: bool,
 ) -> Operation[tuple[RoomState, bool] | None]:
     """The room as ``viewer`` sees it from its first ``first`` members by join time and the
     looked-up users, and whether those were all its members; None when Redis is unavailable."""
@@ -263,7 +274,7 @@ def _read_first(
     read = yield from redis(store.read_room(room.name, now, first, _lookups(viewer, entry)), waits)
     if read is None:
         return None
-    return (yield from _listing(room, viewer, now, first, read, entry, None, waits))
+    return (yield from _listing(room, viewer, now, first, read, entry, resolved, waits))
 
 
 def _listing(
@@ -273,31 +284,22 @@ def _listing(
     first: int,
     read: RoomRead,
     entry: RoomEntry,
-    own_live: dict[UserId, LiveState] | None,
+    resolved: Resolved,
     waits: bool,
 ) -> Operation[tuple[RoomState, bool]]:
-    """The room as ``viewer`` sees it from ``read``, and whether that read all its members:
-    the privacy facts and live state of its candidates, at once (the candidates whose facts
-    ``entry`` holds already, with their live state ``own_live``, are not read again)."""
+    """The room as ``viewer`` sees it from ``read``, and whether that read all its members,
+    by the privacy facts and live state of its candidates (those ``resolved`` holds already,
+    from the viewer's entry or an earlier pass of this read, are not read again)."""
     conf = get_settings()
-    store = get_store()
     viewer_id = viewer_pk(viewer)
     # Neither listed nor counted: invisible members and members blocked either way.
     excluded = set(read.invisible | (entry.blocked & read.found)) - {viewer_id}
     candidates = [uid for uid in read.members if uid not in excluded]
-    unread = [uid for uid in candidates if uid not in entry.own]
-    facts = {uid: entry.own[uid] for uid in candidates if uid in entry.own}
-    live = dict(own_live or {})
-    if unread:
-        # The same reads as a subscribe's snapshot: the compiled facts query, and the live
-        # state in one script (read_recent since 0 leaves nobody out).
-        more, more_live = yield from both(
-            Call(relations.load, (viewer, unread), relations.aload),
-            Redis(store.read_recent(unread, 0), waits),
-        )
-        facts.update(more)
-        live.update(more_live or {})
-    presences = resolution.resolve_all(facts, live, now)
+    facts, presences = resolved.facts, resolved.presences
+    unread = [uid for uid in candidates if uid not in resolved.asked]
+    yield from read_candidates(viewer, unread, resolved, waits)
+    fresh = {uid: facts[uid] for uid in candidates if uid in facts and uid not in presences}
+    presences.update(resolution.resolve_all(fresh, resolved.live, now))
     listable = []
     for uid in candidates:
         if uid not in facts:
@@ -334,13 +336,14 @@ async def ajoin_room_state(
     meta: str | None,
     invisible: bool,
     entry: RoomEntry,
-) -> RoomState:
+) -> tuple[RoomState, int]:
     """A socket's join (the caller asked the room's rule, :func:`aroom_entry` with ``own``):
     the connection joins ``room`` (joining again replaces its meta), announced to the room when
-    what others see changed, and the room as ``user`` sees it now. The join script, the room's
-    read and the joiner's live state go in one round trip (the read runs after the write, in
-    the same pipeline: the joiner is among the members it reads). StoreUnavailable when Redis
-    cannot be written or read: nothing is guessed."""
+    what others see changed, and the room as ``user`` sees it now, with how many members' facts
+    its read resolved (what the join is charged). The join script, the room's read and the
+    joiner's live state go in one round trip (the read runs after the write, in the same
+    pipeline: the joiner is among the members it reads). StoreUnavailable when Redis cannot be
+    written or read: nothing is guessed."""
     store = get_store()
     user_id = viewer_pk(user)
     now = resolution.now()
@@ -359,9 +362,11 @@ async def ajoin_room_state(
     if write.changed:
         # On its way while the joiner's view is resolved; never raises.
         announcing = asyncio.ensure_future(announce.aannounce_room(room.name, [user_id]))
+    resolved = Resolved.of(entry.own, replies[2])
     try:
-        listing = await arun(_listing(room, user, now, first, read, entry, replies[2], True))
-        return await arun(_widened(room, user, now, first, entry, True, *listing, True))
+        listing = await arun(_listing(room, user, now, first, read, entry, resolved, True))
+        state = await arun(_widened(room, user, now, first, entry, resolved, True, *listing, True))
+        return state, resolved.read
     finally:
         if announcing is not None:
             await asyncio.shield(announcing)

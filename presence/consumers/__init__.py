@@ -33,8 +33,10 @@ from presence.consumers.limits import (
     CLOSE_TOO_SLOW,
     CLOSE_UNAUTHENTICATED,
     IDS_PER_FRAME,
+    ROOM_MEMBERS_PER_FRAME,
     RateLimit,
     frame_cost,
+    join_cost,
 )
 from presence.consumers.sending import (
     SEND_TIMEOUT,
@@ -56,6 +58,7 @@ __all__ = [
     "CLOSE_TOO_SLOW",
     "CLOSE_UNAUTHENTICATED",
     "IDS_PER_FRAME",
+    "ROOM_MEMBERS_PER_FRAME",
     "SEND_TIMEOUT",
     "SPLIT_FRAME_BYTES",
     "TIDY_INTERVAL",
@@ -66,6 +69,7 @@ __all__ = [
     "frame_cost",
     "frame_limit",
     "is_disconnect",
+    "join_cost",
     "read_user_ids",
     "server_connection",
     "tidy_database_connections",

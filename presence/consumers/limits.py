@@ -20,6 +20,10 @@ CLOSE_TOO_SLOW = 4408
 #: a subscribe or unsubscribe of n user ids counts as ceil(n / IDS_PER_FRAME) frames of
 #: RATE_LIMIT (each id costs channel-layer and Redis work; a frame may carry a thousand)
 IDS_PER_FRAME = 100
+#: a room's join counts one frame of RATE_LIMIT per whole ROOM_MEMBERS_PER_FRAME members whose
+#: privacy and live state its read resolved (at least one): a viewer who may see few members
+#: makes the read go down to 32 x ROOM_LIST_LIMIT of them (docs/rooms.md, "Large rooms")
+ROOM_MEMBERS_PER_FRAME = 200
 #: each whole ANSWER_BYTES_PER_FRAME bytes of the answer to a client's frame count as one more
 #: frame of RATE_LIMIT: a small frame may ask for a large answer (docs/websocket.md)
 ANSWER_BYTES_PER_FRAME = 64 * 1024
@@ -67,3 +71,8 @@ class RateLimit:
 def frame_cost(user_ids: int) -> int:
     """What a subscribe or unsubscribe of this many ids counts against RATE_LIMIT."""
     return max(1, math.ceil(user_ids / IDS_PER_FRAME))
+
+
+def join_cost(resolved: int) -> int:
+    """What a room's join whose read resolved this many members counts against RATE_LIMIT."""
+    return max(1, resolved // ROOM_MEMBERS_PER_FRAME)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from django.utils.translation import gettext
@@ -18,8 +19,9 @@ from presence.api._rooms import ajoin_room_state, aroom_entry, room_rule
 from presence.conf import get_settings
 from presence.consumers.frames import handles
 from presence.consumers.handlers import PresenceFrames
+from presence.consumers.limits import join_cost
 from presence.domain.protocol import Join, Leave
-from presence.domain.rooms import Room, parse_room
+from presence.domain.rooms import Room, RoomState, parse_room
 from presence.store import StoreUnavailable
 
 logger = logging.getLogger("presence")
@@ -54,7 +56,8 @@ class RoomFrames(PresenceFrames):
         except UnknownRoom as error:
             raise domain.InvalidInput(error.code, error.message) from None
         # A first join puts the connection in the room's channel-layer group while the
-        # database is asked (the room's rule, the joiner's ties and own facts, in one trip);
+        # database is asked (the room's rule, the joiner's ties and own facts, in one trip:
+        # a join again, answered from the connection's view, needs no facts);
         # nothing is sent for the room before its room_state, and a refusal takes it out again.
         entering = (
             asyncio.ensure_future(self.hub.rooms.enter(self, name))
@@ -62,7 +65,7 @@ class RoomFrames(PresenceFrames):
             else None
         )
         try:
-            entry = await aroom_entry(self.user, room, own=True)
+            entry = await aroom_entry(self.user, room, own=first)
         except BaseException:
             await asyncio.shield(self._not_entered(entering, name))
             raise
@@ -75,17 +78,19 @@ class RoomFrames(PresenceFrames):
             return
         before = self.rooms.get(name)
         self.rooms[name] = message.meta
+        resolved = 0
         try:
-            if entering is not None:
-                await entering
-            else:
-                await self.hub.rooms.enter(self, name)
+            # A join again that replaces the meta is answered from the connection's view.
+            state = None if first else await self._rejoined(room, message.meta)
+            if state is None:
+                await (entering if entering is not None else self.hub.rooms.enter(self, name))
             if first and len(self.rooms) == 1:
                 self.rooms_invisible = entry.invisible(self.viewer_id)
             # Live: a busy Redis is waited for (back-pressure), an outage told (unavailable).
-            state = await ajoin_room_state(
-                room, self.user, self.connection_id, message.meta, self.rooms_invisible, entry
-            )
+            if state is None:
+                state, resolved = await ajoin_room_state(
+                    room, self.user, self.connection_id, message.meta, self.rooms_invisible, entry
+                )
             # The listed members' cards, before the view is shown: no diff may precede it.
             frame = {"type": "room_state", **state.as_dict()}
             await add_cards([frame["members"]])
@@ -109,6 +114,28 @@ class RoomFrames(PresenceFrames):
             raise
         self.hub.rooms.show(self, name, state)
         await self.send_json(frame)
+        # Charged by the work its read did: a viewer who may see few members makes it resolve
+        # up to 32 x ROOM_LIST_LIMIT members (docs/rooms.md).
+        if (cost := join_cost(resolved)) > 1 and self.attached:
+            self.rate.charge(time.time(), cost - 1)
+
+    async def _rejoined(self, room: Room, meta: str | None) -> RoomState | None:
+        """A join of a room the connection is in: its new meta written (and announced), and
+        the room as the connection's view has it, not read again; None while the view is being
+        read (the caller reads the room)."""
+        state = self.hub.rooms.rejoining(self, room.name, meta)
+        if state is not None:
+            try:
+                written = await events.ajoin_room(
+                    self.user, self.connection_id, room, meta, self.rooms_invisible
+                )
+            except BaseException:
+                self.hub.rooms.resume(self, room.name)
+                raise
+            if written is None:
+                self.hub.rooms.resume(self, room.name)
+                raise StoreUnavailable("Redis is unavailable: the join was not written")
+        return state
 
     async def _not_entered(self, entering: asyncio.Future[Any] | None, name: str) -> None:
         """A first join refused or failed before its write: out of the room's group again."""

@@ -112,6 +112,24 @@ class RoomViews:
             view.others = state.others
             view.reading = False
 
+    def rejoining(self, connection: Connection, room: str, meta: str | None) -> RoomState | None:
+        """``connection`` joins ``room`` again: the room as last sent, its own meta ``meta``,
+        from its view, which deliveries skip until :meth:`show` or :meth:`resume` (as while a
+        room_state is read); None while it is being read or lists no viewer (read the room)."""
+        view = self.views.get(connection, {}).get(room)
+        own = None if view is None or view.reading else view.listed.get(connection.viewer_id)
+        if view is None or own is None:
+            return None
+        view.reading, view.generation = True, view.generation + 1
+        members = {**view.listed, connection.viewer_id: Member(meta, own.presence)}
+        return RoomState(parse_room(room), members, view.others, dict(view.ranks))
+
+    def resume(self, connection: Connection, room: str) -> None:
+        """A join again failed: the view is delivered to again, as it was."""
+        view = self.views.get(connection, {}).get(room)
+        if view is not None:
+            view.reading = False
+
     async def exit(self, connection: Connection, room: str, linger: bool = True) -> None:
         """Take ``connection`` out of ``room``. ``linger``: a room it was in (see below);
         otherwise (a join refused or failed) the groups it needed are left now: nothing of a

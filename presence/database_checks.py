@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Tags, Warning, register
 
 #: what a SQLite database served under an ASGI server needs (docs/deployment.md)
-SQLITE_OPTIONS = {
+SQLITE_OPTIONS: dict[str, Any] = {
     "timeout": 20,
     "transaction_mode": "IMMEDIATE",
     "init_command": "PRAGMA journal_mode=WAL;",

@@ -105,4 +105,4 @@ messages: install
 	cd siteproject/demo && ../../$(PY) ../../manage.py compilemessages
 
 clean:
-	rm -rf $(VENV) *.egg-info db.sqlite3 test.sqlite3 site
+	rm -rf $(VENV) *.egg-info db.sqlite3 db.sqlite3-wal db.sqlite3-shm test.sqlite3 site

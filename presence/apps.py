@@ -10,7 +10,12 @@ class PresenceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from presence import checks, monitoring, receivers  # noqa: F401  (checks register on import)
+        from presence import (  # noqa: F401  (checks register on import)
+            checks,
+            database_checks,
+            monitoring,
+            receivers,
+        )
 
         receivers.connect()
         monitoring.connect()

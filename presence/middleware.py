@@ -13,49 +13,94 @@ from django.http import HttpRequest, HttpResponseBase
 
 from presence import api
 from presence.api._guests import anote_guest, note_guest
+from presence.closes import CloseListener
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
 
 logger = logging.getLogger("presence")
 
 
+class _Entry:
+    """A user's write in this process: when, in which epoch of the closes listener, their
+    latest request since (throttled), and the device kind written."""
+
+    __slots__ = ("device", "epoch", "requested", "written")
+
+    def __init__(self, written: float, epoch: int, device: str) -> None:
+        self.written = written
+        self.epoch = epoch
+        self.requested = written
+        self.device = device
+
+
 class TouchThrottle:
     """Remembers, per process, when each user was last written, to write at most once per
     ``TOUCH_INTERVAL``. Bounded: past ``MAX_ENTRIES`` it forgets entries older than the interval,
-    and everything if that is not enough (forgetting costs at most one extra write a user)."""
+    and everything if that is not enough (forgetting costs at most one extra write a user).
+
+    A user's last connection closing ends the interval (:meth:`closed`, from
+    :mod:`presence.closes`): the request after a close is written at once. An entry written in
+    another epoch of the closes listener than the current one is not trusted (a close may have
+    been missed meanwhile)."""
 
     MAX_ENTRIES = 100_000
 
     def __init__(self) -> None:
-        self._last: dict[UserId, float] = {}
+        self._last: dict[UserId, _Entry] = {}
         self._lock = threading.Lock()
+        #: the closes listener's current epoch (presence.closes); 0 while it is not subscribed
+        self.epoch = 0
 
     def due(self, user_id: UserId, now: float, interval: float) -> bool:
-        last = self._last.get(user_id)
+        entry = self._last.get(user_id)
+        if entry is None or entry.epoch != self.epoch:
+            return True
+        last = entry.written
         # A clock that went backwards (now < last) must not stop recording.
-        return last is None or now - last >= interval or now < last
+        return now - last >= interval or now < last
 
     def claim(self, user_id: UserId, now: float, interval: float) -> bool:
         """Whether to write ``user_id`` now; if so, remembers it. Atomic, so concurrent
         requests of one user in one process write once."""
         with self._lock:
             if not self.due(user_id, now, interval):
+                self._last[user_id].requested = now
                 return False
-            self._remember(user_id, now, interval)
+            self._remember(user_id, now, interval, "web")
             return True
 
-    def mark(self, user_id: UserId, now: float | None = None) -> None:
+    def note_device(self, user_id: UserId, device: str) -> None:
+        """The device kind of the write just claimed (written again if a close calls for it)."""
+        entry = self._last.get(user_id)
+        if entry is not None:
+            entry.device = device
+
+    def mark(self, user_id: UserId, now: float | None = None, device: str = "web") -> None:
         now = time.time() if now is None else now
         with self._lock:
-            self._remember(user_id, now, get_settings().TOUCH_INTERVAL)
+            self._remember(user_id, now, get_settings().TOUCH_INTERVAL, device)
 
-    def _remember(self, user_id: UserId, now: float, interval: float) -> None:
+    def closed(self, user_id: UserId, second: int) -> str | None:
+        """The user's last connection went in ``second``. Their entry stops throttling; if a
+        request was throttled since (in that second or later), the device kind to write now
+        (the entry is renewed), else None."""
+        with self._lock:
+            entry = self._last.get(user_id)
+            if entry is None or entry.written >= second + 1:
+                return None  # nothing throttled here, or written after the close
+            if entry.requested > entry.written and entry.requested >= second:
+                entry.written = entry.requested = time.time()
+                return entry.device
+            del self._last[user_id]
+            return None
+
+    def _remember(self, user_id: UserId, now: float, interval: float, device: str) -> None:
         if len(self._last) >= self.MAX_ENTRIES and user_id not in self._last:
-            self._last = {k: v for k, v in self._last.items() if 0 <= now - v < interval}
+            self._last = {k: v for k, v in self._last.items() if 0 <= now - v.written < interval}
             if len(self._last) >= self.MAX_ENTRIES:
                 # Everyone is recent: pruning again on every request would cost O(n) each.
                 self._last.clear()
-        self._last[user_id] = now
+        self._last[user_id] = _Entry(now, self.epoch, device)
 
     def forget(self, user_id: UserId) -> None:
         with self._lock:
@@ -72,15 +117,34 @@ class TouchThrottle:
 throttle = TouchThrottle()
 
 
+def _on_close(user_id: UserId, second: int) -> None:
+    # On the listener's thread: a request this process throttled came after the close.
+    device = throttle.closed(user_id, second)
+    if device is not None:
+        try:
+            api.touch(user_id, device)
+        except Exception:
+            logger.exception("Presence: could not record activity")
+
+
+def _epoch_changed(epoch: int) -> None:
+    throttle.epoch = epoch
+
+
+listener = CloseListener(_on_close, _epoch_changed)
+
+
 def _claim(request: HttpRequest, user: Any) -> tuple[UserId, str] | None:
     """Whether this request should be recorded: (user id, device), claiming the slot."""
     if user is None or not user.is_authenticated:
         return None
+    listener.ensure()
     # Claim before writing so concurrent requests of the same user do not all write.
     if not throttle.claim(user.pk, time.time(), get_settings().TOUCH_INTERVAL):
         return None
-    device = device_from_user_agent(request.META.get("HTTP_USER_AGENT"))
-    return user.pk, device.value
+    device = device_from_user_agent(request.META.get("HTTP_USER_AGENT")).value
+    throttle.note_device(user.pk, device)
+    return user.pk, device
 
 
 class PresenceMiddleware:

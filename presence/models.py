@@ -301,7 +301,10 @@ class LastSeenManager(models.Manager):
         )
         # The pk as the column holds it (a UUID is char(32) on SQLite, uuid on PostgreSQL).
         user_column: Any = self.model._meta.get_field("user")
-        with transaction.atomic(using=alias), connection.cursor() as cursor:
+        # Each batch is a statement of its own, committed at once (no transaction around them
+        # all): SQLite has one write lock for the whole database, and the site's requests take
+        # it between batches instead of waiting for every batch (presence.W005).
+        with connection.cursor() as cursor:
             for start in range(0, len(rows), self.BATCH):
                 chunk = rows[start : start + self.BATCH]
                 placeholders = ", ".join(["(%s, %s)"] * len(chunk))

@@ -21,7 +21,7 @@ from django.db.models.signals import post_delete, post_save
 from presence import announce, api, lifecycle
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
-from presence.middleware import throttle
+from presence.middleware import listener, throttle
 from presence.models import Block, Contact, PrivacyException, PrivacySettings
 from presence.signals import presence_changed
 from presence.users import user_pk
@@ -37,12 +37,14 @@ def _device(request: Any) -> str:
 def _on_login(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     # Online right away, whatever the throttle remembers; the next pages need not write again.
     throttle.forget(user.pk)
+    device = _device(request)
     try:
-        api.touch(user, _device(request))
+        api.touch(user, device)
     except Exception:  # the store fails open for outages; this guards anything else
         logger.exception("Presence: could not record the login of user %s", user.pk)
         return
-    throttle.mark(user.pk)
+    listener.ensure()  # so that the mark below is trusted (presence.closes)
+    throttle.mark(user.pk, device=device)
 
 
 def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:

@@ -85,6 +85,16 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": dj_database_url.config(default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+# SQLite under an ASGI server (presence.W005, docs/deployment.md): a write transaction takes the
+# lock as it begins and waits for it (a read-then-write one would fail at once with "database is
+# locked" while another write holds it), and WAL lets reads go on beside a write.
+SQLITE_OPTIONS = {
+    "timeout": 20,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL;",
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Presence reuses this django-redis cache's connection settings (PRESENCE["CACHE_ALIAS"]).

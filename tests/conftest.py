@@ -205,6 +205,13 @@ def make_user(db: Any) -> Callable[..., Any]:
 # (imports are local so this section can be appended without touching the header above)
 
 
+#: the counter's own commands, the cluster client's discovery, and the closes listener's
+#: subscription (once per process and store, on its own connection: presence.closes)
+IGNORED_COMMANDS = frozenset(
+    {"cmdstat_info", "cmdstat_cluster|nodes", "cmdstat_cluster|slots", "cmdstat_subscribe"}
+)
+
+
 class RedisCommandCounter:
     """Counts the commands the real Redis server executed, from ``INFO commandstats`` deltas.
 
@@ -228,7 +235,7 @@ class RedisCommandCounter:
         calls: dict[str, int] = {}
         for client in self.clients:
             for name, values in client.info("commandstats").items():
-                if name not in {"cmdstat_info", "cmdstat_cluster|nodes", "cmdstat_cluster|slots"}:
+                if name not in IGNORED_COMMANDS:
                     key = name.removeprefix("cmdstat_")
                     calls[key] = calls.get(key, 0) + int(values["calls"])
         return calls

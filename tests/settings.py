@@ -32,6 +32,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
     _dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     DATABASES["default"]["TEST"] = {"NAME": os.path.join(_dir, f"presence-test-{os.getpid()}.db")}
+    # As the demo's (presence.W005): the live tests' daphne processes write beside this one.
+    DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)  # noqa: F405
 
 # The tests start from presence's defaults (the demo links mentions to its profiles).
 PRESENCE = {}

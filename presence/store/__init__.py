@@ -85,6 +85,7 @@ __all__ = [
     "UserRecord",
     "decode_score",
     "get_store",
+    "is_current",
     "merge",
     "redact_url",
     "redis_location",
@@ -103,6 +104,11 @@ def get_store() -> PresenceStore:
             if _store is None:
                 _store = PresenceStore(get_settings())
     return _store
+
+
+def is_current(store: PresenceStore) -> bool:
+    """Whether ``store`` is still the one :func:`get_store` answers (not reset since)."""
+    return _store is store
 
 
 def reset_clients() -> None:

@@ -125,6 +125,11 @@ class KeyScheme:
             key = self._seen_keys[bucket] = f"{self._bucket_base(bucket)}:seen"
         return key
 
+    def closes_channel(self) -> str:
+        """The pub/sub channel where a user's last connection going is published
+        (lua/connection.lua), for the page views' throttles (presence.closes)."""
+        return f"{self.conf.KEY_PREFIX}:closes"
+
     def prior_key(self, bucket: int) -> str:
         """The bucket's last seen before today's (lua/prior.lua): user -> the last seen of an
         earlier UTC day that today's activity replaced (the approximate last seen's base)."""

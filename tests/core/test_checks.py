@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.core.checks import CheckMessage, run_checks
+from django.core.checks import CheckMessage, registry, run_checks
 from django.db import models
 from django.test.utils import isolate_apps
 
-from presence import checks
+from presence import checks, database_checks
 
 MIDDLEWARE = "presence.middleware.PresenceMiddleware"
 AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -609,3 +609,49 @@ def test_e005_never_prints_the_password_of_a_location(settings: Any) -> None:
     (message,) = messages_with("presence.E005")
     assert "secret" not in str(message)
     assert "cache.example.com" in message.msg
+
+
+# --- presence.W005: SQLite under an ASGI server ------------------------------------------------
+
+SQLITE = {"ENGINE": "django.db.backends.sqlite3", "NAME": "/srv/site/db.sqlite3"}
+ASGI = "mysite.asgi.application"
+
+
+def test_w005_sqlite_under_asgi_without_the_options() -> None:
+    [message] = database_checks.sqlite_warnings(ASGI, SQLITE)
+    assert message.id == "presence.W005"
+    assert "timeout" in message.msg and "IMMEDIATE" in message.msg and "WAL" in message.msg
+    assert message.hint is not None
+    assert "'transaction_mode': 'IMMEDIATE'" in message.hint
+    assert "PRAGMA journal_mode=WAL" in message.hint and "'timeout': 20" in message.hint
+
+
+def test_w005_names_only_what_is_missing_and_keeps_the_sites_options() -> None:
+    options = {"timeout": 60, "init_command": "PRAGMA cache_size=2000"}
+    [message] = database_checks.sqlite_warnings(ASGI, {**SQLITE, "OPTIONS": options})
+    assert "timeout" not in message.msg and "IMMEDIATE" in message.msg and "WAL" in message.msg
+    assert database_checks.suggested_options(options) == {
+        "timeout": 60,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA cache_size=2000; PRAGMA journal_mode=WAL;",
+    }
+
+
+def test_w005_absent_with_the_options_without_asgi_or_on_another_database() -> None:
+    good = {**SQLITE, "OPTIONS": dict(database_checks.SQLITE_OPTIONS)}
+    assert database_checks.sqlite_warnings(ASGI, good) == []
+    assert database_checks.sqlite_warnings(None, SQLITE) == []
+    assert database_checks.sqlite_warnings(ASGI, {**SQLITE, "NAME": ":memory:"}) == []
+    postgres = {"ENGINE": "django.db.backends.postgresql", "NAME": "site"}
+    assert database_checks.sqlite_warnings(ASGI, postgres) == []
+
+
+def test_w005_reaches_django_and_the_test_settings_pass_it(settings: Any) -> None:
+    settings.ASGI_APPLICATION = ASGI
+    # The test settings (as the demo's) carry the options on SQLite.
+    assert [m for m in run_checks() if m.id == "presence.W005"] == []
+    database = settings.DATABASES["default"]
+    without = database_checks.sqlite_warnings(ASGI, {**database, "OPTIONS": {}})
+    on_sqlite = database["ENGINE"].endswith("sqlite3")
+    assert [m.id for m in without] == (["presence.W005"] if on_sqlite else [])
+    assert database_checks.check_sqlite_under_asgi in registry.registry.get_checks()

@@ -18,7 +18,7 @@ from django.urls import path
 from presence import api, signals
 from presence.conf import get_settings
 from presence.domain import Status
-from presence.middleware import PresenceMiddleware, TouchThrottle, throttle
+from presence.middleware import PresenceMiddleware, TouchThrottle, listener, throttle
 from presence.store import SCORE_FACTOR, get_store
 from tests.clock import T0, at
 from tests.conftest import RedisCommandCounter, on_one_redis
@@ -62,6 +62,13 @@ pytestmark = [
     pytest.mark.uuid_site,
     pytest.mark.cluster,
 ]
+
+
+@pytest.fixture(autouse=True)
+def _listening(_clean_presence_state: None) -> None:
+    """The closes listener (presence.closes) subscribes once per process and store, on its own
+    connection: started here, its connection's handshake is not counted as a page's."""
+    listener.ensure()
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:

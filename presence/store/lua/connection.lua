@@ -13,8 +13,11 @@
 -- most live connections allowed is refused and changes nothing.
 -- KEYS[4..7] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[10..12] offline
 -- grace, connection TTL, online window. KEYS[8] the bucket's prior set (lua/prior.lua).
--- KEYS[9] (an open only) the user's due schedule, ARGV[13] the due time of an open accepted: set
+-- KEYS[9] (an open only) the user's due schedule, ARGV[14] the due time of an open accepted: set
 -- here, in the open's own round trip, and never for a refused open (it leaves no trace).
+-- ARGV[13] the site's closes channel: when the user's last connection goes (a close, or an
+-- expiry), "user:second" is published there, so that the page views' throttles of every process
+-- learn it (presence.closes) without a read of their own.
 -- Returns {old score or false, new score or false, live connections, refused (0/1), connections
 -- dropped as crashed, made, invisible, at, outbox entry} (see settle).
 local uid = ARGV[1]
@@ -126,6 +129,7 @@ elseif o > 0 and old_flags >= FLAG_CONNECTED then
   local ts = old_ts
   if op == 'close' and now > ts then ts = now end
   score = -(ts * SCORE_FACTOR + old_flags % FLAG_CONNECTED)
+  redis.call('PUBLISH', ARGV[13], uid .. ':' .. ts)
 end
 if score and score ~= o then
   redis.call('ZADD', KEYS[1], score, uid)
@@ -133,6 +137,6 @@ if score and score ~= o then
 else
   score = old or false
 end
-if op == 'open' and KEYS[9] then redis.call('ZADD', KEYS[9], ARGV[13], uid) end
+if op == 'open' and KEYS[9] then redis.call('ZADD', KEYS[9], ARGV[14], uid) end
 local made = settle({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12], old)
 return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4]}

@@ -170,7 +170,7 @@ class RecordingPlans(KeyScheme):
         ]
         due: list[Any] = []
         if op == "open":
-            # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[13]):
+            # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[14]):
             # a page view's socket pays one round trip for its opening, not two.
             keys.append(self.user_due_key(user_id))
             due.append(seconds + domain.SECOND + self.conf.CONNECTION_TTL)
@@ -189,6 +189,7 @@ class RecordingPlans(KeyScheme):
                     seconds - self.conf.ONLINE_WINDOW,
                     self.conf.MAX_CONNECTIONS_PER_USER,
                     *self._timing(),
+                    self.closes_channel(),
                     *due,
                 ],
             )

@@ -37,7 +37,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # would hold the write lock against the test's other threads (sync_to_async, the database
     # thread) for the whole test. (So these settings do not pass presence.W005: its tests set
     # the options they need.)
-    DATABASES["default"]["OPTIONS"] = {  # noqa: F405
+    DATABASES["default"]["OPTIONS"] = {
         **SQLITE_OPTIONS,  # noqa: F405
         "transaction_mode": "DEFERRED",
     }

@@ -35,6 +35,7 @@ NAMES = (
     "rooms",
     "metrics",
     "online_count",
+    "room_rules",
 )
 
 
@@ -140,6 +141,7 @@ def main(argv: list[str]) -> int:
             bench_online_count,
             bench_online_friends,
             bench_page_views,
+            bench_room_rules,
             bench_rooms,
             bench_user_connections,
         )
@@ -160,6 +162,7 @@ def main(argv: list[str]) -> int:
             "rooms": bench_rooms.run,
             "metrics": bench_metrics.run,
             "online_count": bench_online_count.run,
+            "room_rules": bench_room_rules.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

@@ -20,7 +20,6 @@ share of one core at the default HEARTBEAT_INTERVAL (30 s).
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 from typing import Any, cast
 
 from asgiref.sync import sync_to_async
@@ -77,7 +76,7 @@ async def rounds(users: list[Any], runs: int) -> dict[str, list[float]]:
             member = Member(user, n)
             registry.rooms.add(cast(Any, member), room)
             connections.append((member, room))
-    rules = RoomRules(cast(Any, SimpleNamespace(registry=registry)))
+    rules = RoomRules(registry)
     asks = [(user, str(i // USERS_PER_ROOM)) for i, user in enumerate(users)]
     timings: dict[str, list[float]] = {"pass": [], "pass_cpu": [], "single": [], "alone": []}
     for _ in range(runs):

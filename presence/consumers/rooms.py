@@ -168,13 +168,14 @@ class RoomFrames(PresenceFrames):
 
     async def drop_room(self, name: str) -> bool:
         """The room's rule refused this connection's user (presence.hub.room_rules): the room
-        is no longer the connection's, once a join or renewal under way is written (the caller
-        then writes the leave). False if the connection was not in it."""
+        and its view are no longer the connection's, once a join or renewal under way is
+        written (the caller then writes the leave). False if the connection was not in it."""
         self._room_state_init()
         async with self.rooms_lock:
             if name not in self.rooms:
                 return False
             del self.rooms[name]
+            await self.hub.rooms.exit(self, name)
             return True
 
     async def tell_refused(self, name: str) -> None:

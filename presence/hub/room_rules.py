@@ -17,18 +17,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from presence import announce
 from presence.api._room_rules import aleave_refused, averdicts, needs_asking
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import parse_room
-from presence.hub.registry import Connection
+from presence.hub.registry import Connection, Registry
 from presence.users import encode_id
-
-if TYPE_CHECKING:
-    from presence.hub.rooms import RoomViews
 
 logger = logging.getLogger("presence")
 
@@ -50,9 +47,8 @@ class RoomConnection(Connection, Protocol):
 class RoomRules:
     """The rules' passes over this process's room connections."""
 
-    def __init__(self, views: RoomViews) -> None:
-        self.views = views
-        self.registry = views.registry
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
         #: wall-clock time the next periodic pass is due
         self.due = 0.0
         #: passes asked for by recheck_room, under way
@@ -127,16 +123,15 @@ class RoomRules:
         return len(refused)
 
     async def _take_out(self, refused: dict[tuple[UserId, str], list[RoomConnection]]) -> None:
-        """Refused members out of their rooms on each of their connections here: views first
-        (no diff of the room reaches them from now on), then one write for every leave."""
+        """Refused members out of their rooms on each of their connections here: rooms and
+        views first (no diff of the room reaches them from now on), then one write for every
+        leave."""
         out: list[tuple[RoomConnection, UserId, str]] = []
         for (user_id, name), connections in refused.items():
             dropped = await asyncio.gather(*(c.drop_room(name) for c in connections))
             out.extend(
                 (c, user_id, name) for c, was_in in zip(connections, dropped, strict=True) if was_in
             )
-        for connection, _, name in out:
-            await self.views.exit(connection, name)
         await aleave_refused((uid, c.connection_id, name) for c, uid, name in out)
         for connection, _, name in out:
             try:

@@ -75,7 +75,7 @@ class RoomViews:
         #: outages of presence's Redis and channel-layer failures seen so far (see sweep)
         self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
-        self.rules = RoomRules(self)
+        self.rules = RoomRules(registry)
 
     # --- membership ---
 

@@ -25,6 +25,12 @@ def revocable(user: Any, room_id: str) -> bool:
     return (user.pk, room_id) not in refused
 
 
+def in_group(user: Any, room_id: str) -> bool:
+    """Members of the auth group ``club-<id>``: a rule on the database, which every process
+    (the daphne ones of tests/rooms/test_processes.py too) reads alike."""
+    return bool(user.groups.filter(name=f"club-{room_id}").exists())
+
+
 NOT_CALLABLE = 42
 
 ROOMS = {

@@ -73,7 +73,12 @@ class RoomRules:
             if now < self.due or not running():
                 continue
             self.due = now + self._period()
-            await self._logged(self.recheck(tell_others=True))
+            await self.check_all()
+
+    async def check_all(self) -> None:
+        """A pass over every room here (the others told of whom it refused); a failure (the
+        database's) is logged, and the next pass asks again."""
+        await self._logged(self.recheck(tell_others=True))
 
     @staticmethod
     def _period() -> float:

@@ -192,7 +192,7 @@ class RoomViews:
         """Join every room's group again and send each view a fresh room_state (it replaces
         what the client shows), once the rules were asked again (a refusal may have been
         announced while the layer failed: a refused member gets no fresh state)."""
-        await self.rules.recheck(tell_others=True)
+        await self.rules.check_all()
         if self.registry.rooms.members:
             await self.groups.join(rooms_group_name())
         for room in list(self.registry.rooms.members):

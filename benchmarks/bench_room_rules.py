@@ -28,10 +28,11 @@ from django.test import override_settings
 
 from benchmarks.bench_fanout import make_users, run_async
 from benchmarks.common import Report, Sizes, median, ms, say
-from presence.api._rooms import may_enter
 from presence.domain.rooms import parse_room
 from presence.hub.registry import Registry
 from presence.hub.room_rules import RoomRules
+from presence.rooms.live import ConnectionRooms
+from presence.rooms.rule import may_enter
 
 NAME = "room_rules"
 BASE_ID = 8_000_001
@@ -55,12 +56,6 @@ class Member:
         self.viewer_id = user.pk
         self.connection_id = f"c{user.pk}-{n}"
 
-    async def drop_room(self, name: str) -> bool:
-        return True
-
-    async def tell_refused(self, name: str) -> None:
-        return None
-
 
 def _rule_alone(asks: list[tuple[Any, str]]) -> None:
     for user, room_id in asks:
@@ -75,6 +70,10 @@ async def rounds(users: list[Any], runs: int) -> dict[str, list[float]]:
         for n in range(CONNECTIONS):
             member = Member(user, n)
             registry.rooms.add(cast(Any, member), room)
+            # its rooms as the registry holds them (the pass asks for connections in rooms)
+            joined = ConnectionRooms(cast(Any, member), cast(Any, None))
+            joined.rooms[room] = None
+            registry.rooms.joined[cast(Any, member)] = joined
             connections.append((member, room))
     rules = RoomRules(registry)
     asks = [(user, str(i // USERS_PER_ROOM)) for i, user in enumerate(users)]

@@ -382,7 +382,7 @@ async def settle(viewers: list[Viewer], room: str, count: int) -> None:
     hub = Hub.current()
     quiet_since = time.perf_counter()
     while time.perf_counter() - quiet_since < 0.5 and time.perf_counter() < deadline:
-        if hub is not None and (hub.rooms.pending or hub.rooms.delivering):
+        if hub is not None and (hub.rooms.windows.pending or hub.rooms.windows.delivering):
             quiet_since = time.perf_counter()
         await asyncio.sleep(0.05)
     for viewer in viewers:
@@ -503,8 +503,8 @@ def joiner_process() -> None:
     room_name, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     from django.contrib.auth import get_user_model
 
-    from presence.api import _room_events as events
     from presence.domain.rooms import Room, parse_room
+    from presence.rooms import writes as events
 
     user_model = get_user_model()
     joiners = [user_model(id=pk) for pk in range(first, first + count)]

@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from presence import api, domain, relations, resolution
-from presence.api._reading import live_user_ids
+from presence.api import live_user_ids
 from presence.domain import UserId
 from presence.models import (
     Block,

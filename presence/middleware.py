@@ -12,7 +12,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from presence import api
-from presence.api._guests import anote_guest, note_guest
+from presence.api import anote_guest, note_guest
 from presence.closes import CloseListener
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent

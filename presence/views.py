@@ -24,12 +24,12 @@ from django.utils.translation import ngettext
 from django.views.decorators.csrf import csrf_exempt
 
 from presence import api, domain, ratelimit, resolution, users
-from presence.api._counting import COUNT_INTERVAL
-from presence.api._rooms import room_state
+from presence.api import COUNT_INTERVAL
 from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
 from presence.domain.nesting import nests_too_deeply
 from presence.domain.rooms import parse_room
+from presence.rooms import room_state
 from presence.store import StoreUnavailable
 
 MAX_IDS = 500

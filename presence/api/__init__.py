@@ -11,13 +11,13 @@ are users or user ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a 
 Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
 twins run it: the sync one in the caller's thread, the async one on its event loop. The
 sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_contacts``,
-``_sharing`` (always/never share with), ``_maintenance``. The live connections' side
-(opening, heartbeats, sweeps, the hub's reads) is :mod:`presence.lifecycle`.
+``_sharing`` (always/never share with), ``_maintenance``; rooms and member cards are
+:mod:`presence.rooms`'. The live connections' side (opening, heartbeats, sweeps, the hub's
+reads) is :mod:`presence.lifecycle`.
 """
 
 from __future__ import annotations
 
-from presence.api._cards import amember_card, member_card
 from presence.api._contacts import (
     ablock,
     afollow,
@@ -55,12 +55,20 @@ from presence.api._reading import (
     watched_friends,
 )
 from presence.api._recording import asign_off, atouch, sign_off, touch
-from presence.api._room_names import display_name, with_names
-from presence.api._room_rules import arecheck_room, recheck_room
-from presence.api._rooms import UnknownRoom, aroom_presence, room_presence
 from presence.api._sharing import ashare_with, aunshare, share_with, unshare
 from presence.api._status import apply_change, aset_status, set_status
 from presence.domain import InvalidInput, Presence
+from presence.rooms import (
+    UnknownRoom,
+    amember_card,
+    arecheck_room,
+    aroom_presence,
+    display_name,
+    member_card,
+    recheck_room,
+    room_presence,
+    with_names,
+)
 
 __all__ = [
     "CleanupReport",
@@ -120,5 +128,15 @@ __all__ = [
     "with_names",
 ]
 
+# For presence's own modules above this one (the hub's live online count, the views' cache
+# header, the guests middleware, the admin's true view): not part of the documented API.
+from presence.api._counting import COUNT_INTERVAL, alive_online_count  # noqa: F401
+from presence.api._guests import anote_guest, note_guest  # noqa: F401
+
 # The benchmarks time the online-friends read piece by piece (benchmarks/bench_online_friends.py).
-from presence.api._reading import _live_online, _live_since, _most_recent_online  # noqa: F401
+from presence.api._reading import (  # noqa: F401
+    _live_online,
+    _live_since,
+    _most_recent_online,
+    live_user_ids,
+)

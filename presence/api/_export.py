@@ -17,7 +17,6 @@ from typing import Any
 
 from presence import resolution
 from presence.api._reading import aget_presence, get_presence
-from presence.api._room_names import display_name
 from presence.conf import get_settings
 from presence.domain import Device, devices_from_mask, iso_time
 from presence.models import (
@@ -30,6 +29,7 @@ from presence.models import (
     privacy_defaults,
 )
 from presence.operations import Operation, arun, call, redis, run
+from presence.rooms.cards import display_name
 from presence.store import RAISE, PresenceStore, UserRecord, get_store, merge
 from presence.users import UserId, user_pk
 

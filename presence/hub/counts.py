@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from presence.api._counting import COUNT_INTERVAL, alive_online_count
+from presence.api import COUNT_INTERVAL, alive_online_count
 from presence.hub.registry import Connection
 
 logger = logging.getLogger("presence")

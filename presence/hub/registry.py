@@ -1,7 +1,8 @@
 """The hub's registry: the connections open in this process and what each one is a member of.
 
 All per-connection state of the hub lives here, one :class:`Membership` per kind: the users a
-connection watches, the account it was opened for, its topics. The process is in the
+connection watches, the account it was opened for, its topics, its rooms (with what it was
+sent of each and the rooms it was let into: :class:`RoomMemberships`). The process is in the
 channel-layer group of a key while the key has members here (presence.hub.groups does the
 joining and leaving).
 
@@ -14,6 +15,7 @@ with the others.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from presence.announce import (
@@ -24,6 +26,8 @@ from presence.announce import (
     topic_group_name,
 )
 from presence.domain import Presence, UserId
+from presence.domain.rooms import Member
+from presence.rooms.live import ConnectionRooms
 from presence.sessions import Credential
 
 
@@ -103,6 +107,41 @@ class Membership(Generic[Key]):
         return [self.group(key) for key in self.members]
 
 
+@dataclass
+class View:
+    """What a connection was last sent of a room (presence.hub.rooms)."""
+
+    listed: dict[UserId, Member] = field(default_factory=dict)
+    #: each listed member's place in the listing order but the viewer's (reading.rank)
+    ranks: dict[UserId, tuple[bool, float, str]] = field(default_factory=dict)
+    others: int = 0
+    #: a room_state is being read (changes meanwhile are delivered again after it)
+    reading: bool = True
+    #: bumped at each room_state: a delta read before it must not be applied to it
+    generation: int = 0
+
+
+class RoomMemberships(Membership[str]):
+    """Rooms: the connections in each room (its group joined for them, their views), and of
+    each connection its view of each room and the rooms it was let into (its
+    :class:`~presence.rooms.live.ConnectionRooms`: their metas, invisible flag and lock)."""
+
+    def __init__(self) -> None:
+        super().__init__(room_group_name)
+        #: connection -> room -> what it was last sent of the room
+        self.views: dict[Connection, dict[str, View]] = {}
+        #: connection -> the rooms it joined, for each connection that joined one
+        self.joined: dict[Connection, ConnectionRooms] = {}
+
+    def joined_by(self, connection: Connection) -> ConnectionRooms | None:
+        """The rooms ``connection`` joined, if it ever joined one."""
+        return self.joined.get(connection)
+
+    def release(self, connection: Connection) -> ConnectionRooms | None:
+        """``connection`` closed: the rooms it joined, no longer the registry's."""
+        return self.joined.pop(connection, None)
+
+
 class Topics:
     """Topics of connections (presence.extensions): kind -> connection -> keys. One group per
     kind, not per key: the deliveries of a kind pick the connections of each key."""
@@ -161,8 +200,8 @@ class Registry:
         #: user -> their connections opened with a session or a token (see account_group_name)
         self.accounts = Membership[UserId](account_group_name)
         self.topics = Topics()
-        #: room name -> the connections in it (their views: presence.hub.rooms)
-        self.rooms = Membership[str](room_group_name)
+        #: room name -> the connections in it, and each connection's rooms
+        self.rooms = RoomMemberships()
 
     def other_groups(self) -> Iterator[str]:
         """The groups of every kind of membership but the watchers' (theirs are joined and left

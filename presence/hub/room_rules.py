@@ -17,14 +17,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection
-from typing import Any, Protocol, cast
+from typing import Any
 
 from presence import announce
-from presence.api._room_rules import aleave_refused, averdicts, needs_asking
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import parse_room
-from presence.hub.registry import Connection, Registry
+from presence.hub.registry import Registry
+from presence.rooms.live import ConnectionRooms
+from presence.rooms.rule import averdicts, needs_asking
+from presence.rooms.writes import aleave_refused
 from presence.users import encode_id
 
 logger = logging.getLogger("presence")
@@ -32,16 +34,6 @@ logger = logging.getLogger("presence")
 #: how often (loop seconds) the periodic check looks whether its pass is due; the pass is due
 #: by the wall clock, so that it follows time.time() as the rooms' stays do
 RULES_TICK = 0.25
-
-
-class RoomConnection(Connection, Protocol):
-    """What a pass needs of a consumer in rooms (presence.consumers.rooms)."""
-
-    connection_id: str
-
-    async def drop_room(self, name: str) -> bool: ...
-
-    async def tell_refused(self, name: str) -> None: ...
 
 
 class RoomRules:
@@ -104,22 +96,23 @@ class RoomRules:
         memberships = self.registry.rooms
         names = list(memberships.members) if rooms is None else list(rooms)
         wanted = None if users is None else set(users)
-        pairs: dict[tuple[UserId, str], list[RoomConnection]] = {}
+        pairs: dict[tuple[UserId, str], list[ConnectionRooms]] = {}
         for name in names:
             if not needs_asking(parse_room(name)):
                 continue
             for connection in memberships.members.get(name, ()):
                 if wanted is not None and connection.viewer_id not in wanted:
                     continue
-                if getattr(connection, "drop_room", None) is None:
-                    continue  # not a consumer (the hub's tests' stand-ins)
-                pairs.setdefault((connection.viewer_id, name), []).append(
-                    cast(RoomConnection, connection)
-                )
+                joined = memberships.joined.get(connection)
+                if joined is None:
+                    continue  # never joined a room (the hub's tests' stand-ins)
+                pairs.setdefault((connection.viewer_id, name), []).append(joined)
         if not pairs:
             return 0
         asked = list(pairs)
-        allowed = await averdicts([(pairs[key][0].user, parse_room(key[1])) for key in asked])
+        allowed = await averdicts(
+            [(pairs[key][0].connection.user, parse_room(key[1])) for key in asked]
+        )
         refused = [key for key, ok in zip(asked, allowed, strict=True) if not ok]
         if refused:
             await self._take_out({key: pairs[key] for key in refused})
@@ -127,20 +120,22 @@ class RoomRules:
                 await self._tell_others(refused)
         return len(refused)
 
-    async def _take_out(self, refused: dict[tuple[UserId, str], list[RoomConnection]]) -> None:
+    async def _take_out(self, refused: dict[tuple[UserId, str], list[ConnectionRooms]]) -> None:
         """Refused members out of their rooms on each of their connections here: rooms and
         views first (no diff of the room reaches them from now on), then one write for every
         leave."""
-        out: list[tuple[RoomConnection, UserId, str]] = []
-        for (user_id, name), connections in refused.items():
-            dropped = await asyncio.gather(*(c.drop_room(name) for c in connections))
+        out: list[tuple[ConnectionRooms, UserId, str]] = []
+        for (user_id, name), joined in refused.items():
+            dropped = await asyncio.gather(*(rooms.drop_room(name) for rooms in joined))
             out.extend(
-                (c, user_id, name) for c, was_in in zip(connections, dropped, strict=True) if was_in
+                (rooms, user_id, name)
+                for rooms, was_in in zip(joined, dropped, strict=True)
+                if was_in
             )
-        await aleave_refused((uid, c.connection_id, name) for c, uid, name in out)
-        for connection, _, name in out:
+        await aleave_refused((uid, r.connection.connection_id, name) for r, uid, name in out)
+        for rooms, _, name in out:
             try:
-                await connection.tell_refused(name)
+                await rooms.tell_refused(name)
             except Exception:  # a connection closing must not stop the others
                 logger.debug("Presence: could not tell a refused room member", exc_info=True)
 

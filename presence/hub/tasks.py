@@ -12,7 +12,6 @@ from typing import Any
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence import announce, lifecycle
-from presence.api import _room_events as room_events
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.hub.delivery import TICK, Delivery
@@ -20,6 +19,7 @@ from presence.hub.groups import Groups
 from presence.hub.messages import Messages
 from presence.hub.recovery import Recovery
 from presence.hub.registry import Registry
+from presence.rooms.writes import asweep_rooms
 
 logger = logging.getLogger("presence")
 
@@ -134,7 +134,7 @@ class Tasks:
         if self.rooms is not None and get_settings().ROOMS:
             await self.rooms.sweep()
         elif get_settings().ROOMS:
-            await room_events.asweep_rooms()
+            await asweep_rooms()
 
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.groups.channel is not None

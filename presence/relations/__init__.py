@@ -1,6 +1,7 @@
 """Who may see whom, from the database: privacy choices and relations of many targets to one
 viewer (``load``), with the targets' user rows (``load_with_users``), of many targets to many
-viewers (``load_pairs``, the live fan-out), and friends (``friend_ids``); each in one query."""
+viewers (``load_pairs``, the live fan-out), friends (``friend_ids``), and contacts and blocks
+alone (``viewer_ties``, ``blocks_between``, ``contacts_among``: rooms); each in one query."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ from presence.relations.rows import (
     load_with_users,
     row_builder,
 )
+from presence.relations.ties import (
+    ais_invisible,
+    blocks_between,
+    blocks_query,
+    contacts_among,
+    is_invisible,
+    viewer_ties,
+)
 
 __all__ = [
     "IDS_IN_QUERY",
@@ -23,15 +32,21 @@ __all__ = [
     "PairFacts",
     "aexisting",
     "afriend_ids",
+    "ais_invisible",
     "aload",
     "aload_pairs",
     "aload_with_users",
+    "blocks_between",
+    "blocks_query",
+    "contacts_among",
     "facts_query",
     "forget_existing",
     "friend_ids",
     "friends_query",
+    "is_invisible",
     "load",
     "load_pairs",
     "load_with_users",
     "row_builder",
+    "viewer_ties",
 ]

@@ -8,12 +8,12 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections
-from django.db.models import BooleanField, Model, Q, Value
+from django.db.models import BooleanField, Model, Value
 from django.db.models.expressions import RawSQL
 
 from presence import domain
 from presence.domain import UserId
-from presence.models import Block, Contact, PrivacyException
+from presence.models import Contact, PrivacyException
 from presence.relations.facts import (
     choices_of,
     facts_query,
@@ -21,6 +21,7 @@ from presence.relations.facts import (
     reciprocal,
     relation,
 )
+from presence.relations.ties import blocks_query
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,7 @@ def _pairs_queries(
     return (
         facts_query(None, users),
         _ties_query(viewer_pks, target_ids, with_own),
-        Block.objects.filter(Q(blocker__in=target_ids) | Q(blocked__in=target_ids)).values_list(
-            "blocker_id", "blocked_id"
-        ),
+        blocks_query(target_ids),
     )
 
 

@@ -22,9 +22,9 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from presence import api, lifecycle, signals
-from presence.api._room_events import asweep_rooms
 from presence.domain import LiveState
 from presence.models import Contact, PrivacySettings
+from presence.rooms.writes import asweep_rooms
 from presence.routing import websocket_urlpatterns
 from presence.store import get_store
 from presence.tokens import TokenAuthMiddleware, issue_token

@@ -12,11 +12,11 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
 from presence import api, domain
-from presence.api import _room_events as events
 from presence.hub.groups import Groups
-from presence.hub.registry import Registry
-from presence.hub.rooms import RoomViews, View
+from presence.hub.registry import Registry, View
+from presence.hub.rooms import RoomViews
 from presence.models import Block, Contact, PrivacySettings
+from presence.rooms import delta as events
 from presence.store import get_store, merge
 from tests.rooms.rules import ROOMS
 

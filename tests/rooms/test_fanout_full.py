@@ -14,12 +14,12 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
 from presence import api, relations
-from presence.api._rooms import aread_room_state
 from presence.domain.rooms import parse_room
 from presence.hub.groups import Groups
-from presence.hub.registry import Registry
-from presence.hub.rooms import RoomViews, View
+from presence.hub.registry import Registry, View
+from presence.hub.rooms import RoomViews
 from presence.models import Block, Contact, PrivacySettings
+from presence.rooms.reading import aread_room_state
 from presence.store import get_store, merge
 from tests.rooms.rules import ROOMS
 from tests.rooms.test_fanout import Viewer

@@ -202,7 +202,7 @@ def test_a_viewer_who_may_see_few_of_the_first_members_reads_further(
 def test_the_read_goes_no_further_than_its_widest(
     make_user: Callable[..., Any], settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from presence.api import _rooms
+    from presence.rooms import reading as _rooms
 
     monkeypatch.setattr(_rooms, "WIDEST_FACTOR", 2)  # the first 2 * ROOM_LIST_LIMIT members
     settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 2}

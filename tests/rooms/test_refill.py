@@ -15,8 +15,8 @@ import time_machine
 from asgiref.sync import sync_to_async
 
 from presence import api
-from presence.api import _room_events as events
 from presence.models import Contact
+from presence.rooms import writes as events
 from tests.live.sockets import Sockets, assert_silent, new_user, receive
 from tests.live.sockets import sockets as sockets
 from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, public

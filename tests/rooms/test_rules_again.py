@@ -18,10 +18,10 @@ import time_machine
 from asgiref.sync import sync_to_async
 
 from presence import api
-from presence.api import _room_events as events
-from presence.consumers import rooms as room_frames
-from presence.consumers.rooms import RoomFrames
 from presence.domain.rooms import Room
+from presence.rooms import live as room_frames
+from presence.rooms import writes as events
+from presence.rooms.live import ConnectionRooms as RoomFrames
 from tests.live.sockets import (
     TIMEOUT,
     Sockets,

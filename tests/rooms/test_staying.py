@@ -16,9 +16,9 @@ import time_machine
 from asgiref.sync import sync_to_async
 
 from presence import announce, api
-from presence.api import _room_events as events
 from presence.domain.rooms import Room
 from presence.hub import Hub
+from presence.rooms import writes as events
 from presence.store import get_store
 from tests.live.sockets import Sockets, assert_silent, heartbeat, new_user, receive
 from tests.live.sockets import sockets as sockets

@@ -1,6 +1,5 @@
-"""Rooms, live: a connection's join, leave and renewal (recorded, then announced to the
-processes with connections in the room), the sweep of members whose stay ended, and the
-delta of a room the hub turns into ``room_diff`` frames (:func:`aroom_delta`).
+"""Rooms, live: the delta of a room's changed users that the hub turns into ``room_diff``
+frames (:func:`aroom_delta`).
 
 How a big room's fan-out stays O(changes), not O(members²), per coalescing window
 (presence.hub.rooms): announcements carry only "these users changed in room R". Once per room
@@ -19,132 +18,17 @@ frame per viewer per window.
 
 from __future__ import annotations
 
-import logging
-import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db.models import Q
-
-from presence import announce, domain, relations, resolution
+from presence import domain, relations, resolution
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import Member, Room, is_counted, is_listed
-from presence.models import Block, Contact, PrivacySettings
 from presence.operations import Call, Operation, Redis, arun, both, redis
-from presence.store import StoreUnavailable, get_store, merge
-from presence.store.plans.rooms import MemberEntry, RoomWrite
-from presence.users import user_pk
-
-logger = logging.getLogger("presence")
-
-#: members one sweep removes from a room per round trip
-PRUNE_BATCH = 1000
-#: rooms one sweep takes from each schedule
-ROOMS_PER_SWEEP = 200
-#: rooms claimed by this process whose sweep failed (Redis went away): swept again next time
-_unswept: set[str] = set()
-
-
-def is_invisible(user_id: Any) -> bool:
-    return PrivacySettings.objects.filter(user=user_id, invisible=True).exists()
-
-
-async def ais_invisible(user_id: UserId) -> bool:
-    return await sync_to_async(is_invisible)(user_id)
-
-
-async def ajoin_room(
-    user: Any, connection_id: str, room: Room, meta: str | None, invisible: bool
-) -> RoomWrite | None:
-    """A connection joins ``room`` (joining again replaces its meta); announced to the room
-    when what others see changed. None when Redis is unavailable."""
-    user_id = user_pk(user)
-    store = get_store()
-    plan = store.join_room(room.name, user_id, connection_id, resolution.now(), meta, invisible)
-    write = await store.arun(plan, live=True)
-    if write is not None and write.changed:
-        await announce.aannounce_room(room.name, [user_id])
-    return write
-
-
-async def aleave_rooms(
-    user: Any, connection_id: str, rooms: Iterable[Room], at_once: bool = False
-) -> None:
-    """A connection leaves these rooms (one round trip); its user stays for OFFLINE_GRACE in
-    a room where it was their last connection (``at_once``, a deleted user's, they leave at
-    once). A room never joined changes nothing."""
-    names = [room.name for room in rooms]
-    if not names:
-        return
-    user_id = user_pk(user)
-    store = get_store()
-    now = resolution.now()
-    writes = await store.arun(
-        merge(
-            [store.leave_room(name, user_id, connection_id, now, at_once=at_once) for name in names]
-        ),
-        live=True,
-    )
-    for name, write in zip(names, writes, strict=True):
-        if write is not None and write.changed:
-            await announce.aannounce_room(name, [user_id])
-
-
-async def arenew_rooms(
-    user: Any, connection_id: str, rooms: Mapping[str, str | None], invisible: bool
-) -> None:
-    """A connection in these rooms (name -> its meta) is alive: their stay is renewed (one
-    round trip). A room whose stay of the connection ended meanwhile (crash detection) is
-    joined again, and announced."""
-    if not rooms:
-        return
-    user_id = user_pk(user)
-    store = get_store()
-    now = resolution.now()
-    plans = [
-        store.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
-        for name, meta in rooms.items()
-    ]
-    writes = await store.arun(merge(plans), live=True)
-    for name, write in zip(rooms, writes, strict=True):
-        if write is not None and write.changed:
-            await announce.aannounce_room(name, [user_id])
-
-
-# --- the sweep ------------------------------------------------------------------------------
-
-
-async def asweep_rooms(limit: int = ROOMS_PER_SWEEP) -> dict[str, list[UserId]]:
-    """Remove members whose stay ended (crashed connections past CONNECTION_TTL, the end of
-    OFFLINE_GRACE) from the rooms due, and announce them to each room. Each room is claimed by
-    one sweeper; every live process runs this every SWEEP_INTERVAL (presence.hub)."""
-    store = get_store()
-    now = resolution.now()
-    claimed = await store.arun(store.claim_rooms(now, limit), live=True)
-    rooms = list(dict.fromkeys([*_unswept, *claimed]))
-    _unswept.difference_update(rooms)
-    if not rooms:
-        return {}
-    try:
-        pruned = await store.arun(
-            merge([store.prune_room(room, now, PRUNE_BATCH) for room in rooms]), live=True
-        )
-    except StoreUnavailable:
-        _unswept.update(rooms)  # taken out of the schedule: kept here for the next sweep
-        return {}
-    due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
-    if due and not await store.arun(store.schedule_rooms(due), live=True):
-        _unswept.update(due)
-    gone = {room: users for room, (users, _) in zip(rooms, pruned, strict=True) if users}
-    for room, users in gone.items():
-        await announce.aannounce_room(room, users)
-    return gone
-
-
-# --- the delta of a window, for the hub -----------------------------------------------------
+from presence.store import get_store
+from presence.store.plans.rooms import MemberEntry
 
 
 @dataclass
@@ -261,35 +145,6 @@ class RoomDelta:
         return found
 
 
-def _blocks_between(viewers: Collection[UserId]) -> dict[UserId, set[UserId]]:
-    """Each viewer's counterparts in a block either way: one query."""
-    counterparts: dict[UserId, set[UserId]] = {}
-    rows = Block.objects.filter(Q(blocker__in=viewers) | Q(blocked__in=viewers)).values_list(
-        "blocker_id", "blocked_id"
-    )
-    for blocker, blocked in rows:
-        if blocker in viewers:
-            counterparts.setdefault(blocker, set()).add(blocked)
-        if blocked in viewers:
-            counterparts.setdefault(blocked, set()).add(blocker)
-    return counterparts
-
-
-def _contacts_among(
-    viewers: Collection[UserId], changed: Collection[UserId]
-) -> dict[UserId, set[UserId]]:
-    """Each viewer's contacts among the changed users (listed first): one query."""
-    found: dict[UserId, set[UserId]] = {}
-    if not viewers or not changed:
-        return found
-    rows = Contact.objects.filter(Q(owner__in=viewers), Q(contact__in=changed)).values_list(
-        "owner_id", "contact_id"
-    )
-    for owner, contact in rows:
-        found.setdefault(owner, set()).add(contact)
-    return found
-
-
 def _blocks_and_pairs(
     viewers: Collection[UserId], resolved: Collection[UserId], changed: Collection[UserId]
 ) -> tuple[dict[UserId, set[UserId]], dict[UserId, set[UserId]], list[UserId], relations.PairFacts]:
@@ -297,11 +152,11 @@ def _blocks_and_pairs(
     asked, and those with a contact among the changed users: a full list lists its contacts
     first), and the changed users' facts with their relations to those viewers (their choices
     only when none is): one trip to the database's thread."""
-    contacts = _contacts_among(viewers, changed)
+    contacts = relations.contacts_among(viewers, changed)
     asked = set(resolved)
     resolving = [viewer for viewer in viewers if viewer in asked or viewer in contacts]
     return (
-        _blocks_between(viewers),
+        relations.blocks_between(viewers),
         contacts,
         resolving,
         relations.load_pairs(resolving, changed),
@@ -344,7 +199,7 @@ def _room_delta(
         present = [uid for uid in changed if uid in read.found]
     else:
         # A refill: the first members by join time are read first, then their facts too.
-        blocks = yield Call(_blocks_between, (list(viewers),))
+        blocks = yield Call(relations.blocks_between, (list(viewers),))
         contacts = {}
         lookups = _lookups(changed, blocks)
         read = yield from redis(store.read_room(room.name, now, scan, lookups), live=True)

@@ -1,5 +1,5 @@
-"""Rooms, read: who may enter a room (``ROOMS``'s rules) and who is in it as a viewer may see
-it (:func:`room_presence`), through the one resolver.
+"""Rooms, read: who is in a room as a viewer may see it (:func:`room_presence`), through the
+one resolver, once the room's rule (presence.rooms.rule) let the viewer in.
 
 A read costs O(ROOM_LIST_LIMIT + the viewer's contacts and blocks) whatever the room's size:
 one trip to the database's thread (the room's rule and the viewer's ties, :func:`room_entry`),
@@ -9,7 +9,7 @@ candidates at once. Where the viewer may see fewer than ROOM_LIST_LIMIT of them,
 four times further down the join order, up to the first ``WIDEST_FACTOR * ROOM_LIST_LIMIT``;
 members past that are listed only if they are the viewer's contacts; the others count in
 ``others`` (docs/rooms.md). Each candidate's facts and live state are read once however far
-the read goes, in pieces (presence.api._room_candidates); a socket's join is charged by how
+the read goes, in pieces (presence.rooms.candidates); a socket's join is charged by how
 many that was.
 
 A socket's join (:func:`ajoin_room_state`) writes and reads in one round trip: the join
@@ -22,19 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db import connections, router
-from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
 from presence import announce, relations, resolution
-from presence.api._room_candidates import Resolved, read_candidates
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import (
@@ -47,8 +42,9 @@ from presence.domain.rooms import (
     order_listed,
     parse_room,
 )
-from presence.models import Block, Contact
 from presence.operations import Operation, arun, call, redis, run
+from presence.rooms.candidates import Resolved, read_candidates
+from presence.rooms.rule import may_enter, room_rule
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -60,102 +56,6 @@ SCAN_FACTOR = 2
 #: how far down the join order (times ROOM_LIST_LIMIT) a read goes for a viewer who may see
 #: few of the first members
 WIDEST_FACTOR = 32
-
-RoomRule = Callable[[Any, str], Any]
-
-
-class UnknownRoom(LookupError):
-    """A room of a kind the site did not declare in ``ROOMS`` (404 over HTTP, ``unknown_room``
-    over the WebSocket)."""
-
-    code = "unknown_room"
-
-    def __init__(self, room: Room) -> None:
-        self.room = room
-        self.message = gettext("There is no room of kind %(kind)s on this site.") % {
-            "kind": repr(room.kind)
-        }
-        super().__init__(self.message)
-
-
-def room_rule(room: Room) -> RoomRule | None:
-    """The ``can_enter`` of the room's kind (None: any authenticated user enters);
-    :class:`UnknownRoom` for a kind ``ROOMS`` does not declare. A path that does not import is
-    refused like a rule that refuses (presence.E012 reports it)."""
-    kinds = get_settings().ROOMS
-    if room.kind not in kinds:
-        raise UnknownRoom(room)
-    path = kinds[room.kind]
-    if path is None:
-        return None
-    rule: RoomRule = path if callable(path) else import_string(path)
-    return rule
-
-
-def may_enter(user: Any, room: Room) -> bool:
-    """Whether ``user`` may enter ``room``: authenticated, of a declared kind (else
-    :class:`UnknownRoom`), and let in by the kind's rule. A rule that raises refuses, and the
-    error is logged."""
-    rule = room_rule(room)
-    if user is None or not getattr(user, "is_authenticated", False):
-        return False
-    if rule is None:
-        return True
-    try:
-        return bool(rule(user, room.id))
-    except Exception:
-        logger.exception("Presence: the rule of room kind %r raised for %s", room.kind, room)
-        return False
-
-
-async def amay_enter(user: Any, room: Room) -> bool:
-    room_rule(room)  # UnknownRoom without a thread hop
-    return await sync_to_async(may_enter)(user, room)
-
-
-def viewer_ties(viewer_id: Any) -> tuple[set[UserId], set[UserId]]:
-    """The viewer's contacts (listed first) and the users a block stands between the viewer
-    and either way (neither listed nor counted): one query of three index lookups, its SQL
-    built once per database (building it with the ORM each time cost ten times the query:
-    it ran on every join)."""
-    alias = router.db_for_read(Contact)
-    connection = connections[alias]
-    sql = _ties_sql.get(alias)
-    if sql is None:
-        sql = _ties_sql[alias] = _build_ties_sql(connection)
-    param = Contact._meta.get_field("owner").get_db_prep_value(viewer_id, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [param, param, param])
-        rows = cursor.fetchall()
-    as_id = get_user_model()._meta.pk.to_python  # as the ORM gives it (a UUID's text on SQLite)
-    contacts: set[UserId] = set()
-    blocked: set[UserId] = set()
-    for kind, user_id in rows:
-        (blocked if kind else contacts).add(as_id(user_id))
-    return contacts, blocked
-
-
-#: the SQL of viewer_ties, by database alias
-_ties_sql: dict[str, str] = {}
-
-
-def _build_ties_sql(connection: Any) -> str:
-    """The viewer's contacts (0) and the other side of each block either way (1), from the
-    models' tables and columns."""
-    quote = connection.ops.quote_name
-    contact, block = Contact._meta, Block._meta
-
-    def column(meta: Any, name: str) -> str:
-        return str(quote(meta.get_field(name).column))
-
-    contacts, blocks = quote(contact.db_table), quote(block.db_table)
-    blocker, blocked = column(block, "blocker"), column(block, "blocked")
-    return (
-        f"SELECT 0, {column(contact, 'contact')} FROM {contacts} "
-        f"WHERE {column(contact, 'owner')} = %s "
-        f"UNION ALL SELECT 1, {blocked} FROM {blocks} WHERE {blocker} = %s "
-        f"UNION ALL SELECT 1, {blocker} FROM {blocks} WHERE {blocked} = %s"
-    )
 
 
 @dataclass(frozen=True)
@@ -183,7 +83,7 @@ def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
     if room is not None and not may_enter(viewer, room):
         return RoomEntry(False)
     viewer_id = viewer_pk(viewer)
-    contacts, blocked = viewer_ties(viewer_id)
+    contacts, blocked = relations.viewer_ties(viewer_id)
     mine = relations.load(viewer, [viewer_id]) if own and viewer_id is not None else {}
     return RoomEntry(True, contacts, blocked, mine)
 

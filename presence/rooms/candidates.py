@@ -2,7 +2,7 @@
 facts and live state, read once each however far down the room the read goes, in pieces.
 
 A viewer who may see few of a big room's members makes the read go down to 32 x
-ROOM_LIST_LIMIT of them (presence.api._rooms): each pass reads the first members again, four
+ROOM_LIST_LIMIT of them (presence.rooms.reading): each pass reads the first members again, four
 times as many, but no candidate's facts or live state are read twice, and they are read
 CHUNK at a time, so that other users' reads take their turns meanwhile on the database's
 thread (which takes calls in order) and Redis, instead of waiting behind all of it. How many

@@ -1,4 +1,6 @@
-"""Member cards: how a member is shown (a name and an avatar) in rooms and friends lists.
+"""Member cards: how a member is shown (a name and an avatar) in rooms and friends lists; and
+the rooms' HTTP answer and template tag with each listed member's name and card
+(:func:`with_names`: ``room_presence`` carries ids only, names are the site's).
 
 ``PRESENCE["MEMBER_CARD"]`` names ``card(user) -> {"name": str, "avatar": url or None}``; without
 it a member's card is their full name, else their username, and no avatar (the page shows the
@@ -140,3 +142,17 @@ async def add_cards(members_maps: Sequence[dict[str, dict[str, Any]]]) -> None:
                 card = cards.get(key) or unknown_card(key)
                 carded = copies[(key, id(member))] = {**member, "card": card}
             members[key] = carded
+
+
+def with_names(state: dict[str, Any]) -> dict[str, Any]:
+    """The room state with a ``name`` and a ``card`` (``{"name", "avatar"}``) in each listed
+    member (the id's text for a user deleted since they joined, so that the list still adds
+    up to ``count``), read in one query. The members listed are those the viewer may see, so
+    a name or a card reveals nothing the list does not."""
+    members: dict[str, Any] = state.get("members") or {}
+    cards = cards_for_keys(members)
+    named = {}
+    for key, member in members.items():
+        card = cards.get(key) or unknown_card(key)
+        named[key] = {**member, "name": card["name"], "card": card}
+    return {**state, "members": named}

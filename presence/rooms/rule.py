@@ -1,4 +1,5 @@
-"""Rooms' rules asked again for members already inside (docs/rooms.md, "Who stays").
+"""Rooms' rules (``ROOMS``): who may enter a room, and the rules asked again for members
+already inside (docs/rooms.md, "Who stays").
 
 A join asks the room's rule; a member refused later (kicked from a group, lost access to a
 post) must not keep their live view. Each process asks the rules again for the members of its
@@ -6,25 +7,79 @@ connections at least once per HEARTBEAT_INTERVAL (presence.hub.room_rules), once
 (user, room) whatever the number of their connections there, all in one trip to the database's
 thread; and at once on :func:`recheck_room`, announced to the processes with connections in
 the room through the channel layer. A member refused leaves at once, without OFFLINE_GRACE
-(:func:`aleave_refused`).
+(presence.rooms.writes.aleave_refused).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 
-from presence import announce, resolution
-from presence.api._rooms import UnknownRoom, may_enter, room_rule
-from presence.domain import UserId
+from presence import announce
+from presence.conf import get_settings
 from presence.domain.rooms import Room, parse_room
-from presence.store import get_store, merge
 from presence.users import encode_id, user_pk
 
 logger = logging.getLogger("presence")
+
+RoomRule = Callable[[Any, str], Any]
+
+
+class UnknownRoom(LookupError):
+    """A room of a kind the site did not declare in ``ROOMS`` (404 over HTTP, ``unknown_room``
+    over the WebSocket)."""
+
+    code = "unknown_room"
+
+    def __init__(self, room: Room) -> None:
+        self.room = room
+        self.message = gettext("There is no room of kind %(kind)s on this site.") % {
+            "kind": repr(room.kind)
+        }
+        super().__init__(self.message)
+
+
+def room_rule(room: Room) -> RoomRule | None:
+    """The ``can_enter`` of the room's kind (None: any authenticated user enters);
+    :class:`UnknownRoom` for a kind ``ROOMS`` does not declare. A path that does not import is
+    refused like a rule that refuses (presence.E012 reports it)."""
+    kinds = get_settings().ROOMS
+    if room.kind not in kinds:
+        raise UnknownRoom(room)
+    path = kinds[room.kind]
+    if path is None:
+        return None
+    rule: RoomRule = path if callable(path) else import_string(path)
+    return rule
+
+
+def may_enter(user: Any, room: Room) -> bool:
+    """Whether ``user`` may enter ``room``: authenticated, of a declared kind (else
+    :class:`UnknownRoom`), and let in by the kind's rule. A rule that raises refuses, and the
+    error is logged."""
+    rule = room_rule(room)
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    if rule is None:
+        return True
+    try:
+        return bool(rule(user, room.id))
+    except Exception:
+        logger.exception("Presence: the rule of room kind %r raised for %s", room.kind, room)
+        return False
+
+
+async def amay_enter(user: Any, room: Room) -> bool:
+    room_rule(room)  # UnknownRoom without a thread hop
+    return await sync_to_async(may_enter)(user, room)
+
+
+# --- asked again ------------------------------------------------------------------------------
 
 
 def needs_asking(room: Room) -> bool:
@@ -53,26 +108,6 @@ async def averdicts(asks: Sequence[tuple[Any, Room]]) -> list[bool]:
     if not asks:
         return []
     return await sync_to_async(verdicts)(asks)
-
-
-async def aleave_refused(leaves: Iterable[tuple[UserId, str, str]]) -> None:
-    """These (user, connection id, room) leave at once, without OFFLINE_GRACE (one round trip),
-    and each room is told of its refused users (they are no longer present once their last
-    connection left, wherever it was). Redis unavailable: logged; the connections no longer
-    renew their stay, which ends within CONNECTION_TTL."""
-    leaves = list(leaves)
-    if not leaves:
-        return
-    store = get_store()
-    now = resolution.now()
-    plans = [store.leave_room(room, uid, cid, now, at_once=True) for uid, cid, room in leaves]
-    if await store.arun(merge(plans), live=True) is None:
-        logger.warning("Presence: %d refused room members could not be removed now", len(leaves))
-    by_room: dict[str, list[UserId]] = {}
-    for uid, _, room in leaves:
-        by_room.setdefault(room, []).append(uid)
-    for room, users in by_room.items():
-        await announce.aannounce_room(room, users)
 
 
 async def arecheck_room(room: Any, users: Iterable[Any] | None = None) -> None:

@@ -1,0 +1,138 @@
+"""A window's ``room_diff`` frames (presence.hub.rooms): what each view of a room must be told
+of the room's changed users, read once for all of them (presence.rooms.delta), and the frames
+sent, each distinct one serialized once."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from presence import metrics
+from presence.domain import UserId, visibly_differs
+from presence.domain.rooms import Member
+from presence.hub.registry import Connection, View
+from presence.rooms.delta import RoomDelta
+from presence.rooms.reading import rank
+
+
+def _same(before: Member, after: Member) -> bool:
+    return before.meta == after.meta and not visibly_differs(before.presence, after.presence)
+
+
+def diff(
+    view: View, delta: RoomDelta, viewer: UserId, changed: set[UserId], limit: int
+) -> dict[str, Any] | None:
+    """The room_diff that brings ``view`` to what ``viewer`` may see now, or None."""
+    joins: dict[UserId, Member] = {}
+    leaves: list[UserId] = []
+    for user_id in view.listed.keys() & changed:
+        member = delta.member_for(viewer, user_id)
+        if member is None:
+            del view.listed[user_id]
+            view.ranks.pop(user_id, None)
+            leaves.append(user_id)
+        elif not _same(view.listed[user_id], member):
+            view.listed[user_id] = joins[user_id] = member
+    contacts = delta.contacts.get(viewer, set())
+    added: set[UserId] = set()  # listed by this diff
+    room_left = limit - len(view.listed)
+    if room_left > 0 and viewer in delta.resolving:
+        for user_id, member in delta.listable(viewer):  # by join time
+            if user_id not in view.listed:
+                view.listed[user_id] = joins[user_id] = member
+                view.ranks[user_id] = _rank_of(delta, user_id, contacts)
+                added.add(user_id)
+                room_left -= 1
+                if not room_left:
+                    break
+    if contacts and viewer in delta.resolving:
+        # The viewer's contacts are listed first: one that a full list leaves out takes the
+        # place of its last member (by the listing order), as a fresh read lists them.
+        for mine, user_id in sorted(
+            (_rank_of(delta, uid, contacts), uid) for uid in contacts - view.listed.keys()
+        ):
+            member = delta.member_for(viewer, user_id)
+            if member is None:
+                continue
+            if len(view.listed) >= limit:
+                ranked = [(r, uid) for uid, r in view.ranks.items() if uid != viewer]
+                if not ranked or max(ranked)[0] < mine:
+                    break  # every listed member comes first (earlier contacts)
+                evicted = max(ranked)[1]
+                del view.listed[evicted]
+                del view.ranks[evicted]
+                joins.pop(evicted, None)
+                if evicted not in added:
+                    leaves.append(evicted)
+            view.listed[user_id] = joins[user_id] = member
+            view.ranks[user_id] = mine
+            added.add(user_id)
+    count = max(delta.count_for(viewer), len(view.listed))
+    others = count - len(view.listed)
+    if not joins and not leaves and others == view.others:
+        return None
+    view.others = others
+    return {
+        "type": "room_diff",
+        "room": delta.room.name,
+        "joins": {str(uid): delta.encoded(member) for uid, member in joins.items()},
+        "leaves": sorted(str(uid) for uid in leaves),
+        "others": others,
+        "count": count,
+    }
+
+
+def _rank_of(delta: RoomDelta, user_id: UserId, contacts: set[UserId]) -> tuple[bool, float, str]:
+    """A changed user's place in ``view.ranks`` (see :func:`presence.rooms.reading.rank`)."""
+    entry = delta.members.get(user_id)
+    return rank(user_id in contacts, entry.joined_at if entry else math.inf, user_id)
+
+
+async def send_frame(connection: Connection, frame: dict[str, Any], texts: dict[Any, str]) -> None:
+    """Send ``frame``; its JSON text is made once for every connection sent the same frame
+    (most viewers of a big room get the same count). A connection without a raw ``send``
+    (the hub's tests) gets it through ``send_json``."""
+    send = getattr(connection, "send", None)
+    if send is None:
+        await connection.send_json(frame)
+        return
+    joins = frame["joins"]
+    key = (
+        tuple((uid, id(member)) for uid, member in joins.items()),
+        tuple(frame["leaves"]),
+        frame["others"],
+        frame["count"],
+    )
+    text = texts.get(key)
+    if text is None:
+        text = texts[key] = json.dumps(frame, separators=(",", ":"))
+    metrics.frame_sent("room_diff")
+    await send(text_data=text)
+
+
+def refill(
+    delta: RoomDelta,
+    frames: list[tuple[Connection, View, int, dict[str, Any]]],
+    freed: set[UserId],
+    limit: int,
+) -> None:
+    """Places freed in full lists, from ``delta``'s first members by join time: each frame
+    lists the next ones its viewer may see, as a fresh read lists them (its contacts, listed
+    first, are listed already when visible)."""
+    for connection, view, _, frame in frames:
+        viewer = connection.viewer_id
+        if viewer not in freed or view.reading:
+            continue
+        candidates = sorted(
+            (joined_at, str(uid), uid, member)
+            for uid, joined_at, member in delta.refill(viewer)
+            if uid not in view.listed
+        )
+        room_left = limit - len(view.listed)
+        for joined_at, _, user_id, member in candidates[: max(room_left, 0)]:
+            view.listed[user_id] = member
+            # Not a contact: the viewer's contacts it may see are listed first already.
+            view.ranks[user_id] = rank(False, joined_at, user_id)
+            frame["joins"][str(user_id)] = delta.encoded(member)
+        view.others = frame["others"] = frame["count"] - len(view.listed)

@@ -1,0 +1,265 @@
+"""Rooms, live: one connection's rooms (the ``join`` and ``leave`` frames, docs/websocket.md),
+renewed with its heartbeats, their invisible flag following its user's choice, a room taken
+away when its rule refuses the user, and all of them left when the connection closes.
+
+The hub's registry holds a connection's :class:`ConnectionRooms` (presence.hub.registry: the
+one place that says which rooms a connection is in); what the connection was sent of each
+room is the hub's room views' (presence.hub.rooms), handed in as ``views``. A join is written
+and read here (presence.rooms.reading, presence.rooms.writes); a join that fails or is refused
+takes back what it did: the room's group (:meth:`ConnectionRooms._not_entered`), its entry and
+view (:meth:`ConnectionRooms._forget`), or a join again's paused view (``views.resume``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Protocol
+
+from django.utils.translation import gettext
+
+from presence import domain, relations
+from presence.conf import get_settings
+from presence.domain import UserId
+from presence.domain.rooms import Room, RoomState, parse_room
+from presence.rooms.cards import add_cards
+from presence.rooms.reading import ajoin_room_state, aroom_entry
+from presence.rooms.rule import UnknownRoom, room_rule
+from presence.rooms.writes import ajoin_room, aleave_rooms, arenew_rooms
+from presence.store import StoreUnavailable
+
+
+class RoomConnection(Protocol):
+    """What a connection's rooms need of the connection (the consumer)."""
+
+    user: Any
+    viewer_id: UserId
+    connection_id: str
+    #: in the hub and recorded in Redis (False once it closes)
+    attached: bool
+    #: closed because its user was deleted: its rooms are left at once, without the grace
+    account_deleted: bool
+
+    async def send_json(self, content: dict[str, Any]) -> None: ...
+
+    async def send_error(self, code: str, message: str, **extra: Any) -> None: ...
+
+
+class Views(Protocol):
+    """The hub's room views (presence.hub.rooms.RoomViews), as a connection's rooms use them."""
+
+    async def enter(self, connection: Any, room: str) -> Any: ...
+
+    def show(self, connection: Any, room: str, state: RoomState) -> None: ...
+
+    def rejoining(self, connection: Any, room: str, meta: str | None) -> RoomState | None: ...
+
+    def resume(self, connection: Any, room: str) -> None: ...
+
+    async def exit(self, connection: Any, room: str, linger: bool = True) -> None: ...
+
+
+class ConnectionRooms:
+    """The rooms of one connection: ``rooms`` maps each room it was let into to its meta there."""
+
+    def __init__(self, connection: RoomConnection, views: Views) -> None:
+        self.connection = connection
+        self.views = views
+        self.rooms: dict[str, str | None] = {}
+        #: whether the user was invisible when the rooms were last written (their flag there)
+        self.invisible = False
+        #: held by whatever reads or writes the rooms' invisible flag or takes a room away (a
+        #: join, a renewal, recheck_rooms, a refusal by the rule): a flag read before a change
+        #: must not be written after the flag that change wrote, nor a refused room renewed after
+        self.lock = asyncio.Lock()
+
+    @property
+    def viewer_id(self) -> UserId:
+        return self.connection.viewer_id
+
+    # --- join ---
+
+    async def join(self, room: Room, meta: str | None) -> int:
+        """The ``join`` frame: the connection joins ``room`` (again: its meta replaced) and is
+        sent the room's ``room_state``. How many members' facts its read resolved (what the
+        join is charged); InvalidInput where it may not join."""
+        # From the read of the joiner's own facts (their invisible flag) to the write: a
+        # recheck_rooms for a change made meanwhile waits, then writes the flag it reads.
+        async with self.lock:
+            return await self._join(room, meta)
+
+    async def _join(self, room: Room, meta: str | None) -> int:
+        connection, views = self.connection, self.views
+        name = room.name
+        first = name not in self.rooms
+        if first and len(self.rooms) >= get_settings().MAX_ROOMS:
+            raise domain.InvalidInput(
+                "too_many_rooms",
+                gettext("A connection may be in at most %(limit)d rooms; leave one first.")
+                % {"limit": get_settings().MAX_ROOMS},
+            )
+        try:
+            room_rule(room)
+        except UnknownRoom as error:
+            raise domain.InvalidInput(error.code, error.message) from None
+        # A first join puts the connection in the room's channel-layer group while the
+        # database is asked (the room's rule, the joiner's ties and own facts, in one trip:
+        # a join again, answered from the connection's view, needs no facts);
+        # nothing is sent for the room before its room_state, and a refusal takes it out again.
+        entering = (
+            asyncio.ensure_future(views.enter(connection, name))
+            if first and connection.attached
+            else None
+        )
+        try:
+            entry = await aroom_entry(connection.user, room, own=first)
+        except BaseException:
+            await asyncio.shield(self._not_entered(entering, name))
+            raise
+        if not entry.allowed or not connection.attached:
+            await self._not_entered(entering, name)
+            if not entry.allowed:
+                raise domain.InvalidInput(
+                    "forbidden", gettext("You may not enter the room %(room)s.") % {"room": name}
+                )
+            return 0
+        before = self.rooms.get(name)
+        self.rooms[name] = meta
+        resolved = 0
+        try:
+            # A join again that replaces the meta is answered from the connection's view.
+            state = None if first else await self._rejoined(room, meta)
+            if state is None:
+                await (entering if entering is not None else views.enter(connection, name))
+            if first and len(self.rooms) == 1:
+                self.invisible = entry.invisible(connection.viewer_id)
+            # Live: a busy Redis is waited for (back-pressure), an outage told (unavailable).
+            if state is None:
+                state, resolved = await ajoin_room_state(
+                    room, connection.user, connection.connection_id, meta, self.invisible, entry
+                )
+            # The listed members' cards, before the view is shown: no diff may precede it.
+            frame = {"type": "room_state", **state.as_dict()}
+            await add_cards([frame["members"]])
+        except BaseException as failure:
+            if first:
+                # Nothing of a failed join stays.
+                self.rooms.pop(name, None)
+                await asyncio.shield(self._forget(room, linger=False))
+            else:
+                self.rooms[name] = before  # joined before: stays with its meta of then
+            if isinstance(failure, StoreUnavailable):
+                # An outage: the client learns the room could not be read (an empty room_state
+                # would say nobody is here) and may join again once Redis is back.
+                await connection.send_error(
+                    "unavailable",
+                    gettext("The room %(room)s cannot be read right now; join again shortly.")
+                    % {"room": name},
+                    room=name,
+                )
+                return 0
+            raise
+        views.show(connection, name, state)
+        await connection.send_json(frame)
+        return resolved
+
+    async def _rejoined(self, room: Room, meta: str | None) -> RoomState | None:
+        """A join of a room the connection is in: its new meta written (and announced), and
+        the room as the connection's view has it, not read again; None while the view is being
+        read (the caller reads the room)."""
+        connection, views = self.connection, self.views
+        state = views.rejoining(connection, room.name, meta)
+        if state is not None:
+            try:
+                written = await ajoin_room(
+                    connection.user, connection.connection_id, room, meta, self.invisible
+                )
+            except BaseException:
+                views.resume(connection, room.name)
+                raise
+            if written is None:
+                views.resume(connection, room.name)
+                raise StoreUnavailable("Redis is unavailable: the join was not written")
+        return state
+
+    async def _not_entered(self, entering: asyncio.Future[Any] | None, name: str) -> None:
+        """A first join refused or failed before its write: out of the room's group again."""
+        if entering is None:
+            return
+        with contextlib.suppress(Exception):
+            await entering
+        await self.views.exit(self.connection, name, linger=False)
+
+    async def _forget(self, room: Room, linger: bool = True) -> None:
+        # The view goes and the leave is written at once: neither waits for the other.
+        connection = self.connection
+        await asyncio.gather(
+            self.views.exit(connection, room.name, linger),
+            aleave_rooms(connection.user, connection.connection_id, [room]),
+        )
+
+    # --- leave, renewal, the user's choice, the rule ---
+
+    async def leave(self, room: Room) -> None:
+        """The ``leave`` frame (a room never joined, or left already: nothing to do)."""
+        if room.name not in self.rooms:
+            return
+        del self.rooms[room.name]
+        await self._forget(room)
+
+    async def renew(self) -> None:
+        """A heartbeat was written: the connection's stay in its rooms is renewed."""
+        connection = self.connection
+        if self.rooms and connection.attached:
+            async with self.lock:
+                if self.rooms and connection.attached:
+                    await arenew_rooms(
+                        connection.user, connection.connection_id, dict(self.rooms), self.invisible
+                    )
+
+    async def recheck_rooms(self) -> None:
+        """What others may see of this user changed (the hub tells): the invisible flag of the
+        connection's rooms follows the user's choice."""
+        connection = self.connection
+        async with self.lock:  # after a join under way, which may have read the flag
+            if not self.rooms or not connection.attached:
+                return
+            invisible = await relations.ais_invisible(connection.viewer_id)
+            if invisible != self.invisible:
+                self.invisible = invisible
+                await arenew_rooms(
+                    connection.user, connection.connection_id, dict(self.rooms), invisible
+                )
+
+    async def drop_room(self, name: str) -> bool:
+        """The room's rule refused this connection's user (presence.hub.room_rules): the room
+        and its view are no longer the connection's, once a join or renewal under way is
+        written (the caller then writes the leave). False if the connection was not in it."""
+        async with self.lock:
+            if name not in self.rooms:
+                return False
+            del self.rooms[name]
+            await self.views.exit(self.connection, name)
+            return True
+
+    async def tell_refused(self, name: str) -> None:
+        """Tell the client it was taken out of the room: the rule no longer lets its user in.
+        The connection stays open, in its other rooms."""
+        await self.connection.send_error(
+            "forbidden",
+            gettext("You may no longer be in the room %(room)s.") % {"room": name},
+            room=name,
+        )
+
+    async def leave_rooms(self) -> None:
+        """The connection closed (the hub let it go, and its registry these rooms): it leaves
+        them (its user stays OFFLINE_GRACE in those where it was their last connection; a
+        deleted user leaves at once)."""
+        connection = self.connection
+        if not self.rooms:
+            return
+        names = [parse_room(name) for name in self.rooms]
+        self.rooms.clear()
+        await aleave_rooms(
+            connection.user, connection.connection_id, names, at_once=connection.account_deleted
+        )

@@ -449,7 +449,7 @@ def announce_to_topic(kind: str, payload: Any) -> None:
     run_from_sync(aannounce_to_topic(kind, payload), f"a {kind} message")
 
 
-# --- rooms (presence.api._room_events, presence.hub.rooms) ---------------------------------------
+# --- rooms (presence.rooms.writes, presence.hub.rooms) -------------------------------------------
 
 #: channel-layer message type of "these users joined, left or changed in room R"
 ROOM = "presence.room"

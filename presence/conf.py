@@ -76,7 +76,7 @@ class PresenceSettings:
     ROOM_LIST_LIMIT: int = 100
     #: dotted path of ``card(user) -> {"name": str, "avatar": url or None}``: how a member is
     #: shown in rooms and friends lists; None: full name else username, no avatar
-    #: (presence.api._cards). presence.E013 reports a path that does not import or call
+    #: (presence.rooms.cards). presence.E013 reports a path that does not import or call
     MEMBER_CARD: str | None = None
     #: viewers who may not see a user's exact last seen get last_seen_approx instead (recently,
     #: within_week, within_month, long_ago; never across a block)

@@ -12,7 +12,7 @@ Each operation is written once, as a generator of steps (:mod:`presence.operatio
 twins run it: the sync one in the caller's thread, the async one on its event loop. The
 sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_contacts``,
 ``_sharing`` (always/never share with), ``_maintenance``; rooms and member cards are
-:mod:`presence.rooms`'. The live connections' side (opening, heartbeats, sweeps, the hub's
+:mod:`presence.rooms`'s. The live connections' side (opening, heartbeats, sweeps, the hub's
 reads) is :mod:`presence.lifecycle`.
 """
 

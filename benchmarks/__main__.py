@@ -38,6 +38,7 @@ NAMES = (
     "admission_flood",
     "guest_count",
     "join_flood",
+    "room_rules",
 )
 
 
@@ -146,6 +147,7 @@ def main(argv: list[str]) -> int:
             bench_online_count,
             bench_online_friends,
             bench_page_views,
+            bench_room_rules,
             bench_rooms,
             bench_user_connections,
         )
@@ -169,6 +171,7 @@ def main(argv: list[str]) -> int:
             "admission_flood": bench_admission_flood.run,
             "guest_count": bench_guest_count.run,
             "join_flood": bench_join_flood.run,
+            "room_rules": bench_room_rules.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

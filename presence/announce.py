@@ -453,6 +453,8 @@ def announce_to_topic(kind: str, payload: Any) -> None:
 
 #: channel-layer message type of "these users joined, left or changed in room R"
 ROOM = "presence.room"
+#: channel-layer message type of "ask room R's rule again for these members (all: None)"
+ROOM_RECHECK = "presence.room_recheck"
 #: channel-layer message type of "what others may see of these users changed" (privacy,
 #: contacts, blocks, status), to every process with room views: rooms they are in are redrawn
 ROOM_MEMBERS_CHANGED = "presence.room_members_changed"
@@ -486,3 +488,10 @@ async def aannounce_room_members_changed(user_ids: Iterable[UserId]) -> None:
     """Tell every process with room views that what others may see of these users changed."""
     message = {"type": ROOM_MEMBERS_CHANGED, "users": [encode_id(uid) for uid in user_ids]}
     await _asend_to_group(rooms_group_name(), message, "a change to rooms' members")
+
+
+async def aannounce_room_recheck(room: str, users: list[int | str] | None) -> None:
+    """Have the processes with connections in ``room`` ask its rule again for these members
+    (encoded ids; all when None). Never raises."""
+    message = {"type": ROOM_RECHECK, "room": room, "users": users}
+    await _asend_to_group(room_group_name(room), message, f"a recheck of room {room}")

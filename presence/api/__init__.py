@@ -56,6 +56,7 @@ from presence.api._reading import (
 )
 from presence.api._recording import asign_off, atouch, sign_off, touch
 from presence.api._room_names import display_name, with_names
+from presence.api._room_rules import arecheck_room, recheck_room
 from presence.api._rooms import UnknownRoom, aroom_presence, room_presence
 from presence.api._sharing import ashare_with, aunshare, share_with, unshare
 from presence.api._status import apply_change, aset_status, set_status
@@ -79,6 +80,7 @@ __all__ = [
     "aonline_friends",
     "aonline_friends_with_presence",
     "apply_change",
+    "arecheck_room",
     "aroom_presence",
     "aset_close_friend",
     "aset_status",
@@ -104,6 +106,7 @@ __all__ = [
     "online_friends_with_presence",
     "online_now",
     "recent_online_count",
+    "recheck_room",
     "room_presence",
     "set_close_friend",
     "set_status",

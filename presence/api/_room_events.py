@@ -71,11 +71,11 @@ async def ajoin_room(
 
 
 async def aleave_rooms(
-    user: Any, connection_id: str, rooms: Iterable[Room], grace: bool = True
+    user: Any, connection_id: str, rooms: Iterable[Room], at_once: bool = False
 ) -> None:
     """A connection leaves these rooms (one round trip); its user stays for OFFLINE_GRACE in
-    a room where it was their last connection (without ``grace``, a deleted user's, they leave
-    at once). A room never joined changes nothing."""
+    a room where it was their last connection (``at_once``, a deleted user's, they leave at
+    once). A room never joined changes nothing."""
     names = [room.name for room in rooms]
     if not names:
         return
@@ -83,7 +83,9 @@ async def aleave_rooms(
     store = get_store()
     now = resolution.now()
     writes = await store.arun(
-        merge([store.leave_room(name, user_id, connection_id, now, grace) for name in names]),
+        merge(
+            [store.leave_room(name, user_id, connection_id, now, at_once=at_once) for name in names]
+        ),
         live=True,
     )
     for name, write in zip(names, writes, strict=True):

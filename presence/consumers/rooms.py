@@ -33,15 +33,26 @@ class RoomFrames(PresenceFrames):
     rooms: dict[str, str | None]
     #: whether the user was invisible when the rooms were last written (their flag there)
     rooms_invisible: bool
+    #: held by whatever reads or writes the rooms' invisible flag or takes a room away (a
+    #: join, a renewal, recheck_rooms, a refusal by the rule): a flag read before a change must
+    #: not be written after the flag that change wrote, nor a refused room renewed after
+    rooms_lock: asyncio.Lock
 
     def _room_state_init(self) -> None:
         if not hasattr(self, "rooms"):
             self.rooms = {}
             self.rooms_invisible = False
+            self.rooms_lock = asyncio.Lock()
 
     @handles(Join)
     async def join_frame(self, message: Join) -> None:
         self._room_state_init()
+        # From the read of the joiner's own facts (their invisible flag) to the write: a
+        # recheck_rooms for a change made meanwhile waits, then writes the flag it reads.
+        async with self.rooms_lock:
+            await self._join(message)
+
+    async def _join(self, message: Join) -> None:
         room = message.room
         name = room.name
         first = name not in self.rooms
@@ -166,20 +177,46 @@ class RoomFrames(PresenceFrames):
         await super().heartbeat(message)
         self._room_state_init()
         if self.rooms and self.attached and self.written_at != written_at:
-            await events.arenew_rooms(
-                self.user, self.connection_id, dict(self.rooms), self.rooms_invisible
-            )
+            async with self.rooms_lock:
+                if self.rooms and self.attached:
+                    await events.arenew_rooms(
+                        self.user, self.connection_id, dict(self.rooms), self.rooms_invisible
+                    )
 
     async def recheck_rooms(self) -> None:
         """What others may see of this user changed (the hub asks): the invisible flag of the
         connection's rooms follows the user's choice."""
         self._room_state_init()
-        if not self.rooms or not self.attached:
-            return
-        invisible = await events.ais_invisible(self.viewer_id)
-        if invisible != self.rooms_invisible:
-            self.rooms_invisible = invisible
-            await events.arenew_rooms(self.user, self.connection_id, dict(self.rooms), invisible)
+        async with self.rooms_lock:  # after a join under way, which may have read the flag
+            if not self.rooms or not self.attached:
+                return
+            invisible = await events.ais_invisible(self.viewer_id)
+            if invisible != self.rooms_invisible:
+                self.rooms_invisible = invisible
+                await events.arenew_rooms(
+                    self.user, self.connection_id, dict(self.rooms), invisible
+                )
+
+    async def drop_room(self, name: str) -> bool:
+        """The room's rule refused this connection's user (presence.hub.room_rules): the room
+        and its view are no longer the connection's, once a join or renewal under way is
+        written (the caller then writes the leave). False if the connection was not in it."""
+        self._room_state_init()
+        async with self.rooms_lock:
+            if name not in self.rooms:
+                return False
+            del self.rooms[name]
+            await self.hub.rooms.exit(self, name)
+            return True
+
+    async def tell_refused(self, name: str) -> None:
+        """Tell the client it was taken out of the room: the rule no longer lets its user in.
+        The connection stays open, in its other rooms."""
+        await self.send_error(
+            "forbidden",
+            gettext("You may no longer be in the room %(room)s.") % {"room": name},
+            room=name,
+        )
 
     async def leave_rooms(self) -> None:
         """The connection closes: it leaves its rooms (its user stays OFFLINE_GRACE in those
@@ -190,5 +227,5 @@ class RoomFrames(PresenceFrames):
         names = [parse_room(name) for name in rooms]
         rooms.clear()
         await events.aleave_rooms(
-            self.user, self.connection_id, names, grace=not self.account_deleted
+            self.user, self.connection_id, names, at_once=self.account_deleted
         )

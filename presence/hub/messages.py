@@ -14,6 +14,7 @@ from presence.announce import (
     CHANGED,
     ROOM,
     ROOM_MEMBERS_CHANGED,
+    ROOM_RECHECK,
     SESSION_ENDED,
     SESSIONS_CHANGED,
     TOPIC,
@@ -67,19 +68,27 @@ class Messages:
             )
         elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
             self.topic_message(message["kind"], message.get("payload"))
-        elif message.get("type") in (ROOM, ROOM_MEMBERS_CHANGED) and self.rooms is not None:
+        elif (
+            message.get("type") in (ROOM, ROOM_MEMBERS_CHANGED, ROOM_RECHECK)
+            and self.rooms is not None
+        ):
             self.room_message(message)
         elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED, USER_DELETED):
             self.session_message(message)
 
     def room_message(self, message: dict[str, Any]) -> None:
-        """Users joined, left or changed in a room; or what others see of them changed."""
+        """Users joined, left or changed in a room; or what others see of them changed; or a
+        room's rule is to be asked again for its members here (``users`` None: all of them)."""
         try:
             decode = id_decoder()
-            users = [decode(uid) for uid in message.get("users", ())]
+            sent = message.get("users", ())
+            users = [decode(uid) for uid in (sent or ())]
         except (TypeError, ValueError):
             return  # not a message of this version's announcer
-        if message["type"] == ROOM_MEMBERS_CHANGED:
+        if message["type"] == ROOM_RECHECK:
+            if isinstance(message.get("room"), str):
+                self.rooms.rules.requested(message["room"], None if sent is None else users)
+        elif message["type"] == ROOM_MEMBERS_CHANGED:
             self.rooms.members_changed(users)
         elif isinstance(message.get("room"), str):
             at = message.get("at")

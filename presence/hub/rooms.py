@@ -35,6 +35,7 @@ from presence.domain import UserId, visibly_differs
 from presence.domain.rooms import Member, RoomState, parse_room
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry
+from presence.hub.room_rules import RoomRules
 from presence.store import get_store
 
 logger = logging.getLogger("presence")
@@ -74,6 +75,8 @@ class RoomViews:
         self._wake = asyncio.Event()
         #: outages of presence's Redis and channel-layer failures seen so far (see sweep)
         self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
+        #: the rooms' rules asked again for the members here (presence.hub.room_rules)
+        self.rules = RoomRules(registry)
 
     # --- membership ---
 
@@ -206,7 +209,9 @@ class RoomViews:
 
     async def refresh(self) -> None:
         """Join every room's group again and send each view a fresh room_state (it replaces
-        what the client shows)."""
+        what the client shows), once the rules were asked again (a refusal may have been
+        announced while the layer failed: a refused member gets no fresh state)."""
+        await self.rules.check_all()
         if self.registry.rooms.members:
             await self.groups.join(rooms_group_name())
         for room in list(self.registry.rooms.members):

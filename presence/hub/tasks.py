@@ -69,10 +69,14 @@ class Tasks:
             self.running.append(asyncio.ensure_future(self._receive_loop()))
         if self.rooms is not None and get_settings().ROOMS:
             self.running.append(asyncio.ensure_future(self.rooms.run(self._owns_current_task)))
+            rules = self.rooms.rules
+            self.running.append(asyncio.ensure_future(rules.run(self._owns_current_task)))
 
     async def stop(self) -> None:
         tasks, self.running = self.running, []
         tasks += list(self.messages.delivering)
+        if self.rooms is not None:
+            tasks += list(self.rooms.rules.asked)
         self.delivery.pending.clear()
         self.delivery.resyncing.waiting.clear()
         self.delivery.after_snapshots.clear()

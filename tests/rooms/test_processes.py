@@ -1,7 +1,7 @@
 """Rooms across real daphne processes sharing one Redis: a join on one process reaches a
 viewer on another (room diffs travel through the channel layer), a close leaves after
-OFFLINE_GRACE, and a killed process's members leave within CONNECTION_TTL (the survivor's
-sweep)."""
+OFFLINE_GRACE, a killed process's members leave within CONNECTION_TTL (the survivor's
+sweep), and recheck_room, called from a third process, drops a refused member at once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group
 
+from presence import api
 from presence.models import PrivacySettings
 from tests.daphne import Daphne, daphne_fixture  # noqa: F401 (the daphne fixture)
 from tests.load.test_multiprocess import (
@@ -89,3 +91,37 @@ def test_rooms_across_processes(
     after = time.monotonic() - killed
     assert after <= TTL + 1 + MARGIN, f"left {after:.2f} s after the crash"
     viewer.close()
+
+
+def test_recheck_room_reaches_the_members_process(
+    daphne: Callable[..., Daphne], make_user: Callable[..., Any], settings: Any
+) -> None:
+    """The member's socket is on one process, the viewer's on another, and recheck_room is
+    called from this one (as from a view): the refusal travels through the channel layer. The
+    processes' own periodic check is HEARTBEAT_INTERVAL (30 s) away."""
+    club = {**TIMINGS, "HEARTBEAT_INTERVAL": 30, "CONNECTION_TTL": 60}
+    club["ROOMS"] = {"club": "tests.rooms.rules.in_group"}
+    settings.PRESENCE = club
+    ann, ben = make_user("ann"), make_user("ben")
+    group = Group.objects.create(name="club-1")
+    for user in (ann, ben):
+        PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        user.groups.add(group)
+    first, second = daphne(club), daphne(club)
+    viewer = Socket(first, bare_session_of(ann))
+    viewer.send({"type": "join", "room": "club:1"})
+    viewer.wait_for(lambda f: f.get("type") == "room_state")
+    member = Socket(second, bare_session_of(ben))
+    member.send({"type": "join", "room": "club:1"})
+    member.wait_for(lambda f: f.get("type") == "room_state")
+    viewer.wait_for(lambda f: f.get("room") == "club:1" and f.get("count") == 2, timeout=5)
+    ben.groups.remove(group)
+    asked = time.monotonic()
+    api.recheck_room("club:1", users=[ben])
+    refused = member.wait_for(lambda f: f.get("type") == "error", timeout=5)
+    assert (refused["code"], refused["room"]) == ("forbidden", "club:1")
+    gone = viewer.wait_for(lambda f: str(ben.pk) in f.get("leaves", ()), timeout=5)
+    assert gone["count"] == 1 and gone["joins"] == {}
+    assert time.monotonic() - asked < 10  # long before the processes' own check (30 s)
+    viewer.close()
+    member.close()

@@ -123,13 +123,14 @@ class RoomPlans(KeyScheme):
         )
 
     def leave_room(
-        self, room: str, user_id: UserId, connection_id: str, now: float, grace: bool = True
+        self, room: str, user_id: UserId, connection_id: str, now: float, at_once: bool = False
     ) -> Plan[RoomWrite | None]:
         """A connection leaves ``room``; the user stays for OFFLINE_GRACE if it was their last
-        (a connection not in the room changes nothing). Without ``grace`` (a deleted user) the
-        stay ends now: neither listed nor counted from this second on."""
+        (a connection not in the room changes nothing). ``at_once``: no grace (the room's rule
+        refused the user, or the user was deleted): their stay ends now, and reads and counts
+        leave them out at once."""
         seconds = int(now)
-        grace_end = seconds + domain.SECOND + self.conf.OFFLINE_GRACE if grace else seconds
+        grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
         return Plan(
             commands=[
                 ("ZADD", self.room_schedule_key(room), "LT", grace_end, room),

@@ -12,6 +12,11 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("c/<slug:slug>/", views.category, name="category"),
     path("t/<int:pk>/", views.topic, name="topic"),
+    path(
+        "t/<int:pk>/participants/<int:user_pk>/remove/",
+        views.remove_participant,
+        name="remove_participant",
+    ),
     path("private/", views.private_topics, name="private"),
     path("users/", views.users, name="users"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

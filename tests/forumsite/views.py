@@ -1,5 +1,6 @@
 """The forum's pages: categories, a category's topics, a topic with its comments (a private one
-for its participants only), the user list. Nothing here is presence's: the templates are."""
+for its participants only), the user list. presence is in the templates, and in
+remove_participant (recheck_room)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
+from presence import api
 from tests.forumsite.models import Category, Topic
 
 
@@ -28,6 +31,18 @@ def topic(request: HttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied
     comments = found.comments.order_by("pk")  # the authors: presence_prefetch's path loads them
     return render(request, "forum/topic.html", {"topic": found, "comments": comments})
+
+
+@require_POST
+@login_required
+def remove_participant(request: HttpRequest, pk: int, user_pk: int) -> HttpResponse:
+    """The topic's author takes someone out of a private topic: their open page of it stops
+    showing who is there at once (docs/rooms.md, "When access is taken away")."""
+    found = get_object_or_404(Topic, pk=pk, is_private=True, user=request.user)
+    removed = get_object_or_404(found.participants, pk=user_pk)
+    found.participants.remove(removed)
+    api.recheck_room(("topic", found.pk), users=[removed])
+    return redirect("topic", pk=found.pk)
 
 
 @login_required

@@ -37,8 +37,6 @@ class RoomConnection(Protocol):
     connection_id: str
     #: in the hub and recorded in Redis (False once it closes)
     attached: bool
-    #: closed because its user was deleted: its rooms are left at once, without the grace
-    account_deleted: bool
 
     async def send_json(self, content: dict[str, Any]) -> None: ...
 
@@ -251,15 +249,13 @@ class ConnectionRooms:
             room=name,
         )
 
-    async def leave_rooms(self) -> None:
+    async def leave_rooms(self, at_once: bool = False) -> None:
         """The connection closed (the hub let it go, and its registry these rooms): it leaves
-        them (its user stays OFFLINE_GRACE in those where it was their last connection; a
-        deleted user leaves at once)."""
+        them (its user stays OFFLINE_GRACE in those where it was their last connection;
+        ``at_once``, a deleted user's, they leave at once)."""
         connection = self.connection
         if not self.rooms:
             return
         names = [parse_room(name) for name in self.rooms]
         self.rooms.clear()
-        await aleave_rooms(
-            connection.user, connection.connection_id, names, at_once=connection.account_deleted
-        )
+        await aleave_rooms(connection.user, connection.connection_id, names, at_once=at_once)

@@ -1,10 +1,12 @@
-"""Running plans: the one failure policy of the store (its clients: :mod:`.connecting`).
+"""The store: its key scheme and plans, its clients (:mod:`.connecting`) and health, and running
+plans under its one failure policy.
 
-Every command goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which send a
-plan as one pipeline (one round trip) and apply one failure policy: a Redis error is logged once
-per outage, Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is
-returned (or :class:`StoreUnavailable` raised for plans that must not fail silently). Scripts
-that Redis lost (restart, ``SCRIPT FLUSH``) are loaded again and only their commands re-sent.
+A plan is built, then run: ``store.run(store.plans.touch(user_id, device, now))``. Every command
+goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which send a plan as one
+pipeline (one round trip) and apply one failure policy: a Redis error is logged once per outage,
+Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is returned (or
+:class:`StoreUnavailable` raised for plans that must not fail silently). Scripts that Redis lost
+(restart, ``SCRIPT FLUSH``) are loaded again and only their commands re-sent.
 
 Slowness is not an outage. Only a Redis that refuses, drops or cannot make a connection (within
 ``SOCKET_TIMEOUT``) is, or one that leaves the live paths (``arun(plan, live=True)``: consumers,

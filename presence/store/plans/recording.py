@@ -75,16 +75,18 @@ class RecordingPlans(PlanArea):
         """Record a request. The user is due to turn offline ONLINE_WINDOW later at the latest
         (``LT``: an earlier due time, such as a connection's, is kept)."""
         seconds = int(now)
+        keys = self.keys
+        bucket = keys.bucket_of(user_id)
         return Plan(
             commands=[
                 script_call(
                     TOUCH,
                     [
-                        self.keys.seen_key(self.keys.bucket_of(user_id)),
-                        self.keys.conns_key(self.keys.bucket_of(user_id)),
-                        *self.keys.user_ledger_keys(user_id),
-                        self.keys.user_outbox_key(user_id),
-                        self.keys.prior_key(self.keys.bucket_of(user_id)),
+                        keys.seen_key(bucket),
+                        keys.conns_key(bucket),
+                        *keys.user_ledger_keys(user_id),
+                        keys.user_outbox_key(user_id),
+                        keys.prior_key(bucket),
                     ],
                     [
                         encode_id(user_id),
@@ -97,7 +99,7 @@ class RecordingPlans(PlanArea):
                 ),
                 (
                     "ZADD",
-                    self.keys.user_due_key(user_id),
+                    keys.user_due_key(user_id),
                     "LT",
                     seconds + self.conf.ONLINE_WINDOW,
                     encode_id(user_id),
@@ -111,15 +113,17 @@ class RecordingPlans(PlanArea):
         self, user_id: UserId, device: domain.Device, now: float
     ) -> Plan[Transition | None]:
         seconds = int(now)
+        keys = self.keys
+        bucket = keys.bucket_of(user_id)
         return Plan(
             commands=[
                 script_call(
                     SIGN_OFF,
                     [
-                        self.keys.seen_key(self.keys.bucket_of(user_id)),
-                        *self.keys.user_ledger_keys(user_id),
-                        self.keys.user_outbox_key(user_id),
-                        self.keys.prior_key(self.keys.bucket_of(user_id)),
+                        keys.seen_key(bucket),
+                        *keys.user_ledger_keys(user_id),
+                        keys.user_outbox_key(user_id),
+                        keys.prior_key(bucket),
                     ],
                     [
                         encode_id(user_id),
@@ -131,7 +135,7 @@ class RecordingPlans(PlanArea):
                 ),
                 (
                     "ZADD",
-                    self.keys.user_due_key(user_id),
+                    keys.user_due_key(user_id),
                     seconds + domain.SECOND + self.conf.OFFLINE_GRACE,
                     encode_id(user_id),
                 ),

@@ -187,10 +187,10 @@ def _room_delta(
             _blocks_and_pairs, (list(viewers), resolved_viewers, list(changed))
         )
         lookups = _lookups(changed, blocks)
-        read_plan = store.read_room(room.name, now, 0, lookups)
+        read_plan = store.plans.read_room(room.name, now, 0, lookups)
         if resolved_viewers:
             read, live = yield from both(
-                Redis(read_plan, live=True), Redis(store.read(list(changed)), live=True)
+                Redis(read_plan, live=True), Redis(store.plans.read(list(changed)), live=True)
             )
         else:
             read, live = (yield from redis(read_plan, live=True)), {}
@@ -202,7 +202,7 @@ def _room_delta(
         blocks = yield Call(relations.blocks_between, (list(viewers),))
         contacts = {}
         lookups = _lookups(changed, blocks)
-        read = yield from redis(store.read_room(room.name, now, scan, lookups), live=True)
+        read = yield from redis(store.plans.read_room(room.name, now, scan, lookups), live=True)
         if read is None:
             return None
         present = [uid for uid in changed if uid in read.found]
@@ -215,7 +215,7 @@ def _room_delta(
         targets = [*present, *scanned]
         pairs, live = yield from both(
             Call(relations.load_pairs, (resolved_viewers, targets), relations.aload_pairs),
-            Redis(store.read(targets), live=True),
+            Redis(store.plans.read(targets), live=True),
         )
         if live is None:
             return None

@@ -35,7 +35,9 @@ async def ajoin_room(
     when what others see changed. None when Redis is unavailable."""
     user_id = user_pk(user)
     store = get_store()
-    plan = store.join_room(room.name, user_id, connection_id, resolution.now(), meta, invisible)
+    plan = store.plans.join_room(
+        room.name, user_id, connection_id, resolution.now(), meta, invisible
+    )
     write = await store.arun(plan, live=True)
     if write is not None and write.changed:
         await announce.aannounce_room(room.name, [user_id])
@@ -56,7 +58,10 @@ async def aleave_rooms(
     now = resolution.now()
     writes = await store.arun(
         merge(
-            [store.leave_room(name, user_id, connection_id, now, at_once=at_once) for name in names]
+            [
+                store.plans.leave_room(name, user_id, connection_id, now, at_once=at_once)
+                for name in names
+            ]
         ),
         live=True,
     )
@@ -77,7 +82,7 @@ async def arenew_rooms(
     store = get_store()
     now = resolution.now()
     plans = [
-        store.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
+        store.plans.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
         for name, meta in rooms.items()
     ]
     writes = await store.arun(merge(plans), live=True)
@@ -92,20 +97,20 @@ async def asweep_rooms(limit: int = ROOMS_PER_SWEEP) -> dict[str, list[UserId]]:
     one sweeper; every live process runs this every SWEEP_INTERVAL (presence.hub)."""
     store = get_store()
     now = resolution.now()
-    claimed = await store.arun(store.claim_rooms(now, limit), live=True)
+    claimed = await store.arun(store.plans.claim_rooms(now, limit), live=True)
     rooms = list(dict.fromkeys([*_unswept, *claimed]))
     _unswept.difference_update(rooms)
     if not rooms:
         return {}
     try:
         pruned = await store.arun(
-            merge([store.prune_room(room, now, PRUNE_BATCH) for room in rooms]), live=True
+            merge([store.plans.prune_room(room, now, PRUNE_BATCH) for room in rooms]), live=True
         )
     except StoreUnavailable:
         _unswept.update(rooms)  # taken out of the schedule: kept here for the next sweep
         return {}
     due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
-    if due and not await store.arun(store.schedule_rooms(due), live=True):
+    if due and not await store.arun(store.plans.schedule_rooms(due), live=True):
         _unswept.update(due)
     gone = {room: users for room, (users, _) in zip(rooms, pruned, strict=True) if users}
     for room, users in gone.items():
@@ -123,7 +128,7 @@ async def aleave_refused(leaves: Iterable[tuple[UserId, str, str]]) -> None:
         return
     store = get_store()
     now = resolution.now()
-    plans = [store.leave_room(room, uid, cid, now, at_once=True) for uid, cid, room in leaves]
+    plans = [store.plans.leave_room(room, uid, cid, now, at_once=True) for uid, cid, room in leaves]
     if await store.arun(merge(plans), live=True) is None:
         logger.warning("Presence: %d refused room members could not be removed now", len(leaves))
     by_room: dict[str, list[UserId]] = {}

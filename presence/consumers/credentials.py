@@ -61,7 +61,7 @@ class Credentials(ConsumerBase):
         half = get_settings().SESSION_CHECK_INTERVAL / 2
         along = [
             c
-            for c in self.hub.connections
+            for c in self.hub.registry.connections
             if isinstance(c, Credentials)
             and c is not self
             and c.attached

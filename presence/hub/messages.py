@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from presence import extensions
 from presence.announce import (
@@ -23,6 +23,9 @@ from presence.announce import (
 from presence.domain import UserId
 from presence.hub.registry import Registry
 from presence.users import decode_id, id_decoder
+
+if TYPE_CHECKING:  # a sibling of the same layer: only its type is named here
+    from presence.hub.rooms import RoomViews
 
 logger = logging.getLogger("presence")
 
@@ -40,6 +43,7 @@ class Messages:
         topics: extensions.Topics,
         changed: Changed,
         note_lag: Callable[[Any], None],
+        rooms: RoomViews,
     ) -> None:
         self.registry = registry
         #: what a topic's delivery is handed (the hub)
@@ -50,7 +54,7 @@ class Messages:
         #: topic deliveries under way (cancelled when the hub stops)
         self.delivering: set[asyncio.Task[None]] = set()
         #: the hub's rooms (presence.hub.rooms), told of room announcements
-        self.rooms: Any = None
+        self.rooms = rooms
         self._session_tasks: set[asyncio.Task[None]] = set()
 
     def dispatch(self, message: dict[str, Any]) -> None:
@@ -68,10 +72,7 @@ class Messages:
             )
         elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
             self.topic_message(message["kind"], message.get("payload"))
-        elif (
-            message.get("type") in (ROOM, ROOM_MEMBERS_CHANGED, ROOM_RECHECK)
-            and self.rooms is not None
-        ):
+        elif message.get("type") in (ROOM, ROOM_MEMBERS_CHANGED, ROOM_RECHECK):
             self.room_message(message)
         elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED, USER_DELETED):
             self.session_message(message)

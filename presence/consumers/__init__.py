@@ -2,7 +2,7 @@
 
 A thin edge: frames are validated by :func:`presence.domain.parse_frame`, recorded through
 :mod:`presence.lifecycle` (and :mod:`presence.api` for status changes), and fanned out by
-the process's :class:`presence.hub.Hub`. Its rooms:
+the process's :class:`presence.hub.Hub`. Its modules:
 
 - :mod:`~presence.consumers.consumer` -- :class:`PresenceConsumer`: connecting, disconnecting;
 - :mod:`~presence.consumers.handlers` -- presence's own frames (heartbeat, subscribe, ...);

@@ -1,4 +1,4 @@
-"""The consumer at ``ws/presence/``, composed of its rooms: connecting and disconnecting are
+"""The consumer at ``ws/presence/``, composed of its modules: connecting and disconnecting are
 here; frames, credentials and sending are the mixins'."""
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ demo: install
 
 # The main suite (tests/, by area: core, live, store, feed, sites, load, browser), then each
 # variant on the same Redis, selecting its tests by marker (pyproject.toml; a module's
-# `pytestmark`): the site whose user model logs in by e-mail (tests/settings_email.py,
+# `pytestmark`): the site whose user model logs in by e-mail (tests/settings/email.py,
 # -m email_site: a second settings module needs a second run), the store, API, endpoint,
 # consumer, hub, template tag, cleanup, feed, DRF and fuzz tests again for a site whose user
-# model is keyed by a UUID (tests/settings_uuid.py, -m uuid_site), a Hacker-News-style site
-# wired from the README alone (tests/settings_hn.py, -m hn_site, collecting tests/sites only: it
+# model is keyed by a UUID (tests/settings/uuid.py, -m uuid_site), a Hacker-News-style site
+# wired from the README alone (tests/settings/hn.py, -m hn_site, collecting tests/sites only: it
 # installs no feed), the store, API, middleware,
 # consumer, hub and cleanup tests again with presence on a three-master Redis Cluster and the
 # channel layer sharded over two Redis servers (tools/redis_cluster.py, -m cluster), and the hub
@@ -49,9 +49,9 @@ test: install
 REDIS_VARIANTS ?= yes
 suite:
 	$(WITH_REDIS) sh -c '$(PY) -m pytest --durations=25 $(PYTEST_ARGS) && \
-	  $(VARIANT) --ds=tests.settings_email -m email_site && \
-	  $(VARIANT) --ds=tests.settings_uuid -m uuid_site && \
-	  $(VARIANT) --ds=tests.settings_hn -m hn_site tests/sites && \
+	  $(VARIANT) --ds=tests.settings.email -m email_site && \
+	  $(VARIANT) --ds=tests.settings.uuid -m uuid_site && \
+	  $(VARIANT) --ds=tests.settings.hn -m hn_site tests/sites && \
 	  if [ "$(REDIS_VARIANTS)" != no ]; then \
 	    $(WITH_CLUSTER) $(VARIANT) -m cluster && \
 	    PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer; fi'

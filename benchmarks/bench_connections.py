@@ -290,7 +290,7 @@ def run_child(variant: str, count: int, quiet: float) -> dict[str, Any]:
     )
     env = dict(os.environ)
     if variant == PUBSUB:
-        env["PRESENCE_TEST_LAYER"] = "pubsub"  # tests/settings.py: the pub/sub layer
+        env["PRESENCE_TEST_LAYER"] = "pubsub"  # tests/settings/base.py: the pub/sub layer
     done = subprocess.run(
         [sys.executable, "-c", code, variant, str(count), str(quiet)],
         cwd=Path(__file__).resolve().parent.parent,

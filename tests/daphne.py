@@ -3,7 +3,7 @@
 A test module uses the ``daphne`` fixture with ``from tests.daphne import daphne_fixture``.
 
 Each process runs ``daphne -b 127.0.0.1 -p PORT siteproject.asgi:application`` with
-``tests.daphne_settings``: the test database this process created (committed rows only, so tests
+``tests.settings.daphne``: the test database this process created (committed rows only, so tests
 using it are ``transaction=True``), the same ``REDIS_URL``, ``PRESENCE`` passed as JSON, and
 optionally the channel layer's hosts (several: channels_redis shards over them).
 """
@@ -61,7 +61,7 @@ class Daphne:
     def start(self) -> Daphne:
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.daphne_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.settings.daphne",
             "PRESENCE_TEST_DATABASE": str(connection.settings_dict["NAME"]),
             "PRESENCE_TEST_SETTINGS": json.dumps(self.presence),
             "PRESENCE_TEST_LAYER_HOSTS": json.dumps(self.layer_hosts or []),

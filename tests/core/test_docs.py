@@ -182,7 +182,7 @@ def test_the_readmes_asgi_py_imports_in_a_fresh_interpreter(tmp_path: Path) -> N
         "assert isinstance(m.application, r.ProtocolTypeRouter);"
         "print(sorted(m.application.application_mapping))"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings.base"}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
     result = subprocess.run(
         [sys.executable, "-c", probe],

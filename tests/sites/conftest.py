@@ -11,9 +11,9 @@ import pytest
 #: the site a module here tests (the first word of its name after ``test_``) and its app
 SITE_APPS = {
     "demo": "siteproject.demo",
-    "emailsite": "tests.emailsite",
-    "uuidsite": "tests.uuidsite",
-    "hnsite": "tests.hnsite",
+    "emailsite": "tests.sites.emailsite",
+    "uuidsite": "tests.sites.uuidsite",
+    "hnsite": "tests.sites.hnsite",
 }
 
 

@@ -4,6 +4,6 @@ from django.apps import AppConfig
 
 
 class HnsiteConfig(AppConfig):
-    name = "tests.hnsite"
+    name = "tests.sites.hnsite"
     label = "hnsite"
     default_auto_field = "django.db.models.BigAutoField"

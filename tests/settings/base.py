@@ -15,8 +15,8 @@ DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 
 # Daphne only replaces runserver; the tests have no use for it.
-# tests.graphsite: a site's own follow model kept in sync with presence (docs/api.md).
-INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "daphne"] + ["tests.graphsite"]
+# tests.sites.graphsite: a site's own follow model kept in sync with presence (docs/api.md).
+INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "daphne"] + ["tests.sites.graphsite"]
 
 DATABASES = {"default": dj_database_url.config(default=f"sqlite:///{BASE_DIR / 'test.sqlite3'}")}
 

@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 
 from presence.admin import PresenceUserAdminMixin
-from tests.uuidsite.models import User
+from tests.sites.uuidsite.models import User
 
 
 @admin.register(User)

@@ -4,9 +4,9 @@ from django.apps import AppConfig
 
 
 class GraphsiteConfig(AppConfig):
-    name = "tests.graphsite"
+    name = "tests.sites.graphsite"
     label = "graphsite"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from tests.graphsite import receivers  # noqa: F401  (connects them)
+        from tests.sites.graphsite import receivers  # noqa: F401  (connects them)

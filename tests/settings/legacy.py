@@ -4,6 +4,6 @@ tests/feed/test_feed_app.py."""
 
 from __future__ import annotations
 
-from tests.settings_core_only import *  # noqa: F403
+from tests.settings.core_only import *  # noqa: F403
 
 MIGRATION_MODULES = {"presence": "tests.legacy_migrations"}

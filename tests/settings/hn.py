@@ -5,7 +5,7 @@ The settings module a site owner has: `startproject`'s, with a UUID-keyed user m
 CACHES at all. Then, below the line, the README's "Wiring it into a site" snippet as the owner
 pasted it: only the Redis URLs are the test Redis's (REDIS_URL). The site has no user admin of
 its own; its admin.py is the book's guarded snippet. Its stories list renders each author through
-three nested inclusion tags (tests/hnsite/templatetags/hn.py)."""
+three nested inclusion tags (tests/sites/hnsite/templatetags/hn.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from django.conf import global_settings  # with the other imports, at the top
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
 SECRET_KEY = "hn-tests-only-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
@@ -27,10 +27,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "tests.hnsite",
+    "tests.sites.hnsite",
 ]
 
-ROOT_URLCONF = "tests.hnsite.urls"
+ROOT_URLCONF = "tests.sites.hnsite.urls"
 
 TEMPLATES = [
     {
@@ -47,7 +47,7 @@ TEMPLATES = [
     },
 ]
 
-# One SQLite file per test run, in memory where there is /dev/shm (as tests/settings.py).
+# One SQLite file per test run, in memory where there is /dev/shm (as tests/settings/base.py).
 _dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 DATABASES = {
     "default": {
@@ -68,7 +68,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 # --- below: the README's snippet, pasted ----------------------------------------------------
 INSTALLED_APPS = ["daphne", *INSTALLED_APPS, "channels", "presence"]  # daphne first (runserver)
-ASGI_APPLICATION = "tests.hnsite.asgi.application"
+ASGI_APPLICATION = "tests.sites.hnsite.asgi.application"
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -3,8 +3,8 @@ boundary tests (tests/feed/test_feed_app.py) run it in a subprocess."""
 
 from __future__ import annotations
 
-from tests.settings import *  # noqa: F403
-from tests.settings import INSTALLED_APPS, TEMPLATES
+from tests.settings.base import *  # noqa: F403
+from tests.settings.base import INSTALLED_APPS, TEMPLATES
 
 INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in {"presence.feed", "siteproject.demo"}]
 ROOT_URLCONF = "tests.urls_core_only"

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from tests.hnsite import views
+from tests.sites.hnsite import views
 
 urlpatterns = [
     path("", views.news, name="news"),

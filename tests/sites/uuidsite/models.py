@@ -1,5 +1,5 @@
 """A user model keyed by a UUID, as many real sites have: the settings variant
-tests.settings_uuid runs a part of the real suite against it (the Makefile's `test` target)."""
+tests.settings.uuid runs a part of the real suite against it (the Makefile's `test` target)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from presence import api
-from tests.graphsite.models import Follow
+from tests.sites.graphsite.models import Follow
 
 
 @receiver(post_save, sender=Follow, dispatch_uid="graphsite_follow")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
-class EmailsiteConfig(AppConfig):
-    name = "tests.emailsite"
-    label = "emailsite"
+class UuidsiteConfig(AppConfig):
+    name = "tests.sites.uuidsite"
+    label = "uuidsite"
     default_auto_field = "django.db.models.BigAutoField"

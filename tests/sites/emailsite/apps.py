@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
-class UuidsiteConfig(AppConfig):
-    name = "tests.uuidsite"
-    label = "uuidsite"
+class EmailsiteConfig(AppConfig):
+    name = "tests.sites.emailsite"
+    label = "emailsite"
     default_auto_field = "django.db.models.BigAutoField"

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from tests.hnsite.models import Story
+from tests.sites.hnsite.models import Story
 
 
 def news(request: HttpRequest) -> HttpResponse:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from tests.settings import *  # noqa: F403
-from tests.settings import DATABASES as _DATABASES
+from tests.settings.base import *  # noqa: F403
+from tests.settings.base import DATABASES as _DATABASES
 
 # siteproject.asgi serves static files (presence.js) only in DEBUG.
 DEBUG = True
@@ -27,4 +27,4 @@ if _layer_hosts:
     }
 if os.environ.get("PRESENCE_TEST_SIGNAL_LIST"):
     # tests/load/test_signals_multiprocess.py counts each process's signals in Redis.
-    INSTALLED_APPS = [*INSTALLED_APPS, "tests.signal_probe"]  # noqa: F405
+    INSTALLED_APPS = [*INSTALLED_APPS, "tests.sites.signal_probe"]  # noqa: F405

@@ -7,12 +7,12 @@ from typing import Any
 import redis
 from django.apps import AppConfig
 
-#: the Redis list the receivers push onto (tests.daphne_settings installs this app when set)
+#: the Redis list the receivers push onto (tests.settings.daphne installs this app when set)
 LIST_ENV = "PRESENCE_TEST_SIGNAL_LIST"
 
 
 class SignalProbeConfig(AppConfig):
-    name = "tests.signal_probe"
+    name = "tests.sites.signal_probe"
     label = "signal_probe"
 
     def ready(self) -> None:

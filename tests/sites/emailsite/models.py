@@ -1,5 +1,5 @@
 """A user model that logs in by e-mail and has no username, as many real sites have: the
-settings variant tests.settings_email runs tests/sites/test_emailsite.py against it."""
+settings variant tests.settings.email runs tests/sites/test_emailsite.py against it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-# The README's asgi.py, as the site pasted it (its settings module: tests.settings_hn).
+# The README's asgi.py, as the site pasted it (its settings module: tests.settings.hn).
 # asgi.py -- complete: Django must be set up before anything imports models
 import os
 
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings_hn")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings.hn")
 django_asgi_app = get_asgi_application()  # first: sets Django up
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

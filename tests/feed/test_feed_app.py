@@ -103,7 +103,9 @@ def test_a_site_with_presence_alone_gets_nothing_of_the_feed(scratch_database: s
     frame = found["frame"]
     assert frame["type"] == "error"
     assert frame["code"] == "unknown_type"
-    assert frame["message"].endswith("heartbeat, subscribe, unsubscribe, set_status, join, leave.")
+    assert frame["message"].endswith(
+        "heartbeat, subscribe, unsubscribe, set_status, join, leave, watch_count, unwatch_count."
+    )
 
 
 def test_a_site_with_the_feed_gets_all_of_it(scratch_database: str) -> None:

@@ -14,6 +14,7 @@ SITE_APPS = {
     "emailsite": "tests.sites.emailsite",
     "uuidsite": "tests.sites.uuidsite",
     "hnsite": "tests.sites.hnsite",
+    "forumsite": "tests.sites.forumsite",
 }
 
 

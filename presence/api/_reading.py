@@ -24,7 +24,7 @@ def _bulk_presence(targets: Iterable[Any], viewer: Any) -> Operation[dict[UserId
     # Judged as of the start of the read (see resolution.is_news): a heartbeat landing while
     # the read is under way is then either in it or announced.
     now = resolution.now()
-    live = yield from redis(store.read(facts))
+    live = yield from redis(store.plans.read(facts))
     return resolution.resolve_all(facts, live, now)
 
 
@@ -124,7 +124,7 @@ def _read_online_friends(user: Any, limit: int | None) -> Operation[_OnlineFrien
     friends = yield from call(relations.friend_ids, user, afunction=relations.afriend_ids)
     now = resolution.now()
     # Only the friends who may be live come back from Redis: the others cannot be listed.
-    live = yield from redis(store.read_recent(friends, live_since(now)))
+    live = yield from redis(store.plans.read_recent(friends, live_since(now)))
     found = yield from call(
         relations.load_with_users,
         user,
@@ -173,7 +173,7 @@ def _watched_friends(user: Any, most: int) -> Operation[tuple[Listed, Listed]]:
     found = yield from call(
         relations.load_with_users, user, rest, afunction=relations.aload_with_users
     )
-    live = yield from redis(get_store().read(rest))
+    live = yield from redis(get_store().plans.read(rest))
     presences = resolution.resolve_each(found.each_fact(), live, online.now)
     others = found.users(_by_visible_recency(presences, presences)[:room])
     return online.with_presence(), [(other, presences[other.pk]) for other in others]
@@ -216,7 +216,7 @@ def live_user_ids() -> list[UserId]:
     live: list[UserId] = []
     for start in range(0, conf.BUCKETS, conf.CLEANUP_BATCH):
         buckets = range(start, min(start + conf.CLEANUP_BATCH, conf.BUCKETS))
-        for user_id, state in store.run(store.scan_recent(list(buckets), since)):
+        for user_id, state in store.run(store.plans.scan_recent(list(buckets), since)):
             if domain.live_status(state, now, timing) is not domain.Status.OFFLINE:
                 live.append(user_id)
     return live

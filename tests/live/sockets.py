@@ -316,7 +316,7 @@ def _asgi_headers(origin: bytes | None, cookie: bytes | None) -> list[tuple[byte
 async def connections_in_redis(user: Any) -> list[str]:
     """The user's live connections as the store keeps them ("id:bit:idle:since:beat")."""
     store = get_store()
-    return await store.arun(store.describe_connections(user.pk))
+    return await store.arun(store.plans.describe_connections(user.pk))
 
 
 # --- for test_bad_input.py (bad input) --------------------------------------------------------

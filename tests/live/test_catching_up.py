@@ -51,7 +51,7 @@ async def test_a_process_still_far_behind_resyncs_only_once_it_has_caught_up(
         assert hub is not None and not hub.recovery.behind
         # The target comes online without an announcement (one the layer dropped).
         store = get_store()
-        await store.arun(store.touch(target.pk, Device.WEB, time.time()))
+        await store.arun(store.plans.touch(target.pk, Device.WEB, time.time()))
         announced_about(hub, other, time.time() - hub.behind_after())
         assert hub.recovery.behind
         # Later announcements under the limit but still far behind, more often than the

@@ -64,7 +64,7 @@ def all_due(client: Any) -> list[tuple[str, float]]:
     cluster)."""
     return [
         entry
-        for due_key, _ in get_store().schedules()
+        for due_key, _ in get_store().keys.schedules()
         for entry in client.zrange(due_key, 0, -1, withscores=True)
     ]
 
@@ -546,7 +546,7 @@ async def _unannounced_change(
     hub = Hub.current()
     assert hub is not None and not hub.recovery.behind
     store = get_store()
-    await store.arun(store.touch(target.pk, Device.WEB, time.time()))
+    await store.arun(store.plans.touch(target.pk, Device.WEB, time.time()))
     return watcher, hub, target
 
 

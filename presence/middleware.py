@@ -15,6 +15,7 @@ from presence import api
 from presence.api._guests import anote_guest, note_guest
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
+from presence.stamps import note_read
 
 logger = logging.getLogger("presence")
 
@@ -107,6 +108,7 @@ class PresenceMiddleware:
             except Exception:  # the store already fails open; this guards anything else
                 logger.exception("Presence: could not record activity")
         note_guest(request, getattr(request, "user", None))  # COUNT_GUESTS; never raises
+        note_read(request)  # the page's stamp: nothing the view reads is older (presence.stamps)
         return self.get_response(request)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -119,4 +121,5 @@ class PresenceMiddleware:
             except Exception:
                 logger.exception("Presence: could not record activity")
         await anote_guest(request, user)  # COUNT_GUESTS; never raises
+        note_read(request)
         return await self.get_response(request)  # type: ignore[misc]

@@ -32,8 +32,9 @@ class ConsumerBase(AsyncWebsocketConsumer):
     hub: Hub
     limits: domain.Limits
     rate: RateLimit
-    #: the presence last sent for each subscribed user (the hub's Connection protocol)
-    sent: dict[UserId, domain.Presence]
+    #: the presence last sent for each subscribed user (the hub's Connection protocol; None:
+    #: what the client's page showed, left out of its snapshot as unchanged)
+    sent: dict[UserId, domain.Presence | None]
     #: users whose snapshot is being read; a change meanwhile is delivered again after it
     snapshotting: set[UserId]
     #: each subscribed user's id as the client sent it: the keys of the frames it receives

@@ -61,9 +61,11 @@ class PresenceConsumer(RoomFrames):
             raise ValueError(f"No handler for message type {kind}")
         await handler(message)
 
-    async def subscribe(self, ids: dict[UserId, int | str]) -> None:
+    async def subscribe(
+        self, ids: dict[UserId, int | str], since: str | None = None, stamped: bool = False
+    ) -> None:
         try:
-            await super().subscribe(ids)
+            await super().subscribe(ids, since, stamped)
         finally:
             if self.opening is not None:
                 # Its first snapshot is out: the next socket waiting opens (presence.admission).

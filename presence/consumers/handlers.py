@@ -12,7 +12,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.utils.translation import gettext
 
-from presence import api, domain, lifecycle, ratelimit, relations, users
+from presence import api, domain, lifecycle, ratelimit, relations, stamps, users
 from presence.conf import get_settings
 from presence.consumers.credentials import Credentials
 from presence.consumers.frames import FrameDispatch, handles
@@ -80,14 +80,21 @@ class PresenceFrames(FrameDispatch, Credentials):
     async def subscribe_frame(self, message: domain.Subscribe) -> None:
         # Ids cost work each: a large subscribe counts as several frames.
         if await self.afford(frame_cost(len(message.users))):
-            await self.subscribe(read_user_ids(message.users))
+            await self.subscribe(
+                read_user_ids(message.users), since=message.since, stamped=message.stamped
+            )
 
     @handles(domain.Unsubscribe)
     async def unsubscribe_frame(self, message: domain.Unsubscribe) -> None:
         if await self.afford(frame_cost(len(message.users))):
             await self.unsubscribe(read_user_ids(message.users))
 
-    async def subscribe(self, ids: dict[UserId, int | str]) -> None:
+    async def subscribe(
+        self, ids: dict[UserId, int | str], since: str | None = None, stamped: bool = False
+    ) -> None:
+        """Subscribe to ``ids`` and send their snapshot. ``stamped``: the client sent ``since``
+        (a stamp, or None); the snapshot then carries a fresh stamp and lists the users left
+        out as ``unchanged`` since ``since`` (docs/websocket.md, "Stamps")."""
         new = [uid for uid in ids if uid not in self.sent and uid not in self.snapshotting]
         total = len(self.sent) + len(self.snapshotting) + len(new)
         if total > self.limits.max_subscriptions:
@@ -110,7 +117,9 @@ class PresenceFrames(FrameDispatch, Credentials):
         self.snapshotting.update(known)
         try:
             await self.hub.watch(self, known)
-            presences, guessed = await lifecycle.asnapshot(known, self.user)
+            # What the answer's stamp claims: every change made before this moment is in it.
+            read_at = time.time()
+            presences, guessed, unchanged = await self._snapshot(known, since)
         except BaseException:
             # Nothing of a failed subscribe stays watched.
             await asyncio.shield(self.hub.unwatch(self, known))
@@ -118,7 +127,7 @@ class PresenceFrames(FrameDispatch, Credentials):
             raise
         finally:
             self.snapshotting.difference_update(known)
-        unknown = [uid for uid in new if uid not in presences]
+        unknown = [uid for uid in new if uid not in presences and uid not in unchanged]
         # Users deleted since the existence check (or since the process found them) were
         # watched: leave them again, and check them again next time.
         deleted = [uid for uid in unknown if uid in existing]
@@ -126,12 +135,21 @@ class PresenceFrames(FrameDispatch, Credentials):
         await self.hub.unwatch(self, deleted)
         self._forget_spellings(unknown)
         self.sent.update(presences)
+        # What the client shows of the unchanged is its page's: not known here, so the next
+        # change the hub resolves for them is sent whatever it is (visibly_differs(None, ...)).
+        self.sent.update(dict.fromkeys(unchanged))
         if guessed:
             # Redis could not be read: the snapshot shows what the database alone knows
             # (offline). The hub resolves these users again, retrying until Redis answers,
             # and sends a diff where the snapshot was wrong.
             self.hub.changed(presences)
-        await self.send_presences("presence_state", presences)
+        extra = None
+        if stamped:
+            extra = {
+                "stamp": stamps.mint(self.viewer_id, read_at),
+                "unchanged": [ids[uid] for uid in known if uid in unchanged],
+            }
+        await self.send_presences("presence_state", presences, extra)
         if unknown:
             await self.send_error(
                 "unknown_users",
@@ -139,6 +157,23 @@ class PresenceFrames(FrameDispatch, Credentials):
                 % {"ids": ", ".join(str(ids[uid]) for uid in unknown)},
                 users=[ids[uid] for uid in unknown],
             )
+
+    async def _snapshot(
+        self, known: list[UserId], since: str | None
+    ) -> tuple[dict[UserId, domain.Presence], bool, set[UserId]]:
+        """The snapshot of ``known``, whether it is a guess (Redis unreadable), and the users
+        left out of it as unchanged since the stamp ``since`` (none where it proves nothing)."""
+        at = None if since is None else stamps.accepted_time(since, self.viewer_id)
+        if at is not None and known:
+            changed = await lifecycle.achanged_since(known, self.viewer_id, at)
+            if changed is not None:
+                read = [uid for uid in known if uid in changed]
+                presences, guessed = (
+                    await lifecycle.asnapshot(read, self.user) if read else ({}, False)
+                )
+                return presences, guessed, set(known).difference(changed)
+        presences, guessed = await lifecycle.asnapshot(known, self.user)
+        return presences, guessed, set()
 
     def _forget_spellings(self, user_ids: list[UserId]) -> None:
         for uid in user_ids:

@@ -15,7 +15,8 @@ By concern:
 - :mod:`~presence.store.plans.ledger`: the online ledger's count and its invisible users;
 - :mod:`~presence.store.plans.rooms`: rooms (members, meta, their stay, the sweep);
 - :mod:`~presence.store.plans.guests`: the guest count (COUNT_GUESTS);
-- :mod:`~presence.store.plans.export`: what Redis holds about one user (data requests).
+- :mod:`~presence.store.plans.export`: what Redis holds about one user (data requests);
+- :mod:`~presence.store.plans.changes`: when users' visible presence last changed (stamps).
 
 :class:`PlanBuilder` composes them; every name is importable from ``presence.store.plans``
 itself, as it always was.
@@ -23,6 +24,7 @@ itself, as it always was.
 
 from __future__ import annotations
 
+from presence.store.plans.changes import ChangePlans
 from presence.store.plans.export import ExportPlans, UserRecord
 from presence.store.plans.guests import GuestPlans
 from presence.store.plans.ledger import LedgerPlans
@@ -61,5 +63,6 @@ class PlanBuilder(
     RoomPlans,
     GuestPlans,
     ExportPlans,
+    ChangePlans,
 ):
     """Every plan of the store, over its key scheme."""

@@ -192,16 +192,17 @@ async def astamp_changes(user_ids: list[UserId]) -> None:
     store = get_store()
     if await store.arun(store.stamp_changes(user_ids, time.time(), stamps_kept(conf)), live=True):
         return
-    task = asyncio.ensure_future(_stamp_later(user_ids))
+    task = asyncio.ensure_future(_stamp_later(store, user_ids))
     _retrying.add(task)
     task.add_done_callback(_retrying.discard)
 
 
-async def _stamp_later(user_ids: list[UserId]) -> None:
+async def _stamp_later(store: Any, user_ids: list[UserId]) -> None:
     delay = get_settings().RETRY_INTERVAL
     for _ in range(ANNOUNCE_RETRIES):
         await asyncio.sleep(delay)
-        store = get_store()
+        if get_store() is not store:
+            return  # another configuration of presence's Redis: its stamps are not these
         plan = store.stamp_changes(user_ids, time.time(), stamps_kept(get_settings()))
         if await store.arun(plan, live=True):
             return

@@ -23,6 +23,7 @@ from django.utils.crypto import salted_hmac
 
 from presence.conf import STAMP_SLACK, PresenceSettings, get_settings
 from presence.domain import DAY
+from presence.store import get_store
 from presence.users import UserId, encode_id, viewer_pk
 
 _SALT = "presence.stamps"
@@ -94,7 +95,9 @@ def note_read(request: Any) -> None:
 def page_stamp(request: Any) -> str | None:
     """The stamp of the presences this request's tags rendered (``data-presence-since``): the
     viewer's, as of the request's first read. None for an anonymous viewer or no request."""
-    if request is None:
+    if request is None or get_store().known_down():
+        # Read while Redis was unavailable: what the page shows is the database's guess
+        # (offline), which a change stamp would never correct.
         return None
     stamp = getattr(request, _STAMP_ATTR, None)
     if stamp is None:

@@ -190,8 +190,10 @@ def run_client(
     rate: float = 0,
     concurrency: int = 1,
     keep: int = 0,
+    stamps: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     spec = {
+        "stamps": stamps or {},
         "url": server.url,
         "origin": f"http://127.0.0.1:{server.port}",
         "mode": mode,
@@ -443,13 +445,20 @@ def run(sizes: Sizes, report: Report) -> None:
             order = ("bare", "ours") if n % 2 == 0 else ("ours", "bare")
             for mode in order:
                 fixed[mode].append(phase(server, pages, mode, seconds, rate=rate))
-            for mode in SATURATED if n % 2 == 0 else SATURATED[::-1]:
+            # Reconnects last: a resumed one uses the stamps of the full phase just before it.
+            sides = (*order, "full", "resume")
+            last_stamps: dict[str, str] = {}
+            for mode in sides:
                 if profile and mode == "ours":
                     server.dump_profile()  # starts a fresh profile for this phase
                 recorder = None
                 if pyspy and mode == "ours":
                     recorder = record_with_py_spy(server, pyspy, seconds)
-                saturated[mode].append(phase(server, pages, mode, seconds, concurrency=concurrency))
+                result = phase(
+                    server, pages, mode, seconds, concurrency=concurrency, stamps=last_stamps
+                )
+                saturated[mode].append(result)
+                last_stamps = result["stamps"]
                 if recorder is not None:
                     recorder.wait()
                 if profile and mode == "ours":
@@ -502,12 +511,17 @@ def run(sizes: Sizes, report: Report) -> None:
         "0",
         None if quick else wrong == 0,
     )
-    frames = {m: sum(r["frames"] for r in saturated[m]) / max(1, sat[m]["done"]) for m in SATURATED}
+
+    def per_view(mode: str, key: str) -> float:
+        return sum(r[key] for r in saturated[mode]) / max(1, sat[mode]["done"])
+
     say(
-        f"  reconnects: full snapshot {sat['full']['cpu_ms']:.2f} ms CPU, {frames['full']:.2f} "
-        f"frames each; resumed {sat['resume']['cpu_ms']:.2f} ms CPU, {frames['resume']:.2f} "
-        f"frames each (bare {sat['bare']['cpu_ms']:.2f} ms); unstamped page views/s per core "
-        f"ratio {sat['full']['per_core'] / bare if bare else 0.0:.2f}"
+        f"  reconnects: full snapshot {sat['full']['cpu_ms']:.2f} ms CPU, "
+        f"{per_view('full', 'frames'):.2f} frames ({per_view('full', 'bytes'):.0f} bytes) each; "
+        f"resumed {sat['resume']['cpu_ms']:.2f} ms CPU, {per_view('resume', 'frames'):.2f} "
+        f"frames ({per_view('resume', 'bytes'):.0f} bytes) each (bare "
+        f"{sat['bare']['cpu_ms']:.2f} ms); unstamped page views/s per core ratio "
+        f"{sat['full']['per_core'] / bare if bare else 0.0:.2f}"
     )
     report.add(
         NAME,

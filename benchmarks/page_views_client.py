@@ -6,8 +6,9 @@ JSON line of results. A page view of ``ours`` opens ``ws/presence/`` with a view
 cookie, subscribes to the viewer's page of users with the stamp of a page rendered a moment
 before (as presence.js does with the dots' ``data-presence-since``: minted here, as the tags
 would), waits for the answer, sends one heartbeat and closes; ``full`` subscribes with no stamp
-(a page of the site's own markup: the full snapshot); ``resume`` with the stamp of the viewer's
-last answer (a reconnect, presence.js's resume; none the first time); ``given`` with the page's
+(``"since": null``: a reconnect with nothing to resume from, or a page of the site's own markup:
+the full snapshot); ``resume`` with the stamp of the viewer's last answer (a reconnect,
+presence.js's resume; the spec's ``stamps`` to start with); ``given`` with the page's
 own ``since``, each page once, in turn (the parent's check). One of ``bare`` opens the bare
 consumer's route with the same cookie and waits for its one frame (the server then closes).
 ``rate`` > 0 offers page views at that rate (open loop, at most ``in_flight`` at once); 0 keeps
@@ -42,8 +43,14 @@ class Run:
         self.turned_away = 0
         #: frames received by ``ours`` page views
         self.frames = 0
-        #: viewer -> the stamp of its last answer (``resume``)
-        self.resume: dict[int, str] = {}
+        #: bytes of the frames received by ``ours`` page views
+        self.bytes = 0
+        #: viewer -> the stamp of its last answer (``resume`` starts from the spec's ``stamps``:
+        #: the answers of a ``full`` phase, as a page's last connection had them)
+        self.resume: dict[str, str] = dict(spec.get("stamps") or {})
+        if spec["mode"] == "resume" and self.resume:
+            # The viewers whose last connection answered: each reconnect resumes.
+            self.pages = [page for page in self.pages if str(page["viewer"]) in self.resume]
 
     async def page_view(self, page: dict[str, Any] | None = None) -> None:
         page = page or random.choice(self.pages)
@@ -73,7 +80,9 @@ class Run:
         if mode == "ours":
             frame["since"] = _mint(page["viewer"], time.time())
         elif mode == "resume":
-            frame["since"] = self.resume.get(page["viewer"])
+            frame["since"] = self.resume.get(str(page["viewer"]))
+        elif mode == "full":
+            frame["since"] = None  # nothing to resume from; the answer brings a stamp
         elif mode == "given":
             frame["since"] = page["since"]
         return frame
@@ -86,13 +95,15 @@ class Run:
             presences: dict[str, Any] = {}
             unchanged: list[str] = []
             while not expected <= presences.keys() | set(unchanged):
-                frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                text = await asyncio.wait_for(ws.recv(), 30)
+                frame = json.loads(text)
                 self.frames += 1
+                self.bytes += len(text)
                 if frame["type"] == "presence_state":
                     presences.update(frame["presences"])
                     unchanged += map(str, frame.get("unchanged", ()))
                     if "stamp" in frame:
-                        self.resume[page["viewer"]] = frame["stamp"]
+                        self.resume[str(page["viewer"])] = frame["stamp"]
                 elif frame["type"] == "error" and frame.get("code") == "unknown_users":
                     expected -= set(map(str, frame["users"]))
                 elif frame["type"] == "error":
@@ -174,6 +185,8 @@ class Run:
             "p99": pct(0.99),
             "kept": self.kept,
             "frames": self.frames,
+            "bytes": self.bytes,
+            "stamps": self.resume,
         }
 
 

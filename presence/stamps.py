@@ -16,7 +16,6 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from functools import cache
 from typing import Any
 
 from django.utils.crypto import salted_hmac
@@ -31,10 +30,17 @@ _SALT = "presence.stamps"
 _SIGNATURE_LENGTH = 20
 
 
-@cache
+#: the last settings fingerprinted, and their fingerprint (settings are read once and cached:
+#: the same object until PRESENCE changes)
+_fingerprinted: tuple[PresenceSettings | None, str] = (None, "")
+
+
 def _fingerprint(conf: PresenceSettings) -> str:
     """The settings that shape what a viewer is shown: a stamp made under others (a deploy
     in between) proves nothing."""
+    global _fingerprinted
+    if _fingerprinted[0] is conf:
+        return _fingerprinted[1]
     shaping = {
         "prefix": conf.KEY_PREFIX,
         "privacy": sorted(conf.DEFAULT_PRIVACY.items()) if conf.DEFAULT_PRIVACY else None,
@@ -44,7 +50,9 @@ def _fingerprint(conf: PresenceSettings) -> str:
         "grace": conf.OFFLINE_GRACE,
         "ttl": conf.CONNECTION_TTL,
     }
-    return json.dumps(shaping, sort_keys=True, default=repr)
+    fingerprint = json.dumps(shaping, sort_keys=True, default=repr)
+    _fingerprinted = (conf, fingerprint)
+    return fingerprint
 
 
 def _signature(viewer_id: UserId, millis: int) -> str:

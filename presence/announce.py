@@ -28,7 +28,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from presence import metrics, sessions
-from presence.conf import get_settings
+from presence.conf import get_settings, stamps_kept
 from presence.domain import UserId
 from presence.gathering import Gathering
 from presence.sessions import session_digest
@@ -168,6 +168,9 @@ async def aannounce(user_ids: Iterable[UserId], at: float | None = None) -> None
     if at is None:
         at = _change_started.get()
     stamp = time.time() if at is None else min(at, time.time())
+    # Stamped before anyone is told: a socket that opens meanwhile either finds the stamp or
+    # is watching already when the announcement comes (presence.stamps).
+    await astamp_changes(ids)
     layer = get_channel_layer()
     if layer is None:
         _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids], "at": stamp})
@@ -177,6 +180,41 @@ async def aannounce(user_ids: Iterable[UserId], at: float | None = None) -> None
         task = asyncio.ensure_future(_announce_later(layer, failed))
         _retrying.add(task)
         task.add_done_callback(_retrying.discard)
+
+
+async def astamp_changes(user_ids: list[UserId]) -> None:
+    """Record in Redis that these users' visible presence changed now (change stamps: a page
+    or a reconnecting client that shows what it resolved before is sent them; presence.stamps).
+    The time is taken now, after the change was made, not when it started: a page resolved
+    while it was under way may not show it. Never raises: a write that failed is tried again
+    after RETRY_INTERVAL (doubling, ANNOUNCE_RETRIES times), stamped at that later time."""
+    conf = get_settings()
+    store = get_store()
+    if await store.arun(
+        store.plans.stamp_changes(user_ids, time.time(), stamps_kept(conf)), live=True
+    ):
+        return
+    task = asyncio.ensure_future(_stamp_later(store, user_ids))
+    _retrying.add(task)
+    task.add_done_callback(_retrying.discard)
+
+
+async def _stamp_later(store: Any, user_ids: list[UserId]) -> None:
+    delay = get_settings().RETRY_INTERVAL
+    for _ in range(ANNOUNCE_RETRIES):
+        await asyncio.sleep(delay)
+        if get_store() is not store:
+            return  # another configuration of presence's Redis: its stamps are not these
+        plan = store.plans.stamp_changes(user_ids, time.time(), stamps_kept(get_settings()))
+        if await store.arun(plan, live=True):
+            return
+        delay *= 2
+    logger.warning(
+        "Presence: gave up stamping a change of %d users %s; pages rendered before it may "
+        "show them as they were until their next change.",
+        len(user_ids),
+        user_ids[:20],
+    )
 
 
 async def _announce_later(layer: Any, ids: list[UserId]) -> None:

@@ -1,11 +1,14 @@
-"""Contacts and blocks (a site's own graph), and notifying after writes the signals miss."""
+"""Contacts and blocks (a site's own graph), and notifying after writes the signals miss.
+
+Each write is one database call, announced by the model's receivers after commit
+(presence.receivers); its async twin runs that call through :func:`presence.operations.arun`:
+in the database's thread, its announcement sent from the caller's event loop."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -13,6 +16,7 @@ from presence import announce
 from presence.api._reading import _target_ids
 from presence.domain import InvalidInput
 from presence.models import Block, Contact
+from presence.operations import arun, call
 from presence.users import user_pk as _pk
 
 
@@ -74,23 +78,23 @@ def unblock(blocker: Any, blocked: Any) -> bool:
 
 
 async def afollow(owner: Any, target: Any) -> bool:
-    return await sync_to_async(follow)(owner, target)
+    return await arun(call(follow, owner, target))
 
 
 async def aunfollow(owner: Any, target: Any) -> bool:
-    return await sync_to_async(unfollow)(owner, target)
+    return await arun(call(unfollow, owner, target))
 
 
 async def aset_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool:
-    return await sync_to_async(set_close_friend)(owner, target, close_friend)
+    return await arun(call(set_close_friend, owner, target, close_friend))
 
 
 async def ablock(blocker: Any, blocked: Any) -> bool:
-    return await sync_to_async(block)(blocker, blocked)
+    return await arun(call(block, blocker, blocked))
 
 
 async def aunblock(blocker: Any, blocked: Any) -> bool:
-    return await sync_to_async(unblock)(blocker, blocked)
+    return await arun(call(unblock, blocker, blocked))
 
 
 def notify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
@@ -110,4 +114,4 @@ def notify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
 
 
 async def anotify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
-    await sync_to_async(notify_changed)(list(users), reason)
+    await arun(call(notify_changed, list(users), reason))

@@ -1,15 +1,15 @@
 """Per-person exceptions to a privacy level, as messengers have them: "always share with" and
-"never share with" (:class:`presence.models.PrivacyException`)."""
+"never share with" (:class:`presence.models.PrivacyException`). The async twins run the write
+through :func:`presence.operations.arun`, as the contacts' do (presence.api._contacts)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import sync_to_async
-
 from presence.api._contacts import _two_users
 from presence.domain import VISIBILITY_SETTINGS, InvalidInput
 from presence.models import PrivacyException
+from presence.operations import arun, call
 from presence.users import user_pk as _pk
 
 
@@ -57,8 +57,8 @@ def unshare(owner: Any, viewer: Any, setting: str) -> bool:
 
 
 async def ashare_with(owner: Any, viewer: Any, setting: str, allow: bool = True) -> bool:
-    return await sync_to_async(share_with)(owner, viewer, setting, allow)
+    return await arun(call(share_with, owner, viewer, setting, allow))
 
 
 async def aunshare(owner: Any, viewer: Any, setting: str) -> bool:
-    return await sync_to_async(unshare)(owner, viewer, setting)
+    return await arun(call(unshare, owner, viewer, setting))

@@ -45,7 +45,8 @@ def _change(
 
 
 def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> None:
-    """The rows of a status change, in one transaction; announced after commit."""
+    """The rows of a status change, in one transaction; announced after commit (the caller's
+    commit, inside its ``atomic``; from the event loop that called, for an async caller)."""
     with transaction.atomic():
         UserStatus.objects.update_or_create(
             user_id=user_id,
@@ -88,6 +89,12 @@ def _apply_change(
 def apply_change(user: Any, change: StatusChange, expires_at: datetime | None = None) -> Presence:
     """Store a validated status change and return the user's own presence."""
     return run(_apply_change(user, change, expires_at))
+
+
+async def aapply_change(
+    user: Any, change: StatusChange, expires_at: datetime | None = None
+) -> Presence:
+    return await arun(_apply_change(user, change, expires_at))
 
 
 def _set_status(

@@ -9,7 +9,6 @@ import logging
 import time
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.utils.translation import gettext
 
 from presence import api, domain, lifecycle, ratelimit, relations, users
@@ -167,7 +166,7 @@ class PresenceFrames(FrameDispatch, Credentials):
     async def set_status(self, change: domain.StatusChange) -> None:
         if await self.over_write_limit():
             return
-        presence = await _apply_change(self.user, change)
+        presence = await api.aapply_change(self.user, change)
         await self.send_json({"type": "status", "presence": presence.as_dict()})
 
     async def over_write_limit(self) -> bool:
@@ -180,7 +179,3 @@ class PresenceFrames(FrameDispatch, Credentials):
             return False
         await self.send_error("rate_limited", ratelimit.limited_message(wait), retry_after=wait)
         return True
-
-
-async def _apply_change(user: Any, change: domain.StatusChange) -> domain.Presence:
-    return await sync_to_async(api.apply_change)(user, change)

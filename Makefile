@@ -32,7 +32,9 @@ demo: install
 # consumer, hub, template tag, cleanup, feed, DRF and fuzz tests again for a site whose user
 # model is keyed by a UUID (tests/settings_uuid.py, -m uuid_site), a Hacker-News-style site
 # wired from the README alone (tests/settings_hn.py, -m hn_site, collecting tests/sites only: it
-# installs no feed), the store, API, middleware,
+# installs no feed), a forum (Spirit's shape: topics, private topics, avatars) wired from the
+# book alone, its topic rooms, privacy page, live count and guests end to end, in Chromium too
+# (tests/settings_forum.py, -m forum_site, tests/sites only), the store, API, middleware,
 # consumer, hub and cleanup tests again with presence on a three-master Redis Cluster and the
 # channel layer sharded over two Redis servers (tools/redis_cluster.py, -m cluster), and the hub
 # and consumer tests on channels_redis's pub/sub layer (-m pubsub_layer). Every run collects the
@@ -52,6 +54,7 @@ suite:
 	  $(VARIANT) --ds=tests.settings_email -m email_site && \
 	  $(VARIANT) --ds=tests.settings_uuid -m uuid_site && \
 	  $(VARIANT) --ds=tests.settings_hn -m hn_site tests/sites && \
+	  $(VARIANT) --ds=tests.settings_forum -m forum_site tests/sites && \
 	  if [ "$(REDIS_VARIANTS)" != no ]; then \
 	    $(WITH_CLUSTER) $(VARIANT) -m cluster && \
 	    PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer; fi'

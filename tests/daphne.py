@@ -32,6 +32,11 @@ START_TIMEOUT = 30.0
 
 
 class Daphne:
+    #: what it serves, with which settings (tests/sites/test_forumsite_browser.py serves the forum)
+    APPLICATION = "siteproject.asgi:application"
+    SETTINGS_MODULE = "tests.daphne_settings"
+    READY_PATH = "/login/"  # answers 200 once the server is up
+
     def __init__(
         self,
         presence: dict[str, Any],
@@ -56,16 +61,21 @@ class Daphne:
     def command(self) -> list[str]:
         """The server's command line (tests/load/test_uvicorn.py serves with another server)."""
         port = str(self.port)
-        return [str(DAPHNE), "-b", "127.0.0.1", "-p", port, "siteproject.asgi:application"]
+        return [str(DAPHNE), "-b", "127.0.0.1", "-p", port, self.APPLICATION]
+
+    def environment(self) -> dict[str, str]:
+        """What the process's settings read besides the test database and PRESENCE."""
+        return {}
 
     def start(self) -> Daphne:
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.daphne_settings",
+            "DJANGO_SETTINGS_MODULE": self.SETTINGS_MODULE,
             "PRESENCE_TEST_DATABASE": str(connection.settings_dict["NAME"]),
             "PRESENCE_TEST_SETTINGS": json.dumps(self.presence),
             "PRESENCE_TEST_LAYER_HOSTS": json.dumps(self.layer_hosts or []),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            **self.environment(),
         }
         self.process = subprocess.Popen(
             self.command(),
@@ -80,7 +90,7 @@ class Daphne:
                 raise RuntimeError(
                     f"{self.command()[0]} exited with {self.process.returncode}:\n{self.output()}"
                 )
-            if answers_http(self.port):
+            if answers_http(self.port, self.READY_PATH):
                 return self
             time.sleep(0.1)
         self.stop()

@@ -54,6 +54,12 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.path.join(_dir, "presence-hn.db"),  # nothing in the checkout
         "TEST": {"NAME": os.path.join(_dir, f"presence-hn-test-{os.getpid()}.db")},
+        # docs/deployment.md "SQLite under an ASGI server" (presence.W005)
+        "OPTIONS": {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL;",
+        },
     }
 }
 AUTH_USER_MODEL = "hnsite.User"

@@ -14,6 +14,7 @@ SITE_APPS = {
     "emailsite": "tests.emailsite",
     "uuidsite": "tests.uuidsite",
     "hnsite": "tests.hnsite",
+    "forumsite": "tests.forumsite",
 }
 
 

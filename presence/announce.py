@@ -18,10 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
-import hashlib
 import logging
-import re
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -32,11 +29,21 @@ from channels.layers import get_channel_layer
 from presence import metrics, sessions
 from presence.conf import get_settings
 from presence.domain import UserId
-from presence.layer import holding, layer_slot, run_from_sync, with_members
+from presence.layer import (
+    account_group_name,
+    group_name,
+    holding,
+    layer_slot,
+    room_group_name,
+    rooms_group_name,
+    run_from_sync,
+    topic_group_name,
+    with_members,
+)
 from presence.sessions import session_digest
 from presence.signals import presence_changed
 from presence.store import get_store
-from presence.users import encode_id, group_key
+from presence.users import encode_id
 
 logger = logging.getLogger("presence")
 
@@ -103,21 +110,6 @@ def note_layer_failure() -> None:
     global layer_failures
     layer_failures += 1
     metrics.LAYER_FAILURES.inc()
-
-
-def _group_prefix() -> str:
-    return _safe_prefix(get_settings().KEY_PREFIX)
-
-
-@functools.lru_cache(maxsize=8)
-def _safe_prefix(key_prefix: str) -> str:
-    # Channel-layer group names allow only these characters. Memoized: every watch, unwatch
-    # and announcement names groups, and a regex substitution each was 2 % of a page view.
-    return re.sub(r"[^a-zA-Z0-9\-_.]", "-", key_prefix)[:40]
-
-
-def group_name(user_id: UserId) -> str:
-    return f"{_group_prefix()}.user.{group_key(user_id)}"
 
 
 # --- announcing changes -----------------------------------------------------------------------
@@ -282,12 +274,6 @@ def announced_already(user_id: UserId, reason: str) -> bool:
     return _own_change.get() == (user_id, reason)
 
 
-def account_group_name(user_id: UserId) -> str:
-    """The group of the processes holding sockets of this user opened with a session or a
-    token (they close when it ends)."""
-    return f"{_group_prefix()}.account.{group_key(user_id)}"
-
-
 async def _asend_to_group(group: str, message: dict[str, Any], what: str) -> None:
     """Send ``message`` to the processes in ``group`` (without a channel layer, to this one's
     hub). Never raises: a failure is logged, naming ``what`` was sent."""
@@ -342,10 +328,6 @@ async def aannounce_user_deleted(user_id: UserId) -> None:
     await _asend_account(user_id, {"type": USER_DELETED, "user": encode_id(user_id)})
 
 
-def topic_group_name(kind: str) -> str:
-    return f"{_group_prefix()}.topic.{kind}"
-
-
 async def aannounce_to_topic(kind: str, payload: Any) -> None:
     """Send ``payload`` to every process with connections that have topics of ``kind``; each
     hands it to the delivery registered for ``kind`` (presence.extensions). Never raises."""
@@ -367,18 +349,6 @@ ROOM_RECHECK = "presence.room_recheck"
 #: channel-layer message type of "what others may see of these users changed" (privacy,
 #: contacts, blocks, status), to every process with room views: rooms they are in are redrawn
 ROOM_MEMBERS_CHANGED = "presence.room_members_changed"
-
-
-def room_group_name(room: str) -> str:
-    """The group of the processes with connections in ``room`` (a digest: a room's id may hold
-    any printable character, a group name only ``[a-zA-Z0-9-_.]``)."""
-    digest = hashlib.sha1(room.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return f"{_group_prefix()}.room.{digest}"
-
-
-def rooms_group_name() -> str:
-    """The group of every process with connections in rooms."""
-    return f"{_group_prefix()}.rooms"
 
 
 async def aannounce_room(room: str, user_ids: Iterable[UserId]) -> None:

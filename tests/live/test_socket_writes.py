@@ -171,3 +171,22 @@ async def test_the_apis_async_writes_announce_from_the_callers_loop(
     # Each of the others hides the user from the viewer.
     seen = ("online", "Lunch") if name == "set_status" else ("offline", None)
     await written_and_announced(sends, write, watcher, user, seen)
+
+
+async def test_status_frames_of_two_tabs_at_once_are_each_answered_with_their_own_change(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    # Their steps take turns with other work on the loop, but not with each other: each reply
+    # is of its own change, and the rows and Redis's copy are of the last one.
+    user = await new_user(make_user)
+    first, second = await sockets.open(user), await sockets.open(user, "?device=mobile")
+    await first.send_json_to({"type": "set_status", "status": "dnd", "text": "Focus"})
+    await second.send_json_to({"type": "set_status", "status": "invisible"})
+    own = (await receive(first))["presence"]
+    assert (own["status"], own["text"], own["invisible"]) == ("dnd", "Focus", False)
+    own = (await receive(second))["presence"]
+    assert (own["status"], own["text"], own["invisible"]) == ("online", None, True)
+    # Whichever came last, the online count's copy of the choice is the rows' (the user is
+    # online on two devices: counted unless invisible).
+    invisible = await sync_to_async(PrivacySettings.objects.get)(user_id=user.pk)
+    assert await api.aonline_count() == (0 if invisible.invisible else 1)

@@ -70,15 +70,15 @@ def heaviest_commands(
     gives the commands' own cost.
     """
     bucket = 0
-    key = s.seen_key(bucket)
+    key = s.keys.seen_key(bucket)
     members = {PROBE_FIRST_ID + i * s.conf.BUCKETS: encode(now - 7200 - i, 1) for i in range(size)}
     durations: dict[str, list[int]] = {"ZRANGEBYSCORE": [], "EVALSHA": []}
     # On a cluster, ``server`` is the master holding bucket 0, whose SLOWLOG is read.
     with slowlog(server or client, slower_than_us=0) as log:
         for _ in range(25):
             client.execute_command("ZADD", key, *(a for m, sc in members.items() for a in (sc, m)))
-            entries = s.run(s.scan_stale([bucket], now - s.conf.ONLINE_WINDOW))
-            if s.run(s.remove_unchanged(entries)) != size:
+            entries = s.run(s.plans.scan_stale([bucket], now - s.conf.ONLINE_WINDOW))
+            if s.run(s.plans.remove_unchanged(entries)) != size:
                 raise RuntimeError("the probe bucket was not emptied")
     for entry in log:
         name = entry.command.split(" ")[0].upper()
@@ -247,8 +247,10 @@ def run_on_cluster(n: int, entries: dict[int, int], single_elapsed: float, repor
             if top_:
                 say(f"    master :{port}: longest {top_[0].micros:,} µs ({top_[0].command})")
         # The heaviest case alone on the master holding bucket 0, as on one Redis above.
-        probe_master = masters[cluster.master_ports().index(_master_port(client, s.seen_key(0)))]
-        largest = max(Counter(s.bucket_of(uid) for uid in entries).values())
+        probe_master = masters[
+            cluster.master_ports().index(_master_port(client, s.keys.seen_key(0)))
+        ]
+        largest = max(Counter(s.keys.bucket_of(uid) for uid in entries).values())
         own = heaviest_commands(client, s, largest, int(time.time()), probe_master)
         for master in masters:
             master.close()

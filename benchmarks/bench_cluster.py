@@ -84,7 +84,7 @@ def run(sizes: Sizes, report: Report) -> None:
                 before = [_calls(s) for s in servers[name]]
                 for start in range(1, users + 1, 1000):
                     chunk = range(start, min(start + 1000, users + 1))
-                    store.run(merge([store.touch(u, Device.WEB, now) for u in chunk]))
+                    store.run(merge([store.plans.touch(u, Device.WEB, now) for u in chunk]))
                 after = [_calls(s) for s in servers[name]]
                 spread[name] = Counter(
                     {
@@ -114,7 +114,7 @@ def run(sizes: Sizes, report: Report) -> None:
             for name, store in stores.items():
                 before = [_calls(s) for s in servers[name]]
                 trips_before = sum(store.cluster.round_trips.values()) if store.cluster else 0
-                store.run(store.touch(users + 1, Device.WEB, now))
+                store.run(store.plans.touch(users + 1, Device.WEB, now))
                 after = [_calls(s) for s in servers[name]]
                 # the touch script's own ZSCORE/ZADD run inside EVALSHA: count what was sent
                 sent = (
@@ -141,8 +141,8 @@ def run(sizes: Sizes, report: Report) -> None:
             # may be live (online_friends' READ_RECENT scripts, one per shard on the cluster).
             ids = list(range(1, READ_IDS + 1))
             reads: dict[str, Callable[[PresenceStore], Any]] = {
-                "read": lambda store: store.read(ids),
-                "read_recent": lambda store: store.read_recent(ids, now - 300),
+                "read": lambda store: store.plans.read(ids),
+                "read_recent": lambda store: store.plans.read_recent(ids, now - 300),
             }
             for label, plan_of in reads.items():
                 times: dict[str, float] = {}
@@ -178,11 +178,11 @@ def run(sizes: Sizes, report: Report) -> None:
             # An empty sweep: every shard's schedules (256 on the cluster, 1 pair on one Redis).
             sweeps: dict[str, float] = {}
             for name, store in stores.items():
-                store.run(store.claim_due(now - 10_000, 500))
+                store.run(store.plans.claim_due(now - 10_000, 500))
                 samples = []
                 for _ in range(runs):
                     started = time.perf_counter()
-                    store.run(store.claim_due(now - 10_000, 500))
+                    store.run(store.plans.claim_due(now - 10_000, 500))
                     samples.append(time.perf_counter() - started)
                 sweeps[name] = median(samples)
             report.add(
@@ -202,13 +202,15 @@ def run(sizes: Sizes, report: Report) -> None:
                 memory_before = sum(_used_memory(server) for server in servers[name])
                 for start in range(1, connected + 1, 500):
                     chunk = range(start, min(start + 500, connected + 1))
-                    store.run(merge([store.connection(u, "open", now, "c1") for u in chunk]))
-                    store.run(merge([store.connected(u, now) for u in chunk]))
+                    store.run(merge([store.plans.connection(u, "open", now, "c1") for u in chunk]))
+                    store.run(merge([store.plans.connected(u, now) for u in chunk]))
                 grown = sum(_used_memory(server) for server in servers[name]) - memory_before
                 usec_before = sum(_usec(server) for server in servers[name])
                 for start in range(1, connected + 1, 500):
                     chunk = range(start, min(start + 500, connected + 1))
-                    store.run(merge([store.connection(u, "beat", now + 30, "c1") for u in chunk]))
+                    store.run(
+                        merge([store.plans.connection(u, "beat", now + 30, "c1") for u in chunk])
+                    )
                 usec = sum(_usec(server) for server in servers[name]) - usec_before
                 capacity[name] = (grown / connected, usec / connected)
             for name, (per_user, per_beat) in capacity.items():

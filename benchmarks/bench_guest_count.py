@@ -83,8 +83,8 @@ def run(sizes: Sizes, report: Report) -> None:
             now = base + day * 86400
             digests = [visitor_digest(r, now) for r in requests(GUESTS, 1)]
             for start in range(0, GUESTS, 1000):
-                s.run(merge([s.note_guest(d, now) for d in digests[start : start + 1000]]))
-            counted = s.run(s.count_guests(now))
+                s.run(merge([s.plans.note_guest(d, now) for d in digests[start : start + 1000]]))
+            counted = s.run(s.plans.count_guests(now))
             errors.append((counted - GUESTS) / GUESTS)
             say(f"  day {day}: counted {counted:,} of {GUESTS:,} ({errors[-1]:+.2%})")
         mean_abs = statistics.mean(abs(e) for e in errors)
@@ -95,20 +95,21 @@ def run(sizes: Sizes, report: Report) -> None:
             f"within 3 x {HLL_STANDARD_ERROR:.2%}",
             all(abs(e) <= 3 * HLL_STANDARD_ERROR for e in errors),
         )
-        bucket_bytes = int(client.memory_usage(s.guest_key(s.guest_bucket(now))) or 0)
+        bucket_bytes = int(client.memory_usage(s.keys.guest_key(s.plans.guest_bucket(now))) or 0)
         report.add(NAME, f"memory of one bucket holding {GUESTS:,}", f"{bucket_bytes:,} B")
 
         # The same guests spread over the window: the count merges every bucket.
         flush(client)
-        window, length = s.conf.ONLINE_WINDOW, s.guest_bucket_seconds()
+        window, length = s.conf.ONLINE_WINDOW, s.keys.guest_bucket_seconds()
         now = base
         spread = [
-            s.note_guest(d, now - (i % (window // length)) * length) for i, d in enumerate(digests)
+            s.plans.note_guest(d, now - (i % (window // length)) * length)
+            for i, d in enumerate(digests)
         ]
         for start in range(0, GUESTS, 1000):
             s.run(merge(spread[start : start + 1000]))
-        keys = len(s.guest_keys(now))
-        counted = s.run(s.count_guests(now))
+        keys = len(s.plans.guest_keys(now))
+        counted = s.run(s.plans.count_guests(now))
         count_time = median(_timed_count(s, now) for _ in range(50))
         report.add(
             NAME,
@@ -143,5 +144,5 @@ def run(sizes: Sizes, report: Report) -> None:
 
 def _timed_count(s: Any, now: float) -> float:
     started = time.perf_counter()
-    s.run(s.count_guests(now))
+    s.run(s.plans.count_guests(now))
     return time.perf_counter() - started

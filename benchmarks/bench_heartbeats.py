@@ -353,7 +353,7 @@ def blocking_client(store: store_module.PresenceStore) -> redis.asyncio.Redis:
     from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
 
-    location, kwargs = store._connection_kwargs()
+    location, kwargs = store._connections.connection_kwargs()
     kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
     kwargs.setdefault("max_connections", 100)
     pool = redis.asyncio.BlockingConnectionPool.from_url(location, timeout=20, **kwargs)
@@ -377,7 +377,7 @@ class Bench:
     async def phase(self, variant: Variant, seconds: float, warm: float, record: bool) -> None:
         store = store_module.get_store()
         if variant.client is not None:
-            store._async_clients[asyncio.get_running_loop()] = variant.client
+            store._connections._async_clients[asyncio.get_running_loop()] = variant.client
             # Each phase starts healthy (an outage declared in the previous phase lasts
             # RETRY_INTERVAL and would skip Redis here).
             store.health.down_until = 0.0
@@ -498,7 +498,7 @@ async def main(
                 await bench.phase(variants[0], max(1.0, seconds / 2), 0, record=False)
         finally:
             lifecycle.aheartbeat = heartbeat  # type: ignore[assignment]
-            store._async_clients[asyncio.get_running_loop()] = variants[0].client
+            store._connections._async_clients[asyncio.get_running_loop()] = variants[0].client
             store.health.down_until = 0.0
             say(f"  phases took {time.perf_counter() - started:.0f} s")
             started = time.perf_counter()

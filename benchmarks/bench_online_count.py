@@ -47,7 +47,7 @@ def fill_ledger(client: Any, scores: dict[Any, int], window: int, chunk: int = 1
     s = store()
     by_key: dict[str, list[Any]] = {}
     for uid, score in scores.items():
-        key = s.user_ledger_keys(uid)[0]
+        key = s.keys.user_ledger_keys(uid)[0]
         last_active = decode_score(score).last_active or 0
         by_key.setdefault(key, []).extend((int(last_active) + window, encode_id(uid)))
     pipe = client.pipeline(transaction=False)
@@ -85,7 +85,7 @@ def run(sizes: Sizes, report: Report) -> None:
     fill_ledger(client, scores, window)
     elapsed = time.perf_counter() - started
     say(f"  setup: {n:,} users online written to Redis in {elapsed:.1f} s (not measured)")
-    s.run(s.touch(FIRST_ID + n, Device.WEB, time.time()))  # one more, by the real script
+    s.run(s.plans.touch(FIRST_ID + n, Device.WEB, time.time()))  # one more, by the real script
     n += 1
 
     counted, count_commands = commands_of(client, api.online_count)
@@ -97,7 +97,8 @@ def run(sizes: Sizes, report: Report) -> None:
 
     count_time, scan_time = median(count_times), median(scan_times)
     ledger_bytes = sum(
-        int(client.memory_usage(s.ledger_keys(shard)[0], samples=0) or 0) for shard in s.shards()
+        int(client.memory_usage(s.keys.ledger_keys(shard)[0], samples=0) or 0)
+        for shard in s.keys.shards()
     )
     report.add(NAME, f"online_count() at {n:,} online (median of {COUNT_RUNS})", ms(count_time))
     report.add(NAME, "online_count() Redis commands", f"{count_commands}", "bounded", None)

@@ -42,6 +42,7 @@ from benchmarks.common import (
     timed,
 )
 from presence import api, relations, resolution
+from presence.api._reading import live_online, live_since, most_recent_online
 from presence.models import Contact
 from presence.store import SCORE_FACTOR
 
@@ -207,7 +208,7 @@ def bucket_bytes_per_user(client: redis.Redis, population: int) -> float:
     """Redis memory of the seen buckets (MEMORY USAGE of each, as the memory benchmark sums
     it) per user in them."""
     s = store()
-    keys = list(client.scan_iter(match=s.seen_key(0).replace("{0}", "{*}"), count=1000))
+    keys = list(client.scan_iter(match=s.keys.seen_key(0).replace("{0}", "{*}"), count=1000))
     total = 0
     for start in range(0, len(keys), 1000):
         pipe = client.pipeline(transaction=False)
@@ -279,14 +280,14 @@ def run(sizes: Sizes, report: Report) -> None:
         at = time.time()
         elapsed, ids = timed(lambda: relations.friend_ids(viewer))
         steps["friend ids"].append(elapsed)
-        elapsed, live = timed(lambda: s.run(s.read_recent(ids, api._live_since(at))))  # noqa: B023
+        elapsed, live = timed(lambda: s.run(s.plans.read_recent(ids, live_since(at))))  # noqa: B023
         steps["Redis read"].append(elapsed)
         elapsed, rows = timed(
-            lambda: relations.load_with_users(viewer, api._live_online(live, at))  # noqa: B023
+            lambda: relations.load_with_users(viewer, live_online(live, at))  # noqa: B023
         )
         steps["privacy facts + user rows"].append(elapsed)
         elapsed, listed = timed(
-            lambda: api._most_recent_online(
+            lambda: most_recent_online(
                 resolution.resolve_each(rows.each_fact(), live, at),  # noqa: B023
                 None,
             )
@@ -301,15 +302,15 @@ def run(sizes: Sizes, report: Report) -> None:
     # seconds * SCORE_FACTOR + flags: seconds > now - window.
     now = int(time.time())
     threshold = (now - window + 1) * SCORE_FACTOR
-    since = api._live_since(now)
+    since = live_since(now)
     literature = raw_client(decode=True)
     literature.ping()
     ours = Approach(
         "(a) READ_RECENT scripts",
-        lambda: s.run(s.read_recent(friend_ids, since)),
+        lambda: s.run(s.plans.read_recent(friend_ids, since)),
         commands={"evalsha"},
     )
-    every = Approach("(a') ZMSCORE pipeline, read()", lambda: s.run(s.read(friend_ids)))
+    every = Approach("(a') ZMSCORE pipeline, read()", lambda: s.run(s.plans.read(friend_ids)))
     per_friend = Approach("(b) ZSCORE per friend", lambda: zscore_each(literature, friend_ids))
     copying = Approach("(c) copy + trim + intersect", lambda: copy_approach(literature, threshold))
     with slowlog(client, slower_than_us=1000) as slow:
@@ -320,7 +321,7 @@ def run(sizes: Sizes, report: Report) -> None:
             per_friend.measure(client, 1)
             copying.measure(client, 1)
     with count_round_trips(s.client) as read_trips:
-        s.run(s.read_recent(friend_ids, since))
+        s.run(s.plans.read_recent(friend_ids, since))
 
     # Every approach must find the same online friends, or the comparison means nothing.
     def online(states: dict[Any, Any]) -> set[int]:

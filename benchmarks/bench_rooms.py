@@ -114,10 +114,12 @@ def connection_id(uid: int) -> str:
 def fill_room(room: str, user_ids: list[int], now: float) -> None:
     """Each user joins ``room`` with one connection, through the store's join plan (pipelined)."""
     s = store()
-    s.run(s.join_room(room, user_ids[0], connection_id(user_ids[0]), now))  # loads the scripts
+    s.run(
+        s.plans.join_room(room, user_ids[0], connection_id(user_ids[0]), now)
+    )  # loads the scripts
     commands: list[Any] = []
     for uid in user_ids[1:]:
-        commands += s.join_room(room, uid, connection_id(uid), now).commands
+        commands += s.plans.join_room(room, uid, connection_id(uid), now).commands
     _execute(commands)
 
 
@@ -125,7 +127,7 @@ def room_bytes(room: str) -> dict[str, int]:
     """``MEMORY USAGE`` of every key of the room (found by SCAN), summed by its part: ``s``
     segments, ``u`` index buckets, the rest (``n``, ``e``, ``g``, ``w``, ``t``, ``v``) as named."""
     client = raw_client()
-    base = store().room_key(room, "")
+    base = store().keys.room_key(room, "")
     parts: dict[str, int] = {}
     pattern = re.sub(r"([\\*?\[\]])", r"\\\1", base) + "*"  # the room's name, not a glob
     for key in client.scan_iter(match=pattern, count=1000):
@@ -191,8 +193,10 @@ def redis_parts(report: Report, members: int, viewer: Any) -> None:
     )
 
     runs = 50
-    read = timed_median(lambda: s.run(s.read_room(ROOM, time.time(), conf.ROOM_LIST_LIMIT)), runs)
-    count_plan = lambda: s.run(s.room_count(ROOM, time.time()))  # noqa: E731
+    read = timed_median(
+        lambda: s.run(s.plans.read_room(ROOM, time.time(), conf.ROOM_LIST_LIMIT)), runs
+    )
+    count_plan = lambda: s.run(s.plans.room_count(ROOM, time.time()))  # noqa: E731
     count = timed_median(count_plan, runs * 4)
     assert count_plan() == members, (count_plan(), members)
     report.add(

@@ -110,11 +110,11 @@ def _store() -> PresenceStore:
 
 
 def _old_beat(store: PresenceStore, user_id: int, connection_id: str, now: int) -> tuple:
-    bucket = store.bucket_of(user_id)
+    bucket = store.keys.bucket_of(user_id)
     conf = store.conf
     return script_call(
         OLD_CONNECTION,
-        [store.seen_key(bucket), store.conns_key(bucket)],
+        [store.keys.seen_key(bucket), store.keys.conns_key(bucket)],
         [
             user_id,
             "beat",
@@ -129,7 +129,7 @@ def _old_beat(store: PresenceStore, user_id: int, connection_id: str, now: int) 
 
 
 def _new_beat(store: PresenceStore, user_id: int, connection_id: str, now: int, op: str) -> tuple:
-    return store.connection(user_id, op, now, connection_id).commands[0]  # type: ignore[arg-type]
+    return store.plans.connection(user_id, op, now, connection_id).commands[0]  # type: ignore[arg-type]
 
 
 def _run(store: PresenceStore, commands: list[tuple]) -> None:
@@ -139,10 +139,10 @@ def _run(store: PresenceStore, commands: list[tuple]) -> None:
 
 def _setup_old(store: PresenceStore, client, n: int, now: int) -> None:
     # Written directly (opening them through the old script one by one is O(n^2)).
-    bucket = store.bucket_of(USER)
+    bucket = store.keys.bucket_of(USER)
     value = ",".join(f"c{i}:1:0:{now}:{now}" for i in range(n))
-    client.hset(store.conns_key(bucket), str(USER), value)
-    client.zadd(store.seen_key(bucket), {str(USER): now * 32 + 16 + 1})
+    client.hset(store.keys.conns_key(bucket), str(USER), value)
+    client.zadd(store.keys.seen_key(bucket), {str(USER): now * 32 + 16 + 1})
 
 
 def _per_beat_us(store: PresenceStore, client, commands: list[tuple]) -> float:

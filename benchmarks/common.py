@@ -155,10 +155,10 @@ def fill_buckets(
     type (an int, a UUID): the store's bucket and canonical member, as presence writes them."""
     grouped: dict[int, list[Any]] = defaultdict(list)
     for uid, score in scores.items():
-        grouped[store.bucket_of(uid)] += (score, encode_id(uid))
+        grouped[store.keys.bucket_of(uid)] += (score, encode_id(uid))
     pipe = client.pipeline(transaction=False)
     for n, (bucket, args) in enumerate(grouped.items(), 1):
-        pipe.execute_command("ZADD", store.seen_key(bucket), *args)
+        pipe.execute_command("ZADD", store.keys.seen_key(bucket), *args)
         if n % commands_per_round_trip == 0:
             pipe.execute()
     pipe.execute()

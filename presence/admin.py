@@ -183,7 +183,7 @@ def true_presence(targets: Any) -> dict[UserId, domain.Presence]:
     own = {pk: (domain.SELF, choices) for pk, (_, choices) in facts.items()}
     store = get_store()
     now = resolution.now()
-    return resolution.resolve_all(own, store.run(store.read(own)), now)
+    return resolution.resolve_all(own, store.run(store.plans.read(own)), now)
 
 
 def _page_presences(request: Any, targets: list[Any]) -> dict[UserId, domain.Presence]:

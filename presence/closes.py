@@ -129,7 +129,7 @@ class CloseListener:
             pubsub = None
             try:
                 pubsub = store.client.pubsub()
-                pubsub.subscribe(store.closes_channel())
+                pubsub.subscribe(store.keys.closes_channel())
                 self._listen(store, stop, subscribed, pubsub)
                 failed = False
             except Exception as error:  # Redis went away, or pub/sub is refused

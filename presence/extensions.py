@@ -1,5 +1,6 @@
 """Extension points of presence's WebSocket for other installed apps (docs/extending.md):
-extra client frame types, and hub "topics" with deliveries across processes.
+extra client frame types (in the one registry of the socket's frames, presence.frames), and
+hub "topics" with deliveries across processes.
 
 Register from your ``AppConfig.ready()``::
 
@@ -23,11 +24,11 @@ Register from your ``AppConfig.ready()``::
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from presence import announce, domain
+from presence import announce
+from presence.frames import FRAMES, Handle, Parse
 
 __all__ = [
     "aannounce_to_topic",
@@ -38,9 +39,6 @@ __all__ = [
     "register_delivery",
     "register_frame",
 ]
-
-Parse = Callable[[Mapping[str, Any]], Any]
-Handle = Callable[[Any, Any], Awaitable[None]]
 
 
 class Topics(Protocol):
@@ -61,33 +59,24 @@ Deliver = Callable[[Topics, Any], Awaitable[None]]
 TOPIC_KIND = re.compile(r"[a-zA-Z0-9_.-]{1,40}")
 
 
-@dataclass(frozen=True)
-class _Frame:
-    parse: Parse
-    handle: Handle
-
-
-_frames: dict[str, _Frame] = {}
+#: the frame types apps added, in the one registry of ws/presence/ (presence.frames)
+_frames = FRAMES.added
 _deliveries: dict[str, Deliver] = {}
 
 
 def register_frame(type: str, parse: Parse, handle: Handle) -> None:
     """Accept client frames ``{"type": type, ...}``: ``parse`` validates, ``handle`` acts.
     Registering a type again replaces it; presence's own types cannot be replaced."""
-    if not isinstance(type, str) or not type:
-        raise ValueError(f"A frame type is a non-empty string, got {type!r}.")
-    if type in domain.CLIENT_TYPES:
-        raise ValueError(f"{type!r} is one of presence's own frame types.")
-    _frames[type] = _Frame(parse, handle)
+    FRAMES.add(type, parse, handle)
 
 
 def frame_parsers() -> dict[str, Parse]:
     """The registered frame types and their parsers (what domain.parse_frame takes)."""
-    return {type: frame.parse for type, frame in _frames.items()}
+    return FRAMES.parsers()
 
 
 def frame_handler(type: str) -> Handle:
-    return _frames[type].handle
+    return FRAMES.added[type].handle
 
 
 def register_delivery(kind: str, deliver: Deliver) -> None:

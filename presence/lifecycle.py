@@ -60,7 +60,7 @@ def _connection(
 ) -> Operation[Transition | None]:
     now = resolution.now()
     store = get_store()
-    plan = store.connection(user_id, op, now, connection_id, device=device, idle=idle)
+    plan = store.plans.connection(user_id, op, now, connection_id, device=device, idle=idle)
     if rider is not None:
         plan = _riding_along(plan, *rider)
     # The script settles the transition (presence.signals): its signal is sent even if this
@@ -172,9 +172,9 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     timing = resolution.timing()
     # Claimed users are leased to this sweep until it gives them back (release, below): if this
     # process dies in between, the next sweep anywhere takes them once the lease lapses.
-    lease_end = store.lease_end(now)
+    lease_end = store.plans.lease_end(now)
     due, expiring = yield from redis(
-        store.claim_due(now, limit or conf.SWEEP_BATCH, lease_end), live=True
+        store.plans.claim_due(now, limit or conf.SWEEP_BATCH, lease_end), live=True
     )
     leased = list(due)
     # Transitions whose caller never claimed their signal (presence.outbox) are sent here.
@@ -187,7 +187,7 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     if due:
         # One round trip: each user's connections not heard from for CONNECTION_TTL go.
         transitions = yield from redis_then(
-            merge([store.connection(user_id, "expire", now) for user_id in due]),
+            merge([store.plans.connection(user_id, "expire", now) for user_id in due]),
             outbox.send_made,
             live=True,
         )
@@ -223,7 +223,7 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     # sweep that takes them after the lease announces them (their transitions are made already,
     # so no signal is sent twice).
     if (later or leased) and not (
-        yield from redis(store.release(lease_end, leased, later), live=True)
+        yield from redis(store.plans.release(lease_end, leased, later), live=True)
     ):
         # Redis failed (and is left alone for RETRY_INTERVAL): the claim took these users out
         # of the schedule, so this process keeps them for its next sweep.
@@ -248,7 +248,7 @@ def _presence_for_viewers(
     # Judged as of the start of the read (see resolution.is_news).
     now = resolution.now()
     viewers = {viewer for viewer_ids in watchers.values() for viewer in viewer_ids}
-    read = Redis(store.read(watchers), live=True)
+    read = Redis(store.plans.read(watchers), live=True)
     load = Call(relations.load_pairs, (viewers, list(watchers)), relations.aload_pairs)
     if store.known_down():
         # It answers at once, and the database need not be read for nothing.
@@ -299,7 +299,7 @@ def _snapshot(
     # and parsing cost more than the read.
     facts, live = yield from both(
         Call(relations.load, (viewer, ids), relations.aload),
-        Redis(store.read_recent(ids, 0), live=True),
+        Redis(store.plans.read_recent(ids, 0), live=True),
     )
     return resolution.resolve_all(facts, live, now), live is None
 
@@ -311,7 +311,7 @@ def _erase_user(user_id: UserId) -> Operation[Transition | None]:
     store = get_store()
     # The script settles the transition like any write: user_offline is sent once, if the
     # user was online (redis_then: even if the caller is cancelled meanwhile).
-    return (yield from redis_then(store.erase(user_id, resolution.now()), outbox.send_made))
+    return (yield from redis_then(store.plans.erase(user_id, resolution.now()), outbox.send_made))
 
 
 async def aerase_user(user_id: UserId) -> Transition | None:

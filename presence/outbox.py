@@ -34,7 +34,7 @@ def send_made(result: Any) -> None:
             )
             continue
         signals.send_if_claimed(
-            partial(store.run, store.claim_entry(transition.user_id, transition.entry)),
+            partial(store.run, store.plans.claim_entry(transition.user_id, transition.entry)),
             transition.user_id,
             transition.made,
             transition.at,
@@ -53,7 +53,7 @@ def claim_stale(now: float) -> Operation[int]:
     signals (the sweep). Returns how many."""
     store = get_store()
     entries = yield from redis(
-        store.claim_stale_entries(now - deadline(), get_settings().SWEEP_BATCH), live=True
+        store.plans.claim_stale_entries(now - deadline(), get_settings().SWEEP_BATCH), live=True
     )
     for entry in entries:
         signals.send_transition(entry.user_id, entry.made, entry.at, entry.invisible)

@@ -23,7 +23,7 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.test import Client
 
 from presence import api, signals
-from presence.middleware import throttle
+from presence.middleware import listener, throttle
 from presence.models import Block, Contact, PrivacySettings, UserStatus
 
 #: a fixed "now" with whole seconds (Redis keeps activity in whole seconds)
@@ -237,7 +237,10 @@ def quiet_login(client: Client, user: Any) -> None:
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.save()
     client.cookies[settings.SESSION_COOKIE_NAME] = session.session_key
-    # The middleware writes a user at most once per TOUCH_INTERVAL: claim this interval.
+    # The middleware writes a user at most once per TOUCH_INTERVAL: claim this interval, with
+    # the closes listener already subscribed (a claim made before its subscription is not
+    # trusted: presence.closes).
+    listener.ensure()
     throttle.mark(user.pk)
 
 

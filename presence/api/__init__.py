@@ -121,6 +121,3 @@ __all__ = [
     "watched_friends",
     "with_names",
 ]
-
-# The benchmarks time the online-friends read piece by piece (benchmarks/bench_online_friends.py).
-from presence.api._reading import _live_online, _live_since, _most_recent_online  # noqa: F401

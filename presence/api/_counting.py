@@ -19,7 +19,7 @@ COUNT_INTERVAL = 5.0
 
 def _online_count(live: bool = False) -> Operation[int | None]:
     store = get_store()
-    count: int | None = yield from redis(store.count_online(resolution.now()), live)
+    count: int | None = yield from redis(store.plans.count_online(resolution.now()), live)
     return count
 
 
@@ -80,7 +80,7 @@ def recent_online_count() -> int:
 
 def _note_invisible(user: Any, invisible: bool) -> Operation[None]:
     store = get_store()
-    yield from redis(store.set_invisible(user_pk(user), invisible))
+    yield from redis(store.plans.set_invisible(user_pk(user), invisible))
 
 
 def note_invisible(user: Any, invisible: bool) -> None:

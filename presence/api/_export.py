@@ -175,7 +175,7 @@ def _rooms(uid: UserId, now: float) -> Operation[list[dict[str, Any]]]:
     if not get_settings().ROOMS:
         return []
     store = get_store()
-    names = yield from redis(store.scheduled_rooms())
+    names = yield from redis(store.plans.scheduled_rooms())
     found: list[dict[str, Any]] = []
     for start in range(0, len(names), ROOMS_PER_ROUND_TRIP):
         chunk = names[start : start + ROOMS_PER_ROUND_TRIP]
@@ -195,7 +195,7 @@ def _rooms(uid: UserId, now: float) -> Operation[list[dict[str, Any]]]:
 
 
 def _strict(store: PresenceStore, room: str, now: float, uid: UserId) -> Any:
-    plan = store.read_room(room, now, 0, [uid])
+    plan = store.plans.read_room(room, now, 0, [uid])
     plan.fallback = RAISE  # an export must not leave a room out for an outage
     return plan
 
@@ -204,7 +204,7 @@ def _export(user: Any) -> Operation[dict[str, Any]]:
     uid = user_pk(user)
     now = resolution.now()
     store = get_store()
-    record = yield from redis(store.describe_user(uid))
+    record = yield from redis(store.plans.describe_user(uid))
     rooms = yield from _rooms(uid, now)
     database = yield from call(_database, uid)
     own = yield from call(get_presence, user, user, afunction=aget_presence)

@@ -33,7 +33,9 @@ def _guest_count() -> Operation[int]:
     counted = fresh_reading("guests")
     if counted is None:
         store = get_store()
-        counted = keep_reading("guests", (yield from redis(store.count_guests(resolution.now()))))
+        counted = keep_reading(
+            "guests", (yield from redis(store.plans.count_guests(resolution.now())))
+        )
     return counted
 
 
@@ -100,9 +102,9 @@ def _note(request: Any, user: Any) -> Operation[None]:
     store = get_store()
     now = resolution.now()
     digest = visitor_digest(request, now)
-    if not noted.claim(store, store.guest_bucket(now), digest):
+    if not noted.claim(store, store.plans.guest_bucket(now), digest):
         return
-    written = yield from redis(store.note_guest(digest, now))
+    written = yield from redis(store.plans.note_guest(digest, now))
     if written is None:
         noted.forget(digest)  # not recorded (Redis unavailable): the next request tries again
 

@@ -57,7 +57,7 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         # which of those are still within OFFLINE_GRACE, so cleanup never cuts a grace short.
         entries = [
             entry
-            for entry in store.run(store.scan_stale(buckets, before))
+            for entry in store.run(store.plans.scan_stale(buckets, before))
             if domain.live_status(entry.state, now, timing) is domain.Status.OFFLINE
         ]
         report.buckets += len(buckets)
@@ -68,13 +68,13 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         for entry in entries:
             seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
         report.persisted += LastSeen.objects.record_many(seen)
-        removal = store.run(store.remove_stale(entries))
+        removal = store.run(store.plans.remove_stale(entries))
         report.removed += removal.removed
         # Nobody swept these (a site without live processes): their transition is made here.
         for user_id, invisible, at in removal.offline:
             signals.send_transition(user_id, -1, at, invisible)
     if not dry_run:
-        store.run(store.prune_schedules(now - conf.ONLINE_WINDOW))
+        store.run(store.plans.prune_schedules(now - conf.ONLINE_WINDOW))
         _prune_rooms(report, now)
     expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
     if dry_run:
@@ -111,7 +111,7 @@ def _schedule_lost_rooms(now: float) -> None:
     except redis.RedisError as error:
         raise StoreUnavailable(f"Redis is unavailable: {redact_url(str(error))}") from error
     for start in range(0, len(rooms), ROOMS_PER_ROUND):
-        store.run(store.schedule_missing_rooms(rooms[start : start + ROOMS_PER_ROUND], now))
+        store.run(store.plans.schedule_missing_rooms(rooms[start : start + ROOMS_PER_ROUND], now))
 
 
 def _prune_rooms(report: CleanupReport, now: float) -> None:
@@ -121,12 +121,14 @@ def _prune_rooms(report: CleanupReport, now: float) -> None:
     _schedule_lost_rooms(now)
     swept: set[str] = set()
     emptied: set[str] = set()
-    while rooms := store.run(store.claim_rooms(now, ROOMS_PER_ROUND)):
-        plans = [store.prune_room(room, now, MEMBERS_PER_PRUNE) for room in rooms]
+    while rooms := store.run(store.plans.claim_rooms(now, ROOMS_PER_ROUND)):
+        plans = [store.plans.prune_room(room, now, MEMBERS_PER_PRUNE) for room in rooms]
         pruned = store.run(merge(plans))
         due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
         if due:
-            store.run(store.schedule_rooms(due))  # a room with more to remove comes round again
+            store.run(
+                store.plans.schedule_rooms(due)
+            )  # a room with more to remove comes round again
         for room, (users, _) in zip(rooms, pruned, strict=True):
             if users:
                 swept.add(room)
@@ -143,9 +145,9 @@ def _fix_invisible(dry_run: bool) -> int:
     drift (an update that sent no signal, a Redis restored from elsewhere) cannot persist."""
     store = get_store()
     truth = set(PrivacySettings.objects.filter(invisible=True).values_list("user_id", flat=True))
-    known = store.run(store.invisible_members())
+    known = store.run(store.plans.invisible_members())
     changes: list[tuple[UserId, bool]] = [(user_id, True) for user_id in truth - known]
     changes += [(user_id, False) for user_id in known - truth]
     if changes and not dry_run:
-        store.run(store.set_invisible_many(changes))
+        store.run(store.plans.set_invisible_many(changes))
     return len(changes)

@@ -17,7 +17,7 @@ def _touch(user: Any, device: str) -> Operation[None]:
     store = get_store()
     # Its signal is sent even if the caller is cancelled meanwhile (see presence.outbox).
     transition = yield from redis_then(
-        store.touch(user_id, domain.Device(device), now), outbox.send_made
+        store.plans.touch(user_id, domain.Device(device), now), outbox.send_made
     )
     if resolution.is_news(transition, now):
         yield from call(announce.announce, [user_id], afunction=announce.aannounce)
@@ -38,7 +38,9 @@ def _sign_off(user: Any, device: str) -> Operation[None]:
     user_id = _pk(user)
     now = resolution.now()
     store = get_store()
-    yield from redis_then(store.sign_off(user_id, domain.Device(device), now), outbox.send_made)
+    yield from redis_then(
+        store.plans.sign_off(user_id, domain.Device(device), now), outbox.send_made
+    )
     yield from call(LastSeen.objects.record_many, {user_id: now})
 
 

@@ -54,7 +54,7 @@ def read_candidates(
         chunk = list(unread[start : start + CHUNK])
         facts, live = yield from both(
             Call(relations.load, (viewer, chunk), relations.aload),
-            Redis(store.read_recent(chunk, 0), waits),
+            Redis(store.plans.read_recent(chunk, 0), waits),
         )
         resolved.facts.update(facts)
         resolved.live.update(live or {})

@@ -63,7 +63,9 @@ async def ajoin_room(
     when what others see changed. None when Redis is unavailable."""
     user_id = user_pk(user)
     store = get_store()
-    plan = store.join_room(room.name, user_id, connection_id, resolution.now(), meta, invisible)
+    plan = store.plans.join_room(
+        room.name, user_id, connection_id, resolution.now(), meta, invisible
+    )
     write = await store.arun(plan, live=True)
     if write is not None and write.changed:
         await announce.aannounce_room(room.name, [user_id])
@@ -84,7 +86,10 @@ async def aleave_rooms(
     now = resolution.now()
     writes = await store.arun(
         merge(
-            [store.leave_room(name, user_id, connection_id, now, at_once=at_once) for name in names]
+            [
+                store.plans.leave_room(name, user_id, connection_id, now, at_once=at_once)
+                for name in names
+            ]
         ),
         live=True,
     )
@@ -105,7 +110,7 @@ async def arenew_rooms(
     store = get_store()
     now = resolution.now()
     plans = [
-        store.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
+        store.plans.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
         for name, meta in rooms.items()
     ]
     writes = await store.arun(merge(plans), live=True)
@@ -123,20 +128,20 @@ async def asweep_rooms(limit: int = ROOMS_PER_SWEEP) -> dict[str, list[UserId]]:
     one sweeper; every live process runs this every SWEEP_INTERVAL (presence.hub)."""
     store = get_store()
     now = resolution.now()
-    claimed = await store.arun(store.claim_rooms(now, limit), live=True)
+    claimed = await store.arun(store.plans.claim_rooms(now, limit), live=True)
     rooms = list(dict.fromkeys([*_unswept, *claimed]))
     _unswept.difference_update(rooms)
     if not rooms:
         return {}
     try:
         pruned = await store.arun(
-            merge([store.prune_room(room, now, PRUNE_BATCH) for room in rooms]), live=True
+            merge([store.plans.prune_room(room, now, PRUNE_BATCH) for room in rooms]), live=True
         )
     except StoreUnavailable:
         _unswept.update(rooms)  # taken out of the schedule: kept here for the next sweep
         return {}
     due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
-    if due and not await store.arun(store.schedule_rooms(due), live=True):
+    if due and not await store.arun(store.plans.schedule_rooms(due), live=True):
         _unswept.update(due)
     gone = {room: users for room, (users, _) in zip(rooms, pruned, strict=True) if users}
     for room, users in gone.items():
@@ -332,10 +337,10 @@ def _room_delta(
             _blocks_and_pairs, (list(viewers), resolved_viewers, list(changed))
         )
         lookups = _lookups(changed, blocks)
-        read_plan = store.read_room(room.name, now, 0, lookups)
+        read_plan = store.plans.read_room(room.name, now, 0, lookups)
         if resolved_viewers:
             read, live = yield from both(
-                Redis(read_plan, live=True), Redis(store.read(list(changed)), live=True)
+                Redis(read_plan, live=True), Redis(store.plans.read(list(changed)), live=True)
             )
         else:
             read, live = (yield from redis(read_plan, live=True)), {}
@@ -347,7 +352,7 @@ def _room_delta(
         blocks = yield Call(_blocks_between, (list(viewers),))
         contacts = {}
         lookups = _lookups(changed, blocks)
-        read = yield from redis(store.read_room(room.name, now, scan, lookups), live=True)
+        read = yield from redis(store.plans.read_room(room.name, now, scan, lookups), live=True)
         if read is None:
             return None
         present = [uid for uid in changed if uid in read.found]
@@ -360,7 +365,7 @@ def _room_delta(
         targets = [*present, *scanned]
         pairs, live = yield from both(
             Call(relations.load_pairs, (resolved_viewers, targets), relations.aload_pairs),
-            Redis(store.read(targets), live=True),
+            Redis(store.plans.read(targets), live=True),
         )
         if live is None:
             return None

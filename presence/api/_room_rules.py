@@ -65,7 +65,7 @@ async def aleave_refused(leaves: Iterable[tuple[UserId, str, str]]) -> None:
         return
     store = get_store()
     now = resolution.now()
-    plans = [store.leave_room(room, uid, cid, now, at_once=True) for uid, cid, room in leaves]
+    plans = [store.plans.leave_room(room, uid, cid, now, at_once=True) for uid, cid, room in leaves]
     if await store.arun(merge(plans), live=True) is None:
         logger.warning("Presence: %d refused room members could not be removed now", len(leaves))
     by_room: dict[str, list[UserId]] = {}

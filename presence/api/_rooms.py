@@ -271,7 +271,9 @@ def _read_first(
     """The room as ``viewer`` sees it from its first ``first`` members by join time and the
     looked-up users, and whether those were all its members; None when Redis is unavailable."""
     store = get_store()
-    read = yield from redis(store.read_room(room.name, now, first, _lookups(viewer, entry)), waits)
+    read = yield from redis(
+        store.plans.read_room(room.name, now, first, _lookups(viewer, entry)), waits
+    )
     if read is None:
         return None
     return (yield from _listing(room, viewer, now, first, read, entry, resolved, waits))
@@ -349,9 +351,9 @@ async def ajoin_room_state(
     now = resolution.now()
     first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
     plans: list[Plan[Any]] = [
-        store.join_room(room.name, user_id, connection_id, now, meta, invisible),
-        store.read_room(room.name, now, first, _lookups(user, entry)),
-        store.read_recent([user_id], 0),
+        store.plans.join_room(room.name, user_id, connection_id, now, meta, invisible),
+        store.plans.read_room(room.name, now, first, _lookups(user, entry)),
+        store.plans.read_recent([user_id], 0),
     ]
     replies = await store.arun(merge(plans), live=True)
     write: RoomWrite | None = replies[0]

@@ -81,11 +81,11 @@ def _apply_change(
     yield from call(_save, _pk(user), change, expires_at if has_custom else None)
     # The live layer announces the custom status clearing by itself when it expires.
     store = get_store()
-    expiry = store.schedule_expiry(
+    expiry = store.plans.schedule_expiry(
         _pk(user), expires_at.timestamp() if has_custom and expires_at else None
     )
     # The online count leaves invisible users out (its copy of the choice; one round trip).
-    invisible = store.set_invisible(_pk(user), change.status is StatusChoice.INVISIBLE)
+    invisible = store.plans.set_invisible(_pk(user), change.status is StatusChoice.INVISIBLE)
     yield from redis(merge([expiry, invisible]))
     return (yield from _get_presence(user, user))
 

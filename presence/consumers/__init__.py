@@ -2,14 +2,20 @@
 
 A thin edge: frames are validated by :func:`presence.domain.parse_frame`, recorded through
 :mod:`presence.lifecycle` (and :mod:`presence.api` for status changes), and fanned out by
-the process's :class:`presence.hub.Hub`. Its rooms:
+the process's :class:`presence.hub.Hub`. Its modules:
 
-- :mod:`~presence.consumers.consumer` -- :class:`PresenceConsumer`: connecting, disconnecting;
+- :mod:`~presence.consumers.consumer` -- :class:`PresenceConsumer`: connecting, disconnecting,
+  and the face the hub and the frame handlers call, done by its parts;
+- :mod:`~presence.consumers.state` -- the connection's state (subscriptions, rooms, rate,
+  device, heartbeat times, flags) and :class:`~presence.consumers.state.Socket`, what its parts
+  and the frame handlers use of the consumer;
+- :mod:`~presence.consumers.frames` -- receiving: rate limit, parsing, the handler of the
+  frame's type in the socket's frame registry (:data:`presence.frames.FRAMES`);
 - :mod:`~presence.consumers.handlers` -- presence's own frames (heartbeat, subscribe, ...);
-- :mod:`~presence.consumers.frames` -- receiving: rate limit, parsing, dispatch by frame type;
-- :mod:`~presence.consumers.credentials` -- re-checking the session or token;
-- :mod:`~presence.consumers.sending` -- sending within the server's limits;
-- :mod:`~presence.consumers.base` -- the state they share;
+- :mod:`~presence.consumers.rooms` -- room frames, and the connection's rooms;
+- :mod:`~presence.consumers.credentials` -- :class:`Credentials`, re-checking the session or
+  token;
+- :mod:`~presence.consumers.sending` -- :class:`Sender`, sending within the server's limits;
 - :mod:`~presence.consumers.limits` -- close codes, RATE_LIMIT and the weight of frames;
 - :mod:`~presence.consumers.scope` -- origin and device of the handshake;
 - :mod:`~presence.consumers.tidy` -- closing stale database connections once per interval.

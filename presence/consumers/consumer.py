@@ -1,5 +1,6 @@
-"""The consumer at ``ws/presence/``, composed of its rooms: connecting and disconnecting are
-here; frames, credentials and sending are the mixins'."""
+"""The consumer at ``ws/presence/``: connecting and disconnecting are here; it holds its
+connection's state (presence.consumers.state), its sending (a :class:`Sender`) and its
+credential checks (a :class:`Credentials`); its frames go to the socket's frame registry."""
 
 from __future__ import annotations
 
@@ -12,20 +13,25 @@ from typing import Any
 
 from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
 
-from presence import admission, lifecycle, metrics, sessions, users
+from presence import admission, domain, lifecycle, metrics, sessions, users
 from presence.conf import get_settings
+from presence.consumers import frames, handlers, rooms
+from presence.consumers.credentials import Credentials
 from presence.consumers.limits import (
     CLOSE_FOREIGN_ORIGIN,
     CLOSE_TOO_MANY_CONNECTIONS,
     CLOSE_UNAUTHENTICATED,
     RateLimit,
 )
-from presence.consumers.rooms import RoomFrames
 from presence.consumers.scope import device_of, opened_from_foreign_origin
+from presence.consumers.sending import Sender
+from presence.consumers.state import ConnectionState
 from presence.consumers.tidy import tidy_database_connections
 from presence.domain import UserId
 from presence.hub import Hub
+from presence.sessions import Credential
 
 logger = logging.getLogger("presence")
 
@@ -33,10 +39,11 @@ logger = logging.getLogger("presence")
 _draw = random.random
 
 
-class PresenceConsumer(RoomFrames):
+class PresenceConsumer(AsyncWebsocketConsumer):
     """One WebSocket connection of an authenticated user (protocol: docs/websocket.md), a
-    :class:`presence.hub.Connection` of its process's hub. Frame types are added by rooms
-    (mixins of :class:`~presence.consumers.frames.FrameDispatch` with ``@handles`` methods)."""
+    :class:`presence.hub.Connection` of its process's hub. Its frames are handled by the
+    handlers of :data:`presence.frames.FRAMES`, which get it as a
+    :class:`~presence.consumers.state.Socket`."""
 
     # The process's hub is the one channel-layer listener; a connection needs no channel (and
     # no Redis receive) of its own. No such alias exists, so Channels gives it none.
@@ -45,6 +52,24 @@ class PresenceConsumer(RoomFrames):
     entry: admission.Entry | None = None
     #: its place among the openings in progress until its first snapshot (presence.admission)
     opening: admission.Slot | None = None
+    #: in the hub and recorded in Redis: frames are handled, and closing it has to clean up
+    attached: bool = False
+
+    # Who the connection was opened for, and with what; its state, set by ``connect`` once
+    # it accepted an authenticated user (only ``attached`` is read before).
+    user: Any
+    viewer_id: UserId
+    connection_id: str
+    #: the session or token the connection was opened with (presence.sessions), None when it
+    #: is never re-checked (another authentication middleware)
+    credential: Credential | None
+    hub: Hub
+    state: ConnectionState
+    credentials: Credentials
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sender = Sender(self)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels (4.2+) closes old database connections before every message, in the one
@@ -54,21 +79,73 @@ class PresenceConsumer(RoomFrames):
         if kind != "websocket.disconnect":
             # Not on a close: it would wait for that thread (a storm's queue) before signing off.
             await tidy_database_connections()
-        if kind == "websocket.receive" and self.beat_quietly(message.get("text")):
+        if kind == "websocket.receive" and frames.beat_quietly(self, message.get("text")):
             return  # the most common frame by far, handled at once
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {kind}")
         await handler(message)
 
-    async def subscribe(self, ids: dict[UserId, int | str]) -> None:
-        try:
-            await super().subscribe(ids)
-        finally:
-            if self.opening is not None:
-                # Its first snapshot is out: the next socket waiting opens (presence.admission).
-                self.opening.release()
-                self.opening = None
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        await frames.receive(self, text_data)
+
+    # --- what the hub and the frame handlers call: done by its parts ---
+
+    @property
+    def sent(self) -> dict[UserId, domain.Presence]:
+        return self.state.subscriptions.sent
+
+    @property
+    def snapshotting(self) -> set[UserId]:
+        return self.state.subscriptions.snapshotting
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        await self.sender.send(text_data, bytes_data, close)
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        await self.sender.close(code, reason)
+
+    async def send_json(self, content: dict[str, Any]) -> None:
+        await self.sender.send_json(content)
+
+    async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:
+        await self.sender.send_presences(kind, presences)
+
+    async def send_error(self, code: str, message: str, **extra: Any) -> None:
+        await self.sender.send_error(code, message, **extra)
+
+    async def end_session(self) -> None:
+        await self.credentials.end_session()
+
+    async def end_account(self) -> None:
+        await self.credentials.end_account()
+
+    async def recheck_session(self) -> None:
+        await self.credentials.recheck_session()
+
+    async def recheck_rooms(self) -> None:
+        await rooms.recheck(self)
+
+    async def drop_room(self, name: str) -> bool:
+        return await rooms.drop(self, name)
+
+    async def tell_refused(self, name: str) -> None:
+        await rooms.tell_refused(self, name)
+
+    async def over_write_limit(self) -> bool:
+        """Whether the user is past HTTP_RATE_LIMIT (told so): frames installed apps add that
+        write call it (presence.extensions)."""
+        return await handlers.over_write_limit(self)
+
+    def snapshot_sent(self) -> None:
+        if self.opening is not None:
+            # Its first snapshot is out: the next socket waiting opens (presence.admission).
+            self.opening.release()
+            self.opening = None
+
+    # --- opening and closing ---
 
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
         # Channels' own then closes old database connections: a hop to the database thread,
@@ -103,21 +180,21 @@ class PresenceConsumer(RoomFrames):
         self.user = user
         self.viewer_id = users.viewer_pk(user)
         self.connection_id = uuid.uuid4().hex[:16]
-        self.device, device_error = device_of(self.scope)
-        self.idle = False
-        self.written_at = 0.0
-        self.heartbeat_interval = conf.HEARTBEAT_INTERVAL
-        self.limits = lifecycle.limits()
-        self.rate = RateLimit(*conf.RATE_LIMIT)
-        self.sent = {}
-        self.snapshotting = set()
-        self.spelling = {}
+        device, device_error = device_of(self.scope)
+        self.state = ConnectionState(
+            device=device,
+            limits=lifecycle.limits(),
+            rate=RateLimit(*conf.RATE_LIMIT),
+            heartbeat_interval=conf.HEARTBEAT_INTERVAL,
+            # The first check falls anywhere in the second half of the first interval:
+            # sockets opened together (a deploy, a reconnect storm) must not all check at
+            # the same moment.
+            session_checked=time.time() - conf.SESSION_CHECK_INTERVAL * _draw() / 2,
+        )
         # Sockets close with the session or token they were opened with (logout, password
         # change, deactivation, expiry; presence.sessions).
         self.credential = sessions.credential_of(self.scope)
-        # The first check falls anywhere in the second half of the first interval: sockets
-        # opened together (a deploy, a reconnect storm) must not all check at the same moment.
-        self.session_checked = time.time() - conf.SESSION_CHECK_INTERVAL * _draw() / 2
+        self.credentials = Credentials(self)
         # Past MAX_CONNECTIONS_PER_USER in this process alone it is refused before it waits:
         # one account's sockets must not queue ahead of everyone's (presence.admission).
         self.entry = admission.enter(self.viewer_id)
@@ -131,14 +208,14 @@ class PresenceConsumer(RoomFrames):
         self.attached = True
         metrics.CONNECTIONS.inc()
         if self.credential is None:
-            opened = await lifecycle.aconnect(self.user, self.connection_id, self.device.value)
+            opened = await lifecycle.aconnect(self.user, self.connection_id, device.value)
         else:
             # Recent logouts are read in the opening write's round trip; a socket closed for
             # one is signed off again at once (disconnect).
             opened, (ended, changed) = await lifecycle.aconnect_checking(
-                self.user, self.connection_id, self.device.value, self.recent_ends_check()
+                self.user, self.connection_id, device.value, self.credentials.recent_ends_check()
             )
-            if await self._ended_meanwhile(ended, changed):
+            if await self.credentials.ended_meanwhile(ended, changed):
                 self._give_places_back()
                 return
         if opened is not None and opened.refused:
@@ -146,9 +223,9 @@ class PresenceConsumer(RoomFrames):
             self._give_places_back()
         if device_error:
             await self.send_error("invalid_value", device_error)
-        if await self._refused(opened):
+        if await handlers.close_refused(self, opened):
             return
-        self.written_at = time.time()
+        self.state.written_at = time.time()
 
     async def _too_many(self) -> None:
         logger.info("Presence: closing connection of user %s: too many connections", self.viewer_id)
@@ -173,7 +250,7 @@ class PresenceConsumer(RoomFrames):
         except Exception:
             logger.exception("Presence: detaching a connection of user %s failed", self.viewer_id)
         try:
-            await self.leave_rooms()
+            await rooms.leave_all(self)
         except Exception:
             logger.exception("Presence: leaving the rooms of user %s failed", self.viewer_id)
         try:

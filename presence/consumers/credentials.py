@@ -20,66 +20,75 @@ from asgiref.sync import sync_to_async
 
 from presence import lifecycle, sessions
 from presence.conf import get_settings
-from presence.consumers.base import ConsumerBase
 from presence.consumers.limits import CLOSE_UNAUTHENTICATED
+from presence.consumers.state import Socket
 from presence.store import Plan, get_store
 
 logger = logging.getLogger("presence")
 
 
-class Credentials(ConsumerBase):
-    """Ending a connection whose credential (``self.credential``) no longer holds."""
+class Credentials:
+    """A connection's credential checks: ending it once its credential
+    (``socket.credential``) no longer holds."""
+
+    def __init__(self, socket: Socket) -> None:
+        self.socket = socket
+        if socket.credential is not None:
+            SessionChecks.get().sockets.add(self)
 
     async def end_session(self) -> None:
         """Its session ended (logout, password change): closed with 4401 like an anonymous
         connection, and gone for presence at once."""
-        if not self.attached:
+        socket = self.socket
+        if not socket.attached:
             return
-        logger.info("Presence: closing connection of user %s: session ended", self.viewer_id)
-        await self.close(code=CLOSE_UNAUTHENTICATED)
-        await self.disconnect(CLOSE_UNAUTHENTICATED)
+        logger.info("Presence: closing connection of user %s: session ended", socket.viewer_id)
+        await socket.close(code=CLOSE_UNAUTHENTICATED)
+        await socket.disconnect(CLOSE_UNAUTHENTICATED)
 
     async def end_account(self) -> None:
         """Its user was deleted: closed with 4401, out of its rooms at once (no grace), and
         what its own close wrote of the user erased again (the deleting process erased the
         rest already; lifecycle.aerase_user)."""
-        if not self.attached:
+        socket = self.socket
+        if not socket.attached:
             return
-        logger.info("Presence: closing connection of user %s: user deleted", self.viewer_id)
-        self.account_deleted = True
-        await self.close(code=CLOSE_UNAUTHENTICATED)
-        await self.disconnect(CLOSE_UNAUTHENTICATED)
-        await lifecycle.aerase_user(self.viewer_id)
+        logger.info("Presence: closing connection of user %s: user deleted", socket.viewer_id)
+        socket.state.account_deleted = True
+        await socket.close(code=CLOSE_UNAUTHENTICATED)
+        await socket.disconnect(CLOSE_UNAUTHENTICATED)
+        await lifecycle.aerase_user(socket.viewer_id)
+
+    def checkable(self) -> bool:
+        """Whether the socket is open with a credential to check."""
+        return self.socket.attached and self.socket.credential is not None
+
+    def due(self, now: float, after: float) -> bool:
+        """Whether it is checkable and was last checked ``after`` seconds or more before
+        ``now``."""
+        return self.checkable() and now - self.socket.state.session_checked >= after
 
     async def recheck_session(self) -> None:
         """Check this socket's credential now (closing it if it no longer holds), together
         with the process's other sockets that are half an interval or more past their check."""
-        credential = self.credential
-        if credential is None or not self.attached:
+        if self.socket.credential is None or not self.socket.attached:
             return
         now = time.time()
         half = get_settings().SESSION_CHECK_INTERVAL / 2
-        along = [
-            c
-            for c in self.hub.connections
-            if isinstance(c, Credentials)
-            and c is not self
-            and c.attached
-            and c.credential is not None
-            and now - c.session_checked >= half
-        ]
+        checks = SessionChecks.get()
+        along = [c for c in checks.sockets if c is not self and c.due(now, half)]
         due = [self, *along]
-        for connection in due:
-            connection.session_checked = now
-        await SessionChecks.get().check(due)
+        for credentials in due:
+            credentials.socket.state.session_checked = now
+        await checks.check(due)
 
     def recent_ends_check(self) -> Plan[tuple[bool, bool]]:
         """The read of recent logouts and password changes (presence.sessions) that rides along
         with the connection's opening write (lifecycle.aconnect_checking)."""
-        assert self.credential is not None
-        return sessions.recent_ends_plan(get_store(), self.viewer_id, self.credential)
+        assert self.socket.credential is not None
+        return sessions.recent_ends_plan(get_store(), self.socket.viewer_id, self.socket.credential)
 
-    async def _ended_meanwhile(self, ended: bool, changed: bool) -> bool:
+    async def ended_meanwhile(self, ended: bool, changed: bool) -> bool:
         """A logout or password change announced between the handshake's read of the session
         and the hub's join of the account group reached no socket here: its mark in Redis
         does (``ended``, ``changed``: :meth:`recent_ends_check`'s answer, read once the group
@@ -88,7 +97,7 @@ class Credentials(ConsumerBase):
             await self.end_session()
         elif changed:
             await self.recheck_session()
-        return not self.attached
+        return not self.socket.attached
 
 
 _checks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SessionChecks] = (
@@ -102,6 +111,8 @@ class SessionChecks:
     them all at once."""
 
     def __init__(self) -> None:
+        #: the sockets of this process (event loop) that have a credential to check
+        self.sockets: weakref.WeakSet[Credentials] = weakref.WeakSet()
         #: the sockets of the next check (a dict as an ordered set)
         self.waiting: dict[Credentials, None] = {}
         #: done when the next check has judged (and closed) its sockets
@@ -129,7 +140,7 @@ class SessionChecks:
     async def _run(self) -> None:
         while self.next is not None:
             judged, self.next = self.next, None
-            batch = [c for c in self.waiting if c.attached and c.credential is not None]
+            batch = [c for c in self.waiting if c.checkable()]
             self.waiting = {}
             try:
                 await self._judge(batch)
@@ -142,7 +153,11 @@ class SessionChecks:
             return
         try:
             invalid = await sync_to_async(sessions.invalid_among)(
-                [(c.credential, c.viewer_id) for c in batch if c.credential is not None]
+                [
+                    (c.socket.credential, c.socket.viewer_id)
+                    for c in batch
+                    if c.socket.credential is not None
+                ]
             )
         except Exception:
             # The database failed: nobody is closed for it; the next check comes.

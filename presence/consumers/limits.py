@@ -28,7 +28,7 @@ ROOM_MEMBERS_PER_FRAME = 200
 #: frame of RATE_LIMIT: a small frame may ask for a large answer (docs/websocket.md)
 ANSWER_BYTES_PER_FRAME = 64 * 1024
 
-#: bytes of the answers to the client frame being handled (FrameDispatch.receive sets it, send
+#: bytes of the answers to the client frame being handled (consumers.frames.receive sets it, send
 #: adds to it): a context variable, so that what the hub sends the connection meanwhile is not
 #: counted
 answer_bytes: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(

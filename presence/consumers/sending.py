@@ -1,6 +1,7 @@
-"""The sending path of a connection: frames go out within the server's limits (a client that
-does not read is closed with 4408; presence maps too long for one frame go as several), and
-each distinct presence is rendered to JSON once for all the connections it goes to."""
+"""The sending path of a connection, its consumer's :class:`Sender`: frames go out within the
+server's limits (a client that does not read is closed with 4408; presence maps too long for one
+frame go as several), and each distinct presence is rendered to JSON once for all the
+connections it goes to."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 
 from presence import domain, metrics
 from presence.conf import get_settings
-from presence.consumers.base import ConsumerBase
 from presence.consumers.limits import CLOSE_TOO_SLOW, answer_bytes
+from presence.consumers.state import Socket
 from presence.domain import UserId
 from presence.memo import bounded_memo
 
@@ -102,28 +103,30 @@ def frame_limit(connection: Any) -> int:
     return limit
 
 
-class Sending(ConsumerBase):
-    """Sends that raise :class:`ClientGone` or :class:`SendFailed` instead of leaving a client
-    waiting or a server holding ever more for it."""
+class Sender:
+    """A connection's sending: sends that raise :class:`ClientGone` or :class:`SendFailed`
+    instead of leaving a client waiting or a server holding ever more for it."""
 
-    #: the server's connection object behind this consumer's send (server_connection), looked
-    #: up on the first send; None where the server gives no way to see what it holds
-    _server: Any = ...
-    #: whether sends are timed (SEND_TIMEOUT): all but those to a Twisted transport (daphne),
-    #: which takes every frame at once
-    _timed = True
-    #: the longest frame to send (frame_limit)
-    _frame_limit = SPLIT_FRAME_BYTES
-    #: bytes handed to the server whose send has not returned yet (a server that waits)
-    _in_flight = 0
-    #: this side sent websocket.close: nothing more goes out
-    _closing = False
-    #: held while a presence map goes out in several frames (send_presences)
-    _map_lock: asyncio.Lock | None = None
+    def __init__(self, socket: Socket) -> None:
+        self.socket = socket
+        #: the server's connection object behind the socket's send (server_connection),
+        #: looked up on the first send; None where the server gives no way to see what it holds
+        self._server: Any = ...
+        #: whether sends are timed (SEND_TIMEOUT): all but those to a Twisted transport
+        #: (daphne), which takes every frame at once
+        self._timed = True
+        #: the longest frame to send (frame_limit)
+        self._frame_limit = SPLIT_FRAME_BYTES
+        #: bytes handed to the server whose send has not returned yet (a server that waits)
+        self._in_flight = 0
+        #: this side sent websocket.close: nothing more goes out
+        self.closing = False
+        #: held while a presence map goes out in several frames (send_presences)
+        self._map_lock: asyncio.Lock | None = None
 
     def _server_connection(self) -> Any:
         if self._server is ...:
-            connection = server_connection(self.base_send)
+            connection = server_connection(self.socket.base_send)
             self._server = connection
             self._frame_limit = frame_limit(connection)
             transport = getattr(connection, "transport", None)
@@ -131,13 +134,19 @@ class Sending(ConsumerBase):
         return self._server
 
     async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
-        self._closing = True
-        await super().close(code=code, reason=reason)
+        """websocket.close, as channels sends it; nothing goes out after it."""
+        self.closing = True
+        message: dict[str, Any] = {"type": "websocket.close"}
+        if code is not None and code is not True:
+            message["code"] = code
+        if reason:
+            message["reason"] = reason
+        await self.socket.base_send(message)
 
     async def send(
         self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
     ) -> None:
-        if self._closing:
+        if self.closing:
             raise ClientGone("the connection is closing")
         size = len(text_data) if text_data is not None else len(bytes_data or b"")
         # What the server still holds for this client (its transport's buffer, or sends not yet
@@ -155,9 +164,9 @@ class Sending(ConsumerBase):
         try:
             if self._timed:
                 async with asyncio.timeout(SEND_TIMEOUT):
-                    await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+                    await self._send(text_data, bytes_data, close)
             else:
-                await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+                await self._send(text_data, bytes_data, close)
         except TimeoutError:
             await self.too_slow(self._in_flight)
             raise ClientGone(f"no frame taken for {SEND_TIMEOUT} s") from None
@@ -171,31 +180,42 @@ class Sending(ConsumerBase):
             logger.error(
                 "Presence: the server refused a %d-byte frame to user %s",
                 size,
-                getattr(self, "viewer_id", None),
+                getattr(self.socket, "viewer_id", None),
                 exc_info=True,
             )
             raise SendFailed(str(error)) from error
         finally:
             self._in_flight -= size
 
+    async def _send(self, text_data: str | None, bytes_data: bytes | None, close: bool) -> None:
+        # websocket.send as channels' AsyncWebsocketConsumer.send makes it
+        if text_data is not None:
+            await self.socket.base_send({"type": "websocket.send", "text": text_data})
+        elif bytes_data is not None:
+            await self.socket.base_send({"type": "websocket.send", "bytes": bytes_data})
+        else:
+            raise ValueError("You must pass one of bytes_data or text_data")
+        if close:
+            await self.socket.close(close)
+
     async def too_slow(self, held: int) -> None:
         """Close a connection whose client does not take what it is sent (MAX_UNSENT_BYTES held,
         or no frame taken for SEND_TIMEOUT) with 4408, and leave the hub and Redis at once.
         Under daphne the close frame queues behind the unsent bytes: the client that reads
         gets it; one that does not is dropped when the close handshake times out (1 s)."""
-        if self._closing:
+        if self.closing:
             return
         logger.info(
             "Presence: closing connection of user %s: the client does not read (%d bytes held)",
-            getattr(self, "viewer_id", None),
+            getattr(self.socket, "viewer_id", None),
             held,
         )
         try:
             async with asyncio.timeout(SEND_TIMEOUT):
-                await self.close(code=CLOSE_TOO_SLOW)
+                await self.socket.close(code=CLOSE_TOO_SLOW)
         except Exception:  # a server that waits, or one that refuses: it is closing anyway
             logger.debug("Presence: closing a slow connection failed", exc_info=True)
-        await self.disconnect(CLOSE_TOO_SLOW)
+        await self.socket.disconnect(CLOSE_TOO_SLOW)
 
     async def send_json(self, content: dict[str, Any]) -> None:
         metrics.frame_sent(content.get("type", "other"))
@@ -206,7 +226,7 @@ class Sending(ConsumerBase):
         # The same text as send_json would make; each distinct presence is rendered once for
         # all the connections it goes to (a fan-out sends one presence to many).
         metrics.frame_sent(kind)
-        spelling = self.spelling
+        spelling = self.socket.state.subscriptions.spelling
         entries = [
             f"{_json_string(str(spelling.get(uid, uid)))}:{_presence_json(p)}"
             for uid, p in presences.items()

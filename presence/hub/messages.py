@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from presence import extensions
 from presence.announce import (
@@ -23,6 +23,9 @@ from presence.announce import (
 from presence.domain import UserId
 from presence.hub.registry import Registry
 from presence.users import decode_id, id_decoder
+
+if TYPE_CHECKING:  # a sibling of the same layer: only its type is named here
+    from presence.hub.rooms import RoomViews
 
 logger = logging.getLogger("presence")
 
@@ -40,6 +43,7 @@ class Messages:
         topics: extensions.Topics,
         changed: Changed,
         note_lag: Callable[[Any], None],
+        rooms: RoomViews,
     ) -> None:
         self.registry = registry
         #: what a topic's delivery is handed (the hub)
@@ -50,31 +54,39 @@ class Messages:
         #: topic deliveries under way (cancelled when the hub stops)
         self.delivering: set[asyncio.Task[None]] = set()
         #: the hub's rooms (presence.hub.rooms), told of room announcements
-        self.rooms: Any = None
+        self.rooms = rooms
         self._session_tasks: set[asyncio.Task[None]] = set()
+        #: what each type of announcement does here
+        self._acts: dict[str, Callable[[dict[str, Any]], None]] = {
+            CHANGED: self.changed_message,
+            TOPIC: self.topic_message,
+            ROOM: self.room_message,
+            ROOM_MEMBERS_CHANGED: self.room_message,
+            ROOM_RECHECK: self.room_message,
+            SESSION_ENDED: self.session_message,
+            SESSIONS_CHANGED: self.session_message,
+            USER_DELETED: self.session_message,
+        }
 
     def dispatch(self, message: dict[str, Any]) -> None:
         """Act on one message announced through :mod:`presence.announce`."""
-        if message.get("type") == CHANGED:
-            # Ids in their canonical form (presence.users.encode_id), read as the site's pk.
-            self.note_lag(message.get("sent"))
-            decode = id_decoder()
-            at = message.get("at")
-            self.changed(
-                (decode(uid) for uid in message.get("users", ())),
-                announced_at=float(at)
-                if isinstance(at, (int, float)) and not isinstance(at, bool)
-                else None,
-            )
-        elif message.get("type") == TOPIC and isinstance(message.get("kind"), str):
-            self.topic_message(message["kind"], message.get("payload"))
-        elif (
-            message.get("type") in (ROOM, ROOM_MEMBERS_CHANGED, ROOM_RECHECK)
-            and self.rooms is not None
-        ):
-            self.room_message(message)
-        elif message.get("type") in (SESSION_ENDED, SESSIONS_CHANGED, USER_DELETED):
-            self.session_message(message)
+        kind = message.get("type")
+        act = self._acts.get(kind) if isinstance(kind, str) else None
+        if act is not None:
+            act(message)
+
+    def changed_message(self, message: dict[str, Any]) -> None:
+        """Users changed: their watchers here are sent what they may see of it."""
+        # Ids in their canonical form (presence.users.encode_id), read as the site's pk.
+        self.note_lag(message.get("sent"))
+        decode = id_decoder()
+        at = message.get("at")
+        self.changed(
+            (decode(uid) for uid in message.get("users", ())),
+            announced_at=float(at)
+            if isinstance(at, (int, float)) and not isinstance(at, bool)
+            else None,
+        )
 
     def room_message(self, message: dict[str, Any]) -> None:
         """Users joined, left or changed in a room; or what others see of them changed; or a
@@ -123,9 +135,13 @@ class Messages:
             except Exception:
                 logger.exception("Presence: closing the sockets of an ended session failed")
 
-    def topic_message(self, kind: str, payload: Any) -> None:
-        """Hand a payload announced to ``kind`` to its registered delivery, in a task of its
-        own (a slow delivery must not hold up the receive loop)."""
+    def topic_message(self, message: dict[str, Any]) -> None:
+        """Hand a payload announced to a topic kind to its registered delivery, in a task of
+        its own (a slow delivery must not hold up the receive loop)."""
+        kind = message.get("kind")
+        if not isinstance(kind, str):
+            return
+        payload = message.get("payload")
         deliver = extensions.delivery(kind)
         if deliver is None or not self.registry.topics.members.get(kind):
             return

@@ -1,11 +1,16 @@
 """The one Redis store: a key scheme, Lua scripts, plans, clients and one failure policy.
 
+A store operation is a plan, built and then run: ``store.run(store.plans.touch(user_id, device,
+now))`` (``await store.arun(...)`` on an event loop). The store (:class:`PresenceStore`) holds its
+key scheme (``store.keys``), its plans (``store.plans``), its clients and the health of Redis.
+
 - :mod:`presence.store.keys` -- where things live, and the score encoding;
 - :mod:`presence.store.scripts` -- the Lua scripts (``lua/*.lua``) with their constants;
 - :mod:`presence.store.plans` -- building plans (commands + parsing + fallback), no I/O, a
-  package by concern (the plan type; recording, schedules, reads, scans);
-- :mod:`presence.store.client` -- running plans (``run``/``arun``), on the clients of
-  :mod:`presence.store.connecting`;
+  package by concern (the plan type; recording, schedules, reads, scans, ...), composed as
+  :class:`Plans`;
+- :mod:`presence.store.client` -- the store: running plans (``run``/``arun``) on the clients
+  of :mod:`presence.store.connecting`;
 - :mod:`presence.store.cluster` -- running plans on a Redis Cluster: :mod:`~presence.store.rounds`
   (the rounds, written once), :mod:`~presence.store.pipelines` (each master's pipeline) and
   :mod:`~presence.store.nodes` (its clients and per-master health);
@@ -37,7 +42,7 @@ from presence.store.plans import (
     RAISE,
     ConnectionOp,
     Plan,
-    PlanBuilder,
+    Plans,
     Raise,
     StaleEntry,
     Transition,
@@ -75,7 +80,7 @@ __all__ = [
     "Health",
     "KeyScheme",
     "Plan",
-    "PlanBuilder",
+    "Plans",
     "PresenceStore",
     "Raise",
     "Script",

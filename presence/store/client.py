@@ -1,10 +1,12 @@
-"""Running plans: the one failure policy of the store (its clients: :mod:`.connecting`).
+"""The store: its key scheme and plans, its clients (:mod:`.connecting`) and health, and running
+plans under its one failure policy.
 
-Every command goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which send a
-plan as one pipeline (one round trip) and apply one failure policy: a Redis error is logged once
-per outage, Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is
-returned (or :class:`StoreUnavailable` raised for plans that must not fail silently). Scripts
-that Redis lost (restart, ``SCRIPT FLUSH``) are loaded again and only their commands re-sent.
+A plan is built, then run: ``store.run(store.plans.touch(user_id, device, now))``. Every command
+goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which send a plan as one
+pipeline (one round trip) and apply one failure policy: a Redis error is logged once per outage,
+Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is returned (or
+:class:`StoreUnavailable` raised for plans that must not fail silently). Scripts that Redis lost
+(restart, ``SCRIPT FLUSH``) are loaded again and only their commands re-sent.
 
 Slowness is not an outage. Only a Redis that refuses, drops or cannot make a connection (within
 ``SOCKET_TIMEOUT``) is, or one that leaves the live paths (``arun(plan, live=True)``: consumers,
@@ -22,6 +24,7 @@ import weakref
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
+import redis
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
@@ -32,12 +35,13 @@ from presence.gathering import Gathering
 from presence.store.cluster import NodeUnavailable
 from presence.store.connecting import (
     REDIS_SCHEMES,
-    StoreConnections,
+    Connections,
     redis_location,
     stale_connection_retry,
 )
-from presence.store.health import is_slow_reply
-from presence.store.plans import Plan, Raise
+from presence.store.health import Health, is_slow_reply
+from presence.store.keys import KeyScheme
+from presence.store.plans import Plan, Plans, Raise
 from presence.store.redact import redact_url
 from presence.store.scripts import Script
 from presence.users import UserId
@@ -69,15 +73,55 @@ class StoreUnavailable(RuntimeError):
     """Redis could not be reached; raised only by operations that must not fail silently."""
 
 
-class PresenceStore(StoreConnections):
-    """The store: its key scheme and plans (PlanBuilder), its clients (StoreConnections), and
-    running plans."""
+class PresenceStore:
+    """The store: its key scheme (``keys``) and plans (``plans``: building one does no I/O),
+    its clients and the health of Redis, and running plans under the one failure policy
+    (:meth:`run`, :meth:`arun`): ``store.run(store.plans.touch(user_id, device, now))``."""
 
     def __init__(self, conf: PresenceSettings) -> None:
-        super().__init__(conf)
+        self.conf = conf
+        self.keys = KeyScheme(conf)
+        self.plans = Plans(self.keys)
+        #: Redis's health (on a cluster, the cluster's as a client; each master has its own)
+        self.health = Health()
+        self._connections = Connections(conf)
+        #: on a Redis Cluster (REDIS_CLUSTER): sends each master its commands
+        self.cluster = self._connections.cluster
         #: users this process claimed from the due schedule but could neither check nor put
         #: back (Redis failed in between): its next sweep checks them, so an outage loses nobody
         self.unswept: set[UserId] = set()
+
+    # --- its clients and health -------------------------------------------------------------
+
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client (on a cluster, redis-py's RedisCluster: the same commands)."""
+        return self._connections.client
+
+    @property
+    def async_client(self) -> redis.asyncio.Redis:
+        """This event loop's client (on a cluster, redis.asyncio's RedisCluster)."""
+        return self._connections.async_client
+
+    def known_down(self) -> bool:
+        """Whether Redis (the whole of it: one server, or the cluster as a client) failed last
+        time and is left alone until RETRY_INTERVAL passes: a read now answers its fallback at
+        once."""
+        return not self.health.available()
+
+    def recoveries(self) -> int:
+        """Outages that ended so far: of Redis, or of any cluster master."""
+        if self.cluster is None:
+            return self.health.recoveries
+        return self.health.recoveries + sum(
+            health.recoveries for health in self.cluster.node_health.values()
+        )
+
+    def close(self) -> None:
+        self._connections.close()
+
+    async def aclose(self) -> None:
+        await self._connections.aclose()
 
     # --- executing plans --------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The store's connections: its Redis client (one per process), its async clients (one per
 event loop), or on a Redis Cluster its :class:`~presence.store.cluster.ClusterRunner`, built from
-``CACHES`` and ``PRESENCE``; and whether Redis is in an outage. :mod:`presence.store.client` runs
+``CACHES`` and ``PRESENCE``. :class:`~presence.store.client.PresenceStore` holds them and runs
 plans on them.
 """
 
@@ -21,8 +21,6 @@ from redis.retry import Retry
 
 from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner
-from presence.store.health import Health
-from presence.store.plans import PlanBuilder
 
 
 def stale_connection_retry(retry_class: Any) -> Any:
@@ -49,12 +47,11 @@ def redis_location(cache_conf: dict[str, Any]) -> str | None:
     return location
 
 
-class StoreConnections(PlanBuilder):
-    """The store's clients, and the health of Redis (of each master, on a cluster)."""
+class Connections:
+    """The store's clients, made when first asked for (on a cluster, its runner's)."""
 
     def __init__(self, conf: PresenceSettings) -> None:
-        super().__init__(conf)
-        self.health = Health()
+        self.conf = conf
         self._client: redis.Redis | None = None
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
@@ -69,7 +66,8 @@ class StoreConnections(PlanBuilder):
                 live_timeout=conf.LIVE_SOCKET_TIMEOUT,
             )
 
-    def _connection_kwargs(self) -> tuple[str, dict[str, Any]]:
+    def connection_kwargs(self) -> tuple[str, dict[str, Any]]:
+        """The URL and redis-py's keyword arguments of a client to one Redis."""
         caches = getattr(django_settings, "CACHES", {})
         try:
             cache_conf = caches[self.conf.CACHE_ALIAS]
@@ -107,7 +105,7 @@ class StoreConnections(PlanBuilder):
         if self.cluster is not None:
             return self.cluster.client  # type: ignore[return-value]
         if self._client is None:
-            location, kwargs = self._connection_kwargs()
+            location, kwargs = self.connection_kwargs()
             kwargs["retry"] = stale_connection_retry(Retry)
             self._client = redis.Redis.from_url(location, **kwargs)
         return self._client
@@ -123,7 +121,7 @@ class StoreConnections(PlanBuilder):
         if client is None:
             from redis.asyncio.retry import Retry as AsyncRetry
 
-            location, kwargs = self._connection_kwargs()
+            location, kwargs = self.connection_kwargs()
             kwargs["retry"] = stale_connection_retry(AsyncRetry)
             # The live paths wait for a busy Redis (pages cut their own wait short, see arun),
             # and for a busy event loop: a saturated process reaches a new connection's
@@ -143,20 +141,6 @@ class StoreConnections(PlanBuilder):
             client = redis.asyncio.Redis(connection_pool=pool)
             self._async_clients[loop] = client
         return client
-
-    def known_down(self) -> bool:
-        """Whether Redis (the whole of it: one server, or the cluster as a client) failed last
-        time and is left alone until RETRY_INTERVAL passes: a read now answers its fallback at
-        once."""
-        return not self.health.available()
-
-    def recoveries(self) -> int:
-        """Outages that ended so far: of Redis, or of any cluster master."""
-        if self.cluster is None:
-            return self.health.recoveries
-        return self.health.recoveries + sum(
-            health.recoveries for health in self.cluster.node_health.values()
-        )
 
     def close(self) -> None:
         if self.cluster is not None:

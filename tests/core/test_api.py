@@ -68,6 +68,7 @@ async def _aget_presence(target: Any, viewer: Any) -> Presence:
 # --- the privacy matrix ---------------------------------------------------------------------
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_privacy_matrix(case: Case, make_user: Callable[..., Any]) -> None:
     with time_machine.travel(NOW, tick=False):
@@ -150,7 +151,7 @@ def test_bulk_presence_costs_one_query_and_one_round_trip(
     assert trips.count == 1  # on a cluster: one round trip to each master, all at once
     # The one round trip reads every bucket: one ZMSCORE each, and one of its prior set (the
     # last seen before today's; server-side count as a check).
-    buckets = {get_store().bucket_of(t.pk) for t in targets}
+    buckets = {get_store().keys.bucket_of(t.pk) for t in targets}
     assert trips.commands[0] == ["ZMSCORE"] * 2 * len(buckets)
     assert executed == {"zmscore": 2 * len(buckets)}
     assert len(presences) == count
@@ -261,10 +262,10 @@ def test_online_friends_reads_back_as_far_as_the_longest_way_of_being_online(
     _friends_with(user, [connected, viewed, signed_off, gone])
     store = get_store()
     at = NOW.timestamp()
-    store.run(store.connection(connected.pk, "open", at - 60, "c1"))
-    store.run(store.touch(viewed.pk, Device.WEB, at - 60))
-    store.run(store.sign_off(signed_off.pk, Device.WEB, at - 3))
-    store.run(store.connection(gone.pk, "open", at - 200, "c2"))
+    store.run(store.plans.connection(connected.pk, "open", at - 60, "c1"))
+    store.run(store.plans.touch(viewed.pk, Device.WEB, at - 60))
+    store.run(store.plans.sign_off(signed_off.pk, Device.WEB, at - 3))
+    store.run(store.plans.connection(gone.pk, "open", at - 200, "c2"))
     with time_machine.travel(NOW, tick=False):
         assert api.online_friends(user) == [signed_off, connected]
         assert async_to_sync(api.aonline_friends)(user) == [signed_off, connected]

@@ -80,14 +80,14 @@ def test_a_presence_or_caches_change_rebuilds_the_store(settings: Any) -> None:
     settings.PRESENCE = {"KEY_PREFIX": "other"}
     rebuilt = store_module.get_store()
     assert rebuilt is not store
-    assert rebuilt.seen_key(7) == "other:{7}:seen"
+    assert rebuilt.keys.seen_key(7) == "other:{7}:seen"
 
     settings.CACHES = {
         **settings.CACHES,
         "default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/3"},
     }
     assert store_module.get_store() is not rebuilt
-    assert store_module.get_store()._connection_kwargs()[0] == "redis://127.0.0.1:1/3"
+    assert store_module.get_store()._connections.connection_kwargs()[0] == "redis://127.0.0.1:1/3"
 
 
 def test_rate_limit_list_becomes_a_tuple(settings: Any) -> None:

@@ -66,8 +66,10 @@ def people(make_user: Callable[..., Any], settings: Any, clock: time_machine.Coo
     async_to_sync(lifecycle.aconnect)(alice, "c0ffee0000000001", "mobile")
     api.touch(bob)  # someone else online: nothing of Bob's state is in Alice's export
     store = get_store()
-    store.run(store.join_room("lobby:1", alice.pk, "c0ffee0000000001", T0.timestamp(), '{"a":1}'))
-    store.run(store.join_room("lobby:2", bob.pk, "b0b0000000000001", T0.timestamp()))
+    store.run(
+        store.plans.join_room("lobby:1", alice.pk, "c0ffee0000000001", T0.timestamp(), '{"a":1}')
+    )
+    store.run(store.plans.join_room("lobby:2", bob.pk, "b0b0000000000001", T0.timestamp()))
     return alice, bob, carol, dave
 
 

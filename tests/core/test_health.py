@@ -204,7 +204,7 @@ def test_a_cluster_master_down_answers_503_and_is_counted_for_its_node(
         # The store's own failure policy, per master: the outage of that node is counted.
         metrics.switch(True)
         store = get_store()
-        store.run(store.read(range(1, 3000)))  # users on every master
+        store.run(store.plans.read(range(1, 3000)))  # users on every master
         after = REGISTRY.get_sample_value("presence_redis_outages_total", {"node": node})
         assert after == outages + 1
         assert REGISTRY.get_sample_value("presence_redis_up", {"node": node}) == 0

@@ -249,10 +249,10 @@ def test_back_after_five_days_reads_within_week_until_midnight(
     store = get_store()
     user, never_seen = make_user().pk, make_user().pk
     five_days_ago = MIDNIGHT - 5 * 86_400 + 3600
-    store.run(store.touch(user, domain.Device.WEB, five_days_ago))
-    store.run(store.touch(user, domain.Device.WEB, NOW.timestamp()))
-    store.run(store.touch(never_seen, domain.Device.WEB, NOW.timestamp()))
-    for read in (store.read, lambda ids: store.read_recent(ids, NOW.timestamp() - 300)):
+    store.run(store.plans.touch(user, domain.Device.WEB, five_days_ago))
+    store.run(store.plans.touch(user, domain.Device.WEB, NOW.timestamp()))
+    store.run(store.plans.touch(never_seen, domain.Device.WEB, NOW.timestamp()))
+    for read in (store.plans.read, lambda ids: store.plans.read_recent(ids, NOW.timestamp() - 300)):
         states = store.run(read([user, never_seen]))
         assert states is not None
         assert states[user].last_active == NOW.timestamp()
@@ -265,8 +265,8 @@ def test_back_after_five_days_reads_within_week_until_midnight(
         }
         assert bucket == {user: "within_week", never_seen: None}
     # The next day's first activity keeps today's as the prior: "recently" from midnight on.
-    store.run(store.touch(user, domain.Device.WEB, MIDNIGHT + 86_400 + 5))
-    states = store.run(store.read([user]))
+    store.run(store.plans.touch(user, domain.Device.WEB, MIDNIGHT + 86_400 + 5))
+    states = store.run(store.plans.read([user]))
     assert states is not None and states[user].prior == NOW.timestamp()
 
 

@@ -270,7 +270,7 @@ def test_page_is_served_through_a_redis_outage_and_recording_resumes(
         assert client.get("/ok/").status_code == 200
         assert "evalsha" in commands.delta(before)
         store = get_store()
-        score = private.zscore(store.seen_key(store.bucket_of(user.pk)), str(user.pk))
+        score = private.zscore(store.keys.seen_key(store.keys.bucket_of(user.pk)), str(user.pk))
     finally:
         private.close()
     assert len(warnings_about(caplog, "reachable again")) == 1
@@ -406,7 +406,7 @@ def async_middleware() -> tuple[PresenceMiddleware, list[HttpRequest]]:
 
 async def live_state(user: Any) -> Any:
     store = get_store()
-    states = await store.arun(store.read([user.pk]))
+    states = await store.arun(store.plans.read([user.pk]))
     assert states is not None
     return states.get(user.pk)
 

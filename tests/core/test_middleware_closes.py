@@ -54,7 +54,7 @@ def _listening(_clean_presence_state: None) -> None:
 def socket(user: Any, op: str, seconds: float) -> None:
     """A connection of ``user`` opened or closed at T0 + ``seconds`` by another process."""
     store = get_store()
-    store.run(store.connection(user.pk, op, T0.timestamp() + seconds, "tab"))  # type: ignore[arg-type]
+    store.run(store.plans.connection(user.pk, op, T0.timestamp() + seconds, "tab"))  # type: ignore[arg-type]
 
 
 def throttled(user: Any) -> bool:

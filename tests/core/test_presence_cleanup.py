@@ -51,7 +51,7 @@ def counts(output: str) -> dict[str, int]:
 
 def in_redis(user: Any) -> bool:
     store = get_store()
-    states = store.run(store.read([user.pk]))
+    states = store.run(store.plans.read([user.pk]))
     assert states is not None
     return user.pk in states
 
@@ -180,12 +180,12 @@ def test_an_entry_touched_between_scan_and_removal_is_kept(
     api.touch(user)
     api.touch(other)
     clock.shift(get_settings().ONLINE_WINDOW + 1)
-    buckets = sorted({store.bucket_of(user.pk), store.bucket_of(other.pk)})
-    entries = store.run(store.scan_stale(buckets, before=time.time() - 300))
+    buckets = sorted({store.keys.bucket_of(user.pk), store.keys.bucket_of(other.pk)})
+    entries = store.run(store.plans.scan_stale(buckets, before=time.time() - 300))
     assert {e.user_id for e in entries} == {user.pk, other.pk}
 
     api.touch(user)  # back, after the scan
-    removed = store.run(store.remove_unchanged(entries))
+    removed = store.run(store.plans.remove_unchanged(entries))
 
     assert removed == 1
     assert in_redis(user) and not in_redis(other)
@@ -200,9 +200,11 @@ def test_an_entry_signed_off_between_scan_and_removal_is_kept(
     user = make_user()
     api.touch(user)
     clock.shift(get_settings().ONLINE_WINDOW + 1)
-    entries = store.run(store.scan_stale([store.bucket_of(user.pk)], before=time.time() - 300))
+    entries = store.run(
+        store.plans.scan_stale([store.keys.bucket_of(user.pk)], before=time.time() - 300)
+    )
     api.sign_off(user)
-    assert store.run(store.remove_unchanged(entries)) == 0
+    assert store.run(store.plans.remove_unchanged(entries)) == 0
     assert in_redis(user)
 
 
@@ -299,7 +301,7 @@ def test_stale_entries_of_deleted_users_are_removed(
 
     assert (report["stale"], report["persisted"], report["removed"]) == (2, 1, 2)
     store = get_store()
-    states = store.run(store.read([gone_pk]))
+    states = store.run(store.plans.read([gone_pk]))
     assert states == {}
     assert list(LastSeen.objects.values_list("user_id", flat=True)) == [kept.pk]
 
@@ -331,15 +333,15 @@ def test_two_interleaved_cleanups_persist_once_and_remove_once(
         clock.move_to(at(i))
         api.touch(user)
     clock.shift(get_settings().ONLINE_WINDOW + 1)
-    buckets = sorted({store.bucket_of(u.pk) for u in users})
+    buckets = sorted({store.keys.bucket_of(u.pk) for u in users})
     before = time.time() - get_settings().ONLINE_WINDOW
 
-    first = store.run(store.scan_stale(buckets, before))
-    second = store.run(store.scan_stale(buckets, before))
+    first = store.run(store.plans.scan_stale(buckets, before))
+    second = store.run(store.plans.scan_stale(buckets, before))
     LastSeen.objects.record_many({e.user_id: e.seen_at for e in first})
-    assert store.run(store.remove_unchanged(first)) == 5
+    assert store.run(store.plans.remove_unchanged(first)) == 5
     LastSeen.objects.record_many({e.user_id: e.seen_at for e in second})
-    assert store.run(store.remove_unchanged(second)) == 0
+    assert store.run(store.plans.remove_unchanged(second)) == 0
 
     assert LastSeen.objects.count() == 5
     for i, user in enumerate(users):
@@ -405,16 +407,16 @@ def test_removal_counts_stay_exact_when_redis_loses_its_scripts_mid_pipeline(
     # the second. Only the refused one may be sent again; re-sending both counted 1 of 2.
     store = get_store()
     first, second = make_user(), make_user()
-    assert store.bucket_of(first.pk) != store.bucket_of(second.pk)  # one removal each
+    assert store.keys.bucket_of(first.pk) != store.keys.bucket_of(second.pk)  # one removal each
     api.touch(first)
     api.touch(second)
     clock.shift(get_settings().ONLINE_WINDOW + 1)
-    buckets = sorted({store.bucket_of(first.pk), store.bucket_of(second.pk)})
-    entries = store.run(store.scan_stale(buckets, time.time() - get_settings().ONLINE_WINDOW))
+    buckets = sorted({store.keys.bucket_of(first.pk), store.keys.bucket_of(second.pk)})
+    entries = store.run(store.plans.scan_stale(buckets, time.time() - get_settings().ONLINE_WINDOW))
     by_user = {e.user_id: e for e in entries}
     redis_client.script_flush()
-    removal = store.remove_unchanged([by_user[first.pk]])
-    other_removal = store.remove_unchanged([by_user[second.pk]])
+    removal = store.plans.remove_unchanged([by_user[first.pk]])
+    other_removal = store.plans.remove_unchanged([by_user[second.pk]])
     source = REMOVE_IF_UNCHANGED.source
     # (lowercase: a raw command, not one of the store's script calls)
     plan = Plan(
@@ -469,7 +471,7 @@ def test_redis_failing_before_removal_removes_nothing(
         finally:
             admin.execute_command("CLIENT", "UNPAUSE")
         store = get_store()
-        key_of = {u.pk: store.seen_key(store.bucket_of(u.pk)) for u in users}
+        key_of = {u.pk: store.keys.seen_key(store.keys.bucket_of(u.pk)) for u in users}
         still_there = [admin.zscore(key_of[u.pk], redis_member(u)) is not None for u in users]
     finally:
         admin.close()
@@ -502,12 +504,12 @@ def test_cleanup_report_from_the_api(
 
 def beat(user: Any, connection_id: str = "c1", device: Device = Device.WEB) -> None:
     store = get_store()
-    store.run(store.connection(user.pk, "beat", time.time(), connection_id, device=device))
+    store.run(store.plans.connection(user.pk, "beat", time.time(), connection_id, device=device))
 
 
 def connections_of(user: Any, redis_client: redis.Redis) -> str | None:
     store = get_store()
-    entries = store.run(store.describe_connections(user.pk))
+    entries = store.run(store.plans.describe_connections(user.pk))
     return ",".join(entries) if entries else None
 
 
@@ -521,15 +523,15 @@ def test_prunes_schedules_older_than_the_online_window(
     due = {1: now - window - 100, 2: now - window, 3: now + 5}
     expiring = {4: now - window - 1, 5: now - 10}
     for user_id, when in due.items():
-        redis_client.zadd(store.user_due_key(user_id), {str(user_id): when})
+        redis_client.zadd(store.keys.user_due_key(user_id), {str(user_id): when})
     for user_id, when in expiring.items():
-        redis_client.zadd(store.user_expiring_key(user_id), {str(user_id): when})
+        redis_client.zadd(store.keys.user_expiring_key(user_id), {str(user_id): when})
 
     cleanup()
 
     # Long past: no live process swept them (a site without one never does).
-    assert [u for u in due if redis_client.zscore(store.user_due_key(u), u)] == [2, 3]
-    assert [u for u in expiring if redis_client.zscore(store.user_expiring_key(u), u)] == [5]
+    assert [u for u in due if redis_client.zscore(store.keys.user_due_key(u), u)] == [2, 3]
+    assert [u for u in expiring if redis_client.zscore(store.keys.user_expiring_key(u), u)] == [5]
 
 
 @pytest.mark.django_db
@@ -537,9 +539,9 @@ def test_dry_run_keeps_the_schedules(
     redis_client: redis.Redis, clock: time_machine.Coordinates
 ) -> None:
     store = get_store()
-    redis_client.zadd(store.user_due_key(1), {"1": int(T0.timestamp()) - 10_000})
+    redis_client.zadd(store.keys.user_due_key(1), {"1": int(T0.timestamp()) - 10_000})
     cleanup("--dry-run")
-    assert redis_client.zrange(store.user_due_key(1), 0, -1) == ["1"]
+    assert redis_client.zrange(store.keys.user_due_key(1), 0, -1) == ["1"]
 
 
 def test_crashed_connections_are_persisted_at_their_last_heartbeat_and_removed(
@@ -552,7 +554,7 @@ def test_crashed_connections_are_persisted_at_their_last_heartbeat_and_removed(
     clock.shift(20)
     beat(crashed, "a", Device.MOBILE)  # its last heartbeat
     store = get_store()
-    store.run(store.connection(closed.pk, "close", time.time(), "c"))
+    store.run(store.plans.connection(closed.pk, "close", time.time(), "c"))
     clock.shift(get_settings().ONLINE_WINDOW + 1)
     beat(live, "b")  # still connected
 
@@ -565,7 +567,7 @@ def test_crashed_connections_are_persisted_at_their_last_heartbeat_and_removed(
         assert not in_redis(user)
         assert connections_of(user, redis_client) is None
         # Nothing of their connections is left behind in the bucket.
-        bucket = f"presence:{{{get_store().bucket_of(user.pk)}}}"
+        bucket = f"presence:{{{get_store().keys.bucket_of(user.pk)}}}"
         assert [
             f for f in redis_client.hkeys(f"{bucket}:conns") if f.split(":")[0] == str(user.pk)
         ] == []

@@ -96,6 +96,7 @@ def render(source: str, request: Any = None, **context: Any) -> str:
 # --- the privacy matrix through the tags ----------------------------------------------------
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_privacy_matrix(case: Case, make_user: Callable[..., Any]) -> None:
     with time_machine.travel(NOW, tick=False):

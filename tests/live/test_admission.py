@@ -191,7 +191,7 @@ async def test_a_socket_the_store_refuses_gives_its_place_back_at_once(
     crowded, other, target = [await new_user(make_user) for _ in range(3)]
     store = get_store()
     # The user's one connection is another process's: the store refuses a second one.
-    opened = await store.arun(store.connection(crowded.pk, "open", time.time(), "elsewhere"))
+    opened = await store.arun(store.plans.connection(crowded.pk, "open", time.time(), "elsewhere"))
     assert opened is not None and not opened.refused
     # Refused; its client never answers the close (nor does the server see the socket end).
     assert await refused(sockets.make(crowded))

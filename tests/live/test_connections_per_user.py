@@ -58,16 +58,16 @@ async def redis_trace(user: Any) -> dict[str, Any]:
     of their connections in the bucket, their due time."""
     store = get_store()
     client = store.async_client
-    bucket = store.bucket_of(user.pk)
-    fields = await client.hgetall(store.conns_key(bucket))
-    members = await client.zrange(store.expiries_key(bucket), 0, -1)
+    bucket = store.keys.bucket_of(user.pk)
+    fields = await client.hgetall(store.keys.conns_key(bucket))
+    members = await client.zrange(store.keys.expiries_key(bucket), 0, -1)
     member = redis_member(user)
     mine = f"{member}:"
     return {
-        "seen": await client.zscore(store.seen_key(bucket), member),
+        "seen": await client.zscore(store.keys.seen_key(bucket), member),
         "fields": {k: v for k, v in fields.items() if k == member or k.startswith(mine)},
         "members": [m for m in members if m.startswith(mine)],
-        "due": await client.zscore(store.user_due_key(user.pk), member),
+        "due": await client.zscore(store.keys.user_due_key(user.pk), member),
     }
 
 
@@ -114,7 +114,7 @@ async def test_connections_of_other_processes_count_and_only_live_ones(
         # Two connections recorded by another process (the store is all processes share).
         for connection_id in ("other1", "other2"):
             opened = await store.arun(
-                store.connection(user.pk, "open", at(0).timestamp(), connection_id)
+                store.plans.connection(user.pk, "open", at(0).timestamp(), connection_id)
             )
             assert opened is not None and not opened.refused
         assert await refused(sockets.make(user))
@@ -140,7 +140,7 @@ async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_int
 
     async def seen() -> float | None:
         store = get_store()
-        key = store.seen_key(store.bucket_of(user.pk))
+        key = store.keys.seen_key(store.keys.bucket_of(user.pk))
         return await store.async_client.zscore(key, redis_member(user))
 
     before = await seen()
@@ -159,9 +159,9 @@ async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_int
     assert await last_written() == interval - 1
     # The skipped beats never made the connection look dead: due when its last write expires.
     store = get_store()
-    assert await store.async_client.zscore(store.user_due_key(user.pk), redis_member(user)) == (
-        at(interval - 1).timestamp() + 1 + get_settings().CONNECTION_TTL
-    )
+    assert await store.async_client.zscore(
+        store.keys.user_due_key(user.pk), redis_member(user)
+    ) == (at(interval - 1).timestamp() + 1 + get_settings().CONNECTION_TTL)
 
 
 async def test_a_heartbeat_that_changes_nothing_is_not_even_parsed(
@@ -200,11 +200,11 @@ async def test_a_heartbeat_that_changes_nothing_is_not_even_parsed(
 async def test_a_sites_own_graph_kept_in_sync_by_the_recipe_reaches_open_sockets(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    """tests.graphsite's Follow model with the receivers of docs/api.md: following there is
+    """tests.sites.graphsite's Follow model with the receivers of docs/api.md: following there is
     following in presence, and an open socket sees it at once."""
-    if not apps.is_installed("tests.graphsite"):
-        pytest.skip("tests.graphsite is not installed in this settings variant")
-    from tests.graphsite.models import Follow
+    if not apps.is_installed("tests.sites.graphsite"):
+        pytest.skip("tests.sites.graphsite is not installed in this settings variant")
+    from tests.sites.graphsite.models import Follow
 
     viewer, target = await new_user(make_user), await new_user(make_user)
     await sockets.open(target)

@@ -107,8 +107,8 @@ def public(*users: Any) -> None:
 async def live_facts(*users: Any) -> tuple[Any, ...]:
     """What Redis holds of these users: their live state and their connections."""
     store = get_store()
-    states = await store.arun(store.read([u.pk for u in users]))
-    connections = [await store.arun(store.describe_connections(u.pk)) for u in users]
+    states = await store.arun(store.plans.read([u.pk for u in users]))
+    connections = [await store.arun(store.plans.describe_connections(u.pk)) for u in users]
     return states, connections
 
 
@@ -198,8 +198,8 @@ async def test_a_deleted_users_presence_goes_at_once(
     # nothing is sent again after the grace; the room's sweep takes their record (its stay
     # ended at the deletion, uncounted since) and nobody else's.
     store = get_store()
-    assert await store.arun(store.describe_connections(doomed_id)) == []
-    states = await store.arun(store.read([doomed_id]))
+    assert await store.arun(store.plans.describe_connections(doomed_id)) == []
+    states = await store.arun(store.plans.read([doomed_id]))
     assert states is not None and states.get(doomed_id, LiveState()) == LiveState()
     clock.shift(6)
     assert doomed_id not in (await lifecycle.asweep()).offline

@@ -101,17 +101,17 @@ async def last_seen(user: Any) -> datetime | None:
 
 
 async def state_of(user: Any) -> LiveState:
-    states = await get_store().arun(get_store().read([user.pk]))
+    states = await get_store().arun(get_store().plans.read([user.pk]))
     assert states is not None
     return states.get(user.pk, LiveState())
 
 
 def expiring_at(redis_client: redis.Redis, user: Any) -> Any:
-    return redis_client.zscore(get_store().user_expiring_key(user.pk), redis_member(user))
+    return redis_client.zscore(get_store().keys.user_expiring_key(user.pk), redis_member(user))
 
 
 def due_at(redis_client: redis.Redis, user: Any) -> float | None:
-    return redis_client.zscore(get_store().user_due_key(user.pk), redis_member(user))
+    return redis_client.zscore(get_store().keys.user_due_key(user.pk), redis_member(user))
 
 
 live_db = pytest.mark.django_db(transaction=True)
@@ -165,7 +165,9 @@ async def active_again_unannounced(user: Any, news: Announcements) -> None:
     await lifecycle.aheartbeat(user, "c1", idle=True)
     assert await news.received() == [user.pk, user.pk]  # (came online, then idle)
     store = get_store()
-    written = await store.arun(store.connection(user.pk, "beat", lifecycle.resolution.now(), "c1"))
+    written = await store.arun(
+        store.plans.connection(user.pk, "beat", lifecycle.resolution.now(), "c1")
+    )
     assert written is not None and not written.crashed
     assert await news.received() == []
 
@@ -219,7 +221,7 @@ async def test_the_sweep_announces_users_still_online_who_lost_a_crashed_connect
         # c1 went (crashed); c2 is alive: the user stays online, and is announced.
         assert report == lifecycle.SweepReport(offline=[], rescheduled=1, changed=[user.pk])
         assert await news.received() == [user.pk]
-        left = get_store().run(get_store().describe_connections(user.pk))
+        left = get_store().run(get_store().plans.describe_connections(user.pk))
         assert [entry.split(":")[0] for entry in left] == ["c2"]
     finally:
         await get_store().aclose()
@@ -382,7 +384,7 @@ async def test_the_sweep_waits_the_full_ttl_after_a_heartbeat(
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[], rescheduled=0)
         assert await news.received() == []
         assert (await api.aget_presence(user, user)).status is Status.ONLINE
-        assert len(get_store().run(get_store().describe_connections(user.pk))) == 1
+        assert len(get_store().run(get_store().plans.describe_connections(user.pk))) == 1
         clock.move_to(at(beat_at + TTL + 1))
         assert await lifecycle.asweep() == lifecycle.SweepReport(offline=[user.pk])
         assert await news.received() == [user.pk]
@@ -420,7 +422,7 @@ async def test_sweep_finds_crashed_connections_at_their_ttl(
             last_active=T + 60, devices=(Device.DESKTOP,), signed_off=True
         )
         assert await last_seen(crashed) == at(60)
-        assert get_store().run(get_store().describe_connections(crashed.pk)) == []
+        assert get_store().run(get_store().plans.describe_connections(crashed.pk)) == []
         # The other user's connection is untouched.
         assert await state_of(fine) == LiveState(
             last_active=T + 120, devices=(Device.WEB,), connected=True
@@ -517,7 +519,7 @@ async def test_sweep_announces_expired_custom_statuses(
         await api.aset_status(other, "auto", text="Away", expires_at=at(3600))
         assert set(await news.received()) == {user.pk, other.pk}  # (the changes themselves)
         assert (
-            redis_client.zscore(get_store().user_expiring_key(user.pk), redis_member(user))
+            redis_client.zscore(get_store().keys.user_expiring_key(user.pk), redis_member(user))
             == T + 61
         )
         clock.shift(60)
@@ -548,7 +550,7 @@ async def test_sweep_during_an_outage_loses_nobody(
         # Nothing was claimed: both schedules are intact.
         assert due_at(redis_client, user) == T + TTL_END
         assert (
-            redis_client.zscore(get_store().user_expiring_key(user.pk), redis_member(user))
+            redis_client.zscore(get_store().keys.user_expiring_key(user.pk), redis_member(user))
             == T + 31
         )
         assert await lifecycle.asweep() == lifecycle.SweepReport(
@@ -637,8 +639,8 @@ def test_presence_for_viewers_is_what_each_viewer_may_see(
     _, contact, close, stranger, blocked, blocking = viewers
     with time_machine.travel(NOW, tick=False):
         store = get_store()
-        store.run(store.connection(target.pk, "beat", NOW.timestamp(), "c1", idle=True))
-        store.run(store.connection(hidden.pk, "beat", NOW.timestamp(), "c1", Device.MOBILE))
+        store.run(store.plans.connection(target.pk, "beat", NOW.timestamp(), "c1", idle=True))
+        store.run(store.plans.connection(hidden.pk, "beat", NOW.timestamp(), "c1", Device.MOBILE))
         watchers = {t.pk: {v.pk for v in viewers} for t in targets} | {UNKNOWN_ID: {contact.pk}}
 
         async def read() -> dict[int, dict[int, Presence]] | None:
@@ -708,7 +710,7 @@ def test_set_status_schedules_the_expiry_announcement(
     make_user: Callable[..., Any], redis_client: redis.Redis
 ) -> None:
     user = make_user()
-    expiring = get_store().user_expiring_key(user.pk)
+    expiring = get_store().keys.user_expiring_key(user.pk)
     with time_machine.travel(NOW, tick=False):
         api.set_status(user, "auto", text="Lunch", expires_at=NOW + timedelta(minutes=30))
         assert redis_client.zscore(expiring, redis_member(user)) == NOW.timestamp() + 1800 + 1

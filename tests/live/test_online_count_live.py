@@ -46,7 +46,9 @@ async def touch_ids(first: int, how_many: int, at: float) -> None:
     """``how_many`` users (ids only) seen by a page view at ``at`` seconds after T0."""
     store = get_store()
     now = T0.timestamp() + at
-    await store.arun(merge([store.touch(first + i, Device.WEB, now) for i in range(how_many)]))
+    await store.arun(
+        merge([store.plans.touch(first + i, Device.WEB, now) for i in range(how_many)])
+    )
 
 
 async def watch(communicator: WebsocketCommunicator) -> dict[str, Any]:
@@ -88,7 +90,7 @@ async def test_one_reading_per_process_for_many_sockets(
     watchers = [await sockets.open(await new_user(make_user)) for _ in range(12)]
     hub = Hub.current()
     assert hub is not None
-    per_reading = len(list(get_store().shards()))  # one ZCOUNT per shard
+    per_reading = len(list(get_store().keys.shards()))  # one ZCOUNT per shard
     before = redis_commands.snapshot()
     for watcher in watchers:
         await watcher.send_json_to({"type": "watch_count"})
@@ -134,7 +136,7 @@ async def test_a_closed_socket_leaves_the_count_and_the_others_go_on(
     await sockets.close(leaving)
     hub = Hub.current()
     assert hub is not None
-    assert list(hub.counts.watchers) == [c for c in hub.connections]  # only the one left
+    assert list(hub.counts.watchers) == [c for c in hub.registry.connections]  # only the one left
     await touch_ids(50_000, 2, at=0)
     clock.shift(COUNT_INTERVAL)
     # The closed socket's user is offline after its grace only (OFFLINE_GRACE 5 s): still 2 + 2.

@@ -37,14 +37,14 @@ __all__ = ["received"]
 async def made_unheard(user: Any) -> Any:
     """The user's touch made in Redis, its reply lost (nobody sends or claims its signal)."""
     store = get_store()
-    transition = await store.arun(store.touch(user.pk, domain.Device.WEB, time.time()))
+    transition = await store.arun(store.plans.touch(user.pk, domain.Device.WEB, time.time()))
     assert transition is not None and transition.made == 1 and transition.entry
     return transition
 
 
 async def outbox_size() -> int:
     store = get_store()
-    return int(await store.arun(store.outbox_size()))
+    return int(await store.arun(store.plans.outbox_size()))
 
 
 async def test_a_transition_whose_caller_never_got_the_reply_is_sent_once_by_the_sweep(
@@ -109,7 +109,7 @@ async def test_racing_claimers_send_once(
 
     def claim() -> None:
         start.wait()
-        claims.append(store.run(store.claim_entry(user.pk, transition.entry)))
+        claims.append(store.run(store.plans.claim_entry(user.pk, transition.entry)))
 
     await asyncio.gather(*(asyncio.to_thread(claim) for _ in range(4)))
     assert sorted(claims) == [False] * 3 + [True]

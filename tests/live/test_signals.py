@@ -277,13 +277,13 @@ async def test_users_a_dead_sweeper_claimed_are_swept_once_its_lease_lapses(
     store = get_store()
     now = time.time()
     # A sweeper claims the due users, then its process is killed before it checks them.
-    due, _ = await store.arun(store.claim_due(now, 500))
+    due, _ = await store.arun(store.plans.claim_due(now, 500))
     assert due == [target.pk]
     # The other processes' sweeps leave them to it while its lease runs...
     assert (await lifecycle.asweep()).offline == []
     await assert_silent(watcher)
     # ... and take them once it lapsed: the offline diff and the signal, once.
-    await later(clock, store.lease_end(now) - now)
+    await later(clock, store.plans.lease_end(now) - now)
     assert (await lifecycle.asweep()).offline == [target.pk]
     assert await receive(watcher) == diff({target.pk: presence("offline", iso(0))})
     assert (await lifecycle.asweep()).offline == []
@@ -301,12 +301,14 @@ async def test_a_sweeper_killed_after_the_transition_is_announced_by_the_next_no
     now = time.time()
     # This sweeper made the transition (and claimed and sent its signal), then died before
     # announcing it to the viewers or giving its claim back.
-    due, _ = await store.arun(store.claim_due(now, 500))
-    [transition] = [await store.arun(store.connection(user_id, "expire", now)) for user_id in due]
+    due, _ = await store.arun(store.plans.claim_due(now, 500))
+    [transition] = [
+        await store.arun(store.plans.connection(user_id, "expire", now)) for user_id in due
+    ]
     assert transition is not None and transition.made == -1
     outbox.send_made(transition)
     await assert_silent(watcher)
-    await later(clock, store.lease_end(now) - now)
+    await later(clock, store.plans.lease_end(now) - now)
     assert (await lifecycle.asweep()).offline == [target.pk]
     assert await receive(watcher) == diff({target.pk: presence("offline", iso(0))})
     assert await kinds(received, target) == ["online", "offline"]
@@ -326,15 +328,15 @@ async def test_a_user_due_again_while_leased_is_swept_after_the_lease_is_given_b
     _, target = await _leaving(sockets, make_user, clock)
     store = get_store()
     now = time.time()
-    lease = store.lease_end(now)
-    assert (await store.arun(store.claim_due(now, 500, lease)))[0] == [target.pk]
-    transition = await store.arun(store.connection(target.pk, "expire", now))
+    lease = store.plans.lease_end(now)
+    assert (await store.arun(store.plans.claim_due(now, 500, lease)))[0] == [target.pk]
+    transition = await store.arun(store.plans.connection(target.pk, "expire", now))
     assert transition is not None
     signals.send_transition(target.pk, transition.made, transition.at, transition.invisible)
     await api.atouch(target)  # back, due again ONLINE_WINDOW later
     await later(clock, get_settings().ONLINE_WINDOW)
     assert (await lifecycle.asweep()).offline == []  # still leased: left due
-    await store.arun(store.release(lease, [target.pk], {}))
+    await store.arun(store.plans.release(lease, [target.pk], {}))
     assert (await lifecycle.asweep()).offline == [target.pk]
     assert await kinds(received, target) == ["online", "offline", "online", "offline"]
 

@@ -202,7 +202,7 @@ async def test_a_snapshot_reads_redis_in_one_command_and_as_bulk_presence_does(
     monkeypatch.undo()
     # One script call (on a cluster one per shard of theirs: a script's keys share a slot),
     # sent in one round trip, nothing else.
-    shards = {store.shard_of(store.bucket_of(t.pk)) for t in targets}
-    assert sizes == [len(shards) if store.clustered else 1]
+    shards = {store.keys.shard_of(store.keys.bucket_of(t.pk)) for t in targets}
+    assert sizes == [len(shards) if store.keys.clustered else 1]
     expected = await sync_to_async(api.bulk_presence)([t.pk for t in targets], viewer)
     assert snapshot == state({pk: p.as_dict() for pk, p in expected.items()})

@@ -16,5 +16,5 @@ def enter(user: Any, room: str, meta: dict[str, Any] | None = None) -> None:
     api.touch(user)
     store = get_store()
     text = None if meta is None else json.dumps(meta, separators=(",", ":"))
-    plan = store.join_room(room, user.pk, f"conn-{user.pk}", time.time(), meta=text)
+    plan = store.plans.join_room(room, user.pk, f"conn-{user.pk}", time.time(), meta=text)
     assert store.run(plan) is not None

@@ -61,9 +61,11 @@ async def test_a_window_brings_every_view_to_a_fresh_read(
     store = get_store()
     now = time.time()
     invisible = {members[1].pk}
-    await store.arun(merge([store.connection(u.pk, "open", now, "c") for u in members]))
+    await store.arun(merge([store.plans.connection(u.pk, "open", now, "c") for u in members]))
     await store.arun(
-        merge([store.join_room(ROOM, u.pk, "c", now, None, u.pk in invisible) for u in members])
+        merge(
+            [store.plans.join_room(ROOM, u.pk, "c", now, None, u.pk in invisible) for u in members]
+        )
     )
     registry = Registry()
     rooms = RoomViews(registry, Groups(None, registry))

@@ -55,11 +55,11 @@ def population() -> tuple[list[Any], list[Any], list[Any]]:
 
 async def enter(store: Any, users: list[Any], at: float, invisible: set[Any]) -> None:
     """The users join in this order (10 ms apart: the order by join time is theirs)."""
-    await store.arun(merge([store.connection(u.pk, "open", at, "c") for u in users]))
+    await store.arun(merge([store.plans.connection(u.pk, "open", at, "c") for u in users]))
     await store.arun(
         merge(
             [
-                store.join_room(ROOM, u.pk, "c", at + n / 100, None, u.pk in invisible)
+                store.plans.join_room(ROOM, u.pk, "c", at + n / 100, None, u.pk in invisible)
                 for n, u in enumerate(users)
             ]
         )

@@ -53,7 +53,7 @@ def fill(room: str, count: int, prefix: str) -> list[Any]:
     now = time.time()
     for start in range(0, count, 500):
         plans = [
-            store.join_room(room, user.pk, f"c{n}", now + n / 1000)
+            store.plans.join_room(room, user.pk, f"c{n}", now + n / 1000)
             for n, user in enumerate(users[start : start + 500], start)
         ]
         assert all(write is not None for write in store.run(merge(plans)))
@@ -115,7 +115,7 @@ class Loads:
     def count(self) -> None:
         load, aload = relations.load, relations.aload
         store = get_store()
-        read_recent, read_room = store.read_recent, store.read_room
+        read_recent, read_room = store.plans.read_recent, store.plans.read_room
 
         def counted_load(viewer: Any, ids: Any) -> Any:
             self.facts.update(ids)
@@ -136,8 +136,8 @@ class Loads:
 
         self.monkeypatch.setattr(relations, "load", counted_load)
         self.monkeypatch.setattr(relations, "aload", counted_aload)
-        self.monkeypatch.setattr(store, "read_recent", counted_recent)
-        self.monkeypatch.setattr(store, "read_room", counted_room)
+        self.monkeypatch.setattr(store.plans, "read_recent", counted_recent)
+        self.monkeypatch.setattr(store.plans, "read_room", counted_room)
 
     def twice(self) -> set[Any]:
         """The ids whose facts or live state were read more than once."""

@@ -32,7 +32,7 @@ def enter(user: Any, room: str = ROOM, meta: str | None = None, invisible: bool 
     store = get_store()
     api.touch(user)
     now = __import__("time").time()
-    store.run(store.join_room(room, user.pk, f"c{user.pk}", now, meta, invisible=invisible))
+    store.run(store.plans.join_room(room, user.pk, f"c{user.pk}", now, meta, invisible=invisible))
 
 
 def key(user: Any) -> str:

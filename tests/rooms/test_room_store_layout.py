@@ -43,7 +43,7 @@ def fill(room: str, users: range, at: float = T, **kw: Any) -> None:
         run(
             merge(
                 [
-                    store.join_room(room, u(n), f"conn-{n}", at + n / 1000, **kw)
+                    store.plans.join_room(room, u(n), f"conn-{n}", at + n / 1000, **kw)
                     for n in ids[start : start + 250]
                 ]
             )
@@ -51,7 +51,7 @@ def fill(room: str, users: range, at: float = T, **kw: Any) -> None:
 
 
 def room_keys(redis_client: Any, room: str) -> list[str]:
-    base = get_store().room_key(room, "")
+    base = get_store().keys.room_key(room, "")
     return [k for k in redis_client.scan_iter(f"*{{room:{room}}}*", count=1000) if base in k]
 
 
@@ -59,14 +59,14 @@ def sweep(at: float) -> list[Any]:
     store = get_store()
     gone: list[Any] = []
     for _ in range(100):  # bounded: each round removes up to 1,000 members a room
-        rooms = run(store.claim_rooms(at, 100))
+        rooms = run(store.plans.claim_rooms(at, 100))
         if not rooms:
             return gone
         for room in rooms:
-            removed, due = run(store.prune_room(room, at, 1000))
+            removed, due = run(store.plans.prune_room(room, at, 1000))
             gone += removed
             if due != float("inf"):
-                run(store.schedule_rooms({room: due}))
+                run(store.plans.schedule_rooms({room: due}))
     raise AssertionError("the sweep did not end")
 
 
@@ -77,10 +77,12 @@ def test_every_key_of_a_big_room_stays_compact(redis_client: Any) -> None:
     fill(ROOM, range(1, 1001))
     store = get_store()
     extra = [
-        store.join_room(ROOM, u(n), f"tab-{n}", T + 5, '{"mode":"editing"}' if n % 9 else None)
+        store.plans.join_room(
+            ROOM, u(n), f"tab-{n}", T + 5, '{"mode":"editing"}' if n % 9 else None
+        )
         for n in range(1, 1001, 3)
     ]
-    extra += [store.join_room(ROOM, u(n), f"conn-{n}", T + 6, invisible=True) for n in (7, 8)]
+    extra += [store.plans.join_room(ROOM, u(n), f"conn-{n}", T + 6, invisible=True) for n in (7, 8)]
     run(merge(extra))
     keys = room_keys(redis_client, ROOM)
     assert len(keys) > 10  # segments and index buckets, not one big key
@@ -90,40 +92,40 @@ def test_every_key_of_a_big_room_stays_compact(redis_client: Any) -> None:
     # A string id (a UUID pk) is held twice, in its segment and in the index.
     member = encode_id(u(1))
     assert size / 1000 < 100 + (2 * len(member) if isinstance(member, str) else 0), size / 1000
-    assert run(store.room_count(ROOM, T + 10)) == 1000
+    assert run(store.plans.room_count(ROOM, T + 10)) == 1000
 
 
 def test_members_are_found_past_the_index_splits() -> None:
     fill(ROOM, range(1, 1501))
     store = get_store()
     lookups = tuple(u(n) for n in range(3, 1501, 7))
-    state = run(store.read_room(ROOM, T + 10, 50, lookups))
+    state = run(store.plans.read_room(ROOM, T + 10, 50, lookups))
     assert state.present == 1500
     assert list(state.members)[:50] == [u(n) for n in range(1, 51)]  # by join time
     assert state.found == set(lookups)
     # Leaves and joins again find the member in its segment: the place is kept.
     for n in (1, 700, 1500):
-        assert run(store.leave_room(ROOM, u(n), f"conn-{n}", T + 20)).changed is False
-        assert not run(store.join_room(ROOM, u(n), "again", T + 21)).joined
-    assert list(run(store.read_room(ROOM, T + 22, 1, ())).members) == [u(1)]
-    assert run(store.room_count(ROOM, T + 22)) == 1500
+        assert run(store.plans.leave_room(ROOM, u(n), f"conn-{n}", T + 20)).changed is False
+        assert not run(store.plans.join_room(ROOM, u(n), "again", T + 21)).joined
+    assert list(run(store.plans.read_room(ROOM, T + 22, 1, ())).members) == [u(1)]
+    assert run(store.plans.room_count(ROOM, T + 22)) == 1500
 
 
 def test_the_count_is_right_before_any_sweep() -> None:
     """Stays ending over many seconds: the count drops as each one passes, with no sweep."""
     store = get_store()
     for n in range(1, 301):
-        run(store.join_room(ROOM, u(n), "c", T + n // 10))  # 10 members a second
+        run(store.plans.join_room(ROOM, u(n), "c", T + n // 10))  # 10 members a second
     for at in (T + 5, T + 1 + TTL, T + 1 + TTL + 7, T + 1 + TTL + 29, T + 1 + TTL + 30):
         alive = sum(1 for n in range(1, 301) if T + n // 10 + 1 + TTL > at)
-        assert run(store.room_count(ROOM, at)) == alive
-        assert run(store.read_room(ROOM, at, 0, ())).present == alive
+        assert run(store.plans.room_count(ROOM, at)) == alive
+        assert run(store.plans.read_room(ROOM, at, 0, ())).present == alive
 
 
 def test_the_count_is_one_script_call_with_the_shift_of_the_room_scripts() -> None:
     """The count is one command (one round trip, one script), and its Lua reads the per-second
     counts with the shift the room scripts write them with."""
-    plan = get_store().room_count(ROOM, T)
+    plan = get_store().plans.room_count(ROOM, T)
     assert [command[0] for command in plan.commands] == ["SCRIPT"]
     for script in (scripts.ROOM_COUNT, scripts.ROOM_READ, scripts.ROOM_JOIN):
         assert f"local SHIFT = {STAY_SHIFT}" in script.source, script
@@ -135,11 +137,15 @@ def test_a_swept_room_merges_its_segments_and_keeps_the_order(redis_client: Any)
     fill(ROOM, range(1, 1001))
     store = get_store()
     survivors = list(range(10, 1001, 10))
-    run(merge([store.join_room(ROOM, u(n), f"conn-{n}", T + 60, renew=True) for n in survivors]))
+    run(
+        merge(
+            [store.plans.join_room(ROOM, u(n), f"conn-{n}", T + 60, renew=True) for n in survivors]
+        )
+    )
     gone = sweep(T + 2 + TTL)
     assert len(gone) == 900
-    assert run(store.room_count(ROOM, T + 2 + TTL)) == 100
-    state = run(store.read_room(ROOM, T + 2 + TTL, 100, ()))
+    assert run(store.plans.room_count(ROOM, T + 2 + TTL)) == 100
+    state = run(store.plans.read_room(ROOM, T + 2 + TTL, 100, ()))
     assert list(state.members) == [u(n) for n in survivors]
     segments = [k for k in room_keys(redis_client, ROOM) if ":s:" in k]
     assert len(segments) <= 3, segments  # 100 members: at least a quarter full each
@@ -152,8 +158,12 @@ def test_cleanup_removes_every_room_key_and_says_so(redis_client: Any) -> None:
     then = time.time() - 3600
     for room in ("post:1", "post:2", "group:3"):
         fill(room, range(1, 201), at=then)
-    run(store.join_room("post:1", u(1), "meta", then, '{"m":1}', True))
-    run(merge([store.leave_room("post:2", u(n), f"conn-{n}", then + 1) for n in range(1, 201)]))
+    run(store.plans.join_room("post:1", u(1), "meta", then, '{"m":1}', True))
+    run(
+        merge(
+            [store.plans.leave_room("post:2", u(n), f"conn-{n}", then + 1) for n in range(1, 201)]
+        )
+    )
     out = io.StringIO()
     call_command("presence_cleanup", stdout=out)
     assert (
@@ -170,7 +180,7 @@ def test_cleanup_sweeps_a_room_its_sweeper_never_put_back(redis_client: Any) -> 
     store = get_store()
     then = time.time() - 3600
     fill("doc:a}b*", range(1, 4), at=then)
-    assert run(store.claim_rooms(time.time(), 100)) == ["doc:a}b*"]  # and never put back
+    assert run(store.plans.claim_rooms(time.time(), 100)) == ["doc:a}b*"]  # and never put back
     out = io.StringIO()
     call_command("presence_cleanup", stdout=out)
     assert "3 room members whose stay ended removed from 1 rooms" in out.getvalue()

@@ -19,8 +19,8 @@ from asgiref.sync import sync_to_async
 
 from presence import api
 from presence.api import _room_events as events
+from presence.consumers import PresenceConsumer as RoomFrames
 from presence.consumers import rooms as room_frames
-from presence.consumers.rooms import RoomFrames
 from presence.domain.rooms import Room
 from tests.live.sockets import (
     TIMEOUT,

@@ -163,9 +163,9 @@ async def test_cleanup_leaves_no_room_key_behind(
     alice = await new_user(make_user)
     store = get_store()
     then = time.time() - 3600
-    await store.arun(store.join_room(ROOM, alice.pk, "c", then, '{"m":1}', True))
-    await store.arun(store.join_room("group:2", alice.pk, "c", then))
-    await store.arun(store.leave_room("group:2", alice.pk, "c", then + 1))
+    await store.arun(store.plans.join_room(ROOM, alice.pk, "c", then, '{"m":1}', True))
+    await store.arun(store.plans.join_room("group:2", alice.pk, "c", then))
+    await store.arun(store.plans.leave_room("group:2", alice.pk, "c", then + 1))
     report = await sync_to_async(api.cleanup)()
     assert report.room_members == 2
     assert [k for k in redis_client.scan_iter("*room*")] == []
@@ -183,7 +183,7 @@ async def test_after_a_layer_failure_every_view_gets_a_fresh_state(
     await assert_silent(a, b)  # her privacy change reached the rooms: nothing to show yet
     # Carol's join is recorded, but its announcement lost (as if the layer were down).
     store = get_store()
-    await store.arun(store.join_room(ROOM, carol.pk, "c", time.time()))
+    await store.arun(store.plans.join_room(ROOM, carol.pk, "c", time.time()))
     await assert_silent(a, b)
     hub = Hub.current()
     assert hub is not None

@@ -29,36 +29,36 @@ def run(plan: Any) -> Any:
 
 
 def join(user: Any, conn: str = "c1", at: float = T, meta: str | None = None, **kw: Any) -> Any:
-    return run(get_store().join_room(ROOM, user, conn, at, meta, **kw))
+    return run(get_store().plans.join_room(ROOM, user, conn, at, meta, **kw))
 
 
 def leave(user: Any, conn: str = "c1", at: float = T) -> Any:
-    return run(get_store().leave_room(ROOM, user, conn, at))
+    return run(get_store().plans.leave_room(ROOM, user, conn, at))
 
 
 def read(at: float = T, first: int = 10, lookups: tuple[Any, ...] = ()) -> Any:
-    return run(get_store().read_room(ROOM, at, first, lookups))
+    return run(get_store().plans.read_room(ROOM, at, first, lookups))
 
 
 def count(at: float = T) -> int:
-    return run(get_store().room_count(ROOM, at))
+    return run(get_store().plans.room_count(ROOM, at))
 
 
 def sweep(at: float) -> list[Any]:
     store = get_store()
     gone: list[Any] = []
-    for room in run(store.claim_rooms(at, 100)):
-        removed, due = run(store.prune_room(room, at, 1000))
+    for room in run(store.plans.claim_rooms(at, 100)):
+        removed, due = run(store.plans.prune_room(room, at, 1000))
         gone += removed
         if due != float("inf"):
-            run(store.schedule_rooms({room: due}))
+            run(store.plans.schedule_rooms({room: due}))
     return gone
 
 
 def test_a_rooms_keys_share_one_slot() -> None:
     store = get_store()
     for room in (ROOM, "doc:a}b", "group:{x}"):
-        assert len({key_slot(key.encode()) for key in store.room_keys(room)}) == 1
+        assert len({key_slot(key.encode()) for key in store.plans.room_keys(room)}) == 1
 
 
 def test_join_counts_lists_and_replaces_meta() -> None:
@@ -165,12 +165,12 @@ def test_no_key_is_left_behind(redis_client: Any) -> None:
     leave(u(1), at=T + 1)
     sweep(T + 500)
     assert [key for key in redis_client.scan_iter("*room*")] == []
-    assert redis_client.zcard(get_store().room_schedule_key(ROOM)) == 0
+    assert redis_client.zcard(get_store().keys.room_schedule_key(ROOM)) == 0
 
 
 def test_every_room_is_scheduled_to_be_swept(redis_client: Any) -> None:
     join(u(1))
-    key = get_store().room_schedule_key(ROOM)
+    key = get_store().keys.room_schedule_key(ROOM)
     assert redis_client.zscore(key, ROOM) == T + 1 + 90
     leave(u(1), at=T + 10)
     assert redis_client.zscore(key, ROOM) == T + 10 + 1 + 5
@@ -198,7 +198,7 @@ def _fill(room: str, members: int) -> None:
     # Written with the store's own script, in pipelines of 500.
     for start in range(0, members, 500):
         batch = [
-            store.join_room(room, u(user), "c", T + user / 1000)
+            store.plans.join_room(room, u(user), "c", T + user / 1000)
             for user in range(start + 1, min(start + 501, members + 1))
         ]
         from presence.store import merge
@@ -218,11 +218,11 @@ def test_a_big_rooms_read_is_bounded(redis_client: Any) -> None:
     def server_time(room: str) -> float:
         best = float("inf")
         # Once first: on a cluster the master may have to load the script (a NOSCRIPT retry).
-        store.run(store.read_room(room, T + 20, 2 * limit, ()))
+        store.run(store.plans.read_room(room, T + 20, 2 * limit, ()))
         for _ in range(5):
             calls, usec = _eval_usec(redis_client)
             state = store.run(
-                store.read_room(room, T + 20, 2 * limit, tuple(u(n) for n in range(1, 50)))
+                store.plans.read_room(room, T + 20, 2 * limit, tuple(u(n) for n in range(1, 50)))
             )
             after_calls, after_usec = _eval_usec(redis_client)
             assert after_calls - calls == 1
@@ -233,5 +233,5 @@ def test_a_big_rooms_read_is_bounded(redis_client: Any) -> None:
     big, small = server_time("big:1"), server_time("small:1")
     assert big <= 3 * small + 50, (big, small)
     started = time.perf_counter()
-    assert store.run(store.room_count("big:1", T + 20)) == 10_000
+    assert store.run(store.plans.room_count("big:1", T + 20)) == 10_000
     assert time.perf_counter() - started < 5  # sanity only; the figures are in the benchmarks

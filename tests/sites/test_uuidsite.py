@@ -1,5 +1,5 @@
-"""presence on a site whose user model is keyed by a UUID (tests.uuidsite). Run with
-tests.settings_uuid (`make test` does, with part of the main suite): what only a UUID site shows
+"""presence on a site whose user model is keyed by a UUID (tests.sites.uuidsite). Run with
+tests.settings.uuid (`make test` does, with part of the main suite): what only a UUID site shows
 (the JSON endpoint, frames, Redis members, cleanup, the feed, the admin, template tags)."""
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ def test_a_touch_keeps_the_canonical_uuid_in_its_crc32_bucket(
     member = str(user.pk)
     bucket = binascii.crc32(member.encode()) % get_settings().BUCKETS
     store = get_store()
-    assert store.bucket_of(user.pk) == bucket
-    assert redis_client.zrange(store.seen_key(bucket), 0, -1) == [member]
-    assert redis_client.zscore(store.user_due_key(user.pk), member) is not None
+    assert store.keys.bucket_of(user.pk) == bucket
+    assert redis_client.zrange(store.keys.seen_key(bucket), 0, -1) == [member]
+    assert redis_client.zscore(store.keys.user_due_key(user.pk), member) is not None
     assert api.get_presence(user, user).status == "online"
 
 
@@ -115,8 +115,11 @@ def test_cleanup_persists_and_removes_uuid_users(
     assert [row.user_id for row in LastSeen.objects.all()] == [gone.pk]
     assert LastSeen.objects.get().seen_at == T0
     store = get_store()
-    assert redis_client.zscore(store.seen_key(store.bucket_of(gone.pk)), str(gone.pk)) is None
-    assert redis_client.zscore(store.seen_key(store.bucket_of(here.pk)), str(here.pk))
+    assert (
+        redis_client.zscore(store.keys.seen_key(store.keys.bucket_of(gone.pk)), str(gone.pk))
+        is None
+    )
+    assert redis_client.zscore(store.keys.seen_key(store.keys.bucket_of(here.pk)), str(here.pk))
 
 
 # --- the WebSocket ----------------------------------------------------------------------------
@@ -143,7 +146,7 @@ async def test_a_subscribe_of_uuid_strings_is_answered_with_those_keys(
     assert group_name(target.pk) == f"presence.user.{target.pk}"
     await sockets.open(target)
     assert await receive(watcher) == diff({spelt: online()})
-    live = await get_store().arun(get_store().describe_connections(target.pk))
+    live = await get_store().arun(get_store().plans.describe_connections(target.pk))
     assert len(live) == 1
 
 

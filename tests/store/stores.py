@@ -39,7 +39,7 @@ def down_store(settings: object) -> Iterator[PresenceStore]:
 
 
 def live(store: PresenceStore, user_id: Any) -> domain.LiveState:
-    states = store.run(store.read([user_id]))
+    states = store.run(store.plans.read([user_id]))
     assert states is not None
     return states.get(user_id, domain.LiveState())
 
@@ -53,4 +53,4 @@ SEEN = KEYS.seen_key(KEYS.bucket_of(5))
 
 def entries(redis_client: redis.Redis, user_id: int = 5) -> set[str]:
     """The user's connections, "id:device_bit:idle:connected_at:heartbeat"."""
-    return set(get_store().run(get_store().describe_connections(user_id)))
+    return set(get_store().run(get_store().plans.describe_connections(user_id)))

@@ -68,7 +68,7 @@ def master_of(cluster: RedisCluster, key: str) -> int:
 def touch_all(store: PresenceStore, users: range, at: int = NOW) -> None:
     for start in range(0, len(users), 500):
         chunk = users[start : start + 500]
-        store.run(merge([store.touch(u, Device.WEB, at) for u in chunk]))
+        store.run(merge([store.plans.touch(u, Device.WEB, at) for u in chunk]))
 
 
 def test_keys_and_commands_spread_evenly_over_the_masters(
@@ -95,7 +95,7 @@ def _calls(port: int) -> int:
 def test_a_batch_read_is_one_round_trip_to_each_master(store: PresenceStore) -> None:
     touch_all(store, USERS)
     store.cluster.round_trips.clear()  # type: ignore[union-attr]
-    states = store.run(store.read(range(1, 5001)))
+    states = store.run(store.plans.read(range(1, 5001)))
     assert states is not None and set(states) == set(USERS)
     trips = store.cluster.round_trips  # type: ignore[union-attr]
     assert len(trips) == 3 and set(trips.values()) == {1}, trips
@@ -104,24 +104,24 @@ def test_a_batch_read_is_one_round_trip_to_each_master(store: PresenceStore) -> 
 def test_a_read_of_the_recent_is_one_round_trip_to_each_master(store: PresenceStore) -> None:
     touch_all(store, USERS)
     asked = range(1, 5001)
-    plan = store.read_recent(asked, NOW - 300)
+    plan = store.plans.read_recent(asked, NOW - 300)
     # A script's keys share one slot (a shard's buckets), as a cluster requires.
     for command in plan.commands:
         assert len({key_slot(key.encode()) for key in command[2]}) == 1
     store.run(plan)  # the first use loads the script on each master
     store.cluster.round_trips.clear()  # type: ignore[union-attr]
-    states = store.run(store.read_recent(asked, NOW - 300))
+    states = store.run(store.plans.read_recent(asked, NOW - 300))
     assert states is not None and set(states) == set(USERS)
     trips = store.cluster.round_trips  # type: ignore[union-attr]
     assert len(trips) == 3 and set(trips.values()) == {1}, trips
-    assert store.run(store.read_recent(asked, NOW + 1)) == {}
+    assert store.run(store.plans.read_recent(asked, NOW + 1)) == {}
 
 
 def test_sweeps_claim_due_users_from_every_master(store: PresenceStore) -> None:
     touch_all(store, USERS)
-    due, _ = store.run(store.claim_due(NOW + 10_000, 100_000))
+    due, _ = store.run(store.plans.claim_due(NOW + 10_000, 100_000))
     assert sorted(due) == list(USERS)  # every shard visited, each user handed out once
-    assert store.run(store.claim_due(NOW + 10_000, 100_000)) == ([], [])
+    assert store.run(store.plans.claim_due(NOW + 10_000, 100_000)) == ([], [])
 
 
 def test_a_master_down_leaves_only_its_users_unknown_and_it_recovers_empty(
@@ -129,31 +129,31 @@ def test_a_master_down_leaves_only_its_users_unknown_and_it_recovers_empty(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="presence")
     touch_all(store, USERS)
-    victim_port = master_of(cluster, store.seen_key(store.bucket_of(1)))
+    victim_port = master_of(cluster, store.keys.seen_key(store.keys.bucket_of(1)))
     victim = cluster.node_by_port(victim_port)
     master_of_user = masters_of_buckets(cluster, store)
     on_victim = {u for u in USERS if master_of_user(u) == victim_port}
     assert 0 < len(on_victim) < len(USERS)
     victim.stop(kill=True)
     try:
-        states = store.run(store.read(USERS))
+        states = store.run(store.plans.read(USERS))
         assert states is not None
         assert set(states) == set(USERS) - on_victim  # the others' users are answered
         # Writes to the other masters are recorded; to the victim's users they fall back.
         other = next(u for u in USERS if u not in on_victim)
-        assert store.run(store.touch(other, Device.MOBILE, NOW + 5)) is not None
-        assert store.run(store.touch(1, Device.WEB, NOW + 5)) is None
-        store.run(store.read(USERS))
+        assert store.run(store.plans.touch(other, Device.MOBILE, NOW + 5)) is not None
+        assert store.run(store.plans.touch(1, Device.WEB, NOW + 5)) is None
+        store.run(store.plans.read(USERS))
         outages = [r for r in caplog.records if "is unavailable" in r.getMessage()]
         assert len(outages) == 1 and str(victim_port) in outages[0].getMessage()
     finally:
         victim.start()
     cluster.wait_ok()
     deadline = time.monotonic() + 10
-    while store.run(store.touch(1, Device.WEB, NOW + 6)) is None:
+    while store.run(store.plans.touch(1, Device.WEB, NOW + 6)) is None:
         assert time.monotonic() < deadline, "recording did not resume"
         time.sleep(0.1)
-    states = store.run(store.read([1]))
+    states = store.run(store.plans.read([1]))
     assert states is not None and states[1].last_active == NOW + 6  # back, empty, recording
     assert any("reachable again" in r.getMessage() for r in caplog.records)
 
@@ -173,15 +173,15 @@ def test_a_late_reply_to_a_page_is_not_an_outage_of_its_master(cluster: RedisClu
         on_slow = {u for u in USERS if master_of_user(u) == slow_port}
         with redis.Redis(port=slow_port) as slow:
             slow.execute_command("CLIENT", "PAUSE", 600)
-        states = store.run(store.read(USERS))
+        states = store.run(store.plans.read(USERS))
         # The other masters' users are answered; the late master's are not (this call).
         assert states is not None and set(states) == set(USERS) - on_slow
         health = store.cluster.health_of(f"127.0.0.1:{slow_port}")  # type: ignore[union-attr]
         assert health.available() and not health.in_outage
         time.sleep(0.6)  # the pause's end (CLIENT PAUSE counts in real time)
         # Recorded at once, well within the RETRY_INTERVAL an outage would have started.
-        assert store.run(store.touch(1, Device.WEB, NOW + 5)) is not None
-        states = store.run(store.read([1]))
+        assert store.run(store.plans.touch(1, Device.WEB, NOW + 5)) is not None
+        states = store.run(store.plans.read([1]))
         assert states is not None and states[1].last_active == NOW + 5
         assert store.cluster.health_of(f"127.0.0.1:{slow_port}").recoveries == 0  # type: ignore[union-attr]
     finally:
@@ -191,7 +191,9 @@ def test_a_late_reply_to_a_page_is_not_an_outage_of_its_master(cluster: RedisClu
 def masters_of_buckets(cluster: RedisCluster, store: PresenceStore) -> Callable[[int], int]:
     """The port of the master holding each user's bucket, from one read of CLUSTER SLOTS."""
     owners = _slot_owner(cluster)
-    return lambda user_id: owners[key_slot(store.seen_key(store.bucket_of(user_id)).encode())]
+    return lambda user_id: owners[
+        key_slot(store.keys.seen_key(store.keys.bucket_of(user_id)).encode())
+    ]
 
 
 def _slot_owner(cluster: RedisCluster) -> dict[int, int]:
@@ -211,14 +213,14 @@ def test_scripts_flushed_on_every_master_are_loaded_again(
     for port in cluster.master_ports():
         redis.Redis(port=port).script_flush()
     touch_all(store, range(1, 50), at=NOW + 1)
-    states = store.run(store.read(range(1, 50)))
+    states = store.run(store.plans.read(range(1, 50)))
     assert states is not None and {s.last_active for s in states.values()} == {NOW + 1}
     assert store.cluster is not None and store.cluster.redirects["noscript"] >= 3
 
     async def beat() -> None:
         for port in cluster.master_ports():
             redis.Redis(port=port).script_flush()
-        transition = await store.arun(store.connection(7, "open", NOW + 2, "c1"))
+        transition = await store.arun(store.plans.connection(7, "open", NOW + 2, "c1"))
         assert transition is not None and transition.after.connected
         await store.aclose()
 
@@ -240,7 +242,9 @@ def test_a_slot_range_resharded_under_writes_loses_no_write(
                 second += 1
                 for start in range(0, len(users), 250):
                     chunk = users[start : start + 250]
-                    results = store.run(merge([store.touch(u, Device.WEB, second) for u in chunk]))
+                    results = store.run(
+                        merge([store.plans.touch(u, Device.WEB, second) for u in chunk])
+                    )
                     for user_id, result in zip(chunk, results, strict=True):
                         if result is not None:
                             written[user_id] = second
@@ -277,7 +281,7 @@ def test_a_slot_range_resharded_under_writes_loses_no_write(
     assert store.cluster.redirects["moved"] + store.cluster.redirects["ask"] > 0  # under way
     rounds = max(written.values()) - NOW
     assert rounds >= 3, "the writes did not run during the reshard"
-    states = store.run(store.read(users))
+    states = store.run(store.plans.read(users))
     assert states is not None
     # Every write that was acknowledged is there: no user is behind what it was told.
     lost = [u for u in users if states[u].last_active != written[u]]
@@ -294,19 +298,19 @@ def test_a_promoted_replica_takes_over_the_writes() -> None:
         conf = PresenceSettings(REDIS_CLUSTER=tuple(cluster.urls), RETRY_INTERVAL=0.2)
         store = PresenceStore(conf)
         try:
-            assert store.run(store.touch(1, Device.WEB, NOW)) is not None
-            old_master = master_of(cluster, store.seen_key(store.bucket_of(1)))
+            assert store.run(store.plans.touch(1, Device.WEB, NOW)) is not None
+            old_master = master_of(cluster, store.keys.seen_key(store.keys.bucket_of(1)))
             replica = _replica_of(cluster, old_master)
             cluster.cli("CLUSTER", "FAILOVER", port=replica)
             deadline = time.monotonic() + 15
-            while master_of(cluster, store.seen_key(store.bucket_of(1))) != replica:
+            while master_of(cluster, store.keys.seen_key(store.keys.bucket_of(1))) != replica:
                 assert time.monotonic() < deadline, "the replica was not promoted"
                 time.sleep(0.1)
             started = time.monotonic()
-            while store.run(store.touch(1, Device.WEB, NOW + 1)) is None:
+            while store.run(store.plans.touch(1, Device.WEB, NOW + 1)) is None:
                 assert time.monotonic() - started < 5, "writes did not move to the new master"
                 time.sleep(0.1)
-            states = store.run(store.read([1]))
+            states = store.run(store.plans.read([1]))
             assert states is not None and states[1] == domain.LiveState(
                 last_active=NOW + 1, devices=(Device.WEB,)
             )
@@ -331,7 +335,7 @@ def _on_master(cluster: RedisCluster, store: PresenceStore, users: list[Any]) ->
     owners = _slot_owner(cluster)
     placed: dict[int, list[Any]] = {}
     for user in users:
-        slot = key_slot(store.seen_key(store.bucket_of(user.pk)).encode())
+        slot = key_slot(store.keys.seen_key(store.keys.bucket_of(user.pk)).encode())
         placed.setdefault(owners[slot], []).append(user)
     return placed
 
@@ -402,7 +406,7 @@ def test_with_a_master_down_sockets_stay_open_and_heartbeats_elsewhere_count(
                 assert reply["presences"][str(up_user.pk)]["status"] in {"online", "offline"}
             for socket in sockets:
                 assert await socket.receive_nothing(timeout=0.3)  # still open, nothing odd
-            states = await get_store().arun(get_store().read([up_user.pk]))
+            states = await get_store().arun(get_store().plans.read([up_user.pk]))
             assert states is not None and states[up_user.pk].connected
         finally:
             for socket in sockets:
@@ -422,12 +426,12 @@ def test_a_master_killed_fails_over_to_its_replica_within_the_node_timeout() -> 
         conf = PresenceSettings(REDIS_CLUSTER=tuple(cluster.urls), RETRY_INTERVAL=0.2)
         store = PresenceStore(conf)
         try:
-            assert store.run(store.touch(1, Device.WEB, NOW)) is not None
-            old_master = master_of(cluster, store.seen_key(store.bucket_of(1)))
+            assert store.run(store.plans.touch(1, Device.WEB, NOW)) is not None
+            old_master = master_of(cluster, store.keys.seen_key(store.keys.bucket_of(1)))
             cluster.node_by_port(old_master).stop(kill=True)
             killed = time.monotonic()
             second = NOW
-            while store.run(store.touch(1, Device.WEB, second + 1)) is None:
+            while store.run(store.plans.touch(1, Device.WEB, second + 1)) is None:
                 second += 1
                 assert time.monotonic() - killed < node_timeout + 10, "no failover"
                 time.sleep(0.1)
@@ -435,7 +439,7 @@ def test_a_master_killed_fails_over_to_its_replica_within_the_node_timeout() -> 
             # cluster-node-timeout to notice, an election, then our retry and slot refresh
             print(f"failover: writes recorded again {recovered:.2f} s after the kill")
             assert recovered < node_timeout + 5, recovered
-            states = store.run(store.read([1]))
+            states = store.run(store.plans.read([1]))
             assert states is not None and states[1].last_active == second + 1
         finally:
             store.close()
@@ -455,13 +459,13 @@ def test_a_store_started_while_the_first_master_is_down_serves_the_others(
         there = [u for u, port in placed.items() if port == first]
         assert elsewhere and there
 
-        states = fresh.run(merge([fresh.touch(u, Device.WEB, NOW) for u in placed]))
+        states = fresh.run(merge([fresh.plans.touch(u, Device.WEB, NOW) for u in placed]))
         assert [u for u, s in zip(placed, states, strict=True) if s is not None] == elsewhere
 
         async def read_fresh() -> Any:
             async_store = PresenceStore(store.conf)
             try:
-                return await async_store.arun(async_store.read(list(placed)))
+                return await async_store.arun(async_store.plans.read(list(placed)))
             finally:
                 await async_store.aclose()
 

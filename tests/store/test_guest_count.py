@@ -123,7 +123,7 @@ def test_a_visitor_is_written_once_per_bucket_per_process(
         visit(client, "10.0.3.1")
     # One round trip: PFADD and EXPIRE in one pipeline; the four other requests cost nothing.
     assert redis_commands.delta(before) == {"pfadd": 1, "expire": 1}
-    clock.shift(get_store().guest_bucket_seconds())  # the next bucket: written again
+    clock.shift(get_store().keys.guest_bucket_seconds())  # the next bucket: written again
     before = redis_commands.snapshot()
     visit(client, "10.0.3.1")
     assert redis_commands.delta(before) == {"pfadd": 1, "expire": 1}
@@ -134,7 +134,7 @@ def test_visitors_older_than_the_online_window_drop_out(
     client: Client, guests_on: None, clock: time_machine.Coordinates
 ) -> None:
     window = 300
-    bucket = get_store().guest_bucket_seconds()
+    bucket = get_store().keys.guest_bucket_seconds()
     assert bucket == window // 10
     visit(client, "10.0.4.1")
     clock.shift(window - 1)
@@ -164,7 +164,7 @@ def test_no_identity_is_stored_and_every_key_expires(
     ]
     secrets += [d.encode() for d in digests]
     keys = presence_keys(raw_redis)
-    bucket = get_store().guest_bucket(T0.timestamp())
+    bucket = get_store().plans.guest_bucket(T0.timestamp())
     assert keys == [f"presence:{{guests}}:{bucket}".encode()]  # and nothing else of presence
     (key,) = keys
     value = raw_redis.get(key)
@@ -187,7 +187,7 @@ def test_the_count_is_within_the_hyperloglog_error(
         for n in range(5000)
     ]
     for start in range(0, len(digests), 500):
-        store.run(merge([store.note_guest(d, now) for d in digests[start : start + 500]]))
+        store.run(merge([store.plans.note_guest(d, now) for d in digests[start : start + 500]]))
     counted = api.guest_count()
     assert abs(counted - 5000) <= 5000 * 3 * 0.0081, counted  # three standard errors
 
@@ -243,7 +243,7 @@ def test_the_template_tag(client: Client, guests_on: None, clock: time_machine.C
     assert Template("{% load presence %}{% guest_count %}").render(Context({})) == "0"
     store = get_store()
     now = T0.timestamp()
-    store.run(merge([store.note_guest(f"{n:016x}", now) for n in range(1234)]))
+    store.run(merge([store.plans.note_guest(f"{n:016x}", now) for n in range(1234)]))
     clock.shift(COUNT_INTERVAL)  # the 0 above is this process's reading until then
     counted = api.guest_count()
     assert abs(counted - 1234) <= 1234 * 3 * 0.0081

@@ -43,7 +43,7 @@ def touch_many(count: int, first: int = 10_000) -> None:
     """``count`` users (ids only) seen by a page view now, in one round trip."""
     store = get_store()
     now = T0.timestamp()
-    store.run(merge([store.touch(first + i, Device.WEB, now) for i in range(count)]))
+    store.run(merge([store.plans.touch(first + i, Device.WEB, now) for i in range(count)]))
 
 
 def test_counts_the_users_online_and_leaves_invisible_ones_out(
@@ -82,10 +82,10 @@ def test_right_at_once_after_a_transition_without_a_sweep(
     store = get_store()
     reader, socket_user = make_user(), make_user()
     api.touch(reader)
-    store.run(store.connection(socket_user.pk, "open", T0.timestamp(), "c1"))
+    store.run(store.plans.connection(socket_user.pk, "open", T0.timestamp(), "c1"))
     assert api.online_count() == 2
     clock.shift(10)
-    store.run(store.connection(socket_user.pk, "close", T0.timestamp() + 10, "c1"))
+    store.run(store.plans.connection(socket_user.pk, "close", T0.timestamp() + 10, "c1"))
     clock.shift(conf.OFFLINE_GRACE)  # the grace counts from the end of the close's second
     assert api.online_count() == 2
     clock.shift(1)
@@ -100,7 +100,7 @@ def test_a_bounded_number_of_redis_commands_whatever_the_number_online(
     redis_commands: RedisCommandCounter, clock: time_machine.Coordinates
 ) -> None:
     store = get_store()
-    per_read = len(list(store.shards()))  # one on one Redis, one per shard on a cluster
+    per_read = len(list(store.keys.shards()))  # one on one Redis, one per shard on a cluster
     touch_many(10)
     before = redis_commands.snapshot()
     assert api.online_count() == 10
@@ -144,13 +144,13 @@ def test_presence_cleanup_puts_a_drift_of_invisibility_right(
     # Set in the database without a save signal, and in Redis without the database.
     PrivacySettings.objects.bulk_create([PrivacySettings(user=hidden, invisible=True)])
     store = get_store()
-    store.run(store.set_invisible(shown.pk, True))
+    store.run(store.plans.set_invisible(shown.pk, True))
     assert api.online_count() == 1  # both wrong
     assert api.cleanup(dry_run=True).invisible_fixed == 2
     assert api.online_count() == 1  # a dry run changes nothing
     assert api.cleanup().invisible_fixed == 2
     assert api.online_count() == 1
-    assert store.run(store.invisible_members()) == {hidden.pk}
+    assert store.run(store.plans.invisible_members()) == {hidden.pk}
     assert api.cleanup().invisible_fixed == 0
 
 
@@ -164,12 +164,12 @@ def test_presence_cleanup_makes_the_users_nobody_swept_offline_once(
     clock.shift(2 * get_settings().ONLINE_WINDOW)
     assert api.online_count() == 0
     store = get_store()
-    assert store.run(store.ledger_sizes())["online"] == 1
+    assert store.run(store.plans.ledger_sizes())["online"] == 1
     assert api.cleanup().removed == 1
     assert api.cleanup().removed == 0
     signals.wait_sent()
     assert offline_sent == [user.pk]
-    assert store.run(store.ledger_sizes())["online"] == 0
+    assert store.run(store.plans.ledger_sizes())["online"] == 0
 
 
 def test_racing_writers_of_many_processes_make_each_transition_once(
@@ -200,14 +200,14 @@ def test_racing_writers_of_many_processes_make_each_transition_once(
             thread.join()
 
     try:
-        race(lambda i, store: store.connection(7, "open", now, f"c{i}"))
+        race(lambda i, store: store.plans.connection(7, "open", now, f"c{i}"))
         assert sorted(made) == [0] * (writers - 1) + [1]
         made.clear()
-        race(lambda i, store: store.connection(7, "close", now + 1, f"c{i}"))
+        race(lambda i, store: store.plans.connection(7, "close", now + 1, f"c{i}"))
         assert made == [0] * writers  # still online for the grace
         made.clear()
         after = now + 2 + conf.OFFLINE_GRACE
-        race(lambda i, store: store.connection(7, "expire", after))
+        race(lambda i, store: store.plans.connection(7, "expire", after))
         assert sorted(made) == [-1] + [0] * (writers - 1)
     finally:
         for store in stores:
@@ -235,7 +235,7 @@ def test_the_endpoint_answers_anyone_the_count(
 def test_the_endpoint_reads_redis_once_per_process_per_interval(
     client: Any, redis_commands: RedisCommandCounter, clock: time_machine.Coordinates
 ) -> None:
-    per_read = len(list(get_store().shards()))
+    per_read = len(list(get_store().keys.shards()))
     touch_many(3)
     before = redis_commands.snapshot()
     assert [client.get("/presence/api/online_count").json() for _ in range(10)] == [

@@ -43,90 +43,92 @@ pytestmark = [pytest.mark.uuid_site, pytest.mark.cluster]
 @on_one_redis
 class TestKeyScheme:
     def test_keys_carry_the_bucket_as_hash_tag(self, store: PresenceStore) -> None:
-        assert store.seen_key(store.bucket_of(42)) == "presence:{42}:seen"
-        assert store.bucket_of(16384 + 42) == 42
+        assert store.keys.seen_key(store.keys.bucket_of(42)) == "presence:{42}:seen"
+        assert store.keys.bucket_of(16384 + 42) == 42
         # Everything one script touches is one key, so it is always in one cluster slot; two
         # users of one bucket share that slot.
-        assert key_slot(store.seen_key(store.bucket_of(7)).encode()) == key_slot(b"{7}")
+        assert key_slot(store.keys.seen_key(store.keys.bucket_of(7)).encode()) == key_slot(b"{7}")
         assert {
-            key_slot(key(store.bucket_of(7)).encode())
-            for key in (store.seen_key, store.conns_key, store.expiries_key)
+            key_slot(key(store.keys.bucket_of(7)).encode())
+            for key in (store.keys.seen_key, store.keys.conns_key, store.keys.expiries_key)
         } == {key_slot(b"{7}")}
 
     @override_settings(PRESENCE={"KEY_PREFIX": "site1", "BUCKETS": 10})
     def test_prefix_and_bucket_count_come_from_settings(self) -> None:
         store = get_store()
-        assert store.seen_key(store.bucket_of(42)) == "site1:{2}:seen"
+        assert store.keys.seen_key(store.keys.bucket_of(42)) == "site1:{2}:seen"
 
     @override_settings(PRESENCE={"BUCKETS": 10})
     def test_users_grouped_by_bucket_each_once(self) -> None:
         store = get_store()
         ids = [uid(n) for n in (3, 13, 23, 4, 7, 17)]
-        grouped = store.by_bucket(ids)
+        grouped = store.keys.by_bucket(ids)
         buckets = [bucket for bucket, _ in grouped]
-        assert len(buckets) == len(set(buckets)) == len({store.bucket_of(u) for u in ids})
+        assert len(buckets) == len(set(buckets)) == len({store.keys.bucket_of(u) for u in ids})
         assert sorted(u for _, members in grouped for u in members) == sorted(ids)
-        assert all(store.bucket_of(u) == bucket for bucket, members in grouped for u in members)
-        assert store.by_bucket([]) == []
+        assert all(
+            store.keys.bucket_of(u) == bucket for bucket, members in grouped for u in members
+        )
+        assert store.keys.by_bucket([]) == []
 
 
 class TestTouch:
     def test_records_time_and_device(self, store: PresenceStore, redis_client: redis.Redis) -> None:
-        store.run(store.touch(5, Device.MOBILE, NOW + 0.7))
+        store.run(store.plans.touch(5, Device.MOBILE, NOW + 0.7))
         assert live(store, 5) == domain.LiveState(last_active=NOW, devices=(Device.MOBILE,))
         assert redis_client.zscore(SEEN, "5") == NOW * SCORE_FACTOR + 2
 
     def test_never_moves_backwards(self, store: PresenceStore) -> None:
-        store.run(store.touch(5, Device.WEB, NOW))
-        store.run(store.touch(5, Device.WEB, NOW - 50))
+        store.run(store.plans.touch(5, Device.WEB, NOW))
+        store.run(store.plans.touch(5, Device.WEB, NOW - 50))
         assert live(store, 5).last_active == NOW
 
     def test_devices_accumulate_within_the_online_window(self, store: PresenceStore) -> None:
-        store.run(store.touch(5, Device.WEB, NOW))
-        store.run(store.touch(5, Device.DESKTOP, NOW + 100))
+        store.run(store.plans.touch(5, Device.WEB, NOW))
+        store.run(store.plans.touch(5, Device.DESKTOP, NOW + 100))
         assert set(live(store, 5).devices) == {Device.WEB, Device.DESKTOP}
 
     def test_devices_restart_after_being_offline(self, store: PresenceStore) -> None:
-        store.run(store.touch(5, Device.WEB, NOW))
-        store.run(store.touch(5, Device.MOBILE, NOW + 301))
+        store.run(store.plans.touch(5, Device.WEB, NOW))
+        store.run(store.plans.touch(5, Device.MOBILE, NOW + 301))
         assert live(store, 5).devices == (Device.MOBILE,)
 
     def test_reloads_scripts_after_script_flush(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
-        store.run(store.touch(5, Device.WEB, NOW))
+        store.run(store.plans.touch(5, Device.WEB, NOW))
         redis_client.script_flush()
-        store.run(store.touch(6, Device.WEB, NOW))
+        store.run(store.plans.touch(6, Device.WEB, NOW))
         assert live(store, 6).last_active == NOW
 
 
 class TestSignOff:
     def test_last_device_signs_off(self, store: PresenceStore) -> None:
-        store.run(store.touch(5, Device.WEB, NOW))
-        store.run(store.touch(5, Device.MOBILE, NOW + 1))
-        store.run(store.sign_off(5, Device.WEB, NOW + 2))
+        store.run(store.plans.touch(5, Device.WEB, NOW))
+        store.run(store.plans.touch(5, Device.MOBILE, NOW + 1))
+        store.run(store.plans.sign_off(5, Device.WEB, NOW + 2))
         assert live(store, 5) == domain.LiveState(last_active=NOW + 2, devices=(Device.MOBILE,))
-        store.run(store.sign_off(5, Device.MOBILE, NOW + 3))
+        store.run(store.plans.sign_off(5, Device.MOBILE, NOW + 3))
         # The devices of the moment before are kept for the grace: nothing flaps meanwhile.
         assert live(store, 5) == domain.LiveState(
             last_active=NOW + 3, devices=(Device.MOBILE,), signed_off=True
         )
 
     def test_touch_after_sign_off_is_online_again(self, store: PresenceStore) -> None:
-        store.run(store.sign_off(5, Device.WEB, NOW))
-        store.run(store.touch(5, Device.WEB, NOW + 1))
+        store.run(store.plans.sign_off(5, Device.WEB, NOW))
+        store.run(store.plans.touch(5, Device.WEB, NOW + 1))
         assert live(store, 5) == domain.LiveState(last_active=NOW + 1, devices=(Device.WEB,))
 
     def test_sign_off_of_unknown_user_records_last_seen(self, store: PresenceStore) -> None:
-        store.run(store.sign_off(9, Device.WEB, NOW))
+        store.run(store.plans.sign_off(9, Device.WEB, NOW))
         assert live(store, 9) == domain.LiveState(last_active=NOW, signed_off=True)
 
 
 class TestRead:
     def test_many_users_one_round_trip(self, store: PresenceStore) -> None:
         for user_id in (1, 2, 16385):  # 1 and 16385 share a bucket
-            store.run(store.touch(user_id, Device.WEB, NOW + user_id % 7))
-        plan = store.read([1, 2, 3, 16385])
+            store.run(store.plans.touch(user_id, Device.WEB, NOW + user_id % 7))
+        plan = store.plans.read([1, 2, 3, 16385])
         # One ZMSCORE per bucket and one of its prior set (the last seen before today's), all
         # in one pipeline.
         assert len(plan.commands) == 6
@@ -153,15 +155,15 @@ class TestReadRecent:
 
     def test_leaves_out_whoever_is_surely_offline(self, store: PresenceStore) -> None:
         since = NOW - 300
-        store.run(store.touch(uid(1), Device.WEB, NOW))
-        store.run(store.touch(uid(2), Device.MOBILE, since))  # at the bound: may be live
-        store.run(store.touch(uid(3), Device.WEB, since - 1))
-        store.run(store.sign_off(uid(4), Device.WEB, NOW - 2))  # within a grace: may be live
-        store.run(store.sign_off(uid(5), Device.WEB, since - 10))
+        store.run(store.plans.touch(uid(1), Device.WEB, NOW))
+        store.run(store.plans.touch(uid(2), Device.MOBILE, since))  # at the bound: may be live
+        store.run(store.plans.touch(uid(3), Device.WEB, since - 1))
+        store.run(store.plans.sign_off(uid(4), Device.WEB, NOW - 2))  # within a grace: may be live
+        store.run(store.plans.sign_off(uid(5), Device.WEB, since - 10))
         ids = [uid(n) for n in range(1, 7)]  # uid(6) was never seen
-        everything = store.run(store.read(ids))
+        everything = store.run(store.plans.read(ids))
         assert everything is not None and set(everything) == {uid(n) for n in range(1, 6)}
-        recent = store.run(store.read_recent(ids, since))
+        recent = store.run(store.plans.read_recent(ids, since))
         assert recent == {uid(n): everything[uid(n)] for n in (1, 2, 4)}
         assert recent[uid(4)].signed_off
 
@@ -170,11 +172,11 @@ class TestReadRecent:
         self, store: PresenceStore
     ) -> None:
         ids = [uid(n) for n in range(1, 2 * READ_RECENT_KEYS + 2)]
-        store.run(merge([store.touch(user_id, Device.WEB, NOW) for user_id in ids]))
+        store.run(merge([store.plans.touch(user_id, Device.WEB, NOW) for user_id in ids]))
         store.client.script_load(READ_RECENT.source)
         asked = [*ids, uid(10**6)]  # and one never seen
-        plan = store.read_recent(asked, NOW - 300)
-        buckets = {store.bucket_of(user_id) for user_id in asked}
+        plan = store.plans.read_recent(asked, NOW - 300)
+        buckets = {store.keys.bucket_of(user_id) for user_id in asked}
         assert len(plan.commands) == -(-len(buckets) // READ_RECENT_KEYS) >= 2
         with count_round_trips() as trips:
             states = store.run(plan)
@@ -187,9 +189,11 @@ class TestReadRecent:
     ) -> None:
         store = get_store()  # the store of one bucket
         ids = [uid(n) for n in range(1, 4_102)]
-        store.run(merge([store.touch(user_id, Device.WEB, NOW) for user_id in ids[::2]]))
-        store.run(merge([store.touch(user_id, Device.WEB, NOW - 400) for user_id in ids[1::4]]))
-        states = store.run(store.read_recent(ids, NOW - 300))
+        store.run(merge([store.plans.touch(user_id, Device.WEB, NOW) for user_id in ids[::2]]))
+        store.run(
+            merge([store.plans.touch(user_id, Device.WEB, NOW - 400) for user_id in ids[1::4]])
+        )
+        states = store.run(store.plans.read_recent(ids, NOW - 300))
         assert states is not None and set(states) == set(ids[::2])  # not the old, not the absent
 
     @override_settings(PRESENCE={"BUCKETS": 16})
@@ -197,54 +201,56 @@ class TestReadRecent:
         store = get_store()  # 20 users in 16 buckets: some hold one, some several
         ids = [uid(n) for n in range(1, 21)]
         for n, user_id in enumerate(ids):
-            store.run(store.touch(user_id, Device.WEB, NOW - (0 if n % 3 else 400)))
-        sizes = {len(members) for _, members in store.by_bucket(ids)}
+            store.run(store.plans.touch(user_id, Device.WEB, NOW - (0 if n % 3 else 400)))
+        sizes = {len(members) for _, members in store.keys.by_bucket(ids)}
         assert max(sizes) > 1
-        everything = store.run(store.read(ids))
+        everything = store.run(store.plans.read(ids))
         assert everything is not None
-        recent = store.run(store.read_recent(ids, NOW - 300))
+        recent = store.run(store.plans.read_recent(ids, NOW - 300))
         assert recent == {u: s for u, s in everything.items() if s.last_active == NOW}
         assert len(recent) == 13
 
     async def test_async_face(self, store: PresenceStore) -> None:
-        await store.arun(store.touch(uid(5), Device.WEB, NOW))
-        await store.arun(store.touch(uid(6), Device.WEB, NOW - 1000))
-        states = await store.arun(store.read_recent([uid(5), uid(6), uid(7)], NOW - 300))
+        await store.arun(store.plans.touch(uid(5), Device.WEB, NOW))
+        await store.arun(store.plans.touch(uid(6), Device.WEB, NOW - 1000))
+        states = await store.arun(store.plans.read_recent([uid(5), uid(6), uid(7)], NOW - 300))
         assert states == {uid(5): domain.LiveState(last_active=NOW, devices=(Device.WEB,))}
         await store.aclose()
 
     def test_outage_reads_unknown(self, down_store: PresenceStore) -> None:
-        assert down_store.run(down_store.read_recent([uid(1)], NOW)) is None
+        assert down_store.run(down_store.plans.read_recent([uid(1)], NOW)) is None
 
 
 class TestStale:
     # Ids of the site's pk type (tests.ids.uid): the scans read members back as pks.
     def test_scan_finds_only_entries_older_than_the_bound(self, store: PresenceStore) -> None:
-        store.run(store.touch(uid(1), Device.WEB, NOW - 1000))
-        store.run(store.touch(uid(2), Device.WEB, NOW))
-        store.run(store.sign_off(uid(3), Device.WEB, NOW))  # signed off counts as stale
-        buckets = sorted({store.bucket_of(uid(n)) for n in (1, 2, 3)})
-        entries = store.run(store.scan_stale(buckets, before=NOW - 300))
+        store.run(store.plans.touch(uid(1), Device.WEB, NOW - 1000))
+        store.run(store.plans.touch(uid(2), Device.WEB, NOW))
+        store.run(store.plans.sign_off(uid(3), Device.WEB, NOW))  # signed off counts as stale
+        buckets = sorted({store.keys.bucket_of(uid(n)) for n in (1, 2, 3)})
+        entries = store.run(store.plans.scan_stale(buckets, before=NOW - 300))
         assert sorted((e.user_id, e.seen_at) for e in entries) == [
             (uid(1), NOW - 1000),
             (uid(3), NOW),
         ]
 
     def test_remove_keeps_entries_touched_since_the_scan(self, store: PresenceStore) -> None:
-        store.run(store.touch(uid(1), Device.WEB, NOW - 1000))
-        store.run(store.touch(uid(2), Device.WEB, NOW - 1000))
-        buckets = sorted({store.bucket_of(uid(n)) for n in (1, 2)})
-        entries = store.run(store.scan_stale(buckets, before=NOW - 300))
-        store.run(store.touch(uid(2), Device.WEB, NOW))  # active again between scan and removal
-        assert store.run(store.remove_unchanged(entries)) == 1
+        store.run(store.plans.touch(uid(1), Device.WEB, NOW - 1000))
+        store.run(store.plans.touch(uid(2), Device.WEB, NOW - 1000))
+        buckets = sorted({store.keys.bucket_of(uid(n)) for n in (1, 2)})
+        entries = store.run(store.plans.scan_stale(buckets, before=NOW - 300))
+        store.run(
+            store.plans.touch(uid(2), Device.WEB, NOW)
+        )  # active again between scan and removal
+        assert store.run(store.plans.remove_unchanged(entries)) == 1
         assert live(store, uid(1)) == domain.LiveState()
         assert live(store, uid(2)).last_active == NOW
 
     def test_removing_twice_is_harmless(self, store: PresenceStore) -> None:
-        store.run(store.touch(uid(1), Device.WEB, NOW - 1000))
-        entries = store.run(store.scan_stale([store.bucket_of(uid(1))], before=NOW))
-        assert store.run(store.remove_unchanged(entries)) == 1
-        assert store.run(store.remove_unchanged(entries)) == 0
+        store.run(store.plans.touch(uid(1), Device.WEB, NOW - 1000))
+        entries = store.run(store.plans.scan_stale([store.keys.bucket_of(uid(1))], before=NOW))
+        assert store.run(store.plans.remove_unchanged(entries)) == 1
+        assert store.run(store.plans.remove_unchanged(entries)) == 0
 
     def test_stale_entry_seen_at(self) -> None:
         assert StaleEntry(1, 1, str(-(NOW * SCORE_FACTOR + 1))).seen_at == NOW
@@ -252,9 +258,9 @@ class TestStale:
 
 class TestAsyncFace:
     async def test_same_results_as_sync(self, store: PresenceStore) -> None:
-        await store.arun(store.touch(5, Device.WEB, NOW))
-        await store.arun(store.touch(5, Device.MOBILE, NOW + 1))
-        states = await store.arun(store.read([5, 6]))
+        await store.arun(store.plans.touch(5, Device.WEB, NOW))
+        await store.arun(store.plans.touch(5, Device.MOBILE, NOW + 1))
+        states = await store.arun(store.plans.read([5, 6]))
         assert states == {
             5: domain.LiveState(last_active=NOW + 1, devices=(Device.WEB, Device.MOBILE))
         }
@@ -266,8 +272,8 @@ class TestAsyncFace:
         client = redis.asyncio.Redis.from_url(redis_url)
         await client.script_flush()
         await client.aclose()
-        await store.arun(store.touch(8, Device.WEB, NOW))
-        assert (await store.arun(store.read([8])) or {})[8].last_active == NOW
+        await store.arun(store.plans.touch(8, Device.WEB, NOW))
+        assert (await store.arun(store.plans.read([8])) or {})[8].last_active == NOW
         await store.aclose()
 
 
@@ -286,9 +292,9 @@ class TestSlownessIsNotAnOutage:
     ) -> None:
         settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1, "LIVE_SOCKET_TIMEOUT": 5}
         store = get_store()
-        await store.arun(store.read([1]), live=True)  # connected before the pause
+        await store.arun(store.plans.read([1]), live=True)  # connected before the pause
         self.pause(private_redis, 600)
-        transition = await store.arun(store.touch(1, Device.WEB, NOW), live=True)
+        transition = await store.arun(store.plans.touch(1, Device.WEB, NOW), live=True)
         assert transition is not None and transition.after.last_active == NOW
         assert store.health.in_outage is False
         await store.aclose()
@@ -301,7 +307,7 @@ class TestSlownessIsNotAnOutage:
         settings.PRESENCE = {"SOCKET_TIMEOUT": 0.05, "LIVE_SOCKET_TIMEOUT": 5}
         store = get_store()
         calls = [
-            asyncio.ensure_future(store.arun(store.touch(uid, Device.WEB, NOW), live=True))
+            asyncio.ensure_future(store.arun(store.plans.touch(uid, Device.WEB, NOW), live=True))
             for uid in range(1, 21)
         ]
         await asyncio.sleep(0)  # each call is on its way to a connection of its own
@@ -325,14 +331,14 @@ class TestSlownessIsNotAnOutage:
         busy = await pool.get_connection()  # the only connection, held by a slow caller
         try:
             with caplog.at_level(logging.INFO, logger="presence"):
-                late = await store.arun(store.touch(1, Device.WEB, NOW), live=True)
+                late = await store.arun(store.plans.touch(1, Device.WEB, NOW), live=True)
         finally:
             await pool.release(busy)
         assert late is None  # this call's fallback
         assert store.health.in_outage is False
         assert "every pooled connection busy" in caplog.text
         assert "unavailable" not in caplog.text
-        transition = await store.arun(store.touch(2, Device.WEB, NOW), live=True)
+        transition = await store.arun(store.plans.touch(2, Device.WEB, NOW), live=True)
         assert transition is not None and transition.after.last_active == NOW
         await store.aclose()
 
@@ -341,16 +347,16 @@ class TestSlownessIsNotAnOutage:
     ) -> None:
         settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1, "LIVE_SOCKET_TIMEOUT": 5}
         store = get_store()
-        await store.arun(store.read([1]), live=True)
+        await store.arun(store.plans.read([1]), live=True)
         self.pause(private_redis, 600)
         with caplog.at_level(logging.WARNING, logger="presence"):
-            assert await store.arun(store.read([1])) is None  # the page's fallback
+            assert await store.arun(store.plans.read([1])) is None  # the page's fallback
             with pytest.raises(StoreUnavailable, match="too slow: no reply within SOCKET_TIMEOUT"):
-                await store.arun(store.scan_stale([0], before=NOW))
+                await store.arun(store.plans.scan_stale([0], before=NOW))
         assert store.health.available() and not store.health.in_outage
         assert not [r for r in caplog.records if "unavailable" in r.getMessage()]
         # A live call meanwhile still waits for the pause to end and is recorded.
-        transition = await store.arun(store.touch(2, Device.WEB, NOW), live=True)
+        transition = await store.arun(store.plans.touch(2, Device.WEB, NOW), live=True)
         assert transition is not None and transition.after.last_active == NOW
         await store.aclose()
 
@@ -359,9 +365,9 @@ class TestSlownessIsNotAnOutage:
     ) -> None:
         settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1}
         store = get_store()
-        store.run(store.read([1]))
+        store.run(store.plans.read([1]))
         self.pause(private_redis, 600)
-        assert store.run(store.read([1])) is None
+        assert store.run(store.plans.read([1])) is None
         assert store.health.available() and not store.health.in_outage
 
     async def test_a_redis_that_stays_silent_past_live_socket_timeout_is_an_outage(
@@ -369,9 +375,9 @@ class TestSlownessIsNotAnOutage:
     ) -> None:
         settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1, "LIVE_SOCKET_TIMEOUT": 0.2}
         store = get_store()
-        await store.arun(store.read([1]), live=True)
+        await store.arun(store.plans.read([1]), live=True)
         self.pause(private_redis, 600)
-        assert await store.arun(store.touch(1, Device.WEB, NOW), live=True) is None
+        assert await store.arun(store.plans.touch(1, Device.WEB, NOW), live=True) is None
         assert store.health.in_outage is True
         await store.aclose()
 
@@ -382,19 +388,19 @@ class TestRestartedRedis:
 
     def test_sync(self, private_redis: Any) -> None:
         store = get_store()
-        store.run(store.read([1]))  # a pooled connection
+        store.run(store.plans.read([1]))  # a pooled connection
         private_redis.stop()
         private_redis.start()
-        transition = store.run(store.touch(1, Device.WEB, NOW))
+        transition = store.run(store.plans.touch(1, Device.WEB, NOW))
         assert transition is not None and transition.after.last_active == NOW
         assert store.health.in_outage is False
 
     async def test_async(self, private_redis: Any) -> None:
         store = get_store()
-        await store.arun(store.read([1]), live=True)
+        await store.arun(store.plans.read([1]), live=True)
         private_redis.stop()
         private_redis.start()
-        transition = await store.arun(store.touch(1, Device.WEB, NOW), live=True)
+        transition = await store.arun(store.plans.touch(1, Device.WEB, NOW), live=True)
         assert transition is not None and transition.after.last_active == NOW
         assert store.health.in_outage is False
         await store.aclose()
@@ -408,28 +414,28 @@ class TestFailurePolicy:
             caplog.at_level(logging.WARNING, logger="presence"),
             time_machine.travel(NOW, tick=False) as clock,
         ):
-            assert down_store.run(down_store.touch(1, Device.WEB, NOW)) is None
-            assert down_store.run(down_store.read([1])) is None
+            assert down_store.run(down_store.plans.touch(1, Device.WEB, NOW)) is None
+            assert down_store.run(down_store.plans.read([1])) is None
             clock.shift(down_store.conf.RETRY_INTERVAL + 1)
-            assert down_store.run(down_store.read([1])) is None  # retried, failed again
+            assert down_store.run(down_store.plans.read([1])) is None  # retried, failed again
         warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
         assert len(warnings) == 1
 
     def test_outage_skips_redis_until_retry_interval(self, down_store: PresenceStore) -> None:
         with time_machine.travel(NOW, tick=False):
-            down_store.run(down_store.read([1]))
+            down_store.run(down_store.plans.read([1]))
             assert not down_store.health.available()
         with time_machine.travel(NOW + down_store.conf.RETRY_INTERVAL, tick=False):
             assert down_store.health.available()
 
     def test_strict_plans_raise(self, down_store: PresenceStore) -> None:
         with pytest.raises(StoreUnavailable, match="Redis is unavailable"):
-            down_store.run(down_store.scan_stale([0], before=NOW))
+            down_store.run(down_store.plans.scan_stale([0], before=NOW))
 
     async def test_async_outage_returns_fallback(self, down_store: PresenceStore) -> None:
-        assert await down_store.arun(down_store.read([1])) is None
+        assert await down_store.arun(down_store.plans.read([1])) is None
         with pytest.raises(StoreUnavailable):
-            await down_store.arun(down_store.scan_stale([0], before=NOW))
+            await down_store.arun(down_store.plans.scan_stale([0], before=NOW))
 
     @on_one_redis
     def test_misconfigured_location_is_reported(self) -> None:
@@ -489,6 +495,6 @@ def test_an_outage_log_line_and_error_never_carry_a_password(
     with caplog.at_level(logging.INFO, logger="presence"):
         down_store.health.failed(error, 1.0)
         with pytest.raises(StoreUnavailable) as raised:
-            down_store._fallback(down_store.scan_stale([0], before=NOW), error)
+            down_store._fallback(down_store.plans.scan_stale([0], before=NOW), error)
     assert "secret" not in caplog.text and "10.0.0.1" in caplog.text
     assert "secret" not in str(raised.value) and "10.0.0.1" in str(raised.value)

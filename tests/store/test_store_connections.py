@@ -69,7 +69,7 @@ def conn(
     user_id: int = 5,
 ) -> Transition:
     transition = store.run(
-        store.connection(user_id, op, now, connection_id, device=device, idle=idle)
+        store.plans.connection(user_id, op, now, connection_id, device=device, idle=idle)
     )
     assert transition is not None
     return transition
@@ -229,7 +229,7 @@ class TestConnection:
         assert conn(store, "expire", NOW, "-", user_id=6) == Transition(
             6, domain.LiveState(), domain.LiveState(), connections=0
         )
-        store.run(store.touch(6, Device.WEB, NOW))
+        store.run(store.plans.touch(6, Device.WEB, NOW))
         transition = conn(store, "expire", NOW + 10, "-", user_id=6)
         assert (
             transition.before
@@ -253,7 +253,7 @@ class TestConnection:
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
         conn(store, "beat", NOW, "c1", Device.WEB, idle=True)
-        store.run(store.touch(5, Device.WEB, NOW + 10))
+        store.run(store.plans.touch(5, Device.WEB, NOW + 10))
         assert redis_client.zscore(SEEN, "5") == score(NOW + 10, 1)
         assert live(store, 5) == domain.LiveState(
             last_active=NOW + 10, devices=(Device.WEB,), connected=True
@@ -266,7 +266,7 @@ class TestConnection:
         self, store: PresenceStore, redis_client: redis.Redis, after: int
     ) -> None:
         conn(store, "beat", NOW, "c1", Device.WEB, idle=True)
-        store.run(store.touch(5, Device.MOBILE, NOW + after))
+        store.run(store.plans.touch(5, Device.MOBILE, NOW + after))
         assert redis_client.zscore(SEEN, "5") == score(NOW + after, 1 | 2, connected=False)
         assert live(store, 5) == domain.LiveState(
             last_active=NOW + after, devices=(Device.WEB, Device.MOBILE)
@@ -276,7 +276,7 @@ class TestConnection:
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
         conn(store, "beat", NOW, "c1", Device.WEB)
-        transition = store.run(store.sign_off(5, Device.WEB, NOW + 10))
+        transition = store.run(store.plans.sign_off(5, Device.WEB, NOW + 10))
         assert transition is not None
         assert transition.after == domain.LiveState(
             last_active=NOW + 10, devices=(Device.WEB,), connected=True
@@ -286,7 +286,7 @@ class TestConnection:
 
     def test_logout_after_the_connection_ttl_signs_off(self, store: PresenceStore) -> None:
         conn(store, "beat", NOW, "c1", Device.WEB)
-        transition = store.run(store.sign_off(5, Device.WEB, NOW + TTL_END))
+        transition = store.run(store.plans.sign_off(5, Device.WEB, NOW + TTL_END))
         assert transition is not None
         assert transition.after == domain.LiveState(
             last_active=NOW + TTL_END, devices=(Device.WEB,), signed_off=True
@@ -318,7 +318,7 @@ class TestConnectionLimit:
         assert transition.refused is True
         assert transition.connections == 3
         assert transition.before == transition.after == live(store, 5)
-        if op == "open":  # (a beat also sets the due time, to its TTL: see store.connection)
+        if op == "open":  # (a beat also sets the due time, to its TTL: see store.plans.connection)
             assert self.bucket(redis_client) == before
         assert entries(redis_client) == {
             f"c1:1:0:{NOW}:{NOW}",
@@ -367,7 +367,7 @@ class TestDueSchedule:
         # A page view opens a socket: its due time is set by the connection script itself
         # (not by a second round trip after it), and a refused open sets none (see
         # TestConnectionLimit).
-        plan = store.connection(5, "open", NOW, "c1")
+        plan = store.plans.connection(5, "open", NOW, "c1")
         assert len(plan.commands) == 1
         assert store.run(plan).refused is False
         assert redis_client.zscore(DUE, "5") == NOW + TTL_END
@@ -378,17 +378,17 @@ class TestDueSchedule:
         def due() -> float | None:
             return redis_client.zscore(DUE, "5")
 
-        store.run(store.touch(5, Device.WEB, NOW))
+        store.run(store.plans.touch(5, Device.WEB, NOW))
         assert due() == NOW + WINDOW
-        store.run(store.touch(5, Device.WEB, NOW + 100))
+        store.run(store.plans.touch(5, Device.WEB, NOW + 100))
         assert due() == NOW + WINDOW  # LT: a later time never replaces an earlier one
         conn(store, "beat", NOW + 110)
         assert due() == NOW + 110 + TTL_END
-        store.run(store.touch(5, Device.WEB, NOW + 120))
+        store.run(store.plans.touch(5, Device.WEB, NOW + 120))
         assert due() == NOW + 110 + TTL_END
         conn(store, "close", NOW + 130)
         assert due() == NOW + 130 + GRACE_END
-        store.run(store.sign_off(5, Device.WEB, NOW + 140))
+        store.run(store.plans.sign_off(5, Device.WEB, NOW + 140))
         assert due() == NOW + 140 + GRACE_END
 
     @on_one_redis
@@ -397,56 +397,62 @@ class TestDueSchedule:
     ) -> None:
         redis_client.zadd(DUE, {member(1): NOW - 10, member(2): NOW, member(3): NOW + 1})
         redis_client.zadd(EXPIRING, {member(4): NOW - 5, member(5): NOW + 10})
-        lease = store.lease_end(NOW + 0.9)
-        assert store.run(store.claim_due(NOW + 0.9, 500, lease)) == ([uid(1), uid(2)], [uid(4)])
-        assert store.run(store.claim_due(NOW + 0.9, 500)) == ([], [])
+        lease = store.plans.lease_end(NOW + 0.9)
+        assert store.run(store.plans.claim_due(NOW + 0.9, 500, lease)) == (
+            [uid(1), uid(2)],
+            [uid(4)],
+        )
+        assert store.run(store.plans.claim_due(NOW + 0.9, 500)) == ([], [])
         assert redis_client.zrange(DUE, 0, -1) == [member(3)]
         assert redis_client.zrange(EXPIRING, 0, -1) == [member(5)]
         # The sweeper gives its claims back once done (else they are taken after the lease).
-        store.run(store.release(lease, [uid(1), uid(2)], {}))
-        assert store.run(store.claim_due(NOW + 10, 500)) == ([uid(3)], [uid(5)])
+        store.run(store.plans.release(lease, [uid(1), uid(2)], {}))
+        assert store.run(store.plans.claim_due(NOW + 10, 500)) == ([uid(3)], [uid(5)])
 
     @on_one_redis
     def test_claim_due_takes_the_earliest_up_to_the_limit(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
         redis_client.zadd(DUE, {member(1): NOW - 1, member(2): NOW - 3, member(3): NOW - 2})
-        assert store.run(store.claim_due(NOW, 2)) == ([uid(2), uid(3)], [])
-        assert store.run(store.claim_due(NOW, 2)) == ([uid(1)], [])
+        assert store.run(store.plans.claim_due(NOW, 2)) == ([uid(2), uid(3)], [])
+        assert store.run(store.plans.claim_due(NOW, 2)) == ([uid(1)], [])
 
     def test_schedule_keeps_an_earlier_time(
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
         # The ceiling: a user is never claimed before ``at`` (claims compare whole seconds), nor
         # a second later than needed (domain.offline_at gives whole seconds).
-        assert store.run(store.schedule({5: NOW + 100})) is True
+        assert store.run(store.plans.schedule({5: NOW + 100})) is True
         assert redis_client.zscore(DUE, "5") == NOW + 100
-        store.run(store.schedule({5: NOW + 200.5, 6: NOW + 49.5}))
+        store.run(store.plans.schedule({5: NOW + 200.5, 6: NOW + 49.5}))
         assert redis_client.zscore(DUE, "5") == NOW + 100
         assert redis_client.zscore(KEYS.user_due_key(6), "6") == NOW + 50
-        store.run(store.schedule({5: NOW + 10}))
+        store.run(store.plans.schedule({5: NOW + 10}))
         assert redis_client.zscore(DUE, "5") == NOW + 10
 
     def test_a_scheduled_user_is_claimed_at_the_time_not_before(self, store: PresenceStore) -> None:
-        store.run(store.schedule({uid(7): NOW + 10, uid(8): NOW + 9.5}))
-        assert store.run(store.claim_due(NOW + 9.4, 10)) == ([], [])
-        assert store.run(store.claim_due(NOW + 9.99, 10)) == ([], [])  # 9.5 is due at its ceiling
-        due, _ = store.run(store.claim_due(NOW + 10, 10))
+        store.run(store.plans.schedule({uid(7): NOW + 10, uid(8): NOW + 9.5}))
+        assert store.run(store.plans.claim_due(NOW + 9.4, 10)) == ([], [])
+        assert store.run(store.plans.claim_due(NOW + 9.99, 10)) == (
+            [],
+            [],
+        )  # 9.5 is due at its ceiling
+        due, _ = store.run(store.plans.claim_due(NOW + 10, 10))
         assert sorted(map(str, due)) == sorted(map(str, [uid(7), uid(8)]))
 
     def test_schedule_of_nobody_costs_nothing(self, store: PresenceStore) -> None:
-        plan = store.schedule({})
+        plan = store.plans.schedule({})
         assert plan.commands == []
         with count_round_trips() as trips:
             assert store.run(plan) is True
         assert trips.count == 0
 
     def test_schedule_expiry(self, store: PresenceStore, redis_client: redis.Redis) -> None:
-        assert store.run(store.schedule_expiry(5, NOW + 60.5)) is True
+        assert store.run(store.plans.schedule_expiry(5, NOW + 60.5)) is True
         assert redis_client.zscore(EXPIRING, "5") == NOW + 61
-        store.run(store.schedule_expiry(5, NOW + 3600))
+        store.run(store.plans.schedule_expiry(5, NOW + 3600))
         assert redis_client.zscore(EXPIRING, "5") == NOW + 3601  # a new expiry replaces it
-        store.run(store.schedule_expiry(5, None))
+        store.run(store.plans.schedule_expiry(5, None))
         assert redis_client.zscore(EXPIRING, "5") is None
 
     @on_one_redis
@@ -455,17 +461,17 @@ class TestDueSchedule:
     ) -> None:
         redis_client.zadd(DUE, {"1": NOW - 1, "2": NOW, "3": NOW + 1})
         redis_client.zadd(EXPIRING, {"4": NOW - 100, "5": NOW})
-        assert store.run(store.prune_schedules(NOW + 0.5)) == 2
+        assert store.run(store.plans.prune_schedules(NOW + 0.5)) == 2
         assert redis_client.zrange(DUE, 0, -1) == ["2", "3"]
         assert redis_client.zrange(EXPIRING, 0, -1) == ["5"]
-        assert store.run(store.prune_schedules(NOW)) == 0
+        assert store.run(store.plans.prune_schedules(NOW)) == 0
 
     @on_one_redis
     @override_settings(PRESENCE={"KEY_PREFIX": "site1", "BUCKETS": 10})
     def test_schedule_keys_share_one_hash_tag(self) -> None:
         store = get_store()
-        assert store.schedules() == [("site1:{live}:due", "site1:{live}:expiring")]
-        assert store.conns_key(store.bucket_of(42)) == "site1:{2}:conns"
+        assert store.keys.schedules() == [("site1:{live}:due", "site1:{live}:expiring")]
+        assert store.keys.conns_key(store.keys.bucket_of(42)) == "site1:{2}:conns"
 
 
 def _load_scripts(store: PresenceStore) -> None:
@@ -478,10 +484,10 @@ class TestMerge:
     def test_one_round_trip_each_plan_parsing_its_own_replies(self, store: PresenceStore) -> None:
         _load_scripts(store)
         plans: list[Plan[Any]] = [
-            store.touch(5, Device.WEB, NOW),
-            store.connection(6, "beat", NOW, "c1", device=Device.MOBILE),
-            store.read([5, 6, 7]),
-            store.claim_due(NOW - 1000, 10),
+            store.plans.touch(5, Device.WEB, NOW),
+            store.plans.connection(6, "beat", NOW, "c1", device=Device.MOBILE),
+            store.plans.read([5, 6, 7]),
+            store.plans.claim_due(NOW - 1000, 10),
         ]
         merged = merge(plans)
         assert merged.commands == [command for plan in plans for command in plan.commands]
@@ -510,7 +516,9 @@ class TestMerge:
             conn(store, "beat", NOW, user_id=user_id)
         with count_round_trips() as trips:
             results = store.run(
-                merge([store.connection(uid, "expire", NOW + TTL + 1) for uid in range(1, 21)])
+                merge(
+                    [store.plans.connection(uid, "expire", NOW + TTL + 1) for uid in range(1, 21)]
+                )
             )
         assert trips.count == 1
         assert [(t.user_id, t.after.signed_off, t.connections) for t in results] == [
@@ -520,22 +528,26 @@ class TestMerge:
     def test_nothing_to_merge(self, store: PresenceStore) -> None:
         with count_round_trips() as trips:
             assert store.run(merge([])) == []
-            assert store.run(merge([store.schedule({}), store.read([])])) == [True, {}]
+            assert store.run(merge([store.plans.schedule({}), store.plans.read([])])) == [True, {}]
         assert trips.count == 0
 
     def test_fallbacks(self, store: PresenceStore) -> None:
         lenient = merge(
-            [store.touch(5, Device.WEB, NOW), store.claim_due(NOW, 1), store.schedule({5: NOW})]
+            [
+                store.plans.touch(5, Device.WEB, NOW),
+                store.plans.claim_due(NOW, 1),
+                store.plans.schedule({5: NOW}),
+            ]
         )
         assert lenient.fallback == [None, ([], []), False]
-        strict = merge([store.read([5]), store.prune_schedules(NOW)])
+        strict = merge([store.plans.read([5]), store.plans.prune_schedules(NOW)])
         assert strict.fallback is RAISE
 
     def test_outage(self, down_store: PresenceStore) -> None:
-        lenient = [down_store.connection(5, "beat", NOW), down_store.claim_due(NOW, 1)]
+        lenient = [down_store.plans.connection(5, "beat", NOW), down_store.plans.claim_due(NOW, 1)]
         assert down_store.run(merge(lenient)) == [None, ([], [])]
         with pytest.raises(StoreUnavailable):
-            down_store.run(merge([*lenient, down_store.prune_schedules(NOW)]))
+            down_store.run(merge([*lenient, down_store.plans.prune_schedules(NOW)]))
 
 
 class TestTransition:
@@ -562,21 +574,21 @@ class TestTransition:
 
 class TestLiveOutage:
     def test_new_plans_fall_back(self, down_store: PresenceStore) -> None:
-        assert down_store.run(down_store.connection(5, "beat", NOW, "c1")) is None
-        assert down_store.run(down_store.connection(5, "close", NOW, "c1")) is None
-        assert down_store.run(down_store.connection(5, "expire", NOW)) is None
-        assert down_store.run(down_store.claim_due(NOW, 10)) == ([], [])
-        assert down_store.run(down_store.schedule({5: NOW})) is False
-        assert down_store.run(down_store.schedule_expiry(5, NOW)) is False
-        assert down_store.run(down_store.schedule_expiry(5, None)) is False
+        assert down_store.run(down_store.plans.connection(5, "beat", NOW, "c1")) is None
+        assert down_store.run(down_store.plans.connection(5, "close", NOW, "c1")) is None
+        assert down_store.run(down_store.plans.connection(5, "expire", NOW)) is None
+        assert down_store.run(down_store.plans.claim_due(NOW, 10)) == ([], [])
+        assert down_store.run(down_store.plans.schedule({5: NOW})) is False
+        assert down_store.run(down_store.plans.schedule_expiry(5, NOW)) is False
+        assert down_store.run(down_store.plans.schedule_expiry(5, None)) is False
         with pytest.raises(StoreUnavailable):
-            down_store.run(down_store.prune_schedules(NOW))
+            down_store.run(down_store.plans.prune_schedules(NOW))
 
     async def test_async_faces_fall_back(self, down_store: PresenceStore) -> None:
-        assert await down_store.arun(down_store.connection(5, "beat", NOW, "c1")) is None
-        assert await down_store.arun(down_store.claim_due(NOW, 10)) == ([], [])
+        assert await down_store.arun(down_store.plans.connection(5, "beat", NOW, "c1")) is None
+        assert await down_store.arun(down_store.plans.claim_due(NOW, 10)) == ([], [])
         with pytest.raises(StoreUnavailable):
-            await down_store.arun(down_store.prune_schedules(NOW))
+            await down_store.arun(down_store.plans.prune_schedules(NOW))
 
 
 class TestAsyncConnection:
@@ -584,8 +596,8 @@ class TestAsyncConnection:
         self, store: PresenceStore, redis_client: redis.Redis
     ) -> None:
         try:
-            first = await store.arun(store.connection(5, "beat", NOW, "c1"))
-            closed = await store.arun(store.connection(5, "close", NOW + 3, "c1"))
+            first = await store.arun(store.plans.connection(5, "beat", NOW, "c1"))
+            closed = await store.arun(store.plans.connection(5, "close", NOW + 3, "c1"))
         finally:
             await store.aclose()
         assert first == Transition(
@@ -602,7 +614,7 @@ class TestAsyncConnection:
 
 
 def test_a_heartbeat_keeps_the_devices_of_recent_page_requests(store: PresenceStore) -> None:
-    store.run(store.touch(5, Device.MOBILE, NOW))  # the phone loads a page
+    store.run(store.plans.touch(5, Device.MOBILE, NOW))  # the phone loads a page
     transition = conn(store, "beat", NOW + 1, "c1", Device.WEB)  # a browser tab connects
     assert transition.after.devices == (Device.WEB, Device.MOBILE)
 
@@ -616,8 +628,8 @@ def test_devices_of_a_request_last_for_exactly_the_online_window(
 ) -> None:
     # domain.live_status: online while now < last activity + ONLINE_WINDOW; at the window's
     # end the user was offline, so a new online stretch starts with the new device only.
-    store.run(store.touch(5, Device.WEB, NOW))
-    store.run(store.touch(5, Device.MOBILE, NOW + after))
+    store.run(store.plans.touch(5, Device.WEB, NOW))
+    store.run(store.plans.touch(5, Device.MOBILE, NOW + after))
     assert live(store, 5) == domain.LiveState(last_active=NOW + after, devices=devices)
 
 
@@ -625,7 +637,7 @@ def test_a_page_view_while_connected_adds_its_device_for_the_online_window(
     store: PresenceStore,
 ) -> None:
     conn(store, "beat", NOW, "c1", Device.WEB)
-    store.run(store.touch(5, Device.MOBILE, NOW + 1))  # the phone loads a page
+    store.run(store.plans.touch(5, Device.MOBILE, NOW + 1))  # the phone loads a page
     assert conn(store, "beat", NOW + 2, "c1", Device.WEB).after.devices == (
         Device.WEB,
         Device.MOBILE,
@@ -640,7 +652,7 @@ def test_a_page_view_while_connected_adds_its_device_for_the_online_window(
 
 def test_page_views_do_not_count_as_connections(store: PresenceStore) -> None:
     conn(store, "beat", NOW, "c1", Device.WEB)
-    store.run(store.touch(5, Device.MOBILE, NOW + 1))
+    store.run(store.plans.touch(5, Device.MOBILE, NOW + 1))
     closed = conn(store, "close", NOW + 2, "c1", Device.WEB)
     # Closing the last connection signs the user off (docs/privacy.md), page views or not.
     assert closed.connections == 0
@@ -690,30 +702,32 @@ def test_a_beat_of_a_user_online_already_settles_the_ledger_in_one_command(
     """A user in the ledger's "online" set is not invisible (SET_INVISIBLE moves them), so a
     heartbeat moves their time there without asking; an invisible user's is settled as ever."""
     visible, hidden = uid(5), uid(6)
-    store.run(store.connection(visible, "open", NOW, "a"))
-    store.run(store.connection(hidden, "open", NOW, "b"))
-    store.run(store.set_invisible(hidden, True))
+    store.run(store.plans.connection(visible, "open", NOW, "a"))
+    store.run(store.plans.connection(hidden, "open", NOW, "b"))
+    store.run(store.plans.set_invisible(hidden, True))
     redis_client.config_resetstat()
-    beat = store.run(store.connection(visible, "beat", NOW + 10, "a"))
+    beat = store.run(store.plans.connection(visible, "beat", NOW + 10, "a"))
     assert "cmdstat_sismember" not in redis_client.info("commandstats")
     assert beat is not None and (beat.made, beat.invisible) == (0, False)
-    beat = store.run(store.connection(hidden, "beat", NOW + 10, "b"))
+    beat = store.run(store.plans.connection(hidden, "beat", NOW + 10, "b"))
     assert beat is not None and (beat.made, beat.invisible) == (0, True)
-    online, hidden_set, _ = store.ledger_keys(store.shard_of(store.bucket_of(visible)))
+    online, hidden_set, _ = store.keys.ledger_keys(
+        store.keys.shard_of(store.keys.bucket_of(visible))
+    )
     until = NOW + 10 + 1 + store.conf.CONNECTION_TTL
     assert redis_client.zscore(online, member(5)) == until
-    _, hidden_set, _ = store.ledger_keys(store.shard_of(store.bucket_of(hidden)))
+    _, hidden_set, _ = store.keys.ledger_keys(store.keys.shard_of(store.keys.bucket_of(hidden)))
     assert redis_client.zscore(hidden_set, member(6)) == until
 
 
 def test_the_scripts_declare_the_prior_set_among_their_keys(store: PresenceStore) -> None:
     """Every key a script touches is in its KEYS (a cluster routes by them; lua/prior.lua)."""
     user = uid(7)
-    prior = store.prior_key(store.bucket_of(user))
+    prior = store.keys.prior_key(store.keys.bucket_of(user))
     for plan in (
-        store.touch(user, Device.WEB, NOW),
-        store.sign_off(user, Device.WEB, NOW),
-        store.connection(user, "beat", NOW, "c"),
-        store.read_recent([user], NOW),
+        store.plans.touch(user, Device.WEB, NOW),
+        store.plans.sign_off(user, Device.WEB, NOW),
+        store.plans.connection(user, "beat", NOW, "c"),
+        store.plans.read_recent([user], NOW),
     ):
         assert prior in plan.commands[0][2]

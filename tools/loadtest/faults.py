@@ -113,7 +113,7 @@ class Faults:
 
         store = get_store()
         try:
-            return store.run(store.describe_connections(user_id))
+            return store.run(store.plans.describe_connections(user_id))
         except Exception as error:
             return repr(error)
 

@@ -417,7 +417,7 @@ class Run:
         beats = self.generators.beats()
         time.sleep(1.0)
         store = get_store()
-        live = store.run(store.read(list(beats))) or {}
+        live = store.run(store.plans.read(list(beats))) or {}
         slack = config.HEARTBEAT_INTERVAL / 2 + 1.5
         lost = [
             user

@@ -17,8 +17,9 @@ By concern:
 - :mod:`~presence.store.plans.guests`: the guest count (COUNT_GUESTS);
 - :mod:`~presence.store.plans.export`: what Redis holds about one user (data requests).
 
-:class:`PlanBuilder` composes them; every name is importable from ``presence.store.plans``
-itself, as it always was.
+:class:`Plans` composes them into one object, the store's ``plans``, over its key scheme:
+``store.run(store.plans.touch(user_id, device, now))`` builds the plan, then runs it. Every name
+is importable from ``presence.store.plans`` itself.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from presence.store.plans.export import ExportPlans, UserRecord
 from presence.store.plans.guests import GuestPlans
 from presence.store.plans.ledger import LedgerPlans
-from presence.store.plans.plan import RAISE, Plan, Raise, merge, script_call
+from presence.store.plans.plan import RAISE, Plan, PlanArea, Raise, merge, script_call
 from presence.store.plans.reads import READ_RECENT_KEYS, ReadPlans
 from presence.store.plans.recording import ConnectionOp, RecordingPlans, Transition
 from presence.store.plans.rooms import MemberEntry, RoomPlans, RoomRead, RoomWrite
@@ -39,7 +40,8 @@ __all__ = [
     "ConnectionOp",
     "MemberEntry",
     "Plan",
-    "PlanBuilder",
+    "PlanArea",
+    "Plans",
     "Raise",
     "Removal",
     "RoomRead",
@@ -52,7 +54,7 @@ __all__ = [
 ]
 
 
-class PlanBuilder(
+class Plans(
     RecordingPlans,
     SchedulePlans,
     ReadPlans,
@@ -62,4 +64,5 @@ class PlanBuilder(
     GuestPlans,
     ExportPlans,
 ):
-    """Every plan of the store, over its key scheme."""
+    """Every plan of the store, over its key scheme: one object, an area's plans written once in
+    the area's module (each area holds only the key scheme, so they compose side by side)."""

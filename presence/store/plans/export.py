@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from presence import domain
-from presence.store.keys import KeyScheme, decode_score
-from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.keys import decode_score
+from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import DESCRIBE_CONNECTIONS
 from presence.users import UserId, encode_id
 
@@ -46,15 +46,15 @@ class UserRecord:
     status_expires: float | None
 
 
-class ExportPlans(KeyScheme):
+class ExportPlans(PlanArea):
     """The plans of a data request, over the key scheme."""
 
     def describe_user(self, user_id: UserId) -> Plan[UserRecord]:
         """Everything of ``user_id``'s own keys and schedule entries, in one round trip (one
         master on a cluster: the user's bucket and schedules share its shard's slot)."""
         member = encode_id(user_id)
-        bucket = self.bucket_of(user_id)
-        online, hidden, invisible = self.user_ledger_keys(user_id)
+        bucket = self.keys.bucket_of(user_id)
+        online, hidden, invisible = self.keys.user_ledger_keys(user_id)
 
         def parse(replies: list[Any]) -> UserRecord:
             seen, prior, connections, due, on, off, flagged, expires = replies
@@ -71,18 +71,18 @@ class ExportPlans(KeyScheme):
 
         return Plan(
             commands=[
-                ("ZSCORE", self.seen_key(bucket), member),
-                ("ZSCORE", self.prior_key(bucket), member),
+                ("ZSCORE", self.keys.seen_key(bucket), member),
+                ("ZSCORE", self.keys.prior_key(bucket), member),
                 script_call(
                     DESCRIBE_CONNECTIONS,
-                    [self.conns_key(bucket), self.expiries_key(bucket)],
+                    [self.keys.conns_key(bucket), self.keys.expiries_key(bucket)],
                     [member, domain.SECOND + self.conf.CONNECTION_TTL],
                 ),
-                ("ZSCORE", self.user_due_key(user_id), member),
+                ("ZSCORE", self.keys.user_due_key(user_id), member),
                 ("ZSCORE", online, member),
                 ("ZSCORE", hidden, member),
                 ("SISMEMBER", invisible, member),
-                ("ZSCORE", self.user_expiring_key(user_id), member),
+                ("ZSCORE", self.keys.user_expiring_key(user_id), member),
             ],
             parse=parse,
             fallback=RAISE,
@@ -93,7 +93,7 @@ class ExportPlans(KeyScheme):
         first join until its last member is swept): one ZRANGE per shard. A room a sweep has
         claimed at this very moment is out of its schedule for the sweep's length."""
         return Plan(
-            commands=[("ZRANGE", key, 0, -1) for key in self.room_schedules()],
+            commands=[("ZRANGE", key, 0, -1) for key in self.keys.room_schedules()],
             parse=lambda replies: sorted({_text(room) for reply in replies for room in reply}),
             fallback=RAISE,
         )

@@ -13,21 +13,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from presence.store.keys import KeyScheme
-from presence.store.plans.plan import Plan
+from presence.store.plans.plan import Plan, PlanArea
 
 
-class GuestPlans(KeyScheme):
+class GuestPlans(PlanArea):
     """The plans of the guest count, over the key scheme."""
 
     def guest_bucket(self, now: float) -> int:
-        return math.floor(now / self.guest_bucket_seconds())
+        return math.floor(now / self.keys.guest_bucket_seconds())
 
     def note_guest(self, digest: str, now: float) -> Plan[bool | None]:
         """Add a visitor (its digest) to the bucket of ``now``: one PFADD and one EXPIRE, one
         round trip. Whether the HyperLogLog changed; None when Redis is unavailable."""
-        key = self.guest_key(self.guest_bucket(now))
-        ttl = self.conf.ONLINE_WINDOW + self.guest_bucket_seconds() + 1
+        key = self.keys.guest_key(self.guest_bucket(now))
+        ttl = self.conf.ONLINE_WINDOW + self.keys.guest_bucket_seconds() + 1
         return Plan(
             commands=[("PFADD", key, digest), ("EXPIRE", key, ttl)],
             parse=lambda replies: bool(int(replies[0])),
@@ -38,7 +37,7 @@ class GuestPlans(KeyScheme):
         """The buckets a count at ``now`` reads: those holding any moment of the last
         ONLINE_WINDOW (the oldest may hold up to a bucket more)."""
         first = self.guest_bucket(now - self.conf.ONLINE_WINDOW)
-        return [self.guest_key(b) for b in range(first, self.guest_bucket(now) + 1)]
+        return [self.keys.guest_key(b) for b in range(first, self.guest_bucket(now) + 1)]
 
     def count_guests(self, now: float) -> Plan[int | None]:
         """Distinct visitors of the last ONLINE_WINDOW: one PFCOUNT of its buckets (missing

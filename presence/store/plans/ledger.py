@@ -12,8 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from presence.store.keys import KeyScheme
-from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import OUTBOX_CLAIM, SET_INVISIBLE
 from presence.users import UserId, encode_id, id_decoder
 
@@ -35,7 +34,7 @@ def parse_entry(entry: Any, decode: Any) -> OutboxEntry:
     return OutboxEntry(decode(uid), int(made), invisible == "1", float(at))
 
 
-class LedgerPlans(KeyScheme):
+class LedgerPlans(PlanArea):
     """The plans that read the online ledger and set who is invisible, over the key scheme."""
 
     def count_online(self, now: float) -> Plan[int | None]:
@@ -51,8 +50,8 @@ class LedgerPlans(KeyScheme):
         return Plan(
             commands=[
                 # "(" : a user turns offline at that very time (domain.live_status)
-                ("ZCOUNT", self.ledger_keys(shard)[0], f"({now!r}", "+inf")
-                for shard in self.shards()
+                ("ZCOUNT", self.keys.ledger_keys(shard)[0], f"({now!r}", "+inf")
+                for shard in self.keys.shards()
             ],
             parse=parse,
             fallback=None,
@@ -64,7 +63,7 @@ class LedgerPlans(KeyScheme):
         made it, or a sweep), who sends its signal. False when Redis fails: a sweep claims it
         after its deadline."""
         return Plan(
-            commands=[("ZREM", self.user_outbox_key(user_id), entry)],
+            commands=[("ZREM", self.keys.user_outbox_key(user_id), entry)],
             parse=lambda replies: int(replies[0]) == 1,
             fallback=False,
         )
@@ -85,8 +84,8 @@ class LedgerPlans(KeyScheme):
 
         return Plan(
             commands=[
-                script_call(OUTBOX_CLAIM, [self.outbox_key(shard)], [int(before), limit])
-                for shard in self.shards()
+                script_call(OUTBOX_CLAIM, [self.keys.outbox_key(shard)], [int(before), limit])
+                for shard in self.keys.shards()
             ],
             parse=parse,
             fallback=[],
@@ -99,7 +98,7 @@ class LedgerPlans(KeyScheme):
             commands=[
                 script_call(
                     SET_INVISIBLE,
-                    self.user_ledger_keys(user_id),
+                    self.keys.user_ledger_keys(user_id),
                     [encode_id(user_id), int(invisible)],
                 )
             ],
@@ -116,7 +115,9 @@ class LedgerPlans(KeyScheme):
             return {decode(member) for reply in replies for member in reply}
 
         return Plan(
-            commands=[("SMEMBERS", self.ledger_keys(shard)[2]) for shard in self.shards()],
+            commands=[
+                ("SMEMBERS", self.keys.ledger_keys(shard)[2]) for shard in self.keys.shards()
+            ],
             parse=parse,
             fallback=RAISE,
         )
@@ -135,7 +136,7 @@ class LedgerPlans(KeyScheme):
     def outbox_size(self) -> Plan[int]:
         """Transitions in the outboxes that nobody claimed yet (tests, inspection)."""
         return Plan(
-            commands=[("ZCARD", self.outbox_key(shard)) for shard in self.shards()],
+            commands=[("ZCARD", self.keys.outbox_key(shard)) for shard in self.keys.shards()],
             parse=lambda replies: sum(int(reply) for reply in replies),
             fallback=RAISE,
         )
@@ -145,8 +146,8 @@ class LedgerPlans(KeyScheme):
         inspection): ``{"online": ..., "hidden": ..., "invisible": ...}``."""
         names = ("online", "hidden", "invisible")
         commands: list[tuple[Any, ...]] = []
-        for shard in self.shards():
-            online, hidden, invisible = self.ledger_keys(shard)
+        for shard in self.keys.shards():
+            online, hidden, invisible = self.keys.ledger_keys(shard)
             commands += [("ZCARD", online), ("ZCARD", hidden), ("SCARD", invisible)]
 
         def parse(replies: list[Any]) -> dict[str, int]:

@@ -1,5 +1,6 @@
 """The plan type: the commands of one store operation, how to read their replies, and what to
-answer when Redis is unavailable; several plans merged into one round trip. No I/O.
+answer when Redis is unavailable; several plans merged into one round trip; and
+:class:`PlanArea`, what each area's plans stand on. No I/O.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from presence.store.keys import KeyScheme
 from presence.store.scripts import Script
 
 T = TypeVar("T")
@@ -69,3 +71,12 @@ def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
 
 def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("SCRIPT", script, tuple(keys), tuple(args))
+
+
+class PlanArea:
+    """The plans of one area (recording, schedules, rooms, ...), over the store's key scheme
+    (``self.keys``) and settings. :class:`~presence.store.plans.Plans` composes the areas."""
+
+    def __init__(self, keys: KeyScheme) -> None:
+        self.keys = keys
+        self.conf = keys.conf

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from presence import domain
-from presence.store.keys import SCORE_FACTOR, KeyScheme, decode_score
-from presence.store.plans.plan import Plan, script_call
+from presence.store.keys import SCORE_FACTOR, decode_score
+from presence.store.plans.plan import Plan, PlanArea, script_call
 from presence.store.scripts import READ_RECENT
 from presence.users import UserId, encode_id, id_decoder, pk_kind
 
@@ -27,7 +27,7 @@ def with_prior(state: domain.LiveState, prior: float | str | None) -> domain.Liv
     return dataclasses.replace(state, prior=float(prior))
 
 
-class ReadPlans(KeyScheme):
+class ReadPlans(PlanArea):
     """The plans that read users' live state, over the key scheme."""
 
     def read(self, user_ids: Iterable[UserId]) -> Plan[dict[UserId, domain.LiveState] | None]:
@@ -36,7 +36,7 @@ class ReadPlans(KeyScheme):
         Falls back to None (unknown) when Redis is unavailable, so callers can tell
         "not online" from "cannot tell".
         """
-        buckets = self.by_bucket(set(user_ids))
+        buckets = self.keys.by_bucket(set(user_ids))
 
         def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:
             states: dict[UserId, domain.LiveState] = {}
@@ -54,11 +54,11 @@ class ReadPlans(KeyScheme):
         # Each bucket's seen set, then its prior set (the same slot), in the same round trip.
         return Plan(
             commands=[
-                ("ZMSCORE", self.seen_key(bucket), *map(encode_id, members))
+                ("ZMSCORE", self.keys.seen_key(bucket), *map(encode_id, members))
                 for bucket, members in buckets
             ]
             + [
-                ("ZMSCORE", self.prior_key(bucket), *map(encode_id, members))
+                ("ZMSCORE", self.keys.prior_key(bucket), *map(encode_id, members))
                 for bucket, members in buckets
             ],
             parse=parse,
@@ -79,13 +79,13 @@ class ReadPlans(KeyScheme):
         Falls back to None (unknown) when Redis is unavailable, as :meth:`read` does.
         """
         low = int(since) * SCORE_FACTOR
-        buckets = self.by_bucket(set(user_ids))
+        buckets = self.keys.by_bucket(set(user_ids))
         batches: list[list[tuple[int, tuple[UserId, ...]]]]
-        if self.clustered:
+        if self.keys.clustered:
             # A script's keys must share one slot: a shard's buckets.
             by_shard: dict[int, list[tuple[int, tuple[UserId, ...]]]] = defaultdict(list)
             for bucket, members in buckets:
-                by_shard[self.shard_of(bucket)].append((bucket, members))
+                by_shard[self.keys.shard_of(bucket)].append((bucket, members))
             batches = list(by_shard.values())
         else:
             batches = [
@@ -107,7 +107,7 @@ class ReadPlans(KeyScheme):
                 args.append(len(members))
                 args += members if as_is else map(encode_id, members)
             ordered = [bucket for bucket, _ in singles + others]
-            keys = [*map(self.seen_key, ordered), *map(self.prior_key, ordered)]
+            keys = [*map(self.keys.seen_key, ordered), *map(self.keys.prior_key, ordered)]
             commands.append(script_call(READ_RECENT, keys, args))
 
         def parse(replies: list[Any]) -> dict[UserId, domain.LiveState] | None:

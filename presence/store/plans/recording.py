@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from presence import domain
-from presence.store.keys import KeyScheme, decode_score
-from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.keys import decode_score
+from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import CONNECTION, DESCRIBE_CONNECTIONS, ERASE, SIGN_OFF, TOUCH
 from presence.users import UserId, encode_id
 
@@ -32,7 +32,7 @@ class Transition:
     #: 1: this write made the user online, -1: offline (settled in the script, so exactly one
     #: write on the whole site says so for each transition: presence.signals), 0: neither
     made: int = field(default=0, compare=False)
-    #: the user chose to be invisible (as the store knows it, see PlanBuilder.set_invisible)
+    #: the user chose to be invisible (as the store knows it, see LedgerPlans.set_invisible)
     invisible: bool = field(default=False, compare=False)
     #: when the transition happened: the write's time, or the moment the user turned offline
     at: float | None = field(default=None, compare=False)
@@ -68,23 +68,25 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class RecordingPlans(KeyScheme):
+class RecordingPlans(PlanArea):
     """The plans that record requests and connections, over the key scheme."""
 
     def touch(self, user_id: UserId, device: domain.Device, now: float) -> Plan[Transition | None]:
         """Record a request. The user is due to turn offline ONLINE_WINDOW later at the latest
         (``LT``: an earlier due time, such as a connection's, is kept)."""
         seconds = int(now)
+        keys = self.keys
+        bucket = keys.bucket_of(user_id)
         return Plan(
             commands=[
                 script_call(
                     TOUCH,
                     [
-                        self.seen_key(self.bucket_of(user_id)),
-                        self.conns_key(self.bucket_of(user_id)),
-                        *self.user_ledger_keys(user_id),
-                        self.user_outbox_key(user_id),
-                        self.prior_key(self.bucket_of(user_id)),
+                        keys.seen_key(bucket),
+                        keys.conns_key(bucket),
+                        *keys.user_ledger_keys(user_id),
+                        keys.user_outbox_key(user_id),
+                        keys.prior_key(bucket),
                     ],
                     [
                         encode_id(user_id),
@@ -97,7 +99,7 @@ class RecordingPlans(KeyScheme):
                 ),
                 (
                     "ZADD",
-                    self.user_due_key(user_id),
+                    keys.user_due_key(user_id),
                     "LT",
                     seconds + self.conf.ONLINE_WINDOW,
                     encode_id(user_id),
@@ -111,15 +113,17 @@ class RecordingPlans(KeyScheme):
         self, user_id: UserId, device: domain.Device, now: float
     ) -> Plan[Transition | None]:
         seconds = int(now)
+        keys = self.keys
+        bucket = keys.bucket_of(user_id)
         return Plan(
             commands=[
                 script_call(
                     SIGN_OFF,
                     [
-                        self.seen_key(self.bucket_of(user_id)),
-                        *self.user_ledger_keys(user_id),
-                        self.user_outbox_key(user_id),
-                        self.prior_key(self.bucket_of(user_id)),
+                        keys.seen_key(bucket),
+                        *keys.user_ledger_keys(user_id),
+                        keys.user_outbox_key(user_id),
+                        keys.prior_key(bucket),
                     ],
                     [
                         encode_id(user_id),
@@ -131,7 +135,7 @@ class RecordingPlans(KeyScheme):
                 ),
                 (
                     "ZADD",
-                    self.user_due_key(user_id),
+                    keys.user_due_key(user_id),
                     seconds + domain.SECOND + self.conf.OFFLINE_GRACE,
                     encode_id(user_id),
                 ),
@@ -158,21 +162,21 @@ class RecordingPlans(KeyScheme):
         TTL, or the grace after the last connection closed); an open's due time is set by the
         script itself once it is accepted, so a refused one leaves no trace at all.
         """
-        bucket = self.bucket_of(user_id)
+        bucket = self.keys.bucket_of(user_id)
         seconds = int(now)
         keys = [
-            self.seen_key(bucket),
-            self.conns_key(bucket),
-            self.expiries_key(bucket),
-            *self.user_ledger_keys(user_id),
-            self.user_outbox_key(user_id),
-            self.prior_key(bucket),
+            self.keys.seen_key(bucket),
+            self.keys.conns_key(bucket),
+            self.keys.expiries_key(bucket),
+            *self.keys.user_ledger_keys(user_id),
+            self.keys.user_outbox_key(user_id),
+            self.keys.prior_key(bucket),
         ]
         due: list[Any] = []
         if op == "open":
             # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[14]):
             # a page view's socket pays one round trip for its opening, not two.
-            keys.append(self.user_due_key(user_id))
+            keys.append(self.keys.user_due_key(user_id))
             due.append(seconds + domain.SECOND + self.conf.CONNECTION_TTL)
         commands: list[tuple[Any, ...]] = [
             script_call(
@@ -189,7 +193,7 @@ class RecordingPlans(KeyScheme):
                     seconds - self.conf.ONLINE_WINDOW,
                     self.conf.MAX_CONNECTIONS_PER_USER,
                     *self._timing(),
-                    self.closes_channel(),
+                    self.keys.closes_channel(),
                     *due,
                 ],
             )
@@ -200,7 +204,7 @@ class RecordingPlans(KeyScheme):
             commands.append(
                 (
                     "ZADD",
-                    self.user_due_key(user_id),
+                    self.keys.user_due_key(user_id),
                     seconds + domain.SECOND + self.conf.OFFLINE_GRACE,
                     encode_id(user_id),
                 )
@@ -216,20 +220,20 @@ class RecordingPlans(KeyScheme):
         their last seen and prior, connections, schedules and place in the ledger. A user the
         ledger had online is made offline by it (``made`` -1, an outbox entry: the signal is
         sent once)."""
-        bucket = self.bucket_of(user_id)
-        online, hidden, invisible = self.user_ledger_keys(user_id)
+        bucket = self.keys.bucket_of(user_id)
+        online, hidden, invisible = self.keys.user_ledger_keys(user_id)
         keys = [
-            self.seen_key(bucket),
-            self.prior_key(bucket),
-            self.conns_key(bucket),
-            self.expiries_key(bucket),
-            self.user_due_key(user_id),
-            self.user_expiring_key(user_id),
-            self.lease_key(self.shard_of(bucket)),
+            self.keys.seen_key(bucket),
+            self.keys.prior_key(bucket),
+            self.keys.conns_key(bucket),
+            self.keys.expiries_key(bucket),
+            self.keys.user_due_key(user_id),
+            self.keys.user_expiring_key(user_id),
+            self.keys.lease_key(self.keys.shard_of(bucket)),
             online,
             hidden,
             invisible,
-            self.user_outbox_key(user_id),
+            self.keys.user_outbox_key(user_id),
         ]
         return Plan(
             commands=[script_call(ERASE, keys, [encode_id(user_id), int(now)])],
@@ -250,7 +254,7 @@ class RecordingPlans(KeyScheme):
     def _connected_due(self, user_id: UserId, seconds: int) -> tuple[Any, ...]:
         return (
             "ZADD",
-            self.user_due_key(user_id),
+            self.keys.user_due_key(user_id),
             seconds + domain.SECOND + self.conf.CONNECTION_TTL,
             encode_id(user_id),
         )
@@ -267,12 +271,12 @@ class RecordingPlans(KeyScheme):
     def describe_connections(self, user_id: UserId) -> Plan[list[str]]:
         """The user's connections as "id:device_bit:idle:connected_at:heartbeat" and the devices
         of their page views while connected as "h<bit>:bit:1:at:at" (inspection and tests)."""
-        bucket = self.bucket_of(user_id)
+        bucket = self.keys.bucket_of(user_id)
         return Plan(
             commands=[
                 script_call(
                     DESCRIBE_CONNECTIONS,
-                    [self.conns_key(bucket), self.expiries_key(bucket)],
+                    [self.keys.conns_key(bucket), self.keys.expiries_key(bucket)],
                     [encode_id(user_id), domain.SECOND + self.conf.CONNECTION_TTL],
                 )
             ],

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from presence import domain
-from presence.store.keys import KeyScheme
-from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import (
     ROOM_CLAIM,
     ROOM_COUNT,
@@ -72,12 +71,12 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
 
-class RoomPlans(KeyScheme):
+class RoomPlans(PlanArea):
     """The plans of rooms, over the key scheme."""
 
     def room_keys(self, room: str) -> list[str]:
         """The room's summary key (its scripts' KEYS[1]; they build the others in its slot)."""
-        return [self.room_key(room, "n")]
+        return [self.keys.room_key(room, "n")]
 
     def _stay_end(self, seconds: int) -> int:
         """A connection heard from now stays until then (its heartbeat's TTL, domain.offline_at)."""
@@ -101,7 +100,7 @@ class RoomPlans(KeyScheme):
         expiry = self._stay_end(seconds)
         return Plan(
             commands=[
-                ("ZADD", self.room_schedule_key(room), "LT", expiry, room),
+                ("ZADD", self.keys.room_schedule_key(room), "LT", expiry, room),
                 script_call(
                     ROOM_JOIN,
                     self.room_keys(room),
@@ -133,7 +132,7 @@ class RoomPlans(KeyScheme):
         grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
         return Plan(
             commands=[
-                ("ZADD", self.room_schedule_key(room), "LT", grace_end, room),
+                ("ZADD", self.keys.room_schedule_key(room), "LT", grace_end, room),
                 script_call(
                     ROOM_LEAVE,
                     self.room_keys(room),
@@ -221,7 +220,8 @@ class RoomPlans(KeyScheme):
 
         return Plan(
             commands=[
-                script_call(ROOM_CLAIM, [key], [int(now), limit]) for key in self.room_schedules()
+                script_call(ROOM_CLAIM, [key], [int(now), limit])
+                for key in self.keys.room_schedules()
             ],
             parse=parse,
             fallback=[],
@@ -233,7 +233,7 @@ class RoomPlans(KeyScheme):
         outlived their schedule entry: a sweeper stopped between claiming and putting back)."""
         by_key: dict[str, list[Any]] = defaultdict(list)
         for room in rooms:
-            by_key[self.room_schedule_key(room)] += [math.floor(at), room]  # due at ``at``
+            by_key[self.keys.room_schedule_key(room)] += [math.floor(at), room]  # due at ``at``
         return Plan(
             commands=[("ZADD", key, "NX", *args) for key, args in by_key.items()],
             parse=lambda replies: True,
@@ -244,7 +244,7 @@ class RoomPlans(KeyScheme):
         """Sweep these rooms again at these times (an earlier time already set is kept)."""
         by_key: dict[str, list[Any]] = defaultdict(list)
         for room, at in due.items():
-            by_key[self.room_schedule_key(room)] += [math.ceil(at), room]
+            by_key[self.keys.room_schedule_key(room)] += [math.ceil(at), room]
         return Plan(
             commands=[("ZADD", key, "LT", *args) for key, args in by_key.items()],
             parse=lambda replies: True,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from presence import domain
-from presence.store.keys import SCORE_FACTOR, KeyScheme, decode_score
-from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.keys import SCORE_FACTOR, decode_score
+from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import REMOVE_IF_UNCHANGED
 from presence.users import UserId, encode_id, id_decoder
 
@@ -49,7 +49,7 @@ class Removal:
     offline: list[tuple[UserId, bool, float]] = field(default_factory=list)
 
 
-class ScanPlans(KeyScheme):
+class ScanPlans(PlanArea):
     """The plans that scan buckets and remove stale entries, over the key scheme."""
 
     def scan_stale(self, buckets: Sequence[int], before: float) -> Plan[list[StaleEntry]]:
@@ -67,7 +67,7 @@ class ScanPlans(KeyScheme):
         return Plan(
             commands=[
                 # "(" makes the bound exclusive.
-                ("ZRANGEBYSCORE", self.seen_key(bucket), "-inf", f"({threshold}", "WITHSCORES")
+                ("ZRANGEBYSCORE", self.keys.seen_key(bucket), "-inf", f"({threshold}", "WITHSCORES")
                 for bucket in buckets
             ],
             parse=parse,
@@ -91,7 +91,7 @@ class ScanPlans(KeyScheme):
 
         commands: list[tuple[Any, ...]] = []
         for bucket in buckets:
-            key = self.seen_key(bucket)
+            key = self.keys.seen_key(bucket)
             commands.append(("ZRANGEBYSCORE", key, low, "+inf", "WITHSCORES"))
             commands.append(("ZRANGEBYSCORE", key, "-inf", -low, "WITHSCORES"))
         return Plan(commands=commands, parse=parse, fallback=RAISE)
@@ -126,10 +126,10 @@ class ScanPlans(KeyScheme):
                 script_call(
                     REMOVE_IF_UNCHANGED,
                     [
-                        self.seen_key(bucket),
-                        self.conns_key(bucket),
-                        self.expiries_key(bucket),
-                        *self.ledger_keys(self.shard_of(bucket))[:2],
+                        self.keys.seen_key(bucket),
+                        self.keys.conns_key(bucket),
+                        self.keys.expiries_key(bucket),
+                        *self.keys.ledger_keys(self.keys.shard_of(bucket))[:2],
                     ],
                     args,
                 )

@@ -8,13 +8,12 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from presence.store.keys import KeyScheme
-from presence.store.plans.plan import RAISE, Plan, script_call
+from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import CLAIM_DUE, RELEASE
 from presence.users import UserId, encode_id, id_decoder
 
 
-class SchedulePlans(KeyScheme):
+class SchedulePlans(PlanArea):
     """The plans that claim, set and prune the schedules, over the key scheme."""
 
     def lease_end(self, now: float) -> float:
@@ -34,7 +33,7 @@ class SchedulePlans(KeyScheme):
         master is skipped. The due users are leased until ``lease_end`` (default
         :meth:`lease_end`): a sweeper gives them back with :meth:`release` once done, and one
         killed before that leaves them to the next sweep after the lease."""
-        schedules = self.schedules()
+        schedules = self.keys.schedules()
         lease = self.lease_end(now) if lease_end is None else lease_end
         per_schedule = limit if len(schedules) == 1 else max(16, -(-limit // len(schedules)))
 
@@ -53,7 +52,7 @@ class SchedulePlans(KeyScheme):
             commands=[
                 script_call(
                     CLAIM_DUE,
-                    [due_key, expiring_key, self.lease_key(shard)],
+                    [due_key, expiring_key, self.keys.lease_key(shard)],
                     [int(now), per_schedule, lease],
                 )
                 for shard, (due_key, expiring_key) in enumerate(schedules)
@@ -71,12 +70,12 @@ class SchedulePlans(KeyScheme):
         one still leased to it is given back. One round trip (one per master on a cluster)."""
         by_shard: dict[int, list[Any]] = defaultdict(list)
         for user_id in user_ids:
-            by_shard[self.shard_of(self.bucket_of(user_id))].append(encode_id(user_id))
+            by_shard[self.keys.shard_of(self.keys.bucket_of(user_id))].append(encode_id(user_id))
         return Plan(
             commands=[
                 *self.schedule(later).commands,
                 *(
-                    script_call(RELEASE, [self.lease_key(shard)], [lease_end, *members])
+                    script_call(RELEASE, [self.keys.lease_key(shard)], [lease_end, *members])
                     for shard, members in by_shard.items()
                 ),
             ],
@@ -89,7 +88,7 @@ class SchedulePlans(KeyScheme):
         by_key: dict[str, list[Any]] = defaultdict(list)
         for user_id, at in due.items():
             # Claims compare whole seconds (due <= int(now)): the ceiling is never early.
-            by_key[self.user_due_key(user_id)] += [math.ceil(at), encode_id(user_id)]
+            by_key[self.keys.user_due_key(user_id)] += [math.ceil(at), encode_id(user_id)]
         return Plan(
             commands=[("ZADD", key, "LT", *args) for key, args in by_key.items()],
             parse=lambda replies: True,
@@ -98,7 +97,7 @@ class SchedulePlans(KeyScheme):
 
     def schedule_expiry(self, user_id: UserId, at: float | None) -> Plan[bool]:
         """Announce the user's custom status clearing at ``at`` (None: it never expires)."""
-        key = self.user_expiring_key(user_id)
+        key = self.keys.user_expiring_key(user_id)
         command: tuple[Any, ...] = (
             ("ZADD", key, int(at) + 1, encode_id(user_id))
             if at is not None
@@ -111,7 +110,7 @@ class SchedulePlans(KeyScheme):
         return Plan(
             commands=[
                 ("ZREMRANGEBYSCORE", key, "-inf", f"({int(before)}")
-                for keys in self.schedules()
+                for keys in self.keys.schedules()
                 for key in keys
             ],
             parse=lambda replies: sum(int(reply) for reply in replies),

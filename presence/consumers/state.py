@@ -1,0 +1,87 @@
+"""What one connection holds between frames (:class:`ConnectionState`), and what the parts of
+its consumer (sending, credentials, frame handlers) may use of it (:class:`Socket`)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from presence import domain
+from presence.consumers.limits import RateLimit
+from presence.domain import UserId
+from presence.hub import Connection, Hub
+
+
+@dataclass(eq=False)
+class Subscriptions:
+    """The users a connection subscribed to, as the hub delivers them."""
+
+    #: the presence last sent for each subscribed user (the hub's Connection protocol)
+    sent: dict[UserId, domain.Presence] = field(default_factory=dict)
+    #: users whose snapshot is being read; a change meanwhile is delivered again after it
+    snapshotting: set[UserId] = field(default_factory=set)
+    #: each subscribed user's id as the client sent it: the keys of the frames it receives
+    spelling: dict[UserId, int | str] = field(default_factory=dict)
+
+    def forget_spellings(self, user_ids: list[UserId]) -> None:
+        for uid in user_ids:
+            if uid not in self.sent:
+                self.spelling.pop(uid, None)
+
+
+@dataclass(eq=False)
+class RoomsHeld:
+    """The rooms a connection is in (presence.consumers.rooms acts on them)."""
+
+    #: each room it is in, with its meta there
+    names: dict[str, str | None] = field(default_factory=dict)
+    #: whether the user was invisible when the rooms were last written (their flag there)
+    invisible: bool = False
+    #: held by whatever reads or writes the rooms' invisible flag or takes a room away (a
+    #: join, a renewal, a recheck, a refusal by the rule): a flag read before a change must
+    #: not be written after the flag that change wrote, nor a refused room renewed after
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(eq=False)
+class ConnectionState:
+    """A connection's state, made by ``connect`` once it accepted an authenticated user."""
+
+    device: domain.Device
+    limits: domain.Limits
+    rate: RateLimit
+    heartbeat_interval: float
+    #: when the credential was last checked (time.time())
+    session_checked: float
+    #: the idle state last reported by the client
+    idle: bool = False
+    #: when this connection's state was last written to Redis (see the heartbeat handler)
+    written_at: float = 0.0
+    #: closed because its user was deleted: its rooms are left at once, without the grace
+    account_deleted: bool = False
+    subscriptions: Subscriptions = field(default_factory=Subscriptions)
+    rooms: RoomsHeld = field(default_factory=RoomsHeld)
+
+
+class Socket(Connection, Protocol):
+    """What the parts of a connection and the frame handlers use of its consumer
+    (:class:`presence.consumers.PresenceConsumer` is the one): the hub's
+    :class:`~presence.hub.Connection`, and more."""
+
+    #: in the hub and recorded in Redis: frames are handled, and closing it has to clean up
+    attached: bool
+    connection_id: str
+    hub: Hub
+    state: ConnectionState
+    #: the ASGI send of the server (channels' consumer sets it)
+    base_send: Any
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None: ...
+
+    async def disconnect(self, code: int) -> None: ...
+
+    async def send_error(self, code: str, message: str, **extra: Any) -> None: ...
+
+    def snapshot_sent(self) -> None:
+        """A snapshot went out: the next socket waiting may open (presence.admission)."""

@@ -4,9 +4,10 @@ clean up.
 
 Every function has an async twin prefixed ``a`` (``touch``/``atouch``, ``get_presence``/
 ``aget_presence``, ...) except :func:`cleanup` (a batch job for ``manage.py presence_cleanup``
-and cron, not for request paths) and :func:`apply_change` (the step ``set_status`` shares with
-the status endpoint and the WebSocket; use ``set_status``/``aset_status``). Targets and viewers
-are users or user ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
+and cron, not for request paths). :func:`apply_change`/:func:`aapply_change` is the step
+``set_status`` shares with the status endpoint and the WebSocket (sites use ``set_status``/
+``aset_status``). Targets and viewers are users or user ids; an anonymous viewer (``None`` or
+``AnonymousUser``) is a stranger.
 
 Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
 twins run it: the sync one in the caller's thread, the async one on its event loop. The
@@ -59,7 +60,7 @@ from presence.api._room_names import display_name, with_names
 from presence.api._room_rules import arecheck_room, recheck_room
 from presence.api._rooms import UnknownRoom, aroom_presence, room_presence
 from presence.api._sharing import ashare_with, aunshare, share_with, unshare
-from presence.api._status import apply_change, aset_status, set_status
+from presence.api._status import aapply_change, apply_change, aset_status, set_status
 from presence.domain import InvalidInput, Presence
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "InvalidInput",
     "Presence",
     "UnknownRoom",
+    "aapply_change",
     "ablock",
     "abulk_presence",
     "aexport_user_data",

@@ -10,7 +10,6 @@ import logging
 import time
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.utils.translation import gettext
 
 from presence import api, domain, lifecycle, ratelimit, relations, stamps, users
@@ -233,7 +232,7 @@ async def set_status_frame(socket: Socket, message: domain.SetStatus) -> None:
 async def set_status(socket: Socket, change: domain.StatusChange) -> None:
     if await over_write_limit(socket):
         return
-    presence = await _apply_change(socket.user, change)
+    presence = await api.aapply_change(socket.user, change)
     await socket.send_json({"type": "status", "presence": presence.as_dict()})
 
 
@@ -247,7 +246,3 @@ async def over_write_limit(socket: Socket) -> bool:
         return False
     await socket.send_error("rate_limited", ratelimit.limited_message(wait), retry_after=wait)
     return True
-
-
-async def _apply_change(user: Any, change: domain.StatusChange) -> domain.Presence:
-    return await sync_to_async(api.apply_change)(user, change)

@@ -27,14 +27,14 @@ demo: install
 
 # The main suite (tests/, by area: core, live, store, feed, sites, load, browser), then each
 # variant on the same Redis, selecting its tests by marker (pyproject.toml; a module's
-# `pytestmark`): the site whose user model logs in by e-mail (tests/settings_email.py,
+# `pytestmark`): the site whose user model logs in by e-mail (tests/settings/email.py,
 # -m email_site: a second settings module needs a second run), the store, API, endpoint,
 # consumer, hub, template tag, cleanup, feed, DRF and fuzz tests again for a site whose user
-# model is keyed by a UUID (tests/settings_uuid.py, -m uuid_site), a Hacker-News-style site
-# wired from the README alone (tests/settings_hn.py, -m hn_site, collecting tests/sites only: it
+# model is keyed by a UUID (tests/settings/uuid.py, -m uuid_site), a Hacker-News-style site
+# wired from the README alone (tests/settings/hn.py, -m hn_site, collecting tests/sites only: it
 # installs no feed), a forum (Spirit's shape: topics, private topics, avatars) wired from the
 # book alone, its topic rooms, privacy page, live count and guests end to end, in Chromium too
-# (tests/settings_forum.py, -m forum_site, tests/sites only), the store, API, middleware,
+# (tests/settings/forum.py, -m forum_site, tests/sites only), the store, API, middleware,
 # consumer, hub and cleanup tests again with presence on a three-master Redis Cluster and the
 # channel layer sharded over two Redis servers (tools/redis_cluster.py, -m cluster), and the hub
 # and consumer tests on channels_redis's pub/sub layer (-m pubsub_layer). Every run collects the
@@ -46,15 +46,32 @@ WITH_CLUSTER := $(PY) -m tools.redis_server --env REDIS_SHARD_URL -- $(PY) -m to
 test: install
 	@$(MAKE) --no-print-directory suite
 
+# The UUID site leaves out the privacy matrices (-m privacy_matrix: a rule's table, case by case):
+# a user model's key changes none of their outcomes, and every read path they take runs on the
+# UUID site in the same files' other tests.
 # REDIS_VARIANTS=no leaves out the cluster and pub/sub variants (they test Redis and the channel
-# layer, not the database): .ci/run's PostgreSQL pass, after the SQLite pass ran them.
+# layer, not the database); SUITE_ARGS goes to every run. DATABASE_PASS=yes is .ci/run's
+# PostgreSQL pass, after the SQLite pass ran everything: what the database can change, without
+# the variants of Redis and the areas whose subject is not the database: the Redis store
+# (tests/store), the servers and processes (tests/load). The pages in Chromium (tests/browser)
+# run on both: the demo's pages read the database.
+# Its UUID run leaves out the fuzzers too (-m fuzz: a fixed seed, the same inputs in every run):
+# junk through the UUID site's ids ran in the SQLite pass, junk into PostgreSQL in its main run.
 REDIS_VARIANTS ?= yes
+SUITE_ARGS ?=
+UUID_TESTS := uuid_site and not privacy_matrix
+ifeq ($(DATABASE_PASS),yes)
+REDIS_VARIANTS := no
+SUITE_ARGS += --ignore=tests/store --ignore=tests/load
+UUID_TESTS += and not fuzz
+endif
 suite:
-	$(WITH_REDIS) sh -c '$(PY) -m pytest --durations=25 $(PYTEST_ARGS) && \
-	  $(VARIANT) --ds=tests.settings_email -m email_site && \
-	  $(VARIANT) --ds=tests.settings_uuid -m uuid_site && \
-	  $(VARIANT) --ds=tests.settings_hn -m hn_site tests/sites && \
-	  $(VARIANT) --ds=tests.settings_forum -m forum_site tests/sites && \
+	$(WITH_REDIS) sh -c '$(PY) -m pytest --durations=25 $(SUITE_ARGS) $(PYTEST_ARGS) && \
+	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.email -m email_site && \
+	  $(VARIANT) --durations=10 $(SUITE_ARGS) --ds=tests.settings.uuid \
+	    -m "$(UUID_TESTS)" && \
+	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.hn -m hn_site tests/sites && \
+	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.forum -m forum_site tests/sites && \
 	  if [ "$(REDIS_VARIANTS)" != no ]; then \
 	    $(WITH_CLUSTER) $(VARIANT) -m cluster && \
 	    PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer; fi'

@@ -257,7 +257,7 @@ async def child(variant: str, count: int, quiet: float = 1.0) -> dict[str, Any]:
             )
         }
         hub = Hub.current()
-        result["watched"] = len(hub.watchers) if hub else 0
+        result["watched"] = len(hub.registry.watchers.members) if hub else 0
         # Every user is connected now: each subscription should show it online.
         views = [status for comm in comms for status in comm.view.values()]  # type: ignore[attr-defined]
         result["subscriptions"] = len(views)
@@ -290,7 +290,7 @@ def run_child(variant: str, count: int, quiet: float) -> dict[str, Any]:
     )
     env = dict(os.environ)
     if variant == PUBSUB:
-        env["PRESENCE_TEST_LAYER"] = "pubsub"  # tests/settings.py: the pub/sub layer
+        env["PRESENCE_TEST_LAYER"] = "pubsub"  # tests/settings/base.py: the pub/sub layer
     done = subprocess.run(
         [sys.executable, "-c", code, variant, str(count), str(quiet)],
         cwd=Path(__file__).resolve().parent.parent,
@@ -316,7 +316,7 @@ async def subscribe_burst(
     # The hub's group_add calls that did not fail may still be under way: let them finish.
     await asyncio.sleep(0.5 if quick else 2)
     hub = Hub.current()
-    watched = len(hub.watchers) if hub else 0
+    watched = len(hub.registry.watchers.members) if hub else 0
     groups = {
         key.decode().rsplit(".", 1)[-1]
         for key in client.scan_iter(match=f"{CHANNEL_PREFIX}:group:*", count=1000)

@@ -714,7 +714,7 @@ async def run_approach(
         f"{time.perf_counter() - started:.1f} s (not measured)"
     )
     hub = Hub.current()
-    if hub is not None and hub.connections:
+    if hub is not None and hub.registry.connections:
         fanout.instrument(hub)
     for subscriber in subscribers:
         subscriber.drain()

@@ -42,6 +42,7 @@ from benchmarks.common import (
     timed,
 )
 from presence import api, relations, resolution
+from presence.api._reading import live_online, live_since, most_recent_online
 from presence.models import Contact
 from presence.store import SCORE_FACTOR
 
@@ -279,14 +280,14 @@ def run(sizes: Sizes, report: Report) -> None:
         at = time.time()
         elapsed, ids = timed(lambda: relations.friend_ids(viewer))
         steps["friend ids"].append(elapsed)
-        elapsed, live = timed(lambda: s.run(s.plans.read_recent(ids, api._live_since(at))))  # noqa: B023
+        elapsed, live = timed(lambda: s.run(s.plans.read_recent(ids, live_since(at))))  # noqa: B023
         steps["Redis read"].append(elapsed)
         elapsed, rows = timed(
-            lambda: relations.load_with_users(viewer, api._live_online(live, at))  # noqa: B023
+            lambda: relations.load_with_users(viewer, live_online(live, at))  # noqa: B023
         )
         steps["privacy facts + user rows"].append(elapsed)
         elapsed, listed = timed(
-            lambda: api._most_recent_online(
+            lambda: most_recent_online(
                 resolution.resolve_each(rows.each_fact(), live, at),  # noqa: B023
                 None,
             )
@@ -301,7 +302,7 @@ def run(sizes: Sizes, report: Report) -> None:
     # seconds * SCORE_FACTOR + flags: seconds > now - window.
     now = int(time.time())
     threshold = (now - window + 1) * SCORE_FACTOR
-    since = api._live_since(now)
+    since = live_since(now)
     literature = raw_client(decode=True)
     literature.ping()
     ours = Approach(

@@ -6,8 +6,9 @@ both sides; the client is another process (``benchmarks.page_views_client``: the
 client over loopback), so that its CPU is not the server's.
 
 - ours: open ``ws/presence/`` with a session cookie, subscribe to the viewer's 50 users (a graph
-  with a privacy mix, contacts, some blocks, half of them online), wait for the snapshot, send
-  one heartbeat, close;
+  with a privacy mix, contacts, some blocks, half of them online) with the stamp of the page
+  rendered a moment before (presence.stamps, as presence.js does with the dots' stamp), wait for
+  the answer (only what changed since), send one heartbeat, close;
 - bare: open ``ws/bare/``, a consumer behind ``AuthMiddlewareStack`` that accepts, reads
   ``scope["user"]``, answers one frame and closes.
 
@@ -16,8 +17,14 @@ at saturation (a fixed number of page views always in flight). Server CPU per pa
 process's utime + stime (``/proc/<pid>/stat``) over the phase / page views done. Page views/s of
 a process is 1 / that (a process saturates one core: the figure does not depend on whether the
 client or the machine's other load held the phase back); the wall rate is shown beside it.
-Finally a few snapshots are checked against ``presence.api.bulk_presence`` for the same viewer
-(the one resolver): privacy and the snapshot as the rest of presence sees them.
+Reconnects, side by side at saturation: ``full`` (no stamp: the full snapshot, as a reconnect
+without resume, or a page of the site's own markup) and ``resume`` (the stamp of the viewer's
+last answer): frames and server CPU per reconnect.
+
+Finally 20 pages are rendered (``bulk_presence`` and the page's stamp, as the tags do), some of
+their users change (a status, privacy, an exception, a block, a contact removed, going online),
+and the socket's answer merged onto each page is checked against ``bulk_presence`` for the same
+viewer (the one resolver): privacy and the snapshot as the rest of presence sees them.
 
 ``BENCH_PAGE_VIEWS_PROFILE=1``: the server runs under cProfile (its event loop's thread) and the
 top functions (``BENCH_PAGE_VIEWS_TOP``, 20) of ours' last saturated phase are printed;
@@ -44,8 +51,8 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.core.cache import cache
 
 from benchmarks.common import Report, Sizes, flush, median, raw_client, say
-from presence import api
-from presence.models import Block, Contact, PrivacySettings
+from presence import api, stamps
+from presence.models import Block, Contact, PrivacyException, PrivacySettings
 from tools.processes import stop_process
 from tools.redis_server import free_port
 
@@ -55,6 +62,8 @@ DAPHNE = Path(sys.executable).parent / "daphne"
 PAGE = 50
 #: sockets open all along (see hold_resident)
 RESIDENT = 20
+#: the sides measured at saturation: page views (bare, ours) and reconnects (full, resume)
+SATURATED = ("bare", "ours", "full", "resume")
 APP = "benchmarks.page_views_asgi:application"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -181,8 +190,10 @@ def run_client(
     rate: float = 0,
     concurrency: int = 1,
     keep: int = 0,
+    stamps: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     spec = {
+        "stamps": stamps or {},
         "url": server.url,
         "origin": f"http://127.0.0.1:{server.port}",
         "mode": mode,
@@ -271,15 +282,52 @@ def describe(side: str, results: list[dict[str, Any]]) -> dict[str, float]:
     return figures
 
 
+def shown(viewer: Any, users: list[int]) -> dict[str, Any]:
+    return {str(uid): p.as_dict() for uid, p in api.bulk_presence(users, viewer).items()}
+
+
+def render_pages(pages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pages as the tags render them: what each shows (bulk_presence) and its stamp; then some
+    of their users change before the sockets open (each a change the viewer may or may not
+    see: the answer must tell exactly what changed for that viewer)."""
+    User = get_user_model()
+    rendered = []
+    for page in pages:
+        viewer = User.objects.get(pk=page["viewer"])
+        since = stamps.mint(viewer.pk, time.time())
+        rendered.append({**page, "since": since, "shown": shown(viewer, page["users"])})
+    for n, page in enumerate(rendered):
+        viewer, target, other = page["viewer"], page["users"][n % 20], page["users"][30 + n % 10]
+        change = n % 7
+        if change == 0:
+            api.set_status(target, "dnd", text="changed after the page")
+        elif change == 1:
+            PrivacySettings.objects.update_or_create(
+                user_id=target, defaults={"online_visibility": "nobody"}
+            )
+        elif change == 2:
+            PrivacyException.objects.create(
+                owner_id=target, viewer_id=viewer, setting="last_seen_visibility", allow=False
+            )
+        elif change == 3:
+            Block.objects.create(blocker_id=target, blocked_id=viewer)
+        elif change == 4:
+            Contact.objects.filter(owner_id=target, contact_id=viewer).delete()
+        elif change == 5:
+            api.touch(other, "mobile")
+    return rendered
+
+
 def check_snapshots(kept: list[dict[str, Any]]) -> tuple[int, int]:
-    """Snapshots the client received against bulk_presence for the same viewer, now."""
+    """Each page the client opened, its answer merged onto what the page showed, against
+    bulk_presence for the same viewer, now."""
     User = get_user_model()
     wrong = 0
     for snapshot in kept:
         viewer = User.objects.get(pk=snapshot["viewer"])
-        ids = [int(uid) for uid in snapshot["presences"]]
-        expected = {str(uid): p.as_dict() for uid, p in api.bulk_presence(ids, viewer).items()}
-        got = snapshot["presences"]
+        expected = shown(viewer, [int(uid) for uid in snapshot["shown"]])
+        left_out = {uid: snapshot["shown"][uid] for uid in snapshot["unchanged"]}
+        got = {**left_out, **snapshot["presences"]}
         if json.loads(json.dumps(expected)) != got:
             if not wrong:
                 differ = sorted(uid for uid in expected.keys() | got.keys())
@@ -354,6 +402,13 @@ def print_py_spy(path: str, top: int = 25) -> None:
             say(f"      {n / total:6.1%}  {frame}")
 
 
+def keep_online(pages: list[dict[str, Any]], online: list[int]) -> None:
+    """The targets online since the build browse on (a page request each, well within
+    ONLINE_WINDOW): still online, no news, so nothing announced or stamped."""
+    for pk in online:
+        api.touch(pk)
+
+
 def run(sizes: Sizes, report: Report) -> None:
     quick = report.quick
     targets, viewers = (300, 30) if quick else (3000, 300)
@@ -370,6 +425,7 @@ def run(sizes: Sizes, report: Report) -> None:
     client.close()
     cache.clear()
     pages = build_site(targets, viewers)
+    online = sorted({uid for page in pages for uid in page["users"]})[::2]
     profile = pyspy = None
     if os.environ.get("BENCH_PAGE_VIEWS_PROFILE") == "py-spy":
         pyspy = tempfile.mktemp(prefix="page-views-", suffix=".txt")
@@ -383,18 +439,26 @@ def run(sizes: Sizes, report: Report) -> None:
         for mode in ("bare", "ours"):  # warm-up, not counted
             phase(server, pages, mode, seconds / 2, concurrency=concurrency)
         fixed: dict[str, list[dict[str, Any]]] = {"bare": [], "ours": []}
-        saturated: dict[str, list[dict[str, Any]]] = {"bare": [], "ours": []}
+        saturated: dict[str, list[dict[str, Any]]] = {m: [] for m in SATURATED}
         for n in range(rounds):
+            keep_online(pages, online)
             order = ("bare", "ours") if n % 2 == 0 else ("ours", "bare")
             for mode in order:
                 fixed[mode].append(phase(server, pages, mode, seconds, rate=rate))
-            for mode in order:
+            # Reconnects last: a resumed one uses the stamps of the full phase just before it.
+            sides = (*order, "full", "resume")
+            last_stamps: dict[str, str] = {}
+            for mode in sides:
                 if profile and mode == "ours":
                     server.dump_profile()  # starts a fresh profile for this phase
                 recorder = None
                 if pyspy and mode == "ours":
                     recorder = record_with_py_spy(server, pyspy, seconds)
-                saturated[mode].append(phase(server, pages, mode, seconds, concurrency=concurrency))
+                result = phase(
+                    server, pages, mode, seconds, concurrency=concurrency, stamps=last_stamps
+                )
+                saturated[mode].append(result)
+                last_stamps = result["stamps"]
                 if recorder is not None:
                     recorder.wait()
                 if profile and mode == "ours":
@@ -402,8 +466,11 @@ def run(sizes: Sizes, report: Report) -> None:
         say(f"  offered {rate}/s:")
         fixed_figures = {mode: describe(mode, fixed[mode]) for mode in ("bare", "ours")}
         say(f"  saturation ({concurrency} page views in flight):")
-        sat = {mode: describe(mode, saturated[mode]) for mode in ("bare", "ours")}
-        kept = run_client(server, pages, "ours", 1.0 if quick else 3.0, keep=20)["kept"]
+        sat = {mode: describe(mode, saturated[mode]) for mode in SATURATED}
+        rendered = render_pages(pages[:20])
+        kept = run_client(server, rendered, "given", 30.0, keep=20)["kept"]
+        for view in kept:
+            view["shown"] = next(p["shown"] for p in rendered if p["viewer"] == view["viewer"])
     finally:
         if resident is not None:
             stop_process(resident, timeout=5)
@@ -443,5 +510,29 @@ def run(sizes: Sizes, report: Report) -> None:
         f"{wrong} of {checked}",
         "0",
         None if quick else wrong == 0,
+    )
+
+    def per_view(mode: str, key: str) -> float:
+        return sum(r[key] for r in saturated[mode]) / max(1, sat[mode]["done"])
+
+    say(
+        f"  reconnects: full snapshot {sat['full']['cpu_ms']:.2f} ms CPU, "
+        f"{per_view('full', 'frames'):.2f} frames ({per_view('full', 'bytes'):.0f} bytes) each; "
+        f"resumed {sat['resume']['cpu_ms']:.2f} ms CPU, {per_view('resume', 'frames'):.2f} "
+        f"frames ({per_view('resume', 'bytes'):.0f} bytes) each (bare "
+        f"{sat['bare']['cpu_ms']:.2f} ms); unstamped page views/s per core ratio "
+        f"{sat['full']['per_core'] / bare if bare else 0.0:.2f}"
+    )
+    report.add(
+        NAME,
+        "server CPU per reconnect, resumed / full snapshot",
+        f"{sat['resume']['cpu_ms']:.2f} / {sat['full']['cpu_ms']:.2f} ms",
+    )
+    report.add(
+        NAME,
+        "page views/s per server core at an offered rate, ours / bare",
+        f"{fixed_ratio:.2f}",
+        "≥ 0.7",
+        None if quick else fixed_ratio >= 0.7,
     )
     say(f"page_views: ours {ours:.0f}/s, bare {bare:.0f}/s, ratio {ratio:.2f}")

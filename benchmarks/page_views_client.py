@@ -3,13 +3,18 @@ so that its CPU is not the server's): real sockets over loopback with the ``webs
 
 ``python -m benchmarks.page_views_client SPEC.json`` reads what to do from the file and prints one
 JSON line of results. A page view of ``ours`` opens ``ws/presence/`` with a viewer's session
-cookie, subscribes to the viewer's page of users, waits for the whole snapshot, sends one
-heartbeat and closes; one of ``bare`` opens the bare consumer's route with the same cookie and
-waits for its one frame (the server then closes). ``rate`` > 0 offers page views at that rate
-(open loop, at most ``in_flight`` at once); 0 keeps ``concurrency`` page views going (closed
-loop: saturation). ``keep`` snapshots are returned whole (the parent checks them). Mode
-``hold`` opens ``resident`` sockets (tabs left open) and keeps them, heartbeating, until it is
-stopped.
+cookie, subscribes to the viewer's page of users with the stamp of a page rendered a moment
+before (as presence.js does with the dots' ``data-presence-since``: minted here, as the tags
+would), waits for the answer, sends one heartbeat and closes; ``full`` subscribes with no stamp
+(``"since": null``: a reconnect with nothing to resume from, or a page of the site's own markup:
+the full snapshot); ``resume`` with the stamp of the viewer's last answer (a reconnect,
+presence.js's resume; the spec's ``stamps`` to start with); ``given`` with the page's
+own ``since``, each page once, in turn (the parent's check). One of ``bare`` opens the bare
+consumer's route with the same cookie and waits for its one frame (the server then closes).
+``rate`` > 0 offers page views at that rate (open loop, at most ``in_flight`` at once); 0 keeps
+``concurrency`` page views going (closed loop: saturation). ``keep`` answers are returned whole
+(the parent checks them). Mode ``hold`` opens ``resident`` sockets (tabs left open) and keeps
+them, heartbeating, until it is stopped.
 """
 
 from __future__ import annotations
@@ -36,16 +41,28 @@ class Run:
         self.kept: list[dict[str, Any]] = []
         self.in_flight = 0
         self.turned_away = 0
+        #: frames received by ``ours`` page views
+        self.frames = 0
+        #: bytes of the frames received by ``ours`` page views
+        self.bytes = 0
+        #: viewer -> the stamp of its last answer (``resume`` starts from the spec's ``stamps``:
+        #: the answers of a ``full`` phase, as a page's last connection had them)
+        self.resume: dict[str, str] = dict(spec.get("stamps") or {})
+        if spec["mode"] == "resume" and self.resume:
+            # The viewers whose last connection answered: each reconnect resumes.
+            self.pages = [page for page in self.pages if str(page["viewer"]) in self.resume]
 
-    async def page_view(self) -> None:
-        page = random.choice(self.pages)
+    async def page_view(self, page: dict[str, Any] | None = None) -> None:
+        page = page or random.choice(self.pages)
         started = time.perf_counter()
         self.in_flight += 1
         try:
-            if self.spec["mode"] == "ours":
-                snapshot = await self._ours(page)
+            if self.spec["mode"] != "bare":
+                snapshot, unchanged = await self._ours(page)
                 if len(self.kept) < self.spec.get("keep", 0):
-                    self.kept.append({"viewer": page["viewer"], "presences": snapshot})
+                    self.kept.append(
+                        {"viewer": page["viewer"], "presences": snapshot, "unchanged": unchanged}
+                    )
             else:
                 await self._bare(page)
         except Exception as exc:  # counted and shown: a failed page view is no page view
@@ -57,22 +74,42 @@ class Run:
         finally:
             self.in_flight -= 1
 
-    async def _ours(self, page: dict[str, Any]) -> dict[str, Any]:
+    def _subscribe(self, page: dict[str, Any]) -> dict[str, Any]:
+        mode = self.spec["mode"]
+        frame: dict[str, Any] = {"type": "subscribe", "users": page["users"]}
+        if mode == "ours":
+            frame["since"] = _mint(page["viewer"], time.time())
+        elif mode == "resume":
+            frame["since"] = self.resume.get(str(page["viewer"]))
+        elif mode == "full":
+            frame["since"] = None  # nothing to resume from; the answer brings a stamp
+        elif mode == "given":
+            frame["since"] = page["since"]
+        return frame
+
+    async def _ours(self, page: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         headers = {"Cookie": page["cookie"], "Origin": self.spec["origin"]}
         async with connect(self.spec["url"] + "ws/presence/", additional_headers=headers) as ws:
-            await ws.send(json.dumps({"type": "subscribe", "users": page["users"]}))
+            await ws.send(json.dumps(self._subscribe(page)))
             expected = set(map(str, page["users"]))
             presences: dict[str, Any] = {}
-            while not expected <= presences.keys():
-                frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            unchanged: list[str] = []
+            while not expected <= presences.keys() | set(unchanged):
+                text = await asyncio.wait_for(ws.recv(), 30)
+                frame = json.loads(text)
+                self.frames += 1
+                self.bytes += len(text)
                 if frame["type"] == "presence_state":
                     presences.update(frame["presences"])
+                    unchanged += map(str, frame.get("unchanged", ()))
+                    if "stamp" in frame:
+                        self.resume[str(page["viewer"])] = frame["stamp"]
                 elif frame["type"] == "error" and frame.get("code") == "unknown_users":
                     expected -= set(map(str, frame["users"]))
                 elif frame["type"] == "error":
                     raise RuntimeError(frame["code"])
             await ws.send(HEARTBEAT)
-            return presences
+            return presences, unchanged
 
     async def _bare(self, page: dict[str, Any]) -> None:
         headers = {"Cookie": page["cookie"], "Origin": self.spec["origin"]}
@@ -126,7 +163,10 @@ class Run:
     async def run(self) -> dict[str, Any]:
         started = time.perf_counter()
         until = started + self.spec["seconds"]
-        if self.spec["rate"] > 0:
+        if self.spec["mode"] == "given":
+            for page in self.pages:
+                await self.page_view(page)
+        elif self.spec["rate"] > 0:
             await self.open_loop(until)
         else:
             await self.closed_loop(until)
@@ -144,12 +184,30 @@ class Run:
             "p50": pct(0.5),
             "p99": pct(0.99),
             "kept": self.kept,
+            "frames": self.frames,
+            "bytes": self.bytes,
+            "stamps": self.resume,
         }
+
+
+def _mint(viewer: int, at: float) -> str:
+    """The stamp the page's tags would carry (presence.stamps), for ``ours``."""
+    from presence import stamps
+
+    return stamps.mint(viewer, at)
 
 
 def main(path: str) -> None:
     with open(path) as spec_file:
         spec = json.load(spec_file)
+    if spec["mode"] == "ours":
+        # The stamps are signed with the site's secret and settings: the server's own.
+        import os
+
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.page_views_settings")
+        django.setup()
     if spec["mode"] == "hold":
         asyncio.run(Run(spec).hold())
         return

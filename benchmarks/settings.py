@@ -12,8 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
-from tests.settings import *  # noqa: F403
-from tests.settings import TEMPLATES
+from tests.settings.base import *  # noqa: F403
+from tests.settings.base import TEMPLATES
 
 _DB_DIR = Path(os.environ.get("BENCH_DB_DIR") or tempfile.gettempdir())
 

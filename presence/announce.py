@@ -5,6 +5,10 @@ Anything that changes what others may see (the API, the edge receivers, installe
 it through the channel layer. Messages carry no presence, only "user X changed" (the hub resolves
 it per viewer), "session S of user X ended" (a digest, never the key) or a topic payload.
 
+Each announcement has an async face, sent from the caller's event loop, and a sync one for sync
+code (views, the admin, receivers), which :mod:`presence.layer` sends: from the event loop whose
+database call made it, or else on the process's announcer loop.
+
 Without a channel layer, announcements reach only the hub of the announcing event loop, through
 the sink that hub registers (:func:`set_local_sink`); this module never imports the hub.
 """
@@ -14,27 +18,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
-import hashlib
 import logging
-import os
-import re
-import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from channels.layers import get_channel_layer
 
 from presence import metrics, sessions
-from presence.conf import get_settings
+from presence.conf import get_settings, stamps_kept
 from presence.domain import UserId
-from presence.gathering import Gathering
+from presence.layer import (
+    account_group_name,
+    group_name,
+    holding,
+    layer_slot,
+    room_group_name,
+    rooms_group_name,
+    run_from_sync,
+    topic_group_name,
+    with_members,
+)
 from presence.sessions import session_digest
 from presence.signals import presence_changed
 from presence.store import get_store
-from presence.users import encode_id, group_key
+from presence.users import encode_id
 
 logger = logging.getLogger("presence")
 
@@ -75,27 +84,11 @@ def _deliver_locally(message: dict[str, Any]) -> None:
 
 #: group_send calls in flight at once for one announcement
 _SENDS_AT_ONCE = 16
-#: channel-layer calls in flight at once on one event loop, all callers together: channels_redis
-#: draws each call's connection from a pool that raises "Too many connections" past 100
-#: (redis-py's default), which would lose the call; past this many, a call waits its turn
-LAYER_CALLS_AT_ONCE = 64
 #: a change that could not be announced (the layer's Redis down) is announced again after
 #: RETRY_INTERVAL, doubling, this many times: views catch up once the layer is back
 ANNOUNCE_RETRIES = 5
 
-_layer_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
 _retrying: set[asyncio.Task[None]] = set()
-
-
-def layer_slot() -> asyncio.Semaphore:
-    """The running event loop's limit on channel-layer calls in flight (``async with``)."""
-    loop = asyncio.get_running_loop()
-    slots = _layer_slots.get(loop)
-    if slots is None:
-        slots = _layer_slots[loop] = asyncio.Semaphore(LAYER_CALLS_AT_ONCE)
-    return slots
 
 
 #: channel-layer calls of this process that failed so far (hubs resync after failures stop)
@@ -117,21 +110,6 @@ def note_layer_failure() -> None:
     global layer_failures
     layer_failures += 1
     metrics.LAYER_FAILURES.inc()
-
-
-def _group_prefix() -> str:
-    return _safe_prefix(get_settings().KEY_PREFIX)
-
-
-@functools.lru_cache(maxsize=8)
-def _safe_prefix(key_prefix: str) -> str:
-    # Channel-layer group names allow only these characters. Memoized: every watch, unwatch
-    # and announcement names groups, and a regex substitution each was 2 % of a page view.
-    return re.sub(r"[^a-zA-Z0-9\-_.]", "-", key_prefix)[:40]
-
-
-def group_name(user_id: UserId) -> str:
-    return f"{_group_prefix()}.user.{group_key(user_id)}"
 
 
 # --- announcing changes -----------------------------------------------------------------------
@@ -168,6 +146,9 @@ async def aannounce(user_ids: Iterable[UserId], at: float | None = None) -> None
     if at is None:
         at = _change_started.get()
     stamp = time.time() if at is None else min(at, time.time())
+    # Stamped before anyone is told: a socket that opens meanwhile either finds the stamp or
+    # is watching already when the announcement comes (presence.stamps).
+    await astamp_changes(ids)
     layer = get_channel_layer()
     if layer is None:
         _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids], "at": stamp})
@@ -177,6 +158,41 @@ async def aannounce(user_ids: Iterable[UserId], at: float | None = None) -> None
         task = asyncio.ensure_future(_announce_later(layer, failed))
         _retrying.add(task)
         task.add_done_callback(_retrying.discard)
+
+
+async def astamp_changes(user_ids: list[UserId]) -> None:
+    """Record in Redis that these users' visible presence changed now (change stamps: a page
+    or a reconnecting client that shows what it resolved before is sent them; presence.stamps).
+    The time is taken now, after the change was made, not when it started: a page resolved
+    while it was under way may not show it. Never raises: a write that failed is tried again
+    after RETRY_INTERVAL (doubling, ANNOUNCE_RETRIES times), stamped at that later time."""
+    conf = get_settings()
+    store = get_store()
+    if await store.arun(
+        store.plans.stamp_changes(user_ids, time.time(), stamps_kept(conf)), live=True
+    ):
+        return
+    task = asyncio.ensure_future(_stamp_later(store, user_ids))
+    _retrying.add(task)
+    task.add_done_callback(_retrying.discard)
+
+
+async def _stamp_later(store: Any, user_ids: list[UserId]) -> None:
+    delay = get_settings().RETRY_INTERVAL
+    for _ in range(ANNOUNCE_RETRIES):
+        await asyncio.sleep(delay)
+        if get_store() is not store:
+            return  # another configuration of presence's Redis: its stamps are not these
+        plan = store.plans.stamp_changes(user_ids, time.time(), stamps_kept(get_settings()))
+        if await store.arun(plan, live=True):
+            return
+        delay *= 2
+    logger.warning(
+        "Presence: gave up stamping a change of %d users %s; pages rendered before it may "
+        "show them as they were until their next change.",
+        len(user_ids),
+        user_ids[:20],
+    )
 
 
 async def _announce_later(layer: Any, ids: list[UserId]) -> None:
@@ -195,76 +211,14 @@ async def _announce_later(layer: Any, ids: list[UserId]) -> None:
     )
 
 
-class _GroupSizes(Gathering[list[str], set[str]]):
-    """Which groups of channels_redis's core layer have members, asked for by the
-    announcements of one event loop's moment together: one pipeline of ZCARDs per layer server.
-
-    channels_redis's group_send costs two round trips before it finds a group empty (expire the
-    stale members, read the rest), and most announced users are watched nowhere at that moment
-    (a page view's socket announces its user coming online; the sweep, the same user offline
-    after the grace): on a site of pages those empty sends were most of a page view's Redis
-    round trips. A group with members (stale ones included) gets the layer's own group_send.
-    Whatever fails (channels_redis's internals included) answers every waiting announcement
-    with the error, and they then send as before."""
-
-    def __init__(self, layer: Any) -> None:
-        super().__init__(self._occupied)
-        self.layer = layer
-
-    async def _occupied(self, asked: list[list[str]]) -> list[set[str]]:
-        layer = self.layer
-        by_server: dict[int, list[str]] = {}
-        for groups in asked:
-            for group in groups:
-                by_server.setdefault(layer.consistent_hash(group), []).append(group)
-        occupied: set[str] = set()
-        for index, groups in by_server.items():
-            async with layer_slot(), layer.connection(index).pipeline(False) as pipe:
-                for group in groups:
-                    pipe.zcard(layer._group_key(group))
-                sizes = await pipe.execute()
-            occupied.update(g for g, size in zip(groups, sizes, strict=True) if size)
-        return [occupied] * len(asked)
-
-
-_group_sizes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GroupSizes] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _counts_members(layer: Any) -> bool:
-    """Whether ``layer`` is channels_redis's core layer, whose groups are sorted sets that a
-    ZCARD can size (the pub/sub layer keeps none: each send is one PUBLISH anyway)."""
-    try:
-        from channels_redis.core import RedisChannelLayer
-    except ImportError:  # pragma: no cover - channels_redis is a dependency
-        return False
-    return isinstance(layer, RedisChannelLayer)
-
-
-async def _watched(layer: Any, ids: list[UserId]) -> list[UserId]:
-    """The users among ``ids`` whose group has a member somewhere (all of them when the layer
-    cannot say, or failed to: their sends then fail, and are retried, as before)."""
-    if not _counts_members(layer):
-        return ids
-    loop = asyncio.get_running_loop()
-    sizes = _group_sizes.get(loop)
-    if sizes is None or sizes.layer is not layer:
-        sizes = _group_sizes[loop] = _GroupSizes(layer)
-    names = {user_id: group_name(user_id) for user_id in ids}
-    try:
-        occupied = await sizes.ask(list(names.values()))
-    except Exception:
-        return ids
-    return [user_id for user_id, name in names.items() if name in occupied]
-
-
 async def _send_changes(
     layer: Any, ids: list[UserId], at: float, again: bool = False
 ) -> list[UserId]:
     """Send "changed" to each user's group; the users whose send failed."""
     # Groups nobody is in are not sent to (most of an announcement's round trips otherwise).
-    ids = await _watched(layer, ids)
+    names = {user_id: group_name(user_id) for user_id in ids}
+    occupied = await with_members(layer, list(names.values()))
+    ids = [user_id for user_id, name in names.items() if name in occupied]
     # Each user's group on its own: with the layer sharded over several servers, a server down
     # fails only the groups it holds, and the others are still told.
     failed: list[UserId] = []
@@ -301,44 +255,6 @@ async def _send_changes(
     return failed
 
 
-class _AnnouncerLoop:
-    """One event loop thread per process for announcements from sync code.
-
-    ``async_to_sync`` would start a new event loop per call, and with it a new connection to
-    the channel layer's Redis (connect, HELLO, CLIENT SETINFO) for one small message.
-    """
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            # A forked worker (gunicorn --preload) inherits the loop but not its thread.
-            if self._loop is None or self._loop.is_closed() or self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=self._loop.run_forever, name="presence-announcer", daemon=True
-                ).start()
-            return self._loop
-
-
-_announcer = _AnnouncerLoop()
-
-
-def run_from_sync(coroutine: Coroutine[Any, Any, None], what: str) -> None:
-    """Run an announcement on the announcer loop and wait until it is sent (at most a few
-    socket timeouts), so the sync caller's next step observes it."""
-    future = asyncio.run_coroutine_threadsafe(coroutine, _announcer.loop())
-    try:
-        future.result(timeout=get_settings().SOCKET_TIMEOUT * 4)
-    except Exception as error:
-        future.cancel()
-        logger.warning("Presence: announcing %s timed out (%s).", what, error)
-
-
 def announce(user_ids: Iterable[UserId]) -> None:
     """:func:`aannounce` for sync code (views, signal receivers)."""
     # The coroutine runs on the announcer's loop, outside this context: the start is passed.
@@ -354,29 +270,46 @@ _own_change: contextvars.ContextVar[tuple[UserId, str] | None] = contextvars.Con
 def changed(user_ids: Iterable[UserId], reason: str, sender: Any = None) -> None:
     """A change presence made to what others may see of ``user_ids`` (a status, privacy,
     contacts, blocks; called after its commit): announced to the live processes, then
-    :data:`presence.signals.presence_changed` sent for each user, the hook for sites."""
+    :data:`presence.signals.presence_changed` sent for each user, the hook for sites. Made in a
+    database call of an event loop's operation (presence.layer), it is that loop's
+    :func:`achanged`."""
     ids = list(user_ids)
+    if holding():
+        run_from_sync(achanged(ids, reason, sender), "a change")
+        return
     announce(ids)
     if get_settings().ROOMS:
         run_from_sync(aannounce_room_members_changed(ids), "a change to rooms")
     for user_id in ids:
-        token = _own_change.set((user_id, reason))
-        try:
+        with _own(user_id, reason):
             presence_changed.send(sender=sender, user_id=user_id, reason=reason)
-        finally:
-            _own_change.reset(token)
+
+
+async def achanged(user_ids: Iterable[UserId], reason: str, sender: Any = None) -> None:
+    """:func:`changed` on an event loop: announced from it, then ``presence_changed`` sent (its
+    sync receivers in the database's thread, as ``Signal.asend`` runs them)."""
+    ids = list(user_ids)
+    await aannounce(ids)
+    if get_settings().ROOMS:
+        await aannounce_room_members_changed(ids)
+    for user_id in ids:
+        with _own(user_id, reason):
+            await presence_changed.asend(sender=sender, user_id=user_id, reason=reason)
+
+
+@contextlib.contextmanager
+def _own(user_id: UserId, reason: str) -> Iterator[None]:
+    token = _own_change.set((user_id, reason))
+    try:
+        yield
+    finally:
+        _own_change.reset(token)
 
 
 def announced_already(user_id: UserId, reason: str) -> bool:
     """Whether this ``presence_changed`` is presence's own, sent by :func:`changed` for a
     change it announced already (a site's own ``presence_changed`` is not)."""
     return _own_change.get() == (user_id, reason)
-
-
-def account_group_name(user_id: UserId) -> str:
-    """The group of the processes holding sockets of this user opened with a session or a
-    token (they close when it ends)."""
-    return f"{_group_prefix()}.account.{group_key(user_id)}"
 
 
 async def _asend_to_group(group: str, message: dict[str, Any], what: str) -> None:
@@ -433,10 +366,6 @@ async def aannounce_user_deleted(user_id: UserId) -> None:
     await _asend_account(user_id, {"type": USER_DELETED, "user": encode_id(user_id)})
 
 
-def topic_group_name(kind: str) -> str:
-    return f"{_group_prefix()}.topic.{kind}"
-
-
 async def aannounce_to_topic(kind: str, payload: Any) -> None:
     """Send ``payload`` to every process with connections that have topics of ``kind``; each
     hands it to the delivery registered for ``kind`` (presence.extensions). Never raises."""
@@ -458,18 +387,6 @@ ROOM_RECHECK = "presence.room_recheck"
 #: channel-layer message type of "what others may see of these users changed" (privacy,
 #: contacts, blocks, status), to every process with room views: rooms they are in are redrawn
 ROOM_MEMBERS_CHANGED = "presence.room_members_changed"
-
-
-def room_group_name(room: str) -> str:
-    """The group of the processes with connections in ``room`` (a digest: a room's id may hold
-    any printable character, a group name only ``[a-zA-Z0-9-_.]``)."""
-    digest = hashlib.sha1(room.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return f"{_group_prefix()}.room.{digest}"
-
-
-def rooms_group_name() -> str:
-    """The group of every process with connections in rooms."""
-    return f"{_group_prefix()}.rooms"
 
 
 async def aannounce_room(room: str, user_ids: Iterable[UserId]) -> None:

@@ -144,6 +144,20 @@ class PresenceSettings:
     OPENINGS_AT_ONCE: int = 24
     #: the longest an opening keeps its turn, in seconds (a socket that subscribes to nothing)
     OPENING_HOLD: float = 2.0
+    #: the oldest stamp (a page's ``data-presence-since``, the ``stamp`` of a client's last
+    #: snapshot) that still gets only what changed since it, in seconds; older: a full snapshot
+    RESUME_WINDOW: int = 60
+
+
+#: how far apart the clocks of the site's hosts (and a page's render and its socket) may be, in
+#: seconds: change stamps are compared with this slack either way (presence.stamps)
+STAMP_SLACK = 2.0
+
+
+def stamps_kept(conf: PresenceSettings) -> float:
+    """How long a change stamp is kept in Redis, in seconds: any older is older than every
+    stamp still accepted (RESUME_WINDOW), however far apart the clocks are (STAMP_SLACK)."""
+    return conf.RESUME_WINDOW + 4 * STAMP_SLACK
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))

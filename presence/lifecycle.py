@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from presence import announce, domain, outbox, relations, resolution
-from presence.conf import get_settings
+from presence.conf import STAMP_SLACK, get_settings
 from presence.domain import Presence, UserId
 from presence.models import LastSeen
 from presence.operations import (
@@ -37,6 +37,7 @@ T = TypeVar("T")
 
 __all__ = [
     "SweepReport",
+    "achanged_since",
     "aconnect",
     "aconnect_checking",
     "adisconnect",
@@ -302,6 +303,39 @@ def _snapshot(
         Redis(store.plans.read_recent(ids, 0), live=True),
     )
     return resolution.resolve_all(facts, live, now), live is None
+
+
+async def achanged_since(
+    targets: Collection[UserId], viewer_id: UserId, since: float
+) -> set[UserId] | None:
+    """The ``targets`` who may look different to ``viewer_id`` now than at ``since`` (a
+    stamp's time, presence.stamps): a change announced since (status, privacy, relations,
+    online or offline), or a turn offline or a custom status's end that fell due since and may
+    not be announced yet. None where Redis cannot prove that the others did not change (it is
+    unavailable, or was flushed since): the caller sends the full snapshot. One round trip.
+
+    A change of the viewer's own settings changes what they see of others only with
+    RECIPROCAL_LAST_SEEN: then a change of the viewer since ``since`` counts for every target."""
+    return await arun(_changed_since(targets, viewer_id, since))
+
+
+def _changed_since(
+    targets: Collection[UserId], viewer_id: UserId, since: float
+) -> Operation[set[UserId] | None]:
+    store = get_store()
+    low = since - STAMP_SLACK
+    reciprocal = get_settings().RECIPROCAL_LAST_SEEN is True
+    asked = [*targets, viewer_id] if reciprocal else list(targets)
+    if not asked:
+        return set()
+    plan = store.plans.changed_since(asked, low, resolution.now() + STAMP_SLACK)
+    found = yield from redis(plan, live=True)
+    if found is None:
+        return None
+    kept_since, changed = found
+    if kept_since > low or (reciprocal and viewer_id in changed):
+        return None
+    return changed.intersection(targets)
 
 
 # --- a deleted user -----------------------------------------------------------------------------

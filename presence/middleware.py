@@ -16,6 +16,7 @@ from presence.api import anote_guest, note_guest
 from presence.closes import CloseListener
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
+from presence.stamps import note_read
 
 logger = logging.getLogger("presence")
 
@@ -171,6 +172,7 @@ class PresenceMiddleware:
             except Exception:  # the store already fails open; this guards anything else
                 logger.exception("Presence: could not record activity")
         note_guest(request, getattr(request, "user", None))  # COUNT_GUESTS; never raises
+        note_read(request)  # the page's stamp: nothing the view reads is older (presence.stamps)
         return self.get_response(request)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -183,4 +185,5 @@ class PresenceMiddleware:
             except Exception:
                 logger.exception("Presence: could not record activity")
         await anote_guest(request, user)  # COUNT_GUESTS; never raises
+        note_read(request)
         return await self.get_response(request)  # type: ignore[misc]

@@ -7,7 +7,10 @@ raised into it, so an operation reads like straight-line code):
 - :class:`Redis`: a store plan (:mod:`presence.store.plans`), run under the store's one
   failure policy;
 - :class:`Call`: a blocking call (a database read or write, an announcement), with the
-  coroutine function that does the same on an event loop where there is one;
+  coroutine function that does the same on an event loop where there is one; on an event loop,
+  a call without one runs in the database's thread, and what it announces (its writes'
+  receivers, its ``on_commit`` callbacks) is sent from the loop once it returns
+  (:func:`presence.layer.sent_from_this_loop`): that thread never waits on the channel layer;
 - :class:`Both`: two steps that need not wait for each other.
 
 :func:`run` answers the steps in the caller's thread (``store.run``, the call itself, one step
@@ -27,6 +30,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from presence import layer
 from presence.steps import Steps
 from presence.store import Plan, get_store
 
@@ -45,7 +49,8 @@ class Redis(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     """``function(*args)``; on an event loop ``afunction(*args)`` where given, else
-    ``function`` in a thread (``sync_to_async``: the database's thread)."""
+    ``function`` in a thread (``sync_to_async``: the database's thread), its announcements
+    sent from the loop once it returns."""
 
     function: Callable[..., T]
     args: tuple[Any, ...]
@@ -128,7 +133,8 @@ async def _ado(step: Step) -> Any:
     if type(step) is Call:
         if step.afunction is not None:
             return await step.afunction(*step.args)
-        return await sync_to_async(step.function)(*step.args)
+        async with layer.sent_from_this_loop():
+            return await sync_to_async(step.function)(*step.args)
     assert type(step) is Both
     return tuple(await asyncio.gather(_ado(step.first), _ado(step.second)))
 

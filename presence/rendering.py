@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
-from presence import api, domain
+from presence import api, domain, stamps
 from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
 from presence.users import parse_user_id, user_pk
@@ -106,6 +106,7 @@ def prefetch(request: Any, targets: Any, path: str | None = None) -> None:
         targets = carried_users(targets, path)
     ids = [pk for pk in map(_pk, targets or ()) if pk is not None and pk not in cache]
     if ids:
+        stamps.note_read(request)
         found = api.bulk_presence(ids, _viewer(request))
         cache.update({pk: found.get(pk, domain.HIDDEN) for pk in ids})
 
@@ -185,18 +186,21 @@ def dot(request: Any, target: Any) -> SafeString:
     pk, presence = presence_for(request, target)
     if pk is None:
         return SafeString("")
-    return dot_html(pk, presence.status)
+    return dot_html(pk, presence.status, stamps.page_stamp(request))
 
 
-def dot_html(pk: Any, status: domain.Status) -> SafeString:
+def dot_html(pk: Any, status: domain.Status, stamp: str | None = None) -> SafeString:
+    """A dot; ``stamp`` (the page's: presence.stamps.page_stamp) tells presence.js when its
+    status was resolved, so that its socket is sent only what changed since (websocket.md)."""
     label = domain.STATUS_LABELS[status]
     return format_html(
         '<span class="presence-dot presence-dot--{}" data-presence-user="{}" '
-        'title="{}" aria-label="{}" role="img"></span>',
+        'title="{}" aria-label="{}" role="img"{}></span>',
         status.value,
         pk,
         label,
         label,
+        format_html(' data-presence-since="{}"', stamp) if stamp else "",
     )
 
 
@@ -209,6 +213,7 @@ def online_friends(request: Any, limit: int | None) -> list[Any]:
     viewer = _viewer(request)
     if viewer is None or not viewer.is_authenticated:
         return []
+    stamps.note_read(request)
     found = api.online_friends_with_presence(viewer, limit)
     # The dots of these friends then show the very presence that listed them.
     _cache(request).update({friend.pk: presence for friend, presence in found})
@@ -228,6 +233,7 @@ def live_friends(request: Any, limit: int) -> dict[str, Any]:
     viewer = _viewer(request)
     if viewer is None or not viewer.is_authenticated:
         return {"friends": [], "limit": limit, "shown_count": 0}
+    stamps.note_read(request)
     online, others = api.watched_friends(viewer, MAX_FRIENDS_WATCHED)
     rows = [(friend, presence, index < limit) for index, (friend, presence) in enumerate(online)]
     rows += [(friend, presence, False) for friend, presence in others]

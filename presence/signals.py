@@ -86,16 +86,6 @@ def send_if_claimed(
     _executor().submit(claim_and_send)
 
 
-def send_made(result: Any) -> None:
-    """Send the signals a store write earned: ``result`` is a transition of the store (with
-    ``user_id``, ``made``, ``at``, ``invisible``), None, or a list of them."""
-    for transition in result if isinstance(result, list) else [result]:
-        if transition is not None and transition.made:
-            send_transition(
-                transition.user_id, transition.made, transition.at, transition.invisible
-            )
-
-
 def _send(signal: Signal, user_id: Any, at: datetime, invisible: bool) -> None:
     try:
         for receiver, result in signal.send_robust(

@@ -30,7 +30,7 @@ def redis_url() -> str:
 
 
 def cluster_urls() -> list[str]:
-    """The Redis Cluster of the cluster run (tests/settings.py), or [] on one Redis."""
+    """The Redis Cluster of the cluster run (tests/settings/base.py), or [] on one Redis."""
     from django.conf import settings
 
     return list(getattr(settings, "TEST_REDIS_CLUSTER", []))

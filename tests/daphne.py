@@ -3,7 +3,7 @@
 A test module uses the ``daphne`` fixture with ``from tests.daphne import daphne_fixture``.
 
 Each process runs ``daphne -b 127.0.0.1 -p PORT siteproject.asgi:application`` with
-``tests.daphne_settings``: the test database this process created (committed rows only, so tests
+``tests.settings.daphne``: the test database this process created (committed rows only, so tests
 using it are ``transaction=True``), the same ``REDIS_URL``, ``PRESENCE`` passed as JSON, and
 optionally the channel layer's hosts (several: channels_redis shards over them).
 """
@@ -34,7 +34,7 @@ START_TIMEOUT = 30.0
 class Daphne:
     #: what it serves, with which settings (tests/sites/test_forumsite_browser.py serves the forum)
     APPLICATION = "siteproject.asgi:application"
-    SETTINGS_MODULE = "tests.daphne_settings"
+    SETTINGS_MODULE = "tests.settings.daphne"
     READY_PATH = "/login/"  # answers 200 once the server is up
 
     def __init__(

@@ -1,5 +1,5 @@
 """User ids as tests spell them, whatever the user model's pk (the main suite runs with integer
-pks; `make test` runs part of it again with UUID pks, tests/settings_uuid.py)."""
+pks; `make test` runs part of it again with UUID pks, tests/settings/uuid.py)."""
 
 from __future__ import annotations
 

@@ -4,9 +4,10 @@ clean up.
 
 Every function has an async twin prefixed ``a`` (``touch``/``atouch``, ``get_presence``/
 ``aget_presence``, ...) except :func:`cleanup` (a batch job for ``manage.py presence_cleanup``
-and cron, not for request paths) and :func:`apply_change` (the step ``set_status`` shares with
-the status endpoint and the WebSocket; use ``set_status``/``aset_status``). Targets and viewers
-are users or user ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
+and cron, not for request paths). :func:`apply_change`/:func:`aapply_change` is the step
+``set_status`` shares with the status endpoint and the WebSocket (sites use ``set_status``/
+``aset_status``). Targets and viewers are users or user ids; an anonymous viewer (``None`` or
+``AnonymousUser``) is a stranger.
 
 Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
 twins run it: the sync one in the caller's thread, the async one on its event loop. The
@@ -56,7 +57,7 @@ from presence.api._reading import (
 )
 from presence.api._recording import asign_off, atouch, sign_off, touch
 from presence.api._sharing import ashare_with, aunshare, share_with, unshare
-from presence.api._status import apply_change, aset_status, set_status
+from presence.api._status import aapply_change, apply_change, aset_status, set_status
 from presence.domain import InvalidInput, Presence
 from presence.rooms import (
     UnknownRoom,
@@ -75,6 +76,7 @@ __all__ = [
     "InvalidInput",
     "Presence",
     "UnknownRoom",
+    "aapply_change",
     "ablock",
     "abulk_presence",
     "aexport_user_data",
@@ -132,11 +134,4 @@ __all__ = [
 # header, the guests middleware, the admin's true view): not part of the documented API.
 from presence.api._counting import COUNT_INTERVAL, alive_online_count  # noqa: F401
 from presence.api._guests import anote_guest, note_guest  # noqa: F401
-
-# The benchmarks time the online-friends read piece by piece (benchmarks/bench_online_friends.py).
-from presence.api._reading import (  # noqa: F401
-    _live_online,
-    _live_since,
-    _most_recent_online,
-    live_user_ids,
-)
+from presence.api._reading import live_user_ids  # noqa: F401

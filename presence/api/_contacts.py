@@ -1,11 +1,15 @@
-"""Contacts and blocks (a site's own graph), and notifying after writes the signals miss."""
+"""Contacts and blocks (a site's own graph), and notifying after writes the signals miss.
+
+Each write is an operation of one database call, announced after commit by the receivers of
+its rows (presence.receivers), run as the others are (:mod:`presence.operations`): ``run`` in
+the caller's thread, ``arun`` in the database's thread with the announcement sent from the
+caller's event loop."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -13,6 +17,7 @@ from presence import announce
 from presence.api._reading import _target_ids
 from presence.domain import InvalidInput
 from presence.models import Block, Contact
+from presence.operations import arun, call, run
 from presence.users import user_pk as _pk
 
 
@@ -26,28 +31,19 @@ def _two_users(first: Any, second: Any, action: str) -> tuple[Any, Any]:
     return first_pk, second_pk
 
 
-def follow(owner: Any, target: Any) -> bool:
-    """``owner`` adds ``target`` to its contacts (follows it). True if that changed anything.
-
-    Saves the row like the admin does, so open connections see the change after commit. With
-    the default ``contacts`` visibility, ``target`` now sees ``owner`` online; two users who
-    follow each other are friends (``online_friends``)."""
+def _follow(owner: Any, target: Any) -> bool:
     owner_pk, target_pk = _two_users(owner, target, "follow")
     _, created = Contact.objects.get_or_create(owner_id=owner_pk, contact_id=target_pk)
     return created
 
 
-def unfollow(owner: Any, target: Any) -> bool:
-    """``owner`` removes ``target`` from its contacts (and close friends). True if it was one."""
-    owner_pk, target_pk = _pk(owner), _pk(target)
+def _unfollow(owner: Any, target: Any) -> bool:
     # A queryset delete sends post_delete for each row (presence listens to it).
-    deleted, _ = Contact.objects.filter(owner_id=owner_pk, contact_id=target_pk).delete()
+    deleted, _ = Contact.objects.filter(owner_id=_pk(owner), contact_id=_pk(target)).delete()
     return deleted > 0
 
 
-def set_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool:
-    """Mark (or unmark) ``target`` as one of ``owner``'s close friends, following it if needed.
-    True if that changed anything."""
+def _set_close_friend(owner: Any, target: Any, close_friend: bool) -> bool:
     owner_pk, target_pk = _two_users(owner, target, "befriend")
     contact, created = Contact.objects.get_or_create(
         owner_id=owner_pk, contact_id=target_pk, defaults={"close_friend": close_friend}
@@ -59,38 +55,72 @@ def set_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool
     return True
 
 
-def block(blocker: Any, blocked: Any) -> bool:
-    """``blocker`` blocks ``blocked``: each is hidden from the other (offline, no last seen, no
-    custom status, no diffs). True if it was not blocked yet."""
+def _block(blocker: Any, blocked: Any) -> bool:
     blocker_pk, blocked_pk = _two_users(blocker, blocked, "block")
     _, created = Block.objects.get_or_create(blocker_id=blocker_pk, blocked_id=blocked_pk)
     return created
 
 
-def unblock(blocker: Any, blocked: Any) -> bool:
-    """Lift ``blocker``'s block of ``blocked``. True if there was one."""
+def _unblock(blocker: Any, blocked: Any) -> bool:
     deleted, _ = Block.objects.filter(blocker_id=_pk(blocker), blocked_id=_pk(blocked)).delete()
     return deleted > 0
 
 
+def follow(owner: Any, target: Any) -> bool:
+    """``owner`` adds ``target`` to its contacts (follows it). True if that changed anything.
+
+    Saves the row like the admin does, so open connections see the change after commit. With
+    the default ``contacts`` visibility, ``target`` now sees ``owner`` online; two users who
+    follow each other are friends (``online_friends``)."""
+    return run(call(_follow, owner, target))
+
+
 async def afollow(owner: Any, target: Any) -> bool:
-    return await sync_to_async(follow)(owner, target)
+    return await arun(call(_follow, owner, target))
+
+
+def unfollow(owner: Any, target: Any) -> bool:
+    """``owner`` removes ``target`` from its contacts (and close friends). True if it was one."""
+    return run(call(_unfollow, owner, target))
 
 
 async def aunfollow(owner: Any, target: Any) -> bool:
-    return await sync_to_async(unfollow)(owner, target)
+    return await arun(call(_unfollow, owner, target))
+
+
+def set_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool:
+    """Mark (or unmark) ``target`` as one of ``owner``'s close friends, following it if needed.
+    True if that changed anything."""
+    return run(call(_set_close_friend, owner, target, close_friend))
 
 
 async def aset_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool:
-    return await sync_to_async(set_close_friend)(owner, target, close_friend)
+    return await arun(call(_set_close_friend, owner, target, close_friend))
+
+
+def block(blocker: Any, blocked: Any) -> bool:
+    """``blocker`` blocks ``blocked``: each is hidden from the other (offline, no last seen, no
+    custom status, no diffs). True if it was not blocked yet."""
+    return run(call(_block, blocker, blocked))
 
 
 async def ablock(blocker: Any, blocked: Any) -> bool:
-    return await sync_to_async(block)(blocker, blocked)
+    return await arun(call(_block, blocker, blocked))
+
+
+def unblock(blocker: Any, blocked: Any) -> bool:
+    """Lift ``blocker``'s block of ``blocked``. True if there was one."""
+    return run(call(_unblock, blocker, blocked))
 
 
 async def aunblock(blocker: Any, blocked: Any) -> bool:
-    return await sync_to_async(unblock)(blocker, blocked)
+    return await arun(call(_unblock, blocker, blocked))
+
+
+def _notify_changed(users: Iterable[Any], reason: str) -> None:
+    user_ids = _target_ids(users)
+    if user_ids:
+        transaction.on_commit(lambda: announce.changed(user_ids, reason))
 
 
 def notify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
@@ -104,10 +134,8 @@ def notify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
     After the current transaction commits (right away outside one), pushes diffs to open
     WebSockets and sends :data:`presence.signals.presence_changed` with ``reason`` for each.
     """
-    user_ids = _target_ids(users)
-    if user_ids:
-        transaction.on_commit(lambda: announce.changed(user_ids, reason))
+    run(call(_notify_changed, users, reason))
 
 
 async def anotify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
-    await sync_to_async(notify_changed)(list(users), reason)
+    await arun(call(_notify_changed, list(users), reason))

@@ -73,7 +73,7 @@ def _by_visible_recency(presences: dict[UserId, Presence], ids: Iterable[UserId]
     return shown + hidden
 
 
-def _most_recent_online(presences: dict[UserId, Presence], limit: int | None) -> list[UserId]:
+def most_recent_online(presences: dict[UserId, Presence], limit: int | None) -> list[UserId]:
     online = _by_visible_recency(presences, [u for u, p in presences.items() if p.is_online])
     return online if limit is None else online[:limit]
 
@@ -83,7 +83,7 @@ def _check_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}.")
 
 
-def _live_since(now: float) -> float:
+def live_since(now: float) -> float:
     """Activity older than this is offline whatever its kind: a page view's window, a
     connection's TTL and a sign-off's grace all ran out (they count from the end of the
     event's second, domain.offline_at)."""
@@ -91,7 +91,7 @@ def _live_since(now: float) -> float:
     return now - domain.SECOND - max(conf.ONLINE_WINDOW, conf.CONNECTION_TTL, conf.OFFLINE_GRACE)
 
 
-def _live_online(live: dict[UserId, domain.LiveState] | None, now: float) -> list[UserId]:
+def live_online(live: dict[UserId, domain.LiveState] | None, now: float) -> list[UserId]:
     timing = resolution.timing()
     return [
         user_id
@@ -124,15 +124,15 @@ def _read_online_friends(user: Any, limit: int | None) -> Operation[_OnlineFrien
     friends = yield from call(relations.friend_ids, user, afunction=relations.afriend_ids)
     now = resolution.now()
     # Only the friends who may be live come back from Redis: the others cannot be listed.
-    live = yield from redis(store.plans.read_recent(friends, _live_since(now)))
+    live = yield from redis(store.plans.read_recent(friends, live_since(now)))
     found = yield from call(
         relations.load_with_users,
         user,
-        _live_online(live, now),
+        live_online(live, now),
         afunction=relations.aload_with_users,
     )
     presences = resolution.resolve_each(found.each_fact(), live, now)
-    return _OnlineFriends(found, _most_recent_online(presences, limit), presences, friends, now)
+    return _OnlineFriends(found, most_recent_online(presences, limit), presences, friends, now)
 
 
 def online_friends_with_presence(user: Any, limit: int | None = None) -> list[tuple[Any, Presence]]:
@@ -199,7 +199,7 @@ def online_now(viewer: Any) -> list[UserId]:
     ``BUCKETS / CLEANUP_BATCH`` round trips, then loads the privacy facts of the online users in
     one query, so it costs O(users online now). Raises StoreUnavailable when Redis is down."""
     presences = bulk_presence(live_user_ids(), viewer)
-    return _most_recent_online(presences, None)
+    return most_recent_online(presences, None)
 
 
 def live_user_ids() -> list[UserId]:
@@ -212,7 +212,7 @@ def live_user_ids() -> list[UserId]:
     store = get_store()
     now = resolution.now()
     timing = resolution.timing()
-    since = _live_since(now)
+    since = live_since(now)
     live: list[UserId] = []
     for start in range(0, conf.BUCKETS, conf.CLEANUP_BATCH):
         buckets = range(start, min(start + conf.CLEANUP_BATCH, conf.BUCKETS))

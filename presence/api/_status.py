@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,7 +49,8 @@ def _change(
 
 
 def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> None:
-    """The rows of a status change, in one transaction; announced after commit."""
+    """The rows of a status change, in one transaction; announced after commit (the caller's
+    commit, inside its ``atomic``; from the event loop that called, for an async caller)."""
     with transaction.atomic():
         UserStatus.objects.update_or_create(
             user_id=user_id,
@@ -90,6 +95,37 @@ def apply_change(user: Any, change: StatusChange, expires_at: datetime | None = 
     return run(_apply_change(user, change, expires_at))
 
 
+async def aapply_change(
+    user: Any, change: StatusChange, expires_at: datetime | None = None
+) -> Presence:
+    async with _one_at_a_time(_pk(user)):
+        return await arun(_apply_change(user, change, expires_at))
+
+
+#: per event loop, the users with a status change under way there: a lock, and how many hold
+#: or wait for it
+_changing: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[Any, tuple[asyncio.Lock, int]]
+] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def _one_at_a_time(user_id: Any) -> AsyncIterator[None]:
+    """The status changes of one user on this event loop (the sockets of their tabs, say) are
+    made one at a time: the rows, the Redis copy and the presence returned are of one change,
+    though its steps take turns with other work on the loop."""
+    changing = _changing.setdefault(asyncio.get_running_loop(), {})
+    lock, users = changing.get(user_id, (asyncio.Lock(), 0))
+    changing[user_id] = (lock, users + 1)
+    try:
+        async with lock:
+            yield
+    finally:
+        lock, users = changing.pop(user_id)
+        if users > 1:
+            changing[user_id] = (lock, users - 1)
+
+
 def _set_status(
     user: Any,
     status: str,
@@ -125,4 +161,5 @@ async def aset_status(
     activity: str | None = None,
     expires_at: datetime | None = None,
 ) -> Presence:
-    return await arun(_set_status(user, status, text, emoji, activity, expires_at))
+    async with _one_at_a_time(_pk(user)):
+        return await arun(_set_status(user, status, text, emoji, activity, expires_at))

@@ -92,7 +92,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     # --- what the hub and the frame handlers call: done by its parts ---
 
     @property
-    def sent(self) -> dict[UserId, domain.Presence]:
+    def sent(self) -> dict[UserId, domain.Presence | None]:
         return self.state.subscriptions.sent
 
     @property
@@ -110,8 +110,13 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     async def send_json(self, content: dict[str, Any]) -> None:
         await self.sender.send_json(content)
 
-    async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:
-        await self.sender.send_presences(kind, presences)
+    async def send_presences(
+        self,
+        kind: str,
+        presences: dict[UserId, domain.Presence],
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        await self.sender.send_presences(kind, presences, extra)
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
         await self.sender.send_error(code, message, **extra)

@@ -10,10 +10,9 @@ import logging
 import time
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.utils.translation import gettext
 
-from presence import api, domain, lifecycle, ratelimit, relations, users
+from presence import api, domain, lifecycle, ratelimit, relations, stamps, users
 from presence.conf import get_settings
 from presence.consumers import rooms
 from presence.consumers.frames import afford
@@ -95,7 +94,9 @@ async def close_refused(socket: Socket, transition: Any) -> bool:
 async def subscribe_frame(socket: Socket, message: domain.Subscribe) -> None:
     # Ids cost work each: a large subscribe counts as several frames.
     if await afford(socket, frame_cost(len(message.users))):
-        await subscribe(socket, read_user_ids(message.users))
+        await subscribe(
+            socket, read_user_ids(message.users), since=message.since, stamped=message.stamped
+        )
 
 
 @FRAMES.handles(domain.Unsubscribe)
@@ -104,14 +105,21 @@ async def unsubscribe_frame(socket: Socket, message: domain.Unsubscribe) -> None
         await unsubscribe(socket, read_user_ids(message.users))
 
 
-async def subscribe(socket: Socket, ids: dict[UserId, int | str]) -> None:
+async def subscribe(
+    socket: Socket, ids: dict[UserId, int | str], since: str | None = None, stamped: bool = False
+) -> None:
+    """Subscribe to ``ids`` and send their snapshot. ``stamped``: the client sent ``since``
+    (a stamp, or None); the snapshot then carries a fresh stamp and lists the users left out as
+    ``unchanged`` since ``since`` (docs/websocket.md, "Stamps")."""
     try:
-        await _subscribe(socket, ids)
+        await _subscribe(socket, ids, since, stamped)
     finally:
         socket.snapshot_sent()
 
 
-async def _subscribe(socket: Socket, ids: dict[UserId, int | str]) -> None:
+async def _subscribe(
+    socket: Socket, ids: dict[UserId, int | str], since: str | None, stamped: bool
+) -> None:
     subscriptions = socket.state.subscriptions
     sent, snapshotting = subscriptions.sent, subscriptions.snapshotting
     limits = socket.state.limits
@@ -137,7 +145,9 @@ async def _subscribe(socket: Socket, ids: dict[UserId, int | str]) -> None:
     snapshotting.update(known)
     try:
         await socket.hub.watch(socket, known)
-        presences, guessed = await lifecycle.asnapshot(known, socket.user)
+        # What the answer's stamp claims: every change made before this moment is in it.
+        read_at = time.time()
+        presences, guessed, unchanged = await _snapshot(socket, known, since)
     except BaseException:
         # Nothing of a failed subscribe stays watched.
         await asyncio.shield(socket.hub.unwatch(socket, known))
@@ -145,7 +155,7 @@ async def _subscribe(socket: Socket, ids: dict[UserId, int | str]) -> None:
         raise
     finally:
         snapshotting.difference_update(known)
-    unknown = [uid for uid in new if uid not in presences]
+    unknown = [uid for uid in new if uid not in presences and uid not in unchanged]
     # Users deleted since the existence check (or since the process found them) were
     # watched: leave them again, and check them again next time.
     deleted = [uid for uid in unknown if uid in existing]
@@ -153,12 +163,21 @@ async def _subscribe(socket: Socket, ids: dict[UserId, int | str]) -> None:
     await socket.hub.unwatch(socket, deleted)
     subscriptions.forget_spellings(unknown)
     sent.update(presences)
+    # What the client shows of the unchanged is its page's: not known here, so the next
+    # change the hub resolves for them is sent whatever it is (visibly_differs(None, ...)).
+    sent.update(dict.fromkeys(unchanged))
     if guessed:
         # Redis could not be read: the snapshot shows what the database alone knows
         # (offline). The hub resolves these users again, retrying until Redis answers,
         # and sends a diff where the snapshot was wrong.
         socket.hub.changed(presences)
-    await socket.send_presences("presence_state", presences)
+    extra = None
+    if stamped:
+        extra = {
+            "stamp": stamps.mint(socket.viewer_id, read_at),
+            "unchanged": [ids[uid] for uid in known if uid in unchanged],
+        }
+    await socket.send_presences("presence_state", presences, extra)
     if unknown:
         await socket.send_error(
             "unknown_users",
@@ -166,6 +185,24 @@ async def _subscribe(socket: Socket, ids: dict[UserId, int | str]) -> None:
             % {"ids": ", ".join(str(ids[uid]) for uid in unknown)},
             users=[ids[uid] for uid in unknown],
         )
+
+
+async def _snapshot(
+    socket: Socket, known: list[UserId], since: str | None
+) -> tuple[dict[UserId, domain.Presence], bool, set[UserId]]:
+    """The snapshot of ``known``, whether it is a guess (Redis unreadable), and the users
+    left out of it as unchanged since the stamp ``since`` (none where it proves nothing)."""
+    at = None if since is None else stamps.accepted_time(since, socket.viewer_id)
+    if at is not None and known:
+        changed = await lifecycle.achanged_since(known, socket.viewer_id, at)
+        if changed is not None:
+            read = [uid for uid in known if uid in changed]
+            presences, guessed = (
+                await lifecycle.asnapshot(read, socket.user) if read else ({}, False)
+            )
+            return presences, guessed, set(known).difference(changed)
+    presences, guessed = await lifecycle.asnapshot(known, socket.user)
+    return presences, guessed, set()
 
 
 async def unsubscribe(socket: Socket, ids: dict[UserId, int | str]) -> None:
@@ -195,7 +232,7 @@ async def set_status_frame(socket: Socket, message: domain.SetStatus) -> None:
 async def set_status(socket: Socket, change: domain.StatusChange) -> None:
     if await over_write_limit(socket):
         return
-    presence = await _apply_change(socket.user, change)
+    presence = await api.aapply_change(socket.user, change)
     await socket.send_json({"type": "status", "presence": presence.as_dict()})
 
 
@@ -209,7 +246,3 @@ async def over_write_limit(socket: Socket) -> bool:
         return False
     await socket.send_error("rate_limited", ratelimit.limited_message(wait), retry_after=wait)
     return True
-
-
-async def _apply_change(user: Any, change: domain.StatusChange) -> domain.Presence:
-    return await sync_to_async(api.apply_change)(user, change)

@@ -221,10 +221,16 @@ class Sender:
         metrics.frame_sent(content.get("type", "other"))
         await self.send(text_data=json.dumps(content, separators=(",", ":")))
 
-    async def send_presences(self, kind: str, presences: dict[UserId, domain.Presence]) -> None:
+    async def send_presences(
+        self,
+        kind: str,
+        presences: dict[UserId, domain.Presence],
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         # Keys as the client sent them: an integer sent as 7 or "7" is "7", a UUID keeps its case.
         # The same text as send_json would make; each distinct presence is rendered once for
-        # all the connections it goes to (a fan-out sends one presence to many).
+        # all the connections it goes to (a fan-out sends one presence to many). ``extra``'s
+        # fields follow the map, in every frame of a map sent as several.
         metrics.frame_sent(kind)
         spelling = self.socket.state.subscriptions.spelling
         entries = [
@@ -232,17 +238,20 @@ class Sender:
             for uid, p in presences.items()
         ]
         head = f'{{"type":{_json_string(kind)},"presences":{{'
+        end = "}}"
+        if extra:
+            end = "}," + json.dumps(extra, separators=(",", ":"))[1:]
         self._server_connection()
-        room = self._frame_limit - len(head) - 2  # the frame's own bytes and closing "}}"
+        room = self._frame_limit - len(head) - len(end)  # the frame's own bytes and its end
         # The JSON is ASCII (json.dumps escapes the rest): characters are bytes.
         body = ",".join(entries)
         lock = self._map_lock
         if len(body) <= room:
             if lock is None or not lock.locked():
-                await self.send(text_data=f"{head}{body}}}}}")
+                await self.send(text_data=f"{head}{body}{end}")
                 return
             async with lock:  # after the map going out in several frames
-                await self.send(text_data=f"{head}{body}}}}}")
+                await self.send(text_data=f"{head}{body}{end}")
             return
         # A map too long for one frame goes as several, each a partial map the client merges.
         # A server whose send waits (uvicorn, while the client's transport is full) lets other
@@ -255,11 +264,11 @@ class Sender:
             size = 0
             for entry in entries:
                 if chunk and size + len(entry) > room:
-                    await self.send(text_data=head + ",".join(chunk) + "}}")
+                    await self.send(text_data=head + ",".join(chunk) + end)
                     chunk, size = [], 0
                 chunk.append(entry)
                 size += len(entry) + 1
-            await self.send(text_data=head + ",".join(chunk) + "}}")
+            await self.send(text_data=head + ",".join(chunk) + end)
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
         await self.send_json({"type": "error", "code": code, "message": message, **extra})

@@ -16,8 +16,9 @@ from presence.hub import Connection, Hub
 class Subscriptions:
     """The users a connection subscribed to, as the hub delivers them."""
 
-    #: the presence last sent for each subscribed user (the hub's Connection protocol)
-    sent: dict[UserId, domain.Presence] = field(default_factory=dict)
+    #: the presence last sent for each subscribed user (the hub's Connection protocol; None:
+    #: what the client's page showed, left out of its snapshot as unchanged)
+    sent: dict[UserId, domain.Presence | None] = field(default_factory=dict)
     #: users whose snapshot is being read; a change meanwhile is delivered again after it
     snapshotting: set[UserId] = field(default_factory=set)
     #: each subscribed user's id as the client sent it: the keys of the frames it receives

@@ -31,6 +31,10 @@ class Subscribe:
     #: ids as the client sent them (JSON numbers or strings); the consumer reads them as the
     #: site's pk (presence.users.parse_user_id) and echoes them back as sent
     users: tuple[int | str, ...]
+    #: ``"since"`` was sent: the answer carries a stamp (docs/websocket.md, "Stamps")
+    stamped: bool = False
+    #: the stamp sent (None: none, a full snapshot): only what changed since it is sent
+    since: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +138,23 @@ def _user_ids(data: Mapping[str, Any], limits: Limits) -> tuple[int | str, ...]:
     return unique
 
 
+#: the longest stamp a client may send (the server's are about 34 characters)
+MAX_STAMP_LENGTH = 64
+
+
+def _since(since: Any) -> str | None:
+    """A subscribe's ``since``: a stamp the server gave (checked by the consumer: one that
+    proves nothing gets the full snapshot), or null for none."""
+    if since is None:
+        return None
+    if not isinstance(since, str) or not 0 < len(since) <= MAX_STAMP_LENGTH:
+        raise InvalidInput(
+            "invalid_value",
+            gettext("'since' must be a stamp the server gave (a string), or null."),
+        )
+    return since
+
+
 def _nests_too_deeply() -> InvalidInput:
     # No frame of the protocol nests more than two levels (domain.nesting.MAX_JSON_DEPTH).
     return InvalidInput("invalid_message", gettext("The frame nests arrays or objects too deeply."))
@@ -194,7 +215,9 @@ def parse_frame(
                 % {"state": repr(state)[:60]},
             ) from None
     if kind == "subscribe":
-        return Subscribe(_user_ids(data, limits))
+        if "since" not in data:
+            return Subscribe(_user_ids(data, limits))
+        return Subscribe(_user_ids(data, limits), stamped=True, since=_since(data["since"]))
     if kind == "unsubscribe":
         return Unsubscribe(_user_ids(data, limits))
     if kind == "set_status":

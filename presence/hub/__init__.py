@@ -13,7 +13,7 @@ not see a change therefore receives nothing at all, at no different time.
 Changes of one user are coalesced for COALESCE_WINDOW from the first one; each user's window is
 its own, so the timing of a diff never depends on changes of other users.
 
-The rooms of this package, each below the ones that use it:
+The modules of this package, each below the ones that use it:
 
 - ``registry``: the connections here and what each is a member of (watched users, accounts,
   topics): all per-connection state of the hub;

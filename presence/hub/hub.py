@@ -1,4 +1,4 @@
-"""The :class:`Hub`: one per process (per event loop), composed of the rooms of this package."""
+"""The :class:`Hub`: one per process (per event loop), composed of the modules of this package."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class Hub:
         self.registry = Registry()
         self.groups = Groups(self.layer, self.registry)
         self.delivery = Delivery(self.registry)
+        self.rooms = RoomViews(self.registry, self.groups)
         # Through the instance when called, not bound now: a benchmark wraps changed and
         # deliver on a hub (benchmarks/bench_fanout.py) and must see every call.
         self.recovery = Recovery(
@@ -42,6 +43,7 @@ class Hub:
             topics=self,
             changed=lambda uids, announced_at: self.changed(uids, announced_at=announced_at),
             note_lag=self.recovery.note_lag,
+            rooms=self.rooms,
         )
         self.tasks = Tasks(
             self.registry,
@@ -49,12 +51,10 @@ class Hub:
             self.delivery,
             self.recovery,
             self.messages,
+            self.rooms,
             deliver=lambda uids: self.deliver(uids),
             dispatch=lambda message: self.dispatch(message),
         )
-        self.rooms = RoomViews(self.registry, self.groups)
-        self.messages.rooms = self.rooms
-        self.tasks.rooms = self.rooms
         #: the connections watching the site's online count, and its one reading
         self.counts = OnlineCounts()
         #: attach and detach: the hub starts and stops under it
@@ -76,48 +76,6 @@ class Hub:
             # Without a channel layer, announcements on this loop come straight here.
             announce.set_local_sink(hub.dispatch)
         return hub
-
-    # --- the state of the rooms, by the names code outside the hub reads ---
-
-    @property
-    def connections(self) -> set[Connection]:
-        return self.registry.connections
-
-    @property
-    def watchers(self) -> dict[UserId, set[Connection]]:
-        return self.registry.watchers.members
-
-    @property
-    def watched(self) -> dict[Connection, set[UserId]]:
-        return self.registry.watchers.of
-
-    @property
-    def accounts(self) -> dict[UserId, set[Connection]]:
-        return self.registry.accounts.members
-
-    @property
-    def topics(self) -> dict[str, dict[Connection, set[str]]]:
-        return self.registry.topics.members
-
-    @property
-    def pending(self) -> dict[UserId, float]:
-        return self.delivery.pending
-
-    @property
-    def channel(self) -> str | None:
-        return self.groups.channel
-
-    @property
-    def behind(self) -> bool:
-        return self.recovery.behind
-
-    @property
-    def _tasks(self) -> list[asyncio.Task[None]]:
-        return self.tasks.running
-
-    @property
-    def _lingering(self) -> asyncio.Task[None] | None:
-        return self.tasks.lingering
 
     # --- connections and subscriptions ---
 

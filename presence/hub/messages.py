@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from presence import extensions
 from presence.announce import (
@@ -23,6 +23,9 @@ from presence.announce import (
 from presence.domain import UserId
 from presence.hub.registry import Registry
 from presence.users import decode_id, id_decoder
+
+if TYPE_CHECKING:  # a sibling of the same layer: only its type is named here
+    from presence.hub.rooms import RoomViews
 
 logger = logging.getLogger("presence")
 
@@ -40,6 +43,7 @@ class Messages:
         topics: extensions.Topics,
         changed: Changed,
         note_lag: Callable[[Any], None],
+        rooms: RoomViews,
     ) -> None:
         self.registry = registry
         #: what a topic's delivery is handed (the hub)
@@ -50,7 +54,7 @@ class Messages:
         #: topic deliveries under way (cancelled when the hub stops)
         self.delivering: set[asyncio.Task[None]] = set()
         #: the hub's rooms (presence.hub.rooms), told of room announcements
-        self.rooms: Any = None
+        self.rooms = rooms
         self._session_tasks: set[asyncio.Task[None]] = set()
         #: what each type of announcement does here
         self._acts: dict[str, Callable[[dict[str, Any]], None]] = {
@@ -87,8 +91,6 @@ class Messages:
     def room_message(self, message: dict[str, Any]) -> None:
         """Users joined, left or changed in a room; or what others see of them changed; or a
         room's rule is to be asked again for its members here (``users`` None: all of them)."""
-        if self.rooms is None:
-            return
         try:
             decode = id_decoder()
             sent = message.get("users", ())

@@ -37,12 +37,18 @@ class Connection(Protocol):
     viewer_id: UserId
     #: the user the connection was opened for
     user: Any
-    #: the presence last sent for each subscribed user
-    sent: dict[UserId, Presence]
+    #: the presence last sent for each subscribed user (None: what the client's page showed,
+    #: not known here; presence.stamps)
+    sent: dict[UserId, Presence | None]
     #: users whose snapshot is being read; a change meanwhile is delivered again after it
     snapshotting: set[UserId]
 
-    async def send_presences(self, kind: str, presences: dict[UserId, Presence]) -> None: ...
+    async def send_presences(
+        self,
+        kind: str,
+        presences: dict[UserId, Presence],
+        extra: dict[str, Any] | None = None,
+    ) -> None: ...
 
     async def send_json(self, content: dict[str, Any]) -> None: ...
 

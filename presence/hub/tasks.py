@@ -19,7 +19,7 @@ from presence.hub.groups import Groups
 from presence.hub.messages import Messages
 from presence.hub.recovery import Recovery
 from presence.hub.registry import Registry
-from presence.rooms.writes import asweep_rooms
+from presence.hub.rooms import RoomViews
 
 logger = logging.getLogger("presence")
 
@@ -35,6 +35,7 @@ class Tasks:
         delivery: Delivery,
         recovery: Recovery,
         messages: Messages,
+        rooms: RoomViews,
         *,
         deliver: Callable[[list[UserId]], Awaitable[None]],
         dispatch: Callable[[dict[str, Any]], None],
@@ -50,7 +51,7 @@ class Tasks:
         self.dispatch = dispatch
         self.running: list[asyncio.Task[None]] = []
         #: the hub's rooms (presence.hub.rooms): their delivery loop and sweep
-        self.rooms: Any = None
+        self.rooms = rooms
         #: the sweeps that go on after the last connection left (see _linger_sweeps)
         self.lingering: asyncio.Task[None] | None = None
 
@@ -67,7 +68,7 @@ class Tasks:
         ]
         if self.layer is not None:
             self.running.append(asyncio.ensure_future(self._receive_loop()))
-        if self.rooms is not None and get_settings().ROOMS:
+        if get_settings().ROOMS:
             self.running.append(asyncio.ensure_future(self.rooms.run(self._owns_current_task)))
             rules = self.rooms.rules
             self.running.append(asyncio.ensure_future(rules.run(self._owns_current_task)))
@@ -75,8 +76,7 @@ class Tasks:
     async def stop(self) -> None:
         tasks, self.running = self.running, []
         tasks += list(self.messages.delivering)
-        if self.rooms is not None:
-            tasks += list(self.rooms.rules.asked)
+        tasks += list(self.rooms.rules.asked)
         self.delivery.pending.clear()
         self.delivery.resyncing.waiting.clear()
         self.delivery.after_snapshots.clear()
@@ -131,10 +131,8 @@ class Tasks:
         users it claimed rather than leave them to the next sweep after its lease."""
         await self.groups.leave_again()
         await asyncio.shield(asyncio.ensure_future(lifecycle.asweep()))
-        if self.rooms is not None and get_settings().ROOMS:
+        if get_settings().ROOMS:
             await self.rooms.sweep()
-        elif get_settings().ROOMS:
-            await asweep_rooms()
 
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.groups.channel is not None

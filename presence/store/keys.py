@@ -159,6 +159,15 @@ class KeyScheme:
         """The users a sweeper claimed from the shard's "due" schedule, by when the claim lapses."""
         return self._schedule_key(shard, "leased")
 
+    def changes_key(self, shard: int) -> str:
+        """When each of the shard's users' visible presence last changed (presence.stamps), in
+        the slot of its schedules, which a reader of stamps reads in the same script."""
+        return self._schedule_key(shard, "changes")
+
+    def changes_epoch_key(self, shard: int) -> str:
+        """Since when the shard's change stamps are all kept (absent after a flush)."""
+        return self._schedule_key(shard, "changes:epoch")
+
     def ledger_keys(self, shard: int) -> tuple[str, str, str]:
         """The shard's online ledger (lua/ledger.lua): the visible users online and the hidden
         ones, by the time each turns offline, and the users who chose to be invisible."""

@@ -59,6 +59,8 @@ ROOM_JOIN = load("room_join", "room_common")
 ROOM_LEAVE = load("room_leave", "room_common")
 ROOM_PRUNE = load("room_prune", "room_common")
 ROOM_READ = load("room_read", "room_common")
+STAMP_CHANGES = load("stamp_changes")
+CHANGED_SINCE = load("changed_since")
 
 ALL = {
     "touch": TOUCH,
@@ -78,4 +80,6 @@ ALL = {
     "room_leave": ROOM_LEAVE,
     "room_prune": ROOM_PRUNE,
     "room_read": ROOM_READ,
+    "stamp_changes": STAMP_CHANGES,
+    "changed_since": CHANGED_SINCE,
 }

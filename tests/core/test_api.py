@@ -68,6 +68,7 @@ async def _aget_presence(target: Any, viewer: Any) -> Presence:
 # --- the privacy matrix ---------------------------------------------------------------------
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_privacy_matrix(case: Case, make_user: Callable[..., Any]) -> None:
     with time_machine.travel(NOW, tick=False):

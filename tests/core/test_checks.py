@@ -651,7 +651,7 @@ def test_w005_reaches_django_and_the_demo_options_pass_it(settings: Any) -> None
     settings.ASGI_APPLICATION = ASGI
     database = settings.DATABASES["default"]
     on_sqlite = database["ENGINE"].endswith("sqlite3")
-    # The demo's options (the test settings keep DEFERRED: tests/settings.py says why).
+    # The demo's options (the test settings keep DEFERRED: tests/settings/base.py says why).
     settings.DATABASES = {
         **settings.DATABASES,
         "default": {**database, "OPTIONS": dict(database_checks.SQLITE_OPTIONS)},

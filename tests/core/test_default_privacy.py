@@ -66,6 +66,7 @@ def _request(viewer: Any) -> Any:
 # --- the resolver, on every read path ------------------------------------------------------------
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize("default_name", list(DEFAULTS))
 @pytest.mark.parametrize("case", NO_ROW_CASES, ids=[case.id for case in NO_ROW_CASES])
 def test_a_user_without_a_row_has_the_site_default_on_every_read_path(

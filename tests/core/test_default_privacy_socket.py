@@ -47,10 +47,10 @@ async def opened(transactional_db: Any) -> AsyncIterator[list[WebsocketCommunica
             await communicator.disconnect(timeout=TIMEOUT)
     hub = Hub.current()
     if hub is not None:
-        if hub._tasks:
+        if hub.tasks.running:
             await hub._stop()
-        if hub._lingering is not None:
-            hub._lingering.cancel()
+        if hub.tasks.lingering is not None:
+            hub.tasks.lingering.cancel()
     await close_pubsub_layer()
     lingering = asyncio.all_tasks() - {asyncio.current_task()}
     if lingering:

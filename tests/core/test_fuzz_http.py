@@ -39,6 +39,7 @@ from tests.privacy_cases import quiet_login
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.uuid_site,
+    pytest.mark.fuzz,
 ]
 
 #: requests one run sends

@@ -42,8 +42,19 @@ ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3, "sismember": 1}
 # it empty (none here), so no group_send follows (presence.announce._GroupSizes; channels_redis's
 # group_send would expire stale members and read the group, two round trips, to find the same).
 # The transition is recorded in the outbox (TIME, ZADD) and claimed by the caller (ZREM,
-# on the signals' thread) before user_online is sent (presence.outbox).
-FIRST_TOUCH = {**ONE_TOUCH, "zcard": 1, "zadd": 4, "time": 1, "zrem": 1}
+# on the signals' thread) before user_online is sent (presence.outbox). Before it is announced,
+# the change is stamped (presence.stamps): one script (SET NX of the stamps' epoch, the user's
+# ZADD, a ZREMRANGEBYSCORE of stamps past RESUME_WINDOW).
+FIRST_TOUCH = {
+    **ONE_TOUCH,
+    "zcard": 1,
+    "zadd": 5,
+    "time": 1,
+    "zrem": 1,
+    "evalsha": 2,
+    "set": 1,
+    "zremrangebyscore": 1,
+}
 
 
 def ok_view(request: HttpRequest) -> HttpResponse:

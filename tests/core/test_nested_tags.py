@@ -19,6 +19,7 @@ from django.test.utils import override_settings
 
 from presence import api, rendering
 from presence.models import Contact, PrivacySettings
+from tests.stamping import without_stamps
 
 pytestmark = pytest.mark.django_db
 
@@ -104,7 +105,8 @@ def news(make_user: Callable[..., Any]) -> SimpleNamespace:
 def page(news: SimpleNamespace, viewer: Any, *, with_context: bool, processor: bool) -> str:
     items = [SimpleNamespace(title="Show HN", author=news.ben, with_context=with_context)]
     source = engine(request_processor=processor).get_template("page.html")
-    return source.render(RequestContext(request_for(viewer), {"items": items}))
+    html = source.render(RequestContext(request_for(viewer), {"items": items}))
+    return without_stamps(html, viewer)
 
 
 @pytest.mark.parametrize("processor", [True, False], ids=["request-processor", "no-processor"])

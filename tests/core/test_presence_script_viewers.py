@@ -55,7 +55,7 @@ def test_the_demo_loads_presence_js_for_its_users_only(
     client: Client, make_user: Callable[..., Any]
 ) -> None:
     if not apps.is_installed("siteproject.demo"):
-        pytest.skip("the demo is not installed on this site (tests.settings_uuid, ...)")
+        pytest.skip("the demo is not installed on this site (tests.settings.uuid, ...)")
     login_page = client.get(reverse("demo:login"))
     assert login_page.status_code == 200
     assert b"presence/presence.js" not in login_page.content

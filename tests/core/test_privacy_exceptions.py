@@ -114,6 +114,7 @@ def build(case: Case, make_user: Callable[..., Any]) -> tuple[Any, Any]:
     return target, viewer
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_exceptions_on_the_read_paths(case: Case, make_user: Callable[..., Any]) -> None:
     with time_machine.travel(NOW, tick=False):
@@ -161,6 +162,7 @@ MUTUAL = [
 ]
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize("reciprocal", [False, True])
 @pytest.mark.parametrize(
     "pair",

@@ -30,9 +30,13 @@ IPHONE = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148 S
 # group_send follows (presence.announce._GroupSizes: channels_redis's own would cost two
 # round trips, ZREMRANGEBYSCORE and ZRANGE, to find the same).
 FIRST_TOUCH = {
-    "evalsha": 1,
+    # the touch script, and the change's stamp before it is announced (presence.stamps: one
+    # script, SET NX of the stamps' epoch, the user's ZADD, a ZREMRANGEBYSCORE of old stamps)
+    "evalsha": 2,
+    "set": 1,
+    "zremrangebyscore": 1,
     "zscore": 1,
-    "zadd": 4,
+    "zadd": 5,
     "sismember": 1,
     "zcard": 1,
     # the outbox: recorded by the script (TIME, ZADD), claimed by the caller (presence.outbox)

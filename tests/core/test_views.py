@@ -63,6 +63,7 @@ def test_urls_are_named() -> None:
 # --- the privacy matrix through GET ---------------------------------------------------------
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_privacy_matrix(case: Case, make_user: Callable[..., Any]) -> None:
     client = Client()

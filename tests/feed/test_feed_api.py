@@ -176,6 +176,7 @@ def test_anonymous_cannot_post() -> None:
 # --- the privacy matrix on every timeline ---------------------------------------------------
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize(("level", "relation"), FEED_CASES, ids=FEED_CASE_IDS)
 def test_privacy_on_every_timeline(
     level: str | None, relation: str, make_user: Callable[..., Any]

@@ -96,7 +96,7 @@ def scratch_database(request: Any, tmp_path: Path) -> Iterator[str]:
 
 
 def test_a_site_with_presence_alone_gets_nothing_of_the_feed(scratch_database: str) -> None:
-    found = probe("boundary", "tests.settings_core_only", scratch_database)
+    found = probe("boundary", "tests.settings.core_only", scratch_database)
     assert [m for m in found["models"] if m.startswith("presence")] == CORE_MODELS
     assert not [t for t in found["tables"] if "feed" in t or t in LEGACY_TABLES]
     assert found["feed_route"] is False
@@ -109,7 +109,7 @@ def test_a_site_with_presence_alone_gets_nothing_of_the_feed(scratch_database: s
 
 
 def test_a_site_with_the_feed_gets_all_of_it(scratch_database: str) -> None:
-    found = probe("boundary", "tests.settings", scratch_database)
+    found = probe("boundary", "tests.settings.base", scratch_database)
     assert [m for m in found["models"] if m.startswith("presence")] == CORE_MODELS + FEED_MODELS
     assert set(FEED_TABLES) <= set(found["tables"])
     assert not set(LEGACY_TABLES) & set(found["tables"])
@@ -121,14 +121,14 @@ def test_a_site_with_the_feed_gets_all_of_it(scratch_database: str) -> None:
 def test_a_database_from_before_the_feed_app_upgrades_without_losing_a_row(
     scratch_database: str,
 ) -> None:
-    before = probe("legacy", "tests.settings_legacy", scratch_database)
+    before = probe("legacy", "tests.settings.legacy", scratch_database)
     assert all(before[key] for key in before), before  # a row in every table
 
     # Migrating presence alone (the feed not installed) leaves the old tables untouched.
-    untouched = probe("legacy-check", "tests.settings_core_only", scratch_database)
+    untouched = probe("legacy-check", "tests.settings.core_only", scratch_database)
     assert untouched == before
 
-    upgraded = probe("upgrade", "tests.settings", scratch_database)
+    upgraded = probe("upgrade", "tests.settings.base", scratch_database)
     assert upgraded["rows"] == before
     assert set(FEED_TABLES) <= set(upgraded["tables"])
     assert not set(LEGACY_TABLES) & set(upgraded["tables"])

@@ -141,6 +141,7 @@ def test_user_and_group_timelines(
     ]
 
 
+@pytest.mark.privacy_matrix
 @pytest.mark.parametrize(("level", "relation"), FEED_CASES, ids=FEED_CASE_IDS)
 def test_privacy_matrix_through_http(
     level: str | None, relation: str, make_user: Callable[..., Any]

@@ -723,13 +723,17 @@ def views_of(connection: Any) -> dict[str, Any]:
     assert hub is not None
     return {
         "sent": dict(connection.sent),
-        "watching": {uid for uid, watchers in hub.watchers.items() if connection in watchers},
-        "topics": {kind: hub.topics_of(connection, kind) for kind in list(hub.topics)},
+        "watching": {
+            uid for uid, watchers in hub.registry.watchers.members.items() if connection in watchers
+        },
+        "topics": {
+            kind: hub.topics_of(connection, kind) for kind in list(hub.registry.topics.members)
+        },
     }
 
 
 def consumer_of(user: Any) -> Any:
     hub = Hub.current()
     assert hub is not None
-    (connection,) = [c for c in hub.connections if c.viewer_id == user.pk]
+    (connection,) = [c for c in hub.registry.connections if c.viewer_id == user.pk]
     return connection

@@ -178,15 +178,15 @@ async def open_sockets() -> AsyncIterator[Sockets]:
     if hub is not None:
         if clean:
             # Every connection left the hub, which stopped its tasks and left its groups.
-            assert hub.connections == set()
-            assert hub.watchers == {}
-            assert hub.watched == {}  # nor any connection's list of them
-            assert hub._tasks == []
-        elif hub._tasks:
+            assert hub.registry.connections == set()
+            assert hub.registry.watchers.members == {}
+            assert hub.registry.watchers.of == {}  # nor any connection's list of them
+            assert hub.tasks.running == []
+        elif hub.tasks.running:
             await hub._stop()  # a consumer was cancelled by a failing assertion
         # The sweeps a stopped hub goes on with (for CONNECTION_TTL + OFFLINE_GRACE) end here.
-        if hub._lingering is not None:
-            hub._lingering.cancel()
+        if hub.tasks.lingering is not None:
+            hub.tasks.lingering.cancel()
     await close_pubsub_layer()
     # Nothing of the hub may outlive it (a channel-layer receive may take up to its BZPOPMIN
     # timeout, 5 s, to end after a cancellation it swallowed; more on a busy machine).
@@ -356,7 +356,7 @@ def subscriptions() -> dict[int, int]:
     """User id -> number of this process's connections subscribed to it."""
     hub = Hub.current()
     assert hub is not None
-    return {uid: len(watchers) for uid, watchers in hub.watchers.items()}
+    return {uid: len(watchers) for uid, watchers in hub.registry.watchers.members.items()}
 
 
 # --- for test_sessions.py (sessions: logout and password changes close their sockets) ---------

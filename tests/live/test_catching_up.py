@@ -48,23 +48,23 @@ async def test_a_process_still_far_behind_resyncs_only_once_it_has_caught_up(
         watcher = await sockets.open(viewer)
         assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
         hub = Hub.current()
-        assert hub is not None and not hub.behind
+        assert hub is not None and not hub.recovery.behind
         # The target comes online without an announcement (one the layer dropped).
         store = get_store()
         await store.arun(store.plans.touch(target.pk, Device.WEB, time.time()))
         announced_about(hub, other, time.time() - hub.behind_after())
-        assert hub.behind
+        assert hub.recovery.behind
         # Later announcements under the limit but still far behind, more often than the
         # sweep looks: not caught up, for several sweep intervals.
         still_far = hub.behind_after() * (CAUGHT_UP + 0.5)
         for _ in range(10):
             announced_about(hub, other, time.time() - still_far)
             assert await watcher.receive_nothing(timeout=0.04)
-            assert hub.behind
+            assert hub.recovery.behind
         # On time again: within a sweep interval every watched user is resolved again.
         announced_about(hub, other, time.time() - hub.behind_after() * CAUGHT_UP / 2)
         assert await receive(watcher) == diff({target.pk: online()})
-        assert not hub.behind
+        assert not hub.recovery.behind
         await assert_silent(watcher)
 
 

@@ -239,7 +239,7 @@ def _shard(layer: Any, kind: str, group: str, shards: list[RedisServer]) -> int:
 
 def _channel_shard(layer: Any, kind: str, hub: Hub, shards: list[RedisServer]) -> int:
     """The index of the host the hub's own channel is received from."""
-    channel = hub.channel
+    channel = hub.groups.channel
     assert channel is not None
     if kind == "core":
         return int(layer.consistent_hash(layer.non_local_name(channel)))

@@ -200,11 +200,11 @@ async def test_a_heartbeat_that_changes_nothing_is_not_even_parsed(
 async def test_a_sites_own_graph_kept_in_sync_by_the_recipe_reaches_open_sockets(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    """tests.graphsite's Follow model with the receivers of docs/api.md: following there is
+    """tests.sites.graphsite's Follow model with the receivers of docs/api.md: following there is
     following in presence, and an open socket sees it at once."""
-    if not apps.is_installed("tests.graphsite"):
-        pytest.skip("tests.graphsite is not installed in this settings variant")
-    from tests.graphsite.models import Follow
+    if not apps.is_installed("tests.sites.graphsite"):
+        pytest.skip("tests.sites.graphsite is not installed in this settings variant")
+    from tests.sites.graphsite.models import Follow
 
     viewer, target = await new_user(make_user), await new_user(make_user)
     await sockets.open(target)

@@ -215,7 +215,7 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
     await communicator.send_json_to({"type": "watch_feed", "feed": "following"})
     assert await subscribe(communicator) == state({})
     hub = Hub.current()
-    assert hub is not None and len(hub.connections) == 2 and hub.topic_members("feed")
+    assert hub is not None and len(hub.registry.connections) == 2 and hub.topic_members("feed")
     assert await connections_in_redis(viewer) != []
 
     # The server cancels the application (as daphne does at shutdown or after a close
@@ -226,9 +226,9 @@ async def test_a_consumer_ended_without_disconnect_leaves_the_hub_and_redis(
         return await connections_in_redis(viewer) == []
 
     assert await eventually(gone)
-    assert len(hub.connections) == 1
-    assert hub.watchers == {}
-    assert hub.watched == {}  # nor any connection's list of them
-    assert hub.topics == {}
+    assert len(hub.registry.connections) == 1
+    assert hub.registry.watchers.members == {}
+    assert hub.registry.watchers.of == {}  # nor any connection's list of them
+    assert hub.registry.topics.members == {}
     # The other connection is unaffected.
     assert await subscribe(keeper, target) == state({target.pk: online(invisible=False)})

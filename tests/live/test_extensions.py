@@ -102,7 +102,7 @@ async def test_an_added_frame_type_and_topic_deliver_to_the_listening_connection
     await bob_socket.send_json_to({"type": "listen_typing"})
     assert await subscribe(bob_socket) == state({})  # frames are handled in order
     # The process joined the topic kind's channel-layer group for bob's topic.
-    assert topic_members_in_redis(redis_client, "typing") == [hub.channel]
+    assert topic_members_in_redis(redis_client, "typing") == [hub.groups.channel]
 
     await alice_socket.send_json_to({"type": "typing", "to": bob.pk})
     assert await receive(bob_socket) == {"type": "typing", "from": alice.pk}

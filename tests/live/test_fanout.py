@@ -82,16 +82,16 @@ async def test_a_change_reaches_subscribed_connections_only_through_one_group_me
 
     # One process, one member in the target's group: the hub's channel, not one per viewer.
     hub = Hub.current()
-    assert hub is not None and hub.channel is not None
+    assert hub is not None and hub.groups.channel is not None
     layer = get_channel_layer()
     group = f"{layer.prefix}:group:{group_name(target.pk)}"
-    assert redis_client.zrange(group, 0, -1) == [hub.channel]
+    assert redis_client.zrange(group, 0, -1) == [hub.groups.channel]
 
     await sockets.open(target)
     for communicator in subscribers:
         assert await receive(communicator) == diff({target.pk: online()})
     await assert_silent(*subscribers, *others)
-    assert redis_client.zrange(group, 0, -1) == [hub.channel]
+    assert redis_client.zrange(group, 0, -1) == [hub.groups.channel]
 
 
 # --- subscribe cost ---------------------------------------------------------------------------

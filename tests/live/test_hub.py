@@ -116,35 +116,37 @@ async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     first = await sockets.open(first_viewer)
     second = await sockets.open(second_viewer)
     hub = Hub.current()
-    assert hub is not None and hub.channel is not None
+    assert hub is not None and hub.groups.channel is not None
     layer = get_channel_layer()
     # One process-local channel of the layer for the whole process.
-    assert hub.channel.startswith(f"specific.{layer.client_prefix}!")
+    assert hub.groups.channel.startswith(f"specific.{layer.client_prefix}!")
     assert groups(redis_client) == {}
 
     assert await subscribe(first, a, b, UNKNOWN_ID) == state({a.pk: HIDDEN, b.pk: HIDDEN})
     assert (await receive(first))["code"] == "unknown_users"
     # Joined for a and b; an id of no user is left at once.
     assert groups(redis_client) == {
-        group_name(a.pk): [hub.channel],
-        group_name(b.pk): [hub.channel],
+        group_name(a.pk): [hub.groups.channel],
+        group_name(b.pk): [hub.groups.channel],
     }
     assert await subscribe(second, a) == state({a.pk: HIDDEN})
-    assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]  # still one member
+    assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.groups.channel]  # still one member
 
     await first.send_json_to({"type": "unsubscribe", "users": [wire_id(a)]})
     assert await subscribe(first) == state({})
-    assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]  # second still wants a
+    assert redis_client.zrange(group_key(a.pk), 0, -1) == [
+        hub.groups.channel
+    ]  # second still wants a
     await second.send_json_to({"type": "unsubscribe", "users": [wire_id(a)]})
     assert await subscribe(second) == state({})
-    assert groups(redis_client) == {group_name(b.pk): [hub.channel]}
+    assert groups(redis_client) == {group_name(b.pk): [hub.groups.channel]}
 
     await sockets.close(first)  # its subscriptions go with it
-    assert hub.watchers == {}
-    assert hub.watched == {}  # nor any connection's list of them
+    assert hub.registry.watchers.members == {}
+    assert hub.registry.watchers.of == {}  # nor any connection's list of them
     # b's group lingers for the next page's socket (tests/live/test_group_linger.py), and is
     # left when the hub stops.
-    assert groups(redis_client) == {group_name(b.pk): [hub.channel]}
+    assert groups(redis_client) == {group_name(b.pk): [hub.groups.channel]}
     await sockets.close(second)
     assert groups(redis_client) == {}
 
@@ -169,13 +171,13 @@ async def test_a_leave_and_a_join_of_one_group_reach_the_layer_in_order(
             hub.watch(_connection_of(hub, second_viewer.pk), [a.pk]),
         )
         await asyncio.gather(leaving, joining)
-        assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]
+        assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.groups.channel]
         leaving, joining = (
             hub.unwatch(_connection_of(hub, second_viewer.pk), [a.pk]),
             hub.watch(_connection_of(hub, first_viewer.pk), [a.pk]),
         )
         await asyncio.gather(leaving, joining)
-        assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.channel]
+        assert redis_client.zrange(group_key(a.pk), 0, -1) == [hub.groups.channel]
     await sockets.close(first)
     await sockets.close(second)
     assert groups(redis_client) == {}
@@ -200,10 +202,10 @@ async def test_sockets_closing_together_leave_no_group_behind(
         )
         opened.append(socket)
     hub = Hub.current()
-    assert hub is not None and len(hub.accounts) == len(people)
+    assert hub is not None and len(hub.registry.accounts.members) == len(people)
     assert len(groups(redis_client)) == 2 * len(people)  # each user's group and account group
     await asyncio.gather(*(sockets.close(socket) for socket in opened))
-    assert hub._tasks == []
+    assert hub.tasks.running == []
     assert groups(redis_client) == {}
 
 
@@ -236,7 +238,7 @@ async def test_a_watch_returns_only_once_the_process_is_in_the_group(
     assert not first_watch.done() and not second_watch.done()
     joined.set()
     await asyncio.wait_for(asyncio.gather(first_watch, second_watch), 5)
-    assert hub.watchers[a.pk] == {
+    assert hub.registry.watchers.members[a.pk] == {
         _connection_of(hub, first_viewer.pk),
         _connection_of(hub, second_viewer.pk),
     }
@@ -282,15 +284,15 @@ async def test_a_leave_the_layer_refused_is_tried_again_unless_wanted_again(
         assert await eventually(left_only)
         for _ in range(3):  # a few sweeps later, the wanted group is still joined
             await asyncio.sleep(0.1)
-            assert redis_client.zrange(group_key(wanted_again.pk), 0, -1) == [hub.channel]
+            assert redis_client.zrange(group_key(wanted_again.pk), 0, -1) == [hub.groups.channel]
 
 
 def _connection_of(hub: Hub, viewer_pk: Any) -> Any:
-    return next(c for c in hub.connections if c.viewer_id == viewer_pk)
+    return next(c for c in hub.registry.connections if c.viewer_id == viewer_pk)
 
 
 def _watching(hub: Hub, user_pk: Any) -> tuple[Any, list[Any]]:
-    (connection,) = hub.watchers[user_pk]
+    (connection,) = hub.registry.watchers.members[user_pk]
     return connection, [user_pk]
 
 
@@ -303,16 +305,18 @@ async def test_the_hub_stops_its_tasks_when_the_last_connection_leaves(
     first = await sockets.open(one)
     hub = Hub.current()
     assert hub is not None
-    tasks, channel = list(hub._tasks), hub.channel
+    tasks, channel = list(hub.tasks.running), hub.groups.channel
     assert len(tasks) == 3  # deliver, sweep, receive
     assert not any(task.done() for task in tasks)
     second = await sockets.open(two)
-    assert Hub.current() is hub and hub._tasks == tasks  # one hub per event loop
+    assert Hub.current() is hub and hub.tasks.running == tasks  # one hub per event loop
 
     await sockets.close(first)
-    assert hub._tasks == tasks and not any(task.done() for task in tasks)
+    assert hub.tasks.running == tasks and not any(task.done() for task in tasks)
     await sockets.close(second)
-    assert hub._tasks == [] and hub.channel is None and hub.connections == set()
+    assert (
+        hub.tasks.running == [] and hub.groups.channel is None and hub.registry.connections == set()
+    )
     # Cancelled; a channel-layer receive may take up to its BZPOPMIN timeout (5 s) to end
     # (more on a busy machine: the wait ends as soon as they have).
     assert await eventually(lambda: all(task.done() for task in tasks), timeout=15)
@@ -320,9 +324,9 @@ async def test_the_hub_stops_its_tasks_when_the_last_connection_leaves(
 
     # A new connection starts them again, on a new channel.
     third = await sockets.open(one)
-    assert len(hub._tasks) == 3 and hub.channel not in (None, channel)
+    assert len(hub.tasks.running) == 3 and hub.groups.channel not in (None, channel)
     await sockets.close(third)
-    assert hub._tasks == []
+    assert hub.tasks.running == []
 
 
 async def test_a_stopped_hub_sweeps_on_until_its_users_are_offline(
@@ -338,10 +342,12 @@ async def test_a_stopped_hub_sweeps_on_until_its_users_are_offline(
         assert hub is not None
         assert [who for who, _ in all_due(redis_client)] == [redis_member(user)]
         await sockets.close(socket)
-        assert hub._tasks == [] and hub._lingering is not None
+        assert hub.tasks.running == [] and hub.tasks.lingering is not None
         # (bounds generous for a busy machine: each wait ends once it holds)
         assert await eventually(lambda: all_due(redis_client) == [], timeout=10)
-        assert await eventually(lambda: hub._lingering is not None and hub._lingering.done(), 15)
+        assert await eventually(
+            lambda: hub.tasks.lingering is not None and hub.tasks.lingering.done(), 15
+        )
 
 
 # --- Redis outages ------------------------------------------------------------------------------
@@ -521,7 +527,7 @@ async def test_a_window_counts_from_the_announcement_not_from_its_arrival(
         # Without a time (a message of an older version): a whole window.
         arrives(unstamped)
         # (Seconds from just before the messages arrived; the clock is frozen.)
-        due = {uid: at - now for uid, at in hub.pending.items()}
+        due = {uid: at - now for uid, at in hub.delivery.pending.items()}
         assert 15 <= due[slow.pk] < 16
         assert window <= due[ahead.pk] < window + 1
         assert 0 <= due[stale.pk] < 1
@@ -538,7 +544,7 @@ async def _unannounced_change(
     watcher = await sockets.open(viewer)
     assert await subscribe(watcher, target) == state({target.pk: HIDDEN})
     hub = Hub.current()
-    assert hub is not None and not hub.behind
+    assert hub is not None and not hub.recovery.behind
     store = get_store()
     await store.arun(store.plans.touch(target.pk, Device.WEB, time.time()))
     return watcher, hub, target
@@ -554,10 +560,10 @@ async def test_a_process_behind_its_channel_resolves_every_view_again_once_caugh
         watcher, hub, target = await _unannounced_change(sockets, make_user)
         # An announcement about someone else arrives as late as that: the process is behind.
         announced_about(hub, await new_user(make_user), time.time() - hub.behind_after())
-        assert hub.behind
+        assert hub.recovery.behind
         # Once no late one came for a sweep interval, the target's view is corrected.
         assert await receive(watcher) == diff({target.pk: online()})
-        assert not hub.behind
+        assert not hub.recovery.behind
         await assert_silent(watcher)
 
 
@@ -568,11 +574,11 @@ async def test_announcements_on_time_resolve_nothing_more(
         watcher, hub, _ = await _unannounced_change(sockets, make_user)
         # Late, but not that late.
         announced_about(hub, await new_user(make_user), time.time() - hub.behind_after() + 1)
-        assert not hub.behind
+        assert not hub.recovery.behind
         # A time that is not one (a message of another version, or garbage) says nothing.
         for sent in ("0", True, None, [0]):
             hub.dispatch({"type": announce.CHANGED, "users": [], "sent": sent})
-        assert not hub.behind
+        assert not hub.recovery.behind
         # Nothing announced the target's change: no sweep resolves it anew by itself.
         await assert_silent(watcher, seconds=0.5)
 
@@ -596,10 +602,10 @@ async def test_a_change_is_announced_as_made_when_its_frame_or_request_arrived(
         await announce.aannounce([plain.pk])  # outside: made now
 
         async def all_pending() -> bool:
-            return {from_async.pk, from_sync.pk, plain.pk} <= set(hub.pending)
+            return {from_async.pk, from_sync.pk, plain.pk} <= set(hub.delivery.pending)
 
         assert await eventually(all_pending)
-        due = {uid: at - now for uid, at in hub.pending.items()}
+        due = {uid: at - now for uid, at in hub.delivery.pending.items()}
         assert window - 20 <= due[from_async.pk] < window - 19
         assert window - 20 <= due[from_sync.pk] < window - 19
         assert window <= due[plain.pk] < window + 1

@@ -136,7 +136,7 @@ async def test_a_closed_socket_leaves_the_count_and_the_others_go_on(
     await sockets.close(leaving)
     hub = Hub.current()
     assert hub is not None
-    assert list(hub.counts.watchers) == [c for c in hub.connections]  # only the one left
+    assert list(hub.counts.watchers) == [c for c in hub.registry.connections]  # only the one left
     await touch_ids(50_000, 2, at=0)
     clock.shift(COUNT_INTERVAL)
     # The closed socket's user is offline after its grace only (OFFLINE_GRACE 5 s): still 2 + 2.

@@ -150,7 +150,7 @@ async def test_a_slow_snapshot_read_costs_one_more_resolve_not_one_per_window(
             await deliver(user_ids)
 
         hub.deliver = counted  # type: ignore[method-assign]
-        reader = next(c for c in hub.connections if c.viewer_id == reading_viewer.pk)
+        reader = next(c for c in hub.registry.connections if c.viewer_id == reading_viewer.pk)
         reader.snapshotting.add(target.pk)
         await sockets.open(target)
         assert (await receive(watcher))["presences"][str(target.pk)]["status"] == "online"

@@ -121,7 +121,7 @@ async def test_a_diff_larger_than_a_frame_arrives_in_several_partial_diffs(
     # hub resolves them in one delivery, whose diff is as large as the snapshot.
     hub = Hub.current()
     assert hub is not None
-    for connection in hub.connections:
+    for connection in hub.registry.connections:
         for uid, shown in list(connection.sent.items()):
             connection.sent[uid] = replace(shown, text="old")
     hub.changed([t.pk for t in targets])

@@ -77,9 +77,9 @@ async def test_logout_closes_that_sessions_sockets_with_4401_only(
     assert await subscribe(other_session, user) == state({user.pk: online(invisible=False)})
     await assert_silent(watcher)
     hub = Hub.current()
-    assert hub is not None and len(hub.accounts[user.pk]) == 1
+    assert hub is not None and len(hub.registry.accounts.members[user.pk]) == 1
     await sockets.close(other_session)
-    assert user.pk not in hub.accounts
+    assert user.pk not in hub.registry.accounts.members
 
 
 async def test_a_password_change_closes_the_sockets_of_the_other_sessions(

@@ -74,7 +74,9 @@ async def test_a_password_change_closes_open_token_sockets_with_4401(
     user = await new_user(make_user)
     socket = await _token_socket(sockets, user)
     hub = Hub.current()
-    assert hub is not None and len(hub.accounts[user.pk]) == 1  # told of account changes
+    assert (
+        hub is not None and len(hub.registry.accounts.members[user.pk]) == 1
+    )  # told of account changes
 
     @sync_to_async
     def change_password() -> None:
@@ -83,7 +85,7 @@ async def test_a_password_change_closes_open_token_sockets_with_4401(
 
     await change_password()
     await assert_closed_with(socket, 4401)
-    assert user.pk not in hub.accounts
+    assert user.pk not in hub.registry.accounts.members
 
 
 async def test_a_deactivation_closes_open_token_sockets_with_4401(
@@ -213,7 +215,7 @@ async def test_a_logout_right_after_the_handshake_closes_the_socket_every_time(
         }
         await sockets.close(communicator)
     hub = Hub.current()
-    assert hub is None or user.pk not in hub.accounts
+    assert hub is None or user.pk not in hub.registry.accounts.members
 
 
 async def test_a_socket_opened_after_a_password_change_with_new_credentials_stays_open(

@@ -70,6 +70,7 @@ def _variant_id(visibility: dict[str, str] | None) -> str:
     return Case(visibility, "self", False, True).id.split("-self-")[0]
 
 
+@pytest.mark.privacy_matrix
 async def test_privacy_matrix_through_the_snapshot(
     sockets: Sockets, make_user: Callable[..., Any]
 ) -> None:

@@ -3,8 +3,8 @@ at once (connections opened in parallel, so the processes race to record them) m
 one user_online and, once every connection closed, exactly one user_offline on the whole site;
 a process killed with SIGKILL neither loses nor doubles one.
 
-Each process's receivers (tests/signal_probe, installed by tests.daphne_settings) push what they
-got onto a Redis list; the test reads it.
+Each process's receivers (tests/sites/signal_probe, installed by tests.settings.daphne) push
+what they got onto a Redis list; the test reads it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import redis
 
 from tests.daphne import Daphne, daphne_fixture  # noqa: F401 (the daphne fixture)
 from tests.load.test_multiprocess import GRACE, TIMINGS, TTL, Socket, bare_session_of
-from tests.signal_probe.apps import LIST_ENV
+from tests.sites.signal_probe.apps import LIST_ENV
 
 pytest.importorskip("websockets.sync.client", reason="pip install -e '.[dev]' (websockets)")
 

@@ -30,7 +30,7 @@ pytest.importorskip("uvicorn", reason="pip install -e '.[dev]' (uvicorn[standard
 
 class Uvicorn(Daphne):
     """``uvicorn siteproject.asgi:application`` with the daphne processes' settings and
-    environment (tests.daphne_settings: the test database, REDIS_URL, PRESENCE)."""
+    environment (tests.settings.daphne: the test database, REDIS_URL, PRESENCE)."""
 
     def command(self) -> list[str]:
         return [

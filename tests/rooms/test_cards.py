@@ -20,6 +20,7 @@ from tests.rooms import cards
 from tests.rooms.members import enter
 from tests.rooms.rules import ROOMS
 from tests.rooms.test_rooms_tags import member_html, room_html
+from tests.stamping import without_stamps
 
 pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site]
 
@@ -39,7 +40,8 @@ def with_card(settings: Any, path: str | None = cards.CUSTOM) -> None:
 def render(source: str, viewer: Any, **context: Any) -> str:
     request = RequestFactory().get("/")
     request.user = viewer
-    return Template("{% load presence %}" + source).render(Context({"request": request, **context}))
+    html = Template("{% load presence %}" + source).render(Context({"request": request, **context}))
+    return without_stamps(html, viewer)
 
 
 def avatar_member_html(user: Any, name: str, avatar: str, status: str = "online") -> str:

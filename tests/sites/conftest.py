@@ -11,10 +11,10 @@ import pytest
 #: the site a module here tests (the first word of its name after ``test_``) and its app
 SITE_APPS = {
     "demo": "siteproject.demo",
-    "emailsite": "tests.emailsite",
-    "uuidsite": "tests.uuidsite",
-    "hnsite": "tests.hnsite",
-    "forumsite": "tests.forumsite",
+    "emailsite": "tests.sites.emailsite",
+    "uuidsite": "tests.sites.uuidsite",
+    "hnsite": "tests.sites.hnsite",
+    "forumsite": "tests.sites.forumsite",
 }
 
 

@@ -1,6 +1,7 @@
-"""presence on a site whose user model logs in by e-mail and has no username (tests.emailsite),
-with no User admin registered. Run with tests.settings_email (`make test` does, after the main
-suite): the admin, the checks, mention suggestions, the feed's JSON and the contacts API."""
+"""presence on a site whose user model logs in by e-mail and has no username
+(tests.sites.emailsite), with no User admin registered. Run with tests.settings.email (`make test`
+does, after the main suite): the admin, the checks, mention suggestions, the feed's JSON and the
+contacts API."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 participants, a user list, avatars) from the README and the book alone (issue 38): topic rooms
 behind the forum's own rule, member cards with avatars, the ready privacy page in the forum's
 layout, the live online count and guests, the comments' authors' dots prefetched. Runs on
-tests.settings_forum only (`make test`'s forum_site run; tests/sites/conftest.py leaves it out of
+tests.settings.forum only (`make test`'s forum_site run; tests/sites/conftest.py leaves it out of
 the other runs). Its sockets: test_forumsite_sockets.py; in Chromium: test_forumsite_browser.py.
 """
 
@@ -24,17 +24,17 @@ from django.urls import reverse
 
 from presence import api
 from presence.models import PrivacySettings
-from tests.forumsite import people
-from tests.forumsite.models import Comment, Topic
 from tests.privacy_cases import count_round_trips
 from tests.privacy_page_cases import page as settings_page
 from tests.rooms.members import enter
+from tests.sites.forumsite import people
+from tests.sites.forumsite.models import Comment, Topic
 
 pytestmark = [pytest.mark.django_db, pytest.mark.forum_site]
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
-SETTINGS = (ROOT / "tests" / "settings_forum.py").read_text()
+SETTINGS = (ROOT / "tests" / "settings" / "forum.py").read_text()
 COUNT = (
     '<span class="presence-online-count" data-presence-online-count="/presence/api/online_count">'
     "{members}</span> members and {guests} guests online"
@@ -89,14 +89,14 @@ def test_the_settings_and_asgi_are_the_readmes_as_printed() -> None:
     caches, layers = pasted.split("\n\n")[-1].split('PRESENCE = {"CACHE_ALIAS": "presence"}\n')
     assert caches in SETTINGS and layers in SETTINGS
     assert 'PRESENCE = {\n    "CACHE_ALIAS": "presence",\n' in SETTINGS
-    assert 'ASGI_APPLICATION = "tests.forumsite.asgi.application"' in SETTINGS
+    assert 'ASGI_APPLICATION = "tests.sites.forumsite.asgi.application"' in SETTINGS
     for line in pasted.splitlines():
         if "presence" in line and "#" in line and "feed" not in line:
             assert line.strip() in SETTINGS
     asgi = re.search(r"```python\n(# asgi\.py.*?)```", README, re.S)
     assert asgi is not None
-    ours = (ROOT / "tests" / "forumsite" / "asgi.py").read_text()
-    assert asgi.group(1).replace('"mysite.settings"', '"tests.settings_forum"') in ours
+    ours = (ROOT / "tests" / "sites" / "forumsite" / "asgi.py").read_text()
+    assert asgi.group(1).replace('"mysite.settings"', '"tests.settings.forum"') in ours
 
 
 def test_checks_pass() -> None:

@@ -1,7 +1,7 @@
-"""The forum in Chromium (tests.settings_forum, `make test`'s forum_site run): real daphne
-processes serve the forum's own ASGI application (tests/forumsite/asgi.py) on the test database;
-two participants of a private topic see each other arrive in its room live, with their avatars,
-and the footer's "N members and M guests online" goes up without a reload.
+"""The forum in Chromium (tests.settings.forum, `make test`'s forum_site run): real daphne
+processes serve the forum's own ASGI application (tests/sites/forumsite/asgi.py) on the test
+database; two participants of a private topic see each other arrive in its room live, with their
+avatars, and the footer's "N members and M guests online" goes up without a reload.
 
 The browser: tests/browser/pages.py (headless /usr/bin/chromium through Playwright; skipped
 where it is missing). Every wait is for a DOM condition, bounded, never a fixed pause."""
@@ -19,14 +19,14 @@ from django.urls import reverse
 from tests.browser.pages import LIVE, MARGIN, ONLINE, Browser, Session, expect
 from tests.browser.pages import chromium as chromium
 from tests.daphne import Daphne
-from tests.forumsite import people
+from tests.sites.forumsite import people
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.forum_site]
 
 
 class ForumDaphne(Daphne):
-    APPLICATION = "tests.forumsite.asgi:application"
-    SETTINGS_MODULE = "tests.forumsite.daphne_settings"
+    APPLICATION = "tests.sites.forumsite.asgi:application"
+    SETTINGS_MODULE = "tests.settings.forum_daphne"
     READY_PATH = "/accounts/login/"
 
     def environment(self) -> dict[str, str]:

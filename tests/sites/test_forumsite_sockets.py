@@ -1,7 +1,7 @@
-"""The forum's topic rooms live (tests.settings_forum, `make test`'s forum_site run): sockets
-opened through the forum's own ASGI application (tests/forumsite/asgi.py, the README's), signed in
-by their session cookies, on the real channels_redis layer and a real Redis. A private topic's
-room admits its participants only (the forum's rule), shows each member by the forum's card
+"""The forum's topic rooms live (tests.settings.forum, `make test`'s forum_site run): sockets
+opened through the forum's own ASGI application (tests/sites/forumsite/asgi.py, the README's),
+signed in by their session cookies, on the real channels_redis layer and a real Redis. A private
+topic's room admits its participants only (the forum's rule), shows each member by the forum's card
 (name and avatar), and drops a participant the topic's author removes at once
 (``api.recheck_room``), long before the rule's periodic check (the clock stands still)."""
 
@@ -19,7 +19,6 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.urls import reverse
 
-from tests.forumsite import people
 from tests.live.sockets import (
     BASE,
     TIMEOUT,
@@ -33,6 +32,7 @@ from tests.live.sockets import (
     subscribe,
 )
 from tests.rooms.test_sockets import ClientView, join
+from tests.sites.forumsite import people
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -63,7 +63,7 @@ async def forum(_settings: None, clock: time_machine.Coordinates) -> dict[str, A
 
 async def through_the_forum(sockets: Sockets, user: Any) -> WebsocketCommunicator:
     """A socket of the forum's ASGI application, as a page of the forum opens it."""
-    from tests.forumsite.asgi import application
+    from tests.sites.forumsite.asgi import application
 
     cookie = await sync_to_async(_session_cookie)(user)
     headers = _asgi_headers(b"http://testserver", cookie)

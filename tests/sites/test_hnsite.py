@@ -1,6 +1,6 @@
 """presence dropped into a Hacker-News-style site from the README and the book alone:
 a UUID-keyed user model, no CACHES of its own, no user admin of its own, and each story's author
-rendered three inclusion tags deep. Runs on tests.settings_hn only (`make test`'s hn_site run;
+rendered three inclusion tags deep. Runs on tests.settings.hn only (`make test`'s hn_site run;
 tests/sites/conftest.py leaves it out of the other runs)."""
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from django.test import Client
 from presence import api
 from presence.admin import PresenceUserAdminMixin
 from presence.models import Contact, PrivacySettings
-from tests.hnsite.models import Story
+from tests.sites.hnsite.models import Story
+from tests.stamping import without_stamps
 
 pytestmark = [pytest.mark.django_db, pytest.mark.hn_site]
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = (ROOT / "tests" / "settings_hn.py").read_text()
+SETTINGS = (ROOT / "tests" / "settings" / "hn.py").read_text()
 PASTED = "# --- below: the README's snippet, pasted"
 
 
@@ -89,7 +90,7 @@ def test_the_site_is_what_the_issue_describes() -> None:
     # The three nested inclusion tags; link_user takes the context and hands on no request.
     from django.template import Context
 
-    from tests.hnsite.templatetags import hn as tags
+    from tests.sites.hnsite.templatetags import hn as tags
 
     assert tags.link_user(Context({"request": object()}), "pg") == {"user": "pg"}
     assert tags.news_item("story") == {"story": "story"}
@@ -97,7 +98,7 @@ def test_the_site_is_what_the_issue_describes() -> None:
 
 
 def test_the_settings_are_the_readmes_snippet_as_printed() -> None:
-    """settings_hn.py pastes the README's CACHES and PRESENCE (the Redis URL aside)."""
+    """tests/settings/hn.py pastes the README's CACHES and PRESENCE (the Redis URL aside)."""
     readme = (ROOT / "README.md").read_text()
     printed = re.search(r"\n(# A django-redis cache alias.*?\nPRESENCE = .*?\n)", readme, re.S)
     assert printed is not None
@@ -109,7 +110,7 @@ def test_the_user_admin_is_the_books_guarded_snippet() -> None:
     book = (ROOT / "docs" / "getting-started.md").read_text()
     snippet = re.search(r"```python\n# myapp/admin\.py\n(.*?)```", book, re.S)
     assert snippet is not None
-    assert snippet.group(1) in (ROOT / "tests" / "hnsite" / "admin.py").read_text()
+    assert snippet.group(1) in (ROOT / "tests" / "sites" / "hnsite" / "admin.py").read_text()
     model_admin = admin.site.get_model_admin(get_user_model())
     assert isinstance(model_admin, PresenceUserAdminMixin)
 
@@ -126,7 +127,7 @@ def test_checks_pass() -> None:
 def test_a_friend_sees_the_authors_dot_three_tags_deep(hn: dict[str, Any]) -> None:
     client = Client()
     client.force_login(hn["rtm"])
-    html = client.get("/").content.decode()
+    html = without_stamps(client.get("/").content.decode(), hn["rtm"])
     assert row(hn["story"], "online", "Online") in html
     assert 'src="/static/presence/presence.js"' in html
 
@@ -134,7 +135,8 @@ def test_a_friend_sees_the_authors_dot_three_tags_deep(hn: dict[str, Any]) -> No
 def test_a_stranger_and_an_anonymous_visitor_see_a_strangers_dot(hn: dict[str, Any]) -> None:
     client = Client()
     client.force_login(hn["dang"])
-    assert row(hn["story"], "offline", "Offline") in client.get("/").content.decode()
+    page = without_stamps(client.get("/").content.decode(), hn["dang"])
+    assert row(hn["story"], "offline", "Offline") in page
     anonymous = Client().get("/").content.decode()
     assert row(hn["story"], "offline", "Offline") in anonymous
     # No script for a visitor whose socket would be refused.
@@ -144,7 +146,7 @@ def test_a_stranger_and_an_anonymous_visitor_see_a_strangers_dot(hn: dict[str, A
 def test_the_whole_page_for_a_friend(hn: dict[str, Any]) -> None:
     client = Client()
     client.force_login(hn["rtm"])
-    html = client.get("/").content.decode()
+    html = without_stamps(client.get("/").content.decode(), hn["rtm"])
     script = re.search(r"<script .*?></script>", html)
     assert script is not None
     assert html == (

@@ -1,5 +1,5 @@
-"""presence on a site whose user model is keyed by a UUID (tests.uuidsite). Run with
-tests.settings_uuid (`make test` does, with part of the main suite): what only a UUID site shows
+"""presence on a site whose user model is keyed by a UUID (tests.sites.uuidsite). Run with
+tests.settings.uuid (`make test` does, with part of the main suite): what only a UUID site shows
 (the JSON endpoint, frames, Redis members, cleanup, the feed, the admin, template tags)."""
 
 from __future__ import annotations

@@ -7,19 +7,17 @@ every client's view with ``bulk_presence`` for that viewer.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import Any
 
 from tools.loadtest import config, oracle
 from tools.loadtest.generator import BareStorm, PresenceTuple, Stats, as_tuple
+from tools.loadtest.oracle_thread import ORACLE_SHARE, RECHECK, in_oracle_thread
 from tools.loadtest.population import Graph
 
 
@@ -81,33 +79,6 @@ class Generators:
 
     def stats(self, command: str = "stats") -> list[Stats]:
         return self.ask(command)
-
-
-T = TypeVar("T")
-
-#: differing views are compared again this often, at most (seconds) ...
-RECHECK = 0.5
-#: ... and so that those reads take at most this share of the time
-ORACLE_SHARE = 0.25
-#: the niceness of the thread that reads the oracle's truth: on a small machine the harness
-#: shares the cores with the servers it measures, and its checks must not take their time
-ORACLE_NICENESS = 10
-_oracle_thread: ThreadPoolExecutor | None = None
-
-
-def _lower_this_threads_priority() -> None:
-    # Linux keeps a niceness per thread: only the oracle's reads are lowered, not the harness's
-    # other threads, nor the processes it starts later (a restarted server).
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ORACLE_NICENESS)
-
-
-def in_oracle_thread(function: Callable[..., T], *args: Any) -> T:
-    """``function(*args)`` in the oracle's thread of lower priority."""
-    global _oracle_thread
-    if _oracle_thread is None:
-        _oracle_thread = ThreadPoolExecutor(1, "oracle", initializer=_lower_this_threads_priority)
-    return _oracle_thread.submit(function, *args).result()
 
 
 def expected_views(

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.loadtest.oracle_thread import ORACLE_SHARE, RECHECK, in_oracle_thread
+
 #: the kind the servers declare (anyone logged in may enter)
 KIND = "lobby"
 SETTINGS = {"ROOMS": {KIND: None}}
@@ -172,7 +174,6 @@ def check(
     checkpoint's) with the oracle until they agree or ``bound`` seconds have passed (the last
     joins and leaves of the run are still being coalesced). The oracle's reads run in the
     harness's thread of lower priority, at most a quarter of the time."""
-    from tools.loadtest.harness import ORACLE_SHARE, RECHECK, in_oracle_thread
 
     started = time.monotonic()
     first: RoomCheck | None = None

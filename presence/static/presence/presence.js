@@ -18,6 +18,10 @@
  * input or while the tab is hidden; at once when that changes), reconnects with exponential
  * backoff and jitter, and resubscribes. While the socket is down (or where WebSocket is missing)
  * it polls the JSON endpoint every 15 s instead.
+ * Stamps: a user whose every element carries the same data-presence-since (the dots of
+ * {% presence_dot %}) is subscribed with that stamp, and the server sends only what changed since
+ * the page was rendered; each snapshot's stamp is kept, and a reconnect resubscribes with it, so
+ * it is sent only what changed while it was away (or everything, when away too long).
  *
  * API (window.presence):
  *   on(event, fn) -> function that removes the listener; fn(detail). Events:
@@ -75,6 +79,7 @@
   const STATUSES = ["online", "idle", "dnd", "offline"];
   const USER = "data-presence-user";
   const LAST_SEEN = "data-presence-last-seen";
+  const SINCE = "data-presence-since";
   const WATCHED = `[${USER}], [${LAST_SEEN}]`;
   // User ids are opaque strings (integers, UUIDs, any string pk): quoted in selectors, encoded
   // in URLs, sent as strings (the server echoes each id back as it was sent).
@@ -326,6 +331,8 @@
   const subscribed = new Set(); // ids subscribed on this connection
   const snapshotted = new Set(); // ... whose presence_state has arrived
   const early = new Map(); // id -> a diff that arrived before its snapshot
+  // id -> the stamp of what is shown (the snapshot's, kept across reconnects: resuming)
+  const stamps = new Map();
   const waiting = []; // set_status frames sent, waiting for their "status" reply, in order
   const feeds = new Set(); // live timelines watched (sent again on every new connection)
 
@@ -425,6 +432,16 @@
         if (early.has(id)) presences[id] = early.get(id);
         early.delete(id);
       });
+      // Unchanged since the stamp the subscribe sent: the page shows them right already.
+      (message.unchanged || []).map(String).forEach((id) => {
+        snapshotted.add(id);
+        if (early.has(id)) presences[id] = early.get(id);
+        early.delete(id);
+      });
+      if (message.stamp) {
+        Object.keys(presences).forEach((id) => stamps.set(id, message.stamp));
+        (message.unchanged || []).forEach((id) => stamps.set(String(id), message.stamp));
+      }
       apply(presences);
     } else if (message.type === "presence_diff") {
       const now = {};
@@ -479,23 +496,41 @@
     if (isOpen()) {
       const fresh = ids.filter((id) => !subscribed.has(id));
       const gone = Array.from(subscribed).filter((id) => !present.has(id));
-      for (let i = 0; i < fresh.length; i += MAX_IDS) {
-        const chunk = fresh.slice(i, i + MAX_IDS);
-        chunk.forEach((id) => subscribed.add(id));
-        send({ type: "subscribe", users: chunk });
-      }
+      // One subscribe per stamp (null: none, the full snapshot); each answer brings a stamp.
+      const bySince = new Map();
+      fresh.forEach((id) => {
+        const since = stamps.get(id) || pageStamp(id);
+        if (!bySince.has(since)) bySince.set(since, []);
+        bySince.get(since).push(id);
+      });
+      bySince.forEach((group, since) => {
+        for (let i = 0; i < group.length; i += MAX_IDS) {
+          const chunk = group.slice(i, i + MAX_IDS);
+          chunk.forEach((id) => subscribed.add(id));
+          send({ type: "subscribe", users: chunk, since });
+        }
+      });
       if (gone.length) {
         gone.forEach((id) => {
           subscribed.delete(id);
           snapshotted.delete(id);
           early.delete(id);
           latest.delete(id); // no longer kept fresh
+          stamps.delete(id);
         });
         send({ type: "unsubscribe", users: gone });
       }
     } else if (polling() && unknown.length) {
       load(unknown);
     }
+  }
+
+  // The stamp every element of this user carries (the server rendered them all at once), or
+  // null: an element of the site's own markup shows nothing the server resolved.
+  function pageStamp(id) {
+    const found = Array.from(document.querySelectorAll(`${byId(USER, id)}, ${byId(LAST_SEEN, id)}`));
+    const since = found.length ? found[0].getAttribute(SINCE) : null;
+    return since && found.every((el) => el.getAttribute(SINCE) === since) ? since : null;
   }
 
   let syncTimer = null;
@@ -963,6 +998,9 @@
           watchedIds(node).forEach((id) => {
             added.add(id);
             if (latest.has(id)) render(id, latest.get(id)); // known users are shown at once
+            // Left out of its snapshot as unchanged (the page shows it), this user's new
+            // element of other markup is read once over HTTP.
+            else if (snapshotted.has(id) && pageStamp(id) === null) load([id]);
           });
         });
         m.removedNodes.forEach((node) => {

@@ -15,7 +15,8 @@ By concern:
 - :mod:`~presence.store.plans.ledger`: the online ledger's count and its invisible users;
 - :mod:`~presence.store.plans.rooms`: rooms (members, meta, their stay, the sweep);
 - :mod:`~presence.store.plans.guests`: the guest count (COUNT_GUESTS);
-- :mod:`~presence.store.plans.export`: what Redis holds about one user (data requests).
+- :mod:`~presence.store.plans.export`: what Redis holds about one user (data requests);
+- :mod:`~presence.store.plans.changes`: when users' visible presence last changed (stamps).
 
 :class:`Plans` composes them into one object, the store's ``plans``, over its key scheme:
 ``store.run(store.plans.touch(user_id, device, now))`` builds the plan, then runs it. Every name
@@ -24,6 +25,7 @@ is importable from ``presence.store.plans`` itself.
 
 from __future__ import annotations
 
+from presence.store.plans.changes import ChangePlans
 from presence.store.plans.export import ExportPlans, UserRecord
 from presence.store.plans.guests import GuestPlans
 from presence.store.plans.ledger import LedgerPlans
@@ -63,6 +65,7 @@ class Plans(
     RoomPlans,
     GuestPlans,
     ExportPlans,
+    ChangePlans,
 ):
     """Every plan of the store, over its key scheme: one object, an area's plans written once in
     the area's module (each area holds only the key scheme, so they compose side by side)."""

@@ -1,9 +1,0 @@
-from __future__ import annotations
-
-from django.apps import AppConfig
-
-
-class UuidsiteConfig(AppConfig):
-    name = "tests.uuidsite"
-    label = "uuidsite"
-    default_auto_field = "django.db.models.BigAutoField"

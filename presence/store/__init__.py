@@ -120,9 +120,11 @@ def reset_clients() -> None:
     """Forget clients and cached settings (called when PRESENCE or CACHES change)."""
     global _store
     with _store_lock:
-        if _store is not None:
-            _store.close()
-        _store = None
+        # Forgotten before it is closed: a user of it that fails as it closes (the closes
+        # listener's thread) sees it is no longer current, and stays quiet.
+        old, _store = _store, None
+        if old is not None:
+            old.close()
 
 
 @receiver(setting_changed)

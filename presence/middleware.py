@@ -83,13 +83,15 @@ class TouchThrottle:
 
     def closed(self, user_id: UserId, second: int) -> str | None:
         """The user's last connection went in ``second``. Their entry stops throttling; if a
-        request was throttled since (in that second or later), the device kind to write now
-        (the entry is renewed), else None."""
+        request was throttled after that second, the device kind to write now (the entry is
+        renewed), else None. A request within the close's own second is taken as before it:
+        the page's own requests just before its tab closed must not keep the user online for
+        ONLINE_WINDOW (their next request is written at once anyway)."""
         with self._lock:
             entry = self._last.get(user_id)
             if entry is None or entry.written >= second + 1:
                 return None  # nothing throttled here, or written after the close
-            if entry.requested > entry.written and entry.requested >= second:
+            if entry.requested > entry.written and entry.requested >= second + 1:
                 entry.written = entry.requested = time.time()
                 return entry.device
             del self._last[user_id]

@@ -274,5 +274,7 @@ def test_reconnects_and_resubscribes_after_a_server_restart(
         f for f in a.frames_sent if f["type"] == "subscribe" and str(ben.pk) in f["users"]
     ]
     assert len(subscribes) == 2
-    # The second connection resumes from the first one's snapshot: its stamp, not the page's.
-    assert subscribes[1]["since"] is not None and subscribes[1]["since"] != subscribes[0]["since"]
+    # The second connection resumes from the first one's snapshot: its stamp, never the page's
+    # again (null, a full snapshot, where ben's element was drawn again meanwhile without a
+    # stamp by the live friends list: seen once in four runs).
+    assert subscribes[1]["since"] != subscribes[0]["since"]

@@ -29,6 +29,7 @@ from tests.privacy_page_cases import page as settings_page
 from tests.rooms.members import enter
 from tests.sites.forumsite import people
 from tests.sites.forumsite.models import Comment, Topic
+from tests.stamping import without_stamps
 
 pytestmark = [pytest.mark.django_db, pytest.mark.forum_site]
 
@@ -115,7 +116,7 @@ def topic_page_cost(topic: Topic, viewer: Client) -> tuple[int, int, str]:
     with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
         response = viewer.get(url)
     assert response.status_code == 200
-    return len(queries), trips.count, response.content.decode()
+    return len(queries), trips.count, without_stamps(response.content.decode())
 
 
 def test_a_topic_page_costs_the_same_for_3_and_30_commenters(forum: dict[str, Any]) -> None:
@@ -143,7 +144,7 @@ def test_the_topics_room_lists_who_is_reading_it_with_their_cards(forum: dict[st
     ann, ben, cy = forum["ann"], forum["ben"], forum["cy"]
     public = forum["public"]
     enter(ann, f"topic:{public.pk}")
-    html = signed_in(cy).get(reverse("topic", args=[public.pk])).content.decode()
+    html = without_stamps(signed_in(cy).get(reverse("topic", args=[public.pk])).content.decode())
     assert f'data-presence-room="topic:{public.pk}"' in html
     assert (
         f'<li class="presence-room__member" data-presence-room-member="{ann.pk}">'
@@ -173,7 +174,7 @@ def test_a_private_topic_and_its_room_are_for_its_participants_only(
     assert Client().get(room_url).status_code == 401
 
     participant = signed_in(ben)
-    html = participant.get(page_url).content.decode()
+    html = without_stamps(participant.get(page_url).content.decode())
     assert f'data-presence-room="topic:{private.pk}"' in html
     assert f'data-presence-room-member="{ann.pk}"' in html
     room = participant.get(room_url).json()
@@ -196,12 +197,12 @@ def test_a_private_topic_and_its_room_are_for_its_participants_only(
 def test_the_user_list_shows_dots_and_cards(forum: dict[str, Any]) -> None:
     ann, ben, cy, dee = forum["ann"], forum["ben"], forum["cy"], forum["dee"]
     api.touch(ann)
-    html = signed_in(cy).get(reverse("users")).content.decode()
+    html = without_stamps(signed_in(cy).get(reverse("users")).content.decode())
     assert listed(ann, "online", avatar(ann), "online") in html
     assert listed(ben, "offline", avatar(ben), "") in html
     assert listed(cy, "online", avatar(cy), "online") in html  # the viewer's own page view
     assert listed(dee, "offline", '<span class="avatar">DE</span>', "") in html  # no avatar
-    anonymous = Client().get(reverse("users")).content.decode()
+    anonymous = without_stamps(Client().get(reverse("users")).content.decode())
     assert listed(ann, "online", avatar(ann), "online") in anonymous  # a public forum
     assert "presence.js" not in anonymous
 
@@ -212,23 +213,25 @@ def test_the_privacy_page_saves_a_level_and_the_user_list_follows_it(
     ann, cy = forum["ann"], forum["cy"]
     ann_client, stranger = signed_in(ann), signed_in(cy)
     ann_client.get(reverse("index"))
-    before = stranger.get(reverse("users")).content.decode()
+    before = without_stamps(stranger.get(reverse("users")).content.decode())
     assert listed(ann, "online", avatar(ann), "online") in before
 
     # The forum links to presence's page, which shows in the forum's own layout.
     assert f'href="{reverse("presence:settings")}"' in before
-    html = ann_client.get(reverse("presence:settings")).content.decode()
+    html = without_stamps(ann_client.get(reverse("presence:settings")).content.decode())
     assert "<title>Privacy and status</title>" in html
     assert '<a href="/users/">Users</a>' in html and "who-is-online" in html
     values = settings_page(ann_client)
     values.update({"online_visibility": "contacts", "last_seen_visibility": "nobody"})
     response = ann_client.post(reverse("presence:settings"), values)
     assert response.status_code == 302
-    assert "Your settings are saved." in ann_client.get(response.url).content.decode()
+    assert "Your settings are saved." in without_stamps(
+        ann_client.get(response.url).content.decode()
+    )
     row = PrivacySettings.objects.get(user=ann)
     assert (row.online_visibility, row.last_seen_visibility) == ("contacts", "nobody")
 
-    after = stranger.get(reverse("users")).content.decode()
+    after = without_stamps(stranger.get(reverse("users")).content.decode())
     assert listed(ann, "offline", avatar(ann), "") in after
     # Anonymous visitors of the page are sent to the forum's login page.
     anonymous = Client().get(reverse("presence:settings"))
@@ -248,7 +251,7 @@ def test_members_and_guests_online(forum: dict[str, Any], clock: time_machine.Co
     member_client = signed_in(ben)
     # A count is read once per 5 s per process (the guests' one was read by the first page).
     clock.shift(5)
-    html = member_client.get(reverse("index")).content.decode()
+    html = without_stamps(member_client.get(reverse("index")).content.decode())
     assert COUNT.format(members=2, guests=3) in html
     assert api.online_count() == 2 and api.guest_count() == 3
     guest = Client(REMOTE_ADDR="10.0.0.1")  # a guest already counted
@@ -258,5 +261,7 @@ def test_members_and_guests_online(forum: dict[str, Any], clock: time_machine.Co
     # Going invisible leaves a member out of the count.
     api.set_status(ben, "invisible")
     clock.shift(5)
-    assert COUNT.format(members=1, guests=3) in guest.get(reverse("index")).content.decode()
+    assert COUNT.format(members=1, guests=3) in without_stamps(
+        guest.get(reverse("index")).content.decode()
+    )
     assert guest.get(reverse("presence:online_count")).json() == {"count": 1}

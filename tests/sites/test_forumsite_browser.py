@@ -108,8 +108,10 @@ def test_participants_see_each_other_arrive_with_avatars_and_the_count_goes_up(
     # The footer's count, pushed within the 5 s the server waits between two updates.
     expect(count).to_have_text("2", timeout=(5 + MARGIN) * 1000)
     # Guests (rendered with the page, not live): the server's readiness probe, and the login
-    # pages of both browsers (one address and user agent, no session yet: one visitor).
-    assert a.page.locator("footer .who-is-online").inner_text() == "2 members and 2 guests online"
+    # pages of both browsers (one address and user agent, no session yet: one visitor). The
+    # page renders the process's reading of the last 5 s, which may precede the login pages.
+    footer = a.page.locator("footer .who-is-online").inner_text()
+    assert footer in {"2 members and 1 guests online", "2 members and 2 guests online"}, footer
     # ben's page: ann rendered by the server, with her avatar.
     expect(member(b, room, ann).locator("img.presence-room__avatar")).to_have_attribute(
         "alt", "Ann Smith"

@@ -64,7 +64,9 @@ class Probe:
 
     def __init__(self, check: Callable[[], str]) -> None:
         self._check = check
-        self._lock = threading.Lock()
+        # Reentrant: a check that is done already runs its done-callback at once, in the thread
+        # that adds it while holding this lock (a plain Lock deadlocked there).
+        self._lock = threading.RLock()
         self._running: Future[str] | None = None
 
     async def state(self) -> str:

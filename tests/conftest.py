@@ -207,8 +207,20 @@ def make_user(db: Any) -> Callable[..., Any]:
 
 #: the counter's own commands, the cluster client's discovery, and the closes listener's
 #: subscription (once per process and store, on its own connection: presence.closes)
+# A connection's handshake (HELLO, CLIENT SETINFO) is left out: another thread of the process
+# (the closes listener reconnecting, a pool growing while two threads use it) may open one in the
+# middle of a counted operation, and it is not one of that operation's round trips.
 IGNORED_COMMANDS = frozenset(
-    {"cmdstat_info", "cmdstat_cluster|nodes", "cmdstat_cluster|slots", "cmdstat_subscribe"}
+    {
+        "cmdstat_info",
+        "cmdstat_cluster|nodes",
+        "cmdstat_cluster|slots",
+        "cmdstat_subscribe",
+        "cmdstat_hello",
+        "cmdstat_client",
+        "cmdstat_client|setinfo",
+        "cmdstat_client|setname",
+    }
 )
 
 

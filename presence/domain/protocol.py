@@ -185,7 +185,9 @@ def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave | RoomMore:
         if not isinstance(after, str):
             raise InvalidInput(
                 "invalid_message",
-                gettext("'after' is required and must be a string: the 'next' of the room's answer."),
+                gettext(
+                    "'after' is required and must be a string: the 'next' of the room's answer."
+                ),
             )
         return RoomMore(parse_room(room), after)
     return Join(parse_room(room), parse_meta(data.get("meta")))

@@ -30,9 +30,16 @@ from presence.domain import UserId
 from presence.domain.rooms import Room, RoomState, parse_room
 from presence.operations import Operation, arun, call, redis, run
 from presence.rooms.candidates import Resolved
-from presence.rooms.cursors import PHASE_CONTACT, PHASE_OTHER, PHASE_SELF, Cursor, Place
+from presence.rooms.cursors import (
+    PHASE_CONTACT,
+    PHASE_OTHER,
+    PHASE_SELF,
+    Cursor,
+    Place,
+    encoded,
+    place_of,
+)
 from presence.rooms.cursors import decode as decode_cursor
-from presence.rooms.cursors import encoded, place_of
 from presence.rooms.reading import SCAN_FACTOR, RoomEntry, _listing, _lookups, _widest, room_entry
 from presence.rooms.rule import room_rule
 from presence.store import StoreUnavailable, get_store

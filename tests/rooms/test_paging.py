@@ -184,9 +184,7 @@ def test_members_come_and_go_between_pages(make_user: Callable[..., Any], clock:
     assert len(seen) == len(set(seen)) + 1 and seen.count(key(members[1])) == 2
     stayed = [m for m in members if m not in (*gone, members[25], members[59], members[1])]
     assert set(keys(stayed)) <= set(seen)
-    assert not {key(members[15]), key(members[16]), key(members[40]), key(members[25])} & set(
-        seen
-    )
+    assert not {key(members[15]), key(members[16]), key(members[40]), key(members[25])} & set(seen)
     # The newcomers joined after the pages' place: they come last, in join order.
     assert seen[-6:] == [*keys(newcomers), key(members[1])]
     # Those who stayed, in the state's order.

@@ -61,7 +61,8 @@ def fill(room: str, count: int, prefix: str, visibility: str | None = "everyone"
     store = get_store()
     now = time.time()
     plans = [
-        store.plans.join_room(room, user.pk, f"c{n}", now + n / 1000) for n, user in enumerate(users)
+        store.plans.join_room(room, user.pk, f"c{n}", now + n / 1000)
+        for n, user in enumerate(users)
     ]
     assert all(store.run(merge(plans)))
     return [str(user.pk) for user in users]

@@ -44,6 +44,7 @@ from presence.domain.rooms import (
 )
 from presence.operations import Operation, arun, call, redis, run
 from presence.rooms.candidates import Resolved, read_candidates
+from presence.rooms.cursors import with_next
 from presence.rooms.rule import may_enter, room_rule
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
@@ -146,7 +147,8 @@ def _widened(
                 raise StoreUnavailable("Redis is unavailable: the room could not be read")
             return RoomState(room, {}, 0)
         result, scanned_all = state
-    return result
+    complete = scanned_all and len(result.members) < conf.ROOM_LIST_LIMIT
+    return with_next(result, viewer_pk(viewer), complete)
 
 
 def _widest(conf: Any) -> int:

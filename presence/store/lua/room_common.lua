@@ -12,6 +12,9 @@
 --          (the count: n minus the stays ended, O(log n + seconds not yet swept))
 --   :t     hash: user|connection digest -> that connection's meta (only when it has one)
 --   :v     sorted set (all scores 0, a listpack up to 128): invisible members
+--   :o     sorted set: the room's outbox (outbox.lua), its entries and leaves not yet claimed:
+--          "1" a user entered the room (its first connection), "-1" left it (its stay ended,
+--          or it was refused); not one of the room's keys deleted with its last member
 -- An entry: <joined ms, base 36><"." or "!" invisible> then, per connection in join order
 -- (the last joined last), <state><8 hex digits of the connection id's SHA-1><expiry, base
 -- 36>; state "+" here, "*" here with meta, "-" left, "~" left with meta. A connection counts
@@ -23,7 +26,7 @@ local LOAD = 64
 local SHIFT = 2097152
 local BASE = string.sub(KEYS[1], 1, -3)
 local N_KEY, E_KEY, G_KEY, W_KEY = KEYS[1], BASE .. ':e', BASE .. ':g', BASE .. ':w'
-local T_KEY, I_KEY = BASE .. ':t', BASE .. ':v'
+local T_KEY, I_KEY, O_KEY = BASE .. ':t', BASE .. ':v', BASE .. ':o'
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 
 local function seg_key(k) return BASE .. ':s:' .. k end
@@ -210,8 +213,28 @@ local function room_remove(uid, e)
   end
 end
 
--- the next time a member's stay may end (false: the room is empty)
-local function room_next_due()
-  local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')
-  return first[2] or false
+-- the outbox entries this script made (room_entered / room_left), in order
+local MADE = {}
+-- ``uid`` entered the room (made 1) or left it (-1) at ``at`` (s): recorded in the room's
+-- outbox in this script, so exactly one caller on the site is told (presence.outbox)
+local function room_made(made, at, uid, now)
+  MADE[#MADE + 1] = record(O_KEY, made, 0, int(at), uid, now)
+end
+
+-- the next time the room must be swept (false: the room is empty and its outbox too): a
+-- member's stay may end, or an outbox entry is left to the sweep ``deadline`` s after it (not
+-- one this script made: its caller claims them, and reschedules the room)
+local function room_next_due(deadline)
+  local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')[2]
+  local mine = {}
+  for _, entry in ipairs(MADE) do mine[entry] = true end
+  local oldest = redis.call('ZRANGE', O_KEY, 0, #MADE, 'WITHSCORES')
+  for i = 1, #oldest, 2 do
+    if not mine[oldest[i]] then
+      local due = tonumber(oldest[i + 1]) + deadline
+      if not first or due < tonumber(first) then return int(due) end
+      break
+    end
+  end
+  return first or false
 end

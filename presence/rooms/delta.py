@@ -73,8 +73,11 @@ class RoomDelta:
         """The changed user as ``viewer`` may list them, or None (absent, not counted, or
         hidden from the viewer): the one resolver, once per (user, relation) whatever the
         number of viewers (most of them are strangers to most members). Only for a viewer
-        whose pair facts were read: any other would be taken for a stranger."""
-        if viewer not in self.resolving:
+        whose pair facts were read (any other would be taken for a stranger), or the viewer
+        itself."""
+        if viewer not in self.resolving and viewer != user_id:
+            # (The viewer itself is SELF whatever the pairs: its own choices were read with
+            # the changed users'.)
             raise ValueError(f"viewer {viewer!r} was not resolved in this delta")
         if (
             viewer != user_id

@@ -191,7 +191,9 @@ def _room_delta(
         )
         lookups = _lookups(changed, blocks)
         read_plan = store.plans.read_room(room.name, now, 0, lookups)
-        if resolved_viewers:
+        # The changed users' live state, for the viewers resolved and for each viewer that
+        # is a changed user (it sees itself, SELF, whatever the pairs).
+        if resolved_viewers or not set(viewers).isdisjoint(changed):
             read, live = yield from both(
                 Redis(read_plan, live=True), Redis(store.plans.read(list(changed)), live=True)
             )

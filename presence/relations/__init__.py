@@ -22,6 +22,7 @@ from presence.relations.ties import (
     blocks_query,
     contacts_among,
     is_invisible,
+    ties_of,
     viewer_ties,
 )
 
@@ -48,5 +49,6 @@ __all__ = [
     "load_pairs",
     "load_with_users",
     "row_builder",
+    "ties_of",
     "viewer_ties",
 ]

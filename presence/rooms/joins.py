@@ -48,6 +48,7 @@ from presence.operations import arun
 from presence.rooms.batches import Batches
 from presence.rooms.candidates import Resolved
 from presence.rooms.cards import add_cards
+from presence.rooms.cursors import with_next
 from presence.rooms.reading import (
     SCAN_FACTOR,
     RoomEntry,
@@ -165,6 +166,7 @@ async def _joins(room: Room, joins: list[Joining]) -> list[Answer | BaseExceptio
                 "members": members,
                 "others": state.others,
                 "count": state.count,
+                "next": state.next,
             }
         )
     await add_cards([frame["members"] for frame in frames])
@@ -193,7 +195,7 @@ def frame_text(frame: dict[str, Any], fragments: dict[int, str]) -> str:
         members.append(f"{_dumps(key)}:{text}")
     return (
         f'{{"type":"room_state","room":{_dumps(frame["room"])},"members":{{{",".join(members)}}},'
-        f'"others":{frame["others"]:d},"count":{frame["count"]:d}}}'
+        f'"others":{frame["others"]:d},"count":{frame["count"]:d},"next":{_dumps(frame["next"])}}}'
     )
 
 
@@ -280,7 +282,8 @@ async def _answers(
         charged = len(members) - (viewer_id in joining.entry.own)
         conf = get_settings()
         if len(state.members) >= conf.ROOM_LIST_LIMIT or scanned_all:
-            answers.append((state, charged))
+            complete = scanned_all and len(state.members) < conf.ROOM_LIST_LIMIT
+            answers.append((with_next(state, viewer_id, complete), charged))
             continue
         # Few of the first members are this joiner's to see: its read goes further, alone,
         # from what the batch read for it.

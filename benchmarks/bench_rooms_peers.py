@@ -110,7 +110,9 @@ class Ours:
 
     def join(self, n: int) -> Any:
         s, uid = store(), self.extra[n].pk
-        return s.run(s.plans.join_room(self.hidden, uid, connection_id(uid), time.time()))
+        # default privacy, as the consumer's join writes it: not public
+        plan = s.plans.join_room(self.hidden, uid, connection_id(uid), time.time(), public=False)
+        return s.run(plan)
 
     def leave(self, n: int) -> Any:
         s, uid = store(), self.extra[n].pk

@@ -65,7 +65,13 @@ NAME = "rooms_peers"
 BASE_ID = 9_000_001
 #: the settings of every part: rooms of the kind "lobby" (anyone logged in), stays that
 #: outlast the run, no sweep in the way
-SETTINGS = {"ROOMS": {"lobby": None}, "SWEEP_INTERVAL": 3600, "CONNECTION_TTL": 7200}
+SETTINGS = {
+    "ROOMS": {"lobby": None},
+    "SWEEP_INTERVAL": 3600,
+    "CONNECTION_TTL": 7200,
+    # the fills of 100,000 members, pipelined, on a loaded machine
+    "SOCKET_TIMEOUT": 60,
+}
 #: what each read lists
 LIST = 100
 #: one operation each, per sample

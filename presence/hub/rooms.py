@@ -35,6 +35,7 @@ from presence.hub.room_diffs import diff, refill, send_frame
 from presence.hub.room_rules import RoomRules
 from presence.hub.room_windows import RoomWindows
 from presence.rooms.cards import add_cards
+from presence.rooms.cursors import with_next
 from presence.rooms.delta import aroom_delta, list_limit
 from presence.rooms.live import ConnectionRooms
 from presence.rooms.reading import SCAN_FACTOR, aread_room_state
@@ -117,7 +118,8 @@ class RoomViews:
             return None
         view.reading, view.generation = True, view.generation + 1
         members = {**view.listed, connection.viewer_id: Member(meta, own.presence)}
-        return RoomState(parse_room(room), members, view.others, dict(view.ranks))
+        state = RoomState(parse_room(room), members, view.others, dict(view.ranks))
+        return with_next(state, connection.viewer_id, complete=not view.others)
 
     def resume(self, connection: Connection, room: str) -> None:
         """A join again failed: the view is delivered to again, as it was."""

@@ -53,6 +53,7 @@ from presence.domain.rooms import (
 )
 from presence.operations import Operation, arun, call, redis, run
 from presence.rooms.candidates import Resolved, read_candidates
+from presence.rooms.cursors import with_next
 from presence.rooms.rule import may_enter, room_rule
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
@@ -169,12 +170,20 @@ def _widened(
                 raise StoreUnavailable("Redis is unavailable: the room could not be read")
             return RoomState(room, {}, 0)
         result, more = state
-    return result
+    # Paging: no next page where the read found every member this viewer may be listed.
+    complete = not more and len(result.members) < conf.ROOM_LIST_LIMIT
+    return with_next(result, viewer_pk(viewer), complete)
 
 
 def _widest(conf: Any) -> int:
     """How far down the join order a read goes for a viewer who may see few members."""
     return WIDEST_FACTOR * conf.ROOM_LIST_LIMIT
+
+
+def _lookups(viewer: Any, entry: RoomEntry) -> list[UserId]:
+    """The users a read down every member's join order looks up: the viewer, their contacts
+    and blocks (presence.rooms.paging's pages)."""
+    return [viewer_pk(viewer), *entry.contacts, *entry.blocked]
 
 
 def _first(entry: RoomEntry) -> int:
@@ -190,7 +199,7 @@ def _read_plan(
     """The room's read for ``viewer``: its first ``first`` public members by join time and
     the users who may show the viewer more (``entry.indexed``), else its first ``first``
     members; the viewer, their contacts and blocks looked up either way."""
-    looked_up = [viewer_pk(viewer), *entry.contacts, *entry.blocked]
+    looked_up = _lookups(viewer, entry)
     if entry.indexed:
         looked_up += entry.admitting
     return get_store().plans.read_room(room.name, now, first, looked_up, entry.indexed)

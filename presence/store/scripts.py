@@ -59,6 +59,7 @@ ROOM_JOIN = load("room_join", "room_common")
 ROOM_LEAVE = load("room_leave", "room_common")
 ROOM_PRUNE = load("room_prune", "room_common")
 ROOM_READ = load("room_read", "room_common")
+ROOM_PAGE = load("room_page", "room_common")
 STAMP_CHANGES = load("stamp_changes")
 CHANGED_SINCE = load("changed_since")
 
@@ -80,6 +81,7 @@ ALL = {
     "room_leave": ROOM_LEAVE,
     "room_prune": ROOM_PRUNE,
     "room_read": ROOM_READ,
+    "room_page": ROOM_PAGE,
     "stamp_changes": STAMP_CHANGES,
     "changed_since": CHANGED_SINCE,
 }

@@ -24,6 +24,7 @@ from presence.store.scripts import (
     ROOM_COUNT,
     ROOM_JOIN,
     ROOM_LEAVE,
+    ROOM_PAGE,
     ROOM_PRUNE,
     ROOM_READ,
 )
@@ -67,6 +68,38 @@ class RoomRead:
     #: the join time (ms) of the last member read by join time (None: none was): members
     #: further down joined at it or later
     horizon: float | None = None
+
+
+@dataclass(frozen=True)
+class RoomPage:
+    """A page of a room as Redis holds it (:meth:`RoomPlans.read_room_page`): ``read.members``
+    holds the page's members (every member present who joined from the page's start up to its
+    last millisecond, which it holds whole) and the looked-up users present; ``page`` the
+    page's members, in no order; ``done``: the page reached the room's end."""
+
+    read: RoomRead
+    page: frozenset[UserId]
+    done: bool
+
+
+def _room_page(reply: list[Any]) -> RoomPage:
+    decode = id_decoder()
+    present, page, found, invisible, entries, done = reply
+    shown = {
+        member: (bool(int(inv)), _text(meta) if meta else None)
+        for member, inv, meta in zip(entries[::3], entries[1::3], entries[2::3], strict=True)
+    }
+    members: dict[UserId, MemberEntry] = {}
+    for flat in (page, found):
+        for member, joined in zip(flat[::2], flat[1::2], strict=True):
+            members[decode(member)] = MemberEntry(float(joined), *shown[member])
+    read = RoomRead(
+        present=max(int(present), 0),
+        members=members,
+        found=frozenset(decode(m) for m in found[::2]),
+        invisible=frozenset(decode(m) for m in invisible),
+    )
+    return RoomPage(read, frozenset(decode(m) for m in page[::2]), bool(int(done)))
 
 
 #: the room's per-second counts of stays ending: score = second * STAY_SHIFT + members
@@ -203,6 +236,36 @@ class RoomPlans(PlanArea):
                 )
             ],
             parse=parse,
+            fallback=None,
+        )
+
+    def read_room_page(
+        self,
+        room: str,
+        now: float,
+        first: int,
+        after: float | None,
+        lookups: list[UserId] | tuple[UserId, ...] = (),
+    ) -> Plan[RoomPage | None]:
+        """A page of the room: its count, at least ``first`` of its members present who joined
+        at or after ``after`` (ms; None: from the start), unless the room ends first, every
+        member of the page's last millisecond, and which of ``lookups`` are present, with
+        their entries: O(first + lookups + log n) wherever the page starts (docs/rooms.md,
+        "Paging"). None when Redis is unavailable."""
+        return Plan(
+            commands=[
+                script_call(
+                    ROOM_PAGE,
+                    self.room_keys(room),
+                    [
+                        int(now),
+                        first,
+                        -1 if after is None else int(after),
+                        *(encode_id(uid) for uid in dict.fromkeys(lookups)),
+                    ],
+                )
+            ],
+            parse=lambda replies: _room_page(replies[0]),
             fallback=None,
         )
 

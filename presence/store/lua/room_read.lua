@@ -44,8 +44,12 @@ local function is_public(raw)
 end
 -- segment after segment in join order until ``first`` are found; a segment's fields are in
 -- join order unless a merge or a late join mixed them (then it is sorted)
-local from, rest = 0, false -- rest: a segment visited has members left unread
-while #page < 2 * first do
+-- Once ``first`` are found, the rest of the last one's millisecond is read too (members who
+-- joined in one millisecond are listed by id: a read that stopped inside it could list the
+-- wrong ones of them).
+local from, rest, edge = 0, false, nil -- rest: a segment visited has members left unread
+if first == 0 then rest = redis.call('ZRANGE', order, 0, 0)[1] ~= nil end
+while not rest do
   local k = redis.call('ZRANGE', order, from, from)[1]
   if not k then break end
   from = from + 1
@@ -63,7 +67,8 @@ while #page < 2 * first do
   for n = 1, #uids do ranks[n] = n end
   if not sorted then table.sort(ranks, function(a, b) return js[a] < js[b] end) end
   for _, n in ipairs(ranks) do
-    if #page >= 2 * first then
+    if not edge and #page >= 2 * first then edge = page[#page] end
+    if edge and js[n] > edge then
       rest = true
       break
     end

@@ -31,7 +31,7 @@ from presence.domain import UserId
 from presence.domain.rooms import Member, RoomState, parse_room
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry, View
-from presence.hub.room_diffs import diff, refill, send_frame
+from presence.hub.room_diffs import diff, outranked, refill, send_frame
 from presence.hub.room_rules import RoomRules
 from presence.hub.room_windows import RoomWindows
 from presence.rooms.cards import add_cards
@@ -104,7 +104,8 @@ class RoomViews:
         view = self.views.get(connection, {}).get(room)
         if view is not None:
             view.listed = dict(state.members)
-            view.ranks = dict(state.ranks)
+            # every listed member's place but the viewer's, who is never taken out
+            view.ranks = {uid: r for uid, r in state.ranks.items() if uid != connection.viewer_id}
             view.others = state.others
             view.reading = False
 
@@ -219,7 +220,9 @@ class RoomViews:
         one (it may have left or changed) and those whose list has room. A viewer whose list
         is full and lists none of them gets its count only: the changed users are not its
         listed members, and a fresh read would not list them ahead of those either (its
-        contacts and the members who joined before them come first; see docs/rooms.md).
+        contacts and the members who joined before them come first; see docs/rooms.md),
+        unless one joined before its last listed member (it just became visible, say): such
+        viewers are resolved in a second read (room_diffs.outranked).
         When a listed member leaves a full list (``others`` > 0), the first members by join
         time are read once too, and the freed place is refilled in the same diff."""
         connections = list(self.registry.rooms.members.get(room, ()))
@@ -245,6 +248,14 @@ class RoomViews:
                 # Redis is unavailable: tried again later, nothing is guessed.
                 self._again(room, user_ids, get_settings().RETRY_INTERVAL)
                 return
+            # A changed user who joined before a full list's last member (it just became
+            # visible, say) is listed at once, as a fresh read lists it: those viewers are
+            # resolved too, in a second read (none in a burst of joins).
+            early = outranked(((c.viewer_id, v) for c, (v, _) in ready.items()), delta, limit)
+            late = None
+            if early:
+                late = await aroom_delta(parse_room(room), early, user_ids, early)
+                again = again or late is None
             frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
             freed: set[UserId] = set()
             for connection, (view, generation) in ready.items():
@@ -252,7 +263,9 @@ class RoomViews:
                     again = True  # a room_state was read meanwhile: compared with it again
                     continue
                 had_others = view.others > 0
-                frame = diff(view, delta, connection.viewer_id, user_ids, limit)
+                viewer = connection.viewer_id
+                seen = late if late is not None and viewer in early else delta
+                frame = diff(view, seen, viewer, user_ids, limit)
                 if frame is not None:
                     frames.append((connection, view, generation, frame))
                     if frame["leaves"] and had_others and len(view.listed) < limit:

@@ -10,7 +10,8 @@ viewer``: set lookups, O(1) per viewer, no privacy resolved. Pairs are resolved 
 viewers that could list a changed user (``resolving``): those listing one of them, or whose
 list has room. A viewer whose list is full and lists none of them (most viewers of a big
 room in a burst of joins) gets only its count: the changed users rank after its listed
-members (they are not listed ahead of them by a fresh read either; see presence.hub.rooms).
+members (they are not listed ahead of them by a fresh read either; a changed user who joined
+earlier than a full list's last member is resolved in a second delta: presence.hub.rooms).
 For the viewers resolved, the pair facts come in three queries and the resolver runs once per
 (user, relation), so most viewers share it. A burst of 1,000 joins is one read and about one
 frame per viewer per window.
@@ -239,7 +240,8 @@ def _room_delta(
     return RoomDelta(
         room=room,
         present=read.present,
-        members=dict(sorted(members.items(), key=lambda item: item[1].joined_at)),
+        # by join time, ties by id: the listing order (presence.rooms.reading.rank)
+        members=dict(sorted(members.items(), key=lambda item: (item[1].joined_at, str(item[0])))),
         invisible=invisible,
         blocked={viewer: users & read.found for viewer, users in blocks.items()},
         pairs=pairs,

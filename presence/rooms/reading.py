@@ -38,7 +38,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext
 
-from presence import announce, relations, resolution
+from presence import announce, outbox, relations, resolution
 from presence.conf import get_settings
 from presence.domain import UserId, Visibility
 from presence.domain.rooms import (
@@ -51,7 +51,7 @@ from presence.domain.rooms import (
     order_listed,
     parse_room,
 )
-from presence.operations import Operation, arun, call, redis, run
+from presence.operations import Operation, arun, call, redis, redis_then, run
 from presence.rooms.candidates import Resolved, read_candidates
 from presence.rooms.cursors import with_next
 from presence.rooms.rule import may_enter, room_rule
@@ -314,7 +314,9 @@ async def ajoin_room_state(
         _read_plan(room, user, now, first, entry),
         store.plans.read_recent([user_id], 0),
     ]
-    replies = await store.arun(merge(plans), live=True)
+    # The user entering the room is sent as room_entered (presence.outbox), even if the
+    # caller is cancelled meanwhile.
+    replies = await arun(redis_then(merge(plans), outbox.send_made, live=True))
     write: RoomWrite | None = replies[0]
     read: RoomRead | None = replies[1]
     if write is None or read is None:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from presence import api, relations
-from presence.models import Block, Contact, PrivacyException, PrivacySettings
 from presence.domain.rooms import parse_room
+from presence.models import Block, Contact, PrivacyException, PrivacySettings
 from presence.rooms import candidates, cursors, reading
 from presence.store import get_store
 from tests.rooms.rules import ROOMS

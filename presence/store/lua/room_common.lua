@@ -12,7 +12,10 @@
 --          (the count: n minus the stays ended, O(log n + seconds not yet swept))
 --   :t     hash: user|connection digest -> that connection's meta (only when it has one)
 --   :v     sorted set (all scores 0, a listpack up to 128): invisible members
---   :o     sorted set: the segments holding public members (below), score = segment * 256 +
+--   :o     sorted set: the room's outbox (outbox.lua), its entries and leaves not yet claimed:
+--          "1" a user entered the room (its first connection), "-1" left it (its stay ended,
+--          or it was refused); not one of the room's keys deleted with its last member
+--   :p     sorted set: the segments holding public members (below), score = segment * 256 +
 --          how many (the segments in the listing order: a stranger's read visits those only)
 -- An entry: <joined ms, base 36><flag> then, per connection in join order
 -- (the last joined last), <state><8 hex digits of the connection id's SHA-1><expiry, base
@@ -29,7 +32,7 @@ local SHIFT = 2097152
 local BASE = string.sub(KEYS[1], 1, -3)
 local N_KEY, E_KEY, G_KEY, W_KEY = KEYS[1], BASE .. ':e', BASE .. ':g', BASE .. ':w'
 local T_KEY, I_KEY, O_KEY = BASE .. ':t', BASE .. ':v', BASE .. ':o'
-local OPEN_SHIFT = 256
+local P_KEY, OPEN_SHIFT = BASE .. ':p', 256
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 
 local function seg_key(k) return BASE .. ':s:' .. k end
@@ -163,9 +166,9 @@ end
 local function opens_add(k, delta)
   if delta == 0 then return end
   local base = tonumber(k) * OPEN_SHIFT
-  local n = tonumber(redis.call('ZINCRBY', O_KEY, delta, k))
-  if n == delta then n = tonumber(redis.call('ZINCRBY', O_KEY, base, k)) end
-  if n <= base then redis.call('ZREM', O_KEY, k) end
+  local n = tonumber(redis.call('ZINCRBY', P_KEY, delta, k))
+  if n == delta then n = tonumber(redis.call('ZINCRBY', P_KEY, base, k)) end
+  if n <= base then redis.call('ZREM', P_KEY, k) end
 end
 
 -- members present: those recorded minus those whose stay ended (not yet swept)
@@ -226,13 +229,33 @@ local function room_remove(uid, e)
   end
   -- the last segment gone: the room's last member (what n says too)
   if redis.call('HINCRBY', N_KEY, 'n', -1) <= 0 and redis.call('EXISTS', G_KEY) == 0 then
-    redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY, O_KEY)
+    redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY, P_KEY)
     index = nil
   end
 end
 
--- the next time a member's stay may end (false: the room is empty)
-local function room_next_due()
-  local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')
-  return first[2] or false
+-- the outbox entries this script made (room_entered / room_left), in order
+local MADE = {}
+-- ``uid`` entered the room (made 1) or left it (-1) at ``at`` (s): recorded in the room's
+-- outbox in this script, so exactly one caller on the site is told (presence.outbox)
+local function room_made(made, at, uid, now)
+  MADE[#MADE + 1] = record(O_KEY, made, 0, int(at), uid, now)
+end
+
+-- the next time the room must be swept (false: the room is empty and its outbox too): a
+-- member's stay may end, or an outbox entry is left to the sweep ``deadline`` s after it (not
+-- one this script made: its caller claims them, and reschedules the room)
+local function room_next_due(deadline)
+  local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')[2]
+  local mine = {}
+  for _, entry in ipairs(MADE) do mine[entry] = true end
+  local oldest = redis.call('ZRANGE', O_KEY, 0, #MADE, 'WITHSCORES')
+  for i = 1, #oldest, 2 do
+    if not mine[oldest[i]] then
+      local due = tonumber(oldest[i + 1]) + deadline
+      if not first or due < tonumber(first) then return int(due) end
+      break
+    end
+  end
+  return first or false
 end

@@ -1,5 +1,5 @@
 -- KEYS a room's (see room_common.lua); ARGV now (s), members to read by join time, which
--- ("all", or "public": the public members only, through the :o index of their segments), then
+-- ("all", or "public": the public members only, through the :p index of their segments), then
 -- the users to look up (the viewer's contacts and blocks). Reads, never writes: members whose
 -- stay ended count as gone. Returns {members present, the first members by join time present
 -- (flat user, joined ms), the looked-up users present (flat user, joined ms), invisible
@@ -7,7 +7,7 @@
 -- returned, 1 if the members read by join time were all there are (of those asked)}.
 local now, first = tonumber(ARGV[1]), tonumber(ARGV[2])
 local public = ARGV[3] == 'public'
-local order = public and O_KEY or G_KEY
+local order = public and P_KEY or G_KEY
 local page, found, entries, seen = {}, {}, {}, {}
 -- a member as listed: joined ms, invisible 0/1, meta (the last joined connection's) or ''
 local function keep(list, uid, raw)

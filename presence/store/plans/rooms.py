@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from presence import domain
+from presence.store.plans.outbox import claim, outbox_deadline, parse_entry
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import (
     ROOM_CLAIM,
@@ -32,12 +33,40 @@ from presence.users import UserId, encode_id, id_decoder
 
 
 @dataclass(frozen=True)
+class RoomTransition:
+    """A user entered a room (``made`` 1: its first connection in) or left it (-1: its stay
+    ended, or it was refused) at ``at``: recorded in the room's outbox by the script that
+    decided it (lua/room_common.lua), so exactly one caller on the site sends room_entered /
+    room_left; ``entry`` None: claimed already (by the sweep that returned it)."""
+
+    room: str
+    user_id: UserId
+    made: int
+    at: float
+    entry: str | None = None
+
+
+@dataclass(frozen=True)
 class RoomWrite:
     """What a join or a leave changed: the user became a member (``joined``); what others are
     shown of the member changed (``changed``: a new member, its meta, its invisibility)."""
 
     joined: bool
     changed: bool
+    #: the transitions the write made, each to be claimed (presence.outbox)
+    made: tuple[RoomTransition, ...] = field(default=(), compare=False)
+
+
+class Pruned(NamedTuple):
+    """What a room's sweep did (:meth:`RoomPlans.prune_room`)."""
+
+    #: the members removed
+    gone: list[UserId]
+    #: the room's next due time (infinity: its keys are gone, its outbox empty)
+    due: float
+    #: their leaves, each to be claimed, then the transitions left past their deadline,
+    #: claimed by this sweep (presence.outbox)
+    made: list[RoomTransition]
 
 
 @dataclass(frozen=True)
@@ -110,6 +139,17 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
 
+def _transitions(room: str, entries: list[Any], claimed: bool = False) -> list[RoomTransition]:
+    """The room's outbox entries as transitions (``claimed``: no entry left to claim)."""
+    decode = id_decoder()
+    found = []
+    for raw in entries:
+        entry = parse_entry(raw, decode)
+        text = None if claimed else _text(raw)
+        found.append(RoomTransition(room, entry.user_id, entry.made, entry.at, text))
+    return found
+
+
 class RoomPlans(PlanArea):
     """The plans of rooms, over the key scheme."""
 
@@ -141,9 +181,13 @@ class RoomPlans(PlanArea):
         scheduled for its sweep first, so no key is ever left without a due time."""
         seconds = int(now)
         expiry = self._stay_end(seconds)
+        # A join may make the user enter the room: its outbox entry, if its caller never
+        # claims it, is the room's sweep's past the deadline (a renewal's rarely: its sweep's
+        # at the stay's end).
+        due = expiry if renew else min(expiry, seconds + math.ceil(outbox_deadline(self.conf)))
         return Plan(
             commands=[
-                ("ZADD", self.keys.room_schedule_key(room), "LT", expiry, room),
+                ("ZADD", self.keys.room_schedule_key(room), "LT", due, room),
                 script_call(
                     ROOM_JOIN,
                     self.room_keys(room),
@@ -161,7 +205,9 @@ class RoomPlans(PlanArea):
                     ],
                 ),
             ],
-            parse=lambda replies: RoomWrite(bool(replies[1][0]), bool(replies[1][1])),
+            parse=lambda replies: RoomWrite(
+                bool(replies[1][0]), bool(replies[1][1]), tuple(_transitions(room, replies[1][2]))
+            ),
             fallback=None,
         )
 
@@ -170,8 +216,9 @@ class RoomPlans(PlanArea):
     ) -> Plan[RoomWrite | None]:
         """A connection leaves ``room``; the user stays for OFFLINE_GRACE if it was their last
         (a connection not in the room changes nothing). ``at_once``: no grace (the room's rule
-        refused the user, or the user was deleted): their stay ends now, and reads and counts
-        leave them out at once."""
+        refused the user, or the user was deleted): unless another connection of theirs is in
+        the room, they leave it now (their connections in their grace too), and reads and
+        counts leave them out at once."""
         seconds = int(now)
         grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
         return Plan(
@@ -180,10 +227,12 @@ class RoomPlans(PlanArea):
                 script_call(
                     ROOM_LEAVE,
                     self.room_keys(room),
-                    [encode_id(user_id), connection_id, seconds, grace_end],
+                    [encode_id(user_id), connection_id, seconds, grace_end, int(at_once)],
                 ),
             ],
-            parse=lambda replies: RoomWrite(False, bool(replies[1][0])),
+            parse=lambda replies: RoomWrite(
+                False, bool(replies[1][0]), tuple(_transitions(room, replies[1][1]))
+            ),
             fallback=None,
         )
 
@@ -269,6 +318,10 @@ class RoomPlans(PlanArea):
             fallback=None,
         )
 
+    def claim_room_entry(self, room: str, entry: str) -> Plan[bool]:
+        """Claims a transition's entry in the room's outbox (presence.store.plans.outbox)."""
+        return claim(self.keys.room_key(room, "o"), entry)
+
     def room_count(self, room: str, now: float) -> Plan[int | None]:
         """Members present in ``room`` (invisible ones too): the members recorded minus those
         whose stay ended and who are not swept yet (a range of the per-second counts of stays
@@ -279,18 +332,28 @@ class RoomPlans(PlanArea):
             fallback=None,
         )
 
-    def prune_room(self, room: str, now: float, limit: int) -> Plan[tuple[list[UserId], float]]:
-        """Remove up to ``limit`` members whose stay ended; those users and the room's next
-        due time (infinity: the room is empty, its keys are gone)."""
+    def prune_room(self, room: str, now: float, limit: int) -> Plan[Pruned]:
+        """Remove up to ``limit`` members whose stay ended, each one's leave recorded in the
+        room's outbox, and claim the outbox's entries left past their deadline (their caller
+        never claimed them): see :class:`Pruned`."""
 
-        def parse(replies: list[Any]) -> tuple[list[UserId], float]:
+        def parse(replies: list[Any]) -> Pruned:
             decode = id_decoder()
-            gone, due = replies[0]
-            return [decode(m) for m in gone], math.inf if not due else float(due)
+            gone, due, made, stale = replies[0]
+            return Pruned(
+                [decode(m) for m in gone],
+                math.inf if not due else float(due),
+                [*_transitions(room, made), *_transitions(room, stale, claimed=True)],
+            )
 
+        deadline = outbox_deadline(self.conf)
         return Plan(
             commands=[
-                script_call(ROOM_PRUNE, self.room_keys(room), [int(now), limit]),
+                script_call(
+                    ROOM_PRUNE,
+                    self.room_keys(room),
+                    [int(now), limit, math.floor(now - deadline), math.ceil(deadline)],
+                ),
             ],
             parse=parse,
             fallback=RAISE,

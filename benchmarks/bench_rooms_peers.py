@@ -145,7 +145,7 @@ class Ours:
         now, gone = time.time(), 0
         start = time.perf_counter()
         while True:
-            users, _ = s.run(s.plans.prune_room(room, now, PRUNE_BATCH))
+            users = s.run(s.plans.prune_room(room, now, PRUNE_BATCH)).gone
             gone += len(users)
             if not users:
                 break

@@ -74,6 +74,8 @@ SETTINGS = {
 }
 #: what each read lists
 LIST = 100
+#: seconds between two members' joins in the fills
+JOIN_STEP = 0.001
 #: one operation each, per sample
 SAMPLES = 200
 
@@ -111,8 +113,15 @@ class Ours:
     def fill(self) -> None:
         now = time.time()
         fill_buckets(raw_client(), store(), activity_scores(self.ids, int(now), 60))
-        fill_room(self.hidden, self.ids, now, public=False)
-        fill_room(self.public, self.ids, now, public=True)
+        # joined a millisecond apart, as joins come (not all in one millisecond, whose members
+        # a read takes together), the earliest a while ago
+        start = now - self.size * JOIN_STEP
+        fill_room(self.hidden, self.ids, start, public=False, step=JOIN_STEP)
+        fill_room(self.public, self.ids, start, public=True, step=JOIN_STEP)
+        # Each join's room_entered is claimed by its process at once (presence.outbox): the
+        # room's outbox holds nothing between joins.
+        for room in (self.hidden, self.public):
+            raw_client().delete(store().keys.room_key(room, "o"))
 
     def join(self, n: int) -> Any:
         s, uid = store(), self.extra[n].pk
@@ -141,7 +150,7 @@ class Ours:
         """Seconds per member to empty a room of ``size`` members whose stays ended."""
         room, s = f"lobby:expired-{size}", store()
         past = time.time() - 3 * 7200
-        fill_room(room, self.ids[:size], past, public=False)
+        fill_room(room, self.ids[:size], past, public=False, step=JOIN_STEP)
         now, gone = time.time(), 0
         start = time.perf_counter()
         while True:

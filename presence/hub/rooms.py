@@ -37,6 +37,7 @@ from presence.hub.room_windows import RoomWindows
 from presence.rooms.cards import add_cards
 from presence.rooms.cursors import with_next
 from presence.rooms.delta import aroom_delta, list_limit
+from presence.rooms.joins import JoinBatches
 from presence.rooms.live import ConnectionRooms
 from presence.rooms.reading import SCAN_FACTOR, aread_room_state
 from presence.rooms.writes import asweep_rooms
@@ -59,6 +60,8 @@ class RoomViews:
         self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
         self.rules = RoomRules(registry)
+        #: the joins of each room made at about the same time, written and read together
+        self.joins = JoinBatches()
 
     # --- membership ---
 
@@ -236,10 +239,13 @@ class RoomViews:
                 ready[connection] = (view, view.generation)
         if ready:
             limit = list_limit()
+            # A view listing only its own viewer among the changed users (a burst's joiner:
+            # itself joined) needs no pairs: it is SELF to itself.
             resolving = {
                 connection.viewer_id
                 for connection, (view, _) in ready.items()
-                if len(view.listed) < limit or not view.listed.keys().isdisjoint(user_ids)
+                if len(view.listed) < limit
+                or any(uid != connection.viewer_id for uid in view.listed.keys() & user_ids)
             }
             delta = await aroom_delta(
                 parse_room(room), {c.viewer_id for c in ready}, user_ids, resolving

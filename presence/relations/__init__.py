@@ -25,6 +25,7 @@ from presence.relations.ties import (
     contacts_among,
     is_invisible,
     shown_flags,
+    ties_of,
     viewer_ties,
 )
 
@@ -54,5 +55,6 @@ __all__ = [
     "load_with_users",
     "row_builder",
     "shown_flags",
+    "ties_of",
     "viewer_ties",
 ]

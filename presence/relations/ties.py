@@ -114,6 +114,22 @@ def contacts_among(
     return found
 
 
+def ties_of(viewers: Collection[UserId]) -> dict[UserId, tuple[set[UserId], set[UserId]]]:
+    """:func:`viewer_ties` of many viewers (a batch of a room's joins): each viewer's contacts
+    and counterparts in a block either way, in two queries."""
+    found: dict[UserId, tuple[set[UserId], set[UserId]]] = {
+        viewer: (set(), set()) for viewer in viewers
+    }
+    if not found:
+        return found
+    rows = Contact.objects.filter(owner__in=list(found)).values_list("owner_id", "contact_id")
+    for owner, contact in rows:
+        found[owner][0].add(contact)
+    for viewer, counterparts in blocks_between(found.keys()).items():
+        found[viewer][1].update(counterparts)
+    return found
+
+
 def is_invisible(user_id: Any) -> bool:
     """Whether the user chose to be invisible (their PrivacySettings row says so)."""
     return PrivacySettings.objects.filter(user=user_id, invisible=True).exists()

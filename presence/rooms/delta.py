@@ -74,8 +74,11 @@ class RoomDelta:
         """The changed user as ``viewer`` may list them, or None (absent, not counted, or
         hidden from the viewer): the one resolver, once per (user, relation) whatever the
         number of viewers (most of them are strangers to most members). Only for a viewer
-        whose pair facts were read: any other would be taken for a stranger."""
-        if viewer not in self.resolving:
+        whose pair facts were read (any other would be taken for a stranger), or the viewer
+        itself."""
+        if viewer not in self.resolving and viewer != user_id:
+            # (The viewer itself is SELF whatever the pairs: its own choices were read with
+            # the changed users'.)
             raise ValueError(f"viewer {viewer!r} was not resolved in this delta")
         if (
             viewer != user_id
@@ -189,7 +192,9 @@ def _room_delta(
         )
         lookups = _lookups(changed, blocks)
         read_plan = store.plans.read_room(room.name, now, 0, lookups)
-        if resolved_viewers:
+        # The changed users' live state, for the viewers resolved and for each viewer that
+        # is a changed user (it sees itself, SELF, whatever the pairs).
+        if resolved_viewers or not set(viewers).isdisjoint(changed):
             read, live = yield from both(
                 Redis(read_plan, live=True), Redis(store.plans.read(list(changed)), live=True)
             )

@@ -77,10 +77,11 @@ class RoomEntry:
     allowed: bool
     contacts: set[UserId] = field(default_factory=set)
     blocked: set[UserId] = field(default_factory=set)
-    #: the users who may show the viewer their online status beyond "everyone" (relations.Ties)
-    admitting: set[UserId] = field(default_factory=set)
     #: the viewer's own facts (relation SELF, their choices); empty unless asked for
     own: relations.Facts = field(default_factory=dict)
+    #: the users who may show the viewer their online status beyond "everyone"
+    #: (relations.Ties); None: not read (the read goes down every member's join order)
+    admitting: set[UserId] | None = None
 
     def invisible(self, viewer_id: UserId) -> bool:
         """Whether the viewer chose to be invisible (from their own facts)."""
@@ -98,7 +99,7 @@ class RoomEntry:
         """Whether the read goes through the room's index of public members, the users who
         may show the viewer more looked up by id; else (looked up by too many users) down the
         whole join order, as before the index."""
-        return len(self.admitting) <= _widest(get_settings())
+        return self.admitting is not None and len(self.admitting) <= _widest(get_settings())
 
 
 def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
@@ -110,7 +111,7 @@ def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
     viewer_id = viewer_pk(viewer)
     ties = relations.viewer_ties(viewer_id)
     mine = relations.load(viewer, [viewer_id]) if own and viewer_id is not None else {}
-    return RoomEntry(True, ties.contacts, ties.blocked, ties.admitting, mine)
+    return RoomEntry(True, ties.contacts, ties.blocked, mine, ties.admitting)
 
 
 async def aroom_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
@@ -200,7 +201,7 @@ def _read_plan(
     the users who may show the viewer more (``entry.indexed``), else its first ``first``
     members; the viewer, their contacts and blocks looked up either way."""
     looked_up = _lookups(viewer, entry)
-    if entry.indexed:
+    if entry.indexed and entry.admitting:
         looked_up += entry.admitting
     return get_store().plans.read_room(room.name, now, first, looked_up, entry.indexed)
 

@@ -13,7 +13,7 @@ PORT ?= 8000
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,docs]"
+	$(PY) -m pip install --quiet -e ".[dev,docs,bench]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -39,6 +39,7 @@ NAMES = (
     "guest_count",
     "join_flood",
     "room_rules",
+    "rooms_peers",
 )
 
 
@@ -149,6 +150,7 @@ def main(argv: list[str]) -> int:
             bench_page_views,
             bench_room_rules,
             bench_rooms,
+            bench_rooms_peers,
             bench_user_connections,
         )
 
@@ -172,6 +174,7 @@ def main(argv: list[str]) -> int:
             "guest_count": bench_guest_count.run,
             "join_flood": bench_join_flood.run,
             "room_rules": bench_room_rules.run,
+            "rooms_peers": bench_rooms_peers.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

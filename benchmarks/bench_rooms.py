@@ -116,15 +116,19 @@ def connection_id(uid: int) -> str:
     return f"{uid:016x}"
 
 
-def fill_room(room: str, user_ids: list[int], now: float) -> None:
-    """Each user joins ``room`` with one connection, through the store's join plan (pipelined)."""
+def fill_room(
+    room: str, user_ids: list[int], now: float, public: bool = True, step: float = 0.0
+) -> None:
+    """Each user joins ``room`` with one connection, through the store's join plan (pipelined);
+    ``public``: their online status shown to everyone (the room's index of such members);
+    ``step``: seconds between joins (0: all in the same millisecond)."""
     s = store()
-    s.run(
-        s.plans.join_room(room, user_ids[0], connection_id(user_ids[0]), now)
-    )  # loads the scripts
+    first = user_ids[0]
+    s.run(s.plans.join_room(room, first, connection_id(first), now, public=public))  # the scripts
     commands: list[Any] = []
-    for uid in user_ids[1:]:
-        commands += s.plans.join_room(room, uid, connection_id(uid), now).commands
+    for n, uid in enumerate(user_ids[1:], 1):
+        at = now + n * step
+        commands += s.plans.join_room(room, uid, connection_id(uid), at, public=public).commands
     _execute(commands)
 
 

@@ -76,6 +76,8 @@ class Joining:
     meta: str | None
     invisible: bool
     entry: RoomEntry
+    #: the user shows their online status to everyone (the rooms' index of public members)
+    public: bool = True
 
 
 #: what a join of a batch is answered: its room_state, how many members' facts were read for
@@ -212,7 +214,7 @@ async def ajoin_many(
         one = joins[0]
         return [
             await ajoin_room_state(
-                room, one.user, one.connection_id, one.meta, one.invisible, one.entry
+                room, one.user, one.connection_id, one.meta, one.invisible, one.entry, one.public
             )
         ]
     store = get_store()
@@ -228,6 +230,7 @@ async def ajoin_many(
             now,
             joining.meta,
             joining.invisible,
+            public=joining.public,
         )
         for joining in joins
     ]
@@ -300,7 +303,7 @@ async def _answers(
                     resolved,
                     True,
                     state,
-                    False,
+                    True,  # more may be listed further down
                     True,
                 )
             )

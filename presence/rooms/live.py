@@ -1,6 +1,6 @@
 """Rooms, live: one connection's rooms (the ``join`` and ``leave`` frames, docs/websocket.md),
-renewed with its heartbeats, their invisible flag following its user's choice, a room taken
-away when its rule refuses the user, and all of them left when the connection closes.
+renewed with its heartbeats, their invisible and public flags following its user's choices, a
+room taken away when its rule refuses the user, and all of them left when the connection closes.
 
 The hub's registry holds a connection's :class:`ConnectionRooms` (presence.hub.registry: the
 one place that says which rooms a connection is in); what the connection was sent of each
@@ -69,6 +69,9 @@ class ConnectionRooms:
         self.rooms: dict[str, str | None] = {}
         #: whether the user was invisible when the rooms were last written (their flag there)
         self.invisible = False
+        #: whether the user showed their online status to everyone then (their flag there: the
+        #: rooms' index of public members, which strangers' reads go through)
+        self.public = True
         #: held by whatever reads or writes the rooms' invisible flag or takes a room away (a
         #: join, a renewal, recheck_rooms, a refusal by the rule): a flag read before a change
         #: must not be written after the flag that change wrote, nor a refused room renewed after
@@ -135,12 +138,18 @@ class ConnectionRooms:
                 await (entering if entering is not None else views.enter(connection, name))
             if first and len(self.rooms) == 1:
                 self.invisible = entry.invisible(connection.viewer_id)
+                self.public = entry.public(connection.viewer_id)
             # Live: a busy Redis is waited for (back-pressure), an outage told (unavailable).
             # Joins of the room made meanwhile on this process go with it: one write and
             # read for all of them (a live event's room filling up).
             if state is None:
                 joining = Joining(
-                    connection.user, connection.connection_id, meta, self.invisible, entry
+                    connection.user,
+                    connection.connection_id,
+                    meta,
+                    self.invisible,
+                    entry,
+                    self.public,
                 )
                 # With the listed members' cards, before the view is shown: no diff may
                 # precede it.
@@ -186,7 +195,12 @@ class ConnectionRooms:
         if state is not None:
             try:
                 written = await ajoin_room(
-                    connection.user, connection.connection_id, room, meta, self.invisible
+                    connection.user,
+                    connection.connection_id,
+                    room,
+                    meta,
+                    self.invisible,
+                    self.public,
                 )
             except BaseException:
                 views.resume(connection, room.name)
@@ -228,21 +242,25 @@ class ConnectionRooms:
             async with self.lock:
                 if self.rooms and connection.attached:
                     await arenew_rooms(
-                        connection.user, connection.connection_id, dict(self.rooms), self.invisible
+                        connection.user,
+                        connection.connection_id,
+                        dict(self.rooms),
+                        self.invisible,
+                        self.public,
                     )
 
     async def recheck_rooms(self) -> None:
-        """What others may see of this user changed (the hub tells): the invisible flag of the
-        connection's rooms follows the user's choice."""
+        """What others may see of this user changed (the hub tells): the flags of the
+        connection's rooms (invisible, public) follow the user's choices."""
         connection = self.connection
-        async with self.lock:  # after a join under way, which may have read the flag
+        async with self.lock:  # after a join under way, which may have read the flags
             if not self.rooms or not connection.attached:
                 return
-            invisible = await relations.ais_invisible(connection.viewer_id)
-            if invisible != self.invisible:
-                self.invisible = invisible
+            flags = await relations.ashown_flags(connection.viewer_id)
+            if flags != (self.invisible, self.public):
+                self.invisible, self.public = flags
                 await arenew_rooms(
-                    connection.user, connection.connection_id, dict(self.rooms), invisible
+                    connection.user, connection.connection_id, dict(self.rooms), *flags
                 )
 
     async def drop_room(self, name: str) -> bool:

@@ -38,14 +38,20 @@ async def _written(plan: Plan[T]) -> T:
 
 
 async def ajoin_room(
-    user: Any, connection_id: str, room: Room, meta: str | None, invisible: bool
+    user: Any,
+    connection_id: str,
+    room: Room,
+    meta: str | None,
+    invisible: bool,
+    public: bool = True,
 ) -> RoomWrite | None:
     """A connection joins ``room`` (joining again replaces its meta); announced to the room
-    when what others see changed. None when Redis is unavailable."""
+    when what others see changed. None when Redis is unavailable. ``public``: the user shows
+    their online status to everyone (store.plans.join_room)."""
     user_id = user_pk(user)
     store = get_store()
     plan = store.plans.join_room(
-        room.name, user_id, connection_id, resolution.now(), meta, invisible
+        room.name, user_id, connection_id, resolution.now(), meta, invisible, public=public
     )
     write = await _written(plan)
     if write is not None and write.changed:
@@ -79,7 +85,11 @@ async def aleave_rooms(
 
 
 async def arenew_rooms(
-    user: Any, connection_id: str, rooms: Mapping[str, str | None], invisible: bool
+    user: Any,
+    connection_id: str,
+    rooms: Mapping[str, str | None],
+    invisible: bool,
+    public: bool = True,
 ) -> None:
     """A connection in these rooms (name -> its meta) is alive: their stay is renewed (one
     round trip). A room whose stay of the connection ended meanwhile (crash detection) is
@@ -90,7 +100,9 @@ async def arenew_rooms(
     store = get_store()
     now = resolution.now()
     plans = [
-        store.plans.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
+        store.plans.join_room(
+            name, user_id, connection_id, now, meta, invisible, renew=True, public=public
+        )
         for name, meta in rooms.items()
     ]
     writes = await _written(merge(plans))

@@ -38,7 +38,7 @@ if not others then
   mine.left = true
 end
 e.c = kept
-room_store(uid, e, old, e.i)
+room_store(uid, e, old, e.i, e.o)
 local changed = 0
 if before ~= shown(uid, e) then changed = 1 end
 return {changed, MADE}

@@ -13,7 +13,7 @@
 local now, first, after = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local page, found, entries, seen = {}, {}, {}, {}
 local function keep(list, uid, raw)
-  local j, f = string.match(raw, '^(%w+)([%.!])')
+  local j, f = string.match(raw, '^(%w+)([%.!:;])')
   list[#list + 1] = uid
   list[#list + 1] = tonumber(j, 36)
   if not seen[uid] then
@@ -22,15 +22,15 @@ local function keep(list, uid, raw)
     local meta = ''
     if st == '*' or st == '~' then meta = redis.call('HGET', T_KEY, uid .. '|' .. d) or '' end
     entries[#entries + 1] = uid
-    entries[#entries + 1] = (f == '!') and 1 or 0
+    entries[#entries + 1] = FLAGS[f][1]
     entries[#entries + 1] = meta
   end
 end
 local function scan(raw)
-  local j, x = string.match(raw, '^(%w+)[%.!][%+%*%-~]%x%x%x%x%x%x%x%x(%w+)$')
+  local j, x = string.match(raw, '^(%w+)[%.!:;][%+%*%-~]%x%x%x%x%x%x%x%x(%w+)$')
   if j then return tonumber(j, 36), tonumber(x, 36) end
   local rest
-  j, rest = string.match(raw, '^(%w+)[%.!](.*)$')
+  j, rest = string.match(raw, '^(%w+)[%.!:;](.*)$')
   local s = 0
   for y in string.gmatch(rest, '[%+%*%-~]%x%x%x%x%x%x%x%x(%w+)') do
     local v = tonumber(y, 36)

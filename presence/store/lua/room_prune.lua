@@ -22,6 +22,11 @@ local function merge(k)
   for i = 1, #all, 2 do redis.call('HSET', idx_key(bucket(all[i])), all[i], into) end
   local due = redis.call('ZSCORE', W_KEY, k)
   if due then redis.call('ZADD', W_KEY, 'LT', due, into) end
+  local opens = redis.call('ZSCORE', P_KEY, k)
+  if opens then
+    opens_add(into, tonumber(opens) - tonumber(k) * OPEN_SHIFT)
+    redis.call('ZREM', P_KEY, k)
+  end
   redis.call('DEL', seg_key(k))
   redis.call('ZREM', G_KEY, k)
   redis.call('ZREM', W_KEY, k)

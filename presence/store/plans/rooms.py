@@ -91,6 +91,12 @@ class RoomRead:
     found: frozenset[UserId] = frozenset()
     #: invisible members present
     invisible: frozenset[UserId] = frozenset()
+    #: whether the members read by join time were all there are (of those asked: all, or the
+    #: public ones)
+    complete: bool = False
+    #: the join time (ms) of the last member read by join time (None: none was): members
+    #: further down joined at it or later
+    horizon: float | None = None
 
 
 @dataclass(frozen=True)
@@ -164,11 +170,15 @@ class RoomPlans(PlanArea):
         meta: str | None = None,
         invisible: bool = False,
         renew: bool = False,
+        public: bool = True,
     ) -> Plan[RoomWrite | None]:
         """A connection joins ``room`` with ``meta`` (compact JSON or None); ``renew``: a
         heartbeat of a connection in the room, which keeps its place and meta (and joins it
-        again if its stay ended meanwhile). The room is scheduled for its sweep first, so no
-        key is ever left without a due time."""
+        again if its stay ended meanwhile). ``public``: the user's online status may be shown
+        to everyone (their level is "everyone"), so the member is in the room's index of the
+        members a stranger's read considers (:meth:`read_room` ``public_only``); True where
+        not known, which only makes the member a candidate (the resolver decides). The room is
+        scheduled for its sweep first, so no key is ever left without a due time."""
         seconds = int(now)
         expiry = self._stay_end(seconds)
         # A join may make the user enter the room: its outbox entry, if its caller never
@@ -191,6 +201,7 @@ class RoomPlans(PlanArea):
                         meta or "",
                         int(meta is not None),
                         int(invisible),
+                        int(public),
                     ],
                 ),
             ],
@@ -226,15 +237,21 @@ class RoomPlans(PlanArea):
         )
 
     def read_room(
-        self, room: str, now: float, first: int, lookups: list[UserId] | tuple[UserId, ...] = ()
+        self,
+        room: str,
+        now: float,
+        first: int,
+        lookups: list[UserId] | tuple[UserId, ...] = (),
+        public_only: bool = False,
     ) -> Plan[RoomRead | None]:
-        """The room's count, its first ``first`` members by join time and which of
+        """The room's count, its first ``first`` members by join time (``public_only``: its
+        first ``first`` public members, through the index of their segments) and which of
         ``lookups`` are present, with their entries: O(first + lookups) whatever the room's
         size. None when Redis is unavailable."""
 
         def parse(replies: list[Any]) -> RoomRead:
             decode = id_decoder()
-            present, page, found, invisible, entries = replies[0]
+            present, page, found, invisible, entries, complete = replies[0]
             shown = {
                 member: (bool(int(inv)), _text(meta) if meta else None)
                 for member, inv, meta in zip(
@@ -250,6 +267,8 @@ class RoomPlans(PlanArea):
                 members=members,
                 found=frozenset(decode(m) for m in found[::2]),
                 invisible=frozenset(decode(m) for m in invisible),
+                complete=bool(complete),
+                horizon=float(page[-1]) if page else None,
             )
 
         return Plan(
@@ -257,7 +276,12 @@ class RoomPlans(PlanArea):
                 script_call(
                     ROOM_READ,
                     self.room_keys(room),
-                    [int(now), first, *(encode_id(uid) for uid in dict.fromkeys(lookups))],
+                    [
+                        int(now),
+                        first,
+                        "public" if public_only else "all",
+                        *(encode_id(uid) for uid in dict.fromkeys(lookups)),
+                    ],
                 )
             ],
             parse=parse,

@@ -21,9 +21,9 @@ trip), a user holds at most PLACES_PER_USER places at once, and a freed place go
 waiting who holds the fewest, the one who waited longest among them (round robin by user), to
 that user's first socket waiting. A refused socket gives its place back at once.
 
-A slot is given back once the socket's first subscribe was answered (its snapshot sent), when it
-closes or is refused, or OPENING_HOLD seconds after it was admitted (a client that subscribes to
-nothing), whichever comes first.
+A slot is given back once the socket's first subscribe or join was answered (its snapshot or
+room_state sent), when it closes or is refused, or OPENING_HOLD seconds after it was admitted (a
+client that sends neither), whichever comes first.
 """
 
 from __future__ import annotations

@@ -70,4 +70,5 @@ class Socket(Connection, Protocol):
     async def send_error(self, code: str, message: str, **extra: Any) -> None: ...
 
     def snapshot_sent(self) -> None:
-        """A snapshot went out: the next socket waiting may open (presence.admission)."""
+        """A snapshot or a room_state went out: the next socket waiting may open
+        (presence.admission)."""

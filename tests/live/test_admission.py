@@ -218,3 +218,32 @@ async def test_past_max_connections_per_user_in_the_process_a_socket_is_refused_
     for socket in waiting:
         assert await subscribe(socket) == state({})
     assert len(await connections_in_redis(user)) == 2
+
+
+async def test_sockets_that_only_join_rooms_give_their_places_back_with_their_room_state(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    # Two places, held an hour each unless given back: the clock never reaches OPENING_HOLD
+    # here, so every socket after the first two opens only if a room_state frees a place.
+    settings.PRESENCE = {
+        **settings.PRESENCE,
+        "ROOMS": {"lobby": None},
+        "OPENINGS_AT_ONCE": 2,
+        "OPENING_HOLD": 3600.0,
+    }
+    users = [await new_user(make_user) for _ in range(7)]
+    joiners = [sockets.make(user) for user in users]
+    for joiner in joiners:
+        assert (await joiner.connect(timeout=TIMEOUT))[0]
+    # A live event's page: its sockets join the room straight after opening, never subscribe.
+    for joiner in joiners:
+        await joiner.send_json_to({"type": "join", "room": "lobby:live", "meta": None})
+    answers = [await receive(joiner) for joiner in joiners]
+    assert [answer["type"] for answer in answers] == ["room_state"] * len(joiners)
+    assert admission.gate().in_use == 0
+    # A join that is refused answers the opening too (an error, not a place held).
+    late = sockets.make(await new_user(make_user))
+    assert (await late.connect(timeout=TIMEOUT))[0]
+    await late.send_json_to({"type": "join", "room": "nowhere:1", "meta": None})
+    assert (await receive(late))["type"] == "error"
+    assert admission.gate().in_use == 0

@@ -33,12 +33,21 @@
    sides (its joins batched, presence.rooms.joins). Frames each viewer receives for the burst
    (goal ≤ 5), and the time from the burst's start until each viewer's view (its
    ``room_state`` with every ``room_diff`` applied) shows the right count: p50 / p99 (goal
-   p99 ≤ 1 s for (a), ≤ 2 s for (b)) and how many never got right (goal 0).
+   p99 ≤ 1 s for (a), ≤ 2 s for (b)) and how many never got right (goal 0). A third row,
+   (c), is (b) as a live event's page makes it: J more sockets open and join straight away
+   (no subscribe first), their openings admitted a few at a time (presence.admission), the
+   time counted from their handshakes.
+
+``BENCH_ROOMS_ONLY=bursts`` runs part 5 alone; ``BENCH_ROOMS_PROFILE=DIR`` writes a cProfile
+of this process during each burst (``DIR/burst-<room>.prof``) and of each joiners' process
+(``DIR/joiners-<pid>.prof``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import cProfile
 import json
 import os
 import re
@@ -94,6 +103,25 @@ WAIT_RIGHT = 600
 JOINER_PROCESSES = 4
 #: the most room_diff frames a viewer may get for a burst
 FRAMES_GOAL = 5
+#: BENCH_ROOMS_ONLY=bursts: part 5 alone (a profile of the bursts, a quicker comparison)
+BURSTS_ONLY = os.environ.get("BENCH_ROOMS_ONLY") == "bursts"
+
+
+@contextlib.contextmanager
+def profiled(name: str) -> Any:
+    """A cProfile of this process while the block runs, in $BENCH_ROOMS_PROFILE/NAME.prof."""
+    folder = os.environ.get("BENCH_ROOMS_PROFILE")
+    if not folder:
+        yield
+        return
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        os.makedirs(folder, exist_ok=True)
+        profile.dump_stats(os.path.join(folder, f"{name}.prof"))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -306,6 +334,11 @@ class Viewer:
     async def join(self, room: str) -> None:
         await self.comm.send_json_to({"type": "join", "room": room, "meta": None})
 
+    async def open_and_join(self, room: str) -> None:
+        """A live event's page: the socket joins straight after its handshake."""
+        await self.open()
+        await self.join(room)
+
     def drain(self) -> None:
         while not self.comm.output_queue.empty():
             self.comm.output_queue.get_nowait()
@@ -421,12 +454,14 @@ async def measure_burst(
     target = len(viewers) + n
     for viewer in viewers:
         viewer.targets[room] = target
-    start = time.perf_counter()
-    await joins()
-    say(f"  ({label}: the {n:,} joins were sent or recorded in {ms(time.perf_counter() - start)})")
-    deadline = start + WAIT_RIGHT
-    while any(room not in v.right_at for v in viewers) and time.perf_counter() < deadline:
-        await asyncio.sleep(0.01)
+    with profiled(f"burst-{room.replace(':', '-')}"):
+        start = time.perf_counter()
+        await joins()
+        took = ms(time.perf_counter() - start)
+        say(f"  ({label}: the {n:,} joins were sent or recorded in {took})")
+        deadline = start + WAIT_RIGHT
+        while any(room not in v.right_at for v in viewers) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
     await asyncio.sleep(1.0)  # frames still coming after a view got right count too
     late = [v for v in viewers if room not in v.right_at]
     times = [v.right_at[room] - start for v in viewers if room in v.right_at]
@@ -449,19 +484,23 @@ async def measure_burst(
 
 
 async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any]) -> None:
-    """Two bursts into two rooms with the same viewers (real consumers of this process):
+    """Three bursts into three rooms with the same viewers (real consumers of this process):
     (a) the joins recorded and announced by other processes, as each joiner's own process
     does (``_room_events.ajoin_room``: the Redis write, then "these users changed in room R"),
     the fan-out alone; (b) the joins as frames of real consumers of this process too, each
-    answered with its own room_state (a room read): what one process does for both sides."""
+    answered with its own room_state (a room read): what one process does for both sides;
+    (c) as (b), the joiners' sockets opened in the burst too, each joining straight after
+    its handshake."""
     viewers = [Viewer(u) for u in users[:viewers_n]]
     joiners = [Viewer(u) for u in users[viewers_n : viewers_n + joiners_n]]
+    newcomers = [Viewer(u) for u in users[viewers_n + joiners_n : viewers_n + 2 * joiners_n]]
     await bounded([v.open for v in viewers + joiners], 20)
     # Every socket's opening done before the bursts: the bursts measure the joins, not the
     # openings the process admits a few at a time (presence.admission).
     await bounded([v.opened for v in viewers + joiners], 50)
     elsewhere, here = f"{KIND}:burst-elsewhere", f"{KIND}:burst-here"
-    for room in (elsewhere, here):
+    opening = f"{KIND}:burst-opening"
+    for room in (elsewhere, here, opening):
         # All at once: their own joins coalesce too (one by one, each would be a diff to all
         # the viewers before it).
         await asyncio.gather(*(viewer.join(room) for viewer in viewers))
@@ -501,6 +540,9 @@ async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any
     async def joined_here() -> None:
         await asyncio.gather(*(j.join(here) for j in joiners))
 
+    async def opened_and_joined() -> None:
+        await asyncio.gather(*(j.open_and_join(opening) for j in newcomers))
+
     try:
         await asyncio.gather(*(said(p, b"ready", 120) for p in processes))
         await measure_burst(
@@ -526,7 +568,16 @@ async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any
         joiners_n,
         2.0,
     )
-    await close_all([v.comm for v in viewers + joiners], limit=20)
+    await measure_burst(
+        report,
+        "sockets opened and joined at once on this process",
+        opening,
+        viewers,
+        opened_and_joined,
+        joiners_n,
+        2.0,
+    )
+    await close_all([v.comm for v in viewers + joiners + newcomers], limit=20)
 
 
 def joiner_process() -> None:
@@ -562,32 +613,33 @@ def joiner_process() -> None:
         await into(room)
         await store().aclose()
 
-    with override_settings(PRESENCE=SETTINGS):
+    with override_settings(PRESENCE=SETTINGS), profiled(f"joiners-{os.getpid()}"):
         run_async(joins())
-        print("done", flush=True)
+    print("done", flush=True)
 
 
-async def socket_parts(report: Report, quick: bool, users: list[Any]) -> None:
-    await join_vs_subscribe(report, 20 if quick else 100, users)
-    n = int(os.environ.get("BENCH_ROOMS_BURST", 100 if quick else 1000))
-    await bursts(report, n, n, users[2 : 2 + 2 * n])
+async def socket_parts(report: Report, quick: bool, users: list[Any], n: int) -> None:
+    if not BURSTS_ONLY:
+        await join_vs_subscribe(report, 20 if quick else 100, users)
+    await bursts(report, n, n, users[2 : 2 + 3 * n])
     await store().aclose()
 
 
 def run(sizes: Sizes, report: Report) -> None:
     quick = report.quick
     members = 1_000 if quick else 10_000
-    burst_n = 100 if quick else 1_000
+    burst_n = int(os.environ.get("BENCH_ROOMS_BURST", 100 if quick else 1000))
     say(
         f"\n== rooms: join cost, memory, reads and count of a {members:,}-member room, "
         f"a burst of {burst_n:,} joins to {burst_n:,} viewers =="
     )
     flush(raw_client())
     with override_settings(PRESENCE=SETTINGS):
-        users = make_users(BASE_ID, max(members, 2 + 2 * burst_n), "room")
-        redis_parts(report, members, users[0])
-        flush(raw_client())
-        run_async(socket_parts(report, quick, users))
+        users = make_users(BASE_ID, max(members, 2 + 3 * burst_n), "room")
+        if not BURSTS_ONLY:
+            redis_parts(report, members, users[0])
+            flush(raw_client())
+        run_async(socket_parts(report, quick, users, burst_n))
         flush(raw_client())
     # Free the database for the next benchmark.
     from django.contrib.auth import get_user_model

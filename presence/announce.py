@@ -26,7 +26,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from presence import metrics, sessions
+from presence import metrics, room_sends, sessions
 from presence.conf import get_settings, stamps_kept
 from presence.domain import UserId
 from presence.layer import (
@@ -391,13 +391,21 @@ ROOM_MEMBERS_CHANGED = "presence.room_members_changed"
 
 async def aannounce_room(room: str, user_ids: Iterable[UserId]) -> None:
     """Tell the processes with connections in ``room`` that these users joined, left or
-    changed their meta there (no state: each process reads it). Never raises."""
-    message = {
-        "type": ROOM,
-        "room": room,
-        "users": [encode_id(uid) for uid in dict.fromkeys(user_ids)],
-        "at": _change_started.get() or time.time(),
-    }
+    changed their meta there (no state: each process reads it). Never raises.
+
+    One message per room at a time from this event loop: the users announced while the room's
+    previous message is being sent go together in the next (presence.room_sends), so a burst
+    of joins is a few messages, not one per join for every process to receive in turn."""
+    users = [encode_id(uid) for uid in dict.fromkeys(user_ids)]
+    at = _change_started.get() or time.time()
+    if get_channel_layer() is None:
+        _deliver_locally({"type": ROOM, "room": room, "users": users, "at": at})
+        return
+    await room_sends.send(room, users, at, _send_room)
+
+
+async def _send_room(room: str, users: list[Any], at: float) -> None:
+    message = {"type": ROOM, "room": room, "users": users, "at": at}
     await _asend_to_group(room_group_name(room), message, f"a change to room {room}")
 
 

@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import math
 import secrets
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from django.conf import settings
 from django.utils.crypto import constant_time_compare, salted_hmac
 from django.utils.translation import gettext
 
 from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
 from presence.domain.rooms import Room, RoomState
+from presence.memo import bounded_memo
 
 #: where a member sits in the state's order: the viewer, a contact, anyone else
 PHASE_SELF, PHASE_CONTACT, PHASE_OTHER = 0, 1, 2
@@ -69,7 +72,10 @@ class Cursor:
         return Cursor(place, self.seen if place[:2] == self.place[:2] else frozenset())
 
 
+@bounded_memo(16384)
 def digest(text: str) -> bytes:
+    # Memoised: a room's first members are in most of its viewers' cursors (a burst of joins
+    # made one per joiner, each of up to ROOM_LIST_LIMIT digests).
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=_DIGEST).digest()
 
 
@@ -96,19 +102,42 @@ def after_listed(
 # --- the opaque text ---
 
 
+#: (purpose, SECRET_KEY) -> salted_hmac's HMAC keyed for it, before any message
+_keyed: dict[tuple[str, object], hmac.HMAC] = {}
+
+
+def _mac(purpose: str, value: bytes) -> bytes:
+    """``salted_hmac(purpose, value, algorithm="sha256").digest()``, the same bytes, its key
+    derived once per SECRET_KEY: a cursor of a live view made 20 of them (a burst of 1,000
+    joins spent 0.4 s of the event loop deriving keys)."""
+    secret = settings.SECRET_KEY
+    keyed = _keyed.get((purpose, secret))
+    if keyed is None:
+        if len(_keyed) >= 16:  # a test's changed SECRET_KEY: the old keys are no one's
+            _keyed.clear()
+        keyed = _keyed[(purpose, secret)] = salted_hmac(purpose, b"", algorithm="sha256")
+    mac = keyed.copy()
+    mac.update(value)
+    return mac.digest()
+
+
 def _stream(nonce: bytes, size: int) -> bytes:
     # HMAC-SHA256 as a pseudo-random function in counter mode: Django's own primitive, keyed
     # by SECRET_KEY (no dependency for a few dozen bytes).
-    blocks = (
-        salted_hmac(f"{_SALT}.stream", nonce + struct.pack(">I", n), algorithm="sha256").digest()
-        for n in range(math.ceil(size / 32))
-    )
+    purpose = f"{_SALT}.stream"
+    blocks = (_mac(purpose, nonce + struct.pack(">I", n)) for n in range(math.ceil(size / 32)))
     return b"".join(blocks)[:size]
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    """``data`` XOR ``stream`` (as long), as one integer operation, not a byte at a time."""
+    size = len(data)
+    return (int.from_bytes(data, "big") ^ int.from_bytes(stream, "big")).to_bytes(size, "big")
 
 
 def _tag(room: Room, body: bytes) -> bytes:
     value = room.name.encode("utf-8", "surrogatepass") + b"\0" + body
-    return salted_hmac(f"{_SALT}.tag", value, algorithm="sha256").digest()[:_TAG]
+    return _mac(f"{_SALT}.tag", value)[:_TAG]
 
 
 def encode(room: Room, cursor: Cursor) -> str:
@@ -117,7 +146,7 @@ def encode(room: Room, cursor: Cursor) -> str:
     raw = ident.encode("utf-8", "surrogatepass")
     plain = _HEAD.pack(phase, int(joined), len(raw)) + raw + b"".join(sorted(cursor.seen))
     nonce = secrets.token_bytes(_NONCE)
-    secret = bytes(a ^ b for a, b in zip(plain, _stream(nonce, len(plain)), strict=True))
+    secret = _xor(plain, _stream(nonce, len(plain)))
     body = nonce + secret
     return base64.urlsafe_b64encode(body + _tag(room, body)).rstrip(b"=").decode("ascii")
 
@@ -157,7 +186,7 @@ def decode(room: Room, text: object) -> Cursor:
     if len(body) < _NONCE + _HEAD.size or not constant_time_compare(tag, _tag(room, body)):
         raise refused
     nonce, secret = body[:_NONCE], body[_NONCE:]
-    plain = bytes(a ^ b for a, b in zip(secret, _stream(nonce, len(secret)), strict=True))
+    plain = _xor(secret, _stream(nonce, len(secret)))
     phase, joined, size = _HEAD.unpack_from(plain)
     rest = plain[_HEAD.size :]
     seen = rest[size:]

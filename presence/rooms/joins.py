@@ -172,7 +172,7 @@ async def _joins(room: Room, joins: list[Joining]) -> list[Answer | BaseExceptio
             }
         )
     await add_cards([frame["members"] for frame in frames])
-    fragments: dict[int, str] = {}
+    fragments: dict[tuple[str, int], str] = {}
     framed = iter(frames)
     answered: list[Answer | BaseException] = []
     for answer in answers:
@@ -184,17 +184,17 @@ async def _joins(room: Room, joins: list[Joining]) -> list[Answer | BaseExceptio
     return answered
 
 
-def frame_text(frame: dict[str, Any], fragments: dict[int, str]) -> str:
+def frame_text(frame: dict[str, Any], fragments: dict[tuple[str, int], str]) -> str:
     """``frame`` (a room_state) as JSON, the text ``json.dumps`` makes of it, each member's
-    part made once for every frame of the batch listing it (``fragments``, by the member
-    dict's id: add_cards keeps one dict per member shown alike; the frames hold them all
-    while ``fragments`` is used, so no id is reused)."""
+    part (its id and dict) made once for every frame of the batch listing it (``fragments``,
+    by the id and the member dict's id: add_cards keeps one dict per member shown alike; the
+    frames hold them all while ``fragments`` is used, so no id is reused)."""
     members = []
     for key, member in frame["members"].items():
-        text = fragments.get(id(member))
+        text = fragments.get((key, id(member)))
         if text is None:
-            text = fragments[id(member)] = _dumps(member)
-        members.append(f"{_dumps(key)}:{text}")
+            text = fragments[(key, id(member))] = f"{_dumps(key)}:{_dumps(member)}"
+        members.append(text)
     return (
         f'{{"type":"room_state","room":{_dumps(frame["room"])},"members":{{{",".join(members)}}},'
         f'"others":{frame["others"]:d},"count":{frame["count"]:d},"next":{_dumps(frame["next"])}}}'

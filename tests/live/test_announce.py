@@ -102,3 +102,49 @@ def test_an_announcement_the_layer_refused_is_sent_again_once_it_is_back(
     # Sent again with the time it was sent again: its viewers' windows start anew.
     assert isinstance(message["at"], float)
     assert [r.getMessage() for r in caplog.records if "could not announce" in r.getMessage()]
+
+
+def test_a_rooms_announcements_made_meanwhile_go_in_few_messages_none_lost(
+    layer_server: RedisServer,
+) -> None:
+    # A burst of 300 joins on one process: each join's "changed in room R" once sent, its
+    # caller goes on; those made while the room's previous message was being sent go with the
+    # next one (presence.room_sends), every user in some message.
+    users = list(range(1, 301))
+    layers = core_layer(layer_server)
+    room = "lobby:burst"
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[float]]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(announce.room_group_name(room), channel)
+        sent: list[float] = []
+
+        async def join(user: int) -> None:
+            with announce.change_started_at(1000.0 + user):
+                await announce.aannounce_room(room, [user])
+            sent.append(user)
+
+        await asyncio.gather(*(join(user) for user in users))
+        try:
+            messages = [await layer.receive(channel)]
+            with pytest.raises(TimeoutError):
+                while True:
+                    async with asyncio.timeout(0.5):
+                        messages.append(await layer.receive(channel))
+            return messages, sent
+        finally:
+            await layer.flush()
+
+    with override_settings(CHANNEL_LAYERS=layers, PRESENCE={"ROOMS": {"lobby": None}}):
+        from asgiref.sync import async_to_sync
+
+        messages, sent = async_to_sync(scenario)()
+    assert sorted(sent) == users  # every caller returned
+    announced = [int(uid) for message in messages for uid in message["users"]]
+    assert sorted(announced) == users
+    # The first alone (nothing to wait for), the rest together: not a message per join.
+    assert len(messages) <= 3, [len(m["users"]) for m in messages]
+    assert {m["type"] for m in messages} == {announce.ROOM}
+    # Each message's time is the earliest change in it (windows count from the first).
+    assert [m["at"] for m in messages] == [1000.0 + int(m["users"][0]) for m in messages]

@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from presence.conf import get_settings
 from presence.domain import UserId
@@ -27,6 +28,11 @@ class RoomWindows:
         self.delivering: str | None = None
         #: room -> loop time its last delivery began (the next one waits a window after it)
         self.delivered_at: dict[str, float] = {}
+        #: room -> the connections its pending delivery is for, when not every one in it: the
+        #: views being read when its changes were delivered (the others were sent them)
+        self.only: dict[str, set[Any]] = {}
+        #: the connections the delivery under way is for (None: every one in the room)
+        self.delivering_to: set[Any] | None = None
         self._wake = asyncio.Event()
 
     def changed(self, room: str, user_ids: Iterable[UserId], announced_at: float | None) -> None:
@@ -42,11 +48,23 @@ class RoomWindows:
         users, due = self.pending.get(room, (set(), max(loop_now + window, after_last)))
         users.update(user_ids)
         self.pending[room] = (users, due)
+        self.only.pop(room, None)  # news: for every connection in the room
         self._wake.set()
 
-    def again(self, room: str, user_ids: set[UserId], after: float) -> None:
-        """Deliver these users of ``room`` again, ``after`` seconds from now at the latest."""
-        users, due = self.pending.get(room, (set(), asyncio.get_running_loop().time() + after))
+    def again(
+        self, room: str, user_ids: set[UserId], after: float, only: set[Any] | None = None
+    ) -> None:
+        """Deliver these users of ``room`` again, ``after`` seconds from now at the latest: to
+        the connections ``only`` (None: to every one in the room)."""
+        pending = self.pending.get(room)
+        if only is None:
+            self.only.pop(room, None)
+        elif pending is None:
+            self.only[room] = set(only)
+        elif room in self.only:
+            self.only[room] |= only
+        # (else the room's pending delivery is for every connection already)
+        users, due = pending or (set(), asyncio.get_running_loop().time() + after)
         self.pending[room] = (users | user_ids, due)
         self._wake.set()
 
@@ -54,6 +72,7 @@ class RoomWindows:
         """No connection here is in ``room`` any more: nothing of it to deliver."""
         self.pending.pop(room, None)
         self.delivered_at.pop(room, None)
+        self.only.pop(room, None)
 
     async def run(
         self,
@@ -80,6 +99,7 @@ class RoomWindows:
             for room in due:
                 users, _ = self.pending.pop(room)
                 self.delivering = room
+                self.delivering_to = self.only.pop(room, None)
                 self.delivered_at[room] = loop.time()
                 try:
                     await deliver(room, users)
@@ -89,4 +109,4 @@ class RoomWindows:
                     logger.exception("Presence: delivering a room's changes failed; retrying")
                     retry(room, users)
                 finally:
-                    self.delivering = None
+                    self.delivering, self.delivering_to = None, None

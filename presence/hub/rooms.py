@@ -227,14 +227,23 @@ class RoomViews:
         unless one joined before its last listed member (it just became visible, say): such
         viewers are resolved in a second read (room_diffs.outranked).
         When a listed member leaves a full list (``others`` > 0), the first members by join
-        time are read once too, and the freed place is refilled in the same diff."""
+        time are read once too, and the freed place is refilled in the same diff.
+
+        A view being read meanwhile (its room_state) gets these users again a window later;
+        the views sent them do not (a burst's second batch of joiners, being read while the
+        first is delivered, made every view resolve the first batch twice)."""
         connections = list(self.registry.rooms.members.get(room, ()))
+        windows = self.windows
+        if windows.delivering == room and windows.delivering_to is not None:
+            connections = [c for c in connections if c in windows.delivering_to]
         ready: dict[Connection, tuple[View, int]] = {}
-        again = False
+        #: connections to deliver these users to again; ``everyone``: to all in the room
+        again: set[Connection] = set()
+        everyone = False
         for connection in connections:
             view = self.views.get(connection, {}).get(room)
             if view is None or view.reading:
-                again = True
+                again.add(connection)
             else:
                 ready[connection] = (view, view.generation)
         if ready:
@@ -261,12 +270,12 @@ class RoomViews:
             late = None
             if early:
                 late = await aroom_delta(parse_room(room), early, user_ids, early)
-                again = again or late is None
+                everyone = everyone or late is None
             frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
             freed: set[UserId] = set()
             for connection, (view, generation) in ready.items():
                 if view.generation != generation or view.reading:
-                    again = True  # a room_state was read meanwhile: compared with it again
+                    again.add(connection)  # a room_state was read meanwhile: compared again
                     continue
                 had_others = view.others > 0
                 viewer = connection.viewer_id
@@ -289,18 +298,21 @@ class RoomViews:
             texts: dict[Any, str] = {}  # identical frames are serialized once
             for connection, view, generation, frame in frames:
                 if view.generation != generation or view.reading:
-                    again = True
+                    again.add(connection)
                     continue
                 try:
                     await send_frame(connection, frame, texts)
                 except Exception:  # a connection closing must not stop the others
                     logger.debug("Presence: could not send a room diff", exc_info=True)
-        if again:
-            self._again(room, user_ids, get_settings().COALESCE_WINDOW)
+        if everyone or again:
+            only = None if everyone else again
+            self._again(room, user_ids, get_settings().COALESCE_WINDOW, only)
 
-    def _again(self, room: str, user_ids: set[UserId], after: float) -> None:
+    def _again(
+        self, room: str, user_ids: set[UserId], after: float, only: set[Any] | None = None
+    ) -> None:
         if room in self.registry.rooms.members:
-            self.windows.again(room, user_ids, after)
+            self.windows.again(room, user_ids, after, only)
 
     async def run(self, running: Callable[[], bool]) -> None:
         """Deliver each room when its window ends, while ``running()``."""

@@ -64,7 +64,7 @@ from presence.store.plans.rooms import MemberEntry, RoomRead, RoomWrite
 from presence.users import viewer_pk
 
 #: joins of one room written and read together at most (the next ones go in the next batch)
-MAX_BATCH = 500
+MAX_BATCH = 1000
 
 
 @dataclass(frozen=True)

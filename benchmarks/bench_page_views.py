@@ -27,7 +27,8 @@ and the socket's answer merged onto each page is checked against ``bulk_presence
 viewer (the one resolver): privacy and the snapshot as the rest of presence sees them.
 
 ``BENCH_PAGE_VIEWS_PROFILE=1``: the server runs under cProfile (its event loop's thread) and the
-top functions (``BENCH_PAGE_VIEWS_TOP``, 20) of ours' last saturated phase are printed;
+top functions (``BENCH_PAGE_VIEWS_TOP``, 20) of ours' last saturated phase are printed (and the
+profile copied to ``BENCH_PAGE_VIEWS_KEEP``, a path, when set);
 ``=py-spy``: py-spy records ours' saturated phases (all threads), and the raw stacks are kept in
 the file the run names, for a closer look.
 """
@@ -38,6 +39,7 @@ import json
 import os
 import pstats
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -481,6 +483,8 @@ def run(sizes: Sizes, report: Report) -> None:
     )
     if profile:
         print_profile(profile)
+        if keep := os.environ.get("BENCH_PAGE_VIEWS_KEEP"):
+            shutil.copy(profile, keep)  # for a closer look (pstats, snakeviz)
         os.unlink(profile)
     if pyspy:
         print_py_spy(pyspy)

@@ -5,10 +5,11 @@ process (``benchmarks.page_views_asgi`` on a free 127.0.0.1 port, stopped by its
 both sides; the client is another process (``benchmarks.page_views_client``: the ``websockets``
 client over loopback), so that its CPU is not the server's.
 
-- ours: open ``ws/presence/`` with a session cookie, subscribe to the viewer's 50 users (a graph
-  with a privacy mix, contacts, some blocks, half of them online) with the stamp of the page
-  rendered a moment before (presence.stamps, as presence.js does with the dots' stamp), wait for
-  the answer (only what changed since), send one heartbeat, close;
+- ours: open ``ws/presence/`` with a session cookie, subscribed in the opening request's URL (as
+  presence.js does; ``BENCH_PAGE_VIEWS_SUBSCRIBE=frame``: with a subscribe frame once open) to
+  the viewer's 50 users (a graph with a privacy mix, contacts, some blocks, half of them online)
+  with the stamp of the page rendered a moment before (presence.stamps, as presence.js does with
+  the dots' stamp), wait for the answer (only what changed since), send one heartbeat, close;
 - bare: open ``ws/bare/``, a consumer behind ``AuthMiddlewareStack`` that accepts, reads
   ``scope["user"]``, answers one frame and closes.
 
@@ -67,6 +68,9 @@ RESIDENT = 20
 #: the sides measured at saturation: page views (bare, ours) and reconnects (full, resume)
 SATURATED = ("bare", "ours", "full", "resume")
 APP = "benchmarks.page_views_asgi:application"
+#: how ours subscribe: in the opening request's URL (``url``, presence.js), or with a subscribe
+#: frame once open (``frame``: clients that do not put it in the URL)
+SUBSCRIBE = os.environ.get("BENCH_PAGE_VIEWS_SUBSCRIBE", "url")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -205,6 +209,7 @@ def run_client(
         "in_flight": 200,
         "concurrency": concurrency,
         "keep": keep,
+        "subscribe": SUBSCRIBE,
     }
     with tempfile.NamedTemporaryFile("w", suffix=".json") as spec_file:
         json.dump(spec, spec_file)

@@ -183,7 +183,10 @@ def parse_subscription_query(query_string: bytes, limits: Limits) -> Subscribe |
         )
     raw = fields["users"][0]
     try:
-        users = [unquote_to_bytes(piece).decode() for piece in raw.split(b",")] if raw else []
+        if raw.isascii() and b"%" not in raw:
+            users = raw.decode().split(",") if raw else []  # the usual ids: nothing to unquote
+        else:
+            users = [unquote_to_bytes(piece).decode() for piece in raw.split(b",")] if raw else []
         since = [unquote_to_bytes(value).decode() for value in fields.get("since", [])]
     except UnicodeDecodeError:
         raise InvalidInput(

@@ -49,6 +49,10 @@ test: install
 # The UUID site leaves out the privacy matrices (-m privacy_matrix: a rule's table, case by case):
 # a user model's key changes none of their outcomes, and every read path they take runs on the
 # UUID site in the same files' other tests.
+# XDIST: the main run and the larger variants in two processes, a file to a process (pytest-xdist;
+# each worker starts a Redis of its own, tests/xdist_redis.py). The servers and processes
+# (tests/load) and the pages in Chromium (tests/browser) measure time against real servers: they
+# run after, in one process, with the machine to themselves. XDIST= runs everything in one.
 # REDIS_VARIANTS=no leaves out the cluster and pub/sub variants (they test Redis and the channel
 # layer, not the database); SUITE_ARGS goes to every run. DATABASE_PASS=yes is .ci/run's
 # PostgreSQL pass, after the SQLite pass ran everything: what the database can change, without
@@ -57,24 +61,29 @@ test: install
 # run on both: the demo's pages read the database.
 # Its UUID run leaves out the fuzzers too (-m fuzz: a fixed seed, the same inputs in every run):
 # junk through the UUID site's ids ran in the SQLite pass, junk into PostgreSQL in its main run.
+XDIST ?= -n 2 --dist loadfile
 REDIS_VARIANTS ?= yes
 SUITE_ARGS ?=
 UUID_TESTS := uuid_site and not privacy_matrix
+ALONE := tests/load tests/browser
 ifeq ($(DATABASE_PASS),yes)
 REDIS_VARIANTS := no
-SUITE_ARGS += --ignore=tests/store --ignore=tests/load
+SUITE_ARGS += --ignore=tests/store
+ALONE := tests/browser
 UUID_TESTS += and not fuzz
 endif
 suite:
-	$(WITH_REDIS) sh -c '$(PY) -m pytest --durations=25 $(SUITE_ARGS) $(PYTEST_ARGS) && \
+	$(WITH_REDIS) sh -c '$(PY) -m pytest $(XDIST) --durations=25 $(SUITE_ARGS) \
+	    --ignore=tests/load --ignore=tests/browser $(PYTEST_ARGS) && \
+	  $(VARIANT) --durations=10 $(SUITE_ARGS) $(ALONE) && \
 	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.email -m email_site && \
-	  $(VARIANT) --durations=10 $(SUITE_ARGS) --ds=tests.settings.uuid \
+	  $(VARIANT) $(XDIST) --durations=10 $(SUITE_ARGS) --ds=tests.settings.uuid \
 	    -m "$(UUID_TESTS)" && \
 	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.hn -m hn_site tests/sites && \
 	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.forum -m forum_site tests/sites && \
 	  if [ "$(REDIS_VARIANTS)" != no ]; then \
 	    $(WITH_CLUSTER) $(VARIANT) -m cluster && \
-	    PRESENCE_TEST_LAYER=pubsub $(VARIANT) -m pubsub_layer; fi'
+	    PRESENCE_TEST_LAYER=pubsub $(VARIANT) $(XDIST) -m pubsub_layer; fi'
 
 # The support matrix (noxfile.py): a smoke of every (Python, Django) pair but the default one,
 # each in a venv of its own under .nox/ (pyenv's interpreters); the default pair is .venv's,

@@ -160,7 +160,7 @@ def _since(since: Any) -> str | None:
 def parse_subscription_query(query_string: bytes, limits: Limits) -> Subscribe | None:
     """The subscription a socket's opening request carries in its query string,
     ``users=ID,ID,...`` and optionally ``since=STAMP`` (``since=`` alone: null), checked as a
-    subscribe frame's (the same errors); None when it names no ``users``. Each id is
+    subscribe frame's (the same errors); None when it names no ``users`` (or none in it). Each id is
     percent-encoded on its own (a comma inside one is ``%2C``), UTF-8."""
     if len(query_string) > limits.max_frame_bytes:
         raise InvalidInput(
@@ -182,11 +182,13 @@ def parse_subscription_query(query_string: bytes, limits: Limits) -> Subscribe |
             "invalid_message", gettext("Name 'users' and 'since' at most once each.")
         )
     raw = fields["users"][0]
+    if not raw:
+        return None  # no ids: nothing to subscribe, nothing to answer
     try:
         if raw.isascii() and b"%" not in raw:
-            users = raw.decode().split(",") if raw else []  # the usual ids: nothing to unquote
+            users = raw.decode().split(",")  # the usual ids: nothing to unquote
         else:
-            users = [unquote_to_bytes(piece).decode() for piece in raw.split(b",")] if raw else []
+            users = [unquote_to_bytes(piece).decode() for piece in raw.split(b",")]
         since = [unquote_to_bytes(value).decode() for value in fields.get("since", [])]
     except UnicodeDecodeError:
         raise InvalidInput(

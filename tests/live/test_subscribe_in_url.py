@@ -263,10 +263,11 @@ async def test_a_query_string_longer_than_a_frame_is_refused(
     assert "1024" in frame["message"]
 
 
+@pytest.mark.parametrize("text", ["?device=web", "?users=", "?users&since=", "?users=&device=web"])
 async def test_a_socket_without_a_subscription_in_its_url_is_sent_nothing_at_connect(
-    sockets: Sockets, make_user: Callable[..., Any]
+    sockets: Sockets, make_user: Callable[..., Any], text: str
 ) -> None:
     viewer = await new_user(make_user)
-    communicator = await opened_with(sockets, viewer, "?device=web")
+    communicator = await opened_with(sockets, viewer, text)
 
     await assert_silent(communicator)

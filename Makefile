@@ -13,7 +13,7 @@ PORT ?= 8000
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,docs]"
+	$(PY) -m pip install --quiet -e ".[dev,docs,bench]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -82,7 +82,7 @@ suite:
 	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.hn -m hn_site tests/sites && \
 	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.forum -m forum_site tests/sites && \
 	  if [ "$(REDIS_VARIANTS)" != no ]; then \
-	    $(WITH_CLUSTER) $(VARIANT) -m cluster && \
+	    $(WITH_CLUSTER) $(VARIANT) $(XDIST) -m cluster && \
 	    PRESENCE_TEST_LAYER=pubsub $(VARIANT) $(XDIST) -m pubsub_layer; fi'
 
 # The support matrix (noxfile.py): a smoke of every (Python, Django) pair but the default one,

@@ -39,6 +39,7 @@ NAMES = (
     "guest_count",
     "join_flood",
     "room_rules",
+    "rooms_peers",
 )
 
 
@@ -149,6 +150,7 @@ def main(argv: list[str]) -> int:
             bench_page_views,
             bench_room_rules,
             bench_rooms,
+            bench_rooms_peers,
             bench_user_connections,
         )
 
@@ -172,6 +174,7 @@ def main(argv: list[str]) -> int:
             "guest_count": bench_guest_count.run,
             "join_flood": bench_join_flood.run,
             "room_rules": bench_room_rules.run,
+            "rooms_peers": bench_rooms_peers.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")
@@ -192,13 +195,12 @@ def main(argv: list[str]) -> int:
             # Other processes competing for the CPUs distort wall-clock figures: say how much.
             pressure, start = cpu_pressure_us(), time.perf_counter()
             runners[name](sizes, report)
-            after = cpu_pressure_us()
+            after, took = cpu_pressure_us(), time.perf_counter() - start
+            machine = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
             if pressure is not None and after is not None:
-                share = (after - pressure) / 1e6 / (time.perf_counter() - start)
-                say(
-                    f"  (machine: some task waited for a CPU {share:.0%} of this benchmark's "
-                    f"time; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
-                )
+                share = (after - pressure) / 1e6 / took
+                machine = f"some task waited for a CPU {share:.0%} of its time; {machine}"
+            say(f"  ({name} took {took:.0f} s; machine: {machine})")
         summary(report.rows, args.quick, time.perf_counter() - started)
     finally:
         shutil.rmtree(db_dir, ignore_errors=True)

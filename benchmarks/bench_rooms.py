@@ -22,15 +22,18 @@
    per member, counted by ``SCAN MATCH`` over the keyspace (what the crash detection by key
    expiry needs), vs ours; the two counts must agree; ratio of medians (goal ≥ 100x).
 5. **A burst of joins into one room with viewers**: V viewers (1,000; ``--quick`` 100) have
-   joined the room (each one consumer, as above); then J users (1,000; 100) join at once, two
+   joined the room (each one consumer, as above; every socket's opening done first, an empty
+   subscribe answered, so that the burst measures the joins, not the openings the process
+   admits a few at a time); then J users (1,000; 100) join at once, two
    ways, into two rooms: (a) recorded and announced as each joiner's own process does
    (``_room_events.ajoin_room``, 50 at a time), from 4 other processes started before the
    burst (on a site the joins come from the joiners' processes, not from the process holding
    the views): the fan-out alone, judged; (b) as join frames of consumers
    of this same process, each answered with its own ``room_state``: one process doing both
-   sides. Frames each viewer receives for the burst, and the time from the burst's start
-   until each viewer's view (its ``room_state`` with every ``room_diff`` applied) shows the
-   right count: p50 / p99 (goal p99 ≤ 1 s) and how many never got right (goal 0).
+   sides (its joins batched, presence.rooms.joins). Frames each viewer receives for the burst
+   (goal ≤ 5), and the time from the burst's start until each viewer's view (its
+   ``room_state`` with every ``room_diff`` applied) shows the right count: p50 / p99 (goal
+   p99 ≤ 1 s for (a), ≤ 2 s for (b)) and how many never got right (goal 0).
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ APP = URLRouter(websocket_urlpatterns)
 WAIT_RIGHT = 600
 #: the processes recording the burst's joins (as the joiners' own processes on a site)
 JOINER_PROCESSES = 4
+#: the most room_diff frames a viewer may get for a burst
+FRAMES_GOAL = 5
 
 
 def pct(values: list[float], q: float) -> float:
@@ -111,15 +116,19 @@ def connection_id(uid: int) -> str:
     return f"{uid:016x}"
 
 
-def fill_room(room: str, user_ids: list[int], now: float) -> None:
-    """Each user joins ``room`` with one connection, through the store's join plan (pipelined)."""
+def fill_room(
+    room: str, user_ids: list[int], now: float, public: bool = True, step: float = 0.0
+) -> None:
+    """Each user joins ``room`` with one connection, through the store's join plan (pipelined);
+    ``public``: their online status shown to everyone (the room's index of such members);
+    ``step``: seconds between joins (0: all in the same millisecond)."""
     s = store()
-    s.run(
-        s.plans.join_room(room, user_ids[0], connection_id(user_ids[0]), now)
-    )  # loads the scripts
+    first = user_ids[0]
+    s.run(s.plans.join_room(room, first, connection_id(first), now, public=public))  # the scripts
     commands: list[Any] = []
-    for uid in user_ids[1:]:
-        commands += s.plans.join_room(room, uid, connection_id(uid), now).commands
+    for n, uid in enumerate(user_ids[1:], 1):
+        at = now + n * step
+        commands += s.plans.join_room(room, uid, connection_id(uid), at, public=public).commands
     _execute(commands)
 
 
@@ -288,6 +297,12 @@ class Viewer:
         if not connected:
             raise RuntimeError("a connection was refused")
 
+    async def opened(self) -> None:
+        """Its opening done: an empty subscribe answered (the process admits openings a few
+        at a time, presence.admission; a socket waiting for its turn holds its frames)."""
+        await self.comm.send_json_to({"type": "subscribe", "users": []})
+        await answered(self.comm, "presence_state")
+
     async def join(self, room: str) -> None:
         await self.comm.send_json_to({"type": "join", "room": room, "meta": None})
 
@@ -395,7 +410,13 @@ async def settle(viewers: list[Viewer], room: str, count: int) -> None:
 
 
 async def measure_burst(
-    report: Report, label: str, room: str, viewers: list[Viewer], joins: Callable[[], Any], n: int
+    report: Report,
+    label: str,
+    room: str,
+    viewers: list[Viewer],
+    joins: Callable[[], Any],
+    n: int,
+    goal: float,
 ) -> None:
     target = len(viewers) + n
     for viewer in viewers:
@@ -411,20 +432,19 @@ async def measure_burst(
     times = [v.right_at[room] - start for v in viewers if room in v.right_at]
     frames = [v.diffs.get(room, 0) for v in viewers]
     p99 = pct(times, 0.99)
-    judged = label.startswith("joins recorded")
     report.add(
         NAME,
         f"burst of {n:,} joins ({label}), {len(viewers):,} viewers: every view right p50 / p99",
         f"{ms(pct(times, 0.5))} / {ms(p99)}",
-        "p99 ≤ 1 s" if judged else "",
-        p99 <= 1.0 if judged else None,
+        f"p99 ≤ {goal:g} s",
+        p99 <= goal,
     )
     report.add(
         NAME,
         f"  room_diff frames per viewer (median / max); views never right within {WAIT_RIGHT} s",
         f"{median(frames):.0f} / {max(frames)}; {len(late)}",
-        f"≪ {n:,}; 0",
-        not late and max(frames) < n / 10,
+        f"≤ {FRAMES_GOAL}; 0",
+        not late and max(frames) <= FRAMES_GOAL,
     )
 
 
@@ -437,6 +457,9 @@ async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any
     viewers = [Viewer(u) for u in users[:viewers_n]]
     joiners = [Viewer(u) for u in users[viewers_n : viewers_n + joiners_n]]
     await bounded([v.open for v in viewers + joiners], 20)
+    # Every socket's opening done before the bursts: the bursts measure the joins, not the
+    # openings the process admits a few at a time (presence.admission).
+    await bounded([v.opened for v in viewers + joiners], 50)
     elsewhere, here = f"{KIND}:burst-elsewhere", f"{KIND}:burst-here"
     for room in (elsewhere, here):
         # All at once: their own joins coalesce too (one by one, each would be a diff to all
@@ -487,6 +510,7 @@ async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any
             viewers,
             recorded_elsewhere,
             joiners_n,
+            1.0,
         )
     finally:
         for process in processes:
@@ -494,7 +518,13 @@ async def bursts(report: Report, viewers_n: int, joiners_n: int, users: list[Any
                 process.kill()
             await process.wait()
     await measure_burst(
-        report, "join frames handled by this process too", here, viewers, joined_here, joiners_n
+        report,
+        "join frames handled by this process too",
+        here,
+        viewers,
+        joined_here,
+        joiners_n,
+        2.0,
     )
     await close_all([v.comm for v in viewers + joiners], limit=20)
 

@@ -6,6 +6,7 @@ starts from an empty database (migrated programmatically) and leaves nothing beh
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -39,6 +40,15 @@ if os.environ.get("BENCH_POSTGRES_URL"):
         **DATABASES["postgres"],
         "NAME": f"{DATABASES['postgres']['NAME']}_small",
     }
+# The rooms_peers benchmark's peer (django-channels-presence, the ``bench`` extra), when
+# installed, on SQLite and, given a PostgreSQL database (DATABASE_URL or BENCH_POSTGRES_URL), on
+# one named after it with "_peers" appended (created when missing).
+if importlib.util.find_spec("channels_presence") is not None:
+    INSTALLED_APPS = [*INSTALLED_APPS, "channels_presence"]  # noqa: F405
+    _peers_url = os.environ.get("BENCH_POSTGRES_URL") or os.environ.get("DATABASE_URL") or ""
+    if _peers_url.startswith(("postgres://", "postgresql://")):
+        DATABASES["peers_postgres"] = dj_database_url.parse(_peers_url)
+        DATABASES["peers_postgres"]["NAME"] += "_peers"
 TEMPLATES = [
     {**TEMPLATES[0], "DIRS": [Path(__file__).resolve().parent / "templates"]},
 ]

@@ -1,17 +1,21 @@
 """Signals sent once per transition, even when the write's caller never got the reply.
 
-The script that makes a transition also records it in its shard's outbox (lua/ledger.lua). The
-caller told "this call made the user online" (or offline) claims the entry (ZREM, on the
-receivers' thread, right before its receivers run) and sends the signal only if it removed it.
-An entry nobody claimed within :func:`deadline` (its caller gave up waiting for Redis, was
-killed, or could not reach Redis to claim) is claimed by the next sweep anywhere, or by
-``presence_cleanup``, with one script that removes what it returns. Removal is atomic, so
-exactly one party sends each transition; the one window left is a claimer killed between its
-claim and its receivers (the signal is lost, never doubled).
+The script that makes a transition also records it in an outbox (lua/outbox.lua): a user's
+online or offline in its shard's (lua/ledger.lua), a user's entering or leaving a room in the
+room's, in the room's slot (lua/room_common.lua). The caller told "this call made the user
+online" (or offline, or entered or left the room) claims the entry (ZREM, on the receivers'
+thread, right before its receivers run) and sends the signal only if it removed it. An entry
+nobody claimed within :func:`deadline` (its caller gave up waiting for Redis, was killed, or
+could not reach Redis to claim) is claimed by the next sweep anywhere (a room's: the sweep of
+that room, which its outbox keeps due), or by ``presence_cleanup``, with one script that
+removes what it returns. Removal is atomic, so exactly one party sends each transition; the
+one window left is a claimer killed between its claim and its receivers (the signal is lost,
+never doubled).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -19,33 +23,58 @@ from presence import signals
 from presence.conf import get_settings
 from presence.operations import Operation, redis
 from presence.store import get_store
+from presence.store.plans import Pruned, RoomTransition, RoomWrite, Transition
+from presence.store.plans.outbox import outbox_deadline
 
 
 def send_made(result: Any) -> None:
     """Send the signals a store write earned (``redis_then``'s ``then``): ``result`` is a
-    transition, None, or a list of them. Each is sent once its outbox entry is claimed here."""
+    transition (a user's, :class:`Transition`, or a room's, :class:`RoomTransition`), a
+    room write or sweep carrying some, None, or a list of them (a merged plan's replies, where
+    other replies are left alone). Each is sent once its outbox entry is claimed here."""
     store = get_store()
-    for transition in result if isinstance(result, list) else [result]:
-        if transition is None or not transition.made or transition.at is None:
+    for transition in _transitions(result):
+        if isinstance(transition, RoomTransition):
+            room, entry = transition.room, transition.entry
+            signals.send_room_transition(
+                transition.user_id,
+                room,
+                transition.made,
+                transition.at,
+                None
+                if entry is None
+                else partial(store.run, store.plans.claim_room_entry(room, entry)),
+            )
+        elif not transition.made or transition.at is None:
             continue
-        if transition.entry is None:
+        elif transition.entry is None:
             signals.send_transition(
                 transition.user_id, transition.made, transition.at, transition.invisible
             )
-            continue
-        signals.send_if_claimed(
-            partial(store.run, store.plans.claim_entry(transition.user_id, transition.entry)),
-            transition.user_id,
-            transition.made,
-            transition.at,
-            transition.invisible,
-        )
+        else:
+            signals.send_if_claimed(
+                partial(store.run, store.plans.claim_entry(transition.user_id, transition.entry)),
+                transition.user_id,
+                transition.made,
+                transition.at,
+                transition.invisible,
+            )
+
+
+def _transitions(result: Any) -> Iterator[Transition | RoomTransition]:
+    if isinstance(result, Transition | RoomTransition):
+        yield result
+    elif isinstance(result, RoomWrite | Pruned):
+        yield from result.made
+    elif isinstance(result, list):
+        for each in result:
+            yield from _transitions(each)
 
 
 def deadline() -> float:
     """How long an entry is left to its caller: LIVE_SOCKET_TIMEOUT (the longest a write waits
     for Redis), plus a second as entries are scored in whole seconds."""
-    return get_settings().LIVE_SOCKET_TIMEOUT + 1
+    return outbox_deadline(get_settings())
 
 
 def claim_stale(now: float) -> Operation[int]:

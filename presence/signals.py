@@ -3,9 +3,11 @@
 ``user_online`` and ``user_offline`` are sent once per transition on the whole site: the Lua
 script that makes a transition settles it in the store's online ledger atomically, so exactly
 one write (of one process) is told "this call made the user online" (or offline), and that
-process sends the signal (:func:`send_transition`). Receivers run on one worker thread of the
-process, never on the event loop or in the write's path, one after another in the order the
-transitions were made there; one that raises is logged and the others still run.
+process sends the signal (:func:`send_transition`). ``room_entered`` and ``room_left`` the
+same way: the room's script that adds or removes the member records it in the room's outbox
+(presence.outbox). Receivers run on one worker thread of the process, never on the event loop
+or in the write's path, one after another in the order the transitions were made there; one
+that raises is logged and the others still run.
 """
 
 from __future__ import annotations
@@ -41,6 +43,24 @@ user_online = Signal()
 #: ``presence_cleanup`` on a site without one. ``at`` is when the user turned offline.
 user_offline = Signal()
 
+#: Sent once on the whole site when ``user_id`` enters ``room`` (``"kind:id"``): their first
+#: connection joined it (a join, or a heartbeat that finds their stay ended and joins again).
+#: ``at`` (aware datetime, UTC) when. Sent for every member, invisible ones too.
+room_entered = Signal()
+
+#: Sent once on the whole site when ``user_id`` leaves ``room``: OFFLINE_GRACE after their last
+#: connection there left or closed, CONNECTION_TTL after a crashed one was last heard from
+#: (noticed by the room's sweep on any live process, within SWEEP_INTERVAL), or at once when
+#: the room's rule refuses them or the user is deleted. ``at`` is when their stay ended.
+room_left = Signal()
+
+_NAMES = {
+    user_online: "user_online",
+    user_offline: "user_offline",
+    room_entered: "room_entered",
+    room_left: "room_left",
+}
+
 #: the receivers' one thread in this process (created on first use)
 _worker: ThreadPoolExecutor | None = None
 _worker_lock = threading.Lock()
@@ -60,9 +80,7 @@ def send_transition(user_id: Any, made: int, at: float | None, invisible: bool) 
     receivers' thread; returns at once. ``made`` comes from the store's reply (0: nothing)."""
     if made == 0 or at is None:
         return
-    signal = user_online if made > 0 else user_offline
-    when = datetime.fromtimestamp(at, tz=UTC)
-    _executor().submit(_send, signal, user_id, when, invisible)
+    _submit(None, user_online if made > 0 else user_offline, user_id, at, invisible=invisible)
 
 
 def send_if_claimed(
@@ -71,30 +89,50 @@ def send_if_claimed(
     """Like :func:`send_transition`, once ``claim()`` (run on the receivers' thread, right
     before the receivers) says this process won the transition's outbox entry
     (presence.outbox): an entry not claimed here is left to the sweep, which sends it."""
-    signal = user_online if made > 0 else user_offline
+    _submit(claim, user_online if made > 0 else user_offline, user_id, at, invisible=invisible)
+
+
+def send_room_transition(
+    user_id: Any, room: str, made: int, at: float, claim: Callable[[], bool] | None = None
+) -> None:
+    """Send ``room_entered`` (``made`` 1) or ``room_left`` (-1) for ``user_id`` and ``room`` on
+    the receivers' thread, once ``claim()`` (if given) says this process won its outbox
+    entry; returns at once."""
+    if made == 0:
+        return
+    _submit(claim, room_entered if made > 0 else room_left, user_id, at, room=room)
+
+
+def _submit(
+    claim: Callable[[], bool] | None, signal: Signal, user_id: Any, at: float, **arguments: Any
+) -> None:
     when = datetime.fromtimestamp(at, tz=UTC)
 
     def claim_and_send() -> None:
-        try:
-            claimed = claim()
-        except Exception:
-            logger.exception("Presence: claiming the signal of user %s failed", user_id)
-            return
-        if claimed:
-            _send(signal, user_id, when, invisible)
+        if claim is not None:
+            try:
+                claimed = claim()
+            except Exception:
+                logger.exception(
+                    "Presence: claiming the signal %s of user %s failed", _NAMES[signal], user_id
+                )
+                return
+            if not claimed:
+                return
+        _send(signal, user_id, when, arguments)
 
     _executor().submit(claim_and_send)
 
 
-def _send(signal: Signal, user_id: Any, at: datetime, invisible: bool) -> None:
+def _send(signal: Signal, user_id: Any, at: datetime, arguments: dict[str, Any]) -> None:
     try:
         for receiver, result in signal.send_robust(
-            sender=None, user_id=user_id, at=at, invisible=invisible
+            sender=None, user_id=user_id, at=at, **arguments
         ):
             if isinstance(result, Exception):
                 logger.error(
                     "Presence: a receiver of %s (%r) raised for user %s",
-                    "user_online" if signal is user_online else "user_offline",
+                    _NAMES[signal],
                     receiver,
                     user_id,
                     exc_info=result,

@@ -30,6 +30,7 @@ from presence.domain import InvalidInput, UserId
 from presence.domain.nesting import nests_too_deeply
 from presence.domain.rooms import parse_room
 from presence.rooms import room_state
+from presence.rooms.paging import room_page_state
 from presence.store import StoreUnavailable
 
 MAX_IDS = 500
@@ -245,11 +246,13 @@ def status_view(request: HttpRequest) -> HttpResponse:
 @csrf_exempt  # GET only: another method is answered 405 in JSON, not by Django's HTML 403 page
 @_json_view("GET")
 def room_view(request: HttpRequest, room: str) -> HttpResponse:
-    """``GET rooms/<room>``: ``{"room", "members", "others", "count"}`` as the caller may see
-    it, each listed member with its ``name``; 400 for a malformed name, 404 for a kind the site
-    did not declare, 403 where the room's rule refuses, 503 while presence's Redis cannot be
-    read (an outage: the room is not shown empty). A read counts against
-    ``HTTP_READ_LIMIT`` as the most members it may list (``ROOM_LIST_LIMIT``)."""
+    """``GET rooms/<room>``: ``{"room", "members", "others", "count", "next"}`` as the caller
+    may see it, each listed member with its ``name``; with ``?after=CURSOR`` (the ``next`` of an
+    earlier answer), the members after it (docs/rooms.md, "Paging"). 400 for a malformed name
+    or a cursor this server did not give for the room, 404 for a kind the site did not
+    declare, 403 where the room's rule refuses, 503 while presence's Redis cannot be read (an
+    outage: the room is not shown empty). A read or a page counts against ``HTTP_READ_LIMIT``
+    as the most members it may list (``ROOM_LIST_LIMIT``)."""
     try:
         parse_room(room)
     except InvalidInput as exc:
@@ -257,9 +260,14 @@ def room_view(request: HttpRequest, room: str) -> HttpResponse:
     refused = over_read_limit(request, get_settings().ROOM_LIST_LIMIT)
     if refused is not None:
         return refused
+    after = request.GET.get("after")
     try:
-        # Strict: a room Redis could not read is not shown empty (nobody here would be false).
-        state = room_state(room, request.user, strict=True).as_dict()
+        if after is not None:
+            # The next page after a cursor of an earlier answer (docs/rooms.md, "Paging").
+            state = room_page_state(room, request.user, after).as_dict()
+        else:
+            # Strict: a room Redis could not read is not shown empty (nobody here would be false).
+            state = room_state(room, request.user, strict=True).as_dict()
     except InvalidInput as exc:
         return error(exc.code, exc.message)
     except api.UnknownRoom as exc:

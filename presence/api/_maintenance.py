@@ -13,7 +13,7 @@ from presence import announce, domain, outbox, resolution, signals
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
-from presence.operations import run
+from presence.operations import redis_then, run
 from presence.store import StoreUnavailable, get_store, merge
 from presence.store.redact import redact_url
 
@@ -100,14 +100,15 @@ def _glob(text: str) -> str:
 
 def _schedule_lost_rooms(now: float) -> None:
     """Rooms whose keys outlived their schedule entry (a process stopped between claiming a
-    room and putting it back) are scheduled now: their summary keys found by SCAN on every
-    master, each room added to its schedule only if it is not there."""
+    room and putting it back) are scheduled now: their summary keys (and outboxes: a room's
+    last leave not yet claimed) found by SCAN on every master, each room added to its
+    schedule only if it is not there."""
     store = get_store()
-    head, tail = f"{get_settings().KEY_PREFIX}:{{room:", "}:n"
-    pattern = f"{_glob(head)}*{_glob(tail)}"
+    head, tail = f"{get_settings().KEY_PREFIX}:{{room:", len("}:n")
+    pattern = f"{_glob(head)}*{_glob('}:')}[no]"
     try:
-        keys = store.client.scan_iter(match=pattern, count=1000, _type="hash")
-        rooms = list({str(key)[len(head) : -len(tail)] for key in keys})
+        keys = store.client.scan_iter(match=pattern, count=1000)
+        rooms = list({str(key)[len(head) : -tail] for key in keys})
     except redis.RedisError as error:
         raise StoreUnavailable(f"Redis is unavailable: {redact_url(str(error))}") from error
     for start in range(0, len(rooms), ROOMS_PER_ROUND):
@@ -123,13 +124,14 @@ def _prune_rooms(report: CleanupReport, now: float) -> None:
     emptied: set[str] = set()
     while rooms := store.run(store.plans.claim_rooms(now, ROOMS_PER_ROUND)):
         plans = [store.plans.prune_room(room, now, MEMBERS_PER_PRUNE) for room in rooms]
-        pruned = store.run(merge(plans))
-        due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
+        # The leaves are sent as room_left (presence.outbox), with what was left unclaimed.
+        pruned = run(redis_then(merge(plans), outbox.send_made))
+        due = {room: p.due for room, p in zip(rooms, pruned, strict=True) if p.due != math.inf}
         if due:
             store.run(
                 store.plans.schedule_rooms(due)
             )  # a room with more to remove comes round again
-        for room, (users, _) in zip(rooms, pruned, strict=True):
+        for room, (users, *_) in zip(rooms, pruned, strict=True):
             if users:
                 swept.add(room)
                 report.room_members += len(users)

@@ -62,6 +62,16 @@ class Leave:
 
 
 @dataclass(frozen=True, slots=True)
+class RoomMore:
+    """Send me the next page of a room's members after ``after`` (the ``next`` of the room's
+    last answer): answered ``room_page`` (docs/rooms.md, "Paging")."""
+
+    room: Room
+    #: the cursor as the client sent it (checked by presence.rooms.cursors: it is opaque)
+    after: str
+
+
+@dataclass(frozen=True, slots=True)
 class WatchCount:
     """Send me the site's online count now, and its changes (``online_count`` frames)."""
 
@@ -87,6 +97,7 @@ ClientMessage = (
     | SetStatus
     | Join
     | Leave
+    | RoomMore
     | WatchCount
     | UnwatchCount
     | Extension
@@ -99,6 +110,7 @@ CLIENT_TYPES = (
     "set_status",
     "join",
     "leave",
+    "room_more",
     "watch_count",
     "unwatch_count",
 )
@@ -205,7 +217,7 @@ def _nests_too_deeply() -> InvalidInput:
     return InvalidInput("invalid_message", gettext("The frame nests arrays or objects too deeply."))
 
 
-def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave:
+def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave | RoomMore:
     room = data.get("room")
     if not isinstance(room, str):
         raise InvalidInput(
@@ -213,6 +225,16 @@ def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave:
         )
     if kind == "leave":
         return Leave(parse_room(room))
+    if kind == "room_more":
+        after = data.get("after")
+        if not isinstance(after, str):
+            raise InvalidInput(
+                "invalid_message",
+                gettext(
+                    "'after' is required and must be a string: the 'next' of the room's answer."
+                ),
+            )
+        return RoomMore(parse_room(room), after)
     return Join(parse_room(room), parse_meta(data.get("meta")))
 
 
@@ -267,7 +289,7 @@ def parse_frame(
         return Unsubscribe(_user_ids(data, limits))
     if kind == "set_status":
         return SetStatus(parse_status_change(data, limits))
-    if kind in ("join", "leave"):
+    if kind in ("join", "leave", "room_more"):
         return _room_frame(kind, data)
     if kind == "watch_count":
         return WatchCount()

@@ -177,19 +177,22 @@ class RoomState:
     #: each listed member's place in the order of :func:`order_listed` (not a contact of the
     #: viewer, joined at, id as text): the live side keeps a full list in that order
     ranks: Mapping[UserId, tuple[bool, float, str]] = field(default_factory=dict)
+    #: the cursor of the next page (opaque text, presence.rooms.cursors), None at the end
+    next: str | None = None
 
     @property
     def count(self) -> int:
         return len(self.members) + self.others
 
     def as_dict(self, encode: Any = str) -> dict[str, Any]:
-        """The JSON-ready state ``{"room", "members", "others", "count"}``; ``encode`` turns
-        an id into the key clients see."""
+        """The JSON-ready state ``{"room", "members", "others", "count", "next"}``; ``encode``
+        turns an id into the key clients see."""
         return {
             "room": self.room.name,
             "members": {encode(uid): member.as_dict() for uid, member in self.members.items()},
             "others": self.others,
             "count": self.count,
+            "next": self.next,
         }
 
 

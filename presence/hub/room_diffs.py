@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 from presence import metrics
@@ -34,40 +36,8 @@ def diff(
             leaves.append(user_id)
         elif not _same(view.listed[user_id], member):
             view.listed[user_id] = joins[user_id] = member
-    contacts = delta.contacts.get(viewer, set())
-    added: set[UserId] = set()  # listed by this diff
-    room_left = limit - len(view.listed)
-    if room_left > 0 and viewer in delta.resolving:
-        for user_id, member in delta.listable(viewer):  # by join time
-            if user_id not in view.listed:
-                view.listed[user_id] = joins[user_id] = member
-                view.ranks[user_id] = _rank_of(delta, user_id, contacts)
-                added.add(user_id)
-                room_left -= 1
-                if not room_left:
-                    break
-    if contacts and viewer in delta.resolving:
-        # The viewer's contacts are listed first: one that a full list leaves out takes the
-        # place of its last member (by the listing order), as a fresh read lists them.
-        for mine, user_id in sorted(
-            (_rank_of(delta, uid, contacts), uid) for uid in contacts - view.listed.keys()
-        ):
-            member = delta.member_for(viewer, user_id)
-            if member is None:
-                continue
-            if len(view.listed) >= limit:
-                ranked = [(r, uid) for uid, r in view.ranks.items() if uid != viewer]
-                if not ranked or max(ranked)[0] < mine:
-                    break  # every listed member comes first (earlier contacts)
-                evicted = max(ranked)[1]
-                del view.listed[evicted]
-                del view.ranks[evicted]
-                joins.pop(evicted, None)
-                if evicted not in added:
-                    leaves.append(evicted)
-            view.listed[user_id] = joins[user_id] = member
-            view.ranks[user_id] = mine
-            added.add(user_id)
+    if viewer in delta.resolving:
+        _take_places(view, delta, viewer, limit, joins, leaves)
     count = max(delta.count_for(viewer), len(view.listed))
     others = count - len(view.listed)
     if not joins and not leaves and others == view.others:
@@ -80,6 +50,79 @@ def diff(
         "leaves": sorted(str(uid) for uid in leaves),
         "others": others,
         "count": count,
+    }
+
+
+def _take_places(
+    view: View,
+    delta: RoomDelta,
+    viewer: UserId,
+    limit: int,
+    joins: dict[UserId, Member],
+    leaves: list[UserId],
+) -> None:
+    """The changed users ``viewer`` may list and does not, listed as a fresh read lists them:
+    the first ``limit`` in the listing order (the viewer, its contacts, then by join time). Each
+    takes a place left, else the place of the list's last member when it comes before it (a
+    contact, or a member who joined earlier and just became visible to the viewer), who counts
+    in ``others`` from then on."""
+    newcomers = [(uid, member) for uid, member in delta.listable(viewer) if uid not in view.listed]
+    if not newcomers:
+        return
+    contacts = delta.contacts.get(viewer, set())
+    # In the listing order: the viewer, its contacts, then the others as ``listable`` gives
+    # them (by join time, ties by id): each comes after the one before it, so the first that
+    # a full list does not take ends the pass.
+    ordered = [(_rank_of(delta, uid, contacts), uid, m) for uid, m in newcomers if uid == viewer]
+    ordered += sorted(
+        (
+            (_rank_of(delta, uid, contacts), uid, m)
+            for uid, m in newcomers
+            if uid in contacts and uid != viewer
+        ),
+        key=itemgetter(0),
+    )
+    ordered += [
+        (_rank_of(delta, uid, contacts), uid, m)
+        for uid, m in newcomers
+        if uid not in contacts and uid != viewer
+    ]
+    added: set[UserId] = set()  # listed by this diff
+    for mine, user_id, member in ordered:
+        if len(view.listed) >= limit:
+            if not view.ranks:  # view.ranks: every listed member but the viewer
+                break
+            evicted, last = max(view.ranks.items(), key=itemgetter(1))
+            if user_id != viewer and last < mine:
+                break  # every listed member comes first, and every later newcomer after
+            del view.listed[evicted]
+            del view.ranks[evicted]
+            joins.pop(evicted, None)
+            if evicted not in added:
+                leaves.append(evicted)
+        view.listed[user_id] = joins[user_id] = member
+        if user_id != viewer:
+            view.ranks[user_id] = mine
+        added.add(user_id)
+
+
+def outranked(views: Iterable[tuple[UserId, View]], delta: RoomDelta, limit: int) -> set[UserId]:
+    """The viewers ``delta`` did not resolve whose full list the earliest changed user could
+    enter: it joined before the list's last member (it was hidden from the viewer and just
+    became visible, say). A fresh read would list it ahead of that member: these viewers are
+    resolved too (a second read). The changed users of a burst of joins joined after every
+    listed member: no viewer here, nothing more read."""
+    if not delta.members:
+        return set()
+    earliest, entry = next(iter(delta.members.items()))
+    mine = rank(False, entry.joined_at, earliest)
+    return {
+        viewer
+        for viewer, view in views
+        if viewer not in delta.resolving
+        and len(view.listed) >= limit
+        and view.ranks
+        and mine < max(view.ranks.values())
     }
 
 

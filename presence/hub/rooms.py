@@ -31,11 +31,13 @@ from presence.domain import UserId
 from presence.domain.rooms import Member, RoomState, parse_room
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry, View
-from presence.hub.room_diffs import diff, refill, send_frame
+from presence.hub.room_diffs import diff, outranked, refill, send_frame
 from presence.hub.room_rules import RoomRules
 from presence.hub.room_windows import RoomWindows
 from presence.rooms.cards import add_cards
+from presence.rooms.cursors import with_next
 from presence.rooms.delta import aroom_delta, list_limit
+from presence.rooms.joins import JoinBatches
 from presence.rooms.live import ConnectionRooms
 from presence.rooms.reading import SCAN_FACTOR, aread_room_state
 from presence.rooms.writes import asweep_rooms
@@ -58,6 +60,8 @@ class RoomViews:
         self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
         self.rules = RoomRules(registry)
+        #: the joins of each room made at about the same time, written and read together
+        self.joins = JoinBatches()
 
     # --- membership ---
 
@@ -103,7 +107,8 @@ class RoomViews:
         view = self.views.get(connection, {}).get(room)
         if view is not None:
             view.listed = dict(state.members)
-            view.ranks = dict(state.ranks)
+            # every listed member's place but the viewer's, who is never taken out
+            view.ranks = {uid: r for uid, r in state.ranks.items() if uid != connection.viewer_id}
             view.others = state.others
             view.reading = False
 
@@ -117,7 +122,8 @@ class RoomViews:
             return None
         view.reading, view.generation = True, view.generation + 1
         members = {**view.listed, connection.viewer_id: Member(meta, own.presence)}
-        return RoomState(parse_room(room), members, view.others, dict(view.ranks))
+        state = RoomState(parse_room(room), members, view.others, dict(view.ranks))
+        return with_next(state, connection.viewer_id, complete=not view.others)
 
     def resume(self, connection: Connection, room: str) -> None:
         """A join again failed: the view is delivered to again, as it was."""
@@ -217,7 +223,9 @@ class RoomViews:
         one (it may have left or changed) and those whose list has room. A viewer whose list
         is full and lists none of them gets its count only: the changed users are not its
         listed members, and a fresh read would not list them ahead of those either (its
-        contacts and the members who joined before them come first; see docs/rooms.md).
+        contacts and the members who joined before them come first; see docs/rooms.md),
+        unless one joined before its last listed member (it just became visible, say): such
+        viewers are resolved in a second read (room_diffs.outranked).
         When a listed member leaves a full list (``others`` > 0), the first members by join
         time are read once too, and the freed place is refilled in the same diff."""
         connections = list(self.registry.rooms.members.get(room, ()))
@@ -231,10 +239,13 @@ class RoomViews:
                 ready[connection] = (view, view.generation)
         if ready:
             limit = list_limit()
+            # A view listing only its own viewer among the changed users (a burst's joiner:
+            # itself joined) needs no pairs: it is SELF to itself.
             resolving = {
                 connection.viewer_id
                 for connection, (view, _) in ready.items()
-                if len(view.listed) < limit or not view.listed.keys().isdisjoint(user_ids)
+                if len(view.listed) < limit
+                or any(uid != connection.viewer_id for uid in view.listed.keys() & user_ids)
             }
             delta = await aroom_delta(
                 parse_room(room), {c.viewer_id for c in ready}, user_ids, resolving
@@ -243,6 +254,14 @@ class RoomViews:
                 # Redis is unavailable: tried again later, nothing is guessed.
                 self._again(room, user_ids, get_settings().RETRY_INTERVAL)
                 return
+            # A changed user who joined before a full list's last member (it just became
+            # visible, say) is listed at once, as a fresh read lists it: those viewers are
+            # resolved too, in a second read (none in a burst of joins).
+            early = outranked(((c.viewer_id, v) for c, (v, _) in ready.items()), delta, limit)
+            late = None
+            if early:
+                late = await aroom_delta(parse_room(room), early, user_ids, early)
+                again = again or late is None
             frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
             freed: set[UserId] = set()
             for connection, (view, generation) in ready.items():
@@ -250,7 +269,9 @@ class RoomViews:
                     again = True  # a room_state was read meanwhile: compared with it again
                     continue
                 had_others = view.others > 0
-                frame = diff(view, delta, connection.viewer_id, user_ids, limit)
+                viewer = connection.viewer_id
+                seen = late if late is not None and viewer in early else delta
+                frame = diff(view, seen, viewer, user_ids, limit)
                 if frame is not None:
                     frames.append((connection, view, generation, frame))
                     if frame["leaves"] and had_others and len(view.listed) < limit:

@@ -17,11 +17,15 @@ from presence.relations.rows import (
     row_builder,
 )
 from presence.relations.ties import (
+    Ties,
     ais_invisible,
+    ashown_flags,
     blocks_between,
     blocks_query,
     contacts_among,
     is_invisible,
+    shown_flags,
+    ties_of,
     viewer_ties,
 )
 
@@ -30,12 +34,14 @@ __all__ = [
     "Facts",
     "FactsAndUsers",
     "PairFacts",
+    "Ties",
     "aexisting",
     "afriend_ids",
     "ais_invisible",
     "aload",
     "aload_pairs",
     "aload_with_users",
+    "ashown_flags",
     "blocks_between",
     "blocks_query",
     "contacts_among",
@@ -48,5 +54,7 @@ __all__ = [
     "load_pairs",
     "load_with_users",
     "row_builder",
+    "shown_flags",
+    "ties_of",
     "viewer_ties",
 ]

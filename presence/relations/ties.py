@@ -1,5 +1,6 @@
 """Contacts and blocks read alone, without the privacy facts: a viewer's ties (a room's read
-lists their contacts first and leaves out whoever a block stands between), the blocks of many
+lists their contacts first, leaves out whoever a block stands between, and looks up the users
+whose contact list or exceptions may show them to the viewer), the blocks of many
 users and the contacts of many owners among some users (a room's live delta), and whether a
 user chose to be invisible (a connection's rooms carry the flag). The one place their SQL is
 written."""
@@ -7,22 +8,34 @@ written."""
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import connections, router
 from django.db.models import Q
 
-from presence.domain import UserId
-from presence.models import Block, Contact, PrivacySettings
+from presence.domain import UserId, Visibility
+from presence.models import Block, Contact, PrivacyException, PrivacySettings, privacy_defaults
 
 
-def viewer_ties(viewer_id: Any) -> tuple[set[UserId], set[UserId]]:
-    """The viewer's contacts (listed first) and the users a block stands between the viewer
-    and either way (neither listed nor counted): one query of three index lookups, its SQL
-    built once per database (building it with the ORM each time cost ten times the query:
-    it ran on every join)."""
+class Ties(NamedTuple):
+    """A viewer's ties, as a room's read uses them."""
+
+    #: the viewer's contacts (listed first)
+    contacts: set[UserId]
+    #: the users a block stands between the viewer and either way (neither listed nor counted)
+    blocked: set[UserId]
+    #: the users who may show their online status to this viewer beyond "everyone": those
+    #: who have the viewer among their contacts, and those with an "always share" exception
+    #: of their online status for the viewer (the resolver still decides)
+    admitting: set[UserId]
+
+
+def viewer_ties(viewer_id: Any) -> Ties:
+    """The viewer's :class:`Ties`: one query of five index lookups, its SQL built once per
+    database (building it with the ORM each time cost ten times the query: it ran on every
+    join)."""
     alias = router.db_for_read(Contact)
     connection = connections[alias]
     sql = _ties_sql.get(alias)
@@ -30,14 +43,13 @@ def viewer_ties(viewer_id: Any) -> tuple[set[UserId], set[UserId]]:
         sql = _ties_sql[alias] = _build_ties_sql(connection)
     param = Contact._meta.get_field("owner").get_db_prep_value(viewer_id, connection)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [param, param, param])
+        cursor.execute(sql, [param, param, param, param, param, "online_visibility", True])
         rows = cursor.fetchall()
     as_id = get_user_model()._meta.pk.to_python  # as the ORM gives it (a UUID's text on SQLite)
-    contacts: set[UserId] = set()
-    blocked: set[UserId] = set()
+    ties = Ties(set(), set(), set())
     for kind, user_id in rows:
-        (blocked if kind else contacts).add(as_id(user_id))
-    return contacts, blocked
+        ties[kind].add(as_id(user_id))
+    return ties
 
 
 #: the SQL of viewer_ties, by database alias
@@ -45,21 +57,27 @@ _ties_sql: dict[str, str] = {}
 
 
 def _build_ties_sql(connection: Any) -> str:
-    """The viewer's contacts (0) and the other side of each block either way (1), from the
-    models' tables and columns."""
+    """The viewer's contacts (0), the other side of each block either way (1), and the owners
+    of a contact row of the viewer or of an "always share" exception of their online status
+    for the viewer (2), from the models' tables and columns."""
     quote = connection.ops.quote_name
-    contact, block = Contact._meta, Block._meta
+    contact, block, exception = Contact._meta, Block._meta, PrivacyException._meta
 
     def column(meta: Any, name: str) -> str:
         return str(quote(meta.get_field(name).column))
 
     contacts, blocks = quote(contact.db_table), quote(block.db_table)
     blocker, blocked = column(block, "blocker"), column(block, "blocked")
+    owner, of = column(contact, "owner"), column(contact, "contact")
+    exceptions = quote(exception.db_table)
     return (
-        f"SELECT 0, {column(contact, 'contact')} FROM {contacts} "
-        f"WHERE {column(contact, 'owner')} = %s "
+        f"SELECT 0, {of} FROM {contacts} WHERE {owner} = %s "
         f"UNION ALL SELECT 1, {blocked} FROM {blocks} WHERE {blocker} = %s "
-        f"UNION ALL SELECT 1, {blocker} FROM {blocks} WHERE {blocked} = %s"
+        f"UNION ALL SELECT 1, {blocker} FROM {blocks} WHERE {blocked} = %s "
+        f"UNION ALL SELECT 2, {owner} FROM {contacts} WHERE {of} = %s "
+        f"UNION ALL SELECT 2, {column(exception, 'owner')} FROM {exceptions} "
+        f"WHERE {column(exception, 'viewer')} = %s AND {column(exception, 'setting')} = %s "
+        f"AND {column(exception, 'allow')} = %s"
     )
 
 
@@ -96,6 +114,22 @@ def contacts_among(
     return found
 
 
+def ties_of(viewers: Collection[UserId]) -> dict[UserId, tuple[set[UserId], set[UserId]]]:
+    """:func:`viewer_ties` of many viewers (a batch of a room's joins): each viewer's contacts
+    and counterparts in a block either way, in two queries."""
+    found: dict[UserId, tuple[set[UserId], set[UserId]]] = {
+        viewer: (set(), set()) for viewer in viewers
+    }
+    if not found:
+        return found
+    rows = Contact.objects.filter(owner__in=list(found)).values_list("owner_id", "contact_id")
+    for owner, contact in rows:
+        found[owner][0].add(contact)
+    for viewer, counterparts in blocks_between(found.keys()).items():
+        found[viewer][1].update(counterparts)
+    return found
+
+
 def is_invisible(user_id: Any) -> bool:
     """Whether the user chose to be invisible (their PrivacySettings row says so)."""
     return PrivacySettings.objects.filter(user=user_id, invisible=True).exists()
@@ -103,3 +137,22 @@ def is_invisible(user_id: Any) -> bool:
 
 async def ais_invisible(user_id: UserId) -> bool:
     return await sync_to_async(is_invisible)(user_id)
+
+
+def shown_flags(user_id: Any) -> tuple[bool, bool]:
+    """Whether the user chose to be invisible, and whether their online status is shown to
+    everyone (their level "everyone", or the site's DEFAULT_PRIVACY without a row): the two
+    flags a room holds of its members. One query."""
+    row = (
+        PrivacySettings.objects.filter(user=user_id)
+        .values_list("invisible", "online_visibility")
+        .first()
+    )
+    default = privacy_defaults().online_visibility.value
+    if row is None:
+        return False, default == Visibility.EVERYONE.value
+    return bool(row[0]), (row[1] or default) == Visibility.EVERYONE.value
+
+
+async def ashown_flags(user_id: UserId) -> tuple[bool, bool]:
+    return await sync_to_async(shown_flags)(user_id)

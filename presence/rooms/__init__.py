@@ -6,7 +6,9 @@
 - :mod:`~presence.rooms.cards` -- how a listed member is shown: a name and an avatar;
 - :mod:`~presence.rooms.writes` -- joins, leaves, renewals and the sweep, announced;
 - :mod:`~presence.rooms.delta` -- a window's changed users, for the hub's ``room_diff``;
-- :mod:`~presence.rooms.live` -- one connection's rooms: the join and what undoes it.
+- :mod:`~presence.rooms.live` -- one connection's rooms: the join and what undoes it;
+- :mod:`~presence.rooms.paging` -- the next page of a room's members after a cursor
+  (:mod:`~presence.rooms.cursors`).
 
 The pure rules (a room's name, who is listed and counted) are :mod:`presence.domain.rooms`.
 """
@@ -14,6 +16,7 @@ The pure rules (a room's name, who is listed and counted) are :mod:`presence.dom
 from __future__ import annotations
 
 from presence.rooms.cards import amember_card, display_name, member_card, with_names
+from presence.rooms.paging import aroom_page, room_page
 from presence.rooms.reading import aroom_presence, room_presence, room_state
 from presence.rooms.rule import UnknownRoom, arecheck_room, recheck_room
 
@@ -21,10 +24,12 @@ __all__ = [
     "UnknownRoom",
     "amember_card",
     "arecheck_room",
+    "aroom_page",
     "aroom_presence",
     "display_name",
     "member_card",
     "recheck_room",
+    "room_page",
     "room_presence",
     "room_state",
     "with_names",

@@ -10,7 +10,8 @@ viewer``: set lookups, O(1) per viewer, no privacy resolved. Pairs are resolved 
 viewers that could list a changed user (``resolving``): those listing one of them, or whose
 list has room. A viewer whose list is full and lists none of them (most viewers of a big
 room in a burst of joins) gets only its count: the changed users rank after its listed
-members (they are not listed ahead of them by a fresh read either; see presence.hub.rooms).
+members (they are not listed ahead of them by a fresh read either; a changed user who joined
+earlier than a full list's last member is resolved in a second delta: presence.hub.rooms).
 For the viewers resolved, the pair facts come in three queries and the resolver runs once per
 (user, relation), so most viewers share it. A burst of 1,000 joins is one read and about one
 frame per viewer per window.
@@ -73,8 +74,11 @@ class RoomDelta:
         """The changed user as ``viewer`` may list them, or None (absent, not counted, or
         hidden from the viewer): the one resolver, once per (user, relation) whatever the
         number of viewers (most of them are strangers to most members). Only for a viewer
-        whose pair facts were read: any other would be taken for a stranger."""
-        if viewer not in self.resolving:
+        whose pair facts were read (any other would be taken for a stranger), or the viewer
+        itself."""
+        if viewer not in self.resolving and viewer != user_id:
+            # (The viewer itself is SELF whatever the pairs: its own choices were read with
+            # the changed users'.)
             raise ValueError(f"viewer {viewer!r} was not resolved in this delta")
         if (
             viewer != user_id
@@ -188,7 +192,9 @@ def _room_delta(
         )
         lookups = _lookups(changed, blocks)
         read_plan = store.plans.read_room(room.name, now, 0, lookups)
-        if resolved_viewers:
+        # The changed users' live state, for the viewers resolved and for each viewer that
+        # is a changed user (it sees itself, SELF, whatever the pairs).
+        if resolved_viewers or not set(viewers).isdisjoint(changed):
             read, live = yield from both(
                 Redis(read_plan, live=True), Redis(store.plans.read(list(changed)), live=True)
             )
@@ -239,7 +245,8 @@ def _room_delta(
     return RoomDelta(
         room=room,
         present=read.present,
-        members=dict(sorted(members.items(), key=lambda item: item[1].joined_at)),
+        # by join time, ties by id: the listing order (presence.rooms.reading.rank)
+        members=dict(sorted(members.items(), key=lambda item: (item[1].joined_at, str(item[0])))),
         invisible=invisible,
         blocked={viewer: users & read.found for viewer, users in blocks.items()},
         pairs=pairs,

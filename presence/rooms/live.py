@@ -1,6 +1,6 @@
 """Rooms, live: one connection's rooms (the ``join`` and ``leave`` frames, docs/websocket.md),
-renewed with its heartbeats, their invisible flag following its user's choice, a room taken
-away when its rule refuses the user, and all of them left when the connection closes.
+renewed with its heartbeats, their invisible and public flags following its user's choices, a
+room taken away when its rule refuses the user, and all of them left when the connection closes.
 
 The hub's registry holds a connection's :class:`ConnectionRooms` (presence.hub.registry: the
 one place that says which rooms a connection is in); what the connection was sent of each
@@ -18,12 +18,12 @@ from typing import Any, Protocol
 
 from django.utils.translation import gettext
 
-from presence import domain, relations
+from presence import domain, metrics, relations
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import Room, RoomState, parse_room
 from presence.rooms.cards import add_cards
-from presence.rooms.reading import ajoin_room_state, aroom_entry
+from presence.rooms.joins import JoinBatches, Joining
 from presence.rooms.rule import UnknownRoom, room_rule
 from presence.rooms.writes import ajoin_room, aleave_rooms, arenew_rooms
 from presence.store import StoreUnavailable
@@ -46,6 +46,9 @@ class RoomConnection(Protocol):
 class Views(Protocol):
     """The hub's room views (presence.hub.rooms.RoomViews), as a connection's rooms use them."""
 
+    #: the process's joins, written and read together per room (presence.rooms.joins)
+    joins: JoinBatches
+
     async def enter(self, connection: Any, room: str) -> Any: ...
 
     def show(self, connection: Any, room: str, state: RoomState) -> None: ...
@@ -66,6 +69,9 @@ class ConnectionRooms:
         self.rooms: dict[str, str | None] = {}
         #: whether the user was invisible when the rooms were last written (their flag there)
         self.invisible = False
+        #: whether the user showed their online status to everyone then (their flag there: the
+        #: rooms' index of public members, which strangers' reads go through)
+        self.public = True
         #: held by whatever reads or writes the rooms' invisible flag or takes a room away (a
         #: join, a renewal, recheck_rooms, a refusal by the rule): a flag read before a change
         #: must not be written after the flag that change wrote, nor a refused room renewed after
@@ -110,7 +116,8 @@ class ConnectionRooms:
             else None
         )
         try:
-            entry = await aroom_entry(connection.user, room, own=first)
+            # With the joins of the room made meanwhile here: one trip for all of them.
+            entry = await views.joins.entry(connection.user, room, own=first)
         except BaseException:
             await asyncio.shield(self._not_entered(entering, name))
             raise
@@ -131,14 +138,26 @@ class ConnectionRooms:
                 await (entering if entering is not None else views.enter(connection, name))
             if first and len(self.rooms) == 1:
                 self.invisible = entry.invisible(connection.viewer_id)
+                self.public = entry.public(connection.viewer_id)
             # Live: a busy Redis is waited for (back-pressure), an outage told (unavailable).
+            # Joins of the room made meanwhile on this process go with it: one write and
+            # read for all of them (a live event's room filling up).
             if state is None:
-                state, resolved = await ajoin_room_state(
-                    room, connection.user, connection.connection_id, meta, self.invisible, entry
+                joining = Joining(
+                    connection.user,
+                    connection.connection_id,
+                    meta,
+                    self.invisible,
+                    entry,
+                    self.public,
                 )
-            # The listed members' cards, before the view is shown: no diff may precede it.
-            frame = {"type": "room_state", **state.as_dict()}
-            await add_cards([frame["members"]])
+                # With the listed members' cards, before the view is shown: no diff may
+                # precede it.
+                state, resolved, frame, text = await views.joins.join(room, joining)
+            else:
+                frame = {"type": "room_state", **state.as_dict()}
+                await add_cards([frame["members"]])
+                text = None
         except BaseException as failure:
             if first:
                 # Nothing of a failed join stays.
@@ -158,7 +177,13 @@ class ConnectionRooms:
                 return 0
             raise
         views.show(connection, name, state)
-        await connection.send_json(frame)
+        send = getattr(connection, "send", None)
+        if text is None or send is None:  # a connection of the hub's tests has no raw send
+            await connection.send_json(frame)
+        else:
+            # The batch's frames share their members' parts: serialized once for all of them.
+            metrics.frame_sent("room_state")
+            await send(text_data=text)
         return resolved
 
     async def _rejoined(self, room: Room, meta: str | None) -> RoomState | None:
@@ -170,7 +195,12 @@ class ConnectionRooms:
         if state is not None:
             try:
                 written = await ajoin_room(
-                    connection.user, connection.connection_id, room, meta, self.invisible
+                    connection.user,
+                    connection.connection_id,
+                    room,
+                    meta,
+                    self.invisible,
+                    self.public,
                 )
             except BaseException:
                 views.resume(connection, room.name)
@@ -212,21 +242,25 @@ class ConnectionRooms:
             async with self.lock:
                 if self.rooms and connection.attached:
                     await arenew_rooms(
-                        connection.user, connection.connection_id, dict(self.rooms), self.invisible
+                        connection.user,
+                        connection.connection_id,
+                        dict(self.rooms),
+                        self.invisible,
+                        self.public,
                     )
 
     async def recheck_rooms(self) -> None:
-        """What others may see of this user changed (the hub tells): the invisible flag of the
-        connection's rooms follows the user's choice."""
+        """What others may see of this user changed (the hub tells): the flags of the
+        connection's rooms (invisible, public) follow the user's choices."""
         connection = self.connection
-        async with self.lock:  # after a join under way, which may have read the flag
+        async with self.lock:  # after a join under way, which may have read the flags
             if not self.rooms or not connection.attached:
                 return
-            invisible = await relations.ais_invisible(connection.viewer_id)
-            if invisible != self.invisible:
-                self.invisible = invisible
+            flags = await relations.ashown_flags(connection.viewer_id)
+            if flags != (self.invisible, self.public):
+                self.invisible, self.public = flags
                 await arenew_rooms(
-                    connection.user, connection.connection_id, dict(self.rooms), invisible
+                    connection.user, connection.connection_id, dict(self.rooms), *flags
                 )
 
     async def drop_room(self, name: str) -> bool:

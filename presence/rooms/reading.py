@@ -1,16 +1,25 @@
 """Rooms, read: who is in a room as a viewer may see it (:func:`room_presence`), through the
 one resolver, once the room's rule (presence.rooms.rule) let the viewer in.
 
-A read costs O(ROOM_LIST_LIMIT + the viewer's contacts and blocks) whatever the room's size:
-one trip to the database's thread (the room's rule and the viewer's ties, :func:`room_entry`),
-one Redis script (the count, the first members by join time, the viewer's contacts and blocks
-among the members, the invisible members), then the privacy facts and live state of those
-candidates at once. Where the viewer may see fewer than ROOM_LIST_LIMIT of them, the read goes
-four times further down the join order, up to the first ``WIDEST_FACTOR * ROOM_LIST_LIMIT``;
-members past that are listed only if they are the viewer's contacts; the others count in
-``others`` (docs/rooms.md). Each candidate's facts and live state are read once however far
-the read goes, in pieces (presence.rooms.candidates); a socket's join is charged by how
-many that was.
+A read costs O(ROOM_LIST_LIMIT + the viewer's ties) whatever the room's size: one trip to the
+database's thread (the room's rule and the viewer's ties, :func:`room_entry`), one Redis script
+(the count, the first members by join time, the users looked up, the invisible members), then
+the privacy facts and live state of those candidates at once.
+
+The candidates are the members the viewer may be shown online, chosen by indexes: the room's
+first *public* members by join time (those whose online status is shown to everyone; the room
+keeps the segments holding them, presence.store.plans.rooms), and, looked up by id, the
+viewer's contacts (listed first), the users who have the viewer among their contacts or an
+"always share" exception for the viewer, and the users a block stands between. Nobody else may
+be shown online to the viewer, so a stranger's read of a room whose members keep the default
+privacy reads no candidate at all. Each candidate still goes through the one resolver: the
+indexes only choose whom to ask about. Where the listing is not full yet, the read goes four
+times further down the public members, up to the first ``WIDEST_FACTOR * ROOM_LIST_LIMIT``
+(``others`` counts the rest, docs/rooms.md). A viewer looked up by more users than that (a
+celebrity among many members' contacts) is read as before the indexes: down the whole join
+order, to the same depth. Each candidate's facts and live state are read once however far the
+read goes, in pieces (presence.rooms.candidates); a socket's join is charged by how many that
+was.
 
 A socket's join (:func:`ajoin_room_state`) writes and reads in one round trip: the join
 script, the room's read and the joiner's own live state in one pipeline, after one trip to the
@@ -29,9 +38,9 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext
 
-from presence import announce, relations, resolution
+from presence import announce, outbox, relations, resolution
 from presence.conf import get_settings
-from presence.domain import UserId
+from presence.domain import UserId, Visibility
 from presence.domain.rooms import (
     Candidate,
     Member,
@@ -42,8 +51,9 @@ from presence.domain.rooms import (
     order_listed,
     parse_room,
 )
-from presence.operations import Operation, arun, call, redis, run
+from presence.operations import Operation, arun, call, redis, redis_then, run
 from presence.rooms.candidates import Resolved, read_candidates
+from presence.rooms.cursors import with_next
 from presence.rooms.rule import may_enter, room_rule
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
@@ -69,11 +79,27 @@ class RoomEntry:
     blocked: set[UserId] = field(default_factory=set)
     #: the viewer's own facts (relation SELF, their choices); empty unless asked for
     own: relations.Facts = field(default_factory=dict)
+    #: the users who may show the viewer their online status beyond "everyone"
+    #: (relations.Ties); None: not read (the read goes down every member's join order)
+    admitting: set[UserId] | None = None
 
     def invisible(self, viewer_id: UserId) -> bool:
         """Whether the viewer chose to be invisible (from their own facts)."""
         facts = self.own.get(viewer_id)
         return facts is not None and facts[1].invisible
+
+    def public(self, viewer_id: UserId) -> bool:
+        """Whether the viewer shows their online status to everyone (from their own facts;
+        True where they were not read: a public member is only a candidate to others)."""
+        facts = self.own.get(viewer_id)
+        return facts is None or facts[1].online_visibility is Visibility.EVERYONE
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the read goes through the room's index of public members, the users who
+        may show the viewer more looked up by id; else (looked up by too many users) down the
+        whole join order, as before the index."""
+        return self.admitting is not None and len(self.admitting) <= _widest(get_settings())
 
 
 def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
@@ -83,9 +109,9 @@ def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
     if room is not None and not may_enter(viewer, room):
         return RoomEntry(False)
     viewer_id = viewer_pk(viewer)
-    contacts, blocked = relations.viewer_ties(viewer_id)
+    ties = relations.viewer_ties(viewer_id)
     mine = relations.load(viewer, [viewer_id]) if own and viewer_id is not None else {}
-    return RoomEntry(True, contacts, blocked, mine)
+    return RoomEntry(True, ties.contacts, ties.blocked, mine, ties.admitting)
 
 
 async def aroom_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
@@ -110,7 +136,7 @@ def _room_state(
     if not entry.allowed:
         raise PermissionDenied(gettext("You may not see who is in this room."))
     now = resolution.now()
-    first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
+    first = _first(entry)
     resolved = Resolved.of(entry.own)
     state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
     if state is None:
@@ -129,24 +155,25 @@ def _widened(
     resolved: Resolved,
     waits: bool,
     result: RoomState,
-    scanned_all: bool,
+    more: bool,
     strict: bool,
 ) -> Operation[RoomState]:
-    """``result``, read from the room's first ``first`` members; where few of them are the
-    viewer's to see, read further down the join order, so that a fresh read lists whom a live
-    view listing newcomers while it has room lists."""
+    """``result``, read from the room's first ``first`` members (public ones, where
+    ``entry.indexed``); where the listing may still take members further down (``more``),
+    read further down the join order, so that a fresh read lists whom a live view listing
+    newcomers while it has room lists."""
     conf = get_settings()
-    while not (
-        len(result.members) >= conf.ROOM_LIST_LIMIT or scanned_all or first >= _widest(conf)
-    ):
-        first *= 4
+    while more and first < _widest(conf):
+        first = min(first * 4, _widest(conf))
         state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
         if state is None:
             if strict:
                 raise StoreUnavailable("Redis is unavailable: the room could not be read")
             return RoomState(room, {}, 0)
-        result, scanned_all = state
-    return result
+        result, more = state
+    # Paging: no next page where the read found every member this viewer may be listed.
+    complete = not more and len(result.members) < conf.ROOM_LIST_LIMIT
+    return with_next(result, viewer_pk(viewer), complete)
 
 
 def _widest(conf: Any) -> int:
@@ -155,8 +182,28 @@ def _widest(conf: Any) -> int:
 
 
 def _lookups(viewer: Any, entry: RoomEntry) -> list[UserId]:
-    """The users a room's read looks up: the viewer, their contacts and blocks."""
+    """The users a read down every member's join order looks up: the viewer, their contacts
+    and blocks (presence.rooms.paging's pages)."""
     return [viewer_pk(viewer), *entry.contacts, *entry.blocked]
+
+
+def _first(entry: RoomEntry) -> int:
+    """The members a read takes by join time at first: the public ones are mostly the
+    viewer's to see (ROOM_LIST_LIMIT of them), any member may not be (twice as many)."""
+    limit = get_settings().ROOM_LIST_LIMIT
+    return limit if entry.indexed else SCAN_FACTOR * limit
+
+
+def _read_plan(
+    room: Room, viewer: Any, now: float, first: int, entry: RoomEntry
+) -> Plan[RoomRead | None]:
+    """The room's read for ``viewer``: its first ``first`` public members by join time and
+    the users who may show the viewer more (``entry.indexed``), else its first ``first``
+    members; the viewer, their contacts and blocks looked up either way."""
+    looked_up = _lookups(viewer, entry)
+    if entry.indexed and entry.admitting:
+        looked_up += entry.admitting
+    return get_store().plans.read_room(room.name, now, first, looked_up, entry.indexed)
 
 
 def _read_first(
@@ -169,11 +216,9 @@ def _read_first(
     waits: bool,
 ) -> Operation[tuple[RoomState, bool] | None]:
     """The room as ``viewer`` sees it from its first ``first`` members by join time and the
-    looked-up users, and whether those were all its members; None when Redis is unavailable."""
-    store = get_store()
-    read = yield from redis(
-        store.plans.read_room(room.name, now, first, _lookups(viewer, entry)), waits
-    )
+    looked-up users, and whether reading further down could list more; None when Redis is
+    unavailable."""
+    read = yield from redis(_read_plan(room, viewer, now, first, entry), waits)
     if read is None:
         return None
     return (yield from _listing(room, viewer, now, first, read, entry, resolved, waits))
@@ -189,9 +234,9 @@ def _listing(
     resolved: Resolved,
     waits: bool,
 ) -> Operation[tuple[RoomState, bool]]:
-    """The room as ``viewer`` sees it from ``read``, and whether that read all its members,
-    by the privacy facts and live state of its candidates (those ``resolved`` holds already,
-    from the viewer's entry or an earlier pass of this read, are not read again)."""
+    """The room as ``viewer`` sees it from ``read``, and whether reading further down could
+    list more, by the privacy facts and live state of its candidates (those ``resolved`` holds
+    already, from the viewer's entry or an earlier pass of this read, are not read again)."""
     conf = get_settings()
     viewer_id = viewer_pk(viewer)
     # Neither listed nor counted: invisible members and members blocked either way.
@@ -219,10 +264,21 @@ def _listing(
     members = {uid: Member(read.members[uid].meta, presences[uid]) for uid in listed}
     ranks = {c.user_id: rank(c.contact, c.joined_at, c.user_id) for c in listable}
     count = max(read.present - len(excluded), len(members))
-    scanned_all = read.present <= first
-    return RoomState(
-        room, members, count - len(members), {uid: ranks[uid] for uid in listed}
-    ), scanned_all
+    listed_ranks = {uid: ranks[uid] for uid in listed}
+    state = RoomState(room, members, count - len(members), listed_ranks)
+    return state, not (read.complete or _full(listed_ranks, viewer_id, read.horizon))
+
+
+def _full(ranks: dict[UserId, tuple[bool, float, str]], viewer_id: UserId, horizon: Any) -> bool:
+    """Whether ROOM_LIST_LIMIT listed members come before any member further down the join
+    order than ``horizon`` (the join time of the last read by join time): the viewer, their
+    contacts (all looked up) and those who joined no later. Members further down are not the
+    viewer's contacts and joined at ``horizon`` or later, so none could take a place (members
+    who joined in the same millisecond are taken in the room's order, as a read down the join
+    order takes them)."""
+    ahead = (True, horizon if horizon is not None else -1.0, "\uffff")
+    before = sum(1 for uid, r in ranks.items() if uid == viewer_id or r <= ahead)
+    return before >= get_settings().ROOM_LIST_LIMIT
 
 
 def rank(contact: bool, joined_at: float, user_id: UserId) -> tuple[bool, float, str]:
@@ -238,6 +294,7 @@ async def ajoin_room_state(
     meta: str | None,
     invisible: bool,
     entry: RoomEntry,
+    public: bool = True,
 ) -> tuple[RoomState, int]:
     """A socket's join (the caller asked the room's rule, :func:`aroom_entry` with ``own``):
     the connection joins ``room`` (joining again replaces its meta), announced to the room when
@@ -245,17 +302,22 @@ async def ajoin_room_state(
     its read resolved (what the join is charged). The join script, the room's read and the
     joiner's live state go in one round trip (the read runs after the write, in the same
     pipeline: the joiner is among the members it reads). StoreUnavailable when Redis cannot be
-    written or read: nothing is guessed."""
+    written or read: nothing is guessed. ``public``: the joiner shows their online status to
+    everyone (the room's index of public members holds them)."""
     store = get_store()
     user_id = viewer_pk(user)
     now = resolution.now()
-    first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
+    first = _first(entry)
     plans: list[Plan[Any]] = [
-        store.plans.join_room(room.name, user_id, connection_id, now, meta, invisible),
-        store.plans.read_room(room.name, now, first, _lookups(user, entry)),
+        store.plans.join_room(
+            room.name, user_id, connection_id, now, meta, invisible, public=public
+        ),
+        _read_plan(room, user, now, first, entry),
         store.plans.read_recent([user_id], 0),
     ]
-    replies = await store.arun(merge(plans), live=True)
+    # The user entering the room is sent as room_entered (presence.outbox), even if the
+    # caller is cancelled meanwhile.
+    replies = await arun(redis_then(merge(plans), outbox.send_made, live=True))
     write: RoomWrite | None = replies[0]
     read: RoomRead | None = replies[1]
     if write is None or read is None:

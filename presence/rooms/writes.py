@@ -9,16 +9,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from presence import announce, resolution
+from presence import announce, outbox, resolution
 from presence.domain import UserId
 from presence.domain.rooms import Room
-from presence.store import StoreUnavailable, get_store, merge
+from presence.operations import arun, redis_then
+from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomWrite
 from presence.users import user_pk
 
 logger = logging.getLogger("presence")
+
+T = TypeVar("T")
 
 #: members one sweep removes from a room per round trip
 PRUNE_BATCH = 1000
@@ -28,17 +31,29 @@ ROOMS_PER_SWEEP = 200
 _unswept: set[str] = set()
 
 
+async def _written(plan: Plan[T]) -> T:
+    """Run a room write (live) and send the transitions it made (room_entered, room_left:
+    presence.outbox), even if the caller is cancelled meanwhile."""
+    return await arun(redis_then(plan, outbox.send_made, live=True))
+
+
 async def ajoin_room(
-    user: Any, connection_id: str, room: Room, meta: str | None, invisible: bool
+    user: Any,
+    connection_id: str,
+    room: Room,
+    meta: str | None,
+    invisible: bool,
+    public: bool = True,
 ) -> RoomWrite | None:
     """A connection joins ``room`` (joining again replaces its meta); announced to the room
-    when what others see changed. None when Redis is unavailable."""
+    when what others see changed. None when Redis is unavailable. ``public``: the user shows
+    their online status to everyone (store.plans.join_room)."""
     user_id = user_pk(user)
     store = get_store()
     plan = store.plans.join_room(
-        room.name, user_id, connection_id, resolution.now(), meta, invisible
+        room.name, user_id, connection_id, resolution.now(), meta, invisible, public=public
     )
-    write = await store.arun(plan, live=True)
+    write = await _written(plan)
     if write is not None and write.changed:
         await announce.aannounce_room(room.name, [user_id])
     return write
@@ -56,14 +71,13 @@ async def aleave_rooms(
     user_id = user_pk(user)
     store = get_store()
     now = resolution.now()
-    writes = await store.arun(
+    writes = await _written(
         merge(
             [
                 store.plans.leave_room(name, user_id, connection_id, now, at_once=at_once)
                 for name in names
             ]
-        ),
-        live=True,
+        )
     )
     for name, write in zip(names, writes, strict=True):
         if write is not None and write.changed:
@@ -71,7 +85,11 @@ async def aleave_rooms(
 
 
 async def arenew_rooms(
-    user: Any, connection_id: str, rooms: Mapping[str, str | None], invisible: bool
+    user: Any,
+    connection_id: str,
+    rooms: Mapping[str, str | None],
+    invisible: bool,
+    public: bool = True,
 ) -> None:
     """A connection in these rooms (name -> its meta) is alive: their stay is renewed (one
     round trip). A room whose stay of the connection ended meanwhile (crash detection) is
@@ -82,10 +100,12 @@ async def arenew_rooms(
     store = get_store()
     now = resolution.now()
     plans = [
-        store.plans.join_room(name, user_id, connection_id, now, meta, invisible, renew=True)
+        store.plans.join_room(
+            name, user_id, connection_id, now, meta, invisible, renew=True, public=public
+        )
         for name, meta in rooms.items()
     ]
-    writes = await store.arun(merge(plans), live=True)
+    writes = await _written(merge(plans))
     for name, write in zip(rooms, writes, strict=True):
         if write is not None and write.changed:
             await announce.aannounce_room(name, [user_id])
@@ -103,16 +123,16 @@ async def asweep_rooms(limit: int = ROOMS_PER_SWEEP) -> dict[str, list[UserId]]:
     if not rooms:
         return {}
     try:
-        pruned = await store.arun(
-            merge([store.plans.prune_room(room, now, PRUNE_BATCH) for room in rooms]), live=True
+        pruned = await _written(
+            merge([store.plans.prune_room(room, now, PRUNE_BATCH) for room in rooms])
         )
     except StoreUnavailable:
         _unswept.update(rooms)  # taken out of the schedule: kept here for the next sweep
         return {}
-    due = {room: at for room, (_, at) in zip(rooms, pruned, strict=True) if at != math.inf}
+    due = {room: p.due for room, p in zip(rooms, pruned, strict=True) if p.due != math.inf}
     if due and not await store.arun(store.plans.schedule_rooms(due), live=True):
         _unswept.update(due)
-    gone = {room: users for room, (users, _) in zip(rooms, pruned, strict=True) if users}
+    gone = {room: p.gone for room, p in zip(rooms, pruned, strict=True) if p.gone}
     for room, users in gone.items():
         await announce.aannounce_room(room, users)
     return gone
@@ -129,7 +149,7 @@ async def aleave_refused(leaves: Iterable[tuple[UserId, str, str]]) -> None:
     store = get_store()
     now = resolution.now()
     plans = [store.plans.leave_room(room, uid, cid, now, at_once=True) for uid, cid, room in leaves]
-    if await store.arun(merge(plans), live=True) is None:
+    if await _written(merge(plans)) is None:
         logger.warning("Presence: %d refused room members could not be removed now", len(leaves))
     by_room: dict[str, list[UserId]] = {}
     for uid, _, room in leaves:

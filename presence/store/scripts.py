@@ -1,6 +1,7 @@
 """The Lua scripts, one ``.lua`` file each in ``lua/``, with the score constants injected
 from :mod:`presence.store.keys` (so Python and Lua cannot drift) and the shared fragments
-(``aggregate.lua``, ``connections.lua``, ``ledger.lua``) prepended where a script uses them.
+(``aggregate.lua``, ``connections.lua``, ``outbox.lua``, ``ledger.lua``, ``room_common.lua``)
+prepended where a script uses them.
 
 What each script takes (KEYS, ARGV) and returns is described at the top of its file.
 """
@@ -42,23 +43,24 @@ def load(name: str, *fragments: str) -> Script:
     return Script(HEADER + "".join(read(fragment) for fragment in fragments) + read(name))
 
 
-TOUCH = load("touch", "aggregate", "ledger", "prior")
-SIGN_OFF = load("sign_off", "ledger", "prior")
-CONNECTION = load("connection", "aggregate", "connections", "ledger", "prior")
+TOUCH = load("touch", "aggregate", "outbox", "ledger", "prior")
+SIGN_OFF = load("sign_off", "outbox", "ledger", "prior")
+CONNECTION = load("connection", "aggregate", "connections", "outbox", "ledger", "prior")
 REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
-ERASE = load("erase", "ledger")
+ERASE = load("erase", "outbox", "ledger")
 DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")
 RELEASE = load("release")
-OUTBOX_CLAIM = load("outbox_claim")
+OUTBOX_CLAIM = load("outbox_claim", "outbox")
 SET_INVISIBLE = load("set_invisible")
 READ_RECENT = load("read_recent")
 ROOM_CLAIM = load("room_claim")
 ROOM_COUNT = load("room_count")
-ROOM_JOIN = load("room_join", "room_common")
-ROOM_LEAVE = load("room_leave", "room_common")
-ROOM_PRUNE = load("room_prune", "room_common")
-ROOM_READ = load("room_read", "room_common")
+ROOM_JOIN = load("room_join", "outbox", "room_common")
+ROOM_LEAVE = load("room_leave", "outbox", "room_common")
+ROOM_PRUNE = load("room_prune", "outbox", "room_common")
+ROOM_READ = load("room_read", "outbox", "room_common")
+ROOM_PAGE = load("room_page", "outbox", "room_common")
 STAMP_CHANGES = load("stamp_changes")
 CHANGED_SINCE = load("changed_since")
 
@@ -80,6 +82,7 @@ ALL = {
     "room_leave": ROOM_LEAVE,
     "room_prune": ROOM_PRUNE,
     "room_read": ROOM_READ,
+    "room_page": ROOM_PAGE,
     "stamp_changes": STAMP_CHANGES,
     "changed_since": CHANGED_SINCE,
 }

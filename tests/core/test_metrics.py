@@ -294,6 +294,7 @@ def test_frames_are_labelled_by_their_type_on_the_wire() -> None:
             "SetStatus",
             "Join",
             "Leave",
+            "RoomMore",
             "WatchCount",
             "UnwatchCount",
         }

@@ -74,7 +74,7 @@ BAD_FRAMES = [
         '{"type": "ping"}',
         "unknown_type",
         "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, set_status, "
-        "join, leave, watch_count, unwatch_count, watch_feed, unwatch_feed.",
+        "join, leave, room_more, watch_count, unwatch_count, watch_feed, unwatch_feed.",
     ),
     *[
         (

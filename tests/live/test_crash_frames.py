@@ -196,7 +196,9 @@ async def test_a_client_gone_while_its_frame_is_answered_is_no_failure(
     with caplog.at_level("DEBUG", logger="presence"):
         await tab.send_json_to({"type": "set_status", "status": "dnd"})
         assert await eventually(lambda: "left while a frame was answered" in caplog.text)
-    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    # presence's own records: asyncio's "Unclosed RedisCluster client" of an earlier test's
+    # client, collected while this test's loop runs (the cluster run), is not this test's.
+    assert not [r for r in caplog.records if r.levelname == "ERROR" and r.name == "presence"]
     assert await sync_to_async(lambda: UserStatus.objects.get(user=user).dnd)() is True
     # The socket is still served once the server sends again.
     refusing = False

@@ -28,6 +28,7 @@ from presence.rooms.writes import asweep_rooms
 from presence.routing import websocket_urlpatterns
 from presence.store import get_store
 from presence.tokens import TokenAuthMiddleware, issue_token
+from tests.clock import at
 from tests.live.sockets import (
     BASE,
     HIDDEN,
@@ -44,6 +45,7 @@ from tests.live.sockets import (
 )
 from tests.live.sockets import sockets as sockets
 from tests.rooms.rules import ROOMS
+from tests.rooms.test_room_signals import room_signals, sent
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -54,6 +56,8 @@ pytestmark = [
 ]
 
 ROOM = "post:1"
+
+__all__ = ["room_signals"]  # the fixture, imported
 TOKEN_APP = AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
 
 
@@ -155,6 +159,7 @@ async def test_a_deleted_users_presence_goes_at_once(
     make_user: Callable[..., Any],
     clock: time_machine.Coordinates,
     offline_signals: list[Any],
+    room_signals: list[Any],
 ) -> None:
     doomed, friend, bystander = [await new_user(make_user) for _ in range(3)]
     doomed_id = doomed.pk
@@ -189,22 +194,27 @@ async def test_a_deleted_users_presence_goes_at_once(
     # counted (the room's frames may come as one diff or two: the cascade's privacy change
     # unlists them, their socket's leave uncounts them).
     diffs = await views[watching].until(watching, {friend, bystander}, 2)
+    if not diffs:  # the room's frames came first (the socket's leave announces the room too)
+        diffs = [await receive(watching)]
     assert diffs == [{"type": "presence_diff", "presences": {str(doomed_id): HIDDEN}}]
     assert await views[other].until(other, {friend, bystander}, 2) == []
     assert (await api.aroom_presence(ROOM, friend))["count"] == 2
     assert await sent_offline(offline_signals) == [doomed_id]  # once
+    # Out of the room at once, without the grace: room_left once, at the deletion.
+    left = [each for each in await sent(room_signals) if each[1] == doomed_id]
+    assert left == [("entered", doomed_id, ROOM, at(0)), ("left", doomed_id, ROOM, at(0))]
 
-    # Nothing of them is left to sweep (their sockets' own closes came after the erase), so
-    # nothing is sent again after the grace; the room's sweep takes their record (its stay
-    # ended at the deletion, uncounted since) and nobody else's.
+    # Nothing of them is left to sweep (their sockets' own closes came after the erase, and
+    # the room's leave removed them), so nothing is sent again after the grace.
     store = get_store()
     assert await store.arun(store.plans.describe_connections(doomed_id)) == []
     states = await store.arun(store.plans.read([doomed_id]))
     assert states is not None and states.get(doomed_id, LiveState()) == LiveState()
     clock.shift(6)
     assert doomed_id not in (await lifecycle.asweep()).offline
-    assert await asweep_rooms() == {ROOM: [doomed_id]}
+    assert await asweep_rooms() == {}
     assert await sent_offline(offline_signals) == [doomed_id]
+    assert [each for each in await sent(room_signals) if each[1] == doomed_id] == left
     assert await api.aonline_count() == 2
     assert (await api.aroom_presence(ROOM, friend))["count"] == 2
     # Nobody else's state changed.

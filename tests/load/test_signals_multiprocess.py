@@ -43,18 +43,21 @@ def signal_list(
 
 
 def wait_for_signals(
-    read: Callable[[], list[dict[str, Any]]], user: Any, count: int
+    read: Callable[[], list[dict[str, Any]]], user: Any, count: int, rooms: bool = False
 ) -> list[dict[str, Any]]:
-    """``user``'s signals once there are ``count`` of them and no more came for SETTLE s."""
+    """``user``'s signals (its rooms' with ``rooms``) once there are ``count`` of them and no
+    more came for SETTLE s."""
     deadline = time.monotonic() + WAIT
-    while len(of(read(), user)) < count and time.monotonic() < deadline:
+    while len(of(read(), user, rooms)) < count and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(SETTLE)
-    return of(read(), user)
+    return of(read(), user, rooms)
 
 
-def of(entries: list[dict[str, Any]], user: Any) -> list[dict[str, Any]]:
-    return [entry for entry in entries if entry["user"] == str(user.pk)]
+def of(entries: list[dict[str, Any]], user: Any, rooms: bool = False) -> list[dict[str, Any]]:
+    """``user``'s user_online / user_offline, or (``rooms``) room_entered / room_left."""
+    kinds = ("entered", "left") if rooms else ("online", "offline")
+    return [entry for entry in entries if entry["user"] == str(user.pk) and entry["kind"] in kinds]
 
 
 def open_everywhere(servers: list[Daphne], cookie: str) -> list[Socket]:
@@ -130,3 +133,55 @@ def test_a_killed_process_neither_loses_nor_doubles_a_signal(
     watcher.close()
     on_first.close()
     on_second.close()
+
+
+ROOM_SETTINGS = {**TIMINGS, "ROOMS": {"post": None}}
+
+
+def join_everywhere(sockets: list[Socket], room: str) -> None:
+    """Each socket joins ``room`` at once (from as many threads): the processes race."""
+    start = threading.Barrier(len(sockets))
+
+    def one(socket: Socket) -> None:
+        start.wait()
+        socket.send({"type": "join", "room": room})
+
+    threads = [threading.Thread(target=one, args=(socket,)) for socket in sockets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for socket in sockets:
+        socket.wait_for(lambda f: f.get("type") == "room_state" and f.get("room") == room)
+
+
+def test_one_room_signal_per_transition_across_processes_and_a_kill(
+    daphne: Callable[..., Daphne],
+    make_user: Callable[..., Any],
+    signal_list: Callable[[], list[dict[str, Any]]],
+) -> None:
+    """room_entered / room_left: the user's connections on three processes join one room at
+    once: entered once; all close: left once, after the grace. Then the process holding their
+    only connection in the room is killed: left once, by a survivor's sweep (after the TTL)."""
+    first, second, third = (daphne(ROOM_SETTINGS) for _ in range(PROCESSES))
+    ben = make_user("ben")
+    cookie = bare_session_of(ben)
+    sockets = open_everywhere([first, second, third], cookie)
+    join_everywhere(sockets, "post:1")
+    assert [e["kind"] for e in wait_for_signals(signal_list, ben, 1, rooms=True)] == ["entered"]
+    for socket in sockets:
+        socket.close()
+    entries = wait_for_signals(signal_list, ben, 2, rooms=True)
+    assert [(e["kind"], e["room"]) for e in entries] == [("entered", "post:1"), ("left", "post:1")]
+
+    watcher = Socket(third, bare_session_of(make_user("ann")))  # a live process that sweeps
+    doomed = Socket(first, cookie)
+    join_everywhere([doomed], "post:2")
+    assert len(wait_for_signals(signal_list, ben, 3, rooms=True)) == 3
+    first.kill()
+    entries = wait_for_signals(signal_list, ben, 4, rooms=True)
+    assert [(e["kind"], e["room"]) for e in entries[2:]] == [
+        ("entered", "post:2"),
+        ("left", "post:2"),
+    ]
+    watcher.close()

@@ -57,6 +57,7 @@ def test_an_empty_room(make_user: Callable[..., Any]) -> None:
         "members": {},
         "others": 0,
         "count": 0,
+        "next": None,
     }
 
 

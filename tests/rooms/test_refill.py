@@ -128,3 +128,36 @@ async def test_a_contact_joining_a_full_list_takes_the_last_place(
     counted = await receive(v)
     assert counted["joins"] == {} and counted["leaves"] == [] and counted["count"] == 6
     await assert_silent(v)
+
+
+async def test_a_member_who_becomes_visible_takes_its_place_in_a_full_list(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    """A member who joined before the list's last member and just became visible to the
+    viewer is listed at once, in that member's place (who counts in others from then on), as
+    a fresh read lists them: not only at the next room_state. The count does not change."""
+    viewer = await new_user(make_user)
+    first, hidden, second, third, late = [await new_user(make_user) for _ in range(5)]
+    await public(viewer, first, second, third)
+    # ``hidden`` and ``late`` keep the default visibility: the viewer may not see them.
+    _, v, seen = await open_in_order(sockets, viewer, [first, hidden, second, third, late])
+    assert seen.shows({key(viewer), key(first), key(second)}, 3), seen.members
+    await assert_silent(v)
+
+    await public(hidden)
+    frame = await receive(v)
+    assert set(frame["joins"]) == {key(hidden)} and frame["leaves"] == [key(second)], frame
+    assert (frame["others"], frame["count"]) == (3, 6)
+    seen.apply(frame)
+    fresh = await api.aroom_presence(ROOM, viewer)
+    assert set(seen.members) == set(fresh["members"]) == {key(viewer), key(first), key(hidden)}
+    assert (seen.others, seen.count) == (fresh["others"], fresh["count"])
+    await assert_silent(v)
+
+    # One who joined after every listed member becoming visible is counted already, and a
+    # fresh read does not list it: no frame.
+    await public(late)
+    await assert_silent(v)
+    fresh = await api.aroom_presence(ROOM, viewer)
+    assert set(seen.members) == set(fresh["members"])
+    assert (seen.others, seen.count) == (fresh["others"], fresh["count"])

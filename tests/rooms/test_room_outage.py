@@ -146,6 +146,7 @@ def test_room_presence_reads_the_room_empty_during_an_outage_as_get_presence_rea
             "members": {},
             "others": 0,
             "count": 0,
+            "next": None,
         }
         assert api.get_presence(alice, bob).status == "offline"
         # What does not need Redis is refused as ever.

@@ -16,6 +16,7 @@ from presence.store import get_store, merge, scripts
 from presence.store.plans.rooms import STAY_SHIFT
 from presence.users import encode_id
 from tests.ids import uid as u
+from tests.rooms.members import claimed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.uuid_site]
 
@@ -40,12 +41,14 @@ def fill(room: str, users: range, at: float = T, **kw: Any) -> None:
     store = get_store()
     ids = list(users)
     for start in range(0, len(ids), 250):
-        run(
-            merge(
-                [
-                    store.plans.join_room(room, u(n), f"conn-{n}", at + n / 1000, **kw)
-                    for n in ids[start : start + 250]
-                ]
+        claimed(
+            run(
+                merge(
+                    [
+                        store.plans.join_room(room, u(n), f"conn-{n}", at + n / 1000, **kw)
+                        for n in ids[start : start + 250]
+                    ]
+                )
             )
         )
 
@@ -63,7 +66,7 @@ def sweep(at: float) -> list[Any]:
         if not rooms:
             return gone
         for room in rooms:
-            removed, due = run(store.plans.prune_room(room, at, 1000))
+            removed, due, _ = claimed(run(store.plans.prune_room(room, at, 1000)))
             gone += removed
             if due != float("inf"):
                 run(store.plans.schedule_rooms({room: due}))

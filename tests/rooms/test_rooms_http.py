@@ -105,7 +105,8 @@ def test_each_viewer_sees_the_members_privacy_lets_them_see(
         enter(user, "post:7", meta={"mode": "reading"} if user == ann else None)
 
     body = as_user(ben).get(url("post:7")).json()
-    assert set(body) == {"room", "members", "others", "count"}
+    assert set(body) == {"room", "members", "others", "count", "next"}
+    assert body["next"] is None  # every member is read: no page follows
     assert body["room"] == "post:7"
     # ann listed, with her name; cy present but hidden from ben: others; dan (invisible) and
     # eve (a block between her and ben) neither listed nor counted.

@@ -19,8 +19,8 @@ from asgiref.sync import sync_to_async
 
 from presence import api
 from presence.domain.rooms import Room
-from presence.rooms import live as room_frames
 from presence.rooms import writes as events
+from presence.rooms.joins import JoinBatches
 from presence.rooms.live import ConnectionRooms as RoomFrames
 from tests.live.sockets import (
     TIMEOUT,
@@ -229,17 +229,17 @@ async def test_going_invisible_during_a_join_is_neither_listed_nor_counted(
         if mine:
             done.set()
 
-    entry = room_frames.aroom_entry
+    entry = JoinBatches.entry
 
-    async def entry_then_invisible(user: Any, where: Any, own: bool = False) -> Any:
-        found = await entry(user, where, own)
+    async def entry_then_invisible(self: Any, user: Any, where: Any, own: bool = False) -> Any:
+        found = await entry(self, user, where, own)
         if user.pk == joiner.pk:
             await sync_to_async(api.set_status)(joiner, "invisible")
             await asyncio.wait_for(called.wait(), TIMEOUT)  # the change reached the socket
         return found
 
     monkeypatch.setattr(RoomFrames, "recheck_rooms", watched_recheck)
-    monkeypatch.setattr(room_frames, "aroom_entry", entry_then_invisible)
+    monkeypatch.setattr(JoinBatches, "entry", entry_then_invisible)
     j = await sockets.open(joiner)
     assert (await join(j, room.name))["type"] == "room_state"
     await asyncio.wait_for(done.wait(), TIMEOUT)

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
+from presence import outbox
 from presence.store import get_store
 from tests.ids import uid as u
+from tests.rooms.members import claimed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.uuid_site]
 
@@ -29,11 +31,11 @@ def run(plan: Any) -> Any:
 
 
 def join(user: Any, conn: str = "c1", at: float = T, meta: str | None = None, **kw: Any) -> Any:
-    return run(get_store().plans.join_room(ROOM, user, conn, at, meta, **kw))
+    return claimed(run(get_store().plans.join_room(ROOM, user, conn, at, meta, **kw)))
 
 
 def leave(user: Any, conn: str = "c1", at: float = T) -> Any:
-    return run(get_store().plans.leave_room(ROOM, user, conn, at))
+    return claimed(run(get_store().plans.leave_room(ROOM, user, conn, at)))
 
 
 def read(at: float = T, first: int = 10, lookups: tuple[Any, ...] = ()) -> Any:
@@ -48,7 +50,7 @@ def sweep(at: float) -> list[Any]:
     store = get_store()
     gone: list[Any] = []
     for room in run(store.plans.claim_rooms(at, 100)):
-        removed, due = run(store.plans.prune_room(room, at, 1000))
+        removed, due, _ = claimed(run(store.plans.prune_room(room, at, 1000)))
         gone += removed
         if due != float("inf"):
             run(store.plans.schedule_rooms({room: due}))
@@ -169,8 +171,13 @@ def test_no_key_is_left_behind(redis_client: Any) -> None:
 
 
 def test_every_room_is_scheduled_to_be_swept(redis_client: Any) -> None:
-    join(u(1))
     key = get_store().keys.room_schedule_key(ROOM)
+    # A join is swept within the outbox's deadline (a room_entered its caller never claimed
+    # is the sweep's then), a renewal by the stay's end (CONNECTION_TTL).
+    join(u(1))
+    assert redis_client.zscore(key, ROOM) == T + outbox.deadline()
+    redis_client.delete(key)
+    join(u(1), renew=True)
     assert redis_client.zscore(key, ROOM) == T + 1 + 90
     leave(u(1), at=T + 10)
     assert redis_client.zscore(key, ROOM) == T + 10 + 1 + 5

@@ -1,9 +1,10 @@
-"""The load test's count of presence's signals: every server process logs each ``user_online``
-and ``user_offline`` it sends (one line, appended at once, so a SIGKILL loses nothing written);
-once every client has left, each user's signals must alternate online, offline, ... and end
-offline. The same signal twice (one kind, one second) is *doubled*; a sequence that starts
-offline, ends online once everyone has left, or has two of one kind at different seconds in a
-row (the one between them missing), *lost* one.
+"""The load test's count of presence's signals: every server process logs each ``user_online``,
+``user_offline``, ``room_entered`` and ``room_left`` it sends (one line, appended at once, so a
+SIGKILL loses nothing written); once every client has left, each user's signals must alternate
+online, offline, ... and end offline, and each (user, room)'s entered, left, ... and end left.
+The same signal twice (one kind, one second) is *doubled*; a sequence that starts with the
+ending kind, ends with the starting one once everyone has left, or has two of one kind at
+different seconds in a row (the one between them missing), *lost* one.
 
 Servers install :class:`SignalLogConfig` (tools/loadtest/settings.py) when
 ``LOADTEST_SIGNALS_DIR`` is set (tools/loadtest/__main__.py sets it).
@@ -35,14 +36,24 @@ class SignalLogConfig(AppConfig):
         fd = os.open(directory / f"{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
         def log(kind: str) -> Any:
-            def receiver(sender: Any, user_id: Any, at: Any, invisible: bool, **kw: Any) -> None:
-                os.write(fd, f"{kind} {user_id} {at.timestamp():.0f} {os.getpid()}\n".encode())
+            def receiver(sender: Any, user_id: Any, at: Any, room: str = "", **kw: Any) -> None:
+                # a room's signals are kept by (user, room): a room's name has no space
+                key = f"{user_id}@{room}" if room else str(user_id)
+                os.write(fd, f"{kind} {key} {at.timestamp():.0f} {os.getpid()}\n".encode())
 
             return receiver
 
-        self.receivers = [log("online"), log("offline")]  # held: signals keep weak references
-        signals.user_online.connect(self.receivers[0])
-        signals.user_offline.connect(self.receivers[1])
+        # held: signals keep weak references
+        self.receivers = {kind: log(kind) for kind in ("online", "offline", "entered", "left")}
+        signals.user_online.connect(self.receivers["online"])
+        signals.user_offline.connect(self.receivers["offline"])
+        signals.room_entered.connect(self.receivers["entered"])
+        signals.room_left.connect(self.receivers["left"])
+
+
+#: each kind's place at one second: an ending kind first (a stretch ends a second after its
+#: start at the soonest, so an end at the same second ends the stretch before it)
+STARTS = {"online": 1, "offline": 0, "entered": 1, "left": 0}
 
 
 @dataclass
@@ -50,6 +61,10 @@ class SignalCheck:
     online: int = 0
     offline: int = 0
     users: int = 0
+    entered: int = 0
+    left: int = 0
+    #: (user, room) pairs with a room signal
+    stays: int = 0
     doubled: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     processes: int = 0
@@ -64,40 +79,38 @@ class SignalCheck:
 
 
 def check(directory: Path, redis_restarted: bool = False) -> SignalCheck:
-    """Each user's signals, from every process's log, in the order they happened."""
-    by_user: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    """Each user's (and each user's in each room) signals, from every process's log, in the
+    order they happened."""
+    by_key: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     result = SignalCheck(forgiven=redis_restarted)
     for path in sorted(directory.glob("*.log")):
         result.processes += 1
         for line in path.read_text().splitlines():
-            kind, user, at, _pid = line.split()
-            # At one second an offline comes first: an online's own stretch ends a second later
-            # at the soonest, so an offline at the same second ends the stretch before it.
-            by_user[user].append((int(at), 0 if kind == "offline" else 1, kind))
-            if kind == "online":
-                result.online += 1
-            else:
-                result.offline += 1
-    result.users = len(by_user)
-    for user, events in by_user.items():
+            kind, key, at, _pid = line.split()
+            by_key[key].append((int(at), STARTS[kind], kind))
+            setattr(result, kind, getattr(result, kind) + 1)
+    result.stays = sum(1 for key in by_key if "@" in key)
+    result.users = len(by_key) - result.stays
+    for key, events in by_key.items():
         ordered = sorted(events)
         kinds = [kind for _, _, kind in ordered]
         # Two in a row of one kind at the same second: one transition sent twice; at different
-        # seconds: the transition between them was lost (an online stretch without its online).
+        # seconds: the transition between them was lost (a stretch without its start).
         twice = [a == b for a, b in pairwise(ordered)]
         skipped = [a[2] == b[2] and a != b for a, b in pairwise(ordered)]
-        if kinds[0] != "online" or kinds[-1] != "offline" or any(skipped):
-            result.lost.append(f"{user}: {' '.join(kinds)}")
+        if STARTS[kinds[0]] != 1 or STARTS[kinds[-1]] != 0 or any(skipped):
+            result.lost.append(f"{key}: {' '.join(kinds)}")
         elif any(twice):
-            result.doubled.append(f"{user}: {' '.join(kinds)}")
+            result.doubled.append(f"{key}: {' '.join(kinds)}")
     return result
 
 
 def report(result: SignalCheck) -> str:
     line = (
         f"loadtest: signals: {result.online} user_online, {result.offline} user_offline of "
-        f"{result.users} users from {result.processes} processes; lost {len(result.lost)}, "
-        f"doubled {len(result.doubled)}"
+        f"{result.users} users, {result.entered} room_entered, {result.left} room_left of "
+        f"{result.stays} (user, room) from {result.processes} processes; "
+        f"lost {len(result.lost)}, doubled {len(result.doubled)}"
     )
     if result.forgiven and (result.lost or result.doubled):
         line += " (presence's Redis was restarted empty: expected, not counted)"

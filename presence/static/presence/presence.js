@@ -47,7 +47,10 @@
  *     Event "online_count" {count}.
  *   Rooms: every [data-presence-room="kind:id"] ({% room_presence %}) is joined and kept
  *     live (members, others, count); event "room" {room, members, others, count}.
- *     joinRoom(name, meta) joins (again: replaces meta), leaveRoom(name), room(name) -> view.
+ *     joinRoom(name, meta) joins (again: replaces meta), leaveRoom(name), room(name) -> view;
+ *     view.more() -> Promise of the room's next members ({id: member}, none at the end),
+ *     merged into the room's list: the socket's room_more frame, else the room's endpoint
+ *     with ?after= (docs/rooms.md, "Paging").
  *   setStatus({status, text, emoji, activity, expires_in}) -> Promise of the own presence;
  *     over the socket, else POSTed to the status endpoint. Rejects with an Error with .code.
  *   state: the connection state above.
@@ -457,6 +460,8 @@
       apply(now);
     } else if (message.type === "room_state" || message.type === "room_diff") {
       applyRoom(message);
+    } else if (message.type === "room_page") {
+      settlePage(message.room, (pending) => pending.resolve(mergePage(message.room, message)));
     } else if (message.type === "online_count") {
       showCount(message.count);
     } else if (message.type === "activity") {
@@ -468,6 +473,11 @@
         entry.resolve(message.presence);
       }
       emit("status", { presence: message.presence });
+    } else if (message.type === "error" && message.room && roomPages.has(message.room)) {
+      // A room's page was refused (a bad cursor, the rule, an outage): its more() rejects.
+      const refused = failure(message.code, message.message);
+      settlePage(message.room, (pending) => pending.reject(refused));
+      emit("error", { code: message.code, message: message.message });
     } else if (message.type === "error") {
       // Errors carry no request id. This client sends only well-formed subscribe and heartbeat
       // frames, so an error other than these two answers the oldest pending set_status.
@@ -713,6 +723,7 @@
   const names = new Map(); // user id -> display name
   const avatars = new Map(); // user id -> avatar URL (absent: initials)
   const nameFetches = new Map(); // room -> time of its last fetch of names
+  const roomPages = new Map(); // room -> its more() waiting: {promise, resolve, reject, timer}
   let roomsTimer = null;
 
   const roomBoxes = (room) => document.querySelectorAll(byId(ROOM, room));
@@ -781,7 +792,11 @@
     let view = roomViews.get(room);
     Object.entries(message.members || message.joins || {}).forEach(([id, m]) => learnCard(id, m));
     if (message.type === "room_state") {
-      view = { members: new Map(Object.entries(message.members || {})) };
+      // It replaces the pages read so far too: its "next" pages from its list.
+      view = {
+        members: new Map(Object.entries(message.members || {})),
+        next: message.next || null,
+      };
       roomViews.set(room, view);
     } else if (!view) {
       return; // its room_state follows
@@ -789,9 +804,71 @@
       (message.leaves || []).forEach((id) => view.members.delete(String(id)));
       Object.entries(message.joins || {}).forEach(([id, member]) => view.members.set(id, member));
     }
-    view.others = Number(message.others) || 0;
     view.count = Number(message.count) || 0;
+    // The server's "others" leaves out its own list; members of later pages are listed here.
+    view.others = view.paged
+      ? Math.max(0, view.count - view.members.size)
+      : Number(message.others) || 0;
     showRoom(room);
+  }
+
+  // A page of the room (room_page, or the endpoint's answer ?after=): its members join the
+  // list after those shown (the state's order); what it lists is what more() resolves to.
+  function mergePage(room, body) {
+    const page = {};
+    const view = roomViews.get(room);
+    Object.entries(body.members || {}).forEach(([id, member]) => {
+      if (member && typeof member.name === "string") names.set(id, member.name);
+      learnCard(id, member);
+      page[id] = member;
+      if (view && !view.members.has(id)) view.members.set(id, member);
+    });
+    if (view) {
+      view.next = body.next || null;
+      view.paged = true;
+      view.count = Number(body.count) || view.count;
+      view.others = Math.max(0, view.count - view.members.size);
+      showRoom(room);
+    }
+    return page;
+  }
+
+  function settlePage(room, settle) {
+    const pending = roomPages.get(room);
+    if (!pending) return;
+    roomPages.delete(room);
+    clearTimeout(pending.timer);
+    settle(pending);
+  }
+
+  // The room's next members: one page at a time (a call while one is read gets the same
+  // promise); none once the room's "next" is null.
+  function moreOf(room) {
+    const view = roomViews.get(room);
+    if (!view) return Promise.reject(failure("not_joined", `presence: ${room} is not shown.`));
+    if (roomPages.has(room)) return roomPages.get(room).promise;
+    if (!view.next) return Promise.resolve({});
+    const pending = {};
+    pending.promise = new Promise((resolve, reject) => {
+      pending.resolve = resolve;
+      pending.reject = reject;
+    });
+    roomPages.set(room, pending);
+    if (isOpen()) {
+      pending.timer = setTimeout(
+        () => settlePage(room, (p) => p.reject(failure("timeout", "The server did not answer."))),
+        STATUS_TIMEOUT_MS
+      );
+      send({ type: "room_more", room, after: view.next });
+    } else {
+      fetchRoom(room, view.next)
+        .then((body) => {
+          if (!body) throw failure("unavailable", `presence: no endpoint for ${room}.`);
+          settlePage(room, (p) => p.resolve(mergePage(room, body)));
+        })
+        .catch((error) => settlePage(room, (p) => p.reject(error)));
+    }
+    return pending.promise;
   }
 
   // The server's rule (rendering.initials): the first letters of the first two words, or the
@@ -902,15 +979,21 @@
     emit("room", { room, members, others: view.others, count: view.count });
   }
 
-  async function fetchRoom(room) {
+  async function fetchRoom(room, after = null) {
     const box = roomBoxes(room)[0];
-    const url = box && box.getAttribute("data-presence-room-endpoint");
+    let url = box && box.getAttribute("data-presence-room-endpoint");
     if (!url) return null;
+    if (after) url += `${url.includes("?") ? "&" : "?"}after=${encodeURIComponent(after)}`;
     const response = await fetch(url, {
       credentials: "same-origin",
       headers: { Accept: "application/json" },
     });
-    if (!response.ok) throw new Error(`presence: HTTP ${response.status}`);
+    if (!response.ok) {
+      const body = await response.json().catch(() => null);
+      const error = body && body.error;
+      if (error) throw failure(error.code, error.message);
+      throw new Error(`presence: HTTP ${response.status}`);
+    }
     const body = await response.json();
     Object.entries(body.members || {}).forEach(([id, member]) => {
       if (member && typeof member.name === "string") names.set(id, member.name);
@@ -966,6 +1049,7 @@
             members: new Map(Object.entries(body.members || {})),
             others: Number(body.others) || 0,
             count: Number(body.count) || 0,
+            next: body.next || null,
           });
           showRoom(room);
         })
@@ -1091,13 +1175,21 @@
     joinRoom,
     leaveRoom,
     room(name) {
-      const view = roomViews.get(String(name));
+      const room = String(name);
+      const view = roomViews.get(room);
       if (!view) return null;
       const members = {};
       view.members.forEach((member, id) => {
         members[id] = member;
       });
-      return { room: String(name), members, others: view.others, count: view.count };
+      return {
+        room,
+        members,
+        others: view.others,
+        count: view.count,
+        next: view.next || null,
+        more: () => moreOf(room),
+      };
     },
     on(event, fn) {
       const type = event.includes(":") ? event : `presence:${event}`;

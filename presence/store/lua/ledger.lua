@@ -14,16 +14,6 @@ local function offline_time(score, grace, ttl, window)
   if s % SCORE_FACTOR >= FLAG_CONNECTED then return ts + 1 + ttl end
   return ts + window
 end
--- The shard's outbox: each transition made, until one party claims it (ZREM answers 1) and
--- sends its signal: the caller told, or the sweep once it is left past its deadline (the
--- caller never got the reply, or died). Scored by ``now``; the entry is "made|invisible|at|
--- redis time|uid", unique per transition. Returns the entry.
-local function record(outbox, made, invisible, at, uid, now)
-  local t = redis.call('TIME')
-  local entry = made .. '|' .. invisible .. '|' .. at .. '|' .. t[1] .. '.' .. t[2] .. '|' .. uid
-  redis.call('ZADD', outbox, now, entry)
-  return entry
-end
 -- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}; ``old``
 -- (optional) the score before the write. Returns {made (1 online, -1 offline, 0 neither),
 -- invisible (0/1), at (when, as text), outbox entry}.

@@ -12,9 +12,17 @@
 --          (the count: n minus the stays ended, O(log n + seconds not yet swept))
 --   :t     hash: user|connection digest -> that connection's meta (only when it has one)
 --   :v     sorted set (all scores 0, a listpack up to 128): invisible members
--- An entry: <joined ms, base 36><"." or "!" invisible> then, per connection in join order
+--   :o     sorted set: the room's outbox (outbox.lua), its entries and leaves not yet claimed:
+--          "1" a user entered the room (its first connection), "-1" left it (its stay ended,
+--          or it was refused); not one of the room's keys deleted with its last member
+--   :p     sorted set: the segments holding public members (below), score = segment * 256 +
+--          how many (the segments in the listing order: a stranger's read visits those only)
+-- An entry: <joined ms, base 36><flag> then, per connection in join order
 -- (the last joined last), <state><8 hex digits of the connection id's SHA-1><expiry, base
--- 36>; state "+" here, "*" here with meta, "-" left, "~" left with meta. A connection counts
+-- 36>; flag "." visible, "!" invisible, ":" visible and public, ";" invisible and public
+-- (public: the member's online status may be shown to everyone, so a stranger's read must
+-- consider them; the resolver still decides); state "+" here, "*" here with meta, "-" left,
+-- "~" left with meta. A connection counts
 -- until its expiry (heartbeat + CONNECTION_TTL); one that left while it was its user's last
 -- keeps the user for OFFLINE_GRACE (its expiry becomes the end of the grace, "left" set). A
 -- member's stay ends at the latest expiry of its connections.
@@ -23,7 +31,8 @@ local LOAD = 64
 local SHIFT = 2097152
 local BASE = string.sub(KEYS[1], 1, -3)
 local N_KEY, E_KEY, G_KEY, W_KEY = KEYS[1], BASE .. ':e', BASE .. ':g', BASE .. ':w'
-local T_KEY, I_KEY = BASE .. ':t', BASE .. ':v'
+local T_KEY, I_KEY, O_KEY = BASE .. ':t', BASE .. ':v', BASE .. ':o'
+local P_KEY, OPEN_SHIFT = BASE .. ':p', 256
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 
 local function seg_key(k) return BASE .. ':s:' .. k end
@@ -92,9 +101,11 @@ local function maybe_split(n)
   redis.call('HSET', N_KEY, 'L', ix.L, 'p', ix.p)
 end
 
+local FLAGS = {['.'] = {0, 0}, ['!'] = {1, 0}, [':'] = {0, 1}, [';'] = {1, 1}}
+
 local function decode(raw)
-  local j, f, rest = string.match(raw, '^(%w+)([%.!])(.*)$')
-  local e = {j = tonumber(j, 36), i = (f == '!') and 1 or 0, c = {}}
+  local j, f, rest = string.match(raw, '^(%w+)([%.!:;])(.*)$')
+  local e = {j = tonumber(j, 36), i = FLAGS[f][1], o = FLAGS[f][2], c = {}}
   for st, d, x in string.gmatch(rest, '([%+%*%-~])(%x%x%x%x%x%x%x%x)(%w+)') do
     e.c[#e.c + 1] = {d = d, x = tonumber(x, 36), left = (st == '-' or st == '~'),
                      meta = (st == '*' or st == '~')}
@@ -103,7 +114,9 @@ local function decode(raw)
 end
 
 local function encode(e)
-  local parts = {b36(e.j), e.i == 1 and '!' or '.'}
+  local flag
+  if e.o == 1 then flag = e.i == 1 and ';' or ':' else flag = e.i == 1 and '!' or '.' end
+  local parts = {b36(e.j), flag}
   for _, c in ipairs(e.c) do
     local st
     if c.left then st = c.meta and '~' or '-' else st = c.meta and '*' or '+' end
@@ -149,6 +162,15 @@ local function ends_add(second, delta)
   if n <= second * SHIFT then redis.call('ZREM', E_KEY, member) end
 end
 
+-- segment ``k``'s public members moved by ``delta`` (its :o entry goes with the last)
+local function opens_add(k, delta)
+  if delta == 0 then return end
+  local base = tonumber(k) * OPEN_SHIFT
+  local n = tonumber(redis.call('ZINCRBY', P_KEY, delta, k))
+  if n == delta then n = tonumber(redis.call('ZINCRBY', P_KEY, base, k)) end
+  if n <= base then redis.call('ZREM', P_KEY, k) end
+end
+
 -- members present: those recorded minus those whose stay ended (not yet swept)
 local function present(now)
   local n = tonumber(redis.call('HGET', N_KEY, 'n')) or 0
@@ -159,8 +181,8 @@ local function present(now)
 end
 
 -- the entry rewritten in place; ``old`` the end of its stay as it was recorded (0: a new
--- member), ``was_inv`` whether it was invisible
-local function room_store(uid, e, old, was_inv)
+-- member), ``was_inv`` whether it was invisible, ``was_open`` whether it was public
+local function room_store(uid, e, old, was_inv, was_open)
   local new = stay(e)
   redis.call('HSET', seg_key(e.k), uid, encode(e))
   if new ~= old then
@@ -172,6 +194,7 @@ local function room_store(uid, e, old, was_inv)
   if e.i ~= was_inv then
     if e.i == 1 then redis.call('ZADD', I_KEY, 0, uid) else redis.call('ZREM', I_KEY, uid) end
   end
+  if e.o ~= was_open then opens_add(e.k, e.o - was_open) end
 end
 
 -- a new member, at the tail of the join order
@@ -186,7 +209,7 @@ local function room_add(uid, e)
   e.k = int(t)
   redis.call('HSET', idx_key(bucket(uid)), uid, e.k)
   if size == 0 then redis.call('ZADD', G_KEY, t, e.k) end
-  room_store(uid, e, 0, 0)
+  room_store(uid, e, 0, 0, 0)
   maybe_split(redis.call('HINCRBY', N_KEY, 'n', 1))
 end
 
@@ -199,19 +222,40 @@ local function room_remove(uid, e)
     if c.meta then redis.call('HDEL', T_KEY, uid .. '|' .. c.d) end
   end
   ends_add(stay(e), -1)
+  if e.o == 1 then opens_add(e.k, -1) end
   if redis.call('EXISTS', seg_key(e.k)) == 0 then
     redis.call('ZREM', G_KEY, e.k)
     redis.call('ZREM', W_KEY, e.k)
   end
   -- the last segment gone: the room's last member (what n says too)
   if redis.call('HINCRBY', N_KEY, 'n', -1) <= 0 and redis.call('EXISTS', G_KEY) == 0 then
-    redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY)
+    redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY, P_KEY)
     index = nil
   end
 end
 
--- the next time a member's stay may end (false: the room is empty)
-local function room_next_due()
-  local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')
-  return first[2] or false
+-- the outbox entries this script made (room_entered / room_left), in order
+local MADE = {}
+-- ``uid`` entered the room (made 1) or left it (-1) at ``at`` (s): recorded in the room's
+-- outbox in this script, so exactly one caller on the site is told (presence.outbox)
+local function room_made(made, at, uid, now)
+  MADE[#MADE + 1] = record(O_KEY, made, 0, int(at), uid, now)
+end
+
+-- the next time the room must be swept (false: the room is empty and its outbox too): a
+-- member's stay may end, or an outbox entry is left to the sweep ``deadline`` s after it (not
+-- one this script made: its caller claims them, and reschedules the room)
+local function room_next_due(deadline)
+  local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')[2]
+  local mine = {}
+  for _, entry in ipairs(MADE) do mine[entry] = true end
+  local oldest = redis.call('ZRANGE', O_KEY, 0, #MADE, 'WITHSCORES')
+  for i = 1, #oldest, 2 do
+    if not mine[oldest[i]] then
+      local due = tonumber(oldest[i + 1]) + deadline
+      if not first or due < tonumber(first) then return int(due) end
+      break
+    end
+  end
+  return first or false
 end

@@ -1,24 +1,27 @@
 -- KEYS a room's (see room_common.lua); ARGV user, connection, op ("join" or "beat": a
 -- heartbeat renewing a connection's stay, which keeps its place and meta), now (s), expiry (s),
--- joined (ms), meta JSON text, has meta (0/1), invisible (0/1).
+-- joined (ms), meta JSON text, has meta (0/1), invisible (0/1), public (0/1: the user's online
+-- status may be shown to everyone; in the room's index of such members).
 -- A member who joins again replaces its connection's meta; a member whose stay ended (not yet
--- swept) joins anew. Returns {1 if the user became a member, 1 if what is shown of the member
--- changed (meta, invisible)}.
+-- swept) joins anew: it left when its stay ended, and enters now. Returns {1 if the user
+-- became a member, 1 if what is shown of the member changed (meta, invisible), the outbox
+-- entries made (room_common.lua's room_made: the left, the entered)}.
 local uid, conn, op = ARGV[1], ARGV[2], ARGV[3]
 local now, expiry, joined = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local has_meta = ARGV[8] == '1'
-local inv = tonumber(ARGV[9])
+local inv, open = tonumber(ARGV[9]), tonumber(ARGV[10])
 local d = digest(conn)
 local e = load(uid)
 if e and stay(e) <= now then
   room_remove(uid, e)
+  room_made(-1, stay(e), uid, now)
   e = nil
 end
-local new, old, before, before_inv = 0, 0, false, inv
+local new, old, before, before_inv, before_open = 0, 0, false, inv, 0
 if e then
-  old, before, before_inv = stay(e), shown(uid, e), e.i
+  old, before, before_inv, before_open = stay(e), shown(uid, e), e.i, e.o
 else
-  e = {j = joined, i = inv, c = {}}
+  e = {j = joined, i = inv, o = 0, c = {}}
   new = 1
 end
 -- connections whose expiry passed are dropped; this one is renewed in place or joins last
@@ -39,8 +42,13 @@ if not renewed then
   if has_meta then redis.call('HSET', T_KEY, uid .. '|' .. d, ARGV[7]) end
 end
 e.c = kept
-e.i = inv
-if new == 1 then room_add(uid, e) else room_store(uid, e, old, before_inv) end
+e.i, e.o = inv, open
+if new == 1 then
+  room_add(uid, e)
+  room_made(1, now, uid, now)
+else
+  room_store(uid, e, old, before_inv, before_open)
+end
 local changed = 0
 if new == 1 or before ~= shown(uid, e) or before_inv ~= inv then changed = 1 end
-return {new, changed}
+return {new, changed, MADE}

@@ -1,9 +1,11 @@
--- KEYS a room's (see room_common.lua); ARGV user, connection, now (s), end of the grace (s).
--- The connection leaves the room; if it was its user's last, the user stays until the end of
--- the grace (a reload joins again meanwhile). A connection not in the room: nothing changes.
--- Returns {1 if what is shown of the member changed}.
+-- KEYS a room's (see room_common.lua); ARGV user, connection, now (s), end of the grace (s),
+-- at once (0/1). The connection leaves the room; if it was its user's last, the user stays
+-- until the end of the grace (a reload joins again meanwhile); ``at once`` (the rule refused
+-- the user, or the user was deleted) the user leaves now, its connections that left in their
+-- grace with it. A connection not in the room: nothing changes. Returns {1 if what is shown
+-- of the member changed, the outbox entries made (the left)}.
 local uid = ARGV[1]
-local now, grace_end = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, grace_end, at_once = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
 local d = digest(ARGV[2])
 local e = load(uid)
 local mine
@@ -12,11 +14,16 @@ if e then
     if c.d == d then mine = c end
   end
 end
-if not mine or mine.left or mine.x <= now then return {0} end
+if not mine or mine.left or mine.x <= now then return {0, MADE} end
 local old, before = stay(e), shown(uid, e)
 local others = false
 for _, c in ipairs(e.c) do
   if c ~= mine and not c.left and c.x > now then others = true end
+end
+if at_once and not others then
+  room_remove(uid, e)
+  room_made(-1, now, uid, now)
+  return {1, MADE}
 end
 local kept = {}
 for _, c in ipairs(e.c) do
@@ -31,7 +38,7 @@ if not others then
   mine.left = true
 end
 e.c = kept
-room_store(uid, e, old, e.i)
+room_store(uid, e, old, e.i, e.o)
 local changed = 0
 if before ~= shown(uid, e) then changed = 1 end
-return {changed}
+return {changed, MADE}

@@ -32,7 +32,14 @@ from presence.store.plans.ledger import LedgerPlans
 from presence.store.plans.plan import RAISE, Plan, PlanArea, Raise, merge, script_call
 from presence.store.plans.reads import READ_RECENT_KEYS, ReadPlans
 from presence.store.plans.recording import ConnectionOp, RecordingPlans, Transition
-from presence.store.plans.rooms import MemberEntry, RoomPlans, RoomRead, RoomWrite
+from presence.store.plans.rooms import (
+    MemberEntry,
+    Pruned,
+    RoomPlans,
+    RoomRead,
+    RoomTransition,
+    RoomWrite,
+)
 from presence.store.plans.scans import Removal, ScanPlans, StaleEntry
 from presence.store.plans.schedules import SchedulePlans
 
@@ -44,9 +51,11 @@ __all__ = [
     "Plan",
     "PlanArea",
     "Plans",
+    "Pruned",
     "Raise",
     "Removal",
     "RoomRead",
+    "RoomTransition",
     "RoomWrite",
     "StaleEntry",
     "Transition",

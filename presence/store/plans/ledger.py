@@ -9,29 +9,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from presence.store.plans.outbox import OutboxEntry, claim, parse_entry
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import OUTBOX_CLAIM, SET_INVISIBLE
 from presence.users import UserId, encode_id, id_decoder
-
-
-@dataclass(frozen=True)
-class OutboxEntry:
-    """A transition of the outbox (lua/ledger.lua) claimed by a sweep."""
-
-    user_id: UserId
-    made: int
-    invisible: bool
-    at: float
-
-
-def parse_entry(entry: Any, decode: Any) -> OutboxEntry:
-    """``made|invisible|at|redis time|uid`` (the uid last: it may hold anything)."""
-    text = entry.decode() if isinstance(entry, bytes) else str(entry)
-    made, invisible, at, _, uid = text.split("|", 4)
-    return OutboxEntry(decode(uid), int(made), invisible == "1", float(at))
 
 
 class LedgerPlans(PlanArea):
@@ -59,14 +42,8 @@ class LedgerPlans(PlanArea):
         )
 
     def claim_entry(self, user_id: UserId, entry: str) -> Plan[bool]:
-        """Claims a transition's outbox entry: True for exactly one claimer (the caller that
-        made it, or a sweep), who sends its signal. False when Redis fails: a sweep claims it
-        after its deadline."""
-        return Plan(
-            commands=[("ZREM", self.keys.user_outbox_key(user_id), entry)],
-            parse=lambda replies: int(replies[0]) == 1,
-            fallback=False,
-        )
+        """Claims a transition's entry in the user's shard's outbox (:func:`claim`)."""
+        return claim(self.keys.user_outbox_key(user_id), entry)
 
     def claim_stale_entries(self, before: float, limit: int) -> Plan[list[OutboxEntry]]:
         """Claims the transitions made at ``before`` or earlier that nobody claimed (their

@@ -15,19 +15,35 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from presence import domain
+from presence.store.plans.outbox import claim, outbox_deadline, parse_entry
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import (
     ROOM_CLAIM,
     ROOM_COUNT,
     ROOM_JOIN,
     ROOM_LEAVE,
+    ROOM_PAGE,
     ROOM_PRUNE,
     ROOM_READ,
 )
 from presence.users import UserId, encode_id, id_decoder
+
+
+@dataclass(frozen=True)
+class RoomTransition:
+    """A user entered a room (``made`` 1: its first connection in) or left it (-1: its stay
+    ended, or it was refused) at ``at``: recorded in the room's outbox by the script that
+    decided it (lua/room_common.lua), so exactly one caller on the site sends room_entered /
+    room_left; ``entry`` None: claimed already (by the sweep that returned it)."""
+
+    room: str
+    user_id: UserId
+    made: int
+    at: float
+    entry: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,20 @@ class RoomWrite:
 
     joined: bool
     changed: bool
+    #: the transitions the write made, each to be claimed (presence.outbox)
+    made: tuple[RoomTransition, ...] = field(default=(), compare=False)
+
+
+class Pruned(NamedTuple):
+    """What a room's sweep did (:meth:`RoomPlans.prune_room`)."""
+
+    #: the members removed
+    gone: list[UserId]
+    #: the room's next due time (infinity: its keys are gone, its outbox empty)
+    due: float
+    #: their leaves, each to be claimed, then the transitions left past their deadline,
+    #: claimed by this sweep (presence.outbox)
+    made: list[RoomTransition]
 
 
 @dataclass(frozen=True)
@@ -61,6 +91,44 @@ class RoomRead:
     found: frozenset[UserId] = frozenset()
     #: invisible members present
     invisible: frozenset[UserId] = frozenset()
+    #: whether the members read by join time were all there are (of those asked: all, or the
+    #: public ones)
+    complete: bool = False
+    #: the join time (ms) of the last member read by join time (None: none was): members
+    #: further down joined at it or later
+    horizon: float | None = None
+
+
+@dataclass(frozen=True)
+class RoomPage:
+    """A page of a room as Redis holds it (:meth:`RoomPlans.read_room_page`): ``read.members``
+    holds the page's members (every member present who joined from the page's start up to its
+    last millisecond, which it holds whole) and the looked-up users present; ``page`` the
+    page's members, in no order; ``done``: the page reached the room's end."""
+
+    read: RoomRead
+    page: frozenset[UserId]
+    done: bool
+
+
+def _room_page(reply: list[Any]) -> RoomPage:
+    decode = id_decoder()
+    present, page, found, invisible, entries, done = reply
+    shown = {
+        member: (bool(int(inv)), _text(meta) if meta else None)
+        for member, inv, meta in zip(entries[::3], entries[1::3], entries[2::3], strict=True)
+    }
+    members: dict[UserId, MemberEntry] = {}
+    for flat in (page, found):
+        for member, joined in zip(flat[::2], flat[1::2], strict=True):
+            members[decode(member)] = MemberEntry(float(joined), *shown[member])
+    read = RoomRead(
+        present=max(int(present), 0),
+        members=members,
+        found=frozenset(decode(m) for m in found[::2]),
+        invisible=frozenset(decode(m) for m in invisible),
+    )
+    return RoomPage(read, frozenset(decode(m) for m in page[::2]), bool(int(done)))
 
 
 #: the room's per-second counts of stays ending: score = second * STAY_SHIFT + members
@@ -69,6 +137,17 @@ STAY_SHIFT = 2**21
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _transitions(room: str, entries: list[Any], claimed: bool = False) -> list[RoomTransition]:
+    """The room's outbox entries as transitions (``claimed``: no entry left to claim)."""
+    decode = id_decoder()
+    found = []
+    for raw in entries:
+        entry = parse_entry(raw, decode)
+        text = None if claimed else _text(raw)
+        found.append(RoomTransition(room, entry.user_id, entry.made, entry.at, text))
+    return found
 
 
 class RoomPlans(PlanArea):
@@ -91,16 +170,24 @@ class RoomPlans(PlanArea):
         meta: str | None = None,
         invisible: bool = False,
         renew: bool = False,
+        public: bool = True,
     ) -> Plan[RoomWrite | None]:
         """A connection joins ``room`` with ``meta`` (compact JSON or None); ``renew``: a
         heartbeat of a connection in the room, which keeps its place and meta (and joins it
-        again if its stay ended meanwhile). The room is scheduled for its sweep first, so no
-        key is ever left without a due time."""
+        again if its stay ended meanwhile). ``public``: the user's online status may be shown
+        to everyone (their level is "everyone"), so the member is in the room's index of the
+        members a stranger's read considers (:meth:`read_room` ``public_only``); True where
+        not known, which only makes the member a candidate (the resolver decides). The room is
+        scheduled for its sweep first, so no key is ever left without a due time."""
         seconds = int(now)
         expiry = self._stay_end(seconds)
+        # A join may make the user enter the room: its outbox entry, if its caller never
+        # claims it, is the room's sweep's past the deadline (a renewal's rarely: its sweep's
+        # at the stay's end).
+        due = expiry if renew else min(expiry, seconds + math.ceil(outbox_deadline(self.conf)))
         return Plan(
             commands=[
-                ("ZADD", self.keys.room_schedule_key(room), "LT", expiry, room),
+                ("ZADD", self.keys.room_schedule_key(room), "LT", due, room),
                 script_call(
                     ROOM_JOIN,
                     self.room_keys(room),
@@ -114,10 +201,13 @@ class RoomPlans(PlanArea):
                         meta or "",
                         int(meta is not None),
                         int(invisible),
+                        int(public),
                     ],
                 ),
             ],
-            parse=lambda replies: RoomWrite(bool(replies[1][0]), bool(replies[1][1])),
+            parse=lambda replies: RoomWrite(
+                bool(replies[1][0]), bool(replies[1][1]), tuple(_transitions(room, replies[1][2]))
+            ),
             fallback=None,
         )
 
@@ -126,8 +216,9 @@ class RoomPlans(PlanArea):
     ) -> Plan[RoomWrite | None]:
         """A connection leaves ``room``; the user stays for OFFLINE_GRACE if it was their last
         (a connection not in the room changes nothing). ``at_once``: no grace (the room's rule
-        refused the user, or the user was deleted): their stay ends now, and reads and counts
-        leave them out at once."""
+        refused the user, or the user was deleted): unless another connection of theirs is in
+        the room, they leave it now (their connections in their grace too), and reads and
+        counts leave them out at once."""
         seconds = int(now)
         grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
         return Plan(
@@ -136,23 +227,31 @@ class RoomPlans(PlanArea):
                 script_call(
                     ROOM_LEAVE,
                     self.room_keys(room),
-                    [encode_id(user_id), connection_id, seconds, grace_end],
+                    [encode_id(user_id), connection_id, seconds, grace_end, int(at_once)],
                 ),
             ],
-            parse=lambda replies: RoomWrite(False, bool(replies[1][0])),
+            parse=lambda replies: RoomWrite(
+                False, bool(replies[1][0]), tuple(_transitions(room, replies[1][1]))
+            ),
             fallback=None,
         )
 
     def read_room(
-        self, room: str, now: float, first: int, lookups: list[UserId] | tuple[UserId, ...] = ()
+        self,
+        room: str,
+        now: float,
+        first: int,
+        lookups: list[UserId] | tuple[UserId, ...] = (),
+        public_only: bool = False,
     ) -> Plan[RoomRead | None]:
-        """The room's count, its first ``first`` members by join time and which of
+        """The room's count, its first ``first`` members by join time (``public_only``: its
+        first ``first`` public members, through the index of their segments) and which of
         ``lookups`` are present, with their entries: O(first + lookups) whatever the room's
         size. None when Redis is unavailable."""
 
         def parse(replies: list[Any]) -> RoomRead:
             decode = id_decoder()
-            present, page, found, invisible, entries = replies[0]
+            present, page, found, invisible, entries, complete = replies[0]
             shown = {
                 member: (bool(int(inv)), _text(meta) if meta else None)
                 for member, inv, meta in zip(
@@ -168,6 +267,8 @@ class RoomPlans(PlanArea):
                 members=members,
                 found=frozenset(decode(m) for m in found[::2]),
                 invisible=frozenset(decode(m) for m in invisible),
+                complete=bool(complete),
+                horizon=float(page[-1]) if page else None,
             )
 
         return Plan(
@@ -175,12 +276,51 @@ class RoomPlans(PlanArea):
                 script_call(
                     ROOM_READ,
                     self.room_keys(room),
-                    [int(now), first, *(encode_id(uid) for uid in dict.fromkeys(lookups))],
+                    [
+                        int(now),
+                        first,
+                        "public" if public_only else "all",
+                        *(encode_id(uid) for uid in dict.fromkeys(lookups)),
+                    ],
                 )
             ],
             parse=parse,
             fallback=None,
         )
+
+    def read_room_page(
+        self,
+        room: str,
+        now: float,
+        first: int,
+        after: float | None,
+        lookups: list[UserId] | tuple[UserId, ...] = (),
+    ) -> Plan[RoomPage | None]:
+        """A page of the room: its count, at least ``first`` of its members present who joined
+        at or after ``after`` (ms; None: from the start), unless the room ends first, every
+        member of the page's last millisecond, and which of ``lookups`` are present, with
+        their entries: O(first + lookups + log n) wherever the page starts (docs/rooms.md,
+        "Paging"). None when Redis is unavailable."""
+        return Plan(
+            commands=[
+                script_call(
+                    ROOM_PAGE,
+                    self.room_keys(room),
+                    [
+                        int(now),
+                        first,
+                        -1 if after is None else int(after),
+                        *(encode_id(uid) for uid in dict.fromkeys(lookups)),
+                    ],
+                )
+            ],
+            parse=lambda replies: _room_page(replies[0]),
+            fallback=None,
+        )
+
+    def claim_room_entry(self, room: str, entry: str) -> Plan[bool]:
+        """Claims a transition's entry in the room's outbox (presence.store.plans.outbox)."""
+        return claim(self.keys.room_key(room, "o"), entry)
 
     def room_count(self, room: str, now: float) -> Plan[int | None]:
         """Members present in ``room`` (invisible ones too): the members recorded minus those
@@ -192,18 +332,28 @@ class RoomPlans(PlanArea):
             fallback=None,
         )
 
-    def prune_room(self, room: str, now: float, limit: int) -> Plan[tuple[list[UserId], float]]:
-        """Remove up to ``limit`` members whose stay ended; those users and the room's next
-        due time (infinity: the room is empty, its keys are gone)."""
+    def prune_room(self, room: str, now: float, limit: int) -> Plan[Pruned]:
+        """Remove up to ``limit`` members whose stay ended, each one's leave recorded in the
+        room's outbox, and claim the outbox's entries left past their deadline (their caller
+        never claimed them): see :class:`Pruned`."""
 
-        def parse(replies: list[Any]) -> tuple[list[UserId], float]:
+        def parse(replies: list[Any]) -> Pruned:
             decode = id_decoder()
-            gone, due = replies[0]
-            return [decode(m) for m in gone], math.inf if not due else float(due)
+            gone, due, made, stale = replies[0]
+            return Pruned(
+                [decode(m) for m in gone],
+                math.inf if not due else float(due),
+                [*_transitions(room, made), *_transitions(room, stale, claimed=True)],
+            )
 
+        deadline = outbox_deadline(self.conf)
         return Plan(
             commands=[
-                script_call(ROOM_PRUNE, self.room_keys(room), [int(now), limit]),
+                script_call(
+                    ROOM_PRUNE,
+                    self.room_keys(room),
+                    [int(now), limit, math.floor(now - deadline), math.ceil(deadline)],
+                ),
             ],
             parse=parse,
             fallback=RAISE,

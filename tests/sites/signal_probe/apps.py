@@ -22,18 +22,22 @@ class SignalProbeConfig(AppConfig):
         key = os.environ[LIST_ENV]
 
         def record(kind: str) -> Any:
-            def receiver(sender: Any, user_id: Any, at: Any, invisible: bool, **kw: Any) -> None:
+            def receiver(sender: Any, user_id: Any, at: Any, **kw: Any) -> None:
                 entry = {
                     "kind": kind,
                     "user": str(user_id),
                     "at": at.timestamp(),
-                    "invisible": invisible,
+                    "invisible": kw.get("invisible", False),
+                    "room": kw.get("room"),
                     "pid": os.getpid(),
                 }
                 client.rpush(key, json.dumps(entry))
 
             return receiver
 
-        self.receivers = [record("online"), record("offline")]  # held: signals keep weak refs
+        # held: signals keep weak refs
+        self.receivers = [record(kind) for kind in ("online", "offline", "entered", "left")]
         signals.user_online.connect(self.receivers[0])
         signals.user_offline.connect(self.receivers[1])
+        signals.room_entered.connect(self.receivers[2])
+        signals.room_left.connect(self.receivers[3])

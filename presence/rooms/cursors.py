@@ -1,0 +1,180 @@
+"""Cursors of a room's pages (docs/rooms.md, "Paging"): where the next page of a room's members
+starts, as the opaque ``next`` of every room answer.
+
+A cursor names a place in the state's order (presence.domain.rooms.order_listed: the viewer,
+then their contacts, then by join time, ties by id as text), never an offset: members joining
+and leaving between two pages move no one across it, so no one is listed twice and no one who
+stayed is skipped. The place may be that of a member the caller may not see (a page that read
+far without finding one to list ends where it read), so a cursor is encrypted and
+authenticated with the site's SECRET_KEY, bound to its room: a client can neither read it nor
+make one, and a cursor that is not one of this room's is refused (InvalidInput, a 400).
+
+A place is ``(phase, joined ms, id as text)``, phase 0 the viewer, 1 a contact, 2 the others.
+A cursor is "after this place", except the ids it has seen: a room's first read may stop
+inside a millisecond of joins (presence.rooms.reading reads by join time, not by id), so its
+cursor starts at that millisecond and leaves out the members it listed there (by a short
+digest of their ids).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import secrets
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from django.utils.crypto import constant_time_compare, salted_hmac
+from django.utils.translation import gettext
+
+from presence.conf import get_settings
+from presence.domain import InvalidInput, UserId
+from presence.domain.rooms import Room, RoomState
+
+#: where a member sits in the state's order: the viewer, a contact, anyone else
+PHASE_SELF, PHASE_CONTACT, PHASE_OTHER = 0, 1, 2
+
+Place = tuple[int, float, str]
+#: before every member: a cursor from a first read that listed no one
+START: Place = (PHASE_SELF, -1.0, "")
+
+_SALT = "presence.rooms.cursors"
+_NONCE = 12
+_TAG = 16
+_DIGEST = 6
+#: phase, joined ms, the id's length in bytes
+_HEAD = struct.Struct(">Bqh")
+#: the longest id a place holds (domain.protocol.MAX_USER_ID_LENGTH characters of UTF-8)
+_MAX_ID_BYTES = 4 * 255
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """After ``place``, but for the ids seen (digests) in its phase and millisecond."""
+
+    place: Place
+    seen: frozenset[bytes] = frozenset()
+
+    def passes(self, place: Place) -> bool:
+        """Whether a member at ``place`` comes after the cursor."""
+        if place <= self.place:
+            return False
+        return not (place[:2] == self.place[:2] and digest(place[2]) in self.seen)
+
+    def following(self, place: Place) -> Cursor:
+        """The cursor after ``place`` (a place past this one): the ids seen still count while
+        it is in their millisecond."""
+        return Cursor(place, self.seen if place[:2] == self.place[:2] else frozenset())
+
+
+def digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=_DIGEST).digest()
+
+
+def place_of(user_id: UserId, rank: tuple[bool, float, str], viewer_id: UserId | None) -> Place:
+    """A listed member's place, from its rank (presence.rooms.reading.rank)."""
+    if user_id == viewer_id:
+        return (PHASE_SELF, rank[1], rank[2])
+    return (PHASE_OTHER if rank[0] else PHASE_CONTACT, rank[1], rank[2])
+
+
+def after_listed(
+    ranks: Mapping[UserId, tuple[bool, float, str]], viewer_id: UserId | None
+) -> Cursor:
+    """The cursor after a list read by join time (a room's state, first read or live): from
+    the millisecond of its last member, without those it lists there."""
+    places = [place_of(uid, rank, viewer_id) for uid, rank in ranks.items()]
+    if not places:
+        return Cursor(START)
+    last = max(places)
+    seen = frozenset(digest(p[2]) for p in places if p[:2] == last[:2])
+    return Cursor((last[0], last[1], ""), seen)
+
+
+# --- the opaque text ---
+
+
+def _stream(nonce: bytes, size: int) -> bytes:
+    # HMAC-SHA256 as a pseudo-random function in counter mode: Django's own primitive, keyed
+    # by SECRET_KEY (no dependency for a few dozen bytes).
+    blocks = (
+        salted_hmac(f"{_SALT}.stream", nonce + struct.pack(">I", n), algorithm="sha256").digest()
+        for n in range(math.ceil(size / 32))
+    )
+    return b"".join(blocks)[:size]
+
+
+def _tag(room: Room, body: bytes) -> bytes:
+    value = room.name.encode("utf-8", "surrogatepass") + b"\0" + body
+    return salted_hmac(f"{_SALT}.tag", value, algorithm="sha256").digest()[:_TAG]
+
+
+def encode(room: Room, cursor: Cursor) -> str:
+    """The cursor as the opaque text clients send back (URL-safe base64, no padding)."""
+    phase, joined, ident = cursor.place
+    raw = ident.encode("utf-8", "surrogatepass")
+    plain = _HEAD.pack(phase, int(joined), len(raw)) + raw + b"".join(sorted(cursor.seen))
+    nonce = secrets.token_bytes(_NONCE)
+    secret = bytes(a ^ b for a, b in zip(plain, _stream(nonce, len(plain)), strict=True))
+    body = nonce + secret
+    return base64.urlsafe_b64encode(body + _tag(room, body)).rstrip(b"=").decode("ascii")
+
+
+def max_length() -> int:
+    """The longest cursor this server gives: the longest id, and a digest per member listed."""
+    size = _NONCE + _HEAD.size + _MAX_ID_BYTES + _DIGEST * get_settings().ROOM_LIST_LIMIT + _TAG
+    return math.ceil(size * 4 / 3)
+
+
+def decode(room: Room, text: object) -> Cursor:
+    """The cursor ``text`` names, if this server gave it for ``room``; InvalidInput
+    ``invalid_value`` otherwise (garbage, another room's, another server's, too long)."""
+    limit = max_length()
+    if not isinstance(text, str) or not 0 < len(text) <= limit:
+        raise InvalidInput(
+            "invalid_value",
+            gettext(
+                "'after' must be the 'next' of an answer about this room: a string of at most "
+                "%(limit)d characters."
+            )
+            % {"limit": limit},
+        )
+    refused = InvalidInput(
+        "invalid_value",
+        gettext(
+            "'after' is not a cursor this server gave for the room %(room)s; read the room "
+            "again from its first page."
+        )
+        % {"room": room.name},
+    )
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        raise refused from None
+    body, tag = data[:-_TAG], data[-_TAG:]
+    if len(body) < _NONCE + _HEAD.size or not constant_time_compare(tag, _tag(room, body)):
+        raise refused
+    nonce, secret = body[:_NONCE], body[_NONCE:]
+    plain = bytes(a ^ b for a, b in zip(secret, _stream(nonce, len(secret)), strict=True))
+    phase, joined, size = _HEAD.unpack_from(plain)
+    rest = plain[_HEAD.size :]
+    seen = rest[size:]
+    if not (0 <= size <= len(rest) and len(seen) % _DIGEST == 0):
+        raise refused  # pragma: no cover - authenticated: only this server's own text
+    ident = rest[:size].decode("utf-8", "surrogatepass")
+    digests = frozenset(seen[n : n + _DIGEST] for n in range(0, len(seen), _DIGEST))
+    return Cursor((phase, float(joined), ident), digests)
+
+
+def with_next(state: RoomState, viewer_id: UserId | None, complete: bool) -> RoomState:
+    """``state`` (a room's first read or a live view) with the cursor of its next page; none
+    where ``complete`` (it lists every member the viewer may see)."""
+    if complete:
+        return state
+    return replace(state, next=encode(state.room, after_listed(state.ranks, viewer_id)))
+
+
+def encoded(room: Room, cursor: Cursor | None) -> str | None:
+    return None if cursor is None else encode(room, cursor)

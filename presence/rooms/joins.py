@@ -1,0 +1,445 @@
+"""Rooms, joined together: the joins of one room that this process's sockets make at about the
+same time, written and read as one (a live event: a thousand sockets joining the room its page
+opens, on the process that also holds the room's viewers).
+
+One socket's join is one read of the room for its own ``room_state`` (presence.rooms.reading):
+a thousand joins were a thousand reads of the same first members, each with the privacy facts
+and live state of its candidates, one trip to the database's thread each. Here the joins that
+arrive while the room's previous batch is under way wait for it, then go together
+(:class:`JoinBatches`; a join alone goes at once, as before, through
+:func:`~presence.rooms.reading.ajoin_room_state`). A batch (:func:`ajoin_many`) is:
+
+- one Redis round trip: every join script, the room's first members by join time once, and
+  the joiners' looked-up users (each joiner, their contacts and blocks) once;
+- then at once: the candidates' facts with their relations to every joiner (three queries,
+  ``relations.load_pairs``) and their live state (one script);
+- each (candidate, relation) resolved once, by the one resolver, for every joiner: a joiner
+  with no tie to any candidate (most of them) shares the strangers' listing, plus itself;
+- one announcement, "these users joined the room".
+
+Each joiner is answered exactly what its own read would have listed and counted (the rule of
+presence.rooms.reading's ``_listing``, which tests hold equal): a joiner who may see fewer than
+ROOM_LIST_LIMIT of the first members has its read go further down the join order, alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from presence import announce, domain, relations, resolution
+from presence.conf import get_settings
+from presence.domain import UserId
+from presence.domain.rooms import (
+    Candidate,
+    Member,
+    Room,
+    RoomState,
+    is_counted,
+    is_listed,
+    order_listed,
+)
+from presence.operations import arun
+from presence.rooms.batches import Batches
+from presence.rooms.candidates import Resolved
+from presence.rooms.cards import add_cards
+from presence.rooms.cursors import with_next
+from presence.rooms.reading import (
+    SCAN_FACTOR,
+    RoomEntry,
+    _lookups,
+    _widened,
+    ajoin_room_state,
+    rank,
+    room_entry,
+)
+from presence.rooms.rule import may_enter, room_rule
+from presence.store import Plan, StoreUnavailable, get_store, merge
+from presence.store.plans.rooms import MemberEntry, RoomRead, RoomWrite
+from presence.users import viewer_pk
+
+#: joins of one room written and read together at most (the next ones go in the next batch)
+MAX_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Joining:
+    """One socket's join, as :func:`~presence.rooms.reading.ajoin_room_state` takes it."""
+
+    user: Any
+    connection_id: str
+    meta: str | None
+    invisible: bool
+    entry: RoomEntry
+    #: the user shows their online status to everyone (the rooms' index of public members)
+    public: bool = True
+
+
+#: what a join of a batch is answered: its room_state, how many members' facts were read for
+#: it (what it is charged), and its ``room_state`` frame (the listed members' cards in it) as
+#: a dict and as the JSON text to send
+Answer = tuple[RoomState, int, dict[str, Any], str]
+
+#: a listed member's place (presence.rooms.reading.rank)
+Rank = tuple[bool, float, str]
+
+
+class JoinBatches:
+    """The process's joins, batched per room: the database's part of a join (the room's rule,
+    the joiner's ties and own facts), then its write and read, each done once for all the
+    joins of the room made meanwhile."""
+
+    def __init__(self) -> None:
+        self._entries: Batches[Any, RoomEntry] = Batches(_entries, MAX_BATCH)
+        self._joins: Batches[Joining, Answer] = Batches(_joins, MAX_BATCH)
+
+    async def entry(self, viewer: Any, room: Room, own: bool) -> RoomEntry:
+        """:func:`~presence.rooms.reading.aroom_entry`: one trip to the database's thread for
+        the joins of the room made meanwhile."""
+        room_rule(room)  # UnknownRoom without a thread hop
+        return await self._entries.submit((room, own), viewer)
+
+    async def join(self, room: Room, joining: Joining) -> Answer:
+        """Write ``joining`` and read the room for it, with the joins of the room made
+        meanwhile. StoreUnavailable when Redis cannot be written or read."""
+        return await self._joins.submit(room, joining, undo_after_run=True)
+
+
+async def _entries(key: tuple[Room, bool], viewers: list[Any]) -> list[RoomEntry | BaseException]:
+    """:func:`~presence.rooms.reading.room_entry` of each viewer, in one trip to the
+    database's thread: the rule asked for each, the ties and own facts of all in a few
+    queries."""
+    room, own = key
+    if len(viewers) == 1:
+        return [await sync_to_async(room_entry)(viewers[0], room, own)]
+
+    def each() -> list[RoomEntry | BaseException]:
+        allowed: dict[int, bool | BaseException] = {}
+        for viewer in viewers:
+            try:
+                allowed[id(viewer)] = may_enter(viewer, room)
+            except Exception as failure:  # the site's rule failing for one user
+                allowed[id(viewer)] = failure
+        ids = [viewer_pk(viewer) for viewer in viewers if allowed[id(viewer)] is True]
+        ties = relations.ties_of(ids)
+        # Each joiner's own facts (relation SELF), as room_entry reads them one by one.
+        mine = relations.load(None, ids) if own and ids else {}
+        found: list[RoomEntry | BaseException] = []
+        for viewer in viewers:
+            verdict = allowed[id(viewer)]
+            if verdict is not True:
+                found.append(verdict if isinstance(verdict, BaseException) else RoomEntry(False))
+                continue
+            viewer_id = viewer_pk(viewer)
+            contacts, blocked = ties[viewer_id]
+            facts = mine.get(viewer_id)
+            own_facts = {viewer_id: (domain.SELF, facts[1])} if facts is not None else {}
+            found.append(RoomEntry(True, set(contacts), set(blocked), own_facts))
+        return found
+
+    return await sync_to_async(each)()
+
+
+async def _joins(room: Room, joins: list[Joining]) -> list[Answer | BaseException]:
+    answers = await ajoin_many(room, joins)
+    # The frames, each listed member's dict made once for every frame listing it, and the
+    # cards of all of them read at once (presence.rooms.cards).
+    encoded: dict[int, dict[str, Any]] = {}
+    frames: list[dict[str, Any]] = []
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            continue
+        state = answer[0]
+        members = {}
+        for uid, member in state.members.items():
+            found = encoded.get(id(member))
+            if found is None:
+                found = encoded[id(member)] = member.as_dict()
+            members[str(uid)] = found
+        frames.append(
+            {
+                "type": "room_state",
+                "room": state.room.name,
+                "members": members,
+                "others": state.others,
+                "count": state.count,
+                "next": state.next,
+            }
+        )
+    await add_cards([frame["members"] for frame in frames])
+    fragments: dict[int, str] = {}
+    framed = iter(frames)
+    answered: list[Answer | BaseException] = []
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            answered.append(answer)
+        else:
+            frame = next(framed)
+            answered.append((*answer, frame, frame_text(frame, fragments)))
+    return answered
+
+
+def frame_text(frame: dict[str, Any], fragments: dict[int, str]) -> str:
+    """``frame`` (a room_state) as JSON, the text ``json.dumps`` makes of it, each member's
+    part made once for every frame of the batch listing it (``fragments``, by the member
+    dict's id: add_cards keeps one dict per member shown alike; the frames hold them all
+    while ``fragments`` is used, so no id is reused)."""
+    members = []
+    for key, member in frame["members"].items():
+        text = fragments.get(id(member))
+        if text is None:
+            text = fragments[id(member)] = _dumps(member)
+        members.append(f"{_dumps(key)}:{text}")
+    return (
+        f'{{"type":"room_state","room":{_dumps(frame["room"])},"members":{{{",".join(members)}}},'
+        f'"others":{frame["others"]:d},"count":{frame["count"]:d},"next":{_dumps(frame["next"])}}}'
+    )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+async def ajoin_many(
+    room: Room, joins: Sequence[Joining]
+) -> list[tuple[RoomState, int] | BaseException]:
+    """Each join written, announced, and answered its room_state (see the module's doc).
+    StoreUnavailable when Redis cannot be written or read: nothing is guessed."""
+    if len(joins) == 1:
+        one = joins[0]
+        return [
+            await ajoin_room_state(
+                room, one.user, one.connection_id, one.meta, one.invisible, one.entry, one.public
+            )
+        ]
+    store = get_store()
+    now = resolution.now()
+    first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
+    lookups = {id(joining): _lookups(joining.user, joining.entry) for joining in joins}
+    everyone = list(dict.fromkeys(uid for each in lookups.values() for uid in each))
+    plans: list[Plan[Any]] = [
+        store.plans.join_room(
+            room.name,
+            viewer_pk(joining.user),
+            joining.connection_id,
+            now,
+            joining.meta,
+            joining.invisible,
+            public=joining.public,
+        )
+        for joining in joins
+    ]
+    # The first members alone, then the looked-up users alone: which of the members are
+    # the first ones is every joiner's, which are looked up only those who looked them up.
+    plans += [
+        store.plans.read_room(room.name, now, first),
+        store.plans.read_room(room.name, now, 0, everyone),
+    ]
+    replies = await store.arun(merge(plans), live=True)
+    if replies is None or any(reply is None for reply in replies):
+        raise StoreUnavailable("Redis is unavailable: the joins were not written or read")
+    writes: list[RoomWrite] = replies[: len(joins)]
+    page: RoomRead = replies[-2]
+    looked_up: RoomRead = replies[-1]
+    changed = [viewer_pk(j.user) for j, write in zip(joins, writes, strict=True) if write.changed]
+    announcing = asyncio.ensure_future(announce.aannounce_room(room.name, changed))
+    try:
+        return await _answers(room, joins, now, first, page, looked_up, lookups)
+    finally:
+        await asyncio.shield(announcing)
+
+
+async def _answers(
+    room: Room,
+    joins: Sequence[Joining],
+    now: float,
+    first: int,
+    page: RoomRead,
+    looked_up: RoomRead,
+    lookups: dict[int, list[UserId]],
+) -> list[tuple[RoomState, int] | BaseException]:
+    store = get_store()
+    viewers = list(dict.fromkeys(viewer_pk(joining.user) for joining in joins))
+    targets = list(dict.fromkeys([*page.members, *looked_up.found]))
+    pairs, live = await asyncio.gather(
+        relations.aload_pairs(viewers, targets),
+        store.arun(store.plans.read_recent(targets, 0), live=True),
+    )
+    if live is None:
+        raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
+    listing = _Listing(page, pairs, live, now, first)
+    answers: list[tuple[RoomState, int] | BaseException] = []
+    for joining in joins:
+        viewer_id = viewer_pk(joining.user)
+        found = looked_up.found.intersection(lookups[id(joining)])
+        members = dict(page.members)
+        for uid in found:
+            members.setdefault(uid, looked_up.members[uid])
+        read = RoomRead(page.present, members, found, page.invisible)
+        state, scanned_all = listing.state(room, viewer_id, read, joining.entry)
+        charged = len(members) - (viewer_id in joining.entry.own)
+        conf = get_settings()
+        if len(state.members) >= conf.ROOM_LIST_LIMIT or scanned_all:
+            complete = scanned_all and len(state.members) < conf.ROOM_LIST_LIMIT
+            answers.append((with_next(state, viewer_id, complete), charged))
+            continue
+        # Few of the first members are this joiner's to see: its read goes further, alone,
+        # from what the batch read for it.
+        resolved = Resolved(listing.facts_for(viewer_id, members), dict(live), set(members))
+        resolved.read = charged
+        try:
+            wider = await arun(
+                _widened(
+                    room,
+                    joining.user,
+                    now,
+                    first,
+                    joining.entry,
+                    resolved,
+                    True,
+                    state,
+                    True,  # more may be listed further down
+                    True,
+                )
+            )
+            answers.append((wider, resolved.read))
+        except Exception as failure:
+            answers.append(failure)
+    return answers
+
+
+class _Listing:
+    """The room as each joiner of a batch sees it, from the batch's reads: the rule of
+    presence.rooms.reading's ``_listing``, with each (member, relation) resolved once."""
+
+    def __init__(
+        self,
+        page: RoomRead,
+        pairs: relations.PairFacts,
+        live: dict[UserId, domain.LiveState],
+        now: float,
+        first: int,
+    ) -> None:
+        self.pairs, self.live, self.now, self.first = pairs, live, now, first
+        self.timing = resolution.timing()
+        self._presences: dict[tuple[UserId, domain.Relation], domain.Presence] = {}
+        # The first members as a stranger sees them, once for every joiner with no tie to any
+        # of them (with reciprocity every viewer's own choices count: no viewer is a stranger).
+        self._strangers = pairs.viewer_choices is None
+        self._tied = {viewer for _, viewer in pairs.contacts}
+        self._tied.update(viewer for _, viewer in pairs.exceptions)
+        self._tied.update(uid for pair in pairs.blocks for uid in pair)
+        self._page = page
+        self._shared: tuple[list[tuple[UserId, Member, Rank]], set[UserId]] | None = None
+
+    def presence(self, uid: UserId, relation: domain.Relation) -> domain.Presence:
+        key = (uid, relation)
+        found = self._presences.get(key)
+        if found is None:
+            found = self._presences[key] = domain.resolve(
+                self.live.get(uid, domain.LiveState()),
+                self.pairs.choices[uid],
+                relation,
+                self.now,
+                self.timing,
+            )
+        return found
+
+    def facts_for(self, viewer_id: UserId, members: dict[UserId, MemberEntry]) -> relations.Facts:
+        choices = self.pairs.choices
+        return {
+            uid: (self.pairs.relation(viewer_id, uid), choices[uid])
+            for uid in members
+            if uid in choices
+        }
+
+    def _pass(
+        self,
+        viewer_id: UserId,
+        members: dict[UserId, MemberEntry],
+        excluded: set[UserId],
+        contacts: set[UserId],
+    ) -> list[tuple[Candidate, Member]]:
+        """The members ``viewer_id`` may list, as it would see them, by _listing's rule; those
+        it may not count are added to ``excluded``."""
+        choices = self.pairs.choices
+        listable = []
+        for uid, entry in members.items():
+            if uid in excluded or uid not in choices:
+                continue  # invisible, blocked, or deleted since they joined
+            relation = self.pairs.relation(viewer_id, uid)
+            if not is_counted(relation, choices[uid].invisible):
+                excluded.add(uid)
+                continue
+            presence = self.presence(uid, relation)
+            if is_listed(relation, presence):
+                candidate = Candidate(
+                    uid, entry.joined_at, uid in contacts, is_self=relation.is_self
+                )
+                listable.append((candidate, Member(entry.meta, presence)))
+        return listable
+
+    def _stranger_listing(self) -> tuple[list[tuple[UserId, Member, Rank]], set[UserId]]:
+        """The first members a stranger may list, in the listing order with their places, and
+        those a stranger does not count."""
+        if self._shared is None:
+            excluded = set(self._page.invisible)
+            # None of the first members is this viewer: an id no user has.
+            listable = self._pass(_NOBODY, self._page.members, excluded, set())
+            order = {
+                uid: n
+                for n, uid in enumerate(order_listed([c for c, _ in listable], len(listable)))
+            }
+            listable.sort(key=lambda item: order[item[0].user_id])
+            shared = [(c.user_id, m, rank(c.contact, c.joined_at, c.user_id)) for c, m in listable]
+            self._shared = (shared, excluded)
+        return self._shared
+
+    def state(
+        self, room: Room, viewer_id: UserId, read: RoomRead, entry: RoomEntry
+    ) -> tuple[RoomState, bool]:
+        """``viewer_id``'s room_state from ``read`` (the first members and its looked-up
+        users), and whether that read all the room's members."""
+        limit = get_settings().ROOM_LIST_LIMIT
+        excluded = set(read.invisible | (entry.blocked & read.found)) - {viewer_id}
+        members: dict[UserId, Member] = {}
+        ranks: dict[UserId, Rank] = {}
+        if self._strangers and viewer_id not in self._tied and read.found <= {viewer_id}:
+            # No contact, block or exception between the joiner and any member read: the
+            # joiner itself (order_listed puts the viewer first), then the strangers' listing.
+            shared, shared_excluded = self._stranger_listing()
+            excluded = (shared_excluded | excluded) - {viewer_id}
+            own = {viewer_id: read.members[viewer_id]} if viewer_id in read.members else {}
+            for c, member in self._pass(viewer_id, own, excluded, set())[:limit]:
+                members[c.user_id] = member
+                ranks[c.user_id] = rank(c.contact, c.joined_at, c.user_id)
+            for uid, member, place in shared:
+                if len(members) >= limit:
+                    break
+                if uid != viewer_id:
+                    members[uid] = member
+                    ranks[uid] = place
+        else:
+            listable = self._pass(viewer_id, read.members, excluded, entry.contacts)
+            by_id = {c.user_id: (c, m) for c, m in listable}
+            for uid in order_listed([c for c, _ in listable], limit):
+                c, members[uid] = by_id[uid]
+                ranks[uid] = rank(c.contact, c.joined_at, uid)
+        count = max(read.present - len(excluded), len(members))
+        scanned_all = read.present <= self.first
+        return RoomState(room, members, count - len(members), ranks), scanned_all
+
+
+class _Nobody:
+    """An id equal to no user's (the strangers' shared listing is resolved as by nobody)."""
+
+    def __repr__(self) -> str:
+        return "<nobody>"
+
+
+_NOBODY: Any = _Nobody()

@@ -1,0 +1,112 @@
+-- KEYS a room's (see room_common.lua); ARGV now (s), members to read, the join time (ms) a
+-- page starts at (-1: the room's start), then the users to look up (the viewer's contacts and
+-- blocks). Reads, never writes: members whose stay ended count as gone. A page of the room
+-- (docs/rooms.md, "Paging"): the members present who joined at or after ``after``, at least
+-- ``first`` of them unless the room ends first, and every member who joined in the same
+-- millisecond as the last one returned (the caller orders ties by id: a page never splits a
+-- millisecond it did not read whole). The segment to start from is found by bisection (the
+-- segments are in join order), so a page deep in the room costs what the first does.
+-- Returns {members present, the page (flat user, joined ms), the looked-up users present
+-- (flat user, joined ms), invisible members present, entries (flat user, invisible 0/1, meta
+-- JSON or "") of the members returned, 1 if the page reached the room's end}.
+-- The entry readers below are room_read.lua's, kept apart so that either may change alone.
+local now, first, after = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local page, found, entries, seen = {}, {}, {}, {}
+local function keep(list, uid, raw)
+  local j, f = string.match(raw, '^(%w+)([%.!:;])')
+  list[#list + 1] = uid
+  list[#list + 1] = tonumber(j, 36)
+  if not seen[uid] then
+    seen[uid] = true
+    local st, d = string.match(raw, '([%+%*%-~])(%x%x%x%x%x%x%x%x)%w+$')
+    local meta = ''
+    if st == '*' or st == '~' then meta = redis.call('HGET', T_KEY, uid .. '|' .. d) or '' end
+    entries[#entries + 1] = uid
+    entries[#entries + 1] = FLAGS[f][1]
+    entries[#entries + 1] = meta
+  end
+end
+local function scan(raw)
+  local j, x = string.match(raw, '^(%w+)[%.!:;][%+%*%-~]%x%x%x%x%x%x%x%x(%w+)$')
+  if j then return tonumber(j, 36), tonumber(x, 36) end
+  local rest
+  j, rest = string.match(raw, '^(%w+)[%.!:;](.*)$')
+  local s = 0
+  for y in string.gmatch(rest, '[%+%*%-~]%x%x%x%x%x%x%x%x(%w+)') do
+    local v = tonumber(y, 36)
+    if v > s then s = v end
+  end
+  return tonumber(j, 36), s
+end
+-- the earliest join time in the segment at this place of the order (its stays ended or not)
+local function earliest(at)
+  local k = redis.call('ZRANGE', G_KEY, at, at)[1]
+  local m = false
+  for _, raw in ipairs(redis.call('HVALS', seg_key(k))) do
+    local j = tonumber(string.match(raw, '^(%w+)'), 36)
+    if not m or j < m then m = j end
+  end
+  return m
+end
+-- the last segment holding a member who joined before ``after``: every earlier one holds
+-- only such members
+local from = 0
+if after >= 0 then
+  local lo, hi = 0, redis.call('ZCARD', G_KEY) - 1
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local m = earliest(mid)
+    if m and m < after then
+      from, lo = mid, mid + 1
+    else
+      hi = mid - 1
+    end
+  end
+end
+local uids, raws, js, done = {}, {}, {}, 1
+while true do
+  local k = redis.call('ZRANGE', G_KEY, from, from)[1]
+  if not k then break end
+  from = from + 1
+  local all = redis.call('HGETALL', seg_key(k))
+  local last = -1
+  for i = 1, #all, 2 do
+    local j, s = scan(all[i + 1])
+    if j > last then last = j end
+    if s > now and j >= after then
+      uids[#uids + 1], raws[#raws + 1], js[#js + 1] = all[i], all[i + 1], j
+    end
+  end
+  if #js >= first then
+    local sorted = {}
+    for n = 1, #js do sorted[n] = js[n] end
+    table.sort(sorted)
+    -- Later segments hold members who joined at ``last`` or later: once the first-th join
+    -- time is earlier, no later member comes before it or shares its millisecond.
+    local cut = sorted[first]
+    if cut < last then
+      done = 0
+      local kept_u, kept_r, kept_j = {}, {}, {}
+      for n = 1, #js do
+        if js[n] <= cut then
+          kept_u[#kept_u + 1], kept_r[#kept_r + 1], kept_j[#kept_j + 1] = uids[n], raws[n], js[n]
+        end
+      end
+      uids, raws, js = kept_u, kept_r, kept_j
+      break
+    end
+  end
+end
+for n = 1, #uids do keep(page, uids[n], raws[n]) end
+for n = 4, #ARGV do
+  local k = redis.call('HGET', idx_key(bucket(ARGV[n])), ARGV[n])
+  local raw = k and redis.call('HGET', seg_key(k), ARGV[n])
+  if raw and select(2, scan(raw)) > now then keep(found, ARGV[n], raw) end
+end
+local invisible = {}
+for _, uid in ipairs(redis.call('ZRANGE', I_KEY, 0, -1)) do
+  local k = redis.call('HGET', idx_key(bucket(uid)), uid)
+  local raw = k and redis.call('HGET', seg_key(k), uid)
+  if raw and select(2, scan(raw)) > now then invisible[#invisible + 1] = uid end
+end
+return {present(now), page, found, invisible, entries, done}

@@ -25,6 +25,7 @@ from tests.browser.pages import (
     WAIT_MS,
     Browser,
     expect,
+    opening_subscription,
     presence,
 )
 from tests.browser.pages import browser as browser
@@ -215,6 +216,9 @@ class ScriptedServer:
 
     def __call__(self, ws: Any) -> None:
         self.sockets.append(ws)
+        # The subscription of the opening request, as the subscribe frame it stands for.
+        if (subscription := opening_subscription(ws.url)) is not None:
+            self.received.append(subscription)
         ws.on_message(lambda message: self.received.append(json.loads(message)))
 
     def send(self, message: dict[str, Any]) -> None:

@@ -14,10 +14,8 @@ raised into it, so an operation reads like straight-line code):
 - :class:`Both`: two steps that need not wait for each other.
 
 :func:`run` answers the steps in the caller's thread (``store.run``, the call itself, one step
-after the other, but for a :class:`Both` of a call and a Redis read, whose round trip waits on
-a thread of its own meanwhile); :func:`arun` on the event loop (``store.arun``, the coroutine
-function or else the call in a thread through ``sync_to_async``, both steps of :class:`Both` at
-once). Each
+after the other); :func:`arun` on the event loop (``store.arun``, the coroutine function or
+else the call in a thread through ``sync_to_async``, both steps of :class:`Both` at once). Each
 public function is then one line: ``run(_touch(user, device))`` and
 ``arun(_touch(user, device))``. The helpers :func:`redis`, :func:`call` and :func:`both` yield
 one step and return its result typed (``state = yield from redis(plan)``).
@@ -26,9 +24,7 @@ one step and return its result typed (``state = yield from redis(plan)``).
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -39,9 +35,6 @@ from presence.steps import Steps
 from presence.store import Plan, get_store
 
 T = TypeVar("T")
-
-#: the most overlapped Redis reads at once (more callers at once: theirs one after the other)
-REDIS_THREADS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,38 +124,7 @@ def _do(step: Step) -> Any:
     if type(step) is Call:
         return step.function(*step.args)
     assert type(step) is Both
-    if type(step.first) is Call and type(step.second) is Redis and _free.acquire(blocking=False):
-        # A database read and a Redis read at once (a room's members' facts and live
-        # state): the round trip waits on a thread of its own while the call runs here,
-        # where its database connection is (a read of 100 members' waits overlap, ~0.5 ms).
-        # Every such thread busy: one after the other, as without them.
-        try:
-            waiting = _redis_thread().submit(get_store().run, step.second.plan)
-            try:
-                first = _do(step.first)
-            finally:
-                second = waiting.result()
-        finally:
-            _free.release()
-        return first, second
     return _do(step.first), _do(step.second)
-
-
-#: the threads that wait on Redis for :func:`_do`'s overlapped steps (created on first use)
-_redis_threads: ThreadPoolExecutor | None = None
-_redis_threads_lock = threading.Lock()
-_free = threading.BoundedSemaphore(REDIS_THREADS)
-
-
-def _redis_thread() -> ThreadPoolExecutor:
-    global _redis_threads
-    if _redis_threads is None:
-        with _redis_threads_lock:
-            if _redis_threads is None:
-                _redis_threads = ThreadPoolExecutor(
-                    max_workers=REDIS_THREADS, thread_name_prefix="presence-redis"
-                )
-    return _redis_threads
 
 
 async def _ado(step: Step) -> Any:

@@ -253,7 +253,7 @@ async def test_a_sweeps_batch_of_leaves_is_sent_once_each(
     users = list(range(10_001, 10_361))
     writes = []
     for n, uid in enumerate(users):
-        meta = '{"n":%d}' % n if n % 7 == 0 else None
+        meta = f'{{"n":{n}}}' if n % 7 == 0 else None
         writes.append(
             store.plans.join_room(ROOM, uid, f"c{uid}", start + n * 0.001, meta, n % 5 == 0)
         )

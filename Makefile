@@ -57,8 +57,10 @@ test: install
 # layer, not the database); SUITE_ARGS goes to every run. DATABASE_PASS=yes is .ci/run's
 # PostgreSQL pass, after the SQLite pass ran everything: what the database can change, without
 # the variants of Redis and the areas whose subject is not the database: the Redis store
-# (tests/store), the servers and processes (tests/load). The pages in Chromium (tests/browser)
-# run on both: the demo's pages read the database.
+# (tests/store), the servers and processes (tests/load) and the pages' scripts in Chromium
+# (tests/browser: what they drive is presence.js against daphne; every query the pages make
+# runs on PostgreSQL in the HTTP tests of the same pages, tests/core and tests/sites, and the
+# forum's Chromium tests run in its variant on both).
 # Its UUID run leaves out the fuzzers too (-m fuzz: a fixed seed, the same inputs in every run):
 # junk through the UUID site's ids ran in the SQLite pass, junk into PostgreSQL in its main run.
 XDIST ?= -n 2 --dist loadfile
@@ -69,13 +71,13 @@ ALONE := tests/load tests/browser
 ifeq ($(DATABASE_PASS),yes)
 REDIS_VARIANTS := no
 SUITE_ARGS += --ignore=tests/store
-ALONE := tests/browser
+ALONE :=
 UUID_TESTS += and not fuzz
 endif
 suite:
 	$(WITH_REDIS) sh -c '$(PY) -m pytest $(XDIST) --durations=25 $(SUITE_ARGS) \
 	    --ignore=tests/load --ignore=tests/browser $(PYTEST_ARGS) && \
-	  $(VARIANT) --durations=10 $(SUITE_ARGS) $(ALONE) && \
+	  if [ -n "$(ALONE)" ]; then $(VARIANT) --durations=10 $(SUITE_ARGS) $(ALONE); fi && \
 	  $(VARIANT) $(SUITE_ARGS) --ds=tests.settings.email -m email_site && \
 	  $(VARIANT) $(XDIST) --durations=10 $(SUITE_ARGS) --ds=tests.settings.uuid \
 	    -m "$(UUID_TESTS)" && \

@@ -100,7 +100,19 @@ for _python, _django in MATRIX:
     def smoke(session: nox.Session, django: str = _django) -> None:
         """The smoke of one pair (SMOKE); ``nox -s smoke-3.12-6.1 -- -x`` passes pytest options."""
         _install(session, django)
-        _pytest(session, "-q", "-p", "no:cacheprovider", *SMOKE, *session.posargs)
+        # In two processes, a file to each (tests/xdist_redis.py: a Redis of its own for each).
+        _pytest(
+            session,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadfile",
+            *SMOKE,
+            *session.posargs,
+        )
 
     @nox.session(name=f"tests-{_python}-{_django}", python=_python, tags=["full"])
     def tests(session: nox.Session, django: str = _django) -> None:

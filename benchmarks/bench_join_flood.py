@@ -68,6 +68,8 @@ SETTINGS = {
 #: the victim's rounds per phase, one every VICTIM_EVERY seconds (2 frames each: within
 #: RATE_LIMIT)
 ROUNDS = 40
+#: ``--quick``: a smoke of every phase (its medians are not judged)
+QUICK_ROUNDS = 8
 VICTIM_EVERY = 0.4
 #: attacker rounds before the victim starts measuring (the attack at full speed)
 WARM_UP = 1.0
@@ -160,18 +162,18 @@ async def victim_rounds(comm: WebsocketCommunicator, rounds: int) -> list[float]
 
 
 async def phase(
-    victim: WebsocketCommunicator, attacker: Any, rejoin: bool | None
+    victim: WebsocketCommunicator, attacker: Any, rejoin: bool | None, rounds: int
 ) -> dict[str, Any]:
     """The victim's join times while the attacker's sockets attack (``rejoin`` None: idle)."""
     if rejoin is None:
-        return {"times": await victim_rounds(victim, ROUNDS), "rate": 0.0, "closed": 0}
+        return {"times": await victim_rounds(victim, rounds), "rate": 0.0, "closed": 0}
     sockets = [Attacker(attacker, rejoin) for _ in range(SOCKETS)]
     stop = False
     tasks = [asyncio.ensure_future(s.run(lambda: not stop)) for s in sockets]
     started = time.perf_counter()
     try:
         await asyncio.sleep(WARM_UP)
-        times = await victim_rounds(victim, ROUNDS)
+        times = await victim_rounds(victim, rounds)
     finally:
         stop = True
         took = time.perf_counter() - started
@@ -201,9 +203,10 @@ async def measure(report: Report, users: list[Any]) -> None:
     victim.scope["user"] = victim_user
     assert (await victim.connect(timeout=60))[0]
     await victim_rounds(victim, 5)  # warm-up
-    idle = await phase(victim, attacker, None)
+    rounds = QUICK_ROUNDS if report.quick else ROUNDS
+    idle = await phase(victim, attacker, None, rounds)
     idle_median = median(idle["times"])
-    report.add(NAME, f"victim's join, idle (median of {ROUNDS})", ms(idle_median))
+    report.add(NAME, f"victim's join, idle (median of {rounds})", ms(idle_median))
     has_charge = hasattr(limits, "ROOM_MEMBERS_PER_FRAME")
     phases: list[tuple[str, bool, bool, bool]] = [
         ("re-joins of the big room", True, True, True),
@@ -215,7 +218,7 @@ async def measure(report: Report, users: list[Any]) -> None:
         say("  (no charge in this checkout: each join counts one frame)")
     for label, rejoin, on, judged in phases:
         with charge(on):
-            result = await phase(victim, attacker, rejoin)
+            result = await phase(victim, attacker, rejoin, rounds)
         under = median(result["times"])
         ratio = under / idle_median
         report.add(

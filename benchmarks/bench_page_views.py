@@ -5,10 +5,11 @@ process (``benchmarks.page_views_asgi`` on a free 127.0.0.1 port, stopped by its
 both sides; the client is another process (``benchmarks.page_views_client``: the ``websockets``
 client over loopback), so that its CPU is not the server's.
 
-- ours: open ``ws/presence/`` with a session cookie, subscribe to the viewer's 50 users (a graph
-  with a privacy mix, contacts, some blocks, half of them online) with the stamp of the page
-  rendered a moment before (presence.stamps, as presence.js does with the dots' stamp), wait for
-  the answer (only what changed since), send one heartbeat, close;
+- ours: open ``ws/presence/`` with a session cookie, subscribed in the opening request's URL (as
+  presence.js does; ``BENCH_PAGE_VIEWS_SUBSCRIBE=frame``: with a subscribe frame once open) to
+  the viewer's 50 users (a graph with a privacy mix, contacts, some blocks, half of them online)
+  with the stamp of the page rendered a moment before (presence.stamps, as presence.js does with
+  the dots' stamp), wait for the answer (only what changed since), send one heartbeat, close;
 - bare: open ``ws/bare/``, a consumer behind ``AuthMiddlewareStack`` that accepts, reads
   ``scope["user"]``, answers one frame and closes.
 
@@ -27,7 +28,8 @@ and the socket's answer merged onto each page is checked against ``bulk_presence
 viewer (the one resolver): privacy and the snapshot as the rest of presence sees them.
 
 ``BENCH_PAGE_VIEWS_PROFILE=1``: the server runs under cProfile (its event loop's thread) and the
-top functions (``BENCH_PAGE_VIEWS_TOP``, 20) of ours' last saturated phase are printed;
+top functions (``BENCH_PAGE_VIEWS_TOP``, 20) of ours' last saturated phase are printed (and the
+profile copied to ``BENCH_PAGE_VIEWS_KEEP``, a path, when set);
 ``=py-spy``: py-spy records ours' saturated phases (all threads), and the raw stacks are kept in
 the file the run names, for a closer look.
 """
@@ -38,6 +40,7 @@ import json
 import os
 import pstats
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +68,9 @@ RESIDENT = 20
 #: the sides measured at saturation: page views (bare, ours) and reconnects (full, resume)
 SATURATED = ("bare", "ours", "full", "resume")
 APP = "benchmarks.page_views_asgi:application"
+#: how ours subscribe: in the opening request's URL (``url``, presence.js), or with a subscribe
+#: frame once open (``frame``: clients that do not put it in the URL)
+SUBSCRIBE = os.environ.get("BENCH_PAGE_VIEWS_SUBSCRIBE", "url")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -203,6 +209,7 @@ def run_client(
         "in_flight": 200,
         "concurrency": concurrency,
         "keep": keep,
+        "subscribe": SUBSCRIBE,
     }
     with tempfile.NamedTemporaryFile("w", suffix=".json") as spec_file:
         json.dump(spec, spec_file)
@@ -481,6 +488,8 @@ def run(sizes: Sizes, report: Report) -> None:
     )
     if profile:
         print_profile(profile)
+        if keep := os.environ.get("BENCH_PAGE_VIEWS_KEEP"):
+            shutil.copy(profile, keep)  # for a closer look (pstats, snakeviz)
         os.unlink(profile)
     if pyspy:
         print_py_spy(pyspy)

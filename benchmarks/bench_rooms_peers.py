@@ -470,6 +470,10 @@ def _drop_users(aliases: list[str]) -> None:
     from django.contrib.auth import get_user_model
 
     for alias in {"default", *aliases}:
-        get_user_model()._default_manager.db_manager(alias).filter(pk__gte=BASE_ID)._raw_delete(
-            alias
+        # Only this benchmark's ids: other benchmarks' users (above and below) keep their rows.
+        mine = (
+            get_user_model()
+            ._default_manager.db_manager(alias)
+            .filter(pk__gte=BASE_ID, pk__lt=BASE_ID + len(users))
         )
+        mine._raw_delete(alias)

@@ -36,7 +36,7 @@ class Sizes:
             return cls(
                 population=100_000,
                 friends=1_000,
-                stale=100_000,
+                stale=25_000,
                 middleware_rounds=10,
                 middleware_requests=30,
                 friends_runs=5,

@@ -11,10 +11,12 @@ the full snapshot); ``resume`` with the stamp of the viewer's last answer (a rec
 presence.js's resume; the spec's ``stamps`` to start with); ``given`` with the page's
 own ``since``, each page once, in turn (the parent's check). One of ``bare`` opens the bare
 consumer's route with the same cookie and waits for its one frame (the server then closes).
-``rate`` > 0 offers page views at that rate (open loop, at most ``in_flight`` at once); 0 keeps
-``concurrency`` page views going (closed loop: saturation). ``keep`` answers are returned whole
-(the parent checks them). Mode ``hold`` opens ``resident`` sockets (tabs left open) and keeps
-them, heartbeating, until it is stopped.
+The subscription goes in the opening request's URL (``?users=...&since=...``), as presence.js
+sends it; the spec's ``subscribe: "frame"`` sends a subscribe frame once the socket is open
+instead (clients that do not subscribe in the URL). ``rate`` > 0 offers page views at that rate
+(open loop, at most ``in_flight`` at once); 0 keeps ``concurrency`` page views going (closed
+loop: saturation). ``keep`` answers are returned whole (the parent checks them). Mode ``hold``
+opens ``resident`` sockets (tabs left open) and keeps them, heartbeating, until it is stopped.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import random
 import sys
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from websockets.asyncio.client import connect
 
@@ -89,8 +92,21 @@ class Run:
 
     async def _ours(self, page: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         headers = {"Cookie": page["cookie"], "Origin": self.spec["origin"]}
-        async with connect(self.spec["url"] + "ws/presence/", additional_headers=headers) as ws:
-            await ws.send(json.dumps(self._subscribe(page)))
+        subscribe = self._subscribe(page)
+        url = self.spec["url"] + "ws/presence/"
+        in_url = self.spec.get("subscribe", "url") == "url"
+        if in_url:
+            # As presence.js opens a page's socket: the subscription in the opening request.
+            url += "?" + urlencode(
+                {
+                    "users": ",".join(map(str, subscribe["users"])),
+                    "since": subscribe["since"] or "",
+                },
+                safe=",",
+            )
+        async with connect(url, additional_headers=headers) as ws:
+            if not in_url:
+                await ws.send(json.dumps(subscribe))
             expected = set(map(str, page["users"]))
             presences: dict[str, Any] = {}
             unchanged: list[str] = []

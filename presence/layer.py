@@ -68,8 +68,24 @@ def _safe_prefix(key_prefix: str) -> str:
     return re.sub(r"[^a-zA-Z0-9\-_.]", "-", key_prefix)[:40]
 
 
+#: the settings the group names below were made under, and each user's group name: a page
+#: view's socket names the groups of its 50 users when it watches them and again when it closes
+_named: tuple[object, dict[UserId, str]] = (None, {})
+#: user group names kept at most (a miss costs one f-string)
+_NAMES_KEPT = 65536
+
+
 def group_name(user_id: UserId) -> str:
-    return f"{_group_prefix()}.user.{group_key(user_id)}"
+    global _named
+    conf = get_settings()  # the same object until PRESENCE changes (KEY_PREFIX with it)
+    made_under, names = _named
+    if made_under is not conf or len(names) >= _NAMES_KEPT:
+        names = {}
+        _named = (conf, names)
+    name = names.get(user_id)
+    if name is None:
+        name = names[user_id] = f"{_safe_prefix(conf.KEY_PREFIX)}.user.{group_key(user_id)}"
+    return name
 
 
 def account_group_name(user_id: UserId) -> str:

@@ -46,6 +46,7 @@ __all__ = [
     "apresence_for_viewers",
     "asnapshot",
     "asweep",
+    "changes_plan",
     "limits",
     "user_deleted",
 ]
@@ -322,20 +323,36 @@ async def achanged_since(
 def _changed_since(
     targets: Collection[UserId], viewer_id: UserId, since: float
 ) -> Operation[set[UserId] | None]:
+    plan = changes_plan(targets, viewer_id, since)
+    if not plan.commands:
+        return set()
+    return (yield from redis(plan, live=True))
+
+
+def changes_plan(
+    targets: Collection[UserId], viewer_id: UserId, since: float
+) -> Plan[set[UserId] | None]:
+    """:func:`achanged_since`'s read as a plan, its answer the same: a socket that subscribes
+    in its opening request reads it in the round trip of its opening write (aconnect_checking).
+    No commands when there is nothing to ask."""
     store = get_store()
     low = since - STAMP_SLACK
     reciprocal = get_settings().RECIPROCAL_LAST_SEEN is True
     asked = [*targets, viewer_id] if reciprocal else list(targets)
     if not asked:
-        return set()
-    plan = store.plans.changed_since(asked, low, resolution.now() + STAMP_SLACK)
-    found = yield from redis(plan, live=True)
-    if found is None:
-        return None
-    kept_since, changed = found
-    if kept_since > low or (reciprocal and viewer_id in changed):
-        return None
-    return changed.intersection(targets)
+        return Plan(commands=[], parse=lambda replies: set(), fallback=set())
+    read = store.plans.changed_since(asked, low, resolution.now() + STAMP_SLACK)
+
+    def parse(replies: list[Any]) -> set[UserId] | None:
+        found = read.parse(replies)
+        if found is None:
+            return None
+        kept_since, changed = found
+        if kept_since > low or (reciprocal and viewer_id in changed):
+            return None
+        return changed.intersection(targets)
+
+    return Plan(commands=read.commands, parse=parse, fallback=None)
 
 
 # --- a deleted user -----------------------------------------------------------------------------

@@ -28,6 +28,12 @@ def allowed_hosts() -> list[str]:
     return allowed
 
 
+#: set in the scope by the ASGI wiring's validator (PresenceOriginValidator) once it found the
+#: origin not foreign: the consumer's own check then need not parse it again. A scope key, not a
+#: header: no client can set it.
+ORIGIN_CHECKED = "presence.origin_checked"
+
+
 def foreign_origin(scope: dict[str, Any]) -> bool:
     """Whether a browser page of another site opened this connection: its ``Origin`` is outside
     ALLOWED_HOSTS, ``null`` or unreadable. No ``Origin`` at all: not a browser, not foreign."""

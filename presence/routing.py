@@ -14,7 +14,7 @@ from channels.security.websocket import WebsocketDenier
 from django.urls import path
 
 from presence.consumers import PresenceConsumer
-from presence.origins import foreign_origin
+from presence.origins import ORIGIN_CHECKED, foreign_origin
 
 websocket_urlpatterns = [
     path("ws/presence/", PresenceConsumer.as_asgi(), name="presence-socket"),
@@ -36,4 +36,4 @@ class PresenceOriginValidator:
             raise ValueError("PresenceOriginValidator guards WebSocket connections only.")
         if foreign_origin(scope):
             return await WebsocketDenier()(scope, receive, send)
-        return await self.application(scope, receive, send)
+        return await self.application({**scope, ORIGIN_CHECKED: True}, receive, send)

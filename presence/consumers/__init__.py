@@ -30,7 +30,6 @@ from __future__ import annotations
 # presence.consumers.sessions has long been presence.sessions (tests reach it that way)
 from presence import sessions as sessions
 from presence.consumers.consumer import PresenceConsumer
-from presence.consumers.handlers import read_user_ids
 from presence.consumers.limits import (
     ANSWER_BYTES_PER_FRAME,
     CLOSE_FOREIGN_ORIGIN,
@@ -54,6 +53,7 @@ from presence.consumers.sending import (
     server_connection,
     unsent_bytes,
 )
+from presence.consumers.subscribing import read_user_ids
 from presence.consumers.tidy import TIDY_INTERVAL, tidy_database_connections
 
 __all__ = [

@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from presence import admission, domain, lifecycle, metrics, sessions, users
 from presence.conf import get_settings
-from presence.consumers import frames, handlers, rooms
+from presence.consumers import frames, handlers, opening_request, rooms
 from presence.consumers.credentials import Credentials
 from presence.consumers.limits import (
     CLOSE_FOREIGN_ORIGIN,
@@ -203,17 +203,17 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.hub.attach(self)
         self.attached = True
         metrics.CONNECTIONS.inc()
-        if self.credential is None:
-            opened = await lifecycle.aconnect(self.user, self.connection_id, device.value)
-        else:
-            # Recent logouts are read in the opening write's round trip; a socket closed for
-            # one is signed off again at once (disconnect).
-            opened, (ended, changed) = await lifecycle.aconnect_checking(
-                self.user, self.connection_id, device.value, self.credentials.recent_ends_check()
-            )
-            if await self.credentials.ended_meanwhile(ended, changed):
-                self._give_places_back()
-                return
+        # The subscription of the opening request (docs/websocket.md): its users watched now,
+        # what changed since its stamp read in the opening write's round trip, answered below.
+        arrived = time.time()
+        subscription = await opening_request.subscription(self, self.scope.get("query_string", b""))
+        # Recent logouts are read in the opening write's round trip too; a socket closed for
+        # one is signed off again at once (disconnect).
+        check = None if self.credential is None else self.credentials.recent_ends_check()
+        opened, ends, changed = await opening_request.write(self, device, check, subscription)
+        if ends is not None and await self.credentials.ended_meanwhile(*ends):
+            self._give_places_back()
+            return
         if opened is not None and opened.refused:
             # The next socket in turn opens now, not once this one's close is answered.
             self._give_places_back()
@@ -222,6 +222,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if await handlers.close_refused(self, opened):
             return
         self.state.written_at = time.time()
+        if subscription is not None:
+            await opening_request.answer(self, subscription, changed, arrived)
 
     async def _too_many(self) -> None:
         logger.info("Presence: closing connection of user %s: too many connections", self.viewer_id)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from django.utils.translation import gettext
 
@@ -44,13 +46,20 @@ async def receive(socket: Socket, text_data: str | None) -> None:
     if not rate.allow(arrived):
         await rate_limited(socket)
         return
+    await answer(socket, arrived, _handle(socket, text_data))
+
+
+async def answer(socket: Socket, arrived: float, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work``, the answer to a client's request (a frame, or the subscription of the
+    opening request) that arrived at ``arrived``: its failures are told to the client, the
+    connection goes on, and the answer's bytes weigh against RATE_LIMIT."""
     answered = [0]
     counting = answer_bytes.set(answered)
     try:
         # What this frame changes is announced as made when it arrived (coalescing windows
         # count from then: see Hub.changed).
         with announce.change_started_at(arrived):
-            await _answer(socket, text_data)
+            await _answer(socket, work)
     except ClientGone:
         # Its websocket.disconnect is queued behind this frame, and will clean up.
         logger.debug("Presence: user %s left while a frame was answered", socket.viewer_id)
@@ -61,7 +70,13 @@ async def receive(socket: Socket, text_data: str | None) -> None:
     # A small frame may ask for a large answer (a snapshot): its bytes weigh too.
     extra = answered[0] // ANSWER_BYTES_PER_FRAME
     if extra and socket.attached:
-        rate.charge(time.time(), extra)
+        socket.state.rate.charge(time.time(), extra)
+
+
+async def _handle(socket: Socket, text_data: str | None) -> None:
+    message = FRAMES.parse(text_data, socket.state.limits)
+    metrics.frame_received(message)
+    await FRAMES.handle(socket, message)
 
 
 def beat_quietly(socket: Socket, text_data: str | None) -> bool:
@@ -93,11 +108,9 @@ def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
     )
 
 
-async def _answer(socket: Socket, text_data: str | None) -> None:
+async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
     try:
-        message = FRAMES.parse(text_data, socket.state.limits)
-        metrics.frame_received(message)
-        await FRAMES.handle(socket, message)
+        await work
     except domain.InvalidInput as error:
         await socket.send_error(error.code, error.message)
     except ClientGone:

@@ -9,14 +9,16 @@ from urllib.parse import parse_qs
 from django.utils.translation import gettext
 
 from presence import domain
-from presence.origins import foreign_origin
+from presence.origins import ORIGIN_CHECKED, foreign_origin
 
 
 def opened_from_foreign_origin(scope: dict[str, Any]) -> bool:
     """Whether a browser page of another site opened this socket, as the ASGI wiring's
     PresenceOriginValidator decides (presence.origins), in case a site forgot it or wired
-    channels' validator. No Origin header: not a browser, so no cross-site risk."""
-    return foreign_origin(scope)
+    channels' validator. No Origin header: not a browser, so no cross-site risk. Not checked
+    twice where PresenceOriginValidator let it through (a page view's socket parsed its Origin
+    and read ALLOWED_HOSTS twice)."""
+    return not scope.get(ORIGIN_CHECKED) and foreign_origin(scope)
 
 
 def device_of(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:

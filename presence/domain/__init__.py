@@ -65,6 +65,7 @@ from presence.domain.protocol import (
     UnwatchCount,
     WatchCount,
     parse_frame,
+    parse_subscription_query,
 )
 from presence.domain.resolver import (
     DAY,
@@ -150,6 +151,7 @@ __all__ = [
     "offline_at",
     "parse_frame",
     "parse_status_change",
+    "parse_subscription_query",
     "permits",
     "resolve",
     "shows_last_seen",

@@ -1,5 +1,6 @@
 """The WebSocket frames a client sends, validated: the consumer's whole input surface, kept pure.
-:func:`parse_frame` turns one text frame into a message or raises :class:`InvalidInput`."""
+:func:`parse_frame` turns one text frame into a message or raises :class:`InvalidInput`;
+:func:`parse_subscription_query` reads the subscribe an opening request's URL carries."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from django.utils.translation import gettext
 
@@ -165,6 +167,49 @@ def _since(since: Any) -> str | None:
             gettext("'since' must be a stamp the server gave (a string), or null."),
         )
     return since
+
+
+def parse_subscription_query(query_string: bytes, limits: Limits) -> Subscribe | None:
+    """The subscription a socket's opening request carries in its query string,
+    ``users=ID,ID,...`` and optionally ``since=STAMP`` (``since=`` alone: null), checked as a
+    subscribe frame's (the same errors); None when it names no ``users`` (or none in it). Each id is
+    percent-encoded on its own (a comma inside one is ``%2C``), UTF-8."""
+    if len(query_string) > limits.max_frame_bytes:
+        raise InvalidInput(
+            "invalid_value",
+            gettext("The query string is %(size)d bytes long; at most %(limit)d.")
+            % {"size": len(query_string), "limit": limits.max_frame_bytes},
+        )
+    fields: dict[str, list[bytes]] = {}
+    for part in query_string.split(b"&"):
+        name, _, value = part.partition(b"=")
+        if name in (b"users", b"since"):
+            fields.setdefault(name.decode(), []).append(value)
+    if "users" not in fields:
+        if "since" in fields:
+            raise InvalidInput("invalid_message", gettext("'since' goes with 'users'."))
+        return None
+    if any(len(values) > 1 for values in fields.values()):
+        raise InvalidInput(
+            "invalid_message", gettext("Name 'users' and 'since' at most once each.")
+        )
+    raw = fields["users"][0]
+    if not raw:
+        return None  # no ids: nothing to subscribe, nothing to answer
+    try:
+        if raw.isascii() and b"%" not in raw:
+            users = raw.decode().split(",")  # the usual ids: nothing to unquote
+        else:
+            users = [unquote_to_bytes(piece).decode() for piece in raw.split(b",")]
+        since = [unquote_to_bytes(value).decode() for value in fields.get("since", [])]
+    except UnicodeDecodeError:
+        raise InvalidInput(
+            "invalid_value", gettext("The query string is not percent-encoded UTF-8.")
+        ) from None
+    ids = _user_ids({"users": users}, limits)
+    if not since:
+        return Subscribe(ids)
+    return Subscribe(ids, stamped=True, since=_since(since[0] or None))
 
 
 def _nests_too_deeply() -> InvalidInput:

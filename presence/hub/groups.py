@@ -45,6 +45,10 @@ class Groups:
         self.lingering: dict[str, float] = {}
         self._letting_go: asyncio.Task[None] | None = None
 
+    def in_turns(self) -> bool:
+        """Whether any join or leave is still on its way to the layer."""
+        return bool(self._turns)
+
     def joining(self, group: str) -> asyncio.Future[None] | None:
         """The last join or leave of ``group`` still on its way to the layer, if any."""
         return self._turns.get(group)

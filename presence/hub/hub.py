@@ -107,7 +107,7 @@ class Hub:
         self.registry.connections.discard(connection)
         self.counts.discard(connection)
         # Its groups linger (Groups.let_go): the next page's socket needs most of them again.
-        await self.unwatch(connection, self.registry.watchers.keys_of(connection), linger=True)
+        await self._unwatched(self.registry.watchers.discard_all(connection), linger=True)
         for kind in self.registry.topics.kinds_of(connection):
             for key in self.registry.topics.keys_of(connection, kind):
                 await self.leave_topic(connection, kind, key)
@@ -123,15 +123,19 @@ class Hub:
         if connection not in self.registry.connections:
             return  # detached meanwhile (closed by the server while its frame was handled)
         watchers = self.registry.watchers
-        first = []
+        user_ids = list(user_ids)
+        first = watchers.add_all(connection, user_ids)
         joining: list[asyncio.Future[None]] = []
-        for user_id in user_ids:
-            if watchers.add(connection, user_id):
-                first.append(user_id)
-            elif (turn := self.groups.joining(watchers.group(user_id))) is not None:
-                # Another connection's join of this group is still on its way to the layer:
-                # a snapshot read before it lands could miss a change announced meanwhile.
-                joining.append(turn)
+        if self.groups.in_turns():
+            new = set(first)
+            for user_id in user_ids:
+                if user_id in new:
+                    continue
+                if (turn := self.groups.joining(watchers.group(user_id))) is not None:
+                    # Another connection's join of this group is still on its way to the
+                    # layer: a snapshot read before it lands could miss a change announced
+                    # meanwhile.
+                    joining.append(turn)
         metrics.WATCHED_USERS.inc(len(first))
         await self.groups.join_users(first)
         if joining:
@@ -140,16 +144,20 @@ class Hub:
     async def unwatch(
         self, connection: Connection, user_ids: Iterable[UserId], linger: bool = False
     ) -> None:
-        last = []
+        watchers = self.registry.watchers
+        last = [uid for uid in user_ids if watchers.discard(connection, uid)]
+        await self._unwatched(last, linger)
+
+    async def _unwatched(self, last: list[UserId], linger: bool) -> None:
+        """Nobody here watches these users any more: nothing to deliver, nothing to rejoin;
+        their groups are left (or linger)."""
         never_joined = []
-        for user_id in user_ids:
-            if self.registry.watchers.discard(connection, user_id):
-                # Nobody here watches them any more: nothing to deliver, nothing to rejoin.
-                self.delivery.pending.pop(user_id, None)
-                if user_id in self.groups.unjoined:
-                    self.groups.unjoined.discard(user_id)
-                    never_joined.append(user_id)
-                last.append(user_id)
+        pending, unjoined = self.delivery.pending, self.groups.unjoined
+        for user_id in last:
+            pending.pop(user_id, None)
+            if user_id in unjoined:
+                unjoined.discard(user_id)
+                never_joined.append(user_id)
         metrics.WATCHED_USERS.dec(len(last))
         if linger:
             # A group whose join failed is left now (it may have reached the layer), not kept.

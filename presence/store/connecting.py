@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +23,11 @@ from redis.retry import Retry
 from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner
 
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is a dependency (redis[hiredis])
+    _hiredis_pack = None  # type: ignore[assignment]
+
 
 def stale_connection_retry(retry_class: Any) -> Any:
     """redis-py's retry policy for presence's clients: once, at once, and only when the
@@ -29,6 +35,41 @@ def stale_connection_retry(retry_class: Any) -> Any:
     answers). Never on a timeout: a slow command may have run, and must not run twice; and a
     down Redis costs a page one short timeout, not several (our own failure policy)."""
     return retry_class(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
+#: connection class -> its subclass packing commands with hiredis (see hiredis_packing)
+_packing: dict[type, type] = {}
+
+
+def hiredis_packing(connection_class: type) -> type:
+    """``connection_class`` (one of redis.asyncio's) packing its commands in C with hiredis, as
+    redis-py's sync connections do and its asyncio ones do not: a page view's few pipelines of
+    a hundred-odd arguments cost more to pack in Python than Redis takes to run them. A command
+    hiredis refuses (an argument of no type it packs) is packed as before, which raises redis-py's
+    own DataError for it."""
+    if _hiredis_pack is None:  # pragma: no cover
+        return connection_class
+    packing = _packing.get(connection_class)
+    if packing is None:
+        pack = _hiredis_pack
+
+        def pack_command(self: Any, *args: Any) -> list[bytes]:
+            # As redis-py's: "CONFIG GET" names are split into their words.
+            if isinstance(args[0], str):
+                args = (*args[0].encode().split(), *args[1:])
+            elif b" " in args[0]:
+                args = (*args[0].split(), *args[1:])
+            try:
+                return [pack(args)]
+            except TypeError:
+                return python_pack(self, *args)
+
+        python_pack: Callable[..., list[bytes]] = connection_class.pack_command  # type: ignore[attr-defined]
+        packing = type(
+            connection_class.__name__, (connection_class,), {"pack_command": pack_command}
+        )
+        _packing[connection_class] = packing
+    return packing
 
 
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
@@ -138,6 +179,9 @@ class Connections:
                 timeout=live_timeout,
                 **kwargs,
             )
+            if pool.connection_kwargs.get("encoding", "utf-8").lower() in ("utf-8", "utf8"):
+                # hiredis packs str as UTF-8, as redis-py does unless told otherwise.
+                pool.connection_class = hiredis_packing(pool.connection_class)
             client = redis.asyncio.Redis(connection_pool=pool)
             self._async_clients[loop] = client
         return client

@@ -25,6 +25,7 @@ from tests.browser.pages import (
     WAIT_MS,
     Browser,
     expect,
+    opening_subscription,
     presence,
 )
 from tests.browser.pages import browser as browser
@@ -96,7 +97,7 @@ def test_without_an_asgi_server_the_client_says_once_why_it_polls(
     a.log_in()
     home = a.page.url
     deadline = time.monotonic() + 15
-    while len([w for w in a.sockets if w.url.endswith("/ws/presence/")]) < 4:
+    while len([w for w in a.sockets if urlsplit(w.url).path == "/ws/presence/"]) < 4:
         assert time.monotonic() < deadline, "the page retries the socket"
         a.page.wait_for_timeout(200)
     told = [(url, text) for url, text in warnings if "could not be opened" in text]
@@ -215,6 +216,9 @@ class ScriptedServer:
 
     def __call__(self, ws: Any) -> None:
         self.sockets.append(ws)
+        # The subscription of the opening request, as the subscribe frame it stands for.
+        if (subscription := opening_subscription(ws.url)) is not None:
+            self.received.append(subscription)
         ws.on_message(lambda message: self.received.append(json.loads(message)))
 
     def send(self, message: dict[str, Any]) -> None:

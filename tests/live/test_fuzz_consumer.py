@@ -400,15 +400,22 @@ USER_AGENTS = {
 }
 
 
+#: what a subscription in the opening request may be answered with instead of its snapshot
+URL_SUBSCRIPTION_ERRORS = frozenset(
+    {"invalid_value", "invalid_message", "too_many_subscriptions", "unknown_users"}
+)
+
+
 async def test_fuzzed_handshakes_are_served_or_closed_as_documented(
     sockets: Sockets,
     make_user: Callable[..., Any],
     clock: time_machine.Coordinates,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Any query string (``?device=`` of any bytes, repeated, percent-escaped), User-Agent and
-    Origin: a foreign Origin is closed with 4403; else the connection is served, as the asked
-    device kind, or the guessed one after one invalid_value error."""
+    """Any query string (``?device=`` of any bytes, repeated, percent-escaped; ``users`` and
+    ``since`` too), User-Agent and Origin: a foreign Origin is closed with 4403; else the
+    connection is served, as the asked device kind, or the guessed one after one invalid_value
+    error, and a subscription in the URL is answered or refused with the subscribe's errors."""
     caplog.set_level(logging.WARNING)
     loop = asyncio.get_running_loop()
     failures: list[BaseException] = []
@@ -422,6 +429,9 @@ async def test_fuzzed_handshakes_are_served_or_closed_as_documented(
             device_value.map(lambda value: b"device=" + value),
             st.binary(max_size=12),
             st.sampled_from([b"device", b"=", b"&&", b"%", b"%zz", b"device=%ff"]),
+            st.sampled_from(
+                [b"users=1,x", b"users=%ff", b"users", b"since=1.a", b"users=7&since="]
+            ),
         ),
         max_size=3,
     ).map(b"&".join)
@@ -474,8 +484,21 @@ async def test_fuzzed_handshakes_are_served_or_closed_as_documented(
             if asked is not None:
                 answer = await communicator.receive_json_from(timeout=TIMEOUT)
                 check_error(answer, frozenset({"invalid_value"}))
-        await communicator.send_json_to({"type": "subscribe", "users": [_spellings([user])[0]]})
+        own_id = _spellings([user])[0]
+        await communicator.send_json_to({"type": "subscribe", "users": [own_id]})
+        # A query naming users (or since) subscribes in the opening request: its answer, or the
+        # subscribe's own errors, come first (docs/websocket.md).
+        in_url = {part.partition(b"=")[0] for part in query.split(b"&")} & {b"users", b"since"}
         snapshot = await communicator.receive_json_from(timeout=TIMEOUT)
+        while in_url and (
+            snapshot["type"] == "error" or str(own_id) not in snapshot.get("presences", {})
+        ):
+            if snapshot["type"] == "error":
+                told = {k: v for k, v in snapshot.items() if k != "users"}  # unknown_users'
+                check_error(told, URL_SUBSCRIPTION_ERRORS)
+            else:
+                assert snapshot["type"] == "presence_state", snapshot
+            snapshot = await communicator.receive_json_from(timeout=TIMEOUT)
         assert snapshot["type"] == "presence_state", snapshot
         (own,) = snapshot["presences"].values()
         check_presence(own, own=True)

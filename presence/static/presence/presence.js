@@ -21,7 +21,9 @@
  * Stamps: a user whose every element carries the same data-presence-since (the dots of
  * {% presence_dot %}) is subscribed with that stamp, and the server sends only what changed since
  * the page was rendered; each snapshot's stamp is kept, and a reconnect resubscribes with it, so
- * it is sent only what changed while it was away (or everything, when away too long).
+ * it is sent only what changed while it was away (or everything, when away too long). The page's
+ * users (those sharing a stamp, up to 2,000 characters of ids) are subscribed in the socket's
+ * opening request (?users=...&since=...), answered at connect; the others by subscribe frames.
  *
  * API (window.presence):
  *   on(event, fn) -> function that removes the listener; fn(detail). Events:
@@ -75,6 +77,7 @@
   const STATUS_TIMEOUT_MS = 10000;
   const CLOCK_MS = 30000; // relative times are rewritten this often
   const MAX_IDS = 500; // per HTTP request and per subscribe frame
+  const URL_IDS_LENGTH = 2000; // characters of ids in the socket's opening request, at most
   const CLOSE_UNAUTHORIZED = 4401;
   const CLOSE_FORBIDDEN = 4403;
   const CLOSE_RATE_LIMITED = 4429;
@@ -349,10 +352,12 @@
     clearTimeout(retryTimer);
     if (!socketUrl || socket || state === "unauthorized" || state === "forbidden") return;
     setState("connecting");
-    const ws = new WebSocket(socketUrl);
+    const ws = new WebSocket(openingUrl());
     socket = ws;
     ws.onopen = () => {
       everOpened = true;
+      // Subscribed by the opening request: its answer is on its way (sync sends the rest).
+      openingIds.forEach((id) => subscribed.add(id));
       // Not at once: a server that accepts and drops every connection must not be hammered.
       stableTimer = setTimeout(() => {
         attempts = 0;
@@ -507,13 +512,7 @@
       const fresh = ids.filter((id) => !subscribed.has(id));
       const gone = Array.from(subscribed).filter((id) => !present.has(id));
       // One subscribe per stamp (null: none, the full snapshot); each answer brings a stamp.
-      const bySince = new Map();
-      fresh.forEach((id) => {
-        const since = stamps.get(id) || pageStamp(id);
-        if (!bySince.has(since)) bySince.set(since, []);
-        bySince.get(since).push(id);
-      });
-      bySince.forEach((group, since) => {
+      bySince(fresh).forEach((group, since) => {
         for (let i = 0; i < group.length; i += MAX_IDS) {
           const chunk = group.slice(i, i + MAX_IDS);
           chunk.forEach((id) => subscribed.add(id));
@@ -533,6 +532,43 @@
     } else if (polling() && unknown.length) {
       load(unknown);
     }
+  }
+
+  // The ids grouped by the stamp each is shown with: its last snapshot's, or its page's.
+  function bySince(ids) {
+    const groups = new Map();
+    ids.forEach((id) => {
+      const since = stamps.get(id) || pageStamp(id);
+      if (!groups.has(since)) groups.set(since, []);
+      groups.get(since).push(id);
+    });
+    return groups;
+  }
+
+  // The socket's URL with the subscription of its opening request (?users=...&since=...): the
+  // server answers it at connect, one frame and one round trip before a subscribe would be. The
+  // largest group of the page's users sharing a stamp, as many as fit in URL_IDS_LENGTH
+  // characters (proxies and servers limit a request's length); sync subscribes the rest.
+  let openingIds = [];
+  function openingUrl() {
+    openingIds = [];
+    let since = null;
+    let best = [];
+    bySince(watchedIds()).forEach((group, stamp) => {
+      if (group.length > best.length) [since, best] = [stamp, group];
+    });
+    const parts = [];
+    let length = 0;
+    for (const id of best.slice(0, MAX_IDS)) {
+      const part = encodeURIComponent(id); // a comma inside an id is %2C
+      if (length + part.length + 1 > URL_IDS_LENGTH) break;
+      parts.push(part);
+      openingIds.push(id);
+      length += part.length + 1;
+    }
+    if (!parts.length) return socketUrl;
+    const query = `users=${parts.join(",")}&since=${encodeURIComponent(since || "")}`;
+    return socketUrl + (socketUrl.includes("?") ? "&" : "?") + query;
   }
 
   // The stamp every element of this user carries (the server rendered them all at once), or

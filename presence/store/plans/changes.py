@@ -20,9 +20,15 @@ class ChangePlans(PlanArea):
 
     def _by_shard(self, user_ids: Iterable[UserId]) -> dict[int, list[Any]]:
         keys = self.keys
+        buckets, tags = keys.conf.BUCKETS, len(keys.tags)
         shards: dict[int, list[Any]] = defaultdict(list)
         for user_id in dict.fromkeys(user_ids):
-            shards[keys.shard_of(keys.bucket_of(user_id))].append(encode_id(user_id))
+            if type(user_id) is int:
+                # bucket_of, shard_of and encode_id of an integer id, inline: a page view's
+                # socket reads the stamps of its 50 users.
+                shards[user_id % buckets % tags].append(user_id)
+            else:
+                shards[keys.shard_of(keys.bucket_of(user_id))].append(encode_id(user_id))
         return shards
 
     def stamp_changes(self, user_ids: Iterable[UserId], now: float, keep: float) -> Plan[bool]:

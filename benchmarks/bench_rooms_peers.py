@@ -444,7 +444,7 @@ def run(sizes: Sizes, report: Report) -> None:
             flush(raw_client())
             _empty_peers(aliases)
     _empty_peers(aliases)
-    _drop_users(aliases)
+    _drop_users(aliases, len(users))
 
 
 def _empty_peers(aliases: list[str]) -> None:
@@ -463,8 +463,8 @@ def _empty_peers(aliases: list[str]) -> None:
             Room.objects.using(alias).all()._raw_delete(alias)
 
 
-def _drop_users(aliases: list[str]) -> None:
-    """The run's users gone: one DELETE per database, without the per-user erase of
+def _drop_users(aliases: list[str], count: int) -> None:
+    """The run's ``count`` users gone: one DELETE per database, without the per-user erase of
     presence's delete receiver (100,000 of them; nothing else of these users is in the
     database, and Redis is flushed)."""
     from django.contrib.auth import get_user_model
@@ -474,6 +474,6 @@ def _drop_users(aliases: list[str]) -> None:
         mine = (
             get_user_model()
             ._default_manager.db_manager(alias)
-            .filter(pk__gte=BASE_ID, pk__lt=BASE_ID + len(users))
+            .filter(pk__gte=BASE_ID, pk__lt=BASE_ID + count)
         )
         mine._raw_delete(alias)

@@ -15,7 +15,7 @@ never doubled).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -33,17 +33,21 @@ def send_made(result: Any) -> None:
     room write or sweep carrying some, None, or a list of them (a merged plan's replies, where
     other replies are left alone). Each is sent once its outbox entry is claimed here."""
     store = get_store()
+    # a room's entry per claim: a sweep's batch of leaves shares one, claimed once for all
+    claims: dict[tuple[str, str], Callable[[], bool]] = {}
     for transition in _transitions(result):
         if isinstance(transition, RoomTransition):
             room, entry = transition.room, transition.entry
+            if entry is not None and (room, entry) not in claims:
+                claims[room, entry] = _once(
+                    partial(store.run, store.plans.claim_room_entry(room, entry))
+                )
             signals.send_room_transition(
                 transition.user_id,
                 room,
                 transition.made,
                 transition.at,
-                None
-                if entry is None
-                else partial(store.run, store.plans.claim_room_entry(room, entry)),
+                None if entry is None else claims[room, entry],
             )
         elif not transition.made or transition.at is None:
             continue
@@ -59,6 +63,26 @@ def send_made(result: Any) -> None:
                 transition.at,
                 transition.invisible,
             )
+
+
+def _once(claim: Callable[[], bool]) -> Callable[[], bool]:
+    """``claim`` run on the first call only; every call answers as it did (raising if it
+    raised: then none of the batch is sent here, and its entry, if still there, is the
+    sweep's). The receivers' one thread calls it, so no lock."""
+    outcome: list[Any] = []
+
+    def claimed() -> bool:
+        if not outcome:
+            try:
+                outcome.append((claim(), None))
+            except Exception as failure:
+                outcome.append((False, failure))
+        won, failed = outcome[0]
+        if failed is not None:
+            raise failed
+        return bool(won)
+
+    return claimed
 
 
 def _transitions(result: Any) -> Iterator[Transition | RoomTransition]:

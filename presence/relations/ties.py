@@ -138,19 +138,27 @@ def contacts_among(
     return found
 
 
-def ties_of(viewers: Collection[UserId]) -> dict[UserId, tuple[set[UserId], set[UserId]]]:
-    """:func:`viewer_ties` of many viewers (a batch of a room's joins): each viewer's contacts
-    and counterparts in a block either way, in two queries."""
-    found: dict[UserId, tuple[set[UserId], set[UserId]]] = {
-        viewer: (set(), set()) for viewer in viewers
-    }
+def ties_of(viewers: Collection[UserId]) -> dict[UserId, Ties]:
+    """:func:`viewer_ties` of many viewers (a batch of a room's joins), in four queries."""
+    found = {viewer: Ties(set(), set(), set()) for viewer in viewers}
     if not found:
         return found
-    rows = Contact.objects.filter(owner__in=list(found)).values_list("owner_id", "contact_id")
-    for owner, contact in rows:
-        found[owner][0].add(contact)
+    ids: list[Any] = list(found)  # (the ORM's stubs type a pk lookup by the model's pk)
+    for owner, contact in Contact.objects.filter(owner__in=ids).values_list(
+        "owner_id", "contact_id"
+    ):
+        found[owner].contacts.add(contact)
     for viewer, counterparts in blocks_between(found.keys()).items():
-        found[viewer][1].update(counterparts)
+        found[viewer].blocked.update(counterparts)
+    # who may show each viewer more: a contact row naming them, an "always share" exception
+    for owner, viewer in Contact.objects.filter(contact__in=ids).values_list(
+        "owner_id", "contact_id"
+    ):
+        found[viewer].admitting.add(owner)
+    for owner, viewer in PrivacyException.objects.filter(
+        viewer__in=ids, setting="online_visibility", allow=True
+    ).values_list("owner_id", "viewer_id"):
+        found[viewer].admitting.add(owner)
     return found
 
 

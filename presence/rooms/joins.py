@@ -9,8 +9,9 @@ arrive while the room's previous batch is under way wait for it, then go togethe
 (:class:`JoinBatches`; a join alone goes at once, as before, through
 :func:`~presence.rooms.reading.ajoin_room_state`). A batch (:func:`ajoin_many`) is:
 
-- one Redis round trip: every join script, the room's first members by join time once, and
-  the joiners' looked-up users (each joiner, their contacts and blocks) once;
+- one Redis round trip: every join script, the room's first members by join time once per
+  kind (its public ones, through its index, for joiners read so alone), and the joiners'
+  looked-up users (each joiner, their contacts, blocks and who may show them more) once;
 - then at once: the candidates' facts with their relations to every joiner (three queries,
   ``relations.load_pairs``) and their live state (one script);
 - each (candidate, relation) resolved once, by the one resolver, for every joiner: a joiner
@@ -52,13 +53,15 @@ from presence.rooms.cursors import with_next
 from presence.rooms.reading import (
     SCAN_FACTOR,
     RoomEntry,
+    _full,
     _lookups,
     _widened,
     ajoin_room_state,
     rank,
+    room_entries,
     room_entry,
 )
-from presence.rooms.rule import may_enter, room_rule
+from presence.rooms.rule import room_rule
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import MemberEntry, RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -118,31 +121,7 @@ async def _entries(key: tuple[Room, bool], viewers: list[Any]) -> list[RoomEntry
     if len(viewers) == 1:
         return [await sync_to_async(room_entry)(viewers[0], room, own)]
 
-    def each() -> list[RoomEntry | BaseException]:
-        allowed: dict[int, bool | BaseException] = {}
-        for viewer in viewers:
-            try:
-                allowed[id(viewer)] = may_enter(viewer, room)
-            except Exception as failure:  # the site's rule failing for one user
-                allowed[id(viewer)] = failure
-        ids = [viewer_pk(viewer) for viewer in viewers if allowed[id(viewer)] is True]
-        ties = relations.ties_of(ids)
-        # Each joiner's own facts (relation SELF), as room_entry reads them one by one.
-        mine = relations.load(None, ids) if own and ids else {}
-        found: list[RoomEntry | BaseException] = []
-        for viewer in viewers:
-            verdict = allowed[id(viewer)]
-            if verdict is not True:
-                found.append(verdict if isinstance(verdict, BaseException) else RoomEntry(False))
-                continue
-            viewer_id = viewer_pk(viewer)
-            contacts, blocked = ties[viewer_id]
-            facts = mine.get(viewer_id)
-            own_facts = {viewer_id: (domain.SELF, facts[1])} if facts is not None else {}
-            found.append(RoomEntry(True, set(contacts), set(blocked), own_facts))
-        return found
-
-    return await sync_to_async(each)()
+    return await sync_to_async(room_entries)(room, viewers, own)
 
 
 async def _joins(room: Room, joins: list[Joining]) -> list[Answer | BaseException]:
@@ -219,9 +198,13 @@ async def ajoin_many(
         ]
     store = get_store()
     now = resolution.now()
-    first = SCAN_FACTOR * get_settings().ROOM_LIST_LIMIT
-    lookups = {id(joining): _lookups(joining.user, joining.entry) for joining in joins}
+    limit = get_settings().ROOM_LIST_LIMIT
+    # Each joiner's read as its own would be (reading._read_plan): the first public members
+    # (and the users who may show it more, looked up) where its entry is indexed, else the
+    # first members of all; each kind read once for the batch.
+    lookups = {id(joining): _looked_up(joining) for joining in joins}
     everyone = list(dict.fromkeys(uid for each in lookups.values() for uid in each))
+    kinds = sorted({joining.entry.indexed for joining in joins})
     plans: list[Plan[Any]] = [
         store.plans.join_room(
             room.name,
@@ -235,56 +218,76 @@ async def ajoin_many(
         for joining in joins
     ]
     # The first members alone, then the looked-up users alone: which of the members are
-    # the first ones is every joiner's, which are looked up only those who looked them up.
+    # the first ones is every joiner's (of its kind), which are looked up only those who
+    # looked them up.
     plans += [
-        store.plans.read_room(room.name, now, first),
-        store.plans.read_room(room.name, now, 0, everyone),
+        store.plans.read_room(room.name, now, _first_of(indexed, limit), (), indexed)
+        for indexed in kinds
     ]
+    plans.append(store.plans.read_room(room.name, now, 0, everyone))
     replies = await store.arun(merge(plans), live=True)
     if replies is None or any(reply is None for reply in replies):
         raise StoreUnavailable("Redis is unavailable: the joins were not written or read")
     writes: list[RoomWrite] = replies[: len(joins)]
-    page: RoomRead = replies[-2]
+    pages: dict[bool, RoomRead] = dict(zip(kinds, replies[len(joins) : -1], strict=True))
     looked_up: RoomRead = replies[-1]
     changed = [viewer_pk(j.user) for j, write in zip(joins, writes, strict=True) if write.changed]
     announcing = asyncio.ensure_future(announce.aannounce_room(room.name, changed))
     try:
-        return await _answers(room, joins, now, first, page, looked_up, lookups)
+        return await _answers(room, joins, now, pages, looked_up, lookups)
     finally:
         await asyncio.shield(announcing)
+
+
+def _looked_up(joining: Joining) -> list[UserId]:
+    """The users a joiner's read looks up (reading._read_plan)."""
+    entry = joining.entry
+    admitting = entry.admitting if entry.indexed and entry.admitting else ()
+    return [*_lookups(joining.user, entry), *admitting]
+
+
+def _first_of(indexed: bool, limit: int) -> int:
+    """The members a read takes by join time at first (reading._first)."""
+    return limit if indexed else SCAN_FACTOR * limit
 
 
 async def _answers(
     room: Room,
     joins: Sequence[Joining],
     now: float,
-    first: int,
-    page: RoomRead,
+    pages: dict[bool, RoomRead],
     looked_up: RoomRead,
     lookups: dict[int, list[UserId]],
 ) -> list[tuple[RoomState, int] | BaseException]:
     store = get_store()
+    conf = get_settings()
     viewers = list(dict.fromkeys(viewer_pk(joining.user) for joining in joins))
-    targets = list(dict.fromkeys([*page.members, *looked_up.found]))
+    read_first = [uid for page in pages.values() for uid in page.members]
+    targets = list(dict.fromkeys([*read_first, *looked_up.found]))
     pairs, live = await asyncio.gather(
         relations.aload_pairs(viewers, targets),
         store.arun(store.plans.read_recent(targets, 0), live=True),
     )
     if live is None:
         raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
-    listing = _Listing(page, pairs, live, now, first)
+    listings = {
+        indexed: _Listing(page, pairs, live, now, _first_of(indexed, conf.ROOM_LIST_LIMIT))
+        for indexed, page in pages.items()
+    }
     answers: list[tuple[RoomState, int] | BaseException] = []
     for joining in joins:
         viewer_id = viewer_pk(joining.user)
+        indexed = joining.entry.indexed
+        page, listing = pages[indexed], listings[indexed]
         found = looked_up.found.intersection(lookups[id(joining)])
         members = dict(page.members)
         for uid in found:
             members.setdefault(uid, looked_up.members[uid])
-        read = RoomRead(page.present, members, found, page.invisible)
+        read = RoomRead(page.present, members, found, page.invisible, page.complete)
         state, scanned_all = listing.state(room, viewer_id, read, joining.entry)
         charged = len(members) - (viewer_id in joining.entry.own)
-        conf = get_settings()
-        if len(state.members) >= conf.ROOM_LIST_LIMIT or scanned_all:
+        # (the rule of reading._widened: done unless a member further down could be listed)
+        if scanned_all or _full(dict(state.ranks), viewer_id, page.horizon):
             complete = scanned_all and len(state.members) < conf.ROOM_LIST_LIMIT
             answers.append((with_next(state, viewer_id, complete), charged))
             continue
@@ -298,7 +301,7 @@ async def _answers(
                     room,
                     joining.user,
                     now,
-                    first,
+                    listing.first,
                     joining.entry,
                     resolved,
                     True,
@@ -431,7 +434,8 @@ class _Listing:
                 c, members[uid] = by_id[uid]
                 ranks[uid] = rank(c.contact, c.joined_at, uid)
         count = max(read.present - len(excluded), len(members))
-        scanned_all = read.present <= self.first
+        # every member read (an indexed read: every public one, the rest looked up)
+        scanned_all = read.complete or read.present <= self.first
         return RoomState(room, members, count - len(members), ranks), scanned_all
 
 

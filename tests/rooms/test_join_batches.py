@@ -5,6 +5,7 @@ joins leaves every viewer's view as a fresh read says, in a few frames."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
-from presence import api, domain
+from presence import api, domain, resolution
 from presence.domain.rooms import parse_room
 from presence.models import Block, Contact, PrivacySettings
 from presence.rooms import cursors, joins
@@ -183,3 +184,108 @@ async def _until_fresh(viewers: list[Any], viewing: list[Any], views: list[Clien
         assert view.count == fresh["count"]
         for key, member in fresh["members"].items():
             assert view.members[key]["presence"] == member["presence"], (user, key)
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_a_batch_reads_through_the_index_and_answers_each_joiner_as_its_own_read(
+    settings: Any, clock: Any, make_user: Callable, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Joiners of every kind of tie (contacts, blocks, exceptions, levels; a randomized
+    population) entered through the batch's entries (ties_of: the users who may show each
+    more, as a joiner's own entry reads them): each answered what its own read lists and
+    counts, the indexed joiners' first read taking the room's public members only."""
+    from tests.rooms import test_indexed_read as indexed
+
+    settings.PRESENCE = {"ROOMS": {**ROOMS, "lobby": None}, "ROOM_LIST_LIMIT": 4}
+    rng = random.Random(seed)
+
+    @sync_to_async
+    def people() -> list[Any]:
+        joiners = [make_user() for _ in range(6)]
+        indexed.populate(rng, make_user, joiners)
+        return joiners
+
+    joiners = await people()
+    room = parse_room(indexed.ROOM)
+    entries = await joins._entries((room, True), joiners)
+    for joiner, entry in zip(joiners, entries, strict=True):
+        own = await aroom_entry(joiner, room, True)
+        assert entry == own, joiner.pk  # the same ties, the same own facts
+    asked: list[bool] = []
+    real_read = get_store().plans.read_room
+
+    def reading(*args: Any, **kwargs: Any) -> Any:
+        asked.append(bool(args[4] if len(args) > 4 else kwargs.get("public_only")))
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(get_store().plans, "read_room", reading)
+    batch = [
+        joins.Joining(user, f"j{n}", None, entry.invisible(user.pk), entry, entry.public(user.pk))
+        for n, (user, entry) in enumerate(zip(joiners, entries, strict=True))
+    ]
+    answers = await joins.ajoin_many(room, batch)
+    monkeypatch.undo()
+    assert True in asked  # the public members' index was read
+    for joiner, answer in zip(joiners, answers, strict=True):
+        assert not isinstance(answer, BaseException), answer
+        answered = answer[0].as_dict()
+        fresh = await api.aroom_presence(indexed.ROOM, joiner)
+        places = [
+            await sync_to_async(cursors.decode)(room, d.pop("next")) if d["next"] else None
+            for d in (answered, fresh)
+        ]
+        assert places[0] == places[1], (seed, joiner.pk)
+        assert answered == fresh, (seed, joiner.pk)
+
+
+async def test_an_indexed_joiner_whose_list_fills_with_later_members_reads_further(
+    settings: Any, clock: Any
+) -> None:
+    """The first public members read are partly not the joiner's to list (blocked), and users
+    who show it more joined later: the batch does not stop at a full list of them, as the
+    joiner's own read does not (public members further down joined earlier)."""
+    settings.PRESENCE = {"ROOMS": {**ROOMS, "lobby": None}, "ROOM_LIST_LIMIT": 4}
+    User = get_user_model()
+
+    @sync_to_async
+    def people() -> tuple[list[Any], list[Any], list[Any]]:
+        public = [User.objects.create_user(username=f"p{n}") for n in range(8)]
+        admitting = [User.objects.create_user(username=f"a{n}") for n in range(4)]
+        joiners = [User.objects.create_user(username=f"j{n}") for n in range(2)]
+        for user in public:
+            PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        for joiner in joiners:
+            Block.objects.create(blocker=joiner, blocked=public[0])
+            Block.objects.create(blocker=public[1], blocked=joiner)
+            for user in admitting:  # contacts-only members who have the joiner as contact
+                Contact.objects.create(owner=user, contact=joiner)
+        return public, admitting, joiners
+
+    public, admitting, joiners = await people()
+    store = get_store()
+    now = resolution.now()
+    everyone = public + admitting + joiners
+    await store.arun(merge([store.plans.connection(u.pk, "open", now, "c") for u in everyone]))
+    await store.arun(
+        merge(
+            [
+                store.plans.join_room("lobby:late", u.pk, "c", now - 12 + n, public=u in public)
+                for n, u in enumerate(public + admitting)
+            ]
+        )
+    )
+    room = parse_room("lobby:late")
+    entries = await joins._entries((room, True), joiners)
+    assert all(entry.indexed for entry in entries)
+    batch = [
+        joins.Joining(user, f"j{n}", None, False, entry, False)
+        for n, (user, entry) in enumerate(zip(joiners, entries, strict=True))
+    ]
+    answers = await joins.ajoin_many(room, batch)
+    for joiner, answer in zip(joiners, answers, strict=True):
+        assert not isinstance(answer, BaseException), answer
+        listed = set(answer[0].as_dict()["members"])
+        fresh = await api.aroom_presence("lobby:late", joiner)
+        assert (
+            listed == set(fresh["members"]) == {str(joiner.pk), *(str(u.pk) for u in public[2:5])}
+        )

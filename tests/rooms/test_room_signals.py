@@ -22,7 +22,7 @@ from presence import api, outbox, signals
 from presence.conf import get_settings
 from presence.domain.rooms import Room
 from presence.rooms import writes as events
-from presence.store import Plan, get_store
+from presence.store import Plan, get_store, merge
 from tests.clock import at
 from tests.live.sockets import Sockets, new_user, receive
 from tests.live.sockets import sockets as sockets
@@ -238,3 +238,61 @@ async def test_a_left_whose_sweeper_died_is_sent_once(
     assert {user for kind, user, *_ in got if kind == "left"} == {ann.pk, ben.pk}
     assert outbox_size() == 0
     assert events_made  # the writes' replies, claimed by their callers above
+
+
+async def test_a_sweeps_batch_of_leaves_is_sent_once_each(
+    clock: time_machine.Coordinates, room_signals: list[Got]
+) -> None:
+    """A sweep removes 300 members at once (whole segments and a part of one; invisible
+    members and members with meta among them) and records their leaves as one outbox entry:
+    each room_left is sent once, at the end of that member's stay, even when two claimers race
+    for the batch (the second sends none); the members left behind are read and counted as
+    before, and those gone join again as new members."""
+    store = get_store()
+    start = at(0).timestamp()
+    users = list(range(10_001, 10_361))
+    writes = []
+    for n, uid in enumerate(users):
+        meta = f'{{"n":{n}}}' if n % 7 == 0 else None
+        writes.append(
+            store.plans.join_room(ROOM, uid, f"c{uid}", start + n * 0.001, meta, n % 5 == 0)
+        )
+    for write in await store.arun(merge(writes)):
+        outbox.send_made(write)
+    # The last 60 stay (a heartbeat), the first 300 leave: their grace ends at two times.
+    grace = get_settings().OFFLINE_GRACE
+    await later(clock, 10)
+    beats = [
+        store.plans.join_room(ROOM, uid, f"c{uid}", at(10).timestamp(), None, n % 5 == 0, True)
+        for n, uid in enumerate(users[300:], 300)
+    ]
+    await store.arun(merge(beats))
+    leaves = [
+        store.plans.leave_room(ROOM, uid, f"c{uid}", at(0 if n < 150 else 5).timestamp())
+        for n, uid in enumerate(users[:300])
+    ]
+    await store.arun(merge(leaves))
+    await asyncio.to_thread(signals.wait_sent)
+    room_signals.clear()
+    await later(clock, grace + 2)
+    now = at(grace + 12).timestamp()
+    pruned = await store.arun(store.plans.prune_room(ROOM, now, 1000))
+    assert sorted(pruned.gone) == users[:300]
+    assert len({t.entry for t in pruned.made}) == 1  # one entry for the batch
+    outbox.send_made(pruned)
+    outbox.send_made(pruned)  # a second claimer of the same batch
+    got = await sent(room_signals)
+    assert sorted(user for kind, user, *_ in got if kind == "left") == users[:300]
+    assert len(got) == 300
+    ends = {user: when.timestamp() for _, user, _, when in got}
+    assert {ends[uid] for uid in users[:150]} == {int(at(grace + 1).timestamp())}
+    assert {ends[uid] for uid in users[150:300]} == {int(at(grace + 6).timestamp())}
+    assert outbox_size() == 0
+    count = await store.arun(store.plans.room_count(ROOM, now))
+    read = await store.arun(store.plans.read_room(ROOM, now, 100, [users[0], users[-1]]))
+    assert count == read.present == 60
+    assert list(read.members)[:60] == users[300:] and read.found == {users[-1]}
+    assert read.invisible == {uid for n, uid in enumerate(users) if n >= 300 and n % 5 == 0}
+    again = await store.arun(store.plans.join_room(ROOM, users[0], "c", now))
+    assert again is not None and again.joined
+    assert await store.arun(store.plans.room_count(ROOM, now)) == 61

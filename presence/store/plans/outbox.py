@@ -44,7 +44,8 @@ class OutboxEntry:
 
 
 def parse_entry(entry: Any, decode: Any) -> OutboxEntry:
-    """``made|invisible|at|redis time|uid`` (the uid last: it may hold anything)."""
+    """``made|invisible|at|redis time|uid`` (the uid last: it may hold anything). A room's
+    sweep's batch (``at`` "*") is parsed with its room (plans.rooms ``_transitions``)."""
     text = entry.decode() if isinstance(entry, bytes) else str(entry)
     made, invisible, at, _, uid = text.split("|", 4)
     return OutboxEntry(decode(uid), int(made), invisible == "1", float(at))

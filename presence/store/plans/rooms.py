@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from presence import domain
-from presence.store.plans.outbox import claim, outbox_deadline, parse_entry
+from presence.store.plans.outbox import claim, outbox_deadline
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import (
     ROOM_CLAIM,
@@ -32,12 +32,12 @@ from presence.store.scripts import (
 from presence.users import UserId, encode_id, id_decoder
 
 
-@dataclass(frozen=True)
-class RoomTransition:
+class RoomTransition(NamedTuple):
     """A user entered a room (``made`` 1: its first connection in) or left it (-1: its stay
     ended, or it was refused) at ``at``: recorded in the room's outbox by the script that
     decided it (lua/room_common.lua), so exactly one caller on the site sends room_entered /
-    room_left; ``entry`` None: claimed already (by the sweep that returned it)."""
+    room_left; ``entry`` None: claimed already (by the sweep that returned it). A tuple (a
+    sweep makes one per member removed: cheap to build)."""
 
     room: str
     user_id: UserId
@@ -140,13 +140,26 @@ def _text(value: Any) -> str:
 
 
 def _transitions(room: str, entries: list[Any], claimed: bool = False) -> list[RoomTransition]:
-    """The room's outbox entries as transitions (``claimed``: no entry left to claim)."""
+    """The room's outbox entries as transitions (``claimed``: no entry left to claim); a
+    batch's (a sweep's leaves, lua/outbox.lua ``record_batch``) share their entry, claimed
+    once for them all."""
     decode = id_decoder()
-    found = []
+    found: list[RoomTransition] = []
     for raw in entries:
-        entry = parse_entry(raw, decode)
-        text = None if claimed else _text(raw)
-        found.append(RoomTransition(room, entry.user_id, entry.made, entry.at, text))
+        text = _text(raw)
+        made, _, at, _, rest = text.split("|", 4)
+        entry = None if claimed else text
+        if at != "*":
+            found.append(RoomTransition(room, decode(rest), int(made), float(at), entry))
+            continue
+        kind, parts, n = int(made), rest.split(":"), 0
+        while n < len(parts):
+            when, count = float(parts[n]), int(parts[n + 1])
+            found += [
+                RoomTransition(room, decode(uid), kind, when, entry)
+                for uid in parts[n + 2 : n + 2 + count]
+            ]
+            n += 2 + count
     return found
 
 
@@ -338,12 +351,13 @@ class RoomPlans(PlanArea):
         never claimed them): see :class:`Pruned`."""
 
         def parse(replies: list[Any]) -> Pruned:
-            decode = id_decoder()
-            gone, due, made, stale = replies[0]
+            due, made, stale = replies[0]
+            # the leaves made are the members removed (one batch entry)
+            left = _transitions(room, made)
             return Pruned(
-                [decode(m) for m in gone],
+                [t.user_id for t in left],
                 math.inf if not due else float(due),
-                [*_transitions(room, made), *_transitions(room, stale, claimed=True)],
+                [*left, *_transitions(room, stale, claimed=True)],
             )
 
         deadline = outbox_deadline(self.conf)

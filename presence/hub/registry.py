@@ -26,7 +26,7 @@ from presence.announce import (
     topic_group_name,
 )
 from presence.domain import Presence, UserId
-from presence.domain.rooms import Member
+from presence.domain.rooms import Member, RoomState
 from presence.rooms.live import ConnectionRooms
 from presence.sessions import Credential
 
@@ -157,6 +157,14 @@ class View:
     reading: bool = True
     #: bumped at each room_state: a delta read before it must not be applied to it
     generation: int = 0
+
+    def show(self, state: RoomState, viewer_id: UserId) -> None:
+        """The room_state just read for its connection: what it is sent from now on."""
+        self.listed = dict(state.members)
+        # every listed member's place but the viewer's, who is never taken out
+        self.ranks = {uid: r for uid, r in state.ranks.items() if uid != viewer_id}
+        self.others = state.others
+        self.reading = False
 
 
 class RoomMemberships(Membership[str]):

@@ -106,11 +106,7 @@ class RoomViews:
         """The room_state just read for ``connection``: what it is sent from now on."""
         view = self.views.get(connection, {}).get(room)
         if view is not None:
-            view.listed = dict(state.members)
-            # every listed member's place but the viewer's, who is never taken out
-            view.ranks = {uid: r for uid, r in state.ranks.items() if uid != connection.viewer_id}
-            view.others = state.others
-            view.reading = False
+            view.show(state, connection.viewer_id)
 
     def rejoining(self, connection: Connection, room: str, meta: str | None) -> RoomState | None:
         """``connection`` joins ``room`` again: the room as last sent, its own meta ``meta``,
@@ -271,28 +267,7 @@ class RoomViews:
             if early:
                 late = await aroom_delta(parse_room(room), early, user_ids, early)
                 everyone = everyone or late is None
-            frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
-            freed: set[UserId] = set()
-            for connection, (view, generation) in ready.items():
-                if view.generation != generation or view.reading:
-                    again.add(connection)  # a room_state was read meanwhile: compared again
-                    continue
-                had_others = view.others > 0
-                viewer = connection.viewer_id
-                seen = late if late is not None and viewer in early else delta
-                frame = diff(view, seen, viewer, user_ids, limit)
-                if frame is not None:
-                    frames.append((connection, view, generation, frame))
-                    if frame["leaves"] and had_others and len(view.listed) < limit:
-                        freed.add(connection.viewer_id)
-            if freed:
-                # Places freed in full lists: the first members by join time are read once for
-                # those viewers. Redis unavailable: the frames go as they are (counted right;
-                # the next room_state lists).
-                first = SCAN_FACTOR * limit
-                scanned = await aroom_delta(parse_room(room), freed, (), freed, first)
-                if scanned is not None:
-                    refill(scanned, frames, freed, limit)
+            frames = await _diff_frames(room, ready, user_ids, delta, late, early, again)
             # The cards of the members joining some list: each user's once for all viewers.
             await add_cards([frame["joins"] for *_, frame in frames])
             texts: dict[Any, str] = {}  # identical frames are serialized once
@@ -321,6 +296,42 @@ class RoomViews:
             lambda room, users: self.deliver(room, users),  # as patched on the instance
             lambda room, users: self._again(room, users, get_settings().RETRY_INTERVAL),
         )
+
+
+async def _diff_frames(
+    room: str,
+    ready: dict[Connection, tuple[View, int]],
+    user_ids: set[UserId],
+    delta: Any,
+    late: Any,
+    early: set[UserId],
+    again: set[Connection],
+) -> list[tuple[Connection, View, int, dict[str, Any]]]:
+    """Each ready view's room_diff of ``user_ids`` (views read meanwhile go into ``again``),
+    places freed in full lists refilled in the same frames."""
+    limit = list_limit()
+    frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
+    freed: set[UserId] = set()
+    for connection, (view, generation) in ready.items():
+        if view.generation != generation or view.reading:
+            again.add(connection)  # a room_state was read meanwhile: compared again
+            continue
+        had_others = view.others > 0
+        viewer = connection.viewer_id
+        seen = late if late is not None and viewer in early else delta
+        frame = diff(view, seen, viewer, user_ids, limit)
+        if frame is not None:
+            frames.append((connection, view, generation, frame))
+            if frame["leaves"] and had_others and len(view.listed) < limit:
+                freed.add(connection.viewer_id)
+    if freed:
+        # Places freed in full lists: the first members by join time are read once for those
+        # viewers. Redis unavailable: the frames go as they are (counted right; the next
+        # room_state lists).
+        scanned = await aroom_delta(parse_room(room), freed, (), freed, SCAN_FACTOR * limit)
+        if scanned is not None:
+            refill(scanned, frames, freed, limit)
+    return frames
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -163,6 +163,11 @@ def _transitions(room: str, entries: list[Any], claimed: bool = False) -> list[R
     return found
 
 
+def _room_write(room: str, joined: bool, changed: Any, made: Any) -> RoomWrite:
+    """A join's or a leave's reply, with the transitions its script recorded in the outbox."""
+    return RoomWrite(joined, bool(changed), tuple(_transitions(room, made)))
+
+
 class RoomPlans(PlanArea):
     """The plans of rooms, over the key scheme."""
 
@@ -218,9 +223,7 @@ class RoomPlans(PlanArea):
                     ],
                 ),
             ],
-            parse=lambda replies: RoomWrite(
-                bool(replies[1][0]), bool(replies[1][1]), tuple(_transitions(room, replies[1][2]))
-            ),
+            parse=lambda replies: _room_write(room, bool(replies[1][0]), *replies[1][1:3]),
             fallback=None,
         )
 
@@ -243,9 +246,7 @@ class RoomPlans(PlanArea):
                     [encode_id(user_id), connection_id, seconds, grace_end, int(at_once)],
                 ),
             ],
-            parse=lambda replies: RoomWrite(
-                False, bool(replies[1][0]), tuple(_transitions(room, replies[1][1]))
-            ),
+            parse=lambda replies: _room_write(room, False, *replies[1][0:2]),
             fallback=None,
         )
 

@@ -288,8 +288,13 @@ class ConnectionRooms:
         them (its user stays OFFLINE_GRACE in those where it was their last connection;
         ``at_once``, a deleted user's, they leave at once)."""
         connection = self.connection
-        if not self.rooms:
-            return
-        names = [parse_room(name) for name in self.rooms]
-        self.rooms.clear()
+        # After a join, renewal or recheck_rooms under way is written: a renewal written after
+        # the leave would join its rooms again (a stay that ended is renewed as a join, for
+        # crash detection), and a deleted user's at-once leave would be undone, them counted
+        # until their connection's expiry. Those that come later find no room.
+        async with self.lock:
+            if not self.rooms:
+                return
+            names = [parse_room(name) for name in self.rooms]
+            self.rooms.clear()
         await aleave_rooms(connection.user, connection.connection_id, names, at_once=at_once)

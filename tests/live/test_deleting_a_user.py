@@ -9,6 +9,7 @@ channel layer and Redis (a cluster in the cluster run). Helpers: tests/live/sock
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from django.db import transaction
 from presence import api, lifecycle, signals
 from presence.domain import LiveState
 from presence.models import Contact, PrivacySettings
+from presence.rooms import live
 from presence.rooms.writes import asweep_rooms
 from presence.routing import websocket_urlpatterns
 from presence.store import get_store
@@ -261,3 +263,53 @@ async def test_a_user_online_by_page_views_goes_too_and_a_rolled_back_delete_kee
     clock.shift(301)  # past the online window: the sweep finds nothing of them
     assert doomed_id not in (await lifecycle.asweep()).offline
     assert [uid for uid in await sent_offline(offline_signals) if uid == doomed_id] == [doomed_id]
+
+
+async def test_a_renewal_under_way_does_not_undo_the_at_once_leave(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cascade's privacy change has the deleted user's socket renew its rooms with the new
+    flags (recheck_rooms) while the socket closes: a renewal written after the at-once leave
+    joined the room again (a stay that ended is renewed as a join), the user counted until the
+    connection's expiry. Here the renewal's write is held until the leave is written, or for
+    half a second at most: the leave waits for it (failed before: the count stayed 3)."""
+    doomed, friend, bystander = [await new_user(make_user) for _ in range(3)]
+    doomed_id = doomed.pk
+    await public(doomed, bystander)
+    await sync_to_async(Contact.objects.create)(owner=friend, contact=bystander)
+    watching = await token_socket(sockets, friend)
+    first, other = await token_socket(sockets, doomed), await token_socket(sockets, bystander)
+    views = {socket: RoomView(await join(socket)) for socket in (watching, first, other)}
+    for socket, view in views.items():
+        while not await socket.receive_nothing(timeout=0.2):
+            view.apply(await receive(socket))
+    assert views[watching].shows({friend, doomed, bystander}, 3)
+    renewing, left = asyncio.Event(), asyncio.Event()
+    renew, leave_rooms = live.arenew_rooms, live.ConnectionRooms.leave_rooms
+
+    async def held_renewal(user: Any, *args: Any) -> None:
+        if user.pk == doomed_id:
+            renewing.set()
+            with contextlib.suppress(TimeoutError):  # a Redis write slow to land
+                await asyncio.wait_for(left.wait(), 0.5)
+        await renew(user, *args)
+
+    async def leave_while_renewing(self: live.ConnectionRooms, at_once: bool = False) -> None:
+        if self.viewer_id == doomed_id:
+            await asyncio.wait_for(renewing.wait(), TIMEOUT)
+        await leave_rooms(self, at_once)
+        if self.viewer_id == doomed_id:
+            left.set()
+
+    monkeypatch.setattr(live, "arenew_rooms", held_renewal)
+    monkeypatch.setattr(live.ConnectionRooms, "leave_rooms", leave_while_renewing)
+    await sync_to_async(doomed.delete)()
+    await assert_closed_with(first, 4401)
+    await asyncio.wait_for(left.wait(), TIMEOUT)
+    await views[watching].until(watching, {friend, bystander}, 2)
+    assert await views[other].until(other, {friend, bystander}, 2) == []
+    assert (await api.aroom_presence(ROOM, friend))["count"] == 2
+    assert await asweep_rooms() == {}

@@ -184,7 +184,8 @@ async def test_a_deleted_users_presence_goes_at_once(
     for socket, view in views.items():
         while not await socket.receive_nothing(timeout=0.2):
             view.apply(await receive(socket))
-    assert views[watching].shows({friend, doomed, bystander}, 3)
+    # (on a busy machine the joins' diffs may come later than that silence: waited for)
+    assert await views[watching].until(watching, {friend, doomed, bystander}, 3) == []
 
     await sync_to_async(doomed.delete)()
     # Erased before delete() returned: neither online nor counted (failed before: 3).
@@ -286,7 +287,8 @@ async def test_a_renewal_under_way_does_not_undo_the_at_once_leave(
     for socket, view in views.items():
         while not await socket.receive_nothing(timeout=0.2):
             view.apply(await receive(socket))
-    assert views[watching].shows({friend, doomed, bystander}, 3)
+    # (on a busy machine the joins' diffs may come later than that silence: waited for)
+    assert await views[watching].until(watching, {friend, doomed, bystander}, 3) == []
     renewing, left = asyncio.Event(), asyncio.Event()
     renew, leave_rooms = live.arenew_rooms, live.ConnectionRooms.leave_rooms
 

@@ -9,35 +9,8 @@
 -- Returns {members present, the page (flat user, joined ms), the looked-up users present
 -- (flat user, joined ms), invisible members present, entries (flat user, invisible 0/1, meta
 -- JSON or "") of the members returned, 1 if the page reached the room's end}.
--- The entry readers below are room_read.lua's, kept apart so that either may change alone.
 local now, first, after = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local page, found, entries, seen = {}, {}, {}, {}
-local function keep(list, uid, raw)
-  local j, f = string.match(raw, '^(%w+)([%.!:;])')
-  list[#list + 1] = uid
-  list[#list + 1] = tonumber(j, 36)
-  if not seen[uid] then
-    seen[uid] = true
-    local st, d = string.match(raw, '([%+%*%-~])(%x%x%x%x%x%x%x%x)%w+$')
-    local meta = ''
-    if st == '*' or st == '~' then meta = redis.call('HGET', T_KEY, uid .. '|' .. d) or '' end
-    entries[#entries + 1] = uid
-    entries[#entries + 1] = FLAGS[f][1]
-    entries[#entries + 1] = meta
-  end
-end
-local function scan(raw)
-  local j, x = string.match(raw, '^(%w+)[%.!:;][%+%*%-~]%x%x%x%x%x%x%x%x(%w+)$')
-  if j then return tonumber(j, 36), tonumber(x, 36) end
-  local rest
-  j, rest = string.match(raw, '^(%w+)[%.!:;](.*)$')
-  local s = 0
-  for y in string.gmatch(rest, '[%+%*%-~]%x%x%x%x%x%x%x%x(%w+)') do
-    local v = tonumber(y, 36)
-    if v > s then s = v end
-  end
-  return tonumber(j, 36), s
-end
+local page, found = {}, {}
 -- the earliest join time in the segment at this place of the order (its stays ended or not)
 local function earliest(at)
   local k = redis.call('ZRANGE', G_KEY, at, at)[1]

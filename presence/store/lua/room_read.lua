@@ -8,40 +8,7 @@
 local now, first = tonumber(ARGV[1]), tonumber(ARGV[2])
 local public = ARGV[3] == 'public'
 local order = public and P_KEY or G_KEY
-local page, found, entries, seen = {}, {}, {}, {}
--- a member as listed: joined ms, invisible 0/1, meta (the last joined connection's) or ''
-local function keep(list, uid, raw)
-  local j, f = string.match(raw, '^(%w+)([%.!:;])')
-  list[#list + 1] = uid
-  list[#list + 1] = tonumber(j, 36)
-  if not seen[uid] then
-    seen[uid] = true
-    local st, d = string.match(raw, '([%+%*%-~])(%x%x%x%x%x%x%x%x)%w+$')
-    local meta = ''
-    if st == '*' or st == '~' then meta = redis.call('HGET', T_KEY, uid .. '|' .. d) or '' end
-    entries[#entries + 1] = uid
-    entries[#entries + 1] = FLAGS[f][1]
-    entries[#entries + 1] = meta
-  end
-end
--- joined ms and the end of the stay, without decoding the whole entry (one connection: one
--- match)
-local function scan(raw)
-  local j, x = string.match(raw, '^(%w+)[%.!:;][%+%*%-~]%x%x%x%x%x%x%x%x(%w+)$')
-  if j then return tonumber(j, 36), tonumber(x, 36) end
-  local rest
-  j, rest = string.match(raw, '^(%w+)[%.!:;](.*)$')
-  local s = 0
-  for y in string.gmatch(rest, '[%+%*%-~]%x%x%x%x%x%x%x%x(%w+)') do
-    local v = tonumber(y, 36)
-    if v > s then s = v end
-  end
-  return tonumber(j, 36), s
-end
--- whether an entry is public (its flag ":" or ";")
-local function is_public(raw)
-  return string.find(raw, '^%w+[:;]') ~= nil
-end
+local page, found = {}, {}
 -- segment after segment in join order until ``first`` are found; a segment's fields are in
 -- join order unless a merge or a late join mixed them (then it is sorted)
 -- Once ``first`` are found, the rest of the last one's millisecond is read too (members who

@@ -19,21 +19,13 @@ from presence.hub.registry import Registry, View
 from presence.hub.rooms import RoomViews
 from presence.models import PrivacySettings
 from presence.store import get_store, merge
+from tests.live.sockets import eventually
 from tests.rooms.rules import ROOMS
+from tests.rooms.test_fanout import Viewer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.uuid_site]
 
 ROOM = "post:1"
-
-
-class Viewer:
-    def __init__(self, user: Any) -> None:
-        self.user = user
-        self.viewer_id = user.pk
-        self.frames: list[dict[str, Any]] = []
-
-    async def send_json(self, content: dict[str, Any]) -> None:
-        self.frames.append(content)
 
 
 @sync_to_async
@@ -42,12 +34,6 @@ def users(count: int, prefix: str) -> list[Any]:
     for user in made:
         PrivacySettings.objects.create(user=user, online_visibility="everyone")
     return made
-
-
-async def eventually(check: Any, seconds: float = 10) -> None:
-    async with asyncio.timeout(seconds):
-        while not check():
-            await asyncio.sleep(0.01)
 
 
 async def test_changes_go_again_only_to_the_views_being_read_when_delivered(
@@ -79,12 +65,12 @@ async def test_changes_go_again_only_to_the_views_being_read_when_delivered(
     task = asyncio.ensure_future(rooms.run(lambda: running))
     try:
         rooms.changed(ROOM, [u.pk for u in members], None)
-        await eventually(lambda: all(c.frames for c in connections[1:]))
+        assert await eventually(lambda: all(c.frames for c in connections[1:]))
         assert not reading.frames
         assert asked == [{c.viewer_id for c in connections[1:]}]
         # Read meanwhile (before the members joined, say): once shown, it gets them too.
         rooms.views[reading][ROOM].reading = False  # type: ignore[index]
-        await eventually(lambda: reading.frames)
+        assert await eventually(lambda: reading.frames)
         (frame,) = reading.frames
         assert sorted(frame["joins"]) == sorted(str(u.pk) for u in members)
         # The second delivery read the changes for that view alone; the others were sent
@@ -94,7 +80,7 @@ async def test_changes_go_again_only_to_the_views_being_read_when_delivered(
         # News for the room goes to every view again.
         await store.arun(store.plans.join_room(ROOM, watchers[3].pk, "c", time.time()))
         rooms.changed(ROOM, [watchers[3].pk], None)
-        await eventually(lambda: len(asked) == 3)
+        assert await eventually(lambda: len(asked) == 3)
         assert asked[2] == {c.viewer_id for c in connections}
     finally:
         running = False

@@ -44,15 +44,6 @@ while not rest do
 end
 local complete = 0
 if not rest and not redis.call('ZRANGE', order, from, from)[1] then complete = 1 end
-for n = 4, #ARGV do
-  local k = redis.call('HGET', idx_key(bucket(ARGV[n])), ARGV[n])
-  local raw = k and redis.call('HGET', seg_key(k), ARGV[n])
-  if raw and select(2, scan(raw)) > now then keep(found, ARGV[n], raw) end
-end
-local invisible = {}
-for _, uid in ipairs(redis.call('ZRANGE', I_KEY, 0, -1)) do
-  local k = redis.call('HGET', idx_key(bucket(uid)), uid)
-  local raw = k and redis.call('HGET', seg_key(k), uid)
-  if raw and select(2, scan(raw)) > now then invisible[#invisible + 1] = uid end
-end
+keep_present(found, 4, now)
+local invisible = invisible_present(now)
 return {present(now), page, found, invisible, entries, complete}

@@ -34,3 +34,21 @@ end
 local function is_public(raw)
   return string.find(raw, '^%w+[:;]') ~= nil
 end
+-- the users named by ARGV[from] and after who are present now, kept in ``list``
+local function keep_present(list, from, now)
+  for n = from, #ARGV do
+    local k = redis.call('HGET', idx_key(bucket(ARGV[n])), ARGV[n])
+    local raw = k and redis.call('HGET', seg_key(k), ARGV[n])
+    if raw and select(2, scan(raw)) > now then keep(list, ARGV[n], raw) end
+  end
+end
+-- the invisible members present now
+local function invisible_present(now)
+  local invisible = {}
+  for _, uid in ipairs(redis.call('ZRANGE', I_KEY, 0, -1)) do
+    local k = redis.call('HGET', idx_key(bucket(uid)), uid)
+    local raw = k and redis.call('HGET', seg_key(k), uid)
+    if raw and select(2, scan(raw)) > now then invisible[#invisible + 1] = uid end
+  end
+  return invisible
+end

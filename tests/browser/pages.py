@@ -160,6 +160,18 @@ class Session:
             "() => window.presence && window.presence.state === 'open'", timeout=timeout
         )
 
+    def wait_received(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = WAIT_MS
+    ) -> dict[str, Any]:
+        """The first frame received that ``predicate`` accepts, waiting up to ``timeout`` ms
+        (Playwright delivers frames while the page is waited on)."""
+        for _ in range(int(timeout / 50) + 1):
+            found = next((f for f in self.frames_received if predicate(f)), None)
+            if found is not None:
+                return found
+            self.page.wait_for_timeout(50)
+        raise AssertionError(f"no such frame within {timeout} ms: {self.frames_received}")
+
     def refresh(self) -> dict[str, Any]:
         """presence.js's own refresh: resolves to {id: presence}."""
         result: dict[str, Any] = self.page.evaluate(REFRESH)

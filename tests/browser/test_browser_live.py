@@ -248,6 +248,11 @@ def test_dots_added_and_removed_later_subscribe_and_unsubscribe(
     assert a.http_requests == []
 
 
+def snapshotted(frame: dict[str, Any], user: Any) -> bool:
+    """``frame`` (a presence_state) answers for ``user``: shown or left out as unchanged."""
+    return str(user.pk) in {*frame["presences"], *map(str, frame.get("unchanged", []))}
+
+
 def test_reconnects_and_resubscribes_after_a_server_restart(
     browser: Browser, daphne: Callable[..., Daphne], people: dict[str, Any]
 ) -> None:
@@ -255,6 +260,9 @@ def test_reconnects_and_resubscribes_after_a_server_restart(
     first = daphne(LIVE)
     a = browser.open(ann, first.url)
     a.wait_connected()
+    # The first snapshot in hand (its stamp is what the reconnect resumes from): a server stopped
+    # before its answer arrived leaves the page nothing to resume, a full snapshot again.
+    a.wait_received(lambda f: f["type"] == "presence_state" and snapshotted(f, ben))
     # While the server is away, Chromium reports each refused connection on the console.
     a.allowed += [r"WebSocket connection to .* failed", r"ERR_CONNECTION_REFUSED"]
 

@@ -6,6 +6,7 @@
   every process with rooms;
 - :func:`with_members`: which groups have members, asked for by one moment's announcements
   together;
+- :func:`group_calls_together`: joins or leaves of several groups in one round trip;
 - where sync code's announcements are sent from: made in a database call of an event loop's
   operation (:func:`sent_from_this_loop`, presence.operations), they are held and sent from
   that loop once the call returns, so the database's thread never waits on the channel layer;
@@ -24,6 +25,7 @@ import logging
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -173,6 +175,64 @@ async def with_members(layer: Any, groups: list[str]) -> set[str]:
         return await sizes.ask(groups)
     except Exception:
         return set(groups)
+
+
+# --- joining and leaving groups together -----------------------------------------------------
+
+
+def groups_together(layer: Any) -> bool:
+    """Whether ``layer`` is channels_redis's core layer with its own ``group_add`` and
+    ``group_discard`` (neither overridden nor wrapped): their commands can then be sent together
+    (:func:`group_calls_together`). Any other layer gets its own calls, one per group."""
+    if not _counts_members(layer):
+        return False
+    from channels_redis.core import RedisChannelLayer
+
+    kind = type(layer)
+    return (
+        kind.group_add is RedisChannelLayer.group_add
+        and kind.group_discard is RedisChannelLayer.group_discard
+        and "group_add" not in vars(layer)
+        and "group_discard" not in vars(layer)
+    )
+
+
+async def group_calls_together(
+    layer: Any, method: str, groups: list[str], channel: str
+) -> list[Exception | None]:
+    """channels_redis's ``group_add`` (``method``) or ``group_discard`` of ``channel`` for each
+    of ``groups`` (core layer, :func:`groups_together`), in one pipeline per layer server:
+    the layer's own calls cost two round trips per join (a ZADD, then an EXPIRE) and one per
+    leave, and a page view's socket joins its new users' groups and its account's. The same
+    commands as the layer's own. Each group's error (a server down fails only its groups), or
+    None."""
+    by_server: dict[int, list[int]] = {}
+    for n, group in enumerate(groups):
+        by_server.setdefault(layer.consistent_hash(group), []).append(n)
+    adding = method == "group_add"
+    per_group = 2 if adding else 1
+    results: list[Exception | None] = [None] * len(groups)
+    for index, members in by_server.items():
+        try:
+            async with layer_slot(), layer.connection(index).pipeline(False) as pipe:
+                now = time.time()
+                for n in members:
+                    key = layer._group_key(groups[n])
+                    if adding:
+                        pipe.zadd(key, {channel: now})
+                        pipe.expire(key, layer.group_expiry)
+                    else:
+                        pipe.zrem(key, channel)
+                replies = await pipe.execute(raise_on_error=False)
+        except Exception as error:
+            for n in members:
+                results[n] = error
+            continue
+        for position, n in enumerate(members):
+            for reply in replies[position * per_group : (position + 1) * per_group]:
+                if isinstance(reply, Exception):
+                    results[n] = reply
+    return results
 
 
 # --- where sync code's announcements are sent from --------------------------------------------

@@ -8,9 +8,10 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from presence.announce import group_name, layer_call
+from presence.announce import group_name, layer_call, note_layer_failure
 from presence.domain import UserId
 from presence.hub.registry import Registry
+from presence.layer import group_calls_together, groups_together
 
 logger = logging.getLogger("presence")
 
@@ -109,7 +110,7 @@ class Groups:
         channel = self.channel
         if self.layer is None or channel is None or not groups:
             return
-        results = await self._in_turns(groups, self.layer.group_discard, channel)
+        results = await self._in_turns(groups, "group_discard", channel)
         failed = [g for g, r in zip(groups, results, strict=True) if isinstance(r, Exception)]
         if failed:
             logger.warning(
@@ -124,13 +125,13 @@ class Groups:
         channel = self.channel
         if self.layer is None or channel is None:
             return
-        before, mine = self._take_turn(group)
-        try:
-            await self._in_turn(group, before, mine, getattr(self.layer, method), channel)
-        except Exception as error:
-            logger.warning("Presence: channel layer %s failed (%s).", method, error)
+        (result,) = await self._in_turns([group], method, channel)
+        if isinstance(result, Exception):
+            logger.warning("Presence: channel layer %s failed (%s).", method, result)
             if method == "group_discard":
                 self.undiscarded[group] = channel
+        elif isinstance(result, BaseException):
+            raise result  # a cancellation
 
     async def join_users(self, user_ids: list[UserId]) -> list[UserId]:
         """Join these users' groups; the users whose join failed."""
@@ -158,14 +159,13 @@ class Groups:
         channel = self.channel
         if self.layer is None or channel is None or not user_ids:
             return []
-        call = getattr(self.layer, method)
         failed: list[UserId] = []
         error: BaseException | None = None
         # Each user's turn is taken now, before any await, in the order the hub decided: a
         # join and a leave of one group (a connection subscribing while the last watcher
         # leaves) reach the layer in that order, never the other way round. The layer's calls
         # in flight are limited by announce.layer_call.
-        results = await self._in_turns(list(map(group_name, user_ids)), call, channel)
+        results = await self._in_turns(list(map(group_name, user_ids)), method, channel)
         for uid, result in zip(user_ids, results, strict=True):
             if isinstance(result, Exception):
                 failed.append(uid)
@@ -184,21 +184,31 @@ class Groups:
                 self.undiscarded.update((group_name(uid), channel) for uid in failed)
         return failed
 
-    async def _in_turns(self, groups: list[str], call: Any, channel: str) -> list[Any]:
-        """``call`` for each group in its turn, the turns taken in this order before any await;
-        the results, exceptions among them."""
+    async def _in_turns(self, groups: list[str], method: str, channel: str) -> list[Any]:
+        """The layer's ``method`` for each group in its turn, the turns taken in this order
+        before any await; the results, exceptions among them. Once every turn before these
+        has reached the layer, all of them go together (one round trip on channels_redis's
+        core layer, :func:`presence.layer.group_calls_together`)."""
         turns = [(group, *self._take_turn(group)) for group in groups]
         try:
-            return await asyncio.gather(
-                *(
-                    self._in_turn(group, before, mine, call, channel)
-                    for group, before, mine in turns
-                ),
-                return_exceptions=True,
-            )
+            before = [turn for _, turn, _ in turns if turn is not None]
+            if before:
+                await asyncio.gather(*(asyncio.shield(turn) for turn in before))
+            return await self._calls(method, groups, channel)
         finally:
             for group, _, mine in turns:
                 self._end_turn(group, mine)
+
+    async def _calls(self, method: str, groups: list[str], channel: str) -> list[Any]:
+        if groups_together(self.layer):
+            results = await group_calls_together(self.layer, method, groups, channel)
+            if any(result is not None for result in results):
+                note_layer_failure()
+            return results
+        call = getattr(self.layer, method)
+        return await asyncio.gather(
+            *(layer_call(call, group, channel) for group in groups), return_exceptions=True
+        )
 
     def _take_turn(self, group: str) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """A place in ``group``'s queue of joins and leaves (taken when decided, before any
@@ -214,21 +224,6 @@ class Groups:
         if self._turns.get(group) is mine:
             del self._turns[group]
 
-    async def _in_turn(
-        self,
-        group: str,
-        before: asyncio.Future[None] | None,
-        mine: asyncio.Future[None],
-        call: Any,
-        channel: str,
-    ) -> Any:
-        try:
-            if before is not None:
-                await asyncio.shield(before)
-            return await layer_call(call, group, channel)
-        finally:
-            self._end_turn(group, mine)
-
     async def leave_again(self) -> None:
         """Leave the groups whose leave failed, unless this channel wants them again."""
         if not self.undiscarded or self.layer is None:
@@ -241,8 +236,6 @@ class Groups:
         }
         self.undiscarded.clear()
         for group, channel in retry.items():
-            before, mine = self._take_turn(group)
-            try:
-                await self._in_turn(group, before, mine, self.layer.group_discard, channel)
-            except Exception:
+            (result,) = await self._in_turns([group], "group_discard", channel)
+            if isinstance(result, Exception):
                 self.undiscarded.setdefault(group, channel)

@@ -133,7 +133,9 @@ def change_started_at(when: float) -> Iterator[None]:
         _change_started.reset(token)
 
 
-async def aannounce(user_ids: Iterable[UserId], at: float | None = None) -> None:
+async def aannounce(
+    user_ids: Iterable[UserId], at: float | None = None, *, stamped: bool = False
+) -> None:
     """Tell every process with subscribers of these users that their presence may have changed
     (``at``: when the change started; default: as :func:`change_started_at` set it, or now).
 
@@ -147,8 +149,10 @@ async def aannounce(user_ids: Iterable[UserId], at: float | None = None) -> None
         at = _change_started.get()
     stamp = time.time() if at is None else min(at, time.time())
     # Stamped before anyone is told: a socket that opens meanwhile either finds the stamp or
-    # is watching already when the announcement comes (presence.stamps).
-    await astamp_changes(ids)
+    # is watching already when the announcement comes (presence.stamps). ``stamped``: the
+    # write that made the change stamped it (a socket's open, lua/connection.lua).
+    if not stamped:
+        await astamp_changes(ids)
     layer = get_channel_layer()
     if layer is None:
         _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids], "at": stamp})
@@ -255,10 +259,10 @@ async def _send_changes(
     return failed
 
 
-def announce(user_ids: Iterable[UserId]) -> None:
+def announce(user_ids: Iterable[UserId], *, stamped: bool = False) -> None:
     """:func:`aannounce` for sync code (views, signal receivers)."""
     # The coroutine runs on the announcer's loop, outside this context: the start is passed.
-    run_from_sync(aannounce(list(user_ids), _change_started.get()), "a change")
+    run_from_sync(aannounce(list(user_ids), _change_started.get(), stamped=stamped), "a change")
 
 
 #: (user id, reason) of the ``presence_changed`` presence is sending for a change it announced

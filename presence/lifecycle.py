@@ -75,8 +75,20 @@ def _connection(
     # on a site of pages the next page's socket opens within OFFLINE_GRACE, so a visit costs
     # the database one write, not one per page view.
     if resolution.is_news(transition, now):
-        yield from call(announce.announce, [user_id], afunction=announce.aannounce)
+        if transition is not None and transition.stamped:
+            # Its script stamped the change (an open): announced without a stamp of its own.
+            yield from call(_announce_stamped, [user_id], afunction=_aannounce_stamped)
+        else:
+            yield from call(announce.announce, [user_id], afunction=announce.aannounce)
     return transition
+
+
+def _announce_stamped(user_ids: list[UserId]) -> None:
+    announce.announce(user_ids, stamped=True)
+
+
+async def _aannounce_stamped(user_ids: list[UserId]) -> None:
+    await announce.aannounce(user_ids, stamped=True)
 
 
 def _riding_along(

@@ -18,8 +18,12 @@
 -- ARGV[13] the site's closes channel: when the user's last connection goes (a close, or an
 -- expiry), "user:second" is published there, so that the page views' throttles of every process
 -- learn it (presence.closes) without a read of their own.
+-- KEYS[10], KEYS[11] (an open only) the shard's change stamps and their epoch (stamp_changes.lua),
+-- ARGV[15] the time the open was sent, ARGV[16] the time before which stamps are forgotten: an
+-- open that changes what the user shows (online, a device, crashed connections dropped) stamps
+-- the change itself, at the later of ARGV[15] and Redis's time, in its own round trip.
 -- Returns {old score or false, new score or false, live connections, refused (0/1), connections
--- dropped as crashed, made, invisible, at, outbox entry} (see settle).
+-- dropped as crashed, made, invisible, at, outbox entry (see settle), stamped (0/1)}.
 local uid = ARGV[1]
 local op = ARGV[2]
 local beat = op == 'beat' or op == 'open'
@@ -139,4 +143,19 @@ else
 end
 if op == 'open' and KEYS[9] then redis.call('ZADD', KEYS[9], ARGV[14], uid) end
 local made = settle({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12], old)
-return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4]}
+-- what a score shows besides its time: absent, signed off, or online with these flags
+local function shown(s)
+  if not s or s == 0 then return 0 end
+  if s < 0 then return -1 - (-s % SCORE_FACTOR) end
+  return 1 + s % SCORE_FACTOR
+end
+local stamped = 0
+if op == 'open' and KEYS[10] and (crashed > 0 or made[1] ~= 0 or shown(o) ~= shown(tonumber(score))) then
+  local t = redis.call('TIME')
+  local at = string.format('%.6f', math.max(tonumber(ARGV[15]), t[1] + t[2] / 1000000))
+  redis.call('SET', KEYS[11], at, 'NX')
+  redis.call('ZADD', KEYS[10], 'GT', at, uid)
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[16])
+  stamped = 1
+end
+return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4], stamped}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from presence import domain
+from presence.conf import stamps_kept
 from presence.store.keys import decode_score
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import CONNECTION, DESCRIBE_CONNECTIONS, ERASE, SIGN_OFF, TOUCH
@@ -39,9 +40,14 @@ class Transition:
     #: the transition's entry in the shard's outbox (lua/ledger.lua): whoever removes it sends
     #: the signal (presence.outbox)
     entry: str | None = field(default=None, compare=False)
+    #: the write stamped its change itself (an open, lua/connection.lua): announcing it needs
+    #: no stamp of its own (presence.announce)
+    stamped: bool = field(default=False, compare=False)
 
     @classmethod
-    def from_reply(cls, user_id: UserId, reply: list[Any], ledger_at: int = 5) -> Transition:
+    def from_reply(
+        cls, user_id: UserId, reply: list[Any], ledger_at: int = 5, stamped: bool = False
+    ) -> Transition:
         """A script's reply: old and new score, for connections (live connections, refused,
         crashed), then the ledger's verdict from ``ledger_at`` on (made, invisible, at)."""
         core = reply[:ledger_at]
@@ -59,6 +65,7 @@ class Transition:
             invisible=bool(int(made[1])),
             at=float(made[2]) if made[2] is not None else None,
             entry=_text(made[3]),
+            stamped=stamped,
         )
 
 
@@ -174,10 +181,20 @@ class RecordingPlans(PlanArea):
         ]
         due: list[Any] = []
         if op == "open":
-            # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[14]):
-            # a page view's socket pays one round trip for its opening, not two.
-            keys.append(self.keys.user_due_key(user_id))
-            due.append(seconds + domain.SECOND + self.conf.CONNECTION_TTL)
+            # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[14]),
+            # and so is the stamp of the change it makes (KEYS[10..11], ARGV[15..16]; see
+            # presence.stamps): a page view's socket pays one round trip for its opening.
+            shard = self.keys.shard_of(bucket)
+            keys += (
+                self.keys.user_due_key(user_id),
+                self.keys.changes_key(shard),
+                self.keys.changes_epoch_key(shard),
+            )
+            due += (
+                seconds + domain.SECOND + self.conf.CONNECTION_TTL,
+                repr(now),
+                repr(now - stamps_kept(self.conf)),
+            )
         commands: list[tuple[Any, ...]] = [
             script_call(
                 CONNECTION,
@@ -211,7 +228,9 @@ class RecordingPlans(PlanArea):
             )
         return Plan(
             commands=commands,
-            parse=lambda replies: Transition.from_reply(user_id, replies[0]),
+            parse=lambda replies: Transition.from_reply(
+                user_id, replies[0], stamped=len(replies[0]) > 9 and replies[0][9] == 1
+            ),
             fallback=None,
         )
 

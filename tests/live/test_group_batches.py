@@ -1,0 +1,117 @@
+"""The hub's joins and leaves of channel-layer groups go together: on channels_redis's core layer
+one pipeline per layer server carries the same commands as the layer's own calls (a ZADD and an
+EXPIRE per join, a ZREM per leave), and a server that fails fails only its own groups."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from channels.layers import get_channel_layer
+
+from presence import announce
+from presence.hub.groups import Groups
+from presence.hub.registry import Registry
+from presence.layer import group_calls_together, groups_together
+from tests.conftest import on_the_core_layer
+from tests.privacy_cases import count_round_trips
+
+pytestmark = on_the_core_layer
+
+USERS = [101, 102, 103, 104, 105]
+
+
+def group_trips(commands: list[list[str]]) -> list[list[str]]:
+    """The round trips of group joins and leaves (not the layer's own receive's)."""
+    return [trip for trip in commands if set(trip) <= {"ZADD", "EXPIRE", "ZREM"}]
+
+
+@pytest.fixture
+async def groups() -> AsyncIterator[Groups]:
+    layer = get_channel_layer()
+    joined = Groups(layer, Registry())
+    joined.channel = await layer.new_channel()
+    yield joined
+    await layer.flush()
+
+
+async def members(group: str) -> tuple[list[str], int]:
+    """The group's channels and the seconds its key has left, as the layer keeps it."""
+    layer = get_channel_layer()
+    client = layer.connection(layer.consistent_hash(group))
+    key = layer._group_key(group)
+    return [m.decode() for m in await client.zrange(key, 0, -1)], await client.ttl(key)
+
+
+async def test_joins_and_leaves_go_in_one_round_trip_per_layer_server(groups: Groups) -> None:
+    layer = groups.layer
+    assert groups_together(layer)
+    servers = {layer.consistent_hash(announce.group_name(uid)) for uid in USERS}
+    with count_round_trips() as trips:
+        assert await groups.join_users(USERS) == []
+    joins = group_trips(trips.commands)
+    assert len(joins) == len(servers)
+    sent = sorted(command for trip in joins for command in trip)
+    assert sent == ["EXPIRE"] * len(USERS) + ["ZADD"] * len(USERS)
+    for uid in USERS:
+        channels, ttl = await members(announce.group_name(uid))
+        assert channels == [groups.channel]
+        assert 0 < ttl <= layer.group_expiry
+    # Announced to, each group reaches the channel (the layer's own group_send finds it).
+    await layer.group_send(announce.group_name(USERS[0]), {"type": "presence.changed"})
+    assert (await layer.receive(groups.channel))["type"] == "presence.changed"
+    with count_round_trips() as trips:
+        assert await groups.leave_users(USERS) == []
+    leaves = group_trips(trips.commands)
+    assert len(leaves) == len(servers)
+    assert [c for trip in leaves for c in trip] == ["ZREM"] * len(USERS)
+    for uid in USERS:
+        assert (await members(announce.group_name(uid)))[0] == []
+
+
+async def test_a_failed_server_fails_its_groups_only(groups: Groups) -> None:
+    layer = groups.layer
+    names = [announce.group_name(uid) for uid in USERS]
+    down = layer.consistent_hash(names[0])
+    real = layer.connection
+
+    def connection(index: int) -> Any:
+        if index == down:
+            raise ConnectionError("the layer's Redis is down")
+        return real(index)
+
+    layer.connection = connection
+    failures = announce.layer_failures
+    try:
+        results = await group_calls_together(layer, "group_add", names, groups.channel)
+    finally:
+        del layer.connection
+    failed = [name for name, result in zip(names, results, strict=True) if result is not None]
+    assert failed == [name for name in names if layer.consistent_hash(name) == down]
+    for name in names:
+        assert (await members(name))[0] == ([] if name in failed else [groups.channel])
+    # Through the hub's groups, the users whose join failed are kept to be joined again.
+    layer.connection = connection
+    try:
+        assert await groups.join_users(USERS[:1]) == USERS[:1]
+    finally:
+        del layer.connection
+    assert announce.layer_failures > failures
+
+
+async def test_a_wrapped_layer_gets_its_own_calls(
+    groups: Groups, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layer = groups.layer
+    calls: list[str] = []
+    real = layer.group_add
+
+    async def group_add(group: str, channel: str) -> None:
+        calls.append(group)
+        await real(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", group_add)
+    assert not groups_together(layer)
+    assert await groups.join_users(USERS[:2]) == []
+    assert calls == [announce.group_name(uid) for uid in USERS[:2]]

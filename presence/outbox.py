@@ -17,29 +17,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from presence import signals
 from presence.conf import get_settings
 from presence.operations import Operation, redis
-from presence.store import get_store
+from presence.store import get_store, merge
 from presence.store.plans import Pruned, RoomTransition, RoomWrite, Transition
 from presence.store.plans.outbox import outbox_deadline
+
+T = TypeVar("T")
 
 
 def send_made(result: Any) -> None:
     """Send the signals a store write earned (``redis_then``'s ``then``): ``result`` is a
     transition (a user's, :class:`Transition`, or a room's, :class:`RoomTransition`), a
     room write or sweep carrying some, None, or a list of them (a merged plan's replies, where
-    other replies are left alone). Each is sent once its outbox entry is claimed here."""
+    other replies are left alone). Each is sent once its outbox entry is claimed here; the
+    entries of several users' transitions (a sweep's) are claimed together, in one round trip."""
     store = get_store()
+    transitions = list(_transitions(result))
+    claims = _user_claims(store, transitions)
     # a room's entry per claim: a sweep's batch of leaves shares one, claimed once for all
-    claims: dict[tuple[str, str], Callable[[], bool]] = {}
-    for transition in _transitions(result):
+    room_claims: dict[tuple[str, str], Callable[[], bool]] = {}
+    for transition in transitions:
         if isinstance(transition, RoomTransition):
             room, entry = transition.room, transition.entry
-            if entry is not None and (room, entry) not in claims:
-                claims[room, entry] = _once(
+            if entry is not None and (room, entry) not in room_claims:
+                room_claims[room, entry] = _once(
                     partial(store.run, store.plans.claim_room_entry(room, entry))
                 )
             signals.send_room_transition(
@@ -47,7 +52,7 @@ def send_made(result: Any) -> None:
                 room,
                 transition.made,
                 transition.at,
-                None if entry is None else claims[room, entry],
+                None if entry is None else room_claims[room, entry],
             )
         elif not transition.made or transition.at is None:
             continue
@@ -57,7 +62,7 @@ def send_made(result: Any) -> None:
             )
         else:
             signals.send_if_claimed(
-                partial(store.run, store.plans.claim_entry(transition.user_id, transition.entry)),
+                claims[id(transition)],
                 transition.user_id,
                 transition.made,
                 transition.at,
@@ -65,22 +70,46 @@ def send_made(result: Any) -> None:
             )
 
 
-def _once(claim: Callable[[], bool]) -> Callable[[], bool]:
+def _user_claims(
+    store: Any, transitions: list[Transition | RoomTransition]
+) -> dict[int, Callable[[], bool]]:
+    """The claim of each user transition's outbox entry (by ``id`` of the transition): on the
+    receivers' thread, the first one run claims them all in one round trip (a sweep's users
+    turning offline together), and each answers for its own entry."""
+    made = [
+        t
+        for t in transitions
+        if isinstance(t, Transition) and t.made and t.at is not None and t.entry is not None
+    ]
+    if not made:
+        return {}
+    plans = [store.plans.claim_entry(t.user_id, t.entry) for t in made]
+    if len(plans) == 1:
+        return {id(made[0]): partial(store.run, plans[0])}
+    together = _once(partial(store.run, merge(plans)))
+    return {id(t): partial(_nth, together, n) for n, t in enumerate(made)}
+
+
+def _nth(claims: Callable[[], list[bool]], n: int) -> bool:
+    return bool(claims()[n])
+
+
+def _once(claim: Callable[[], T]) -> Callable[[], T]:
     """``claim`` run on the first call only; every call answers as it did (raising if it
     raised: then none of the batch is sent here, and its entry, if still there, is the
     sweep's). The receivers' one thread calls it, so no lock."""
     outcome: list[Any] = []
 
-    def claimed() -> bool:
+    def claimed() -> T:
         if not outcome:
             try:
                 outcome.append((claim(), None))
             except Exception as failure:
-                outcome.append((False, failure))
+                outcome.append((None, failure))
         won, failed = outcome[0]
         if failed is not None:
             raise failed
-        return bool(won)
+        return cast(T, won)
 
     return claimed
 

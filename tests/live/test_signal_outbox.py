@@ -22,6 +22,7 @@ from tests.clock import at
 from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import new_user
 from tests.live.test_signals import Sent, received, sent
+from tests.privacy_cases import count_round_trips
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -119,3 +120,25 @@ async def test_racing_claimers_send_once(
         outbox.send_made(second)
     assert [kind for kind, *_ in await sent(received)] == ["online"]
     await asyncio.to_thread(signals.wait_sent)
+
+
+async def test_the_entries_of_a_sweeps_transitions_are_claimed_together_and_sent_once(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, received: list[Sent]
+) -> None:
+    users = [await new_user(make_user) for _ in range(4)]
+    made = [await made_unheard(user) for user in users]
+    late = made.pop()  # another party (a sweep) claimed this one: its claim below finds nothing
+    store = get_store()
+    assert await store.arun(store.plans.claim_entry(users[-1].pk, late.entry))
+    with count_round_trips() as trips:
+        outbox.send_made([*made, None, late])  # a merged plan's replies, one of them None
+        await asyncio.to_thread(signals.wait_sent)
+    assert [trip for trip in trips.commands if "ZREM" in trip] == [["ZREM"] * 4]
+    assert sorted(await sent(received)) == sorted(
+        ("online", user.pk, at(0), False) for user in users[:-1]
+    )
+    assert await outbox_size() == 0
+    # Told again (a retried reply): nothing more is sent, whoever claims.
+    received.clear()
+    outbox.send_made(made)
+    assert await sent(received) == []

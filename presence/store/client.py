@@ -21,13 +21,13 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from presence import metrics
 from presence.conf import PresenceSettings
@@ -220,9 +220,30 @@ class PresenceStore:
                 return self._failed(plan, error)
             self.health.succeeded()
             return result
+        return self._finish(plan, None)
+
+    def begin(self, plan: Plan[T]) -> Callable[[], T]:
+        """A read's plan sent now; returns what reads its replies (:meth:`run`'s result). The
+        caller does other blocking work meanwhile (a database query), in this thread, while
+        Redis runs the commands: the sync face of two steps at once (a thread would contend
+        for the GIL). On a cluster, with Redis known down, or when the commands cannot be
+        sent (a stale pooled connection), the plan runs when its result is asked for."""
+        if self.cluster is not None or not plan.commands or not self.health.available():
+            return lambda: self.run(plan)
+        try:
+            sent = _Sent(self.client, plan.commands)
+        except (RedisError, OSError):
+            return lambda: self.run(plan)
+        return lambda: self._finish(plan, sent)
+
+    def _finish(self, plan: Plan[T], sent: _Sent | None) -> T:
+        """:meth:`run` on one Redis; ``sent``: the plan's commands sent already (:meth:`begin`),
+        their replies read first."""
         try:
             steps = self._replies(plan.commands)
             step = next(steps)
+            if sent is not None:
+                step = steps.send(sent.replies())
             while True:
                 if isinstance(step, Script):
                     self.client.script_load(step.source)
@@ -338,3 +359,48 @@ class _Batches(Gathering[Sequence[tuple[Any, ...]], list[Any]]):
 
 #: each event loop's client (redis.asyncio clients belong to one loop) -> its batches
 _batches: weakref.WeakKeyDictionary[redis.asyncio.Redis, _Batches] = weakref.WeakKeyDictionary()
+
+
+class _Sent:
+    """Commands written to one Redis as a pipeline, their replies read later (:meth:`replies`),
+    on a pooled connection held meanwhile."""
+
+    def __init__(self, client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> None:
+        self.client = client
+        self.pool = client.connection_pool
+        self.connection = self.pool.get_connection()
+        self.names: list[str] = []
+        wire: list[tuple[Any, ...]] = []
+        for command in commands:
+            if command[0] == "SCRIPT":
+                _, script, keys, args = command
+                wire.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+            else:
+                wire.append(command)
+            self.names.append(str(wire[-1][0]))
+        try:
+            self.connection.send_packed_command(self.connection.pack_commands(wire))
+        except BaseException:
+            self.connection.disconnect()
+            self.pool.release(self.connection)
+            raise
+        self.started = time.perf_counter()
+
+    def replies(self) -> list[Any]:
+        """The replies, a command's error in its place (as a pipeline's ``raise_on_error=False``);
+        a lost or late connection raises, and is dropped (a late reply must not answer the
+        next command sent on it)."""
+        replies: list[Any] = []
+        try:
+            for name in self.names:
+                try:
+                    replies.append(self.client.parse_response(self.connection, name))
+                except ResponseError as error:
+                    replies.append(error)
+        except BaseException:
+            self.connection.disconnect()
+            raise
+        finally:
+            self.pool.release(self.connection)
+        metrics.redis_round_trip("redis", time.perf_counter() - self.started)
+        return replies

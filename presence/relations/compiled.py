@@ -144,6 +144,10 @@ def run_compiled(
         values = list(row)
         for position, functions, expression in compiled.converters:
             value = values[position]
+            if value is None:
+                # (the facts' columns are presence's fields and annotations, whose converters
+                # all keep None: a hundred rows of mostly empty columns, not a call each)
+                continue
             for function in functions:
                 value = function(value, expression, connection)
             values[position] = value

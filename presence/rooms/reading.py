@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -51,7 +51,7 @@ from presence.domain.rooms import (
     order_listed,
     parse_room,
 )
-from presence.operations import Operation, arun, call, redis, redis_then, run
+from presence.operations import Call, Operation, Redis, arun, both, redis, redis_then, run
 from presence.rooms.candidates import Resolved, read_candidates
 from presence.rooms.cursors import with_next
 from presence.rooms.rule import may_enter, room_rule
@@ -160,13 +160,33 @@ def _room_state(
     a socket's read, which waits for a busy Redis up to LIVE_SOCKET_TIMEOUT (a page waits
     SOCKET_TIMEOUT). ``check``: the room's rule is asked in the same trip to the database's
     thread as the viewer's ties (PermissionDenied where it refuses)."""
-    entry = yield from call(room_entry, viewer, room if check else None)
+    now = resolution.now()
+    # The room's first public members and the viewer, read while the database's thread asks
+    # the rule and reads the viewer's ties: what most viewers' read is (entry.indexed); the
+    # users the ties name are looked up after, and the rest is read as before otherwise.
+    viewer_id = viewer_pk(viewer)
+    first = get_settings().ROOM_LIST_LIMIT
+    mine = [viewer_id] if viewer_id is not None else []  # (an anonymous viewer is refused)
+    guess = get_store().plans.read_room(room.name, now, first, mine, public_only=True)
+    entry, read = yield from both(
+        Call(room_entry, (viewer, room if check else None)), Redis(guess, waits)
+    )
     if not entry.allowed:
         raise PermissionDenied(gettext("You may not see who is in this room."))
-    now = resolution.now()
-    first = _first(entry)
     resolved = Resolved.of(entry.own)
-    state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
+    if entry.indexed and read is not None:
+        looked_up = [uid for uid in _read_plan_lookups(viewer, entry) if uid != viewer_id]
+        if looked_up:
+            more = yield from redis(
+                get_store().plans.read_room(room.name, now, 0, looked_up), waits
+            )
+            read = None if more is None else _with_found(read, more)
+        state = None
+        if read is not None:
+            state = yield from _listing(room, viewer, now, first, read, entry, resolved, waits)
+    else:
+        first = _first(entry)
+        state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
     if state is None:
         if strict:
             raise StoreUnavailable("Redis is unavailable: the room could not be read")
@@ -228,10 +248,25 @@ def _read_plan(
     """The room's read for ``viewer``: its first ``first`` public members by join time and
     the users who may show the viewer more (``entry.indexed``), else its first ``first``
     members; the viewer, their contacts and blocks looked up either way."""
+    looked_up = _read_plan_lookups(viewer, entry)
+    return get_store().plans.read_room(room.name, now, first, looked_up, entry.indexed)
+
+
+def _read_plan_lookups(viewer: Any, entry: RoomEntry) -> list[UserId]:
+    """The users :func:`_read_plan` looks up."""
     looked_up = _lookups(viewer, entry)
     if entry.indexed and entry.admitting:
         looked_up += entry.admitting
-    return get_store().plans.read_room(room.name, now, first, looked_up, entry.indexed)
+    return looked_up
+
+
+def _with_found(read: RoomRead, more: RoomRead) -> RoomRead:
+    """``read`` (the first members by join time) with the looked-up users ``more`` found, as
+    one read looking them up would have it."""
+    members = dict(read.members)
+    for uid in more.found:
+        members.setdefault(uid, more.members[uid])
+    return replace(read, members=members, found=read.found | more.found)
 
 
 def _read_first(

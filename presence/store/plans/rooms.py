@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from presence import domain

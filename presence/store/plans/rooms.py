@@ -30,6 +30,7 @@ from presence.store.scripts import (
     ROOM_PAGE,
     ROOM_PRUNE,
     ROOM_READ,
+    Script,
 )
 from presence.users import UserId, encode_id, id_decoder
 
@@ -210,29 +211,37 @@ class RoomPlans(PlanArea):
         # claims it, is the room's sweep's past the deadline (a renewal's rarely: its sweep's
         # at the stay's end).
         due = expiry if renew else min(expiry, seconds + math.ceil(outbox_deadline(self.conf)))
+        args = [
+            encode_id(user_id),
+            connection_id,
+            "beat" if renew else "join",
+            seconds,
+            expiry,
+            int(now * 1000),
+            meta or "",
+            int(meta is not None),
+            int(invisible),
+            int(public),
+        ]
         return Plan(
-            commands=[
-                ("ZADD", self.keys.room_schedule_key(room), "LT", due, room),
-                script_call(
-                    ROOM_JOIN,
-                    self.room_keys(room),
-                    [
-                        encode_id(user_id),
-                        connection_id,
-                        "beat" if renew else "join",
-                        seconds,
-                        expiry,
-                        int(now * 1000),
-                        meta or "",
-                        int(meta is not None),
-                        int(invisible),
-                        int(public),
-                    ],
-                ),
-            ],
-            parse=lambda replies: _room_write(room, bool(replies[1][0]), *replies[1][1:3]),
+            commands=self._scheduled(ROOM_JOIN, room, args, due),
+            parse=lambda replies: _room_write(room, bool(replies[-1][0]), *replies[-1][1:3]),
             fallback=None,
         )
+
+    def _scheduled(
+        self, script: Script, room: str, args: list[Any], due: int
+    ) -> list[tuple[Any, ...]]:
+        """A write of the room (its script last) with the room scheduled for its sweep at
+        ``due`` or earlier, first: in the script on one Redis (one command: no pipeline of
+        two), by a ZADD of its own before it on a cluster (the schedule is another slot's)."""
+        schedule = self.keys.room_schedule_key(room)
+        if self.keys.clustered:
+            return [
+                ("ZADD", schedule, "LT", due, room),
+                script_call(script, self.room_keys(room), args),
+            ]
+        return [script_call(script, [*self.room_keys(room), schedule], [*args, due, room])]
 
     def leave_room(
         self, room: str, user_id: UserId, connection_id: str, now: float, at_once: bool = False
@@ -244,16 +253,10 @@ class RoomPlans(PlanArea):
         counts leave them out at once."""
         seconds = int(now)
         grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
+        args = [encode_id(user_id), connection_id, seconds, grace_end, int(at_once)]
         return Plan(
-            commands=[
-                ("ZADD", self.keys.room_schedule_key(room), "LT", grace_end, room),
-                script_call(
-                    ROOM_LEAVE,
-                    self.room_keys(room),
-                    [encode_id(user_id), connection_id, seconds, grace_end, int(at_once)],
-                ),
-            ],
-            parse=lambda replies: _room_write(room, False, *replies[1][0:2]),
+            commands=self._scheduled(ROOM_LEAVE, room, args, grace_end),
+            parse=lambda replies: _room_write(room, False, *replies[-1][0:2]),
             fallback=None,
         )
 

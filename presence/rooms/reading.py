@@ -167,7 +167,7 @@ def _room_state(
     viewer_id = viewer_pk(viewer)
     first = get_settings().ROOM_LIST_LIMIT
     mine = [viewer_id] if viewer_id is not None else []  # (an anonymous viewer is refused)
-    guess = get_store().plans.read_room(room.name, now, first, mine, public_only=True)
+    guess = get_store().plans.read_room(room.name, now, first, mine, True)  # its public ones
     entry, read = yield from both(
         Call(room_entry, (viewer, room if check else None)), Redis(guess, waits)
     )

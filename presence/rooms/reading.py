@@ -42,18 +42,14 @@ from presence import announce, outbox, relations, resolution
 from presence.conf import get_settings
 from presence.domain import SELF, UserId, Visibility
 from presence.domain.rooms import (
-    Candidate,
-    Member,
     Room,
     RoomState,
-    is_counted,
-    is_listed,
-    order_listed,
     parse_room,
 )
 from presence.operations import Call, Operation, Redis, arun, both, redis, redis_then, run
 from presence.rooms.candidates import Resolved, read_candidates
 from presence.rooms.cursors import with_next
+from presence.rooms.listing import listable, listed_state
 from presence.rooms.rule import may_enter, room_rule
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
@@ -310,26 +306,11 @@ def _listing(
     yield from read_candidates(viewer, unread, resolved, waits)
     fresh = {uid: facts[uid] for uid in candidates if uid in facts and uid not in presences}
     presences.update(resolution.resolve_all(fresh, resolved.live, now))
-    listable = []
-    for uid in candidates:
-        if uid not in facts:
-            continue  # a user deleted since they joined: counted, never listed
-        relation, choices = facts[uid]
-        if not is_counted(relation, choices.invisible):
-            # Went invisible since joining (the room learns it at its next announcement).
-            excluded.add(uid)
-        elif is_listed(relation, presences[uid]):
-            entry_of = read.members[uid]
-            listable.append(
-                Candidate(uid, entry_of.joined_at, uid in entry.contacts, is_self=relation.is_self)
-            )
-    listed = order_listed(listable, conf.ROOM_LIST_LIMIT)
-    members = {uid: Member(read.members[uid].meta, presences[uid]) for uid in listed}
-    ranks = {c.user_id: rank(c.contact, c.joined_at, c.user_id) for c in listable}
-    count = max(read.present - len(excluded), len(members))
-    listed_ranks = {uid: ranks[uid] for uid in listed}
-    state = RoomState(room, members, count - len(members), listed_ranks)
-    return state, not (read.complete or _full(listed_ranks, viewer_id, read.horizon))
+    found = listable(
+        read.members, excluded, entry.contacts, facts.get, lambda uid, _: presences[uid]
+    )
+    state = listed_state(room, found, conf.ROOM_LIST_LIMIT, read.present, excluded)
+    return state, not (read.complete or _full(dict(state.ranks), viewer_id, read.horizon))
 
 
 def _full(ranks: dict[UserId, tuple[bool, float, str]], viewer_id: UserId, horizon: Any) -> bool:
@@ -342,12 +323,6 @@ def _full(ranks: dict[UserId, tuple[bool, float, str]], viewer_id: UserId, horiz
     ahead = (True, horizon if horizon is not None else -1.0, "\uffff")
     before = sum(1 for uid, r in ranks.items() if uid == viewer_id or r <= ahead)
     return before >= get_settings().ROOM_LIST_LIMIT
-
-
-def rank(contact: bool, joined_at: float, user_id: UserId) -> tuple[bool, float, str]:
-    """A listed member's place after the viewer (order_listed): contacts first, then by join
-    time, then by id as text; the smaller the earlier."""
-    return (not contact, joined_at, str(user_id))
 
 
 async def ajoin_room_state(

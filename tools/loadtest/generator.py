@@ -472,8 +472,10 @@ class Generator:
                 counts["closed"] += 1
             elif client.closing:
                 counts["closing"] += 1
-            else:
+            elif client.pending_snapshots:
                 counts["awaiting snapshot"] += 1
+            else:
+                counts["awaiting room_state"] = counts.get("awaiting room_state", 0) + 1
         return counts
 
     def beats(self) -> dict[int, float]:

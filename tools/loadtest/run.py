@@ -772,6 +772,12 @@ class Run:
             codes[code] = codes.get(code, 0) + 1
         if codes:
             print(f"loadtest: unrequested closes by code (all, faults included): {codes}")
+        kinds: dict[str, int] = {}
+        for _at, what in stats.exceptions:
+            kind = what.split("'message'")[0][:80]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        if kinds:
+            print(f"loadtest: client exceptions and error frames (all, faults included): {kinds}")
         for line in (
             [f"close {c}" for c in closes[:5]]
             + [f"http {h}" for h in http_errors[:5]]

@@ -591,6 +591,10 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
             elif command == "resume":
                 generator.paused = False
                 pipe.send(("ok", None))
+            elif command == "rate":
+                # The page views over sockets (reloads and tab closes) per client per second.
+                generator.spec.churn_per_second = float(argument)
+                pipe.send(("ok", None))
             elif command == "views":
                 pipe.send(("views", generator.views(argument)))
             elif command == "reload":

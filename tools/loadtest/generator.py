@@ -193,15 +193,9 @@ class Client:
         chunks = [page[i : i + SUBSCRIBE_CHUNK] for i in range(0, len(page), SUBSCRIBE_CHUNK)]
         # As presence.js: the page's first users subscribed in the opening request, with the
         # stamp of what the client shows (none at first: the full snapshot, with a stamp).
-        import os  # BISECT
-
-        if os.environ.get("LOADTEST_NO_RESUME"):
-            self.resume = None
-            self.view = {}
         since = self.resume or ""
         query = f"device={self.spec.device}"
-        url_sub = not os.environ.get("LOADTEST_NO_URL")
-        if chunks and url_sub:
+        if chunks:
             query += f"&users={','.join(map(str, chunks[0]))}&since={quote(since)}"
         url = f"ws://127.0.0.1:{port}/ws/presence/?{query}"
         self.closing = False
@@ -233,7 +227,7 @@ class Client:
         gen.stats.opened += 1
         self.pending_snapshots = len(chunks)
         self.task = asyncio.create_task(self.run(self.ws))
-        for chunk in chunks[1:] if url_sub else chunks:
+        for chunk in chunks[1:]:
             await self.send({"type": "subscribe", "users": chunk, "since": since or None})
         self.room_views.reset(self.spec.rooms)
         for room in self.spec.rooms:

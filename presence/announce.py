@@ -401,6 +401,8 @@ async def aannounce_room(room: str, user_ids: Iterable[UserId]) -> None:
     previous message is being sent go together in the next (presence.room_sends), so a burst
     of joins is a few messages, not one per join for every process to receive in turn."""
     users = [encode_id(uid) for uid in dict.fromkeys(user_ids)]
+    if not users:
+        return  # nobody joined, left or changed (a batch's joins of users present already)
     at = _change_started.get() or time.time()
     if get_channel_layer() is None:
         _deliver_locally({"type": ROOM, "room": room, "users": users, "at": at})

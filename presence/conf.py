@@ -146,7 +146,7 @@ class PresenceSettings:
     OPENING_HOLD: float = 2.0
     #: the oldest stamp (a page's ``data-presence-since``, the ``stamp`` of a client's last
     #: snapshot) that still gets only what changed since it, in seconds; older: a full snapshot
-    RESUME_WINDOW: int = 60
+    RESUME_WINDOW: int = 300
 
 
 #: how far apart the clocks of the site's hosts (and a page's render and its socket) may be, in

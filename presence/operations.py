@@ -24,6 +24,7 @@ one step and return its result typed (``state = yield from redis(plan)``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
@@ -124,7 +125,27 @@ def _do(step: Step) -> Any:
     if type(step) is Call:
         return step.function(*step.args)
     assert type(step) is Both
-    return _do(step.first), _do(step.second)
+    first, second = step.first, step.second
+    if type(first) is Redis and type(second) is Call:
+        # Redis runs the plan while this thread does the call (a database query).
+        finish = get_store().begin(first.plan)
+        done = _after(finish, second)
+        return finish(), done
+    if type(first) is Call and type(second) is Redis:
+        finish = get_store().begin(second.plan)
+        return _after(finish, first), finish()
+    return _do(first), _do(second)
+
+
+def _after(finish: Callable[[], Any], call: Step) -> Any:
+    """``call`` done while a plan's commands run; if it fails, the plan's replies are read
+    all the same (its connection goes back to the pool) before the error is raised."""
+    try:
+        return _do(call)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            finish()
+        raise
 
 
 async def _ado(step: Step) -> Any:

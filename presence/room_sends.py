@@ -44,6 +44,10 @@ async def send(room: str, users: list[Any], at: float, sender: Send) -> None:
     """``sender(room, users, at)``, with the users of ``room`` announced meanwhile on this
     loop (``at``: the earliest of theirs, so that coalescing windows count from the first
     change); returns once a message carrying ``users`` was sent."""
+    if not users:
+        # Nothing to announce (every join of a batch found its user in the room already, as
+        # after a restart): no message, and no caller left waiting for one never sent.
+        return
     loop = asyncio.get_running_loop()
     rooms = _queues.setdefault(loop, {})
     queued = rooms.get(room)
@@ -73,12 +77,15 @@ async def _drain(rooms: dict[str, _Queued], room: str, queued: _Queued, sender: 
                 waiting, queued.waiting, queued.at = queued.waiting, [], math.inf
             try:
                 await sender(room, users, at)
+            except Exception as error:
+                # A sender that raised (presence's never does): its callers are told so, and
+                # the users queued meanwhile go in the next message.
+                _settle(waiting, error)
+                continue
             except BaseException:
                 queued.waiting += waiting  # cancelled below, not left waiting
                 raise
-            for sent in waiting:
-                if not sent.done():
-                    sent.set_result(None)
+            _settle(waiting)
     finally:
         # Nothing is queued after the last check (no await since): the next announcement of
         # the room starts a new message at once.
@@ -87,3 +94,13 @@ async def _drain(rooms: dict[str, _Queued], room: str, queued: _Queued, sender: 
         for sent in queued.waiting:  # cancelled (the loop closing): nobody waits forever
             if not sent.done():
                 sent.cancel()
+
+
+def _settle(waiting: list[asyncio.Future[None]], error: Exception | None = None) -> None:
+    for sent in waiting:
+        if sent.done():
+            continue
+        if error is None:
+            sent.set_result(None)
+        else:
+            sent.set_exception(error)

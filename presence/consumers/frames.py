@@ -4,6 +4,7 @@ own, rooms', and those installed apps add)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Coroutine
@@ -115,6 +116,22 @@ async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
         await socket.send_error(error.code, error.message)
     except ClientGone:
         raise
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # the connection's own cancellation (the server stopping it)
+        # A CancelledError of something the answer awaited: a bug below, not a cancellation
+        # of this connection. Raised on, it would end the consumer with its socket left open.
+        logger.error(
+            "Presence: handling a frame of user %s failed: cancelled below it",
+            socket.viewer_id,
+            exc_info=True,
+        )
+        if socket.attached:
+            await socket.send_error(
+                "internal_error",
+                gettext("The server failed to handle this frame; try again later."),
+            )
     except SendFailed:
         # The server refused an answer (logged in send): the client must not wait for it.
         if socket.attached:

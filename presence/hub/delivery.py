@@ -94,6 +94,9 @@ class Delivery:
         #: such a read is over (not at every window meanwhile: in a reconnect storm reads are
         #: slow, and resolving a user for all its watchers at each window fed the storm)
         self.after_snapshots: dict[UserId, set[Connection]] = {}
+        #: pending users to deliver only to these connections (their snapshot read held up a
+        #: delivery: the other watchers had it); a change of the user makes it everyone's again
+        self.only: dict[UserId, set[Connection]] = {}
         self._wake = asyncio.Event()
 
     def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
@@ -113,9 +116,11 @@ class Delivery:
         for user_id in user_ids:
             if user_id in watchers and user_id not in self.pending:
                 self.pending[user_id] = loop_now + window
+                self.only.pop(user_id, None)  # left by a user unwatched meanwhile
                 resyncing.discard(user_id)
                 self._wake.set()
             elif user_id in self.pending:
+                self.only.pop(user_id, None)
                 metrics.COALESCED.inc()
 
     def resync(self, user_ids: Iterable[UserId]) -> None:
@@ -129,7 +134,15 @@ class Delivery:
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
         members = self.registry.watchers.members
-        watchers = {uid: list(members[uid]) for uid in user_ids if members.get(uid)}
+        user_ids = list(user_ids)
+        # Taken now, before any await: a change arriving meanwhile is everyone's again.
+        only = {uid: self.only.pop(uid) for uid in user_ids if uid in self.only}
+        watchers = {
+            uid: [c for c in members[uid] if uid not in only or c in only[uid]]
+            for uid in user_ids
+            if members.get(uid)
+        }
+        watchers = {uid: connections for uid, connections in watchers.items() if connections}
         if not watchers:
             return
         # A snapshot being read may be newer or older than what is read here: a connection
@@ -176,19 +189,33 @@ class Delivery:
                 logger.debug("Presence: could not send a diff", exc_info=True)
 
     def _snapshots_read(self) -> bool:
-        """Users a delivery skipped for connections reading their snapshot: each is due again
-        once one such read is over. True while some reads go on (they are looked at again)."""
+        """Users a delivery skipped for connections reading their snapshot: due again for the
+        connections whose read is over, and for those alone (the other watchers had the
+        delivery: in a storm of openings thousands of reads end one after another, and
+        resolving a user for all its watchers at each end fed the storm). True while some
+        reads go on (they are looked at again)."""
         watchers = self.registry.watchers.members
-        read = []
-        for uid, connections in self.after_snapshots.items():
-            if any(
-                uid not in c.snapshotting or c not in watchers.get(uid, ()) for c in connections
-            ):
-                read.append(uid)
-        for uid in read:
-            del self.after_snapshots[uid]
-        if read:
-            self.changed(read)
+        read: dict[UserId, set[Connection]] = {}
+        for uid, connections in list(self.after_snapshots.items()):
+            watching = watchers.get(uid, ())
+            done = {c for c in connections if uid not in c.snapshotting or c not in watching}
+            if not done:
+                continue
+            still = connections - done
+            if still:
+                self.after_snapshots[uid] = still
+            else:
+                del self.after_snapshots[uid]
+            done = {c for c in done if c in watching}
+            if done:
+                read[uid] = done
+        fresh = [uid for uid in read if uid not in self.pending]
+        self.changed(fresh)
+        for uid in fresh:
+            self.only[uid] = read[uid]
+        for uid, connections in read.items():
+            if uid not in fresh and uid in self.only:
+                self.only[uid] |= connections  # else a delivery to everyone is coming
         return bool(self.after_snapshots)
 
     async def run(

@@ -59,8 +59,10 @@ class Recovery:
         self.lag: float | None = None
         #: sweep intervals without a late announcement that count as caught up (see note_lag)
         self._quiet_needed = 1
-        #: loop time of the last catch-up resync
+        #: loop time of the last catch-up resync, and how many there were (the rooms' views
+        #: are read again after each: presence.hub.rooms.RoomViews.sweep)
         self._resynced_at: float | None = None
+        self.catch_ups = 0
 
     def _resync(self) -> None:
         self.resync(list(self.registry.watchers.members))
@@ -145,5 +147,6 @@ class Recovery:
         if self.behind and now - self._last_late >= quiet:
             self.behind = False
             self._resynced_at = now
+            self.catch_ups += 1
             logger.warning("Presence: this process caught up with its channel; resyncing views.")
             self._resync()

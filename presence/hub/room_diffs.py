@@ -15,7 +15,7 @@ from presence.domain import UserId, visibly_differs
 from presence.domain.rooms import Member
 from presence.hub.registry import Connection, View
 from presence.rooms.delta import RoomDelta
-from presence.rooms.reading import rank
+from presence.rooms.listing import rank
 
 
 def _same(before: Member, after: Member) -> bool:

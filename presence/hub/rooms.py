@@ -57,7 +57,7 @@ class RoomViews:
         #: the rooms with changes to deliver, and when
         self.windows = RoomWindows()
         #: outages of presence's Redis and channel-layer failures seen so far (see sweep)
-        self._troubles_seen = (get_store().recoveries(), announce.layer_failures)
+        self._troubles_seen = (get_store().recoveries(), announce.layer_failures, 0)
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
         self.rules = RoomRules(registry)
         #: the joins of each room made at about the same time, written and read together
@@ -177,12 +177,13 @@ class RoomViews:
 
     # --- sweeps and recovery ---
 
-    async def sweep(self) -> None:
+    async def sweep(self, catch_ups: int = 0) -> None:
         """Every SWEEP_INTERVAL: remove members whose stay ended (any process may), and after
-        an outage of presence's Redis or a failed channel-layer call (announcements may have
-        been lost), send every view here a fresh room_state."""
+        an outage of presence's Redis, a failed channel-layer call or a catch-up of a process
+        that fell behind its channel (``catch_ups``, Recovery's: announcements may have been
+        lost), send every view here a fresh room_state."""
         await asweep_rooms()
-        troubles = (get_store().recoveries(), announce.layer_failures)
+        troubles = (get_store().recoveries(), announce.layer_failures, catch_ups)
         if troubles != self._troubles_seen:
             self._troubles_seen = troubles
             await self.refresh()

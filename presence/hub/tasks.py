@@ -132,7 +132,7 @@ class Tasks:
         await self.groups.leave_again()
         await asyncio.shield(asyncio.ensure_future(lifecycle.asweep()))
         if get_settings().ROOMS:
-            await self.rooms.sweep()
+            await self.rooms.sweep(self.recovery.catch_ups)
 
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.groups.channel is not None

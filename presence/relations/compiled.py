@@ -118,6 +118,15 @@ def _compile(
     return Compiled(sql, tuple(slots), tuple(constants), converters, size)
 
 
+def _ints_as_they_are(pk_field: Any, connection: Any, ids: list[Any]) -> bool:
+    """Whether ``ids`` are integers the database takes as they are (SQLite, MySQL: an
+    integer key's prepared value is the integer; PostgreSQL's driver wraps it in its type)."""
+    if not isinstance(pk_field, IntegerField) or not all(type(pk) is int for pk in ids):
+        return False
+    prepared = pk_field.get_db_prep_value(ids[0], connection)
+    return type(prepared) is int and prepared == ids[0]
+
+
 def run_compiled(
     compiled: Compiled, alias: str, viewer_pk: Any, target_ids: Collection[Any]
 ) -> list[Sequence[Any]]:
@@ -128,7 +137,10 @@ def run_compiled(
     ids = list(target_ids)
     ids += [ids[0]] * (compiled.size - len(ids))
     prep = pk_field.get_db_prep_value
-    values = [prep(pk, connection) for pk in ids]
+    if _ints_as_they_are(pk_field, connection, ids):
+        values = ids  # (no call per target: a room's read prepares a hundred)
+    else:
+        values = [prep(pk, connection) for pk in ids]
     viewer = prep(viewer_pk, connection) if viewer_pk is not None else None
     params = [
         constant if slot is None else (viewer if slot < 0 else values[slot])
@@ -144,6 +156,10 @@ def run_compiled(
         values = list(row)
         for position, functions, expression in compiled.converters:
             value = values[position]
+            if value is None:
+                # (the facts' columns are presence's fields and annotations, whose converters
+                # all keep None: a hundred rows of mostly empty columns, not a call each)
+                continue
             for function in functions:
                 value = function(value, expression, connection)
             values[position] = value

@@ -56,6 +56,10 @@ def choices_of(row: Sequence[Any]) -> domain.Choices:
     UserStatus row: the defaults; the levels of no PrivacySettings row: the site's
     DEFAULT_PRIVACY, :func:`presence.models.privacy_defaults`, read with no query)."""
     defaults = privacy_defaults()
+    if not any(row[1:12]):
+        # No row of its choices, or rows of nothing but defaults (a room's 100 members of
+        # whom most have none): the defaults' one object.
+        return _no_choices(defaults)
     return domain.Choices(
         online_visibility=_visibility(row[1], defaults.online_visibility),
         last_seen_visibility=_visibility(row[2], defaults.last_seen_visibility),
@@ -68,6 +72,17 @@ def choices_of(row: Sequence[Any]) -> domain.Choices:
         expires_at=_epoch(row[9]),
         persisted_last_seen=_epoch(row[10]),
         persisted_prior=_epoch(row[11]),
+    )
+
+
+@cache
+def _no_choices(defaults: domain.Choices) -> domain.Choices:
+    """The choices of a row of :data:`FIELDS` whose every choice is empty (None, False or
+    ""): what :func:`choices_of` makes of it, once per DEFAULT_PRIVACY."""
+    return domain.Choices(
+        online_visibility=defaults.online_visibility,
+        last_seen_visibility=defaults.last_seen_visibility,
+        activity_visibility=defaults.activity_visibility,
     )
 
 

@@ -58,10 +58,17 @@ class Batches(Generic[T, R]):
                 try:
                     answers = await self._run(key, [item for item, _ in batch])
                 except BaseException as failure:
+                    cancelled = isinstance(failure, asyncio.CancelledError)
+                    if cancelled and not _cancelling():
+                        # Raised by something the batch awaited, not a cancellation of this
+                        # batch: an error its callers handle (a CancelledError handed to them
+                        # would end their consumers, their sockets left open unanswered).
+                        failure = RuntimeError(f"a batch's work was cancelled below it: {key!r}")
+                        cancelled = False
                     for _, answer in batch:
                         if not answer.done():
                             answer.set_exception(failure)
-                    if isinstance(failure, asyncio.CancelledError):
+                    if cancelled:
                         raise
                     continue
                 for (_, answer), result in zip(batch, answers, strict=True):
@@ -76,3 +83,9 @@ class Batches(Generic[T, R]):
             for _, answer in self._queued.pop(key, []):
                 if not answer.done():  # the loop is stopping
                     answer.set_exception(StoreUnavailable("the batch was not run"))
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled (the loop closing)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

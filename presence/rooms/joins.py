@@ -18,9 +18,9 @@ arrive while the room's previous batch is under way wait for it, then go togethe
   with no tie to any candidate (most of them) shares the strangers' listing, plus itself;
 - one announcement, "these users joined the room".
 
-Each joiner is answered exactly what its own read would have listed and counted (the rule of
-presence.rooms.reading's ``_listing``, which tests hold equal): a joiner who may see fewer than
-ROOM_LIST_LIMIT of the first members has its read go further down the join order, alone.
+Each joiner is answered exactly what its own read would have listed and counted (the one
+listing rule of presence.rooms.listing, which a read applies too): a joiner who may see fewer
+than ROOM_LIST_LIMIT of the first members has its read go further down the join order, alone.
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ from presence.domain.rooms import (
     Member,
     Room,
     RoomState,
-    is_counted,
-    is_listed,
     order_listed,
 )
 from presence.operations import arun
@@ -50,6 +48,7 @@ from presence.rooms.batches import Batches
 from presence.rooms.candidates import Resolved
 from presence.rooms.cards import add_cards
 from presence.rooms.cursors import with_next
+from presence.rooms.listing import Rank, listable, listed_state, rank
 from presence.rooms.reading import (
     SCAN_FACTOR,
     RoomEntry,
@@ -57,7 +56,6 @@ from presence.rooms.reading import (
     _lookups,
     _widened,
     ajoin_room_state,
-    rank,
     room_entries,
     room_entry,
 )
@@ -87,9 +85,6 @@ class Joining:
 #: it (what it is charged), and its ``room_state`` frame (the listed members' cards in it) as
 #: a dict and as the JSON text to send
 Answer = tuple[RoomState, int, dict[str, Any], str]
-
-#: a listed member's place (presence.rooms.reading.rank)
-Rank = tuple[bool, float, str]
 
 
 class JoinBatches:
@@ -317,8 +312,8 @@ async def _answers(
 
 
 class _Listing:
-    """The room as each joiner of a batch sees it, from the batch's reads: the rule of
-    presence.rooms.reading's ``_listing``, with each (member, relation) resolved once."""
+    """The room as each joiner of a batch sees it, from the batch's reads: the one listing
+    rule (presence.rooms.listing), with each (member, relation) resolved once."""
 
     def __init__(
         self,
@@ -368,24 +363,14 @@ class _Listing:
         excluded: set[UserId],
         contacts: set[UserId],
     ) -> list[tuple[Candidate, Member]]:
-        """The members ``viewer_id`` may list, as it would see them, by _listing's rule; those
-        it may not count are added to ``excluded``."""
-        choices = self.pairs.choices
-        listable = []
-        for uid, entry in members.items():
-            if uid in excluded or uid not in choices:
-                continue  # invisible, blocked, or deleted since they joined
-            relation = self.pairs.relation(viewer_id, uid)
-            if not is_counted(relation, choices[uid].invisible):
-                excluded.add(uid)
-                continue
-            presence = self.presence(uid, relation)
-            if is_listed(relation, presence):
-                candidate = Candidate(
-                    uid, entry.joined_at, uid in contacts, is_self=relation.is_self
-                )
-                listable.append((candidate, Member(entry.meta, presence)))
-        return listable
+        """The members ``viewer_id`` may list, as it would see them (the one listing rule,
+        presence.rooms.listing); those it may not count are added to ``excluded``."""
+        choices, relation = self.pairs.choices, self.pairs.relation
+
+        def facts_of(uid: UserId) -> tuple[domain.Relation, domain.Choices] | None:
+            return (relation(viewer_id, uid), choices[uid]) if uid in choices else None
+
+        return listable(members, excluded, contacts, facts_of, self.presence)
 
     def _stranger_listing(self) -> tuple[list[tuple[UserId, Member, Rank]], set[UserId]]:
         """The first members a stranger may list, in the listing order with their places, and
@@ -393,13 +378,12 @@ class _Listing:
         if self._shared is None:
             excluded = set(self._page.invisible)
             # None of the first members is this viewer: an id no user has.
-            listable = self._pass(_NOBODY, self._page.members, excluded, set())
+            found = self._pass(_NOBODY, self._page.members, excluded, set())
             order = {
-                uid: n
-                for n, uid in enumerate(order_listed([c for c, _ in listable], len(listable)))
+                uid: n for n, uid in enumerate(order_listed([c for c, _ in found], len(found)))
             }
-            listable.sort(key=lambda item: order[item[0].user_id])
-            shared = [(c.user_id, m, rank(c.contact, c.joined_at, c.user_id)) for c, m in listable]
+            found.sort(key=lambda item: order[item[0].user_id])
+            shared = [(c.user_id, m, rank(c.contact, c.joined_at, c.user_id)) for c, m in found]
             self._shared = (shared, excluded)
         return self._shared
 
@@ -428,11 +412,9 @@ class _Listing:
                     members[uid] = member
                     ranks[uid] = place
         else:
-            listable = self._pass(viewer_id, read.members, excluded, entry.contacts)
-            by_id = {c.user_id: (c, m) for c, m in listable}
-            for uid in order_listed([c for c, _ in listable], limit):
-                c, members[uid] = by_id[uid]
-                ranks[uid] = rank(c.contact, c.joined_at, uid)
+            found = self._pass(viewer_id, read.members, excluded, entry.contacts)
+            state = listed_state(room, found, limit, read.present, excluded)
+            members, ranks = dict(state.members), dict(state.ranks)
         count = max(read.present - len(excluded), len(members))
         # every member read (an indexed read: every public one, the rest looked up)
         scanned_all = read.complete or read.present <= self.first

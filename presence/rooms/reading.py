@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -42,18 +42,14 @@ from presence import announce, outbox, relations, resolution
 from presence.conf import get_settings
 from presence.domain import SELF, UserId, Visibility
 from presence.domain.rooms import (
-    Candidate,
-    Member,
     Room,
     RoomState,
-    is_counted,
-    is_listed,
-    order_listed,
     parse_room,
 )
-from presence.operations import Operation, arun, call, redis, redis_then, run
+from presence.operations import Call, Operation, Redis, arun, both, redis, redis_then, run
 from presence.rooms.candidates import Resolved, read_candidates
 from presence.rooms.cursors import with_next
+from presence.rooms.listing import listable, listed_state
 from presence.rooms.rule import may_enter, room_rule
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
@@ -160,13 +156,33 @@ def _room_state(
     a socket's read, which waits for a busy Redis up to LIVE_SOCKET_TIMEOUT (a page waits
     SOCKET_TIMEOUT). ``check``: the room's rule is asked in the same trip to the database's
     thread as the viewer's ties (PermissionDenied where it refuses)."""
-    entry = yield from call(room_entry, viewer, room if check else None)
+    now = resolution.now()
+    # The room's first public members and the viewer, read while the database's thread asks
+    # the rule and reads the viewer's ties: what most viewers' read is (entry.indexed); the
+    # users the ties name are looked up after, and the rest is read as before otherwise.
+    viewer_id = viewer_pk(viewer)
+    first = get_settings().ROOM_LIST_LIMIT
+    mine = [viewer_id] if viewer_id is not None else []  # (an anonymous viewer is refused)
+    guess = get_store().plans.read_room(room.name, now, first, mine, True)  # its public ones
+    entry, read = yield from both(
+        Call(room_entry, (viewer, room if check else None)), Redis(guess, waits)
+    )
     if not entry.allowed:
         raise PermissionDenied(gettext("You may not see who is in this room."))
-    now = resolution.now()
-    first = _first(entry)
     resolved = Resolved.of(entry.own)
-    state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
+    if entry.indexed and read is not None:
+        looked_up = [uid for uid in _read_plan_lookups(viewer, entry) if uid != viewer_id]
+        if looked_up:
+            more = yield from redis(
+                get_store().plans.read_room(room.name, now, 0, looked_up), waits
+            )
+            read = None if more is None else _with_found(read, more)
+        state = None
+        if read is not None:
+            state = yield from _listing(room, viewer, now, first, read, entry, resolved, waits)
+    else:
+        first = _first(entry)
+        state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
     if state is None:
         if strict:
             raise StoreUnavailable("Redis is unavailable: the room could not be read")
@@ -228,10 +244,25 @@ def _read_plan(
     """The room's read for ``viewer``: its first ``first`` public members by join time and
     the users who may show the viewer more (``entry.indexed``), else its first ``first``
     members; the viewer, their contacts and blocks looked up either way."""
+    looked_up = _read_plan_lookups(viewer, entry)
+    return get_store().plans.read_room(room.name, now, first, looked_up, entry.indexed)
+
+
+def _read_plan_lookups(viewer: Any, entry: RoomEntry) -> list[UserId]:
+    """The users :func:`_read_plan` looks up."""
     looked_up = _lookups(viewer, entry)
     if entry.indexed and entry.admitting:
         looked_up += entry.admitting
-    return get_store().plans.read_room(room.name, now, first, looked_up, entry.indexed)
+    return looked_up
+
+
+def _with_found(read: RoomRead, more: RoomRead) -> RoomRead:
+    """``read`` (the first members by join time) with the looked-up users ``more`` found, as
+    one read looking them up would have it."""
+    members = dict(read.members)
+    for uid in more.found:
+        members.setdefault(uid, more.members[uid])
+    return replace(read, members=members, found=read.found | more.found)
 
 
 def _read_first(
@@ -275,26 +306,11 @@ def _listing(
     yield from read_candidates(viewer, unread, resolved, waits)
     fresh = {uid: facts[uid] for uid in candidates if uid in facts and uid not in presences}
     presences.update(resolution.resolve_all(fresh, resolved.live, now))
-    listable = []
-    for uid in candidates:
-        if uid not in facts:
-            continue  # a user deleted since they joined: counted, never listed
-        relation, choices = facts[uid]
-        if not is_counted(relation, choices.invisible):
-            # Went invisible since joining (the room learns it at its next announcement).
-            excluded.add(uid)
-        elif is_listed(relation, presences[uid]):
-            entry_of = read.members[uid]
-            listable.append(
-                Candidate(uid, entry_of.joined_at, uid in entry.contacts, is_self=relation.is_self)
-            )
-    listed = order_listed(listable, conf.ROOM_LIST_LIMIT)
-    members = {uid: Member(read.members[uid].meta, presences[uid]) for uid in listed}
-    ranks = {c.user_id: rank(c.contact, c.joined_at, c.user_id) for c in listable}
-    count = max(read.present - len(excluded), len(members))
-    listed_ranks = {uid: ranks[uid] for uid in listed}
-    state = RoomState(room, members, count - len(members), listed_ranks)
-    return state, not (read.complete or _full(listed_ranks, viewer_id, read.horizon))
+    found = listable(
+        read.members, excluded, entry.contacts, facts.get, lambda uid, _: presences[uid]
+    )
+    state = listed_state(room, found, conf.ROOM_LIST_LIMIT, read.present, excluded)
+    return state, not (read.complete or _full(dict(state.ranks), viewer_id, read.horizon))
 
 
 def _full(ranks: dict[UserId, tuple[bool, float, str]], viewer_id: UserId, horizon: Any) -> bool:
@@ -307,12 +323,6 @@ def _full(ranks: dict[UserId, tuple[bool, float, str]], viewer_id: UserId, horiz
     ahead = (True, horizon if horizon is not None else -1.0, "\uffff")
     before = sum(1 for uid, r in ranks.items() if uid == viewer_id or r <= ahead)
     return before >= get_settings().ROOM_LIST_LIMIT
-
-
-def rank(contact: bool, joined_at: float, user_id: UserId) -> tuple[bool, float, str]:
-    """A listed member's place after the viewer (order_listed): contacts first, then by join
-    time, then by id as text; the smaller the earlier."""
-    return (not contact, joined_at, str(user_id))
 
 
 async def ajoin_room_state(

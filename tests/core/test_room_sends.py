@@ -99,3 +99,38 @@ async def test_a_send_cancelled_leaves_no_caller_waiting() -> None:
     # The room starts again with the next announcement.
     layer.release.set()
     await asyncio.wait_for(room_sends.send("r", [3], 1.0, layer.send), 5)
+
+
+async def test_no_users_is_no_message_and_nobody_waits() -> None:
+    """An announcement of nobody (a batch of joins whose users were in the room already) sends
+    nothing and returns at once, also while the room's message is being sent."""
+    layer = Layer()
+    await asyncio.wait_for(room_sends.send("r", [], 1.0, layer.send), 5)
+    assert layer.messages == []
+    first = asyncio.ensure_future(room_sends.send("r", [1], 1.0, layer.send))
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(room_sends.send("r", [], 1.0, layer.send), 5)
+    layer.release.set()
+    await asyncio.wait_for(first, 5)
+    assert layer.messages == [("r", [1], 1.0)]
+
+
+async def test_a_sender_that_raises_fails_its_callers_and_the_next_message_goes() -> None:
+    messages: list[list[Any]] = []
+    release = asyncio.Event()
+
+    async def failing_once(room: str, users: list[Any], at: float) -> None:
+        messages.append(users)
+        await release.wait()
+        if len(messages) == 1:
+            raise ConnectionError("the layer is down")
+
+    first = asyncio.ensure_future(room_sends.send("r", [1], 1.0, failing_once))
+    await asyncio.sleep(0.01)
+    second = asyncio.ensure_future(room_sends.send("r", [2], 1.0, failing_once))
+    await asyncio.sleep(0.01)
+    release.set()
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(first, 5)
+    await asyncio.wait_for(second, 5)
+    assert messages == [[1], [2]]

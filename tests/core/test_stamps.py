@@ -61,7 +61,8 @@ def test_a_stamp_is_accepted_within_resume_window_and_the_same_utc_day() -> None
     now = T0.timestamp()
     stamp = stamps.mint(7, now - 30)
     assert stamps.accepted_time(stamp, 7, now) == now - 30
-    assert stamps.accepted_time(stamp, 7, now + 31) is None  # older than RESUME_WINDOW
+    assert stamps.accepted_time(stamp, 7, now + 270) == now - 30  # RESUME_WINDOW: 300 s
+    assert stamps.accepted_time(stamp, 7, now + 271) is None  # older than RESUME_WINDOW
     assert stamps.accepted_time(stamps.mint(7, now + 3), 7, now) is None  # from the future
     midnight = (now // 86400 + 1) * 86400
     assert stamps.accepted_time(stamps.mint(7, midnight - 10), 7, midnight + 10) is None

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from presence import lifecycle
 from presence.hub import Hub
 from presence.hub.delivery import RESYNC_STARVED, Delivery, ResyncPace
 from presence.hub.registry import Registry
@@ -161,3 +162,43 @@ async def test_a_slow_snapshot_read_costs_one_more_resolve_not_one_per_window(
         assert (await receive(reloading))["presences"][str(target.pk)]["status"] == "online"
         assert resolved.count(target.pk) == during + 1
         await assert_silent(watcher)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_delivery_held_up_by_a_read_goes_again_to_that_connection_alone(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other watchers had the delivery: once the read is over, the user is resolved again
+    # for the reading connection's viewer only (in a storm of openings thousands of reads end
+    # one after another; each resolving the user for all its watchers fed the storm).
+    window = 0.05
+    with presence_settings(COALESCE_WINDOW=window):
+        viewers = [await new_user(make_user) for _ in range(3)]
+        reading_viewer, target = await new_user(make_user), await new_user(make_user)
+        await lets_see(target, *viewers, reading_viewer)
+        watchers = [await sockets.open(viewer) for viewer in viewers]
+        reloading = await sockets.open(reading_viewer)
+        for communicator in [*watchers, reloading]:
+            await subscribe(communicator, target)
+        hub = Hub.current()
+        assert hub is not None
+        asked: list[set[Any]] = []
+        resolve = lifecycle.apresence_for_viewers
+
+        async def recorded(viewers_of: dict[Any, set[Any]]) -> Any:
+            if target.pk in viewers_of:
+                asked.append(set(viewers_of[target.pk]))
+            return await resolve(viewers_of)
+
+        monkeypatch.setattr(lifecycle, "apresence_for_viewers", recorded)
+        reader = next(c for c in hub.registry.connections if c.viewer_id == reading_viewer.pk)
+        reader.snapshotting.add(target.pk)
+        await sockets.open(target)
+        for watcher in watchers:
+            assert (await receive(watcher))["presences"][str(target.pk)]["status"] == "online"
+        assert asked == [{v.pk for v in [*viewers, reading_viewer]}]
+        reader.snapshotting.discard(target.pk)
+        assert (await receive(reloading))["presences"][str(target.pk)]["status"] == "online"
+        assert asked[1:] == [{reading_viewer.pk}]
+        await assert_silent(*watchers)

@@ -328,7 +328,7 @@ async def test_a_stamp_older_than_resume_window_gets_the_full_snapshot(
 ) -> None:
     viewer, targets = await page_of(make_user, clock)
     stamp, _ = await render_page(viewer, *targets)
-    clock.shift(61)  # RESUME_WINDOW: 60 s
+    clock.shift(301)  # RESUME_WINDOW: 300 s
     communicator = await sockets.open(viewer)
 
     await assert_full_snapshot(communicator, stamp, viewer, targets)
@@ -441,7 +441,7 @@ async def test_a_reconnect_away_too_long_gets_the_full_snapshot(
     first = await sockets.open(viewer)
     stamp = answered(await subscribe_since(first, None, *targets), viewer)
     await sockets.close(first)
-    clock.shift(90)
+    clock.shift(330)  # past RESUME_WINDOW (300 s)
     second = await sockets.open(viewer)
 
     await assert_full_snapshot(second, stamp, viewer, targets)

@@ -289,3 +289,29 @@ async def test_an_indexed_joiner_whose_list_fills_with_later_members_reads_furth
         assert (
             listed == set(fresh["members"]) == {str(joiner.pk), *(str(u.pk) for u in public[2:5])}
         )
+
+
+async def test_a_batch_of_joins_whose_users_are_in_the_room_already_is_answered(
+    settings: Any, sockets: Sockets, make_user: Callable
+) -> None:
+    """Joins that change nobody's presence in the room (their users are there already: a
+    user's other tabs, or every socket of a restarted process joining again while its old
+    entries last) announce nothing, and each is still answered its room_state; the sockets
+    go on answering frames."""
+    settings.PRESENCE = {**BASE, "ROOMS": ROOMS, "RATE_LIMIT": (1000, 1)}
+    users = [await sync_to_async(make_user)(username=f"u{n}") for n in range(4)]
+    first = [await sockets.open(user) for user in users]
+    for communicator in first:
+        await communicator.send_json_to({"type": "join", "room": ROOM, "meta": None})
+        assert (await receive(communicator))["type"] == "room_state"
+    again = [await sockets.open(user) for user in users for _ in range(2)]
+    await asyncio.gather(
+        *(c.send_json_to({"type": "join", "room": ROOM, "meta": None}) for c in again)
+    )
+    for communicator in again:
+        state = await receive(communicator)
+        assert state["type"] == "room_state", state
+        assert state["count"] == len(users)
+    # Still answering: a join of another room is answered too.
+    await again[0].send_json_to({"type": "join", "room": "post:3", "meta": None})
+    assert (await receive(again[0]))["type"] == "room_state"

@@ -7,6 +7,7 @@ calling the sweep (never by sleeping past a timeout).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -263,6 +264,28 @@ async def test_a_rule_that_raises_refuses_and_is_logged(
         reply = await join(socket, "broken:1")
     assert reply["code"] == "forbidden"
     assert "RuntimeError" in caplog.text
+    assert (await join(socket, "group:2"))["type"] == "room_state"
+
+
+async def test_a_cancelled_error_below_a_frame_is_an_internal_error_not_a_dead_socket(
+    sockets: Sockets, make_user: Callable, caplog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CancelledError raised by something a frame's answer awaited (a bug below, not the
+    connection's cancellation) is logged and told as internal_error; the socket goes on."""
+    from presence.rooms.joins import JoinBatches
+
+    real_join = JoinBatches.join
+
+    async def cancelled_once(self: Any, room: Any, joining: Any) -> Any:
+        monkeypatch.setattr(JoinBatches, "join", real_join)
+        raise asyncio.CancelledError()
+
+    monkeypatch.setattr(JoinBatches, "join", cancelled_once)
+    socket = await sockets.open(await new_user(make_user))
+    with caplog.at_level(logging.ERROR, logger="presence"):
+        reply = await join(socket, "group:2")
+    assert reply == {**reply, "type": "error", "code": "internal_error"}
+    assert "cancelled below it" in caplog.text
     assert (await join(socket, "group:2"))["type"] == "room_state"
 
 

@@ -20,7 +20,14 @@ from presence.domain.rooms import Room
 from presence.hub import Hub
 from presence.rooms import writes as events
 from presence.store import get_store
-from tests.live.sockets import Sockets, assert_silent, heartbeat, new_user, receive
+from tests.live.sockets import (
+    Sockets,
+    announced_about,
+    assert_silent,
+    heartbeat,
+    new_user,
+    receive,
+)
 from tests.live.sockets import sockets as sockets
 from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, public
 
@@ -195,4 +202,31 @@ async def test_after_a_layer_failure_every_view_gets_a_fresh_state(
     again = await receive(b)
     assert again["type"] == "room_state" and again["count"] == 3
     await hub.rooms.sweep()  # once per failure
+    await assert_silent(a, b)
+
+
+async def test_a_process_caught_up_with_its_channel_sends_every_view_a_fresh_state(
+    sockets: Sockets, make_user: Callable, settings: Any, clock: time_machine.Coordinates
+) -> None:
+    """A process behind its channel may have lost room announcements (past the layer's
+    expiry they are dropped): once it has caught up, each room view here gets a fresh
+    room_state, as its watched users are resolved again; once per catch-up."""
+    settings.PRESENCE = {**SETTINGS, "SWEEP_INTERVAL": 0.1}
+    alice, bob, a, b, _ = await two_in_a_room(sockets, make_user)
+    carol = await new_user(make_user)
+    await public(carol)
+    await sync_to_async(api.touch)(carol)
+    await assert_silent(a, b)
+    store = get_store()
+    await store.arun(store.plans.join_room(ROOM, carol.pk, "c", time.time()))  # not announced
+    hub = Hub.current()
+    assert hub is not None
+    # An announcement about someone else arrives as late as that: the process is behind.
+    announced_about(hub, await new_user(make_user), time.time() - hub.behind_after())
+    assert hub.recovery.behind
+    fresh = await receive(a)
+    assert fresh["type"] == "room_state"
+    assert set(fresh["members"]) == {key(alice), key(bob), key(carol)}
+    assert (await receive(b))["count"] == 3
+    assert not hub.recovery.behind
     await assert_silent(a, b)

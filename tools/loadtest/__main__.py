@@ -89,6 +89,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="diagnosis: an environment variable for the daphne processes only (e.g. "
         "MALLOC_ARENA_MAX=2); repeatable",
     )
+    parser.add_argument(
+        "--rate",
+        help="page views over sockets (reloads and tab closes) per second across all "
+        "connections, or 'auto': the rate this machine carries, from what bare Channels costs "
+        "here (measured first, tools/loadtest/calibrate.py); default: auto, except with --quick "
+        "(the quick mix's own rate)",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory")
     return parser.parse_args(argv)
 

@@ -82,6 +82,11 @@ class CpuMeter:
             used.setdefault(self.group_of[pid], []).append(share)
         return used
 
+    def seconds(self, group: str) -> float:
+        """CPU seconds the processes of ``group`` used over the measured time."""
+        mine = [pid for pid in self.first if self.group_of[pid] == group]
+        return sum(self.last[pid] - self.first[pid] for pid in mine)
+
     def machine_busy(self) -> float:
         """The machine's busy share of all its cores over the measured time (0 to 1)."""
         busy = self.machine_end[0] - self.machine_start[0]

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import quote
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -151,6 +152,12 @@ class Client:
         self.stamps: dict[int, str | None] = {}
         #: targets whose diff arrived before their snapshot
         self.early: set[int] = set()
+        #: the stamp of the page's last whole snapshot (the earliest of its answers' stamps),
+        #: handed back on the next connection as presence.js does: only what changed since
+        #: is sent (docs/websocket.md, "Resuming after a reconnect"); None before the first
+        self.resume: str | None = None
+        #: the stamps of this connection's answers so far
+        self.answer_stamps: list[str] = []
         self.pending_snapshots = 0
         self.idle = False
         self.closing = False
@@ -182,11 +189,20 @@ class Client:
     async def open(self) -> None:
         gen = self.gen
         port = gen.spec.ports[self.spec.server % len(gen.spec.ports)]
-        url = f"ws://127.0.0.1:{port}/ws/presence/?device={self.spec.device}"
+        page = self.spec.page
+        chunks = [page[i : i + SUBSCRIBE_CHUNK] for i in range(0, len(page), SUBSCRIBE_CHUNK)]
+        # As presence.js: the page's first users subscribed in the opening request, with the
+        # stamp of what the client shows (none at first: the full snapshot, with a stamp).
+        since = self.resume or ""
+        query = f"device={self.spec.device}"
+        if chunks:
+            query += f"&users={','.join(map(str, chunks[0]))}&since={quote(since)}"
+        url = f"ws://127.0.0.1:{port}/ws/presence/?{query}"
         self.closing = False
-        self.view = {}
+        # Kept: the users an answer lists as unchanged are shown as they were.
         self.stamps = {}
         self.early = set()
+        self.answer_stamps = []
         try:
             async with gen.opening:
                 self.ws = await connect(
@@ -209,12 +225,10 @@ class Client:
             return
         self.opened_at = time.time()
         gen.stats.opened += 1
-        page = self.spec.page
-        chunks = [page[i : i + SUBSCRIBE_CHUNK] for i in range(0, len(page), SUBSCRIBE_CHUNK)]
         self.pending_snapshots = len(chunks)
         self.task = asyncio.create_task(self.run(self.ws))
-        for chunk in chunks:
-            await self.send({"type": "subscribe", "users": chunk})
+        for chunk in chunks[1:]:
+            await self.send({"type": "subscribe", "users": chunk, "since": since or None})
         self.room_views.reset(self.spec.rooms)
         for room in self.spec.rooms:
             await self.send({"type": "join", "room": room, "meta": None})
@@ -306,9 +320,14 @@ class Client:
             elif target not in self.early:
                 self.view[target] = presence
         if kind == "presence_state":
+            if isinstance(frame.get("stamp"), str):
+                self.answer_stamps.append(frame["stamp"])
             self.pending_snapshots = max(0, self.pending_snapshots - 1)
             if not self.pending_snapshots:
                 self.early.clear()
+                # Stamps are "<milliseconds>.<signature>": the earliest claims the least.
+                stamps = sorted(self.answer_stamps, key=lambda stamp: int(stamp.split(".")[0]))
+                self.resume = stamps[0] if stamps else None
 
     async def close(self) -> None:
         self.closing = True
@@ -472,8 +491,10 @@ class Generator:
                 counts["closed"] += 1
             elif client.closing:
                 counts["closing"] += 1
-            else:
+            elif client.pending_snapshots:
                 counts["awaiting snapshot"] += 1
+            else:
+                counts["awaiting room_state"] = counts.get("awaiting room_state", 0) + 1
         return counts
 
     def beats(self) -> dict[int, float]:
@@ -569,6 +590,10 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
                 pipe.send(("ok", None))
             elif command == "resume":
                 generator.paused = False
+                pipe.send(("ok", None))
+            elif command == "rate":
+                # The page views over sockets (reloads and tab closes) per client per second.
+                generator.spec.churn_per_second = float(argument)
                 pipe.send(("ok", None))
             elif command == "views":
                 pipe.send(("views", generator.views(argument)))

@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-CENSUS_EVERY = 5.0
+#: seconds between samples: mallinfo2() walks every malloc arena, a fifth of a second on a
+#: server's fragmented heap, which the servers' CPU figures would count as presence's
+CENSUS_EVERY = 15.0
 
 
 class _MallInfo2(ctypes.Structure):

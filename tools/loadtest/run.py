@@ -15,6 +15,7 @@ from typing import Any
 import django
 
 from tools.loadtest import config, report, rooms, signals
+from tools.loadtest.calibrate import Bare
 from tools.loadtest.config import Sizes
 from tools.loadtest.faults import Faults
 from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
@@ -68,6 +69,8 @@ class Run:
         self.load_ended_at = 0.0
         #: views not right after the reconnect storm (--storm)
         self.storm_wrong = 0
+        #: what bare Channels costs here (--rate; tools/loadtest/calibrate.py), if measured
+        self.bare: Bare | None = None
         self.signal_check = signals.SignalCheck()
         #: room views still wrong at a checkpoint or the final check, and members the oracle
         #: listed to a viewer who may never see them (rooms.py)
@@ -249,6 +252,7 @@ class Run:
         )
         self.oracle = Oracle(generators, self.pages, self.positions, self.hidden, self.blocked)
         self.generators = generators
+        self.pace_page_views()
         relations = RelationChanges(self.graph, self.pks, self.sizes.relations_per_second)
         relations.start()
         self.relations = relations
@@ -324,6 +328,33 @@ class Run:
             orphans,
             time.monotonic() - started_all,
         )
+
+    def pace_page_views(self) -> None:
+        """``--rate``: what bare Channels costs here (measured now), and the page views over
+        sockets the load makes per second (tools/loadtest/calibrate.py)."""
+        from tools.loadtest import calibrate
+
+        rate_arg = self.args.rate or (None if self.args.quick else "auto")
+        if rate_arg is None:
+            return
+        self.bare = calibrate.measure_bare(self)
+        print(f"loadtest: bare Channels here: {self.bare.row()}", flush=True)
+        self.rows.append(("bare Channels here", self.bare.row()))
+        if rate_arg == "auto":
+            rate = calibrate.carried_rate(self.bare, self.sizes.connections)
+            how = "the rate this machine carries (auto)"
+            if rate is None:
+                rate, how = self.sizes.churn_per_second * self.sizes.connections, "the mix's own"
+        else:
+            rate, how = float(rate_arg), "--rate"
+        for_each = rate / max(1, self.sizes.connections)
+        self.generators.ask("rate", for_each)
+        text = (
+            f"{rate:.1f}/s ({how}: each connection's page reloaded or closed every "
+            f"{1 / for_each:.0f} s on average)"
+        )
+        print(f"loadtest: page views over sockets: {text}", flush=True)
+        self.rows.append(("page views over sockets", text))
 
     def reconnect_storm(self, faults: Faults) -> None:
         from tools.loadtest.storm import run_storm
@@ -752,6 +783,12 @@ class Run:
                 )
             )
         rows.append(("CPU during the load (cores)", self.cpu.row()))
+        if self.bare is not None:
+            from tools.loadtest.calibrate import cpu_row
+
+            page_views = during.opened - before.opened
+            ours = cpu_row(self.cpu.seconds("servers"), page_views, self.bare)
+            rows.append(("servers' CPU per page view", ours))
         rows.append(("orphans after all left", ", ".join(f"{k} {v}" for k, v in orphans.items())))
         rows.append(
             (
@@ -772,6 +809,12 @@ class Run:
             codes[code] = codes.get(code, 0) + 1
         if codes:
             print(f"loadtest: unrequested closes by code (all, faults included): {codes}")
+        kinds: dict[str, int] = {}
+        for _at, what in stats.exceptions:
+            kind = what.split("'message'")[0][:80]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        if kinds:
+            print(f"loadtest: client exceptions and error frames (all, faults included): {kinds}")
         for line in (
             [f"close {c}" for c in closes[:5]]
             + [f"http {h}" for h in http_errors[:5]]

@@ -127,7 +127,7 @@ def _by_generator(run: LoadRun, indices: list[int]) -> dict[int, list[int]]:
     return grouped
 
 
-def _cpu_seconds(pid: int | None) -> float:
+def cpu_seconds(pid: int | None) -> float:
     import psutil
 
     try:
@@ -162,7 +162,7 @@ def run_storm(run: LoadRun, faults: Faults) -> Storm:
             faults.restarted.add(server)
         answered = time.monotonic()
         storm.restart = answered - killed_at
-        cpu_start = _cpu_seconds(daphne.pid)
+        cpu_start = cpu_seconds(daphne.pid)
         while time.monotonic() - answered < STORM_TIMEOUT:
             time.sleep(POLL)
             views = run.generators.views(chosen)
@@ -186,7 +186,7 @@ def run_storm(run: LoadRun, faults: Faults) -> Storm:
             if not compared.wrong:
                 storm.right_in = time.monotonic() - answered
                 break
-        storm.server_cpu = _cpu_seconds(daphne.pid) - cpu_start
+        storm.server_cpu = cpu_seconds(daphne.pid) - cpu_start
         window.end = time.time()
         window.converged_in = storm.right_in
         check = run.oracle.check(None)
@@ -207,9 +207,9 @@ def bare_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> None
     try:
         daphne.start()
         daphne.wait_ready()
-        cpu_start = _cpu_seconds(daphne.pid)
+        cpu_start = cpu_seconds(daphne.pid)
         parts = run.generators.bare_storm(daphne.port, chosen, STORM_TIMEOUT)
-        storm.bare_cpu = _cpu_seconds(daphne.pid) - cpu_start
+        storm.bare_cpu = cpu_seconds(daphne.pid) - cpu_start
     except RuntimeError as error:
         storm.bare_note = str(error)
         return

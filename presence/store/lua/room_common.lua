@@ -259,3 +259,10 @@ local function room_next_due(deadline)
   end
   return first or false
 end
+
+-- The room's sweep scheduled no later than ``due`` (s), where the caller gave the schedule as
+-- KEYS[2] (one Redis: in this script, first, so no key is left without a due time; on a
+-- cluster the schedule is in another slot, written by its own command just before)
+local function schedule(due, room)
+  if KEYS[2] then redis.call('ZADD', KEYS[2], 'LT', due, room) end
+end

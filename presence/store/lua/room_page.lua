@@ -36,7 +36,7 @@ if after >= 0 then
     end
   end
 end
-local uids, raws, js, done = {}, {}, {}, 1
+local uids, parsed, js, done = {}, {}, {}, 1
 while true do
   local k = redis.call('ZRANGE', G_KEY, from, from)[1]
   if not k then break end
@@ -44,10 +44,10 @@ while true do
   local all = redis.call('HGETALL', seg_key(k))
   local last = -1
   for i = 1, #all, 2 do
-    local j, s = scan(all[i + 1])
+    local j, s, f, st, d = scan(all[i + 1])
     if j > last then last = j end
     if s > now and j >= after then
-      uids[#uids + 1], raws[#raws + 1], js[#js + 1] = all[i], all[i + 1], j
+      uids[#uids + 1], parsed[#parsed + 1], js[#js + 1] = all[i], {f, st, d}, j
     end
   end
   if #js >= first then
@@ -59,18 +59,18 @@ while true do
     local cut = sorted[first]
     if cut < last then
       done = 0
-      local kept_u, kept_r, kept_j = {}, {}, {}
+      local kept_u, kept_p, kept_j = {}, {}, {}
       for n = 1, #js do
         if js[n] <= cut then
-          kept_u[#kept_u + 1], kept_r[#kept_r + 1], kept_j[#kept_j + 1] = uids[n], raws[n], js[n]
+          kept_u[#kept_u + 1], kept_p[#kept_p + 1], kept_j[#kept_j + 1] = uids[n], parsed[n], js[n]
         end
       end
-      uids, raws, js = kept_u, kept_r, kept_j
+      uids, parsed, js = kept_u, kept_p, kept_j
       break
     end
   end
 end
-for n = 1, #uids do keep(page, uids[n], raws[n]) end
+for n = 1, #uids do keep(page, uids[n], js[n], unpack(parsed[n])) end
 keep_present(found, 4, now)
 local invisible = invisible_present(now)
 return {present(now), page, found, invisible, entries, done}

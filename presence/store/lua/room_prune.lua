@@ -40,13 +40,18 @@ end
 local by_bucket, hidden, metas, ends, left, gone = {}, {}, {}, {}, {}, 0
 local ix = index_state()
 local low, high = 2 ^ ix.L, 2 ^ (ix.L + 1)
+local match, sub, sha1hex = string.match, string.sub, redis.sha1hex
 -- an entry's end of stay, then whether it is invisible and public (0/1) and its connections'
 -- meta digests (nil: none): one match for one connection (the common entry), else decoded
 local function parse(raw)
-  local f, st, d, x = string.match(raw, '^%w+([%.!:;])([%+%*%-~])(%x%x%x%x%x%x%x%x)(%w+)$')
+  local f, st, x = match(raw, '^%w+([%.!:;])([%+%*%-~])%x%x%x%x%x%x%x%x(%w+)$')
   if f then
     local flags = FLAGS[f]
-    return tonumber(x, 36), flags[1], flags[2], (st == '*' or st == '~') and {d} or nil
+    if st == '*' or st == '~' then
+      local at = #raw - #x
+      return tonumber(x, 36), flags[1], flags[2], {sub(raw, at - 7, at)}
+    end
+    return tonumber(x, 36), flags[1], flags[2], nil
   end
   local e, digests = decode(raw), nil
   for _, c in ipairs(e.c) do
@@ -58,11 +63,12 @@ local function parse(raw)
   return stay(e), e.i, e.o, digests
 end
 -- the member's removal noted (applied at the end)
+local p = ix.p
 local function forget(uid, s, inv, digests)
   -- its index bucket, as bucket() finds it (no cache: each user is met once)
-  local h = tonumber(string.sub(redis.sha1hex(uid), 1, 8), 16)
+  local h = tonumber(sub(sha1hex(uid), 1, 8), 16)
   local b = h % low
-  if b < ix.p then b = h % high end
+  if b < p then b = h % high end
   local list = by_bucket[b]
   if not list then
     list = {}

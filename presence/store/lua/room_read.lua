@@ -21,11 +21,12 @@ while not rest do
   if not k then break end
   from = from + 1
   local all = redis.call('HGETALL', seg_key(k))
-  local uids, raws, js, sorted, last = {}, {}, {}, true, -1
+  local uids, js, fs, sts, ds, sorted, last = {}, {}, {}, {}, {}, true, -1
   for i = 1, #all, 2 do
-    local j, s = scan(all[i + 1])
-    if s > now and (not public or is_public(all[i + 1])) then
-      uids[#uids + 1], raws[#raws + 1], js[#js + 1] = all[i], all[i + 1], j
+    local j, s, f, st, d = scan(all[i + 1])
+    if s > now and (not public or PUBLIC[f]) then
+      local n = #uids + 1
+      uids[n], js[n], fs[n], sts[n], ds[n] = all[i], j, f, st, d
       if j < last then sorted = false end
       last = j
     end
@@ -39,7 +40,7 @@ while not rest do
       rest = true
       break
     end
-    keep(page, uids[n], raws[n])
+    keep(page, uids[n], js[n], fs[n], sts[n], ds[n])
   end
 end
 local complete = 0

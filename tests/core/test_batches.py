@@ -1,0 +1,48 @@
+"""presence.rooms.batches: items of one key submitted while its batch runs go together next;
+a failure of the batch's work reaches each of its callers as an error they can handle."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from presence.rooms.batches import Batches
+
+
+async def test_items_submitted_meanwhile_go_together_in_the_next_batch() -> None:
+    ran: list[list[int]] = []
+    release = asyncio.Event()
+
+    async def run(key: str, items: list[int]) -> list[int | BaseException]:
+        ran.append(items)
+        await release.wait()
+        return [item * 10 for item in items]
+
+    batches: Batches[int, int] = Batches(run, 100)
+    first = asyncio.ensure_future(batches.submit("k", 1))
+    await asyncio.sleep(0.01)
+    rest = [asyncio.ensure_future(batches.submit("k", n)) for n in (2, 3)]
+    await asyncio.sleep(0.01)
+    release.set()
+    assert await asyncio.wait_for(asyncio.gather(first, *rest), 5) == [10, 20, 30]
+    assert ran == [[1], [2, 3]]
+
+
+async def test_a_cancelled_error_from_below_reaches_callers_as_an_error() -> None:
+    """Something the batch awaited raised CancelledError (not a cancellation of the batch):
+    its callers get an ordinary error, not a CancelledError that would end their tasks as if
+    they were cancelled; the next batch of the key runs."""
+    calls = 0
+
+    async def run(key: str, items: list[int]) -> list[int | BaseException]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise asyncio.CancelledError()
+        return items
+
+    batches: Batches[int, int] = Batches(run, 100)
+    with pytest.raises(RuntimeError, match="cancelled below"):
+        await asyncio.wait_for(batches.submit("k", 1), 5)
+    assert await asyncio.wait_for(batches.submit("k", 2), 5) == 2

@@ -8,9 +8,10 @@ time the consumer asks for its next event it is handed another ``{"type":"heartb
 flat out. A frame counts as handled when the consumer asks for the next event (Channels
 dispatches one event at a time per connection). The rate limit is lifted (``RATE_LIMIT`` =
 (10**9, 1)): clients sending one heartbeat every HEARTBEAT_INTERVAL never meet it, and this
-measures capacity; so is the limit of openings at once (``OPENINGS_AT_ONCE`` = the connections: they
-open without a subscription, and each would hold its place for ``OPENING_HOLD``). Every heartbeat of a connection already recorded with the same device and
-state changes nothing visible (``domain.live_news``), so none is announced.
+measures capacity; so is the limit of openings at once (``OPENINGS_AT_ONCE`` = the connections:
+they open without a subscription, and each would hold its place for ``OPENING_HOLD``). Every
+heartbeat of a connection already recorded with the same device and state changes nothing
+visible (``domain.live_news``), so none is announced.
 
 A phase: all connections of a variant start; after a warm-up (2 s), frames handled, process CPU
 time, Redis round trips (client side: one ``send_packed_command`` per pipeline), Redis commands

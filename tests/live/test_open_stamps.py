@@ -14,6 +14,8 @@ from presence import announce, lifecycle
 from presence.store import get_store
 from tests.live.test_lifecycle import Announcements, T, live_db
 
+pytestmark = pytest.mark.cluster
+
 
 async def stamped_since(user: Any, since: float) -> bool:
     """Whether the user's change stamp (or a schedule falling due) says "changed since"."""
@@ -45,12 +47,12 @@ async def test_an_open_that_brings_its_user_online_stamps_it_in_its_own_round_tr
     clock: time_machine.Coordinates,
     stamp_writes: list[list[Any]],
 ) -> None:
-    user, other = await sync_to_async(make_user)(), await sync_to_async(make_user)()
+    user = await sync_to_async(make_user)()
     news = Announcements()
     await news.watch(user)
     try:
-        # Another user's stamp first: the shard's stamps are kept from then on.
-        await lifecycle.aheartbeat(other, "c0")
+        # A change of the user's first (a status): their shard's stamps are kept from then on.
+        await announce.astamp_changes([user.pk])
         clock.shift(10)
         assert not await stamped_since(user, T + 5)
         stamp_writes.clear()

@@ -40,7 +40,7 @@ def send_made(result: Any) -> None:
     claims = _user_claims(store, transitions)
     # a room's entry per claim: a sweep's batch of leaves shares one, claimed once for all
     room_claims: dict[tuple[str, str], Callable[[], bool]] = {}
-    for transition in transitions:
+    for position, transition in enumerate(transitions):
         if isinstance(transition, RoomTransition):
             room, entry = transition.room, transition.entry
             if entry is not None and (room, entry) not in room_claims:
@@ -62,7 +62,7 @@ def send_made(result: Any) -> None:
             )
         else:
             signals.send_if_claimed(
-                claims[id(transition)],
+                claims[position],
                 transition.user_id,
                 transition.made,
                 transition.at,
@@ -73,21 +73,22 @@ def send_made(result: Any) -> None:
 def _user_claims(
     store: Any, transitions: list[Transition | RoomTransition]
 ) -> dict[int, Callable[[], bool]]:
-    """The claim of each user transition's outbox entry (by ``id`` of the transition): on the
-    receivers' thread, the first one run claims them all in one round trip (a sweep's users
-    turning offline together), and each answers for its own entry."""
+    """The claim of each user transition's outbox entry, by its position in ``transitions``:
+    on the receivers' thread, the first one run claims them all in one round trip (a sweep's
+    users turning offline together), and each answers for its own entry (an entry listed
+    twice is won once)."""
     made = [
-        t
-        for t in transitions
+        (position, t)
+        for position, t in enumerate(transitions)
         if isinstance(t, Transition) and t.made and t.at is not None and t.entry is not None
     ]
     if not made:
         return {}
-    plans = [store.plans.claim_entry(t.user_id, t.entry) for t in made]
+    plans = [store.plans.claim_entry(t.user_id, t.entry) for _, t in made]
     if len(plans) == 1:
-        return {id(made[0]): partial(store.run, plans[0])}
+        return {made[0][0]: partial(store.run, plans[0])}
     together = _once(partial(store.run, merge(plans)))
-    return {id(t): partial(_nth, together, n) for n, t in enumerate(made)}
+    return {position: partial(_nth, together, n) for n, (position, _) in enumerate(made)}
 
 
 def _nth(claims: Callable[[], list[bool]], n: int) -> bool:

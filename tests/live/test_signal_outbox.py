@@ -131,9 +131,10 @@ async def test_the_entries_of_a_sweeps_transitions_are_claimed_together_and_sent
     store = get_store()
     assert await store.arun(store.plans.claim_entry(users[-1].pk, late.entry))
     with count_round_trips() as trips:
-        outbox.send_made([*made, None, late])  # a merged plan's replies, one of them None
+        # A merged plan's replies (one of them None), one transition listed twice: won once.
+        outbox.send_made([*made, None, late, made[0]])
         await asyncio.to_thread(signals.wait_sent)
-    assert [trip for trip in trips.commands if "ZREM" in trip] == [["ZREM"] * 4]
+    assert [trip for trip in trips.commands if "ZREM" in trip] == [["ZREM"] * 5]
     assert sorted(await sent(received)) == sorted(
         ("online", user.pk, at(0), False) for user in users[:-1]
     )

@@ -32,6 +32,7 @@ from presence.domain.rooms import Member, RoomState, parse_room
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry, View
 from presence.hub.room_diffs import diff, outranked, refill, send_frame
+from presence.hub.room_refresh import refresh_views
 from presence.hub.room_rules import RoomRules
 from presence.hub.room_windows import RoomWindows
 from presence.rooms.cards import add_cards
@@ -39,7 +40,7 @@ from presence.rooms.cursors import with_next
 from presence.rooms.delta import aroom_delta, list_limit
 from presence.rooms.joins import JoinBatches
 from presence.rooms.live import ConnectionRooms
-from presence.rooms.reading import SCAN_FACTOR, aread_room_state
+from presence.rooms.reading import SCAN_FACTOR
 from presence.rooms.writes import asweep_rooms
 from presence.store import get_store
 
@@ -58,6 +59,8 @@ class RoomViews:
         self.windows = RoomWindows()
         #: outages of presence's Redis and channel-layer failures seen so far (see sweep)
         self._troubles_seen = (get_store().recoveries(), announce.layer_failures, 0)
+        #: views a refresh could not read in full: refreshed again at the next sweep
+        self._refresh_again: set[tuple[Connection, str]] = set()
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
         self.rules = RoomRules(registry)
         #: the joins of each room made at about the same time, written and read together
@@ -187,6 +190,8 @@ class RoomViews:
         if troubles != self._troubles_seen:
             self._troubles_seen = troubles
             await self.refresh()
+        elif self._refresh_again:  # views Redis could not read in full last time
+            self._refresh_again = await refresh_views(self, self._refresh_again)
 
     async def refresh(self) -> None:
         """Join every room's group again and send each view a fresh room_state (it replaces
@@ -197,19 +202,11 @@ class RoomViews:
             await self.groups.join(rooms_group_name())
         for room in list(self.registry.rooms.members):
             await self.groups.join(self.registry.rooms.group(room))
-        for connection, views in list(self.views.items()):
-            for room, view in list(views.items()):
-                view.reading = True
-                view.generation += 1
-                try:
-                    state = await aread_room_state(parse_room(room), connection.user)
-                    frame = {"type": "room_state", **state.as_dict()}
-                    await add_cards([frame["members"]])
-                    self.show(connection, room, state)
-                    await connection.send_json(frame)
-                except Exception:
-                    view.reading = False
-                    logger.warning("Presence: refreshing a room view failed", exc_info=True)
+        everyone = {(c, room) for c, views in self.views.items() for room in views}
+        self._refresh_again = await refresh_views(self, everyone)
+
+    def view_of(self, connection: Connection, room: str) -> View | None:
+        return self.views.get(connection, {}).get(room)
 
     # --- delivery ---
 

@@ -36,6 +36,9 @@ class Resolved:
     presences: dict[UserId, Presence] = field(default_factory=dict)
     #: how many members' facts and live state were read
     read: int = 0
+    #: some candidates' live state could not be read (Redis slow or down): they read offline,
+    #: which a strict read (a join, a page, the JSON endpoint) must not show as the room
+    live_unread: bool = False
 
     @classmethod
     def of(cls, own: relations.Facts, own_live: dict[UserId, LiveState] | None = None) -> Resolved:
@@ -57,6 +60,8 @@ def read_candidates(
             Redis(store.plans.read_recent(chunk, 0), waits),
         )
         resolved.facts.update(facts)
+        if live is None:
+            resolved.live_unread = True
         resolved.live.update(live or {})
         resolved.asked.update(chunk)
         resolved.read += len(chunk)

@@ -74,6 +74,8 @@ def _page(
             raise StoreUnavailable("Redis is unavailable: the room could not be read")
         read, end, done = _after(page, after, entry, viewer_id, first)
         state, _ = yield from _listing(room, viewer, now, first, read, entry, resolved, waits)
+        if resolved.live_unread:
+            raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
         if len(state.members) >= limit or done or first >= _widest(conf):
             break
         first *= 4

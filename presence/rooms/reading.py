@@ -215,6 +215,9 @@ def _widened(
                 raise StoreUnavailable("Redis is unavailable: the room could not be read")
             return RoomState(room, {}, 0)
         result, more = state
+    if strict and resolved.live_unread:
+        # Its members would read offline, and be left out of the list: nothing is guessed.
+        raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
     # Paging: no next page where the read found every member this viewer may be listed.
     complete = not more and len(result.members) < conf.ROOM_LIST_LIMIT
     return with_next(result, viewer_pk(viewer), complete)

@@ -18,8 +18,10 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import PermissionDenied
 from django.test import Client, override_settings
 
-from presence import api
+from presence import announce, api
+from presence.hub import Hub
 from presence.models import PrivacySettings
+from presence.store import Plan
 from tests.live.sockets import BASE, Sockets, assert_silent, heartbeat, new_user, receive
 from tests.live.sockets import sockets as sockets
 from tests.privacy_cases import quiet_login
@@ -153,3 +155,74 @@ def test_room_presence_reads_the_room_empty_during_an_outage_as_get_presence_rea
         with pytest.raises(PermissionDenied):
             api.room_presence(ROOM, None)
     assert set(api.room_presence(ROOM, bob)["members"]) == {str(alice.pk)}
+
+
+# --- the members' live state unread (Redis too slow for that read) ------------------------------
+
+
+class LiveStateUnread:
+    """The candidates' live state read as when its reply comes too late (``_late``: the plan's
+    fallback, None), while ``on``; the rest of Redis answers."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from presence.store.plans.reads import ReadPlans
+
+        self.on = True
+        real = ReadPlans.read_recent
+
+        def read_recent(plans: Any, user_ids: Any, since: float) -> Any:
+            plan = real(plans, user_ids, since)
+            if not self.on:
+                return plan
+            return Plan(commands=plan.commands, parse=lambda replies: None, fallback=None)
+
+        monkeypatch.setattr(ReadPlans, "read_recent", read_recent)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_join_whose_members_live_state_is_unread_is_told_unavailable(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a room_state listing nobody: its members would read offline and be left out."""
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await sync_to_async(PrivacySettings.objects.create)(user=bob, online_visibility="everyone")
+    await sync_to_async(enter)(bob, ROOM)
+    socket = await sockets.open(alice)
+    unread = LiveStateUnread(monkeypatch)
+    await socket.send_json_to({"type": "join", "room": ROOM, "meta": None})
+    told = await receive(socket)
+    assert told["type"] == "error" and told["code"] == "unavailable", told
+    assert told["room"] == ROOM
+    unread.on = False
+    await socket.send_json_to({"type": "join", "room": ROOM, "meta": None})
+    state = await receive(socket)
+    assert state["type"] == "room_state" and set(state["members"]) == {str(alice.pk), str(bob.pk)}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_refresh_redis_cannot_read_in_full_keeps_the_view_and_comes_again(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a layer failure each view gets a fresh room_state; one whose members' live state
+    cannot be read keeps what it shows (not a room of offline members), and is refreshed at
+    the next sweep."""
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await sync_to_async(PrivacySettings.objects.create)(user=bob, online_visibility="everyone")
+    await sync_to_async(enter)(bob, ROOM)
+    socket = await sockets.open(alice)
+    await socket.send_json_to({"type": "join", "room": ROOM, "meta": None})
+    assert set((await receive(socket))["members"]) == {str(alice.pk), str(bob.pk)}
+    hub = Hub.current()
+    assert hub is not None
+    unread = LiveStateUnread(monkeypatch)
+    announce.note_layer_failure()
+    await hub.rooms.sweep()
+    await assert_silent(socket)
+    unread.on = False
+    await hub.rooms.sweep()
+    fresh = await receive(socket)
+    assert fresh["type"] == "room_state" and set(fresh["members"]) == {str(alice.pk), str(bob.pk)}
+    await hub.rooms.sweep()  # once
+    await assert_silent(socket)

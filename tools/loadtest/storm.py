@@ -108,7 +108,8 @@ class Storm:
                 f"{self.clients:,} clients of one process: not all right after "
                 f"{STORM_TIMEOUT:.0f} s{self.note} ({self.last_ready} open, {self.last_differing} "
                 f"differing from the views before, e.g. {self.example}); {self.wrong} wrong "
-                "at the fresh check"
+                f"at the fresh check; its CPU meanwhile {self.server_cpu:.1f} s, "
+                f"{self.cpu_per_client() * 1000:.1f} ms per client"
             )
         return (
             f"{self.clients:,} clients of one process reconnected; every view right "

@@ -1,0 +1,51 @@
+"""Fresh ``room_state`` frames for room views that may have missed announcements (after an
+outage of presence's Redis, a failed channel-layer call, or a catch-up of a process that fell
+behind its channel: presence.hub.rooms.RoomViews.sweep)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+from presence.domain.rooms import RoomState, parse_room
+from presence.hub.registry import Connection, View
+from presence.rooms.cards import add_cards
+from presence.rooms.reading import aread_room_state
+
+logger = logging.getLogger("presence")
+
+
+class Views(Protocol):
+    def view_of(self, connection: Connection, room: str) -> View | None: ...
+
+    def show(self, connection: Connection, room: str, state: RoomState) -> None: ...
+
+
+async def refresh_views(
+    views: Views, wanted: Iterable[tuple[Connection, str]]
+) -> set[tuple[Connection, str]]:
+    """Send each of these views still here a fresh room_state (it replaces what the client
+    shows); the views Redis could not read in full, which keep what they show meanwhile."""
+    failed: set[tuple[Connection, str]] = set()
+    for connection, room in wanted:
+        view = views.view_of(connection, room)
+        if view is None:
+            continue
+        view.reading = True
+        view.generation += 1
+        try:
+            # Strict: a read Redis could not answer in full (slow, down) would show the room
+            # empty or its members offline.
+            state = await aread_room_state(
+                parse_room(room), connection.user, strict=True, live=True
+            )
+            frame = {"type": "room_state", **state.as_dict()}
+            await add_cards([frame["members"]])
+            views.show(connection, room, state)
+            await connection.send_json(frame)
+        except Exception as error:
+            view.reading = False
+            failed.add((connection, room))
+            logger.warning("Presence: refreshing a room view failed (%s)", error)
+    return failed

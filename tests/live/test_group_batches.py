@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from channels.layers import get_channel_layer
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import channel_layers
 
 from presence import announce
 from presence.hub.groups import Groups
@@ -29,16 +30,16 @@ def group_trips(commands: list[list[str]]) -> list[list[str]]:
 
 @pytest.fixture
 async def groups() -> AsyncIterator[Groups]:
-    layer = get_channel_layer()
+    # A layer of this test's own (the process's is shared with tests on other event loops).
+    layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
     joined = Groups(layer, Registry())
     joined.channel = await layer.new_channel()
     yield joined
-    await layer.flush()
+    await layer.close_pools()
 
 
-async def members(group: str) -> tuple[list[str], int]:
+async def members(layer: Any, group: str) -> tuple[list[str], int]:
     """The group's channels and the seconds its key has left, as the layer keeps it."""
-    layer = get_channel_layer()
     client = layer.connection(layer.consistent_hash(group))
     key = layer._group_key(group)
     return [m.decode() for m in await client.zrange(key, 0, -1)], await client.ttl(key)
@@ -55,7 +56,7 @@ async def test_joins_and_leaves_go_in_one_round_trip_per_layer_server(groups: Gr
     sent = sorted(command for trip in joins for command in trip)
     assert sent == ["EXPIRE"] * len(USERS) + ["ZADD"] * len(USERS)
     for uid in USERS:
-        channels, ttl = await members(announce.group_name(uid))
+        channels, ttl = await members(layer, announce.group_name(uid))
         assert channels == [groups.channel]
         assert 0 < ttl <= layer.group_expiry
     # Announced to, each group reaches the channel (the layer's own group_send finds it).
@@ -67,7 +68,7 @@ async def test_joins_and_leaves_go_in_one_round_trip_per_layer_server(groups: Gr
     assert len(leaves) == len(servers)
     assert [c for trip in leaves for c in trip] == ["ZREM"] * len(USERS)
     for uid in USERS:
-        assert (await members(announce.group_name(uid)))[0] == []
+        assert (await members(layer, announce.group_name(uid)))[0] == []
 
 
 async def test_a_failed_server_fails_its_groups_only(groups: Groups) -> None:
@@ -90,7 +91,7 @@ async def test_a_failed_server_fails_its_groups_only(groups: Groups) -> None:
     failed = [name for name, result in zip(names, results, strict=True) if result is not None]
     assert failed == [name for name in names if layer.consistent_hash(name) == down]
     for name in names:
-        assert (await members(name))[0] == ([] if name in failed else [groups.channel])
+        assert (await members(layer, name))[0] == ([] if name in failed else [groups.channel])
     # Through the hub's groups, the users whose join failed are kept to be joined again.
     layer.connection = connection
     try:

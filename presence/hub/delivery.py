@@ -114,13 +114,13 @@ class Delivery:
         watchers = self.registry.watchers.members
         resyncing = self.resyncing
         for user_id in user_ids:
+            # A change is every watcher's (or a user's left unwatched meanwhile: none).
+            self.only.pop(user_id, None)
             if user_id in watchers and user_id not in self.pending:
                 self.pending[user_id] = loop_now + window
-                self.only.pop(user_id, None)  # left by a user unwatched meanwhile
                 resyncing.discard(user_id)
                 self._wake.set()
             elif user_id in self.pending:
-                self.only.pop(user_id, None)
                 metrics.COALESCED.inc()
 
     def resync(self, user_ids: Iterable[UserId]) -> None:
@@ -134,15 +134,13 @@ class Delivery:
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
         members = self.registry.watchers.members
-        user_ids = list(user_ids)
-        # Taken now, before any await: a change arriving meanwhile is everyone's again.
-        only = {uid: self.only.pop(uid) for uid in user_ids if uid in self.only}
-        watchers = {
-            uid: [c for c in members[uid] if uid not in only or c in only[uid]]
-            for uid in user_ids
-            if members.get(uid)
-        }
-        watchers = {uid: connections for uid, connections in watchers.items() if connections}
+        watchers: dict[UserId, list[Connection]] = {}
+        for uid in user_ids:
+            # Taken now, before any await: a change arriving meanwhile is everyone's again.
+            only = self.only.pop(uid, None)
+            connections = [c for c in members.get(uid, ()) if only is None or c in only]
+            if connections:
+                watchers[uid] = connections
         if not watchers:
             return
         # A snapshot being read may be newer or older than what is read here: a connection
@@ -209,13 +207,15 @@ class Delivery:
             done = {c for c in done if c in watching}
             if done:
                 read[uid] = done
-        fresh = [uid for uid in read if uid not in self.pending]
+        fresh = []
+        for uid, connections in read.items():
+            if uid not in self.pending:
+                fresh.append(uid)
+            elif uid in self.only:
+                self.only[uid] |= connections  # else a delivery to everyone is coming
         self.changed(fresh)
         for uid in fresh:
             self.only[uid] = read[uid]
-        for uid, connections in read.items():
-            if uid not in fresh and uid in self.only:
-                self.only[uid] |= connections  # else a delivery to everyone is coming
         return bool(self.after_snapshots)
 
     async def run(

@@ -238,3 +238,50 @@ def test_reconnection_backs_off_as_presence_js_does() -> None:
     # Told to slow down (rate limited, too slow a reader): at least 10 s.
     assert retry_delay(1, "4429", 0.0) == RATE_LIMITED
     assert retry_delay(1, "4408", 0.5) == RATE_LIMITED
+
+
+def test_auto_paces_the_heartbeats_from_their_measured_cost() -> None:
+    from tools.loadtest.calibrate import HEARTBEAT_SHARE, Bare, Ours, plan
+
+    bare = Bare(clients=1000, cpu=3.0, seconds=5.0)  # 3 ms per page view
+    # 0.4 ms per heartbeat: 10,000 sockets within 15 % of 2 cores beat every 14 s.
+    ours = Ours(opened=500, opening_cpu=5.0, beats=2000, beat_cpu=0.8)
+    chosen = plan(bare, ours, 10_000, default_heartbeat=2, default_rate=200.0, cores=2.0)
+    assert chosen.heartbeat == 14
+    assert 10_000 * 0.0004 / chosen.heartbeat <= HEARTBEAT_SHARE * 2
+    assert "heartbeat every 14 s" in " ".join(chosen.why)
+    # Cheap heartbeats keep the compressed pace; dear ones stop at the slowest.
+    cheap = Ours(opened=500, opening_cpu=5.0, beats=2000, beat_cpu=0.01)
+    assert plan(bare, cheap, 10_000, 2, 200.0, cores=2.0).heartbeat == 2
+    dear = Ours(opened=500, opening_cpu=5.0, beats=2000, beat_cpu=100.0)
+    assert plan(bare, dear, 10_000, 2, 200.0, cores=2.0).heartbeat == 30
+
+
+def test_auto_paces_page_views_and_the_opening_at_ours_when_dearer_than_planned() -> None:
+    from tools.loadtest.calibrate import MAX_OPENING, Bare, Ours, plan
+
+    bare = Bare(clients=1000, cpu=3.0, seconds=5.0)
+    ours = Ours(opened=500, opening_cpu=5.0, beats=2000, beat_cpu=0.8)  # 10 ms per opening
+    chosen = plan(bare, ours, 10_000, 2, 200.0, cores=2.0)
+    # A quarter of 2 cores at 10 ms (above twice bare's 3 ms): 50 page views a second.
+    assert chosen.rate == pytest.approx(50.0)
+    # 40 % of 2 cores at 10 ms: 80 sockets a second, 125 s for 10,000.
+    assert chosen.opening == pytest.approx(80.0)
+    # Ours cheaper than the goal: twice bare's is planned; the opening is at most MAX_OPENING.
+    cheap = Ours(opened=500, opening_cpu=1.0, beats=2000, beat_cpu=0.8)
+    assert plan(bare, cheap, 10_000, 2, 200.0, cores=2.0).rate == pytest.approx(0.5 / 0.006)
+    slow = plan(bare, ours, 10_000, 2, 200.0, cores=0.5)
+    assert slow.opening == pytest.approx(10_000 / MAX_OPENING)
+
+
+def test_rate_and_heartbeat_given_are_kept_and_nothing_measured_keeps_the_defaults() -> None:
+    from tools.loadtest.calibrate import Bare, Ours, plan
+
+    bare = Bare(clients=1000, cpu=3.0, seconds=5.0)
+    ours = Ours(opened=500, opening_cpu=5.0, beats=2000, beat_cpu=0.8)
+    given = plan(bare, ours, 10_000, 2, 200.0, heartbeat=10, rate=87.0, cores=2.0)
+    assert (given.heartbeat, given.rate) == (10, 87.0)
+    assert "(--heartbeat)" in given.why[1] and "(--rate)" in given.why[0]
+    failed = Ours(opened=10, opening_cpu=1.0, beats=0, note="490 of 500 sockets did not open")
+    none = plan(Bare(note="exited"), failed, 10_000, 2, 200.0, cores=2.0)
+    assert (none.heartbeat, none.rate, none.opening) == (2, 200.0, None)

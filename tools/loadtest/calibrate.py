@@ -1,37 +1,75 @@
-"""What bare Channels costs on this machine, and the page-view rate the load runs at (``--rate``).
+"""What this machine carries: bare Channels' cost, ours measured briefly, and the pace of the
+whole mix (``--rate auto``, the default at full size; ``--heartbeat N`` and ``--rate N`` given
+explicitly override what they name).
 
-Before the load, with the behaviours paused, a sample of the clients open a socket at once to a
-bare Channels consumer behind ``AuthMiddlewareStack`` in a daphne process of its own (the
-page-view benchmark's, ``benchmarks.page_views_asgi``: accept, read the user, one frame, close),
-through the same handshake limit as a page view: that process's CPU per client is what a page
-view's socket costs Channels and daphne themselves here. ``--rate auto`` (the default at full
-size) runs the mix at the rate the machine carries: the servers working on page views for at
-most ``SERVER_SHARE`` of the machine's cores, at ``PLANNED_RATIO`` times bare's cost each (the
-goal; the run measures the real ratio). At the end, the servers' CPU per page view during the
-load (all of their work, heartbeats, diffs and rooms included) is set beside bare's.
+Before any client opens, a daphne process of its own serves both Channels' minimum and presence
+(the page-view benchmark's application, ``benchmarks.page_views_asgi``, on the load test's
+settings), and SAMPLE of the clients, through the same handshake limit as a page view:
+
+1. open a socket at once to a bare Channels consumer behind ``AuthMiddlewareStack`` (accept,
+   read the user, one frame, close): the process's CPU per socket is what a page view's socket
+   costs Channels and daphne themselves here ("bare");
+2. open a presence socket each, as they open their page (its users in the URL, their rooms
+   joined): the process's CPU per opening, until every snapshot is in and the announcements
+   are done, is what opening a page costs presence here ("ours per opening");
+3. beat BEATS times each, BEAT_SPACING apart (every beat written, as at any pace where a
+   connection beats once per interval): the process's CPU per heartbeat, its idle CPU
+   subtracted ("ours per heartbeat").
+
+The plan (:func:`plan`) spends at most a share of the machine's cores on each part of the mix,
+in the servers: HEARTBEAT_SHARE on heartbeats (the heartbeat interval, hence CONNECTION_TTL and
+the convergence bound), PAGE_VIEW_SHARE on page views over sockets (reloads and tab closes),
+each at ours' measured cost or PLANNED_RATIO times bare's, whichever is higher, and
+OPENING_SHARE on the opening (the sockets opened at a pace instead of all at once). The rest of
+the machine is the generators', Redis's and the harness's on one host, and the deployment
+sizing keeps processes at half load for bursts and storms. At the end, the servers' CPU per page
+view during the load (all of their work, heartbeats, diffs and rooms included) is set beside
+bare's.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
-from tools.loadtest.faults import LoadRun
+if TYPE_CHECKING:
+    from tools.loadtest.harness import Generators
 
-#: page views the calibration opens to the bare consumer at most
+#: clients the calibration uses at most (each part)
 SAMPLE = 1000
-#: how long the calibration may take before it is given up
+#: how long a part of the calibration may take before it is given up
 TIMEOUT = 120.0
-#: the machine's cores the servers may spend on page views: a quarter (the other half of the
-#: machine is the generators', Redis's and the harness's on one host, and the deployment sizing
-#: keeps processes at half load for bursts and storms)
-SERVER_SHARE = 0.25
-#: what a page view is planned to cost, in bare's (the page-view goal: at most twice)
+#: the machine's cores the servers may spend on each part of the mix
+HEARTBEAT_SHARE = 0.15
+PAGE_VIEW_SHARE = 0.25
+OPENING_SHARE = 0.4
+#: what a page view is planned to cost at least, in bare's (the page-view goal: at most twice)
 PLANNED_RATIO = 2.0
-#: the highest rate "auto" picks, page views per second per connection (the default mix's)
+#: the highest page-view rate "auto" picks, per second per connection (the default mix's)
 MAX_CHURN = 0.02
+#: the heartbeat intervals "auto" picks from (seconds; CONNECTION_TTL is three of them)
+MIN_HEARTBEAT = 2
+MAX_HEARTBEAT = 30
+#: the calibration's heartbeats: each socket beats this many times, this far apart (past half
+#: of its HEARTBEAT_INTERVAL, 2 s: every beat is written, as in the run)
+BEATS = 4
+BEAT_SPACING = 1.2
+#: clients opening presence sockets in the calibration (at once, as a reconnect storm)
+OURS_SAMPLE = 500
+#: the calibration process has done its work once it uses at most QUIET cores over a window
+QUIET = 0.05
+QUIET_WINDOW = 0.5
+QUIET_TIMEOUT = 30.0
+#: the calibration process's CONNECTION_TTL (seconds): longer than the calibration
+HOLD = 300
+#: the opening takes at most this long (seconds): past it, faster than the share allows
+MAX_OPENING = 180.0
 
 
 @dataclass
@@ -56,46 +94,194 @@ class Bare:
         )
 
 
-def measure_bare(run: LoadRun) -> Bare:
-    """Bare Channels' CPU per page view on this machine (behaviours paused meanwhile)."""
+@dataclass
+class Ours:
+    """Presence's own costs in the calibration process (the module's doc, 2 and 3)."""
+
+    opened: int = 0
+    opening_cpu: float = 0.0
+    beats: int = 0
+    beat_cpu: float = 0.0
+    note: str = ""
+
+    @property
+    def per_opening(self) -> float | None:
+        return self.opening_cpu / self.opened if self.opened and not self.note else None
+
+    @property
+    def per_beat(self) -> float | None:
+        return self.beat_cpu / self.beats if self.beats and not self.note else None
+
+    def row(self) -> str:
+        if self.per_opening is None or self.per_beat is None:
+            return f"not measured ({self.note or 'no clients'})"
+        return (
+            f"{self.per_opening * 1000:.2f} ms per opening ({self.opened:,} pages opened at "
+            f"once), {self.per_beat * 1000:.3f} ms per heartbeat ({self.beats:,} written)"
+        )
+
+
+@dataclass
+class Plan:
+    """The pace of the mix: the heartbeat interval, page views over sockets per second across
+    all connections, sockets opened per second (None: all at once), and why."""
+
+    heartbeat: int
+    rate: float
+    opening: float | None
+    why: list[str] = field(default_factory=list)
+
+
+def measure(
+    generators: Generators,
+    positions: dict[int, tuple[int, int]],
+    processes: int,
+    env: dict[str, str],
+    log_dir: Path,
+) -> tuple[Bare, Ours]:
+    """Bare Channels' CPU per page view and ours per opening and per heartbeat, before any
+    client opens (the module's doc)."""
     from tools.loadtest.servers import BARE, DaphneProcess
     from tools.loadtest.storm import cpu_seconds
 
-    indices = sorted(run.oracle.positions)[:SAMPLE]
     chosen: dict[int, list[int]] = {}
-    for index in indices:
-        number, position = run.oracle.positions[index]
+    for index in sorted(positions)[:SAMPLE]:
+        number, position = positions[index]
         chosen.setdefault(number, []).append(position)
-    bare = Bare(clients=len(indices))
-    daphne = DaphneProcess(run.sizes.processes, run.env, run.servers.log_dir, BARE, "calibration")
-    run.generators.ask("pause")
+    clients = sum(len(p) for p in chosen.values())
+    bare, ours = Bare(clients=clients), Ours()
+    # Its sockets stay recorded through the waits for quiet (no expiry's offline announcements
+    # counted as an opening's or a heartbeat's cost); a beat is written as often as in the run.
+    timing = {**json.loads(env.get("LOADTEST_PRESENCE") or "{}"), "CONNECTION_TTL": HOLD}
+    own_env = {**env, "LOADTEST_PRESENCE": json.dumps(timing)}
+    daphne = DaphneProcess(processes, own_env, log_dir, BARE, "calibration")
     try:
         daphne.start()
         daphne.wait_ready()
         time.sleep(0.5)  # its start-up's CPU settles
         start = cpu_seconds(daphne.pid)
-        parts = run.generators.bare_storm(daphne.port, chosen, TIMEOUT)
+        parts = generators.bare_storm(daphne.port, chosen, TIMEOUT)
         bare.cpu = cpu_seconds(daphne.pid) - start
         seconds = [part.seconds for part in parts]
         bare.seconds = None if None in seconds else max(s or 0.0 for s in seconds)
         if bare.seconds is None:
             bare.note = f"not all answered within {TIMEOUT:.0f} s"
+
+        ours_chosen = {number: p[: OURS_SAMPLE // len(chosen)] for number, p in chosen.items()}
+        start = cpu_seconds(daphne.pid)
+        for number, pipe in enumerate(generators.pipes):
+            pipe.send(("calibration_open", (daphne.port, ours_chosen.get(number, []))))
+        answers = [pipe.recv()[1] for pipe in generators.pipes if pipe.poll(TIMEOUT)]
+        if len(answers) < len(generators.pipes):
+            raise RuntimeError(f"the calibration's sockets did not open within {TIMEOUT:.0f} s")
+        ours.opened = sum(opened for opened, _failed in answers)
+        failed = sum(failed for _opened, failed in answers)
+        # The opening's work goes on after the snapshots (its announcements): until it is done.
+        quiet, idle_rate = wait_quiet(daphne.pid)
+        ours.opening_cpu = quiet - start
+        if failed:
+            ours.note = f"{failed} of {ours.opened + failed} sockets did not open"
+
+        start, started = cpu_seconds(daphne.pid), time.monotonic()
+        ours.beats = sum(generators.ask("calibration_beats", (BEATS, BEAT_SPACING)))
+        end, _rate = wait_quiet(daphne.pid)
+        elapsed = time.monotonic() - started
+        ours.beat_cpu = max(0.0, end - start - idle_rate * elapsed)
+        generators.ask("calibration_close")
     except RuntimeError as error:
-        bare.note = str(error)
+        bare.note = bare.note or str(error)
+        ours.note = ours.note or str(error)
     finally:
         daphne.stop()
-        run.generators.ask("resume")
-    return bare
+    return bare, ours
 
 
-def carried_rate(bare: Bare, connections: int) -> float | None:
-    """Page views per second the machine carries (see the module's doc), or None."""
-    per_view = bare.per_page_view
-    if not per_view:
-        return None
+def wait_quiet(pid: int | None) -> tuple[float, float]:
+    """Until the process's CPU falls to QUIET (its work done), at most QUIET_TIMEOUT seconds:
+    its CPU seconds then, and the rate of its last window (cores)."""
+    from tools.loadtest.storm import cpu_seconds
+
+    deadline = time.monotonic() + QUIET_TIMEOUT
+    before = cpu_seconds(pid)
+    while True:
+        time.sleep(QUIET_WINDOW)
+        now = cpu_seconds(pid)
+        rate = (now - before) / QUIET_WINDOW
+        if rate <= QUIET or time.monotonic() > deadline:
+            return now, rate
+        before = now
+
+
+def available_cores(seconds: float = 2.0) -> float:
+    """The machine's cores not busy with other work now (other test suites on a shared
+    machine), measured over ``seconds`` before the run starts anything busy; at least a
+    quarter of them."""
     cores = psutil.cpu_count() or 1
-    rate = SERVER_SHARE * cores / (PLANNED_RATIO * per_view)
-    return min(rate, MAX_CHURN * connections)
+    busy = psutil.cpu_percent(interval=seconds) / 100
+    return cores * max(0.25, 1.0 - busy)
+
+
+def plan(
+    bare: Bare | None,
+    ours: Ours | None,
+    connections: int,
+    default_heartbeat: int,
+    default_rate: float,
+    heartbeat: int | None = None,
+    rate: float | None = None,
+    cores: float | None = None,
+) -> Plan:
+    """The pace of the whole mix on ``cores`` (the module's doc); ``heartbeat`` and ``rate``
+    given are kept as they are. Without a measure, the defaults, the sockets opened at once."""
+    cores = cores or psutil.cpu_count() or 1
+    why: list[str] = []
+    on = f"{cores:.1f} cores"
+    per_view = None
+    if bare is not None and bare.per_page_view:
+        per_view = PLANNED_RATIO * bare.per_page_view
+        basis = f"{PLANNED_RATIO:.0f} x bare's {bare.per_page_view * 1000:.2f} ms"
+        if ours is not None and ours.per_opening and ours.per_opening > per_view:
+            per_view = ours.per_opening
+            basis = f"ours {ours.per_opening * 1000:.2f} ms, above {basis}"
+    if rate is not None:
+        why.append(f"page views {rate:.1f}/s (--rate)")
+    elif per_view is None:
+        rate = default_rate
+        why.append(f"page views {rate:.1f}/s (the mix's own: nothing measured)")
+    else:
+        carried = PAGE_VIEW_SHARE * cores / per_view
+        rate = min(carried, MAX_CHURN * connections)
+        capped = " (at most one per connection every 50 s)" if rate < carried else ""
+        why.append(
+            f"page views {rate:.1f}/s: {PAGE_VIEW_SHARE:.0%} of {on} at {basis} each{capped}"
+        )
+    per_beat = ours.per_beat if ours is not None else None
+    if heartbeat is not None:
+        why.append(f"heartbeat every {heartbeat} s (--heartbeat)")
+    elif not per_beat:
+        heartbeat = default_heartbeat
+        why.append(f"heartbeat every {heartbeat} s (the default: nothing measured)")
+    else:
+        needed = connections * per_beat / (HEARTBEAT_SHARE * cores)
+        heartbeat = min(MAX_HEARTBEAT, max(MIN_HEARTBEAT, math.ceil(needed)))
+        why.append(
+            f"heartbeat every {heartbeat} s: {connections:,} sockets at ours "
+            f"{per_beat * 1000:.3f} ms each within {HEARTBEAT_SHARE:.0%} of {on} "
+            f"(CONNECTION_TTL {3 * heartbeat} s)"
+        )
+    opening = None
+    if ours is not None and ours.per_opening:
+        carried = OPENING_SHARE * cores / ours.per_opening
+        opening = max(carried, connections / MAX_OPENING)
+        capped = f", at least {connections:,} in {MAX_OPENING:.0f} s" if opening > carried else ""
+        why.append(
+            f"sockets opened {opening:.0f}/s: {OPENING_SHARE:.0%} of {on} at ours "
+            f"{ours.per_opening * 1000:.2f} ms each{capped} ({connections / opening:.0f} s for "
+            f"{connections:,})"
+        )
+    else:
+        why.append("sockets opened all at once (through the handshake limit)")
+    return Plan(heartbeat=heartbeat, rate=rate, opening=opening, why=why)
 
 
 def cpu_row(server_cpu: float, page_views: int, bare: Bare | None) -> str:

@@ -351,6 +351,8 @@ class Generator:
         self.paused = False
         self.stopping = False
         self.background: set[asyncio.Task[Any]] = set()
+        #: the calibration's sockets (calibrate.py), open between its commands
+        self.calibration: list[ClientConnection] = []
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -365,9 +367,20 @@ class Generator:
 
         self.spawn(reopen())
 
-    async def open_all(self) -> float:
+    async def open_all(self, per_second: float | None = None) -> float:
+        """Every client opens its socket: all at once (through the handshake limit), or
+        ``per_second`` of them each second (the pace the machine carries, calibrate.py)."""
         started = time.monotonic()
-        await asyncio.gather(*(client.open() for client in self.clients))
+        if not per_second:
+            await asyncio.gather(*(client.open() for client in self.clients))
+            return time.monotonic() - started
+        opening = []
+        for number, client in enumerate(self.clients):
+            wait = started + number / per_second - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            opening.append(asyncio.create_task(client.open()))
+        await asyncio.gather(*opening)
         return time.monotonic() - started
 
     async def settle(self, timeout: float) -> float:
@@ -556,6 +569,79 @@ class Generator:
             result.seconds = None
         return result
 
+    async def calibration_open(self, port: int, positions: list[int]) -> tuple[int, int]:
+        """The calibration (calibrate.py): the clients at ``positions`` open a presence socket
+        of their own to ``port`` as they open their page (its users in the URL, their rooms
+        joined, one heartbeat), through the same handshake limit; (opened, failed) once each
+        has its snapshot or failed. Their frames are read and dropped."""
+        sockets = self.calibration = []
+        failed = 0
+
+        async def one(client: Client) -> None:
+            nonlocal failed
+            page = client.spec.page[:SUBSCRIBE_CHUNK]
+            url = (
+                f"ws://127.0.0.1:{port}/ws/presence/?device={client.spec.device}"
+                f"&users={','.join(map(str, page))}&since="
+            )
+            try:
+                async with self.opening:
+                    ws = await connect(
+                        url,
+                        additional_headers={"Cookie": f"sessionid={client.spec.cookie}"},
+                        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+                        open_timeout=OPEN_TIMEOUT,
+                        ping_interval=None,
+                        close_timeout=5,
+                        compression=None,
+                        max_size=2**22,
+                    )
+                for room in client.spec.rooms:
+                    await ws.send(json.dumps({"type": "join", "room": room, "meta": None}))
+                await ws.send(json.dumps({"type": "heartbeat", "state": "active"}))
+                while (
+                    json.loads(await asyncio.wait_for(ws.recv(), OPEN_TIMEOUT)).get("type")
+                    != "presence_state"
+                ):
+                    pass
+            except Exception:
+                failed += 1
+                return
+            sockets.append(ws)
+            self.spawn(self.drain(ws))
+
+        await asyncio.gather(*(one(self.clients[p]) for p in positions))
+        return len(sockets), failed
+
+    @staticmethod
+    async def drain(ws: ClientConnection) -> None:
+        with contextlib.suppress(Exception):
+            async for _message in ws:
+                pass
+
+    async def calibration_beats(self, beats: int, spacing: float) -> int:
+        """Each calibration socket beats ``beats`` times, ``spacing`` seconds apart (from an
+        offset of its own, so that the beats are spread); the heartbeats sent."""
+        sent = 0
+
+        async def one(ws: ClientConnection) -> None:
+            nonlocal sent
+            await asyncio.sleep(random.random() * spacing)
+            for _ in range(beats):
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.send('{"type": "heartbeat", "state": "active"}')
+                    sent += 1
+                await asyncio.sleep(spacing)
+
+        await asyncio.gather(*(one(ws) for ws in self.calibration))
+        return sent
+
+    async def calibration_close(self) -> None:
+        sockets, self.calibration = self.calibration, []
+        closing = [asyncio.ensure_future(ws.close()) for ws in sockets]
+        if closing:
+            await asyncio.wait(closing, timeout=30)
+
     async def stop(self) -> None:
         """Every client leaves (a requested close); bounded, so that a stuck handshake or
         close cannot hold the run."""
@@ -570,10 +656,41 @@ class Generator:
             await asyncio.wait(list(self.background), timeout=5)
 
 
+async def before_opening(generator: Generator, pipe: Connection) -> float | None:
+    """Until the harness says ``open``: the calibration's commands (calibrate.py) before any
+    client opens. ``open`` carries the heartbeat interval chosen and the opening's pace (per
+    second for this generator, None: all at once); the pace is returned."""
+    loop = asyncio.get_running_loop()
+    while True:
+        ready = await loop.run_in_executor(None, pipe.poll, 0.2)
+        if not ready:
+            continue
+        command, argument = pipe.recv()
+        if command == "open":
+            interval, per_second = argument
+            generator.spec.heartbeat_interval = float(interval)
+            return float(per_second) if per_second else None
+        if command in ("pause", "resume"):
+            pipe.send(("ok", None))
+        elif command == "bare_storm":
+            pipe.send(("bare_storm", await generator.bare_storm(*argument)))
+        elif command == "calibration_open":
+            pipe.send(("calibration_open", await generator.calibration_open(*argument)))
+        elif command == "calibration_beats":
+            pipe.send(("calibration_beats", await generator.calibration_beats(*argument)))
+        elif command == "calibration_close":
+            await generator.calibration_close()
+            pipe.send(("ok", None))
+        elif command == "stop":
+            pipe.send(("stats", generator.stats))
+            raise EOFError
+
+
 async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
     generator = Generator(spec)
     loop = asyncio.get_running_loop()
-    opened_in = await generator.open_all()
+    per_second = await before_opening(generator, pipe)
+    opened_in = await generator.open_all(per_second)
     tasks = [asyncio.create_task(generator.heartbeats())]
     # The load starts once the opening storm has passed: every client has its snapshots.
     settled_in = await generator.settle(OPENING_SETTLE_TIMEOUT)

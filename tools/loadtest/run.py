@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import random
 import re
@@ -14,7 +15,7 @@ from typing import Any
 
 import django
 
-from tools.loadtest import config, report, rooms, signals
+from tools.loadtest import calibrate, config, report, rooms, signals
 from tools.loadtest.calibrate import Bare
 from tools.loadtest.config import Sizes
 from tools.loadtest.faults import Faults
@@ -220,6 +221,13 @@ class Run:
 
         started_all = time.monotonic()
         self.setup_database()
+        self.servers.plan_daphnes(self.env)
+        specs = self.plan_clients()
+        pipes = self.start_generators(specs)
+        generators = Generators(pipes)
+        self.generators = generators
+        # Before the servers start: their timing follows the pace chosen (calibrate.py).
+        pace = self.pace()
         started = time.monotonic()
         self.servers.start_daphnes(self.env)
         print(
@@ -228,12 +236,13 @@ class Run:
             f"(pids {', '.join(str(d.pid) for d in self.servers.daphnes)})",
             flush=True,
         )
-        specs = self.plan_clients()
-        pipes = self.start_generators(specs)
-        generators = Generators(pipes)
-        opened, settled = [], []
+        per_generator = pace.opening / len(pipes) if pace.opening else None
         for pipe in pipes:
-            if not pipe.poll(300):
+            pipe.send(("open", (config.HEARTBEAT_INTERVAL, per_generator)))
+        opened, settled = [], []
+        opening_seconds = self.sizes.connections / pace.opening if pace.opening else 0.0
+        for pipe in pipes:
+            if not pipe.poll(300 + opening_seconds):
                 raise RuntimeError("the generators did not open their connections in time")
             opened_in, settled_in = pipe.recv()[1]
             opened.append(opened_in)
@@ -251,8 +260,7 @@ class Run:
             )
         )
         self.oracle = Oracle(generators, self.pages, self.positions, self.hidden, self.blocked)
-        self.generators = generators
-        self.pace_page_views()
+        self.generators.ask("rate", pace.rate / max(1, self.sizes.connections))
         relations = RelationChanges(self.graph, self.pks, self.sizes.relations_per_second)
         relations.start()
         self.relations = relations
@@ -329,32 +337,64 @@ class Run:
             time.monotonic() - started_all,
         )
 
-    def pace_page_views(self) -> None:
-        """``--rate``: what bare Channels costs here (measured now), and the page views over
-        sockets the load makes per second (tools/loadtest/calibrate.py)."""
-        from tools.loadtest import calibrate
-
-        rate_arg = self.args.rate or (None if self.args.quick else "auto")
+    def pace(self) -> calibrate.Plan:
+        """The pace of the mix (tools/loadtest/calibrate.py): measured here first unless
+        ``--quick`` without ``--rate``; ``--heartbeat`` and ``--rate`` given are kept. The
+        heartbeat chosen is set in the servers' and the harness's settings before they use it."""
+        args, sizes = self.args, self.sizes
+        rate_arg = args.rate or (None if args.quick else "auto")
+        default_rate = sizes.churn_per_second * sizes.connections
         if rate_arg is None:
-            return
-        self.bare = calibrate.measure_bare(self)
-        print(f"loadtest: bare Channels here: {self.bare.row()}", flush=True)
-        self.rows.append(("bare Channels here", self.bare.row()))
-        if rate_arg == "auto":
-            rate = calibrate.carried_rate(self.bare, self.sizes.connections)
-            how = "the rate this machine carries (auto)"
-            if rate is None:
-                rate, how = self.sizes.churn_per_second * self.sizes.connections, "the mix's own"
-        else:
-            rate, how = float(rate_arg), "--rate"
-        for_each = rate / max(1, self.sizes.connections)
-        self.generators.ask("rate", for_each)
-        text = (
-            f"{rate:.1f}/s ({how}: each connection's page reloaded or closed every "
-            f"{1 / for_each:.0f} s on average)"
+            return calibrate.Plan(config.HEARTBEAT_INTERVAL, default_rate, None)
+        import psutil
+
+        free = calibrate.available_cores()
+        load = ", ".join(f"{value:.2f}" for value in psutil.getloadavg())
+        print(
+            f"loadtest: the machine: {psutil.cpu_count()} cores, {free:.1f} free before the "
+            f"run (load average {load})",
+            flush=True,
         )
-        print(f"loadtest: page views over sockets: {text}", flush=True)
-        self.rows.append(("page views over sockets", text))
+        bare, ours = calibrate.measure(
+            self.generators, self.positions, sizes.processes, self.env, self.servers.log_dir
+        )
+        self.bare = bare
+        print(f"loadtest: bare Channels here: {bare.row()}", flush=True)
+        print(f"loadtest: ours here: {ours.row()}", flush=True)
+        self.rows.append(("bare Channels here", bare.row()))
+        self.rows.append(("ours here (calibration)", ours.row()))
+        plan = calibrate.plan(
+            bare,
+            ours,
+            sizes.connections,
+            config.HEARTBEAT_INTERVAL,
+            default_rate,
+            heartbeat=args.heartbeat,
+            rate=None if rate_arg == "auto" else float(rate_arg),
+            cores=free,
+        )
+        if plan.heartbeat != config.HEARTBEAT_INTERVAL:
+            self.set_heartbeat(plan.heartbeat)
+        for_each = plan.rate / max(1, sizes.connections)
+        plan.why[0] += f" (each connection's page reloaded or closed every {1 / for_each:.0f} s)"
+        for line in plan.why:
+            print(f"loadtest: pace: {line}", flush=True)
+        self.rows.append(
+            ("pace (calibrate.py)", f"{free:.1f} cores free (load {load}): " + "; ".join(plan.why))
+        )
+        return plan
+
+    def set_heartbeat(self, seconds: int) -> None:
+        """The heartbeat chosen, in the servers' settings (not started yet) and the harness's."""
+        from django.conf import settings
+        from django.core.signals import setting_changed
+
+        config.set_heartbeat(seconds)
+        timing = config.presence_settings()
+        self.env["LOADTEST_PRESENCE"] = json.dumps(timing)
+        presence = {**settings.PRESENCE, **timing}
+        settings.PRESENCE = presence
+        setting_changed.send(sender=type(self), setting="PRESENCE", value=presence, enter=False)
 
     def reconnect_storm(self, faults: Faults) -> None:
         from tools.loadtest.storm import run_storm

@@ -137,8 +137,14 @@ class Servers:
         for server in self.layer:
             server.start()
 
-    def start_daphnes(self, env: dict[str, str]) -> None:
+    def plan_daphnes(self, env: dict[str, str]) -> None:
+        """The daphne processes with their ports, not started yet: the clients are planned
+        first, and ``env`` (shared, not copied) may still change before they start."""
         self.daphnes = [DaphneProcess(i, env, self.log_dir) for i in range(self.count)]
+
+    def start_daphnes(self, env: dict[str, str]) -> None:
+        if not self.daphnes:
+            self.plan_daphnes(env)
         for daphne in self.daphnes:
             daphne.start()
         for daphne in self.daphnes:

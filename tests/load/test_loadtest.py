@@ -285,3 +285,27 @@ def test_rate_and_heartbeat_given_are_kept_and_nothing_measured_keeps_the_defaul
     failed = Ours(opened=10, opening_cpu=1.0, beats=0, note="490 of 500 sockets did not open")
     none = plan(Bare(note="exited"), failed, 10_000, 2, 200.0, cores=2.0)
     assert (none.heartbeat, none.rate, none.opening) == (2, 200.0, None)
+
+
+def test_the_load_after_a_paced_opening_waits_for_servers_caught_up(tmp_path) -> None:
+    from tools.loadtest.calibrate import QUIET, Bare, Ours, behind, plan
+
+    log = tmp_path / "daphne-0.log"
+    log.write_text(
+        "1.000 WARNING presence Presence: announcements reach this process 24 s after "
+        "they were sent: it is behind its channel, and the channel layer may drop\n"
+    )
+    assert behind(log)
+    with log.open("a") as out:
+        out.write(
+            "2.000 WARNING presence Presence: this process caught up with its channel; "
+            "resyncing views.\n"
+        )
+    assert not behind(log)
+    bare = Bare(clients=1000, cpu=3.0, seconds=5.0)
+    ours = Ours(opened=500, opening_cpu=5.0, beats=2000, beat_cpu=0.8)
+    chosen = plan(bare, ours, 10_000, 2, 200.0, cores=2.0)
+    # 10,000 sockets every 14 s at 0.4 ms: 0.29 cores of heartbeats, 1.5 times and a margin.
+    assert chosen.caught_up_below(3) == pytest.approx(1.5 * 10_000 / 14 * 0.0004 + 3 * QUIET)
+    # Opened at once (nothing measured): the load starts with the snapshots, as ever.
+    assert plan(None, None, 500, 2, 10.0, cores=2.0).caught_up_below(2) is None

@@ -70,6 +70,12 @@ QUIET_TIMEOUT = 30.0
 HOLD = 300
 #: the opening takes at most this long (seconds): past it, faster than the share allows
 MAX_OPENING = 180.0
+#: after a paced opening the load starts once the servers use at most this many times their
+#: heartbeats' cores (plus QUIET each), over windows of CAUGHT_UP_WINDOW s, at most
+#: CAUGHT_UP_TIMEOUT s: the opening's announcements are not measured as the load's fan-out
+CAUGHT_UP_MARGIN = 1.5
+CAUGHT_UP_WINDOW = 2.0
+CAUGHT_UP_TIMEOUT = 120.0
 
 
 @dataclass
@@ -130,6 +136,49 @@ class Plan:
     rate: float
     opening: float | None
     why: list[str] = field(default_factory=list)
+    #: the servers' cores for the heartbeats at that pace (ours measured), if known
+    heartbeat_cores: float | None = None
+
+    def caught_up_below(self, processes: int) -> float | None:
+        """The servers' CPU (cores) under which they are done with the opening: the
+        heartbeats' and a little more per process (their sweeps), or None: no waiting."""
+        if self.opening is None or self.heartbeat_cores is None:
+            return None
+        return CAUGHT_UP_MARGIN * self.heartbeat_cores + QUIET * processes
+
+
+def behind(log: Path) -> bool:
+    """Whether a server's log says it is behind its channel (presence's warning, not followed
+    by its "caught up")."""
+    state = False
+    for line in log.read_text(errors="replace").splitlines():
+        if "behind its channel" in line:
+            state = True
+        elif "caught up with its channel" in line:
+            state = False
+    return state
+
+
+def wait_caught_up(
+    servers: list[tuple[int | None, Path]], below: float, timeout: float
+) -> tuple[float, float, int]:
+    """After a paced opening, until the servers' CPU over a window falls under ``below``
+    cores and none says it is behind its channel (the opening's announcements done; on a
+    starved machine the CPU alone falls), at most ``timeout`` seconds: (the seconds it took,
+    their cores over the last window, the processes still behind)."""
+    from tools.loadtest.storm import cpu_seconds
+
+    started = time.monotonic()
+    before = sum(cpu_seconds(pid) for pid, _log in servers)
+    while True:
+        time.sleep(CAUGHT_UP_WINDOW)
+        now = sum(cpu_seconds(pid) for pid, _log in servers)
+        cores = (now - before) / CAUGHT_UP_WINDOW
+        late = sum(1 for _pid, log in servers if behind(log))
+        waited = time.monotonic() - started
+        if (cores <= below and not late) or waited > timeout:
+            return waited, cores, late
+        before = now
 
 
 def measure(
@@ -281,7 +330,8 @@ def plan(
         )
     else:
         why.append("sockets opened all at once (through the handshake limit)")
-    return Plan(heartbeat=heartbeat, rate=rate, opening=opening, why=why)
+    heartbeat_cores = connections / heartbeat * per_beat if per_beat else None
+    return Plan(heartbeat, rate, opening, why, heartbeat_cores)
 
 
 def cpu_row(server_cpu: float, page_views: int, bare: Bare | None) -> str:

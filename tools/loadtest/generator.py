@@ -690,6 +690,8 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
     generator = Generator(spec)
     loop = asyncio.get_running_loop()
     per_second = await before_opening(generator, pipe)
+    # A paced opening's load waits for the harness's "resume" (the servers done with it).
+    generator.paused = per_second is not None
     opened_in = await generator.open_all(per_second)
     tasks = [asyncio.create_task(generator.heartbeats())]
     # The load starts once the opening storm has passed: every client has its snapshots.

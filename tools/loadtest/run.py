@@ -261,6 +261,21 @@ class Run:
         )
         self.oracle = Oracle(generators, self.pages, self.positions, self.hidden, self.blocked)
         self.generators.ask("rate", pace.rate / max(1, self.sizes.connections))
+        below = pace.caught_up_below(self.sizes.processes)
+        if below is not None:
+            waited, cores, late = calibrate.wait_caught_up(
+                [(d.pid, d.log_path) for d in self.servers.daphnes],
+                below,
+                calibrate.CAUGHT_UP_TIMEOUT,
+            )
+            text = (
+                f"{waited:.0f} s after the snapshots (servers {cores:.2f} cores over the last "
+                f"{calibrate.CAUGHT_UP_WINDOW:.0f} s, the heartbeats' {below:.2f} or less wanted; "
+                f"{late} behind their channel)"
+            )
+            print(f"loadtest: the servers done with the opening {text}", flush=True)
+            self.rows.append(("servers done with the opening", text))
+            generators.ask("resume")
         relations = RelationChanges(self.graph, self.pks, self.sizes.relations_per_second)
         relations.start()
         self.relations = relations

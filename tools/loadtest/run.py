@@ -370,6 +370,12 @@ class Run:
             f"run (load average {load})",
             flush=True,
         )
+        if free < (psutil.cpu_count() or 1) / 2:
+            print(
+                "loadtest: most of the machine is busy with other work: the pace is that "
+                "little's, and the run measures the machine as much as presence",
+                flush=True,
+            )
         bare, ours = calibrate.measure(
             self.generators, self.positions, sizes.processes, self.env, self.servers.log_dir
         )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -12,15 +14,35 @@ from channels.layers import get_channel_layer
 from presence import announce, metrics
 from presence.domain import UserId
 from presence.hub.counts import OnlineCounts
-from presence.hub.delivery import Delivery
+from presence.hub.delivery import Delivery, Proof
 from presence.hub.groups import Groups
-from presence.hub.messages import Messages
+from presence.hub.messages import PROBE, Messages
 from presence.hub.recovery import Recovery
 from presence.hub.registry import Connection, Registry
 from presence.hub.rooms import RoomViews
 from presence.hub.tasks import Tasks
+from presence.store import get_store
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+
+
+def ordered(layer: Any) -> bool:
+    """Whether the channel layer hands a channel its messages in the order they were sent,
+    whoever sent them: channels_redis's core layer keeps each channel's messages in one sorted
+    set (scored by the senders' clocks, STAMP_SLACK apart at most), its pub/sub layer on one
+    server delivers in publish order; over several pub/sub servers a user's group and the hub's
+    channel may be on different servers, with no order between them."""
+    kind = type(layer)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if name == "channels_redis.pubsub.RedisPubSubChannelLayer":
+        return len(getattr(layer, "_shards", ())) == 1
+    return name in _ORDERED
+
+
+#: channel layers whose channels are first in, first out
+_ORDERED = frozenset(
+    {"channels_redis.core.RedisChannelLayer", "channels.layers.InMemoryChannelLayer"}
+)
 
 
 class Hub:
@@ -44,7 +66,11 @@ class Hub:
             changed=lambda uids, announced_at: self.changed(uids, announced_at=announced_at),
             note_lag=self.recovery.note_lag,
             rooms=self.rooms,
+            probed=self._probed,
         )
+        #: probes sent to this hub's own channel and not back yet: id -> (connection, proof)
+        self._probes: dict[int, tuple[Connection, Proof]] = {}
+        self._probe_ids = itertools.count()
         self.tasks = Tasks(
             self.registry,
             self.groups,
@@ -112,6 +138,10 @@ class Hub:
             for key in self.registry.topics.keys_of(connection, kind):
                 await self.leave_topic(connection, kind, key)
         await self.rooms.detach(connection)
+        if self.delivery.proofs.pop(connection, None) is not None:
+            for probe_id, (probing, _) in list(self._probes.items()):
+                if probing is connection:
+                    del self._probes[probe_id]
         async with self._lock:
             accounts = self.registry.accounts
             if accounts.discard(connection, connection.viewer_id):
@@ -199,6 +229,49 @@ class Hub:
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
         await self.delivery.deliver(user_ids)
+
+    # --- fresh stamps (docs/websocket.md, "Fresh stamps") ---
+
+    def _counters(self) -> tuple[object, ...]:
+        """What changes when an announcement may have been lost: an outage of Redis ended, a
+        channel-layer call failed, the process caught up with its channel (a resync each)."""
+        return (get_store().recoveries(), announce.layer_failures, self.recovery.catch_ups)
+
+    async def probe(self, connection: Connection) -> Proof:
+        """Start proving that every change announced before now has been delivered to
+        ``connection`` (:class:`Proof`; ask :meth:`proven` later). A probe goes to this hub's
+        own channel, behind every announcement already sent to it (the channel is first in,
+        first out), and comes back through the receive loop to :meth:`_probed`. Without a
+        channel layer, announcements reach the hub as they are made: it is back at once."""
+        proof = Proof(time.time(), self._counters())
+        self.delivery.proofs[connection] = proof
+        layer, channel = self.layer, self.groups.channel
+        if layer is None:
+            self.delivery.settle_point(connection, proof)
+            return proof
+        if channel is None or not ordered(layer):
+            return proof  # never back: never proven
+        probe_id = next(self._probe_ids)
+        self._probes[probe_id] = (connection, proof)
+        try:
+            await announce.layer_call(layer.send, channel, {"type": PROBE, "probe": probe_id})
+        except Exception:
+            self._probes.pop(probe_id, None)  # counted as a layer failure: no proof now
+        return proof
+
+    def _probed(self, message: dict[str, Any]) -> None:
+        found = self._probes.pop(message.get("probe"), None)  # type: ignore[arg-type]
+        if found is not None:
+            self.delivery.settle_point(*found)
+
+    def proven(self, connection: Connection, proof: Proof) -> bool:
+        """Whether every change announced before ``proof.at`` has been delivered to
+        ``connection``: its probe is back, what waited has been delivered, and nothing since
+        the probe says an announcement may have been lost (this process is not behind its
+        channel, no outage ended, no layer call failed)."""
+        if self.delivery.proofs.get(connection) is not proof or not proof.proven(connection):
+            return False
+        return proof.counters == self._counters() and not self.recovery.behind
 
     def dispatch(self, message: dict[str, Any]) -> None:
         """Act on one message announced through :mod:`presence.announce`."""

@@ -21,6 +21,7 @@ from presence.hub.recovery import Recovery
 from presence.hub.registry import Connection, Registry
 from presence.hub.rooms import RoomViews
 from presence.hub.tasks import Tasks
+from presence.layer import probe_group_name
 from presence.store import get_store
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
@@ -71,6 +72,10 @@ class Hub:
         #: probes sent to this hub's own channel and not back yet: id -> (connection, proof)
         self._probes: dict[int, tuple[Connection, Proof]] = {}
         self._probe_ids = itertools.count()
+        #: the group of this hub's channel alone that probes go through, once joined, and when
+        #: to join it again (the layer's groups expire)
+        self._probe_group: str | None = None
+        self._probe_renew_at = 0.0
         self.tasks = Tasks(
             self.registry,
             self.groups,
@@ -147,6 +152,9 @@ class Hub:
             if accounts.discard(connection, connection.viewer_id):
                 self.groups.let_go([accounts.group(connection.viewer_id)])
             if not self.registry.connections and self.tasks.running:
+                if self._probe_group is not None:
+                    await self.groups.leave(self._probe_group)
+                    self._probe_group = None
                 await self.tasks.stop()
 
     async def watch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
@@ -240,9 +248,10 @@ class Hub:
     async def probe(self, connection: Connection) -> Proof:
         """Start proving that every change announced before now has been delivered to
         ``connection`` (:class:`Proof`; ask :meth:`proven` later). A probe goes to this hub's
-        own channel, behind every announcement already sent to it (the channel is first in,
-        first out), and comes back through the receive loop to :meth:`_probed`. Without a
-        channel layer, announcements reach the hub as they are made: it is back at once."""
+        own channel (through a group of it alone: presence.layer.probe_group_name), behind
+        every announcement already sent to it (the channel is first in, first out), and comes
+        back through the receive loop to :meth:`_probed`. Without a channel layer,
+        announcements reach the hub as they are made: it is back at once."""
         proof = Proof(time.time(), self._counters())
         self.delivery.proofs[connection] = proof
         layer, channel = self.layer, self.groups.channel
@@ -251,10 +260,19 @@ class Hub:
             return proof
         if channel is None or not ordered(layer):
             return proof  # never back: never proven
+        group = probe_group_name(channel)
+        now = asyncio.get_running_loop().time()
+        if self._probe_group != group or now >= self._probe_renew_at:
+            # The hub's own group, joined at its first probe, renewed before the layer's
+            # group expiry ends it, left when the hub stops (detach).
+            await self.groups.join(group)
+            self._probe_group = group
+            self._probe_renew_at = now + float(getattr(self.layer, "group_expiry", 86400)) / 2
         probe_id = next(self._probe_ids)
         self._probes[probe_id] = (connection, proof)
         try:
-            await announce.layer_call(layer.send, channel, {"type": PROBE, "probe": probe_id})
+            message = {"type": PROBE, "probe": probe_id}
+            await announce.layer_call(layer.group_send, group, message)
         except Exception:
             self._probes.pop(probe_id, None)  # counted as a layer failure: no proof now
         return proof

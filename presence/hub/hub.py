@@ -286,10 +286,15 @@ class Hub:
         """Whether every change announced before ``proof.at`` has been delivered to
         ``connection``: its probe is back, what waited has been delivered, and nothing since
         the probe says an announcement may have been lost (this process is not behind its
-        channel, no outage ended, no layer call failed)."""
-        if self.delivery.proofs.get(connection) is not proof or not proof.proven(connection):
+        channel, no outage ended, no layer call failed). True once: the proof is then forgotten
+        (deliveries to the connection no longer note anything for it)."""
+        proofs = self.delivery.proofs
+        if proofs.get(connection) is not proof or not proof.proven(connection):
             return False
-        return proof.counters == self._counters() and not self.recovery.behind
+        if proof.counters != self._counters() or self.recovery.behind:
+            return False
+        del proofs[connection]
+        return True
 
     def dispatch(self, message: dict[str, Any]) -> None:
         """Act on one message announced through :mod:`presence.announce`."""

@@ -72,10 +72,10 @@ class Pruned(NamedTuple):
     made: list[RoomTransition]
 
 
-@dataclass(frozen=True)
-class MemberEntry:
+class MemberEntry(NamedTuple):
     """A member as the room holds it: when it joined (ms), whether it joined invisible, and
-    the meta it shows (that of its connection that joined last)."""
+    the meta it shows (that of its connection that joined last). A tuple: a read makes one
+    per member (a frozen dataclass cost three times as much to build)."""
 
     joined_at: float
     invisible: bool = False

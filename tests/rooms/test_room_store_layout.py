@@ -144,8 +144,7 @@ def test_the_times_a_join_and_a_leave_send_in_base_36_are_the_entry_s_own(
     numbers += [int(T * 1000) + n for n in range(0, 5000, 997)]
     lua = scripts.HEADER + scripts.read("outbox") + scripts.read("room_common")
     written = redis_client.eval(
-        lua + "local out = {} for i, n in ipairs(ARGV) do out[i] = b36(tonumber(n)) end "
-        "return out",
+        lua + "local out = {} for i, n in ipairs(ARGV) do out[i] = b36(tonumber(n)) end return out",
         1,
         get_store().keys.room_key(ROOM, "n"),
         *numbers,

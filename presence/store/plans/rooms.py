@@ -157,6 +157,10 @@ def b36(n: int) -> str:
     return "".join(reversed(parts))
 
 
+#: :func:`b36` of the seconds a stay ends at (every join of a second sends the same one)
+_b36_seconds = BoundedMemo(b36, 256)
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
@@ -244,7 +248,7 @@ class RoomPlans(PlanArea):
             connection_id,
             "beat" if renew else "join",
             seconds,
-            b36(expiry),
+            _b36_seconds(expiry),
             b36(int(now * 1000)),
             meta or "",
             int(meta is not None),
@@ -278,7 +282,7 @@ class RoomPlans(PlanArea):
         counts leave them out at once."""
         seconds = int(now)
         grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
-        args = [encode_id(user_id), connection_id, seconds, b36(grace_end), int(at_once)]
+        args = [encode_id(user_id), connection_id, seconds, _b36_seconds(grace_end), int(at_once)]
         return Plan(
             commands=self._scheduled(ROOM_LEAVE, room, args, grace_end),
             parse=lambda replies: _room_write(room, False, *replies[-1][0:2]),

@@ -22,6 +22,7 @@ from presence.consumers.limits import (
 from presence.consumers.sending import ClientGone, SendFailed
 from presence.consumers.state import Socket
 from presence.frames import FRAMES
+from presence.operations import being_cancelled
 
 logger = logging.getLogger("presence")
 
@@ -97,11 +98,12 @@ def beat_quietly(socket: Socket, text_data: str | None) -> bool:
 def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
     """Whether the heartbeat handler would do nothing with ``beat``: its idle state is the one
     written, its last write is within half a HEARTBEAT_INTERVAL (the connection is recorded
-    alive for CONNECTION_TTL anyway), and no session check is due."""
+    alive for CONNECTION_TTL anyway), no session check and no fresh stamp is due."""
     state = socket.state
     return (
         (beat.state is domain.HeartbeatState.IDLE) == state.idle
         and now - state.written_at < state.heartbeat_interval / 2
+        and now < state.subscriptions.restamp_at
         and (
             socket.credential is None
             or now - state.session_checked < get_settings().SESSION_CHECK_INTERVAL
@@ -117,8 +119,7 @@ async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
     except ClientGone:
         raise
     except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
+        if being_cancelled():
             raise  # the connection's own cancellation (the server stopping it)
         # A CancelledError of something the answer awaited: a bug below, not a cancellation
         # of this connection. Raised on, it would end the consumer with its socket left open.

@@ -71,14 +71,27 @@ def resolve_each(
     live: dict[UserId, domain.LiveState] | None,
     at: float,
 ) -> dict[UserId, Presence]:
-    """:func:`resolve_all` of facts given one at a time (each may be dropped once resolved)."""
+    """:func:`resolve_all` of facts given one at a time (each may be dropped once resolved).
+
+    Users active in the same second share their live state, and users of no choices of their
+    own (most of a room) share their choices and relation (one object each: decode_score,
+    presence.relations.facts), so each distinct (live state, choices, relation) is resolved
+    once. Found by identity (hashing them cost more than resolving); the memo holds what it
+    was given, so no identity is reused while it lives."""
     states = live or {}
     rules_timing = timing()
     unknown = domain.LiveState()
-    return {
-        user_id: domain.resolve(states.get(user_id, unknown), choices, relation, at, rules_timing)
-        for user_id, (relation, choices) in facts
-    }
+    resolved: dict[tuple[int, int, int], tuple[Presence, object]] = {}
+    found = {}
+    for user_id, (relation, choices) in facts:
+        state = states.get(user_id, unknown)
+        key = (id(state), id(choices), id(relation))
+        known = resolved.get(key)
+        if known is None:
+            presence = domain.resolve(state, choices, relation, at, rules_timing)
+            known = resolved[key] = (presence, (state, choices, relation))
+        found[user_id] = known[0]
+    return found
 
 
 def unique(ids: Iterable[UserId]) -> list[UserId]:

@@ -19,6 +19,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
 from presence import domain
 from presence.domain import MAX_USER_ID, UserId
 
@@ -105,9 +108,24 @@ def kind_of(field: Any) -> PkKind | None:
     return None
 
 
+#: the kind, once looked up (every reply of Redis naming users is decoded by kind, and looking
+#: the model up costs more than parsing a room's join); forgotten when AUTH_USER_MODEL changes
+_kind: PkKind | None = None
+
+
 def pk_kind() -> PkKind:
     """The kind of the site's user pk (presence.E008 refuses a site where it has none)."""
-    return kind_of(pk_field()) or "str"
+    global _kind
+    if _kind is None:
+        _kind = kind_of(pk_field()) or "str"
+    return _kind
+
+
+@receiver(setting_changed)
+def _forget_kind(*, setting: str, **kwargs: object) -> None:
+    global _kind
+    if setting == "AUTH_USER_MODEL":
+        _kind = None
 
 
 # --- the canonical form: Redis members, channel-layer messages ---------------------------------

@@ -149,19 +149,23 @@ def run_compiled(
     with connection.cursor() as cursor:
         cursor.execute(compiled.sql, params)
         rows = cursor.fetchall()
-    if not compiled.converters:
+    if not compiled.converters or not rows:
         return rows
-    converted: list[Sequence[Any]] = []
-    for row in rows:
-        values = list(row)
-        for position, functions, expression in compiled.converters:
-            value = values[position]
-            if value is None:
-                # (the facts' columns are presence's fields and annotations, whose converters
-                # all keep None: a hundred rows of mostly empty columns, not a call each)
-                continue
-            for function in functions:
-                value = function(value, expression, connection)
-            values[position] = value
-        converted.append(values)
-    return converted
+    # Column by column: a room's hundred rows hold None in most converted columns (no status,
+    # no last seen row, no tie), and a column of None is passed whole (row by row, every row
+    # went through every converter: a tenth of a room's read).
+    columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
+    for position, functions, expression in compiled.converters:
+        column = columns[position]
+        if column.count(None) == len(column):
+            continue
+        values = []
+        for value in column:
+            # (the facts' columns are presence's fields and annotations, whose converters all
+            # keep None)
+            if value is not None:
+                for function in functions:
+                    value = function(value, expression, connection)
+            values.append(value)
+        columns[position] = values
+    return list(zip(*columns, strict=True))

@@ -51,11 +51,13 @@ def _visibility(value: str | None, default: domain.Visibility) -> domain.Visibil
     return _VISIBILITIES.get(value) or domain.Visibility(value)
 
 
-def choices_of(row: Sequence[Any]) -> domain.Choices:
+def choices_of(row: Sequence[Any], defaults: domain.Choices | None = None) -> domain.Choices:
     """The choices of a row of :data:`FIELDS`, by position (no PrivacySettings or
     UserStatus row: the defaults; the levels of no PrivacySettings row: the site's
-    DEFAULT_PRIVACY, :func:`presence.models.privacy_defaults`, read with no query)."""
-    defaults = privacy_defaults()
+    DEFAULT_PRIVACY, :func:`presence.models.privacy_defaults`, read with no query, or
+    ``defaults`` where the caller read them once for many rows)."""
+    if defaults is None:
+        defaults = privacy_defaults()
     if not any(row[1:12]):
         # No row of its choices, or rows of nothing but defaults (a room's 100 members of
         # whom most have none): the defaults' one object.
@@ -75,15 +77,26 @@ def choices_of(row: Sequence[Any]) -> domain.Choices:
     )
 
 
-@cache
+#: (the defaults, the choices of a row of no choices) as last made (_no_choices)
+_no_choices_made: tuple[domain.Choices, domain.Choices] | None = None
+
+
 def _no_choices(defaults: domain.Choices) -> domain.Choices:
     """The choices of a row of :data:`FIELDS` whose every choice is empty (None, False or
-    ""): what :func:`choices_of` makes of it, once per DEFAULT_PRIVACY."""
-    return domain.Choices(
-        online_visibility=defaults.online_visibility,
-        last_seen_visibility=defaults.last_seen_visibility,
-        activity_visibility=defaults.activity_visibility,
-    )
+    ""): what :func:`choices_of` makes of it, once per DEFAULT_PRIVACY (found by identity: a
+    cache keyed by the defaults hashed their eleven fields for every row)."""
+    global _no_choices_made
+    made = _no_choices_made
+    if made is None or made[0] is not defaults:
+        made = _no_choices_made = (
+            defaults,
+            domain.Choices(
+                online_visibility=defaults.online_visibility,
+                last_seen_visibility=defaults.last_seen_visibility,
+                activity_visibility=defaults.activity_visibility,
+            ),
+        )
+    return made[1]
 
 
 #: each exception row's bit (domain.exception_bits), as SQL: summed per pair (one row per
@@ -219,8 +232,10 @@ def relation_of(
 
 
 def _facts(viewer_pk: UserId | None, rows: Iterable[Sequence[Any]], with_own: bool) -> Facts:
+    defaults = privacy_defaults()  # once, not per row: a room's read has a hundred
     return {
-        row[0]: (relation_of(viewer_pk, row, row[0], with_own), choices_of(row)) for row in rows
+        row[0]: (relation_of(viewer_pk, row, row[0], with_own), choices_of(row, defaults))
+        for row in rows
     }
 
 

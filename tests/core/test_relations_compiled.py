@@ -70,6 +70,23 @@ def test_compiled_sql_reads_what_the_queryset_reads(
     assert shape is not None and shape.size == 16
 
 
+def test_compiled_rows_hold_what_the_queryset_gives_value_for_value(
+    make_user: Callable[..., Any],
+) -> None:
+    """Each value converted as the queryset converts it (a boolean as a bool, not 0 or 1; a
+    time as a datetime), in columns where some rows hold None and others not."""
+    viewer, targets = _graph(make_user)
+    ids = [viewer.pk, *(t.pk for t in targets)]
+
+    def typed(found: Any) -> dict[Any, list[tuple[type, Any]]]:
+        return {row[0]: [(type(value), value) for value in row] for row in found}
+
+    compiled._compiled.clear()
+    got = typed(facts._rows(viewer.pk, ids))
+    assert compiled._compiled and None not in compiled._compiled.values()  # compiled SQL ran
+    assert got == typed(relations.facts_query(viewer.pk, ids))
+
+
 @pytest.mark.parametrize("count", [1, 3, 50, 64, 65])
 def test_padding_to_a_size_changes_nothing(count: int, make_user: Callable[..., Any]) -> None:
     viewer = make_user()

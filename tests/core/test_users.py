@@ -155,3 +155,25 @@ def test_other_string_ids_are_digested_in_group_names(pk: str) -> None:
     assert name.startswith("presence.account.h-") and len(name) < 100
     assert all(c.isascii() and (c.isalnum() or c in "-_.") for c in name)
     assert account_group_name(pk + "!") != name
+
+
+def test_the_pk_kind_is_looked_up_once_until_the_user_model_changes(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Every reply naming users is decoded by the pk's kind: the user model is looked up once,
+    not per reply, and again once AUTH_USER_MODEL changes."""
+    kind = users.pk_kind()
+    looked_up: list[object] = []
+    real = users.pk_field
+
+    def counted(model: Any = None) -> Any:
+        looked_up.append(model)
+        return real(model)
+
+    monkeypatch.setattr(users, "pk_field", counted)
+    assert [users.pk_kind() for _ in range(3)] == [kind] * 3
+    assert looked_up == []
+    settings.AUTH_USER_MODEL = settings.AUTH_USER_MODEL  # setting_changed, as a test's override
+    assert users.pk_kind() == kind
+    assert users.pk_kind() == kind
+    assert len(looked_up) == 1

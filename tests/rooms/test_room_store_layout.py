@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from presence.store import get_store, merge, scripts
-from presence.store.plans.rooms import STAY_SHIFT
+from presence.store.plans.rooms import STAY_SHIFT, b36
 from presence.users import encode_id
 from tests.ids import uid as u
 from tests.rooms.members import claimed
@@ -132,6 +132,34 @@ def test_the_count_is_one_script_call_with_the_shift_of_the_room_scripts() -> No
     assert [command[0] for command in plan.commands] == ["SCRIPT"]
     for script in (scripts.ROOM_COUNT, scripts.ROOM_READ, scripts.ROOM_JOIN):
         assert f"local SHIFT = {STAY_SHIFT}" in script.source, script
+
+
+def test_the_times_a_join_and_a_leave_send_in_base_36_are_the_entry_s_own(
+    redis_client: Any,
+) -> None:
+    """A join's and a leave's times go to their scripts in base 36, as Python writes it, and the
+    scripts store them as they come (no base-36 writing of their own): Python's base 36 and the
+    scripts' are the same text for every number an entry holds."""
+    numbers = [0, 1, 35, 36, 1295, 1296, 46655, 46656, 2**31, int(T) + 1 + TTL]
+    numbers += [int(T * 1000) + n for n in range(0, 5000, 997)]
+    lua = scripts.HEADER + scripts.read("outbox") + scripts.read("room_common")
+    written = redis_client.eval(
+        lua + "local out = {} for i, n in ipairs(ARGV) do out[i] = b36(tonumber(n)) end return out",
+        1,
+        get_store().keys.room_key(ROOM, "n"),
+        *numbers,
+    )
+    assert written == [b36(n) for n in numbers]
+    store = get_store()
+    run(store.plans.join_room(ROOM, u(1), "conn-1", T + 0.25))
+    run(store.plans.leave_room(ROOM, u(1), "conn-1", T + 3))
+    (segment,) = [k for k in room_keys(redis_client, ROOM) if k.endswith(":s:0")]
+    entry = redis_client.hget(segment, str(encode_id(u(1))))
+    grace_end = int(T) + 3 + 1 + SETTINGS["OFFLINE_GRACE"]
+    assert entry.startswith(b36(int(T * 1000) + 250) + ":")  # joined (ms), visible and public
+    assert entry.endswith(b36(grace_end))
+    assert run(store.plans.room_count(ROOM, grace_end - 1)) == 1
+    assert run(store.plans.room_count(ROOM, grace_end)) == 0
 
 
 def test_a_swept_room_merges_its_segments_and_keeps_the_order(redis_client: Any) -> None:

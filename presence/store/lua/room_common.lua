@@ -39,8 +39,13 @@ local function seg_key(k) return BASE .. ':s:' .. k end
 local function idx_key(b) return BASE .. ':u:' .. b end
 local function int(n) return string.format('%d', n) end
 
+-- numbers whose base-36 text is known already (the caller's, or read from an entry): each
+-- digit of b36 below costs a string operation, a join's two numbers a tenth of its script
+local B36 = {}
 local function b36(n)
   n = math.floor(n)
+  local known = B36[n]
+  if known then return known end
   if n <= 0 then return '0' end
   local s = ''
   while n > 0 do
@@ -103,11 +108,18 @@ end
 
 local FLAGS = {['.'] = {0, 0}, ['!'] = {1, 0}, [':'] = {0, 1}, [';'] = {1, 1}}
 
+-- a number given in base 36 (its text remembered for b36)
+local function from_b36(text)
+  local n = tonumber(text, 36)
+  B36[n] = text
+  return n
+end
+
 local function decode(raw)
   local j, f, rest = string.match(raw, '^(%w+)([%.!:;])(.*)$')
-  local e = {j = tonumber(j, 36), i = FLAGS[f][1], o = FLAGS[f][2], c = {}}
+  local e = {j = from_b36(j), i = FLAGS[f][1], o = FLAGS[f][2], c = {}}
   for st, d, x in string.gmatch(rest, '([%+%*%-~])(%x%x%x%x%x%x%x%x)(%w+)') do
-    e.c[#e.c + 1] = {d = d, x = tonumber(x, 36), left = (st == '-' or st == '~'),
+    e.c[#e.c + 1] = {d = d, x = from_b36(x), left = (st == '-' or st == '~'),
                      meta = (st == '*' or st == '~')}
   end
   return e

@@ -1,14 +1,15 @@
 -- KEYS a room's (see room_common.lua); ARGV user, connection, op ("join" or "beat": a
--- heartbeat renewing a connection's stay, which keeps its place and meta), now (s), expiry (s),
--- joined (ms), meta JSON text, has meta (0/1), invisible (0/1), public (0/1: the user's online
--- status may be shown to everyone; in the room's index of such members), then with KEYS[2] (the
--- rooms' schedule) the room's due time and name (room_common.lua's schedule).
+-- heartbeat renewing a connection's stay, which keeps its place and meta), now (s), expiry (s,
+-- base 36), joined (ms, base 36: the entry's own form), meta JSON text, has meta (0/1),
+-- invisible (0/1), public (0/1: the user's online status may be shown to everyone; in the
+-- room's index of such members), then with KEYS[2] (the rooms' schedule) the room's due time
+-- and name (room_common.lua's schedule).
 -- A member who joins again replaces its connection's meta; a member whose stay ended (not yet
 -- swept) joins anew: it left when its stay ended, and enters now. Returns {1 if the user
 -- became a member, 1 if what is shown of the member changed (meta, invisible), the outbox
 -- entries made (room_common.lua's room_made: the left, the entered)}.
 local uid, conn, op = ARGV[1], ARGV[2], ARGV[3]
-local now, expiry, joined = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local now, expiry, joined = tonumber(ARGV[4]), from_b36(ARGV[5]), from_b36(ARGV[6])
 local has_meta = ARGV[8] == '1'
 local inv, open = tonumber(ARGV[9]), tonumber(ARGV[10])
 schedule(ARGV[11], ARGV[12])

@@ -1,12 +1,13 @@
--- KEYS a room's (see room_common.lua); ARGV user, connection, now (s), end of the grace (s),
--- at once (0/1), then with KEYS[2] (the rooms' schedule) the room's due time and name
--- (room_common.lua's schedule). The connection leaves the room; if it was its user's last, the user stays
--- until the end of the grace (a reload joins again meanwhile); ``at once`` (the rule refused
--- the user, or the user was deleted) the user leaves now, its connections that left in their
--- grace with it. A connection not in the room: nothing changes. Returns {1 if what is shown
--- of the member changed, the outbox entries made (the left)}.
+-- KEYS a room's (see room_common.lua); ARGV user, connection, now (s), end of the grace (s,
+-- base 36: the entry's own form), at once (0/1), then with KEYS[2] (the rooms' schedule) the
+-- room's due time and name (room_common.lua's schedule). The connection leaves the room; if it
+-- was its user's last, the user stays until the end of the grace (a reload joins again
+-- meanwhile); ``at once`` (the rule refused the user, or the user was deleted) the user leaves
+-- now, its connections that left in their grace with it. A connection not in the room: nothing
+-- changes. Returns {1 if what is shown of the member changed, the outbox entries made (the
+-- left)}.
 local uid = ARGV[1]
-local now, grace_end, at_once = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
+local now, grace_end, at_once = tonumber(ARGV[3]), from_b36(ARGV[4]), ARGV[5] == '1'
 schedule(ARGV[6], ARGV[7])
 local d = digest(ARGV[2])
 local e = load(uid)

@@ -20,6 +20,8 @@ from itertools import repeat
 from typing import Any, NamedTuple
 
 from presence import domain
+from presence.memo import BoundedMemo
+from presence.store.keys import KeyScheme
 from presence.store.plans.outbox import claim, outbox_deadline
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import (
@@ -72,10 +74,10 @@ class Pruned(NamedTuple):
     made: list[RoomTransition]
 
 
-@dataclass(frozen=True)
-class MemberEntry:
+class MemberEntry(NamedTuple):
     """A member as the room holds it: when it joined (ms), whether it joined invisible, and
-    the meta it shows (that of its connection that joined last)."""
+    the meta it shows (that of its connection that joined last). A tuple: a read makes one
+    per member (a frozen dataclass cost three times as much to build)."""
 
     joined_at: float
     invisible: bool = False
@@ -137,6 +139,27 @@ def _room_page(reply: list[Any]) -> RoomPage:
 #: the room's per-second counts of stays ending: score = second * STAY_SHIFT + members
 STAY_SHIFT = 2**21
 
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+#: every two-digit pair, so a number is written two digits a step
+_PAIRS = [a + b for a in _DIGITS for b in _DIGITS]
+
+
+def b36(n: int) -> str:
+    """``n`` in base 36, as an entry holds it (lua/room_common.lua's b36): a join's and a
+    leave's times are sent so, and the script writes them as they come."""
+    if n <= 0:
+        return "0"
+    parts = []
+    while n >= 1296:
+        n, r = divmod(n, 1296)
+        parts.append(_PAIRS[r])
+    parts.append(_PAIRS[n] if n >= 36 else _DIGITS[n])
+    return "".join(reversed(parts))
+
+
+#: :func:`b36` of the seconds a stay ends at (every join of a second sends the same one)
+_b36_seconds = BoundedMemo(b36, 256)
+
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
@@ -179,9 +202,18 @@ def _room_write(room: str, joined: bool, changed: Any, made: Any) -> RoomWrite:
 class RoomPlans(PlanArea):
     """The plans of rooms, over the key scheme."""
 
+    def __init__(self, keys: KeyScheme) -> None:
+        super().__init__(keys)
+        #: each room's summary key and schedule key, built once (a join's plan is built for
+        #: every join: the keys were a tenth of its time in the process)
+        self._write_keys = BoundedMemo(self._room_write_keys, 4096)
+
+    def _room_write_keys(self, room: str) -> tuple[str, str]:
+        return self.keys.room_key(room, "n"), self.keys.room_schedule_key(room)
+
     def room_keys(self, room: str) -> list[str]:
         """The room's summary key (its scripts' KEYS[1]; they build the others in its slot)."""
-        return [self.keys.room_key(room, "n")]
+        return [self._write_keys(room)[0]]
 
     def _stay_end(self, seconds: int) -> int:
         """A connection heard from now stays until then (its heartbeat's TTL, domain.offline_at)."""
@@ -216,8 +248,8 @@ class RoomPlans(PlanArea):
             connection_id,
             "beat" if renew else "join",
             seconds,
-            expiry,
-            int(now * 1000),
+            _b36_seconds(expiry),
+            b36(int(now * 1000)),
             meta or "",
             int(meta is not None),
             int(invisible),
@@ -235,13 +267,10 @@ class RoomPlans(PlanArea):
         """A write of the room (its script last) with the room scheduled for its sweep at
         ``due`` or earlier, first: in the script on one Redis (one command: no pipeline of
         two), by a ZADD of its own before it on a cluster (the schedule is another slot's)."""
-        schedule = self.keys.room_schedule_key(room)
+        summary, schedule = self._write_keys(room)
         if self.keys.clustered:
-            return [
-                ("ZADD", schedule, "LT", due, room),
-                script_call(script, self.room_keys(room), args),
-            ]
-        return [script_call(script, [*self.room_keys(room), schedule], [*args, due, room])]
+            return [("ZADD", schedule, "LT", due, room), script_call(script, (summary,), args)]
+        return [script_call(script, (summary, schedule), [*args, due, room])]
 
     def leave_room(
         self, room: str, user_id: UserId, connection_id: str, now: float, at_once: bool = False
@@ -253,7 +282,7 @@ class RoomPlans(PlanArea):
         counts leave them out at once."""
         seconds = int(now)
         grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
-        args = [encode_id(user_id), connection_id, seconds, grace_end, int(at_once)]
+        args = [encode_id(user_id), connection_id, seconds, _b36_seconds(grace_end), int(at_once)]
         return Plan(
             commands=self._scheduled(ROOM_LEAVE, room, args, grace_end),
             parse=lambda replies: _room_write(room, False, *replies[-1][0:2]),

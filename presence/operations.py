@@ -181,3 +181,11 @@ async def arun(operation: Operation[T]) -> T:
         except Exception as failed:
             steps.failed = failed
     return steps.result
+
+
+def being_cancelled() -> bool:
+    """Whether the running task itself is being cancelled (its connection or the loop
+    stopping), as opposed to a ``CancelledError`` raised by something it awaited: a bug below
+    it, which its caller must handle as an error rather than end on."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

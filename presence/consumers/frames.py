@@ -22,6 +22,7 @@ from presence.consumers.limits import (
 from presence.consumers.sending import ClientGone, SendFailed
 from presence.consumers.state import Socket
 from presence.frames import FRAMES
+from presence.operations import being_cancelled
 
 logger = logging.getLogger("presence")
 
@@ -117,8 +118,7 @@ async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
     except ClientGone:
         raise
     except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
+        if being_cancelled():
             raise  # the connection's own cancellation (the server stopping it)
         # A CancelledError of something the answer awaited: a bug below, not a cancellation
         # of this connection. Raised on, it would end the consumer with its socket left open.

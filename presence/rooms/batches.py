@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from presence.operations import being_cancelled
 from presence.store import StoreUnavailable
 
 T = TypeVar("T")
@@ -59,7 +60,7 @@ class Batches(Generic[T, R]):
                     answers = await self._run(key, [item for item, _ in batch])
                 except BaseException as failure:
                     cancelled = isinstance(failure, asyncio.CancelledError)
-                    if cancelled and not _cancelling():
+                    if cancelled and not being_cancelled():
                         # Raised by something the batch awaited, not a cancellation of this
                         # batch: an error its callers handle (a CancelledError handed to them
                         # would end their consumers, their sockets left open unanswered).
@@ -83,9 +84,3 @@ class Batches(Generic[T, R]):
             for _, answer in self._queued.pop(key, []):
                 if not answer.done():  # the loop is stopping
                     answer.set_exception(StoreUnavailable("the batch was not run"))
-
-
-def _cancelling() -> bool:
-    """Whether the running task is being cancelled (the loop closing)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0

@@ -293,3 +293,18 @@ async def test_a_socket_waiting_for_its_turn_writes_its_heartbeats(
 
     # Its record does not expire while it waits longer than CONNECTION_TTL.
     assert await eventually(beaten, timeout=3.0)
+
+
+async def test_a_socket_the_store_refuses_while_it_would_wait_is_closed_before_its_turn(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    admit_one_at_a_time(settings, hold=30.0, MAX_CONNECTIONS_PER_USER=1)
+    holder, crowded = [await new_user(make_user) for _ in range(2)]
+    assert (await sockets.make(holder).connect(timeout=TIMEOUT))[0]  # holds the one place
+    store = get_store()
+    opened = await store.arun(store.plans.connection(crowded.pk, "open", time.time(), "elsewhere"))
+    assert opened is not None and not opened.refused
+    # Its record before waiting is refused: closed at once, not after the 30 s of the holder.
+    assert await refused(sockets.make(crowded))
+    assert len(await connections_in_redis(crowded)) == 1  # the other process's only
+    assert admission.gate().queues == {}

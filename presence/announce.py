@@ -203,6 +203,9 @@ async def _announce_later(layer: Any, ids: list[UserId]) -> None:
     delay = get_settings().RETRY_INTERVAL
     for _ in range(ANNOUNCE_RETRIES):
         await asyncio.sleep(delay)
+        # Stamped again first: a fresh stamp a hub sent meanwhile (presence.consumers.
+        # restamping) proved only that the announcements sent before it were delivered.
+        await astamp_changes(ids)
         ids = await _send_changes(layer, ids, time.time(), again=True)
         if not ids:
             return

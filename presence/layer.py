@@ -107,6 +107,15 @@ def room_group_name(room: str) -> str:
     return f"{_group_prefix()}.room.{digest}"
 
 
+def probe_group_name(channel: str) -> str:
+    """The group of one hub's channel alone, that its probes go through (presence.hub.Hub.probe):
+    a group's messages reach a channel in order with the other groups' (channels_redis sends to
+    a process's channel by another route than to its groups when the layer has several
+    servers)."""
+    digest = hashlib.sha1(channel.encode()).hexdigest()[:24]
+    return f"{_group_prefix()}.probe.{digest}"
+
+
 def rooms_group_name() -> str:
     """The group of every process with connections in rooms."""
     return f"{_group_prefix()}.rooms"

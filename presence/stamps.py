@@ -1,8 +1,10 @@
 """Stamps: "what I show was resolved for me at time T" (docs/websocket.md, "Stamps").
 
 A page's dots carry the stamp of the request that rendered them, and each snapshot a client
-asked a stamp for carries a fresh one. A subscribe that hands one back is sent only the users who
-may look different now than at T (presence.lifecycle.asnapshot_since): most page views, nobody.
+asked a stamp for carries a fresh one (and a connection open past half of RESUME_WINDOW is sent
+one once its deliveries are proved caught up: presence.consumers.restamping). A subscribe that
+hands one back is sent only the users who may look different now than at T
+(presence.lifecycle.asnapshot_since): most page views, nobody.
 
 A stamp is ``<milliseconds>.<signature>``: the time, signed (the site's SECRET_KEY) together
 with the viewer it was resolved for and the settings that shape what a viewer sees. A stamp of

@@ -1,5 +1,5 @@
-"""System checks of ``PRESENCE``'s values (presence.E001-E003, E010, W001, W003; the rooms' and
-member cards' values by :mod:`presence.checks.rooms`). Ids are stable; each has a hint."""
+"""System checks of ``PRESENCE``'s values (presence.E001-E003, E010, W001, W003, W006; the rooms'
+and member cards' values by :mod:`presence.checks.rooms`). Ids are stable; each has a hint."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from presence import domain
 from presence.checks.rooms import card_problems, room_problems
-from presence.conf import SETTING_NAMES, PresenceSettings, user_settings
+from presence.conf import SETTING_NAMES, STAMP_SLACK, PresenceSettings, user_settings
 
 _POSITIVE_INTS = (
     "OPENINGS_AT_ONCE",
@@ -121,7 +121,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="presence.E003",
             )
         )
+    messages += _resume_window_problems(raw, heartbeat)
     return messages
+
+
+def _resume_window_problems(raw: dict[str, Any], heartbeat: Any) -> list[CheckMessage]:
+    """W006: a fresh stamp (presence.consumers.restamping) is due at half the window and
+    arrives up to two heartbeats later; a window not above four heartbeats (and the clocks'
+    slack twice) lets a long-open page's stamp run out before its fresh one comes."""
+    window = raw.get("RESUME_WINDOW", PresenceSettings.RESUME_WINDOW)
+    if not (_is_positive_int(window) and _is_positive_int(heartbeat)):
+        return []
+    if window > 4 * heartbeat + 2 * STAMP_SLACK:
+        return []
+    return [
+        Warning(
+            f"PRESENCE['RESUME_WINDOW'] ({window}) is too short for HEARTBEAT_INTERVAL "
+            f"({heartbeat}): a page's stamp may run out before its fresh stamp arrives, and a "
+            "page open longer than RESUME_WINDOW then gets a full snapshot when it reconnects.",
+            hint=f"Use a RESUME_WINDOW above {int(4 * heartbeat + 2 * STAMP_SLACK)} seconds "
+            "(four heartbeat intervals and a few seconds); the default is 300.",
+            id="presence.W006",
+        )
+    ]
 
 
 _LEVELS = tuple(level.value for level in domain.Visibility)

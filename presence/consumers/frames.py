@@ -98,11 +98,12 @@ def beat_quietly(socket: Socket, text_data: str | None) -> bool:
 def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
     """Whether the heartbeat handler would do nothing with ``beat``: its idle state is the one
     written, its last write is within half a HEARTBEAT_INTERVAL (the connection is recorded
-    alive for CONNECTION_TTL anyway), and no session check is due."""
+    alive for CONNECTION_TTL anyway), no session check and no fresh stamp is due."""
     state = socket.state
     return (
         (beat.state is domain.HeartbeatState.IDLE) == state.idle
         and now - state.written_at < state.heartbeat_interval / 2
+        and now < state.subscriptions.restamp_at
         and (
             socket.credential is None
             or now - state.session_checked < get_settings().SESSION_CHECK_INTERVAL

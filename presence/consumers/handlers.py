@@ -11,7 +11,7 @@ from typing import Any
 
 from presence import api, domain, lifecycle, ratelimit
 from presence.conf import get_settings
-from presence.consumers import rooms
+from presence.consumers import restamping, rooms
 from presence.consumers.frames import afford
 from presence.consumers.limits import CLOSE_TOO_MANY_CONNECTIONS, frame_cost
 from presence.consumers.state import Socket
@@ -25,9 +25,12 @@ logger = logging.getLogger("presence")
 @FRAMES.handles(domain.Heartbeat)
 async def heartbeat(socket: Socket, message: domain.Heartbeat) -> None:
     """A heartbeat is written (when it changes something, or half an interval after the
-    last write), and a written one renews the connection's stay in its rooms."""
+    last write), and a written one renews the connection's stay in its rooms; it may bring a
+    fresh stamp (presence.consumers.restamping)."""
     if await beat(socket, message):
         await rooms.renew(socket)
+    # A client holding a stamp half its window old gets a fresh one (presence.consumers.restamping).
+    await restamping.heartbeat(socket, time.time())
 
 
 async def beat(socket: Socket, message: domain.Heartbeat) -> bool:

@@ -3,13 +3,14 @@ its consumer (sending, credentials, frame handlers) may use of it (:class:`Socke
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from presence import domain
 from presence.consumers.limits import RateLimit
 from presence.domain import UserId
-from presence.hub import Connection, Hub
+from presence.hub import Connection, Hub, Proof
 
 
 @dataclass(eq=False)
@@ -23,6 +24,14 @@ class Subscriptions:
     snapshotting: set[UserId] = field(default_factory=set)
     #: each subscribed user's id as the client sent it: the keys of the frames it receives
     spelling: dict[UserId, int | str] = field(default_factory=dict)
+    #: the time of the oldest stamp the client holds for what it shows (its first stamped
+    #: answer's, then the last fresh stamp's); None: it asked for none (docs/websocket.md)
+    stamped_at: float | None = None
+    #: the first heartbeat at or after this time looks at the fresh stamp (restamping);
+    #: infinite while the client holds no stamp. Read on every heartbeat: one comparison
+    restamp_at: float = math.inf
+    #: the fresh stamp's claim being proven by the hub, if any
+    proof: Proof | None = None
 
     def forget_spellings(self, user_ids: list[UserId]) -> None:
         for uid in user_ids:

@@ -12,6 +12,7 @@ from typing import Any
 from django.utils.translation import gettext
 
 from presence import domain, lifecycle, relations, stamps, users
+from presence.conf import get_settings
 from presence.consumers.state import Socket
 from presence.domain import UserId
 from presence.store import Plan
@@ -157,6 +158,11 @@ class Subscription:
                 "unchanged": [ids[uid] for uid in known if uid in unchanged],
             }
         await socket.send_presences("presence_state", presences, extra)
+        if self.stamped and subscriptions.stamped_at is None:
+            # The client holds a stamp from now on: it is sent a fresh one when this one is
+            # half its window old (presence.consumers.restamping).
+            subscriptions.stamped_at = self.read_at
+            subscriptions.restamp_at = self.read_at + get_settings().RESUME_WINDOW / 2
         if unknown:
             await socket.send_error(
                 "unknown_users",

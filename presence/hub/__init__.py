@@ -26,7 +26,8 @@ The modules of this package, each below the ones that use it:
 
 from __future__ import annotations
 
+from presence.hub.delivery import Proof
 from presence.hub.hub import Hub
 from presence.hub.registry import Connection
 
-__all__ = ["Connection", "Hub"]
+__all__ = ["Connection", "Hub", "Proof"]

@@ -81,6 +81,36 @@ class ResyncPace:
         return self.next_at if self.waiting else None
 
 
+class Proof:
+    """A connection's claim "every change announced before :attr:`at` has been delivered to
+    me", being proven (docs/websocket.md, "Fresh stamps"): the hub sends a probe to its own
+    channel after ``at``; the channel is first in, first out, so once the probe is back every
+    announcement sent before it is here, pending or delivered (:meth:`Delivery.settle_point`
+    notes which of the connection's users still wait); once each of those was delivered to the
+    connection, the claim holds."""
+
+    __slots__ = ("at", "counters", "waiting")
+
+    def __init__(self, at: float, counters: tuple[object, ...]) -> None:
+        #: epoch seconds, taken before the probe was sent
+        self.at = at
+        #: the hub's recovery counters when it was sent (an outage, a layer failure, a
+        #: catch-up since voids it: changes may have gone unannounced)
+        self.counters = counters
+        #: None until the probe is back; then user -> the delivery round that settles them for
+        #: the connection (that round or a later one)
+        self.waiting: dict[UserId, int] | None = None
+
+    def proven(self, connection: Connection) -> bool:
+        """The probe is back and every user that waited has been delivered (or is no longer
+        subscribed)."""
+        waiting = self.waiting
+        if waiting is None:
+            return False
+        sent, reading = connection.sent, connection.snapshotting
+        return not any(uid in sent or uid in reading for uid in waiting)
+
+
 class Delivery:
     """The users waiting for their coalescing window to end, and the loop that delivers them."""
 
@@ -97,6 +127,11 @@ class Delivery:
         #: pending users to deliver only to these connections (their snapshot read held up a
         #: delivery: the other watchers had it); a change of the user makes it everyone's again
         self.only: dict[UserId, set[Connection]] = {}
+        #: deliveries begun so far, and the users of the one under way (see Proof)
+        self.rounds = 0
+        self.in_flight: dict[UserId, list[Connection]] = {}
+        #: the claims of connections being proven (Proof); few at a time
+        self.proofs: dict[Connection, Proof] = {}
         self._wake = asyncio.Event()
 
     def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
@@ -131,6 +166,33 @@ class Delivery:
         self.resyncing.request(uid for uid in user_ids if uid in watchers and uid not in pending)
         self._wake.set()
 
+    def settle_point(self, connection: Connection, proof: Proof) -> None:
+        """``proof``'s probe is back: every announcement sent before it has reached
+        :meth:`changed`. The connection's users with a delivery still to come wait for it: those
+        pending (unless only for others), being resynced or waiting for its snapshot read (a
+        later round), and those of the round under way (that round or a later one)."""
+        if self.proofs.get(connection) is not proof:
+            return  # the connection left, or asked again since
+        later = self.rounds + 1
+        waiting: dict[UserId, int] = {}
+        pending, only, resyncing = self.pending, self.only, self.resyncing.waiting
+        for uid in self.registry.watchers.of.get(connection, ()):
+            ours = uid in pending and (uid not in only or connection in only[uid])
+            if ours or uid in resyncing or connection in self.after_snapshots.get(uid, ()):
+                waiting[uid] = later
+            elif connection in self.in_flight.get(uid, ()):
+                waiting[uid] = self.rounds
+        proof.waiting = waiting
+
+    def _settled(self, round_: int, delivered: list[tuple[Connection, UserId]]) -> None:
+        """Round ``round_`` delivered these users to these connections (a diff, or none
+        needed): they no longer hold up a proof that waited for this round or an earlier one."""
+        proofs = self.proofs
+        for connection, uid in delivered:
+            proof = proofs.get(connection)
+            if proof is not None and proof.waiting and proof.waiting.get(uid, round_ + 1) <= round_:
+                del proof.waiting[uid]
+
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
         members = self.registry.watchers.members
@@ -143,6 +205,15 @@ class Delivery:
                 watchers[uid] = connections
         if not watchers:
             return
+        self.rounds += 1
+        round_ = self.rounds
+        self.in_flight = watchers
+        try:
+            await self._deliver(watchers, round_)
+        finally:
+            self.in_flight = {}
+
+    async def _deliver(self, watchers: dict[UserId, list[Connection]], round_: int) -> None:
         # A snapshot being read may be newer or older than what is read here: a connection
         # reading one (when this read starts or ends) is delivered to once more after it,
         # compared with the snapshot. The others get their diff now: one socket reloading
@@ -163,11 +234,15 @@ class Delivery:
                 self.pending.setdefault(uid, retry_at)
             return
         outbox: dict[Connection, dict[UserId, Presence]] = {}
+        proofs = self.proofs
+        settled: list[tuple[Connection, UserId]] = []
         for uid, connections in watchers.items():
             for connection in connections:
                 if (uid, connection) in reading or uid in connection.snapshotting:
                     self.after_snapshots.setdefault(uid, set()).add(connection)
                     continue
+                if proofs and connection in proofs:
+                    settled.append((connection, uid))
                 if uid not in connection.sent:
                     continue  # the connection unsubscribed meanwhile
                 by_viewer = resolved.get(uid)
@@ -185,6 +260,9 @@ class Delivery:
                 await connection.send_presences("presence_diff", presences)
             except Exception:  # a connection closing under us must not stop the others
                 logger.debug("Presence: could not send a diff", exc_info=True)
+        if settled:
+            # After the diffs went out: a fresh stamp is sent behind them.
+            self._settled(round_, settled)
 
     def _snapshots_read(self) -> bool:
         """Users a delivery skipped for connections reading their snapshot: due again for the

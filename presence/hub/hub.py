@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -12,15 +14,36 @@ from channels.layers import get_channel_layer
 from presence import announce, metrics
 from presence.domain import UserId
 from presence.hub.counts import OnlineCounts
-from presence.hub.delivery import Delivery
+from presence.hub.delivery import Delivery, Proof
 from presence.hub.groups import Groups
-from presence.hub.messages import Messages
+from presence.hub.messages import PROBE, Messages
 from presence.hub.recovery import Recovery
 from presence.hub.registry import Connection, Registry
 from presence.hub.rooms import RoomViews
 from presence.hub.tasks import Tasks
+from presence.layer import probe_group_name
+from presence.store import get_store
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+
+
+def ordered(layer: Any) -> bool:
+    """Whether the channel layer hands a channel its messages in the order they were sent,
+    whoever sent them: channels_redis's core layer keeps each channel's messages in one sorted
+    set (scored by the senders' clocks, STAMP_SLACK apart at most), its pub/sub layer on one
+    server delivers in publish order; over several pub/sub servers a user's group and the hub's
+    channel may be on different servers, with no order between them."""
+    kind = type(layer)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if name == "channels_redis.pubsub.RedisPubSubChannelLayer":
+        return len(getattr(layer, "_shards", ())) == 1
+    return name in _ORDERED
+
+
+#: channel layers whose channels are first in, first out
+_ORDERED = frozenset(
+    {"channels_redis.core.RedisChannelLayer", "channels.layers.InMemoryChannelLayer"}
+)
 
 
 class Hub:
@@ -44,7 +67,15 @@ class Hub:
             changed=lambda uids, announced_at: self.changed(uids, announced_at=announced_at),
             note_lag=self.recovery.note_lag,
             rooms=self.rooms,
+            probed=self._probed,
         )
+        #: probes sent to this hub's own channel and not back yet: id -> (connection, proof)
+        self._probes: dict[int, tuple[Connection, Proof]] = {}
+        self._probe_ids = itertools.count()
+        #: the group of this hub's channel alone that probes go through, once joined, and when
+        #: to join it again (the layer's groups expire)
+        self._probe_group: str | None = None
+        self._probe_renew_at = 0.0
         self.tasks = Tasks(
             self.registry,
             self.groups,
@@ -112,11 +143,18 @@ class Hub:
             for key in self.registry.topics.keys_of(connection, kind):
                 await self.leave_topic(connection, kind, key)
         await self.rooms.detach(connection)
+        if self.delivery.proofs.pop(connection, None) is not None:
+            for probe_id, (probing, _) in list(self._probes.items()):
+                if probing is connection:
+                    del self._probes[probe_id]
         async with self._lock:
             accounts = self.registry.accounts
             if accounts.discard(connection, connection.viewer_id):
                 self.groups.let_go([accounts.group(connection.viewer_id)])
             if not self.registry.connections and self.tasks.running:
+                if self._probe_group is not None:
+                    await self.groups.leave(self._probe_group)
+                    self._probe_group = None
                 await self.tasks.stop()
 
     async def watch(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
@@ -199,6 +237,64 @@ class Hub:
     async def deliver(self, user_ids: Iterable[UserId]) -> None:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
         await self.delivery.deliver(user_ids)
+
+    # --- fresh stamps (docs/websocket.md, "Fresh stamps") ---
+
+    def _counters(self) -> tuple[object, ...]:
+        """What changes when an announcement may have been lost: an outage of Redis ended, a
+        channel-layer call failed, the process caught up with its channel (a resync each)."""
+        return (get_store().recoveries(), announce.layer_failures, self.recovery.catch_ups)
+
+    async def probe(self, connection: Connection) -> Proof:
+        """Start proving that every change announced before now has been delivered to
+        ``connection`` (:class:`Proof`; ask :meth:`proven` later). A probe goes to this hub's
+        own channel (through a group of it alone: presence.layer.probe_group_name), behind
+        every announcement already sent to it (the channel is first in, first out), and comes
+        back through the receive loop to :meth:`_probed`. Without a channel layer,
+        announcements reach the hub as they are made: it is back at once."""
+        proof = Proof(time.time(), self._counters())
+        self.delivery.proofs[connection] = proof
+        layer, channel = self.layer, self.groups.channel
+        if layer is None:
+            self.delivery.settle_point(connection, proof)
+            return proof
+        if channel is None or not ordered(layer):
+            return proof  # never back: never proven
+        group = probe_group_name(channel)
+        now = asyncio.get_running_loop().time()
+        if self._probe_group != group or now >= self._probe_renew_at:
+            # The hub's own group, joined at its first probe, renewed before the layer's
+            # group expiry ends it, left when the hub stops (detach).
+            await self.groups.join(group)
+            self._probe_group = group
+            self._probe_renew_at = now + float(getattr(self.layer, "group_expiry", 86400)) / 2
+        probe_id = next(self._probe_ids)
+        self._probes[probe_id] = (connection, proof)
+        try:
+            message = {"type": PROBE, "probe": probe_id}
+            await announce.layer_call(layer.group_send, group, message)
+        except Exception:
+            self._probes.pop(probe_id, None)  # counted as a layer failure: no proof now
+        return proof
+
+    def _probed(self, message: dict[str, Any]) -> None:
+        found = self._probes.pop(message.get("probe"), None)  # type: ignore[arg-type]
+        if found is not None:
+            self.delivery.settle_point(*found)
+
+    def proven(self, connection: Connection, proof: Proof) -> bool:
+        """Whether every change announced before ``proof.at`` has been delivered to
+        ``connection``: its probe is back, what waited has been delivered, and nothing since
+        the probe says an announcement may have been lost (this process is not behind its
+        channel, no outage ended, no layer call failed). True once: the proof is then forgotten
+        (deliveries to the connection no longer note anything for it)."""
+        proofs = self.delivery.proofs
+        if proofs.get(connection) is not proof or not proof.proven(connection):
+            return False
+        if proof.counters != self._counters() or self.recovery.behind:
+            return False
+        del proofs[connection]
+        return True
 
     def dispatch(self, message: dict[str, Any]) -> None:
         """Act on one message announced through :mod:`presence.announce`."""

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # a sibling of the same layer: only its type is named here
 
 logger = logging.getLogger("presence")
 
+#: a hub's probe of its own channel (presence.hub.hub.Hub.probe): never sent to a group
+PROBE = "presence.probe"
+
 
 class Changed(Protocol):
     def __call__(self, user_ids: Iterable[UserId], *, announced_at: float | None) -> None: ...
@@ -44,6 +47,7 @@ class Messages:
         changed: Changed,
         note_lag: Callable[[Any], None],
         rooms: RoomViews,
+        probed: Callable[[dict[str, Any]], None] = lambda message: None,
     ) -> None:
         self.registry = registry
         #: what a topic's delivery is handed (the hub)
@@ -66,6 +70,8 @@ class Messages:
             SESSION_ENDED: self.session_message,
             SESSIONS_CHANGED: self.session_message,
             USER_DELETED: self.session_message,
+            # A probe is back: every announcement sent before it has been acted on.
+            PROBE: probed,
         }
 
     def dispatch(self, message: dict[str, Any]) -> None:

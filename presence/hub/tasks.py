@@ -80,6 +80,7 @@ class Tasks:
         self.delivery.pending.clear()
         self.delivery.resyncing.waiting.clear()
         self.delivery.after_snapshots.clear()
+        self.delivery.proofs.clear()
         # Groups connections still leaving hold (they left the registry, the last of them
         # stopped the hub, and they wait for the lock) are left now, while the hub still has
         # its channel: nothing of this process stays in the layer.

@@ -286,3 +286,45 @@ def test_reconnects_and_resubscribes_after_a_server_restart(
     # again (null, a full snapshot, where ben's element was drawn again meanwhile without a
     # stamp by the live friends list: seen once in four runs).
     assert subscribes[1]["since"] != subscribes[0]["since"]
+
+
+def test_a_page_open_past_the_resume_window_resumes_from_its_fresh_stamp(
+    browser: Browser, daphne: Callable[..., Daphne], people: dict[str, Any]
+) -> None:
+    """A page open longer than RESUME_WINDOW keeps the fresh stamps the server sends
+    (docs/websocket.md, "Fresh stamps"), and its reconnect resumes from the last one: only what
+    changed is sent, not the full snapshot its first answer's stamp (too old by then) gets."""
+    ann, ben = people["ann"], people["ben"]
+    # Fresh stamps every 8 s (half the window; W006 wants the window above 4 heartbeats + 4 s).
+    first = daphne({**LIVE, "RESUME_WINDOW": 16})
+    a = browser.open(ann, first.url)
+    a.wait_connected()
+    a.wait_received(lambda f: f["type"] == "presence_state" and snapshotted(f, ben))
+    a.allowed += [r"WebSocket connection to .* failed", r"ERR_CONNECTION_REFUSED"]
+
+    # Two fresh stamps: by the second, the first answer's stamp is past the window.
+    for count in (1, 2):
+        a.wait_received(
+            lambda f, count=count: sum(g["type"] == "stamp" for g in a.frames_received) >= count,
+            timeout=30_000,
+        )
+    fresh = [f["stamp"] for f in a.frames_received if f["type"] == "stamp"][-1]
+
+    seen = len(a.frames_received)
+    first.stop()
+    a.page.wait_for_function("() => window.presence.state !== 'open'")
+    daphne({**LIVE, "RESUME_WINDOW": 16}, port=first.port)
+    a.wait_connected(timeout=30_000)
+
+    subscribes = [
+        f for f in a.frames_sent if f["type"] == "subscribe" and str(ben.pk) in f["users"]
+    ]
+    assert subscribes[-1]["since"] == fresh
+    answer = a.wait_received(
+        lambda f: (
+            f in a.frames_received[seen:] and f["type"] == "presence_state" and snapshotted(f, ben)
+        )
+    )
+    # Resumed: ben, unchanged, is left out (the full snapshot would carry him).
+    assert str(ben.pk) in map(str, answer["unchanged"])
+    assert str(ben.pk) not in answer["presences"]

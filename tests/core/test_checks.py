@@ -187,7 +187,8 @@ def test_e002_reports_every_bad_key(settings: Any) -> None:
         {"HEARTBEAT_INTERVAL": 30, "CONNECTION_TTL": 30},
         {"HEARTBEAT_INTERVAL": 30, "CONNECTION_TTL": 20},
         {"CONNECTION_TTL": 30},  # against the default heartbeat of 30
-        {"HEARTBEAT_INTERVAL": 90},  # against the default TTL of 90
+        # against the default TTL of 90 (and a resume window long enough: W006)
+        {"HEARTBEAT_INTERVAL": 90, "RESUME_WINDOW": 3600},
     ],
 )
 def test_e003_ttl_not_above_heartbeat(settings: Any, conf: dict[str, int]) -> None:
@@ -200,7 +201,7 @@ def test_e003_ttl_not_above_heartbeat(settings: Any, conf: dict[str, int]) -> No
     [
         {"HEARTBEAT_INTERVAL": 1, "CONNECTION_TTL": 3},
         {"CONNECTION_TTL": 31},
-        {"HEARTBEAT_INTERVAL": 89},
+        {"HEARTBEAT_INTERVAL": 89, "RESUME_WINDOW": 3600},
     ],
 )
 def test_e003_absent_when_ttl_exceeds_heartbeat(settings: Any, conf: dict[str, int]) -> None:
@@ -388,6 +389,20 @@ def test_e008_absent_for_integer_uuid_and_string_pks(
 
 def test_e008_absent_for_the_real_user_model() -> None:
     assert ids(checks.check_user_model) == []
+
+
+# --- W006: a resume window too short for fresh stamps -------------------------------------------
+
+
+def test_w006_resume_window_within_four_heartbeats(settings: Any) -> None:
+    settings.PRESENCE = {"HEARTBEAT_INTERVAL": 30, "RESUME_WINDOW": 120}
+    assert ids(checks.check_settings) == ["presence.W006"]
+    (warning,) = messages_with("presence.W006")
+    assert "RESUME_WINDOW" in warning.msg and "124" in (warning.hint or "")
+    settings.PRESENCE = {"HEARTBEAT_INTERVAL": 30, "RESUME_WINDOW": 125}
+    assert ids(checks.check_settings) == []
+    settings.PRESENCE = {"HEARTBEAT_INTERVAL": 80}  # the default window, 300
+    assert ids(checks.check_settings) == ["presence.W006"]
 
 
 # --- W001: unknown keys ------------------------------------------------------------------------

@@ -21,7 +21,8 @@
  * Stamps: a user whose every element carries the same data-presence-since (the dots of
  * {% presence_dot %}) is subscribed with that stamp, and the server sends only what changed since
  * the page was rendered; each snapshot's stamp is kept, and a reconnect resubscribes with it, so
- * it is sent only what changed while it was away (or everything, when away too long). The page's
+ * it is sent only what changed while it was away (or everything, when away too long); a page open
+ * longer gets fresh stamps ("stamp" frames) that it keeps the same way. The page's
  * users (those sharing a stamp, up to 2,000 characters of ids) are subscribed in the socket's
  * opening request (?users=...&since=...), answered at connect; the others by subscribe frames.
  *
@@ -451,6 +452,10 @@
         (message.unchanged || []).forEach((id) => stamps.set(String(id), message.stamp));
       }
       apply(presences);
+    } else if (message.type === "stamp") {
+      // A fresh stamp of all this connection was answered for (sent once the server proved
+      // every change before it reached this page): a reconnect after RESUME_WINDOW resumes.
+      snapshotted.forEach((id) => stamps.set(id, message.stamp));
     } else if (message.type === "presence_diff") {
       const now = {};
       Object.keys(presences).forEach((id) => {

@@ -1,0 +1,53 @@
+"""Fresh stamps for long-lived connections (docs/websocket.md, "Fresh stamps").
+
+A client resumes with the stamp of its last answer; past RESUME_WINDOW that stamp proves nothing
+and a reconnect gets the full snapshot, though the client was sent every diff. So a connection
+whose client holds a stamp is sent a fresh one once its own is RESUME_WINDOW / 2 old, as soon as
+the hub proves every change announced before the fresh stamp's time has been delivered to it
+(:meth:`presence.hub.Hub.probe`): ``{"type": "stamp", "stamp": ...}``.
+
+Driven by the client's heartbeats: the first heartbeat due starts the proof, a heartbeat at
+least half a HEARTBEAT_INTERVAL later sends the stamp if it is proven (else a later one does).
+When the frame goes out depends on the client's beats alone, never on how soon the deliveries of
+its users were done: it tells the viewer nothing of changes it may not see. A short page view
+(under RESUME_WINDOW / 2) gets no such frame.
+"""
+
+from __future__ import annotations
+
+from presence import stamps
+from presence.conf import STAMP_SLACK, get_settings
+from presence.consumers.state import Socket
+
+#: the frame's type
+STAMP = "stamp"
+
+
+async def heartbeat(socket: Socket, now: float) -> None:
+    """On a heartbeat (``now``): start proving a fresh stamp once the client's is half its
+    window old; send it once proven, at a heartbeat half an interval after the proof began."""
+    subscriptions = socket.state.subscriptions
+    if now < subscriptions.restamp_at or not socket.attached:
+        return
+    conf = get_settings()
+    if not subscriptions.sent:
+        subscriptions.restamp_at = now + conf.RESUME_WINDOW / 2
+        return  # nothing shown to keep fresh (answers to later subscribes carry their own)
+    half_a_beat = socket.state.heartbeat_interval / 2
+    proof = subscriptions.proof
+    if proof is not None:
+        if socket.hub.proven(socket, proof):
+            # A margin below the probe: an announcement sent up to STAMP_SLACK after its
+            # change stamp still falls after the fresh stamp (read with STAMP_SLACK again).
+            at = proof.at - STAMP_SLACK
+            subscriptions.proof = None
+            subscriptions.stamped_at = at
+            subscriptions.restamp_at = at + conf.RESUME_WINDOW / 2
+            await socket.send_json({"type": STAMP, "stamp": stamps.mint(socket.viewer_id, at)})
+            return
+        if now - proof.at < conf.RESUME_WINDOW / 4:
+            subscriptions.restamp_at = proof.at + half_a_beat
+            return  # still waiting (a delivery held up): a later heartbeat looks again
+    # None under way, or one held up too long (an outage, a lost probe): a new one.
+    subscriptions.proof = proof = await socket.hub.probe(socket)
+    subscriptions.restamp_at = proof.at + half_a_beat

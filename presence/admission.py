@@ -21,6 +21,13 @@ trip), a user holds at most PLACES_PER_USER places at once, and a freed place go
 waiting who holds the fewest, the one who waited longest among them (round robin by user), to
 that user's first socket waiting. A refused socket gives its place back at once.
 
+A socket that has to wait is recorded live in Redis before it waits, and its heartbeats are
+written while it waits (the consumer's ``_wait_turn``): in a reconnect storm its user's previous
+connection, on the process that died, expires CONNECTION_TTL after its last heartbeat, and a
+storm longer than that took every user still waiting offline and back online again, announced
+to all their watchers (signals, fan-out, resumed views no longer unchanged) while the process
+was busiest. It costs one write per waiting socket, and per HEARTBEAT_INTERVAL of its wait.
+
 A slot is given back once the socket's first subscribe or join was answered (its snapshot or
 room_state sent), when it closes or is refused, or OPENING_HOLD seconds after it was admitted (a
 client that sends neither), whichever comes first.
@@ -70,6 +77,12 @@ class Entry:
         self._gate: Gate | None = gate
         self.user_id = user_id
 
+    def must_wait(self) -> bool:
+        """Whether this socket would wait for its turn if it asked now (the places are taken,
+        or its user holds PLACES_PER_USER of them)."""
+        assert self._gate is not None, "a socket that left does not wait"
+        return self._gate.must_wait(self.user_id)
+
     async def admit(self) -> Slot:
         """Wait for this socket's turn among the openings."""
         assert self._gate is not None, "a socket that left is not admitted"
@@ -110,6 +123,11 @@ class Gate:
         count = self.sockets.pop(user_id) - 1
         if count:
             self.sockets[user_id] = count
+
+    def must_wait(self, user_id: UserId) -> bool:
+        self._serve()
+        limit = get_settings().OPENINGS_AT_ONCE
+        return self.in_use >= limit or self.held.get(user_id, 0) >= PLACES_PER_USER
 
     async def admit(self, user_id: UserId) -> Slot:
         # Once _serve is done, no user waiting may take a free place: a newcomer takes it.

@@ -39,6 +39,14 @@ logger = logging.getLogger("presence")
 _draw = random.random
 
 
+def _drop_turn(turn: asyncio.Future[admission.Slot]) -> None:
+    """Give up a socket's place in the queue (Gate.admit), or the place it was given."""
+    if not turn.done():
+        turn.cancel()
+    elif not turn.cancelled() and turn.exception() is None:
+        turn.result().release()
+
+
 class PresenceConsumer(AsyncWebsocketConsumer):
     """One WebSocket connection of an authenticated user (protocol: docs/websocket.md), a
     :class:`presence.hub.Connection` of its process's hub. Its frames are handled by the
@@ -54,6 +62,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
     opening: admission.Slot | None = None
     #: in the hub and recorded in Redis: frames are handled, and closing it has to clean up
     attached: bool = False
+    #: recorded in Redis while it waited for its turn (not attached yet): closing it signs off
+    recorded: bool = False
 
     # Who the connection was opened for, and with what; its state, set by ``connect`` once
     # it accepted an authenticated user (only ``attached`` is read before).
@@ -158,7 +168,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             # Whatever ends the consumer (a handler's exception, a cancellation by the server,
             # a close without websocket.disconnect), it leaves the hub and Redis; shielded,
             # so that a second cancellation cannot cut the cleanup short.
-            if self.attached:
+            if self.attached or self.recorded:
                 await asyncio.shield(self.disconnect(1011))
 
     async def connect(self) -> None:
@@ -197,8 +207,11 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if self.entry is None:
             await self._too_many()
             return
-        # Accepted already, it waits for its turn among the openings (a reconnect storm).
-        self.opening = await self.entry.admit()
+        # Accepted already, it waits for its turn among the openings (a reconnect storm),
+        # recorded live meanwhile (see _wait_turn).
+        self.opening = await self._wait_turn(device)
+        if self.opening is None:
+            return
         self.hub = Hub.get()
         await self.hub.attach(self)
         self.attached = True
@@ -217,6 +230,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if opened is not None and opened.refused:
             # The next socket in turn opens now, not once this one's close is answered.
             self._give_places_back()
+            self.recorded = False  # its record before waiting expired: nothing is left
         if device_error:
             await self.send_error("invalid_value", device_error)
         if await handlers.close_refused(self, opened):
@@ -224,6 +238,39 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.state.written_at = time.time()
         if subscription is not None:
             await opening_request.answer(self, subscription, changed, arrived)
+
+    async def _wait_turn(self, device: domain.Device) -> admission.Slot | None:
+        """This socket's turn among the openings (None: refused meanwhile, and closed). One
+        that has to wait is recorded live first: in a reconnect storm its user's previous
+        connection (the process that died) expires CONNECTION_TTL after its last heartbeat,
+        and the user would go offline and come back, announced to every watcher, while the
+        process is busiest. Its heartbeats are written while it waits (its client's own wait
+        in its queue), often enough to keep it within CONNECTION_TTL."""
+        assert self.entry is not None
+        waits = self.entry.must_wait()
+        # In the queue now, before the write: one user's sockets keep the order they came in.
+        turn = asyncio.ensure_future(self.entry.admit())
+        try:
+            if waits:
+                opened = await lifecycle.aconnect(self.user, self.connection_id, device.value)
+                if opened is not None and opened.refused:
+                    _drop_turn(turn)
+                    self._give_places_back()
+                    await self._too_many()
+                    return None
+                # Redis unavailable: not recorded; the opening write tries again at its turn.
+                self.recorded = opened is not None
+            # Its record lasts CONNECTION_TTL: written again a heartbeat interval before then.
+            conf = get_settings()
+            every = max(conf.HEARTBEAT_INTERVAL, conf.CONNECTION_TTL - conf.HEARTBEAT_INTERVAL)
+            while self.recorded and not turn.done():
+                await asyncio.wait({turn}, timeout=every)
+                if not turn.done():
+                    await lifecycle.aheartbeat(self.user, self.connection_id, device.value)
+            return await turn
+        except BaseException:
+            _drop_turn(turn)
+            raise
 
     async def _too_many(self) -> None:
         logger.info("Presence: closing connection of user %s: too many connections", self.viewer_id)
@@ -239,10 +286,17 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             self.entry = None
 
     async def disconnect(self, code: int) -> None:
-        if not self.attached:
+        if self.attached:
+            self.attached = self.recorded = False
+            metrics.CONNECTIONS.dec()
+            await self._leave_hub()
+        elif self.recorded:
+            self.recorded = False  # closed while it waited for its turn: only signed off
+        else:
             return
-        self.attached = False
-        metrics.CONNECTIONS.dec()
+        await self._sign_off()
+
+    async def _leave_hub(self) -> None:
         try:
             await self.hub.detach(self)
         except Exception:
@@ -251,6 +305,8 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             await rooms.leave_all(self)
         except Exception:
             logger.exception("Presence: leaving the rooms of user %s failed", self.viewer_id)
+
+    async def _sign_off(self) -> None:
         try:
             # Bounded: servers kill a closed socket's handler that outlives its close (daphne
             # after 10 s, logging each). The Redis write goes on shielded; a sign-off cut short

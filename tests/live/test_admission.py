@@ -152,7 +152,8 @@ async def test_another_users_socket_opens_before_the_later_sockets_of_one_who_ca
     await sockets.close(floods[0])
     # Had the flooder's second socket been admitted, it would hold the place for 30 s.
     assert (await receive(mine))["type"] == "presence_state"
-    assert len(await connections_in_redis(flooder)) == 0
+    # The flooder's three others, waiting, are recorded live (as waiting sockets are).
+    assert len(await connections_in_redis(flooder)) == 3
 
 
 async def test_one_user_holds_at_most_a_few_places_and_another_opens_beside_them(
@@ -168,20 +169,21 @@ async def test_one_user_holds_at_most_a_few_places_and_another_opens_beside_them
     for _ in range(places + 3):
         assert (await sockets.make(flooder).connect(timeout=TIMEOUT))[0]
 
-    async def flooder_opened() -> int:
-        return len(await connections_in_redis(flooder))
+    def flooder_opened() -> int:
+        return admission.gate().held.get(flooder.pk, 0)
 
-    async def all_places_taken() -> bool:
-        return await flooder_opened() == places
+    def all_places_taken() -> bool:
+        # Its others wait, recorded live (as waiting sockets are).
+        return flooder_opened() == places and admission.gate().queues.get(flooder.pk) is not None
 
-    # Its first sockets took their places (and made their opening writes) ...
+    # Its first sockets took their places ...
     assert await eventually(all_places_taken)
     # ... and another user's socket opens beside them, not after the flooder's next ones.
     mine = sockets.make(other)
     assert (await mine.connect(timeout=TIMEOUT))[0]
     await mine.send_json_to({"type": "subscribe", "users": [wire_id(target)]})
     assert (await receive(mine))["type"] == "presence_state"
-    assert await flooder_opened() == places
+    assert flooder_opened() == places
 
 
 async def test_a_socket_the_store_refuses_gives_its_place_back_at_once(
@@ -247,3 +249,62 @@ async def test_sockets_that_only_join_rooms_give_their_places_back_with_their_ro
     await late.send_json_to({"type": "join", "room": "nowhere:1", "meta": None})
     assert (await receive(late))["type"] == "error"
     assert admission.gate().in_use == 0
+
+
+@pytest.mark.usefixtures("one_at_a_time")
+async def test_a_socket_waiting_for_its_turn_is_recorded_live_and_signed_off_if_it_goes(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    # A reconnect storm: the user's previous connection (on the process that died) expires
+    # CONNECTION_TTL after its last heartbeat; a socket recorded only at its turn let its user
+    # go offline and come back meanwhile, announced to every watcher.
+    _, second = await second_behind_first(sockets, make_user)
+    waiter = second.scope["user"]
+
+    async def recorded() -> int:
+        return len(await connections_in_redis(waiter))
+
+    assert await eventually(lambda: recorded())
+    await assert_silent(second, seconds=0.1)  # still waiting: nothing answered yet
+    assert admission.gate().in_use == 1
+    # Gone before its turn (its handler cancelled, as daphne does): signed off all the same.
+    sockets.opened.remove(second)
+    await second.disconnect(timeout=0.1)
+    assert await recorded() == 0
+
+
+async def test_a_socket_waiting_for_its_turn_writes_its_heartbeats(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    admit_one_at_a_time(settings, hold=30.0, HEARTBEAT_INTERVAL=1, CONNECTION_TTL=2)
+    _, second = await second_behind_first(sockets, make_user)
+    waiter = second.scope["user"]
+    first_seen: list[str] = []
+
+    async def recorded() -> bool:
+        first_seen[:] = await connections_in_redis(waiter)
+        return len(first_seen) == 1
+
+    assert await eventually(recorded)
+
+    async def beaten() -> bool:
+        now = await connections_in_redis(waiter)
+        return len(now) == 1 and now != first_seen
+
+    # Its record does not expire while it waits longer than CONNECTION_TTL.
+    assert await eventually(beaten, timeout=3.0)
+
+
+async def test_a_socket_the_store_refuses_while_it_would_wait_is_closed_before_its_turn(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    admit_one_at_a_time(settings, hold=30.0, MAX_CONNECTIONS_PER_USER=1)
+    holder, crowded = [await new_user(make_user) for _ in range(2)]
+    assert (await sockets.make(holder).connect(timeout=TIMEOUT))[0]  # holds the one place
+    store = get_store()
+    opened = await store.arun(store.plans.connection(crowded.pk, "open", time.time(), "elsewhere"))
+    assert opened is not None and not opened.refused
+    # Its record before waiting is refused: closed at once, not after the 30 s of the holder.
+    assert await refused(sockets.make(crowded))
+    assert len(await connections_in_redis(crowded)) == 1  # the other process's only
+    assert admission.gate().queues == {}

@@ -129,6 +129,9 @@ class Stats:
     exceptions: list[tuple[float, str]] = field(default_factory=list)
     #: clients by state when the stats were asked for (ready, opening, waiting for a snapshot)
     states: dict[str, int] = field(default_factory=dict)
+    #: snapshots (presence_state) by kind: "whole" (no stamp sent) and "resuming" (a stamp
+    #: sent), and the users they carried: "users sent" and "users unchanged" (resuming only)
+    snapshots: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -158,6 +161,8 @@ class Client:
         self.resume: str | None = None
         #: the stamps of this connection's answers so far
         self.answer_stamps: list[str] = []
+        #: this connection's subscriptions were sent with a stamp (only changes are sent)
+        self.resuming = False
         self.pending_snapshots = 0
         self.idle = False
         self.closing = False
@@ -203,6 +208,7 @@ class Client:
         self.stamps = {}
         self.early = set()
         self.answer_stamps = []
+        self.resuming = bool(since)
         try:
             async with gen.opening:
                 self.ws = await connect(
@@ -320,6 +326,14 @@ class Client:
             elif target not in self.early:
                 self.view[target] = presence
         if kind == "presence_state":
+            counts = gen.stats.snapshots
+            if self.resuming:
+                counts["resuming"] = counts.get("resuming", 0) + 1
+                counts["users sent"] = counts.get("users sent", 0) + len(frame["presences"])
+                unchanged = len(frame.get("unchanged") or ())
+                counts["users unchanged"] = counts.get("users unchanged", 0) + unchanged
+            else:
+                counts["whole"] = counts.get("whole", 0) + 1
             if isinstance(frame.get("stamp"), str):
                 self.answer_stamps.append(frame["stamp"])
             self.pending_snapshots = max(0, self.pending_snapshots - 1)

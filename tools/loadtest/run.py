@@ -421,8 +421,18 @@ class Run:
         from tools.loadtest.storm import run_storm
 
         print("loadtest: reconnect storm: restarting process 0", flush=True)
+        before = self.totals(self.generators.stats()).snapshots
         storm = run_storm(self, faults)
+        after = self.totals(self.generators.stats()).snapshots
         print(f"loadtest: reconnect storm: {storm.row()}", flush=True)
+        snapshots = {kind: after.get(kind, 0) - before.get(kind, 0) for kind in after}
+        print(
+            "loadtest: reconnect storm's snapshots: "
+            f"{snapshots.get('whole', 0):,} whole, {snapshots.get('resuming', 0):,} resuming "
+            f"({snapshots.get('users sent', 0):,} users sent, "
+            f"{snapshots.get('users unchanged', 0):,} unchanged)",
+            flush=True,
+        )
         print(f"loadtest: reconnect storm floor: {storm.floor_row()}", flush=True)
         self.rows.append(("reconnect storm", storm.row()))
         self.rows.append(("  its floor", storm.floor_row()))

@@ -26,7 +26,8 @@ written while it waits (the consumer's ``_wait_turn``): in a reconnect storm its
 connection, on the process that died, expires CONNECTION_TTL after its last heartbeat, and a
 storm longer than that took every user still waiting offline and back online again, announced
 to all their watchers (signals, fan-out, resumed views no longer unchanged) while the process
-was busiest. It costs one write per waiting socket, and per HEARTBEAT_INTERVAL of its wait.
+was busiest. It costs one write per waiting socket, and per HEARTBEAT_INTERVAL of its wait
+(with a read of the credential's recent logouts: a logged-out socket keeps nobody online).
 
 A slot is given back once the socket's first subscribe or join was answered (its snapshot or
 room_state sent), when it closes or is refused, or OPENING_HOLD seconds after it was admitted (a

@@ -32,6 +32,7 @@ from presence.consumers.tidy import tidy_database_connections
 from presence.domain import UserId
 from presence.hub import Hub
 from presence.sessions import Credential
+from presence.store import get_store
 
 logger = logging.getLogger("presence")
 
@@ -251,7 +252,7 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         # In the queue now, before the write: one user's sockets keep the order they came in.
         turn = asyncio.ensure_future(self.entry.admit())
         try:
-            if waits:
+            if waits and await self._still_signed_in():
                 opened = await lifecycle.aconnect(self.user, self.connection_id, device.value)
                 if opened is not None and opened.refused:
                     _drop_turn(turn)
@@ -265,12 +266,26 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             every = max(conf.HEARTBEAT_INTERVAL, conf.CONNECTION_TTL - conf.HEARTBEAT_INTERVAL)
             while self.recorded and not turn.done():
                 await asyncio.wait({turn}, timeout=every)
-                if not turn.done():
+                if turn.done():
+                    break
+                if await self._still_signed_in():
                     await lifecycle.aheartbeat(self.user, self.connection_id, device.value)
+                else:  # its turn's opening write closes it (4401)
+                    await lifecycle.adisconnect(self.user, self.connection_id)
+                    self.recorded = False
             return await turn
         except BaseException:
             _drop_turn(turn)
             raise
+
+    async def _still_signed_in(self) -> bool:
+        """No logout or password change recorded lately for this socket's credential: a
+        socket waiting for its turn is not in its account group yet, and must not keep a user
+        who logged out online while it waits. (Redis unavailable: True; its turn checks.)"""
+        if self.credential is None:
+            return True
+        ended, changed = await get_store().arun(self.credentials.recent_ends_check(), live=True)
+        return not (ended or changed)
 
     async def _too_many(self) -> None:
         logger.info("Presence: closing connection of user %s: too many connections", self.viewer_id)

@@ -29,6 +29,9 @@ from tests.live.sockets import (
     _asgi_headers,
     _site_socket,
     assert_closed_with,
+    assert_silent,
+    connections_in_redis,
+    eventually,
     heartbeat,
     new_user,
     open_sockets,
@@ -167,6 +170,35 @@ async def test_a_logout_announced_before_the_account_group_is_joined_still_close
     # Another session of the same user is not closed by it.
     other = await sync_to_async(_logged_in)(user)
     assert await subscribe(await _site_socket(sockets, other)) == state({})
+
+
+async def test_a_logged_out_socket_waiting_for_its_turn_keeps_nobody_online(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any, clock: time_machine.Coordinates
+) -> None:
+    # A socket waiting for its turn among the openings (a reconnect storm) is recorded live
+    # while it waits (presence.admission), before it is in its account group: one whose session
+    # was logged out must not show its user online meanwhile. Its turn closes it.
+    settings.PRESENCE = {**settings.PRESENCE, "OPENINGS_AT_ONCE": 1, "OPENING_HOLD": 30.0}
+    holder, user = [await new_user(make_user) for _ in range(2)]
+    first = sockets.make(holder)
+    assert (await first.connect(timeout=TIMEOUT))[0]  # holds the one place
+    client = await sync_to_async(_logged_in)(user)
+    key = client.session.session_key
+    session = SessionStore(key)
+    await sync_to_async(session.load)()
+    await announce.aannounce_session_ended(user.pk, key)
+    communicator = sockets.make(user)
+    communicator.scope["session"] = session
+    assert await communicator.connect(timeout=TIMEOUT) == (True, None)
+    await assert_silent(communicator, seconds=0.2)  # waiting for its turn
+    assert await connections_in_redis(user) == []
+    await sockets.close(first)  # its turn
+    await assert_closed_with(communicator, 4401)
+
+    async def signed_off() -> bool:
+        return await connections_in_redis(user) == []
+
+    assert await eventually(signed_off)  # (its record of the turn, signed off on the close)
 
 
 async def test_a_password_change_announced_before_the_account_group_is_joined_still_closes(

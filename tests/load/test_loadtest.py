@@ -309,3 +309,26 @@ def test_the_load_after_a_paced_opening_waits_for_servers_caught_up(tmp_path) ->
     assert chosen.caught_up_below(3) == pytest.approx(1.5 * 10_000 / 14 * 0.0004 + 3 * QUIET)
     # Opened at once (nothing measured): the load starts with the snapshots, as ever.
     assert plan(None, None, 500, 2, 10.0, cores=2.0).caught_up_below(2) is None
+
+
+def test_the_calibration_process_memberships_are_forgotten_and_no_one_elses(
+    redis_url: str,
+) -> None:
+    # The calibration's daphne is stopped once measured; memberships its closes did not leave
+    # would be counted as the run's orphan groups.
+    import redis
+
+    from tools.loadtest import calibrate
+
+    log = "Presence: the live hub listens on channel specific.abc123!x9.\n"
+    assert calibrate.channels_of(log) == {"specific.abc123"}
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.zadd("asgi:group:presence.u.1", {"specific.abc123!x9": 1, "specific.live!y1": 1})
+        client.zadd("asgi:group:presence.u.2", {"specific.abc123!x9": 1})
+        assert calibrate.forget_memberships([redis_url], {"specific.abc123"}) == 2
+        assert client.zrange("asgi:group:presence.u.1", 0, -1) == [b"specific.live!y1"]
+        assert not client.exists("asgi:group:presence.u.2")
+    finally:
+        client.delete("asgi:group:presence.u.1", "asgi:group:presence.u.2")
+        client.close()

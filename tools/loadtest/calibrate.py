@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,9 @@ class Ours:
     beats: int = 0
     beat_cpu: float = 0.0
     note: str = ""
+    #: the calibration process's channels ("specific.<process>"), as its hub logged them: its
+    #: channel-layer group memberships are the run's to remove (forget_memberships), not orphans
+    channels: set[str] = field(default_factory=set)
 
     @property
     def per_opening(self) -> float | None:
@@ -237,12 +241,41 @@ def measure(
         elapsed = time.monotonic() - started
         ours.beat_cpu = max(0.0, end - start - idle_rate * elapsed)
         generators.ask("calibration_close")
+        wait_quiet(daphne.pid)  # the sockets' closes handled (their groups left)
     except RuntimeError as error:
         bare.note = bare.note or str(error)
         ours.note = ours.note or str(error)
     finally:
+        ours.channels = channels_of(daphne.log_path.read_text(errors="replace"))
         daphne.stop()
     return bare, ours
+
+
+def channels_of(log: str) -> set[str]:
+    """The process channels a daphne's hubs listened on ("specific.<process>"), from its log."""
+    return set(re.findall(r"listens on channel (specific\.[^!\s]+)!", log))
+
+
+def forget_memberships(layer_urls: list[str], channels: set[str]) -> int:
+    """Remove the group memberships of these process channels from the layer's servers (a
+    stopped calibration process's: what a SIGTERM cut short of its closes would otherwise
+    count as the run's orphan groups). The number removed."""
+    import redis
+
+    removed = 0
+    if not channels:
+        return removed
+    for url in layer_urls:
+        client = redis.Redis.from_url(url)
+        try:
+            for key in client.scan_iter(match="asgi:group:*", count=1000):
+                members = [m.decode() for m in client.zrange(key, 0, -1)]
+                theirs = [m for m in members if m.split("!")[0] in channels]
+                if theirs:
+                    removed += int(client.zrem(key, *theirs))
+        finally:
+            client.close()
+    return removed
 
 
 def wait_quiet(pid: int | None) -> tuple[float, float]:

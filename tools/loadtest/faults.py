@@ -15,7 +15,7 @@ from typing import Protocol
 
 import redis
 
-from tools.loadtest import config
+from tools.loadtest import calibrate, config
 from tools.loadtest.config import Sizes
 from tools.loadtest.harness import Generators, Oracle, RelationChanges
 from tools.loadtest.servers import Servers
@@ -150,7 +150,7 @@ class Faults:
         daphne = self.run.servers.daphnes[0]
         # The channels its hub listened on, as it logged them ("specific.<process>!<id>").
         logged = daphne.log_path.read_text(errors="replace")
-        self.killed_prefixes |= set(re.findall(r"listens on channel (specific\.[^!\s]+)!", logged))
+        self.killed_prefixes |= calibrate.channels_of(logged)
         daphne.kill()
         time.sleep(1.0)
         daphne.start()

@@ -380,6 +380,7 @@ class Run:
             self.generators, self.positions, sizes.processes, self.env, self.servers.log_dir
         )
         self.bare = bare
+        calibrate.forget_memberships([server.url for server in self.servers.layer], ours.channels)
         print(f"loadtest: bare Channels here: {bare.row()}", flush=True)
         print(f"loadtest: ours here: {ours.row()}", flush=True)
         self.rows.append(("bare Channels here", bare.row()))

@@ -151,13 +151,9 @@ def _logged_in(user: Any) -> Client:
     return client
 
 
-async def test_a_logout_announced_before_the_account_group_is_joined_still_closes(
-    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
-) -> None:
-    # The handshake read the session; the logout's announcement passed before this process
-    # joined the user's account group (the worst case of the race): nothing was there to hear
-    # it, but its mark in Redis is read once the group is joined.
-    user = await new_user(make_user)
+async def _socket_of_a_session_logged_out(sockets: Sockets, user: Any) -> WebsocketCommunicator:
+    """A socket whose handshake read a session, opened after that session's logout was
+    announced (no socket of it anywhere to hear it): accepted, as the handshake found it valid."""
     client = await sync_to_async(_logged_in)(user)
     key = client.session.session_key
     session = SessionStore(key)
@@ -166,6 +162,17 @@ async def test_a_logout_announced_before_the_account_group_is_joined_still_close
     communicator = sockets.make(user)
     communicator.scope["session"] = session
     assert await communicator.connect(timeout=TIMEOUT) == (True, None)
+    return communicator
+
+
+async def test_a_logout_announced_before_the_account_group_is_joined_still_closes(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # The handshake read the session; the logout's announcement passed before this process
+    # joined the user's account group (the worst case of the race): nothing was there to hear
+    # it, but its mark in Redis is read once the group is joined.
+    user = await new_user(make_user)
+    communicator = await _socket_of_a_session_logged_out(sockets, user)
     await assert_closed_with(communicator, 4401)
     # Another session of the same user is not closed by it.
     other = await sync_to_async(_logged_in)(user)
@@ -182,14 +189,7 @@ async def test_a_logged_out_socket_waiting_for_its_turn_keeps_nobody_online(
     holder, user = [await new_user(make_user) for _ in range(2)]
     first = sockets.make(holder)
     assert (await first.connect(timeout=TIMEOUT))[0]  # holds the one place
-    client = await sync_to_async(_logged_in)(user)
-    key = client.session.session_key
-    session = SessionStore(key)
-    await sync_to_async(session.load)()
-    await announce.aannounce_session_ended(user.pk, key)
-    communicator = sockets.make(user)
-    communicator.scope["session"] = session
-    assert await communicator.connect(timeout=TIMEOUT) == (True, None)
+    communicator = await _socket_of_a_session_logged_out(sockets, user)
     await assert_silent(communicator, seconds=0.2)  # waiting for its turn
     assert await connections_in_redis(user) == []
     await sockets.close(first)  # its turn

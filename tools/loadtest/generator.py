@@ -49,6 +49,20 @@ SLOW_DOWN_CODES = ("4429", "4408")
 OPEN_TIMEOUT = 30.0
 
 
+async def open_socket(port: int, path: str, cookie: str) -> ClientConnection:
+    """A socket to the server on ``port`` as a page opens it: its session cookie, its origin."""
+    return await connect(
+        f"ws://127.0.0.1:{port}{path}",
+        additional_headers={"Cookie": f"sessionid={cookie}"},
+        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+        open_timeout=OPEN_TIMEOUT,
+        ping_interval=None,
+        close_timeout=5,
+        compression=None,
+        max_size=2**22,
+    )
+
+
 def retry_delay(attempts: int, code: str, draw: float) -> float:
     """presence.js's ``retryDelay``: exponential backoff with "equal jitter" (half the delay
     fixed, half random, ``draw`` in [0, 1)), so that the clients of a restarted server do not
@@ -202,7 +216,7 @@ class Client:
         query = f"device={self.spec.device}"
         if chunks:
             query += f"&users={','.join(map(str, chunks[0]))}&since={quote(since)}"
-        url = f"ws://127.0.0.1:{port}/ws/presence/?{query}"
+        path = f"/ws/presence/?{query}"
         self.closing = False
         # Kept: the users an answer lists as unchanged are shown as they were.
         self.stamps = {}
@@ -211,16 +225,7 @@ class Client:
         self.resuming = bool(since)
         try:
             async with gen.opening:
-                self.ws = await connect(
-                    url,
-                    additional_headers={"Cookie": f"sessionid={self.spec.cookie}"},
-                    origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-                    open_timeout=OPEN_TIMEOUT,
-                    ping_interval=None,
-                    close_timeout=5,
-                    compression=None,
-                    max_size=2**22,
-                )
+                self.ws = await open_socket(port, path, self.spec.cookie)
         except Exception as error:  # refused, timed out: the server is down or overloaded
             self.ws = None
             failed = f"open:{type(error).__name__}"
@@ -547,15 +552,7 @@ class Generator:
             while not self.stopping:
                 try:
                     async with self.opening:
-                        ws = await connect(
-                            f"ws://127.0.0.1:{port}/ws/bare/",
-                            additional_headers={"Cookie": f"sessionid={client.spec.cookie}"},
-                            origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-                            open_timeout=OPEN_TIMEOUT,
-                            ping_interval=None,
-                            close_timeout=5,
-                            compression=None,
-                        )
+                        ws = await open_socket(port, "/ws/bare/", client.spec.cookie)
                     try:
                         hello = json.loads(await asyncio.wait_for(ws.recv(), OPEN_TIMEOUT))
                     finally:
@@ -594,22 +591,12 @@ class Generator:
         async def one(client: Client) -> None:
             nonlocal failed
             page = client.spec.page[:SUBSCRIBE_CHUNK]
-            url = (
-                f"ws://127.0.0.1:{port}/ws/presence/?device={client.spec.device}"
-                f"&users={','.join(map(str, page))}&since="
+            path = (
+                f"/ws/presence/?device={client.spec.device}&users={','.join(map(str, page))}&since="
             )
             try:
                 async with self.opening:
-                    ws = await connect(
-                        url,
-                        additional_headers={"Cookie": f"sessionid={client.spec.cookie}"},
-                        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-                        open_timeout=OPEN_TIMEOUT,
-                        ping_interval=None,
-                        close_timeout=5,
-                        compression=None,
-                        max_size=2**22,
-                    )
+                    ws = await open_socket(port, path, client.spec.cookie)
                 for room in client.spec.rooms:
                     await ws.send(json.dumps({"type": "join", "room": room, "meta": None}))
                 await ws.send(json.dumps({"type": "heartbeat", "state": "active"}))

@@ -41,7 +41,6 @@ async def heartbeat(socket: Socket, now: float) -> None:
             # change stamp still falls after the fresh stamp (read with STAMP_SLACK again).
             at = proof.at - STAMP_SLACK
             subscriptions.proof = None
-            subscriptions.stamped_at = at
             subscriptions.restamp_at = at + conf.RESUME_WINDOW / 2
             await socket.send_json({"type": STAMP, "stamp": stamps.mint(socket.viewer_id, at)})
             return

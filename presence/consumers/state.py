@@ -24,11 +24,9 @@ class Subscriptions:
     snapshotting: set[UserId] = field(default_factory=set)
     #: each subscribed user's id as the client sent it: the keys of the frames it receives
     spelling: dict[UserId, int | str] = field(default_factory=dict)
-    #: the time of the oldest stamp the client holds for what it shows (its first stamped
-    #: answer's, then the last fresh stamp's); None: it asked for none (docs/websocket.md)
-    stamped_at: float | None = None
     #: the first heartbeat at or after this time looks at the fresh stamp (restamping);
-    #: infinite while the client holds no stamp. Read on every heartbeat: one comparison
+    #: infinite while the client holds no stamp (it asked for none: docs/websocket.md). Read
+    #: on every heartbeat: one comparison
     restamp_at: float = math.inf
     #: the fresh stamp's claim being proven by the hub, if any
     proof: Proof | None = None

@@ -6,6 +6,7 @@ changed in the round trip of its opening write (:meth:`Subscription.changes_plan
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -158,10 +159,9 @@ class Subscription:
                 "unchanged": [ids[uid] for uid in known if uid in unchanged],
             }
         await socket.send_presences("presence_state", presences, extra)
-        if self.stamped and subscriptions.stamped_at is None:
+        if self.stamped and subscriptions.restamp_at == math.inf:
             # The client holds a stamp from now on: it is sent a fresh one when this one is
             # half its window old (presence.consumers.restamping).
-            subscriptions.stamped_at = self.read_at
             subscriptions.restamp_at = self.read_at + get_settings().RESUME_WINDOW / 2
         if unknown:
             await socket.send_error(

@@ -1,7 +1,10 @@
 """The Lua scripts, one ``.lua`` file each in ``lua/``, with the score constants injected
 from :mod:`presence.store.keys` (so Python and Lua cannot drift) and the shared fragments
 (``aggregate.lua``, ``connections.lua``, ``outbox.lua``, ``ledger.lua``, ``room_common.lua``)
-prepended where a script uses them.
+prepended where a script uses them: only the top-level locals of the fragments the script
+reaches, transitively (:func:`shake`), since Redis runs a script's whole text on every call and
+each ``local function`` defined is a closure made again each time (a room's join defined ~25,
+using 10).
 
 What each script takes (KEYS, ARGV) and returns is described at the top of its file.
 """
@@ -9,6 +12,7 @@ What each script takes (KEYS, ARGV) and returns is described at the top of its f
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -38,9 +42,105 @@ def read(name: str) -> str:
     return resources.files("presence.store").joinpath("lua", f"{name}.lua").read_text()
 
 
+#: a Lua long bracket's opening (``[[``, ``[==[``), a quote, a comment or a name
+_TOKEN = re.compile(r"--\[(=*)\[|--[^\n]*|\[(=*)\[|'|\"|[A-Za-z_][A-Za-z0-9_]*")
+#: a top-level local's names: ``local function f``, ``local a, b = ...``, ``local a``
+_DEFINES = re.compile(r"local\s+function\s+(\w+)|local\s+([\w\s,]+?)\s*(?:=|$)")
+#: lines at column 0 that continue a statement rather than start one
+_CONTINUES = ("end", "else", "elseif", "until", "}", ")", "]")
+
+
+def names_used(code: str) -> set[str]:
+    """The names in Lua ``code``, leaving out its comments and strings."""
+    used: set[str] = set()
+    at = 0
+    while match := _TOKEN.search(code, at):
+        token, at = match.group(0), match.end()
+        if token.startswith("--") and match.group(1) is None:
+            continue  # a line comment
+        if token in ("'", '"'):
+            # the string's end: the next unescaped same quote
+            while at < len(code) and code[at] != token:
+                at += 2 if code[at] == "\\" else 1
+            at += 1
+        elif token[0] in "-[":
+            level = match.group(1) if match.group(1) is not None else match.group(2)
+            close = code.find("]" + level + "]", at)
+            at = len(code) if close < 0 else close + len(level) + 2
+        else:
+            used.add(token)
+    return used
+
+
+def _statements(fragment: str) -> list[str]:
+    """The top-level statements of ``fragment``, each with the comment lines before it: a
+    statement starts at a line at column 0 (the fragments' layout: a body is indented, its
+    ``end`` at column 0)."""
+    statements: list[str] = []
+    pending = ""  # comment and blank lines at column 0, for the next statement
+    for line in fragment.splitlines(keepends=True):
+        if line.startswith("--") or not line.strip():
+            pending += line
+        elif line[:1].isspace() or line.startswith(_CONTINUES) or not statements:
+            if statements:
+                statements[-1] += pending + line
+            else:
+                statements.append(pending + line)
+            pending = ""
+        else:
+            statements.append(pending + line)
+            pending = ""
+    if pending and statements:
+        statements[-1] += pending
+    return statements
+
+
+def _defines(statement: str) -> set[str] | None:
+    """The locals a statement defines; None for one that must always run (not a local
+    definition, or a value that calls Redis: defining a function runs none of its body)."""
+    lines = statement.splitlines(keepends=True)
+    code = "".join(line for line in lines if not line.startswith("--")).strip()
+    match = _DEFINES.match(code)
+    if not match:
+        return None
+    if match.group(1):
+        return {match.group(1)}
+    if "redis." in code:
+        return None
+    return {name.strip() for name in match.group(2).split(",")}
+
+
+def shake(fragments: list[str], script: str) -> str:
+    """The fragments' top-level statements that ``script`` needs: every statement that is not
+    a plain local definition, and the locals the script (or a kept statement) names,
+    transitively; the rest is left out, in the fragments' order."""
+    statements = [s for fragment in fragments for s in _statements(fragment)]
+    defines = [_defines(s) for s in statements]
+    keep = [d is None for d in defines]
+    wanted = names_used(script)
+    for s, d in zip(statements, defines, strict=True):
+        if d is None:
+            wanted |= names_used(s)
+    while True:
+        grown = False
+        for i, (s, d) in enumerate(zip(statements, defines, strict=True)):
+            if not keep[i] and d is not None and d & wanted:
+                keep[i], grown = True, True
+                wanted |= names_used(s)
+        if not grown:
+            break
+    return "".join(s for s, k in zip(statements, keep, strict=True) if k)
+
+
+#: each script's shared fragments, as :func:`load` was given them
+FRAGMENTS: dict[str, tuple[str, ...]] = {}
+
+
 def load(name: str, *fragments: str) -> Script:
-    """``lua/<name>.lua`` after the constants and the named shared fragments."""
-    return Script(HEADER + "".join(read(fragment) for fragment in fragments) + read(name))
+    """``lua/<name>.lua`` after the constants and what it uses of the named shared fragments."""
+    FRAGMENTS[name] = fragments
+    script = read(name)
+    return Script(HEADER + shake([read(fragment) for fragment in fragments], script) + script)
 
 
 TOUCH = load("touch", "aggregate", "outbox", "ledger", "prior")

@@ -242,3 +242,23 @@ def test_a_big_rooms_read_is_bounded(redis_client: Any) -> None:
     started = time.perf_counter()
     assert store.run(store.plans.room_count("big:1", T + 20)) == 10_000
     assert time.perf_counter() - started < 5  # sanity only; the figures are in the benchmarks
+
+
+def test_the_sweep_reads_every_form_of_entry(redis_client: Any) -> None:
+    """The sweep reads the common entry (one connection, a join time of 8 base-36 digits) by
+    position and decodes any other: each form is removed whole, its meta and flags with it."""
+    early = 50_000_000.0  # a join time of 7 base-36 digits (1971)
+    join(u(1), at=early)  # one connection, its entry shorter
+    join(u(2))  # the common entry
+    join(u(3), meta='{"a":1}')  # one connection with meta
+    join(u(4), invisible=True)  # invisible (and public, as every one here but the last)
+    join(u(5), "c1", meta='{"b":2}')
+    join(u(5), "c2")  # two connections, the first with meta
+    # stays: the room's keys are not deleted with its last member
+    join(u(6), at=T + 450, public=False)
+    assert sorted(sweep(T + 500), key=str) == sorted([u(n) for n in range(1, 6)], key=str)
+    assert count(T + 500) == 1
+    # the removed members' metas, invisibility and public flag went with them
+    base = get_store().keys.room_key(ROOM, "")
+    for part in ("t", "v", "p"):
+        assert not redis_client.exists(base + part), part

@@ -51,3 +51,61 @@ def test_every_data_file_of_the_package_is_packaged() -> None:
         if not any(fnmatch.fnmatch(relative, pattern) for pattern in patterns):
             missing.append(relative)
     assert not missing, f"add package-data patterns for: {missing}"
+
+
+# --- the fragments' tree shaking (scripts.shake) --------------------------------------------------
+
+
+def _defined(code: str) -> set[str]:
+    """The names the top-level local statements of ``code`` define."""
+    names: set[str] = set()
+    for statement in scripts._statements(code):
+        names |= scripts._defines(statement) or set()
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(scripts.ALL))
+def test_shaking_keeps_every_fragment_local_a_script_reaches(name: str) -> None:
+    """Every name the shaken script uses that a fragment of its defines is still defined: a
+    local left out would be read as a missing global at run time, on the path that needs it."""
+    fragments = "".join(scripts.read(f) for f in scripts.FRAGMENTS[name])
+    kept = scripts.ALL[name].source.removeprefix(scripts.HEADER)
+    used = scripts.names_used(kept)
+    missing = (used & _defined(fragments)) - _defined(kept)
+    assert not missing, missing
+
+
+def test_a_room_join_leaves_out_the_fragments_it_never_calls() -> None:
+    source = scripts.ROOM_JOIN.source
+    # the sweep's and the reads' (never called by a join) are out; what a join calls is in,
+    # with what those call in turn (room_add -> maybe_split -> bucket -> digest)
+    assert "local function record_batch" not in source
+    assert "local function room_next_due" not in source
+    for kept in ("room_add", "maybe_split", "bucket", "digest", "record", "room_made"):
+        assert f"local function {kept}(" in source, kept
+
+
+def test_shake_keeps_what_is_reached_and_what_must_run() -> None:
+    fragment = (
+        "-- a comment naming unused()\n"
+        "local A, B = 1, 2\n"
+        "local function unused() return A end\n"
+        "local function helper(x)\n"
+        "  return x + B\n"
+        "end\n"
+        "local function used() return helper(1) end\n"
+        "local C = redis.call('GET', 'k')\n"
+        "local named_in_a_string = 3\n"
+    )
+    shaken = scripts.shake([fragment], "return used() .. 'named_in_a_string' -- unused()\n")
+    assert "local function used()" in shaken
+    assert "local function helper(x)\n  return x + B\nend\n" in shaken  # reached through used
+    assert "local A, B = 1, 2" in shaken  # reached through helper
+    assert "local C = redis.call" in shaken  # calls Redis: always runs
+    assert "unused() return A" not in shaken
+    assert "named_in_a_string = 3" not in shaken  # a string or a comment is no use
+
+
+def test_names_used_skip_strings_and_comments() -> None:
+    code = "local s = 'a \\' quoted' .. \"b\" --[[ long\ncomment ]] .. [==[ x ]==] -- rest\nf(y)"
+    assert scripts.names_used(code) == {"local", "s", "f", "y"}

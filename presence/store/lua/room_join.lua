@@ -52,6 +52,10 @@ if new == 1 then
 else
   room_store(uid, e, old, before_inv, before_open)
 end
+-- what is shown now: this connection's meta when it joined last (as just written: not read
+-- back), else read
+local after
+if renewed then after = shown(uid, e) else after = has_meta and ARGV[7] end
 local changed = 0
-if new == 1 or before ~= shown(uid, e) or before_inv ~= inv then changed = 1 end
+if new == 1 or before ~= after or before_inv ~= inv then changed = 1 end
 return {new, changed, MADE}

@@ -78,6 +78,17 @@ def test_join_counts_lists_and_replaces_meta() -> None:
     assert not join(u(1), meta='{"mode":"editing"}', at=T + 3).changed
 
 
+def test_what_a_join_shows_is_the_meta_it_wrote_or_a_renewals_kept() -> None:
+    join(u(1), meta='{"m":1}')
+    # a renewal keeps the connection's meta: nothing others see changes
+    assert not join(u(1), at=T + 1, renew=True).changed
+    assert read(T + 1).members[u(1)].meta == '{"m":1}'
+    # joining again without meta takes it away
+    assert join(u(1), at=T + 2).changed
+    assert read(T + 2).members[u(1)].meta is None
+    assert not join(u(1), at=T + 3).changed
+
+
 def test_two_connections_the_last_joined_meta_is_shown() -> None:
     join(u(1), "a", meta='{"m":"a"}')
     second = join(u(1), "b", at=T + 1, meta='{"m":"b"}')

@@ -270,8 +270,13 @@ def test_auto_paces_page_views_and_the_opening_at_ours_when_dearer_than_planned(
     # Ours cheaper than the goal: twice bare's is planned; the opening is at most MAX_OPENING.
     cheap = Ours(opened=500, opening_cpu=1.0, beats=2000, beat_cpu=0.8)
     assert plan(bare, cheap, 10_000, 2, 200.0, cores=2.0).rate == pytest.approx(0.5 / 0.006)
+    # Fewer cores free: slower, as the cost measured allows (500 s for 10,000 here)...
     slow = plan(bare, ours, 10_000, 2, 200.0, cores=0.5)
-    assert slow.opening == pytest.approx(10_000 / MAX_OPENING)
+    assert slow.opening == pytest.approx(20.0)
+    # ...down to the bound of a machine far too busy.
+    crowded = plan(bare, ours, 10_000, 2, 200.0, cores=0.05)
+    assert crowded.opening == pytest.approx(10_000 / MAX_OPENING)
+    assert f"at least 10,000 in {MAX_OPENING:.0f} s" in crowded.why[-1]
 
 
 def test_rate_and_heartbeat_given_are_kept_and_nothing_measured_keeps_the_defaults() -> None:

@@ -16,12 +16,13 @@ the sink that hub registers (:func:`set_local_sink`); this module never imports 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -89,6 +90,30 @@ _SENDS_AT_ONCE = 16
 ANNOUNCE_RETRIES = 5
 
 _retrying: set[asyncio.Task[None]] = set()
+#: users with a change being stamped or announced again by this process (see retrying)
+_unsettled: collections.Counter[UserId] = collections.Counter()
+
+
+def retrying(user_id: UserId) -> bool:
+    """Whether a change of this user's is still being stamped or announced again here: the
+    writes of their connections meanwhile leave those unsettled (lua/connection.lua), so that
+    dropping one of them, should this process die, is announced."""
+    return user_id in _unsettled
+
+
+def _retry_in_background(work: Coroutine[Any, Any, None], user_ids: list[UserId]) -> None:
+    _unsettled.update(user_ids)
+    task = asyncio.ensure_future(work)
+    _retrying.add(task)
+
+    def done(task: asyncio.Task[None]) -> None:
+        _retrying.discard(task)
+        _unsettled.subtract(user_ids)
+        for user_id in user_ids:
+            if _unsettled[user_id] <= 0:
+                del _unsettled[user_id]
+
+    task.add_done_callback(done)
 
 
 #: channel-layer calls of this process that failed so far (hubs resync after failures stop)
@@ -159,9 +184,7 @@ async def aannounce(
         return
     failed = await _send_changes(layer, ids, stamp)
     if failed:
-        task = asyncio.ensure_future(_announce_later(layer, failed))
-        _retrying.add(task)
-        task.add_done_callback(_retrying.discard)
+        _retry_in_background(_announce_later(layer, failed), failed)
 
 
 async def astamp_changes(user_ids: list[UserId]) -> None:
@@ -176,9 +199,7 @@ async def astamp_changes(user_ids: list[UserId]) -> None:
         store.plans.stamp_changes(user_ids, time.time(), stamps_kept(conf)), live=True
     ):
         return
-    task = asyncio.ensure_future(_stamp_later(store, user_ids))
-    _retrying.add(task)
-    task.add_done_callback(_retrying.discard)
+    _retry_in_background(_stamp_later(store, user_ids), list(user_ids))
 
 
 async def _stamp_later(store: Any, user_ids: list[UserId]) -> None:

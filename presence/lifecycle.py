@@ -62,7 +62,9 @@ def _connection(
 ) -> Operation[Transition | None]:
     now = resolution.now()
     store = get_store()
-    plan = store.plans.connection(user_id, op, now, connection_id, device=device, idle=idle)
+    plan = store.plans.connection(
+        user_id, op, now, connection_id, device, idle, announce.retrying(user_id)
+    )
     if rider is not None:
         plan = _riding_along(plan, *rider)
     # The script settles the transition (presence.signals): its signal is sent even if this

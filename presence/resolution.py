@@ -49,12 +49,16 @@ def is_news(transition: Transition | None, at: float) -> bool:
     devices), so it is announced. Readers judge a state at the time they start reading it, so
     one who saw the user offline while the write was under way is told too.
 
-    A write that dropped crashed connections is news whatever it changed: the process that
-    held them may have died between recording a change and announcing it (a killed server),
-    and that change, already in ``before``, would otherwise never be told."""
+    A write that dropped an unsettled crashed connection is news whatever it changed: the
+    process that held it may have died between recording a change through it and announcing
+    it (a killed server), and that change, already in ``before``, would otherwise never be told.
+    A crashed connection whose last write was no news (a heartbeat) is settled: its process
+    lived past its earlier announcements, and dropping it is news only if that changes what the
+    user shows (a reconnect storm's thousands of dead connections are then no announcement
+    and no change stamp each)."""
     if transition is None:
         return False
-    return transition.crashed > 0 or domain.live_news(
+    return transition.unsettled > 0 or domain.live_news(
         transition.before, transition.after, at, timing(), until=now()
     )
 

@@ -82,13 +82,21 @@ def test_an_announcement_the_layer_refused_is_sent_again_once_it_is_back(
         failures = announce.layer_failures
         await announce.aannounce([7])  # refused: the layer's Redis is down
         assert announce.layer_failures == failures + 1
+        # Meanwhile user 7's connection writes here leave them unsettled (lua/connection.lua).
+        assert announce.retrying(7) and not announce.retrying(8)
         layer_server.start()
         # Back, and empty: the group is joined again (as the hub does after failures).
         await layer.group_add(group_name(7), channel)
         try:
-            return await received(layer, channel, 1, 10)
+            messages = await received(layer, channel, 1, 10)
         finally:
             await layer.flush()
+        for _ in range(100):  # the retry ends once its message is out
+            if not announce.retrying(7):
+                break
+            await asyncio.sleep(0.01)
+        assert not announce.retrying(7)
+        return messages
 
     caplog.set_level(logging.WARNING, logger="presence")
     with (

@@ -190,7 +190,7 @@ async def test_a_change_never_announced_is_announced_when_its_connection_is_foun
         clock.move_to(at(5 + TTL_END - 1))
         # The dead server's connection is found crashed at the first write after its TTL.
         beat = await lifecycle.aheartbeat(user, "c2")
-        assert beat is not None and beat.crashed == 1
+        assert beat is not None and (beat.crashed, beat.unsettled) == (1, 1)
         # Nothing visible changed in Redis: online, active, on the web, before and after...
         for state in (beat.before, beat.after):
             assert (state.connected, state.idle, state.devices) == (True, False, (Device.WEB,))
@@ -223,6 +223,79 @@ async def test_the_sweep_announces_users_still_online_who_lost_a_crashed_connect
         assert await news.received() == [user.pk]
         left = get_store().run(get_store().plans.describe_connections(user.pk))
         assert [entry.split(":")[0] for entry in left] == ["c2"]
+    finally:
+        await get_store().aclose()
+
+
+def change_stamp(redis_client: redis.Redis, user: Any) -> float | None:
+    """When the user's visible presence last changed, as pages and resuming sockets read it."""
+    keys = get_store().keys
+    key = keys.changes_key(keys.shard_of(keys.bucket_of(user.pk)))
+    return redis_client.zscore(key, redis_member(user))
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_dropping_a_crashed_connection_whose_last_write_was_no_news_announces_nothing(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, redis_client: redis.Redis
+) -> None:
+    # A reconnect storm: the server holding c1 was killed long after its last change was
+    # announced (its last write, a heartbeat, changed nothing); the page goes on over c2.
+    # Dropping c1 changes nothing anyone sees: no announcement, no change stamp.
+    user = await sync_to_async(make_user)()
+    news = Announcements()
+    await news.watch(user)
+    try:
+        await lifecycle.aconnect(user, "c1")
+        assert await news.received() == [user.pk]
+        clock.shift(30)
+        await lifecycle.aheartbeat(user, "c1")  # its last write: no news
+        clock.shift(5)
+        await lifecycle.aconnect(user, "c2")
+        assert await news.received() == []
+        stamped = change_stamp(redis_client, user)
+        assert stamped is not None  # c1's open
+        clock.move_to(at(30 + TTL_END))
+        beat = await lifecycle.aheartbeat(user, "c2")
+        assert beat is not None and (beat.crashed, beat.unsettled) == (1, 0)
+        assert await news.received() == []
+        assert change_stamp(redis_client, user) == stamped
+        left = get_store().run(get_store().plans.describe_connections(user.pk))
+        assert [entry.split(":")[0] for entry in left] == ["c2"]
+    finally:
+        await get_store().aclose()
+
+
+@live_db
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_crashed_connection_written_while_an_announcement_was_retried_is_announced(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # c1's process was still retrying an announcement of the user's (the layer down) when it
+    # wrote c1's last heartbeat, and died: that announcement may never have gone out.
+    user = await sync_to_async(make_user)()
+    news = Announcements()
+    await news.watch(user)
+    try:
+        await lifecycle.aconnect(user, "c1")
+        assert await news.received() == [user.pk]
+        clock.shift(30)
+        store = get_store()
+        quiet_at = lifecycle.resolution.now()
+        # no news, nothing pending: settled
+        quiet = await store.arun(store.plans.connection(user.pk, "beat", quiet_at, "c1"))
+        assert quiet is not None and not lifecycle.resolution.is_news(quiet, quiet_at)
+        plan = store.plans.connection(
+            user.pk, "beat", lifecycle.resolution.now(), "c1", retrying=True
+        )
+        assert await store.arun(plan) is not None
+        clock.shift(5)
+        await lifecycle.aconnect(user, "c2")
+        assert await news.received() == []
+        clock.move_to(at(30 + TTL_END))
+        beat = await lifecycle.aheartbeat(user, "c2")
+        assert beat is not None and (beat.crashed, beat.unsettled) == (1, 1)
+        assert await news.received() == [user.pk]
     finally:
         await get_store().aclose()
 

@@ -270,8 +270,31 @@ def test_auto_paces_page_views_and_the_opening_at_ours_when_dearer_than_planned(
     # Ours cheaper than the goal: twice bare's is planned; the opening is at most MAX_OPENING.
     cheap = Ours(opened=500, opening_cpu=1.0, beats=2000, beat_cpu=0.8)
     assert plan(bare, cheap, 10_000, 2, 200.0, cores=2.0).rate == pytest.approx(0.5 / 0.006)
+    # Fewer cores free: slower, as the cost measured allows (500 s for 10,000 here)...
     slow = plan(bare, ours, 10_000, 2, 200.0, cores=0.5)
-    assert slow.opening == pytest.approx(10_000 / MAX_OPENING)
+    assert slow.opening == pytest.approx(20.0)
+    # ...down to the bound of a machine far too busy.
+    crowded = plan(bare, ours, 10_000, 2, 200.0, cores=0.05)
+    assert crowded.opening == pytest.approx(10_000 / MAX_OPENING)
+    assert f"at least 10,000 in {MAX_OPENING:.0f} s" in crowded.why[-1]
+
+
+def test_the_opening_pace_follows_the_servers_cpu_within_the_plan() -> None:
+    from tools.loadtest.calibrate import MIN_PACE, Bare, Ours, next_pace, plan
+
+    bare = Bare(clients=1000, cpu=3.0, seconds=5.0)
+    ours = Ours(opened=500, opening_cpu=5.0, beats=2000, beat_cpu=0.8)
+    # The opening may use its share and the heartbeats' of the cores free: 55 % of 2.
+    assert plan(bare, ours, 10_000, 2, 200.0, cores=2.0).opening_cores == pytest.approx(1.1)
+    # Over the budget: cut to it; a server behind its channel: halved, whatever its CPU.
+    assert next_pace(1.0, cores=1.5, budget=1.0, late=False) == pytest.approx(2 / 3)
+    assert next_pace(0.8, cores=0.2, budget=1.0, late=True) == pytest.approx(0.4)
+    # Well under: a quarter faster, never above the plan; near it: kept.
+    assert next_pace(0.4, cores=0.5, budget=1.0, late=False) == pytest.approx(0.5)
+    assert next_pace(0.9, cores=0.1, budget=1.0, late=False) == 1.0
+    assert next_pace(0.5, cores=0.9, budget=1.0, late=False) == 0.5
+    # Never below MIN_PACE: the opening ends.
+    assert next_pace(MIN_PACE, cores=9.0, budget=1.0, late=True) == MIN_PACE
 
 
 def test_rate_and_heartbeat_given_are_kept_and_nothing_measured_keeps_the_defaults() -> None:

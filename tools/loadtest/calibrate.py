@@ -69,12 +69,20 @@ QUIET_WINDOW = 0.5
 QUIET_TIMEOUT = 30.0
 #: the calibration process's CONNECTION_TTL (seconds): longer than the calibration
 HOLD = 300
-#: the opening takes at most this long (seconds): past it, faster than the share allows
-MAX_OPENING = 180.0
+#: the opening takes at most this long (seconds): past it, faster than the share allows. Long:
+#: the pace follows what an opening measured costs (a floor of 180 s asked 1.6 of 2 shared cores
+#: at the full size, and that opening never ended); this only bounds a machine far too busy
+MAX_OPENING = 1800.0
 #: after a paced opening the load starts once the servers use at most this many times their
 #: heartbeats' cores (plus QUIET each), over windows of CAUGHT_UP_WINDOW s, at most
 #: CAUGHT_UP_TIMEOUT s: the opening's announcements are not measured as the load's fan-out
 CAUGHT_UP_MARGIN = 1.5
+#: while a paced opening runs, the servers' CPU is read every PACE_WINDOW s and the pace follows
+#: it (next_pace): an opening costs more with every socket open already (each open is
+#: announced to the watchers there), which the calibration's 500 sockets do not show; the pace
+#: falls to MIN_PACE of the planned one at most
+PACE_WINDOW = 2.0
+MIN_PACE = 0.25
 CAUGHT_UP_WINDOW = 2.0
 CAUGHT_UP_TIMEOUT = 120.0
 
@@ -142,6 +150,8 @@ class Plan:
     why: list[str] = field(default_factory=list)
     #: the servers' cores for the heartbeats at that pace (ours measured), if known
     heartbeat_cores: float | None = None
+    #: the servers' cores the opening may use (its share, and the heartbeats'), if paced
+    opening_cores: float | None = None
 
     def caught_up_below(self, processes: int) -> float | None:
         """The servers' CPU (cores) under which they are done with the opening: the
@@ -149,6 +159,19 @@ class Plan:
         if self.opening is None or self.heartbeat_cores is None:
             return None
         return CAUGHT_UP_MARGIN * self.heartbeat_cores + QUIET * processes
+
+
+def next_pace(factor: float, cores: float, budget: float, late: bool) -> float:
+    """The opening's pace, as a fraction of the planned one, after a window in which the
+    servers used ``cores`` of their ``budget``: halved while one is behind its channel, cut to
+    the budget when over it, raised by a quarter when well under (never above the plan)."""
+    if late:
+        return max(MIN_PACE, factor / 2)
+    if cores > budget:
+        return max(MIN_PACE, factor * budget / cores)
+    if cores < 0.8 * budget:
+        return min(1.0, factor * 1.25)
+    return factor
 
 
 def behind(log: Path) -> bool:
@@ -364,7 +387,8 @@ def plan(
     else:
         why.append("sockets opened all at once (through the handshake limit)")
     heartbeat_cores = connections / heartbeat * per_beat if per_beat else None
-    return Plan(heartbeat, rate, opening, why, heartbeat_cores)
+    opening_cores = (OPENING_SHARE + HEARTBEAT_SHARE) * cores if opening is not None else None
+    return Plan(heartbeat, rate, opening, why, heartbeat_cores, opening_cores)
 
 
 def cpu_row(server_cpu: float, page_views: int, bare: Bare | None) -> str:

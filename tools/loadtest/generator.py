@@ -368,6 +368,8 @@ class Generator:
         self.clients = [Client(c, self) for c in spec.clients]
         self.opening = asyncio.Semaphore(OPENING_AT_ONCE)
         self.paused = False
+        #: a paced opening's pace, a fraction of the planned one (the harness's, run.py)
+        self.pace = 1.0
         self.stopping = False
         self.background: set[asyncio.Task[Any]] = set()
         #: the calibration's sockets (calibrate.py), open between its commands
@@ -394,11 +396,15 @@ class Generator:
             await asyncio.gather(*(client.open() for client in self.clients))
             return time.monotonic() - started
         opening = []
-        for number, client in enumerate(self.clients):
-            wait = started + number / per_second - time.monotonic()
+        next_at = started
+        for client in self.clients:
+            wait = next_at - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             opening.append(asyncio.create_task(client.open()))
+            # At the pace the harness sets as it goes (``pace``: a fraction of the planned
+            # one); a late tick is not made up for by a burst.
+            next_at = max(next_at, time.monotonic() - 1.0) + 1 / (per_second * self.pace)
         await asyncio.gather(*opening)
         return time.monotonic() - started
 
@@ -693,10 +699,24 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
     per_second = await before_opening(generator, pipe)
     # A paced opening's load waits for the harness's "resume" (the servers done with it).
     generator.paused = per_second is not None
+    opening = True
+
+    async def follow_pace() -> None:
+        # The harness's ("pace", fraction) while the opening runs (run.py reads the servers'
+        # CPU); the only reader of the pipe until "opened" is sent.
+        while opening:
+            if await loop.run_in_executor(None, pipe.poll, 0.2):
+                command, argument = pipe.recv()
+                if command == "pace":
+                    generator.pace = float(argument)
+
+    pacing = asyncio.create_task(follow_pace())
     opened_in = await generator.open_all(per_second)
     tasks = [asyncio.create_task(generator.heartbeats())]
     # The load starts once the opening storm has passed: every client has its snapshots.
     settled_in = await generator.settle(OPENING_SETTLE_TIMEOUT)
+    opening = False
+    await pacing
     pipe.send(("opened", (opened_in, settled_in)))
     tasks.append(asyncio.create_task(generator.behaviours()))
     try:
@@ -705,6 +725,8 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
             if not ready:
                 continue
             command, argument = pipe.recv()
+            if command == "pace":
+                continue  # sent as the opening ended: nothing left to pace
             if command == "pause":
                 generator.paused = True
                 pipe.send(("ok", None))

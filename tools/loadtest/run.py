@@ -239,14 +239,17 @@ class Run:
         per_generator = pace.opening / len(pipes) if pace.opening else None
         for pipe in pipes:
             pipe.send(("open", (config.HEARTBEAT_INTERVAL, per_generator)))
-        opened, settled = [], []
         opening_seconds = self.sizes.connections / pace.opening if pace.opening else 0.0
-        for pipe in pipes:
-            if not pipe.poll(300 + opening_seconds):
-                raise RuntimeError("the generators did not open their connections in time")
-            opened_in, settled_in = pipe.recv()[1]
-            opened.append(opened_in)
-            settled.append(settled_in)
+        opened, settled, slowest = self.wait_opened(
+            pipes, 300 + opening_seconds / calibrate.MIN_PACE, pace.opening_cores
+        )
+        if slowest < 1.0:
+            text = (
+                f"its pace cut to {slowest:.0%} of the plan at the slowest: the servers' CPU "
+                f"kept within {pace.opening_cores:.2f} cores"
+            )
+            print(f"loadtest: paced opening: {text}", flush=True)
+            self.rows.append(("paced opening", text))
         print(
             f"loadtest: {self.sizes.connections} connections opened in {max(opened):.1f} s, "
             f"every snapshot in {max(settled):.1f} s later",
@@ -405,6 +408,44 @@ class Run:
             ("pace (calibrate.py)", f"{free:.1f} cores free (load {load}): " + "; ".join(plan.why))
         )
         return plan
+
+    def wait_opened(
+        self, pipes: list[Any], timeout: float, budget: float | None
+    ) -> tuple[list[float], list[float], float]:
+        """Each generator's opening and settling times, once all are done; meanwhile, for a
+        paced opening (``budget``: the servers' cores it may use), the pace follows the servers'
+        CPU (calibrate.next_pace). Returns those times and the slowest pace set."""
+        from tools.loadtest.storm import cpu_seconds
+
+        deadline = time.monotonic() + timeout
+        done: dict[int, tuple[float, float]] = {}
+        servers = [(d.pid, d.log_path) for d in self.servers.daphnes]
+        before = sum(cpu_seconds(pid) for pid, _ in servers)
+        factor = slowest = 1.0
+        while len(done) < len(pipes):
+            window = time.monotonic()
+            for number, pipe in enumerate(pipes):
+                if number not in done and pipe.poll(0):
+                    done[number] = pipe.recv()[1]
+            if len(done) == len(pipes):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the generators did not open their connections in time")
+            time.sleep(calibrate.PACE_WINDOW)
+            if budget is None:
+                continue
+            now = sum(cpu_seconds(pid) for pid, _ in servers)
+            cores = (now - before) / max(time.monotonic() - window, 0.1)
+            before = now
+            late = any(calibrate.behind(log) for _, log in servers)
+            paced = calibrate.next_pace(factor, cores, budget, late)
+            if paced != factor:
+                factor, slowest = paced, min(slowest, paced)
+                for number, pipe in enumerate(pipes):
+                    if number not in done:
+                        pipe.send(("pace", factor))
+        times = [done[number] for number in range(len(pipes))]
+        return [t[0] for t in times], [t[1] for t in times], slowest
 
     def set_heartbeat(self, seconds: int) -> None:
         """The heartbeat chosen, in the servers' settings (not started yet) and the harness's."""

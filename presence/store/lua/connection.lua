@@ -3,7 +3,9 @@
 -- start of the connection TTL (now - 1 - TTL: a heartbeat's TTL counts from the end of its
 -- second, as in domain.offline_at), start of the online window (page views' devices, see TOUCH),
 -- most live connections a user may have.
--- Each connection is one hash field "user:id" = "device_bit:idle:connected_at:expiry" and one
+-- Each connection is one hash field "user:id" = "device_bit:idle:connected_at:expiry:unsettled"
+-- (unsettled 1: its last write changed what the user shows, and its announcement may not have
+-- been made; absent in entries of older versions, taken as 1) and one
 -- member of the expiries set; the user's aggregate (field "user", see TOUCH) counts them, so a
 -- heartbeat costs O(log n) whatever the user's connections. Connections gone by now are dropped
 -- first (crash detection, at the moment domain.live_status counts them gone; a range query finds
@@ -22,9 +24,13 @@
 -- ARGV[15] the time the open was sent, ARGV[16] the time before which stamps are forgotten: an
 -- open that changes what the user shows (online, a device, crashed connections dropped) stamps
 -- the change itself, at the later of ARGV[15] and Redis's time, in its own round trip.
+-- ARGV[17] (a beat or an open) 1 if announcements of this user's earlier changes are still
+-- being retried by the writing process: the connection stays unsettled.
 -- Returns {old score or false, new score or false, live connections, refused (0/1), connections
--- dropped as crashed, made, invisible, at, outbox entry (see settle), stamped (0/1)}.
+-- dropped as crashed, made, invisible, at, outbox entry (see settle), stamped (0/1), crashed
+-- connections dropped that were unsettled}.
 local uid = ARGV[1]
+local entry = false -- a beat's or an open's entry, written once its news is known
 local op = ARGV[2]
 local beat = op == 'beat' or op == 'open'
 local id = ARGV[3]
@@ -50,7 +56,7 @@ local since = now
 if op ~= 'expire' then
   local value = redis.call('HGET', KEYS[2], field)
   if value then
-    local b, idle, s, expiry = string.match(value, '^(%d+):(%d):(%d+):(%d+)$')
+    local b, idle, s, expiry = string.match(value, '^(%d+):(%d):(%d+):(%d+)')
     if b then since = s end
     if b and tonumber(expiry) > now then cur = {tonumber(b), idle, s, tonumber(expiry)} end
   end
@@ -61,13 +67,15 @@ if beat and not cur and a[1] >= tonumber(ARGV[9]) then
 end
 -- crash detection: drop the connections not heard from for the TTL
 local gone = redis.call('ZRANGEBYLEX', KEYS[3], first, gone_below)
-local crashed = 0
+-- (its process may have died between recording a change and announcing it: unsettled)
+local crashed, unsettled = 0, 0
 for _, member in ipairs(gone) do
   local f = prefix .. string.sub(member, #prefix + 12)
   local value = redis.call('HGET', KEYS[2], f)
   if value then
     crashed = crashed + 1
-    local b, idle = string.match(value, '^(%d+):(%d)')
+    local b, idle, settled = string.match(value, '^(%d+):(%d):%d+:%d+:?(%d?)$')
+    if settled ~= '0' then unsettled = unsettled + 1 end
     b = tonumber(b)
     a[1] = math.max(a[1] - 1, 0)
     a[1 + slot(b)] = math.max(a[1 + slot(b)] - 1, 0)
@@ -98,7 +106,7 @@ if beat then
   a[1 + slot(b)] = a[1 + slot(b)] + 1
   if ARGV[5] == '0' then a[5] = a[5] + 1 end
   redis.call('ZADD', KEYS[3], 0, expiry_member(prefix, expiry, id))
-  redis.call('HSET', KEYS[2], field, table.concat({b, ARGV[5], since, expiry}, ':'))
+  entry = {b, ARGV[5], since, expiry}
 elseif op == 'close' and cur then
   redis.call('ZREM', KEYS[3], expiry_member(prefix, cur[4], id))
   redis.call('HDEL', KEYS[2], field)
@@ -149,8 +157,13 @@ local function shown(s)
   if s < 0 then return -1 - (-s % SCORE_FACTOR) end
   return 1 + s % SCORE_FACTOR
 end
+local news = unsettled > 0 or made[1] ~= 0 or shown(o) ~= shown(tonumber(score))
+if entry then
+  entry[5] = (news or ARGV[17] == '1') and 1 or 0
+  redis.call('HSET', KEYS[2], field, table.concat(entry, ':'))
+end
 local stamped = 0
-if op == 'open' and KEYS[10] and (crashed > 0 or made[1] ~= 0 or shown(o) ~= shown(tonumber(score))) then
+if op == 'open' and KEYS[10] and news then
   local t = redis.call('TIME')
   local at = string.format('%.6f', math.max(tonumber(ARGV[15]), t[1] + t[2] / 1000000))
   redis.call('SET', KEYS[11], at, 'NX')
@@ -158,4 +171,4 @@ if op == 'open' and KEYS[10] and (crashed > 0 or made[1] ~= 0 or shown(o) ~= sho
   redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[16])
   stamped = 1
 end
-return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4], stamped}
+return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4], stamped, unsettled}

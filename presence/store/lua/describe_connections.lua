@@ -9,7 +9,7 @@ for _, member in ipairs(members) do
   local id = string.sub(member, #prefix + 12)
   local value = redis.call('HGET', KEYS[1], prefix .. id)
   if value then
-    local b, idle, since, expiry = string.match(value, '^(%d+):(%d):(%d+):(%d+)$')
+    local b, idle, since, expiry = string.match(value, '^(%d+):(%d):(%d+):(%d+)')
     entries[#entries + 1] = table.concat({id, b, idle, since, expiry - ARGV[2]}, ':')
   end
 end

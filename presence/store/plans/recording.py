@@ -43,6 +43,9 @@ class Transition:
     #: the write stamped its change itself (an open, lua/connection.lua): announcing it needs
     #: no stamp of its own (presence.announce)
     stamped: bool = field(default=False, compare=False)
+    #: of the crashed connections, those whose last write changed what the user shows: their
+    #: process may have died before announcing it (the others' last write was no news)
+    unsettled: int = field(default=0, compare=False)
 
     @classmethod
     def from_reply(
@@ -66,6 +69,7 @@ class Transition:
             at=float(made[2]) if made[2] is not None else None,
             entry=_text(made[3]),
             stamped=stamped,
+            unsettled=int(reply[10]) if len(reply) > 10 else 0,
         )
 
 
@@ -159,9 +163,15 @@ class RecordingPlans(PlanArea):
         connection_id: str = "-",
         device: domain.Device = domain.Device.WEB,
         idle: bool = False,
+        retrying: bool = False,
     ) -> Plan[Transition | None]:
         """A connection's opening ("open"), heartbeat ("beat"), close, or ("expire") a check
         that drops the user's connections not heard from for CONNECTION_TTL.
+
+        An open or a beat marks the connection unsettled when it changed what the user shows,
+        or while (``retrying``) an announcement of the user's is being retried: if its process
+        dies, dropping it is news (``Transition.unsettled``), as its change may never have been
+        announced. Dropping a settled one is news only if it changes what the user shows.
 
         An open (or a beat of a connection no longer live) while the user has
         MAX_CONNECTIONS_PER_USER live connections is refused (``Transition.refused``) and
@@ -179,7 +189,7 @@ class RecordingPlans(PlanArea):
             self.keys.user_outbox_key(user_id),
             self.keys.prior_key(bucket),
         ]
-        due: list[Any] = []
+        due: list[Any] = ["", "", ""]  # ARGV[14..16]: an open's only
         if op == "open":
             # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[14]),
             # and so is the stamp of the change it makes (KEYS[10..11], ARGV[15..16]; see
@@ -190,11 +200,11 @@ class RecordingPlans(PlanArea):
                 self.keys.changes_key(shard),
                 self.keys.changes_epoch_key(shard),
             )
-            due += (
+            due = [
                 seconds + domain.SECOND + self.conf.CONNECTION_TTL,
                 repr(now),
                 repr(now - stamps_kept(self.conf)),
-            )
+            ]
         commands: list[tuple[Any, ...]] = [
             script_call(
                 CONNECTION,
@@ -212,6 +222,7 @@ class RecordingPlans(PlanArea):
                     *self._timing(),
                     self.keys.closes_channel(),
                     *due,
+                    int(retrying),
                 ],
             )
         ]

@@ -3,8 +3,8 @@ from :mod:`presence.store.keys` (so Python and Lua cannot drift) and the shared 
 (``aggregate.lua``, ``connections.lua``, ``outbox.lua``, ``ledger.lua``, ``room_common.lua``)
 prepended where a script uses them: only the top-level locals of the fragments the script
 reaches, transitively (:func:`shake`), since Redis runs a script's whole text on every call and
-each ``local function`` defined is a closure made again each time (a room's join defined ~25,
-using 10).
+each ``local function`` defined is a closure made again each time (a room's read defined 30,
+using 11).
 
 What each script takes (KEYS, ARGV) and returns is described at the top of its file.
 """
@@ -95,11 +95,16 @@ def _statements(fragment: str) -> list[str]:
     return statements
 
 
+def _code(statement: str) -> str:
+    """The statement without the comment lines before it."""
+    lines = statement.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("--")).strip()
+
+
 def _defines(statement: str) -> set[str] | None:
     """The locals a statement defines; None for one that must always run (not a local
     definition, or a value that calls Redis: defining a function runs none of its body)."""
-    lines = statement.splitlines(keepends=True)
-    code = "".join(line for line in lines if not line.startswith("--")).strip()
+    code = _code(statement)
     match = _DEFINES.match(code)
     if not match:
         return None
@@ -112,10 +117,21 @@ def _defines(statement: str) -> set[str] | None:
 
 def shake(fragments: list[str], script: str) -> str:
     """The fragments' top-level statements that ``script`` needs: every statement that is not
-    a plain local definition, and the locals the script (or a kept statement) names,
-    transitively; the rest is left out, in the fragments' order."""
+    a plain local definition (a value that calls one of the fragments' functions is not plain:
+    it may write), and the locals the script (or a kept statement) names, transitively; the
+    rest is left out, in the fragments' order."""
     statements = [s for fragment in fragments for s in _statements(fragment)]
     defines = [_defines(s) for s in statements]
+    functions = {
+        name
+        for s, names in zip(statements, defines, strict=True)
+        if names and _code(s).startswith("local function")
+        for name in names
+    }
+    for i, (s, names) in enumerate(zip(statements, defines, strict=True)):
+        code = _code(s)
+        if names and not code.startswith("local function") and names_used(code) & functions:
+            defines[i] = None
     keep = [d is None for d in defines]
     wanted = names_used(script)
     for s, d in zip(statements, defines, strict=True):

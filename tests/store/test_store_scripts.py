@@ -95,6 +95,8 @@ def test_shake_keeps_what_is_reached_and_what_must_run() -> None:
         "end\n"
         "local function used() return helper(1) end\n"
         "local C = redis.call('GET', 'k')\n"
+        "local function writes() return 1 end\n"
+        "local D = writes()\n"
         "local named_in_a_string = 3\n"
     )
     shaken = scripts.shake([fragment], "return used() .. 'named_in_a_string' -- unused()\n")
@@ -102,6 +104,9 @@ def test_shake_keeps_what_is_reached_and_what_must_run() -> None:
     assert "local function helper(x)\n  return x + B\nend\n" in shaken  # reached through used
     assert "local A, B = 1, 2" in shaken  # reached through helper
     assert "local C = redis.call" in shaken  # calls Redis: always runs
+    # a value calling a fragment's function always runs (the function may write), with it
+    assert "local D = writes()" in shaken
+    assert "local function writes()" in shaken
     assert "unused() return A" not in shaken
     assert "named_in_a_string = 3" not in shaken  # a string or a comment is no use
 

@@ -711,8 +711,11 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
                     generator.pace = float(argument)
 
     pacing = asyncio.create_task(follow_pace())
-    opened_in = await generator.open_all(per_second)
+    # Beating from the first socket on: a paced opening lasts minutes, and a socket silent
+    # for CONNECTION_TTL meanwhile expired, its user offline and back (announced to every
+    # watcher, stamped: a resume later was sent nearly everyone again).
     tasks = [asyncio.create_task(generator.heartbeats())]
+    opened_in = await generator.open_all(per_second)
     # The load starts once the opening storm has passed: every client has its snapshots.
     settled_in = await generator.settle(OPENING_SETTLE_TIMEOUT)
     opening = False

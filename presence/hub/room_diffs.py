@@ -28,8 +28,22 @@ def diff(
     """The room_diff that brings ``view`` to what ``viewer`` may see now, or None."""
     joins: dict[UserId, Member] = {}
     leaves: list[UserId] = []
+    #: listed members moved past the list's end: only a refill may list them again
+    moved_out: set[UserId] = set()
     for user_id in view.listed.keys() & changed:
         member = delta.member_for(viewer, user_id)
+        if member is not None and user_id != viewer and user_id in view.ranks:
+            # Its stay ended and it joined anew (in one window): its place is its new join
+            # time. Past the list's last member while others wait, it leaves the list, and the
+            # place freed is refilled as a fresh read fills it (refill), with it if it ranks.
+            moved = _rank_of(delta, user_id, delta.contacts.get(viewer, set()))
+            if moved != view.ranks[user_id]:
+                del view.ranks[user_id]
+                if view.others > 0 and view.ranks and moved > max(view.ranks.values()):
+                    member = None
+                    moved_out.add(user_id)
+                else:
+                    view.ranks[user_id] = moved
         if member is None:
             del view.listed[user_id]
             view.ranks.pop(user_id, None)
@@ -37,7 +51,7 @@ def diff(
         elif not _same(view.listed[user_id], member):
             view.listed[user_id] = joins[user_id] = member
     if viewer in delta.resolving:
-        _take_places(view, delta, viewer, limit, joins, leaves)
+        _take_places(view, delta, viewer, limit, joins, leaves, moved_out)
     count = max(delta.count_for(viewer), len(view.listed))
     others = count - len(view.listed)
     if not joins and not leaves and others == view.others:
@@ -60,13 +74,18 @@ def _take_places(
     limit: int,
     joins: dict[UserId, Member],
     leaves: list[UserId],
+    moved_out: set[UserId],
 ) -> None:
     """The changed users ``viewer`` may list and does not, listed as a fresh read lists them:
     the first ``limit`` in the listing order (the viewer, its contacts, then by join time). Each
     takes a place left, else the place of the list's last member when it comes before it (a
     contact, or a member who joined earlier and just became visible to the viewer), who counts
     in ``others`` from then on."""
-    newcomers = [(uid, member) for uid, member in delta.listable(viewer) if uid not in view.listed]
+    newcomers = [
+        (uid, member)
+        for uid, member in delta.listable(viewer)
+        if uid not in view.listed and uid not in moved_out
+    ]
     if not newcomers:
         return
     contacts = delta.contacts.get(viewer, set())
@@ -178,4 +197,6 @@ def refill(
             # Not a contact: the viewer's contacts it may see are listed first already.
             view.ranks[user_id] = rank(False, joined_at, user_id)
             frame["joins"][str(user_id)] = delta.encoded(member)
+            if str(user_id) in frame["leaves"]:  # it moved, and is still among the first
+                frame["leaves"].remove(str(user_id))
         view.others = frame["others"] = frame["count"] - len(view.listed)

@@ -147,3 +147,46 @@ async def test_a_listed_member_that_changes_is_resolved_and_refilled(
     view = rooms.views[connection][ROOM]  # type: ignore[index]
     assert {str(uid) for uid in view.listed} == set(fresh["members"])
     assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
+
+
+async def test_a_listed_member_who_joins_anew_takes_its_new_place(settings: Any) -> None:
+    # Its stay ended and it joined again within one window: listed by its first join time,
+    # it now comes after the members who waited in ``others``, and a fresh read lists one of
+    # them instead (the view kept it where it was, for good).
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT, "OFFLINE_GRACE": 2}
+    User = get_user_model()
+
+    @sync_to_async
+    def users() -> tuple[list[Any], Any]:
+        members = [User.objects.create_user(username=f"m{n}") for n in range(LIMIT + 3)]
+        viewer = User.objects.create_user(username="viewer")
+        for user in [*members, viewer]:
+            PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        return members, viewer
+
+    members, viewer_user = await users()
+    store = get_store()
+    now = time.time()
+    await enter(store, members, now - 20, set())
+    registry = Registry()
+    rooms = RoomViews(registry, Groups(None, registry))
+    viewer = Viewer(viewer_user)
+    registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
+    rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
+    rooms.show(viewer, ROOM, await aread_room_state(parse_room(ROOM), viewer_user))  # type: ignore[arg-type]
+    view = rooms.views[viewer][ROOM]  # type: ignore[index]
+    assert set(view.listed) == {m.pk for m in members[:LIMIT]} and view.others == 3
+    moved = members[1]
+    await store.arun(store.plans.leave_room(ROOM, moved.pk, "c", now - 15))
+    await store.arun(store.plans.join_room(ROOM, moved.pk, "c", now - 1))  # its stay ended
+    await rooms.deliver(ROOM, {moved.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert str(moved.pk) not in fresh["members"]
+    (frame,) = viewer.frames
+    assert frame["leaves"] == [str(moved.pk)] and set(frame["joins"]) == {str(members[LIMIT].pk)}
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
+    # Joining anew again, it stays where it is now: no frame.
+    viewer.frames.clear()
+    await rooms.deliver(ROOM, {members[LIMIT + 2].pk})
+    assert viewer.frames == []

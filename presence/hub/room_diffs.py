@@ -34,12 +34,14 @@ def diff(
         member = delta.member_for(viewer, user_id)
         if member is not None and user_id != viewer and user_id in view.ranks:
             # Its stay ended and it joined anew (in one window): its place is its new join
-            # time. Past the list's last member while others wait, it leaves the list, and the
-            # place freed is refilled as a fresh read fills it (refill), with it if it ranks.
+            # time. Past a full list's last member while others wait, it leaves the list, and
+            # the place freed is refilled as a fresh read fills it (refill), with it if it
+            # ranks. (A list with room lists every member the viewer may see: it stays.)
             moved = _rank_of(delta, user_id, delta.contacts.get(viewer, set()))
             if moved != view.ranks[user_id]:
+                full = len(view.listed) >= limit
                 del view.ranks[user_id]
-                if view.others > 0 and view.ranks and moved > max(view.ranks.values()):
+                if full and view.others > 0 and view.ranks and moved > max(view.ranks.values()):
                     member = None
                     moved_out.add(user_id)
                 else:

@@ -190,3 +190,40 @@ async def test_a_listed_member_who_joins_anew_takes_its_new_place(settings: Any)
     viewer.frames.clear()
     await rooms.deliver(ROOM, {members[LIMIT + 2].pk})
     assert viewer.frames == []
+
+
+async def test_a_member_who_joins_anew_stays_in_a_list_with_room(settings: Any) -> None:
+    # The list has room (the others are hidden from the viewer): every member the viewer may
+    # see is listed, so one who joined anew stays listed, now last -- past the first members
+    # a refill would read (SCAN_FACTOR * LIMIT).
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT, "OFFLINE_GRACE": 2}
+    User = get_user_model()
+
+    @sync_to_async
+    def users() -> tuple[list[Any], Any]:
+        members = [User.objects.create_user(username=f"m{n}") for n in range(2 * LIMIT + 3)]
+        viewer = User.objects.create_user(username="viewer")
+        for user in [*members[:3], viewer]:  # the rest keep the default: hidden, in others
+            PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        return members, viewer
+
+    members, viewer_user = await users()
+    store = get_store()
+    now = time.time()
+    await enter(store, members, now - 20, set())
+    registry = Registry()
+    rooms = RoomViews(registry, Groups(None, registry))
+    viewer = Viewer(viewer_user)
+    registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
+    rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
+    rooms.show(viewer, ROOM, await aread_room_state(parse_room(ROOM), viewer_user))  # type: ignore[arg-type]
+    view = rooms.views[viewer][ROOM]  # type: ignore[index]
+    assert set(view.listed) == {m.pk for m in members[:3]} and view.others == 2 * LIMIT
+    moved = members[1]
+    await store.arun(store.plans.leave_room(ROOM, moved.pk, "c", now - 15))
+    await store.arun(store.plans.join_room(ROOM, moved.pk, "c", now - 1))  # its stay ended
+    await rooms.deliver(ROOM, {moved.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert str(moved.pk) in fresh["members"]
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert all(frame["leaves"] == [] for frame in viewer.frames)

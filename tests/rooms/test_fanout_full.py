@@ -149,36 +149,49 @@ async def test_a_listed_member_that_changes_is_resolved_and_refilled(
     assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
 
 
-async def test_a_listed_member_who_joins_anew_takes_its_new_place(settings: Any) -> None:
-    # Its stay ended and it joined again within one window: listed by its first join time,
-    # it now comes after the members who waited in ``others``, and a fresh read lists one of
-    # them instead (the view kept it where it was, for good).
+async def one_viewer(
+    settings: Any, members: int, public: int
+) -> tuple[list[Any], Any, Viewer, RoomViews, View]:
+    """``members`` members joined 10 ms apart, the first ``public`` of them (and the viewer)
+    showing their status to everyone, the rest hidden; the viewer's view read: (the members,
+    the viewer, its connection, the hub's rooms, its view)."""
     settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT, "OFFLINE_GRACE": 2}
     User = get_user_model()
 
     @sync_to_async
     def users() -> tuple[list[Any], Any]:
-        members = [User.objects.create_user(username=f"m{n}") for n in range(LIMIT + 3)]
+        made = [User.objects.create_user(username=f"m{n}") for n in range(members)]
         viewer = User.objects.create_user(username="viewer")
-        for user in [*members, viewer]:
+        for user in [*made[:public], viewer]:
             PrivacySettings.objects.create(user=user, online_visibility="everyone")
-        return members, viewer
+        return made, viewer
 
-    members, viewer_user = await users()
-    store = get_store()
-    now = time.time()
-    await enter(store, members, now - 20, set())
+    made, viewer_user = await users()
+    await enter(get_store(), made, time.time() - 20, set())
     registry = Registry()
     rooms = RoomViews(registry, Groups(None, registry))
     viewer = Viewer(viewer_user)
     registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
     rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
     rooms.show(viewer, ROOM, await aread_room_state(parse_room(ROOM), viewer_user))  # type: ignore[arg-type]
-    view = rooms.views[viewer][ROOM]  # type: ignore[index]
+    return made, viewer_user, viewer, rooms, rooms.views[viewer][ROOM]  # type: ignore[index]
+
+
+async def join_anew(user: Any) -> None:
+    """``user`` leaves, and joins again once its stay ended (OFFLINE_GRACE 2 s)."""
+    store, now = get_store(), time.time()
+    await store.arun(store.plans.leave_room(ROOM, user.pk, "c", now - 15))
+    await store.arun(store.plans.join_room(ROOM, user.pk, "c", now - 1))
+
+
+async def test_a_listed_member_who_joins_anew_takes_its_new_place(settings: Any) -> None:
+    # Its stay ended and it joined again within one window: listed by its first join time,
+    # it now comes after the members who waited in ``others``, and a fresh read lists one of
+    # them instead (the view kept it where it was, for good).
+    members, viewer_user, viewer, rooms, view = await one_viewer(settings, LIMIT + 3, LIMIT + 3)
     assert set(view.listed) == {m.pk for m in members[:LIMIT]} and view.others == 3
     moved = members[1]
-    await store.arun(store.plans.leave_room(ROOM, moved.pk, "c", now - 15))
-    await store.arun(store.plans.join_room(ROOM, moved.pk, "c", now - 1))  # its stay ended
+    await join_anew(moved)
     await rooms.deliver(ROOM, {moved.pk})
     fresh = await api.aroom_presence(ROOM, viewer_user)
     assert str(moved.pk) not in fresh["members"]
@@ -186,7 +199,7 @@ async def test_a_listed_member_who_joins_anew_takes_its_new_place(settings: Any)
     assert frame["leaves"] == [str(moved.pk)] and set(frame["joins"]) == {str(members[LIMIT].pk)}
     assert {str(uid) for uid in view.listed} == set(fresh["members"])
     assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
-    # Joining anew again, it stays where it is now: no frame.
+    # A member who waits in others and did not change: no frame.
     viewer.frames.clear()
     await rooms.deliver(ROOM, {members[LIMIT + 2].pk})
     assert viewer.frames == []
@@ -196,32 +209,10 @@ async def test_a_member_who_joins_anew_stays_in_a_list_with_room(settings: Any) 
     # The list has room (the others are hidden from the viewer): every member the viewer may
     # see is listed, so one who joined anew stays listed, now last -- past the first members
     # a refill would read (SCAN_FACTOR * LIMIT).
-    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT, "OFFLINE_GRACE": 2}
-    User = get_user_model()
-
-    @sync_to_async
-    def users() -> tuple[list[Any], Any]:
-        members = [User.objects.create_user(username=f"m{n}") for n in range(2 * LIMIT + 3)]
-        viewer = User.objects.create_user(username="viewer")
-        for user in [*members[:3], viewer]:  # the rest keep the default: hidden, in others
-            PrivacySettings.objects.create(user=user, online_visibility="everyone")
-        return members, viewer
-
-    members, viewer_user = await users()
-    store = get_store()
-    now = time.time()
-    await enter(store, members, now - 20, set())
-    registry = Registry()
-    rooms = RoomViews(registry, Groups(None, registry))
-    viewer = Viewer(viewer_user)
-    registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
-    rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
-    rooms.show(viewer, ROOM, await aread_room_state(parse_room(ROOM), viewer_user))  # type: ignore[arg-type]
-    view = rooms.views[viewer][ROOM]  # type: ignore[index]
+    members, viewer_user, viewer, rooms, view = await one_viewer(settings, 2 * LIMIT + 3, 3)
     assert set(view.listed) == {m.pk for m in members[:3]} and view.others == 2 * LIMIT
     moved = members[1]
-    await store.arun(store.plans.leave_room(ROOM, moved.pk, "c", now - 15))
-    await store.arun(store.plans.join_room(ROOM, moved.pk, "c", now - 1))  # its stay ended
+    await join_anew(moved)
     await rooms.deliver(ROOM, {moved.pk})
     fresh = await api.aroom_presence(ROOM, viewer_user)
     assert str(moved.pk) in fresh["members"]

@@ -30,6 +30,11 @@ def diff(
     leaves: list[UserId] = []
     #: listed members moved past the list's end: only a refill may list them again
     moved_out: set[UserId] = set()
+    # Whether members may wait past the list's end: the list was full, others counted. Taken
+    # before this window's leaves: a place they free is not room for a member the viewer may
+    # see (a fresh read lists the first one waiting there; the refill's), only a list that
+    # had room lists every member the viewer may see.
+    waiting = len(view.listed) >= limit and view.others > 0
     for user_id in view.listed.keys() & changed:
         member = delta.member_for(viewer, user_id)
         if member is not None and user_id != viewer and user_id in view.ranks:
@@ -39,9 +44,8 @@ def diff(
             # ranks. (A list with room lists every member the viewer may see: it stays.)
             moved = _rank_of(delta, user_id, delta.contacts.get(viewer, set()))
             if moved != view.ranks[user_id]:
-                full = len(view.listed) >= limit
                 del view.ranks[user_id]
-                if full and view.others > 0 and view.ranks and moved > max(view.ranks.values()):
+                if waiting and view.ranks and moved > max(view.ranks.values()):
                     member = None
                     moved_out.add(user_id)
                 else:
@@ -53,7 +57,7 @@ def diff(
         elif not _same(view.listed[user_id], member):
             view.listed[user_id] = joins[user_id] = member
     if viewer in delta.resolving:
-        _take_places(view, delta, viewer, limit, joins, leaves, moved_out)
+        _take_places(view, delta, viewer, limit, joins, leaves, moved_out, waiting)
     count = max(delta.count_for(viewer), len(view.listed))
     others = count - len(view.listed)
     if not joins and not leaves and others == view.others:
@@ -77,12 +81,16 @@ def _take_places(
     joins: dict[UserId, Member],
     leaves: list[UserId],
     moved_out: set[UserId],
+    waiting: bool,
 ) -> None:
     """The changed users ``viewer`` may list and does not, listed as a fresh read lists them:
     the first ``limit`` in the listing order (the viewer, its contacts, then by join time). Each
     takes a place left, else the place of the list's last member when it comes before it (a
     contact, or a member who joined earlier and just became visible to the viewer), who counts
-    in ``others`` from then on."""
+    in ``others`` from then on. ``waiting``: the list was full with members counted in
+    ``others``, who may come before a newcomer: a place this window's leaves freed goes to one
+    that comes before the list's last member, else to the refill (the first members by join
+    time, the newcomer among them if it comes first)."""
     newcomers = [
         (uid, member)
         for uid, member in delta.listable(viewer)
@@ -110,17 +118,21 @@ def _take_places(
     ]
     added: set[UserId] = set()  # listed by this diff
     for mine, user_id, member in ordered:
-        if len(view.listed) >= limit:
+        full = len(view.listed) >= limit
+        if full or waiting:
             if not view.ranks:  # view.ranks: every listed member but the viewer
-                break
-            evicted, last = max(view.ranks.items(), key=itemgetter(1))
-            if user_id != viewer and last < mine:
-                break  # every listed member comes first, and every later newcomer after
-            del view.listed[evicted]
-            del view.ranks[evicted]
-            joins.pop(evicted, None)
-            if evicted not in added:
-                leaves.append(evicted)
+                if full or user_id != viewer:
+                    break
+            else:
+                evicted, last = max(view.ranks.items(), key=itemgetter(1))
+                if user_id != viewer and last < mine:
+                    break  # every listed member comes first, and every later newcomer after
+                if full:
+                    del view.listed[evicted]
+                    del view.ranks[evicted]
+                    joins.pop(evicted, None)
+                    if evicted not in added:
+                        leaves.append(evicted)
         view.listed[user_id] = joins[user_id] = member
         if user_id != viewer:
             view.ranks[user_id] = mine

@@ -19,6 +19,7 @@ from presence.hub.groups import Groups
 from presence.hub.registry import Registry, View
 from presence.hub.rooms import RoomViews
 from presence.models import Block, Contact, PrivacySettings
+from presence.rooms import writes as events
 from presence.rooms.reading import aread_room_state
 from presence.store import get_store, merge
 from tests.rooms.rules import ROOMS
@@ -218,3 +219,52 @@ async def test_a_member_who_joins_anew_stays_in_a_list_with_room(settings: Any) 
     assert str(moved.pk) in fresh["members"]
     assert {str(uid) for uid in view.listed} == set(fresh["members"])
     assert all(frame["leaves"] == [] for frame in viewer.frames)
+
+
+async def test_two_listed_members_who_join_anew_in_one_window_both_leave_a_full_list(
+    settings: Any,
+) -> None:
+    # A reconnect storm: several listed members' stays ended and they joined again, in one
+    # window. The list was full with members waiting: each now comes after them, and a fresh
+    # read lists the waiting ones (the first moved out must not make the list look as if it
+    # had room for the second, kept at its new place past the end).
+    members, viewer_user, viewer, rooms, view = await one_viewer(settings, LIMIT + 3, LIMIT + 3)
+    assert set(view.listed) == {m.pk for m in members[:LIMIT]} and view.others == 3
+    for moved in members[1:3]:
+        await join_anew(moved)
+    await rooms.deliver(ROOM, {m.pk for m in members[1:3]})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert {str(m.pk) for m in members[1:3]}.isdisjoint(fresh["members"])
+    (frame,) = viewer.frames
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
+
+
+async def test_a_place_left_in_a_full_list_goes_to_the_member_waiting_not_a_newcomer(
+    settings: Any,
+) -> None:
+    # In one window a listed member's stay ended (swept) and a new member joined: the place
+    # left is the first waiting member's (it joined before the newcomer), as a fresh read
+    # lists it, not the newcomer's.
+    members, viewer_user, viewer, rooms, view = await one_viewer(settings, LIMIT + 3, LIMIT + 3)
+
+    @sync_to_async
+    def newcomer() -> Any:
+        user = get_user_model().objects.create_user(username="newcomer")
+        PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        return user
+
+    new = await newcomer()
+    gone = members[2]
+    store, now = get_store(), time.time()
+    await store.arun(store.plans.leave_room(ROOM, gone.pk, "c", now - 15))
+    assert await events.asweep_rooms() == {ROOM: [gone.pk]}
+    await store.arun(store.plans.connection(new.pk, "open", now, "c"))  # online
+    await store.arun(store.plans.join_room(ROOM, new.pk, "c", now))
+    await rooms.deliver(ROOM, {gone.pk, new.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert str(new.pk) not in fresh["members"] and str(members[LIMIT].pk) in fresh["members"]
+    (frame,) = viewer.frames
+    assert frame["leaves"] == [str(gone.pk)] and set(frame["joins"]) == {str(members[LIMIT].pk)}
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])

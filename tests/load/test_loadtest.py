@@ -244,7 +244,7 @@ def test_the_storms_goal_is_over_its_floor_after_the_same_kill() -> None:
     row = storm.floor_row()
     assert (
         "; after the same kill and restart in 11.0 s (its restart 4.2 s; its CPU 6.0 s, 2.0 ms "
-        "per client; failed reconnections: 5400 ConnectionRefusedError); " in row
+        "per client; failed reconnections: 5,400 ConnectionRefusedError); " in row
     )
     assert row.endswith("ours 25.3 s: ratio 3.6 at once, 2.3 after a kill")
     # Not all held a socket before the kill: no floor after a kill, and no goal's ratio.

@@ -167,7 +167,7 @@ class Storm:
 
 
 def _failures(failures: dict[str, int]) -> str:
-    return ", ".join(f"{count} {kind}" for kind, count in sorted(failures.items())) or "none"
+    return ", ".join(f"{count:,} {kind}" for kind, count in sorted(failures.items())) or "none"
 
 
 def _by_generator(run: LoadRun, indices: list[int]) -> dict[int, list[int]]:

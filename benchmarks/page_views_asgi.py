@@ -2,7 +2,8 @@
 ``benchmarks.settings`` with the benchmark's database): presence's WebSocket wired as the demo
 site wires it (``siteproject.asgi``), and beside it, at ``ws/bare/``, Channels' own minimum: a
 consumer behind ``AuthMiddlewareStack`` that accepts, reads ``scope["user"]``, answers one frame
-and closes.
+and closes (``ws/bare/?hold=1``: stays open until the client closes, the load test's killed
+floor of a reconnect storm, ``tools/loadtest/storm.py``).
 
 ``BENCH_PROFILE=PATH`` runs the event loop's thread under cProfile; SIGUSR1 writes the profile
 to PATH (and starts a fresh one), so that the benchmark can profile one phase.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 from typing import Any
+from urllib.parse import parse_qs
 
 from django.core.asgi import get_asgi_application
 
@@ -29,14 +31,16 @@ from presence.tokens import TokenAuthMiddleware  # noqa: E402
 
 
 class BareConsumer(AsyncWebsocketConsumer):
-    """What any authenticated Channels socket costs: accept, read the user, one frame, close."""
+    """What any authenticated Channels socket costs: accept, read the user, one frame, close;
+    with ``?hold=1`` the socket stays open until the client closes it (or the process dies)."""
 
     async def connect(self) -> None:
         await self.accept()
         user = self.scope["user"]
         pk = user.pk if user.is_authenticated else None
         await self.send(text_data=f'{{"type":"hello","user":{"null" if pk is None else pk}}}')
-        await self.close()
+        if parse_qs(self.scope["query_string"].decode()).get("hold") != ["1"]:
+            await self.close()
 
 
 bare_urlpatterns = [path("ws/bare/", BareConsumer.as_asgi())]

@@ -160,6 +160,107 @@ class BareStorm:
     failures: dict[str, int] = field(default_factory=dict)
 
 
+def count(failures: dict[str, int], kind: str) -> None:
+    failures[kind] = failures.get(kind, 0) + 1
+
+
+class BareHold:
+    """The killed floor of a reconnect storm (Generator.bare_hold): clients each holding a
+    socket to the bare consumer (``ws/bare/?hold=1``: accept, read the user, one frame, stay
+    open) and, when it drops, reconnecting by themselves with presence.js's backoff, the
+    attempts counted as ``Client.retry_later`` counts them."""
+
+    def __init__(self, generator: Generator, port: int, clients: list[Client]) -> None:
+        self.gen = generator
+        self.port = port
+        self.clients = clients
+        #: the opening (seconds from bare_hold's call) and the return after the drop (seconds
+        #: set by ``Generator.bare_again``, from the restarted process's answer)
+        self.first = BareStorm()
+        self.back = BareStorm()
+        #: monotonic time each client (by index) had its frame again after its socket dropped
+        self.again_at: dict[int, float] = {}
+        self.last_opened = 0.0
+        self.held = asyncio.Event()
+        self.all_back = asyncio.Event()
+        self.sockets: dict[int, ClientConnection] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+        self.releasing = False
+        self.started = time.monotonic()
+
+    def start(self) -> None:
+        self.tasks = [asyncio.ensure_future(self.hold(client)) for client in self.clients]
+        if not self.clients:
+            self.held.set()
+            self.all_back.set()
+
+    async def hold(self, client: Client) -> None:
+        attempts = 0
+        opened_at = 0.0
+        # Once it had its frame, any later socket is a return after the drop (the kill).
+        held = False
+        while not (self.gen.stopping or self.releasing):
+            phase = self.back if held else self.first
+            try:
+                async with self.gen.opening:
+                    ws = await open_socket(self.port, "/ws/bare/?hold=1", client.spec.cookie)
+            except Exception as error:  # refused, timed out: as presence.js, after a backoff
+                failed = f"open:{type(error).__name__}"
+                count(phase.failures, type(error).__name__)
+                opened_at = 0.0
+                attempts += 1
+                await asyncio.sleep(retry_delay(attempts, failed, random.random()))
+                continue
+            opened_at = time.time()
+            self.sockets[client.spec.index] = ws
+            try:
+                hello = json.loads(await asyncio.wait_for(ws.recv(), OPEN_TIMEOUT))
+                if hello.get("user") != client.spec.user:
+                    count(phase.failures, "unauthenticated")
+                self.had_frame(client, again=held)
+                held = True
+                await ws.wait_closed()
+            except Exception as error:  # closed or silent before its frame
+                count(phase.failures, type(error).__name__)
+                with contextlib.suppress(Exception):
+                    await ws.close()
+            self.sockets.pop(client.spec.index, None)
+            if self.releasing:
+                return
+            # Its socket dropped: as Client.retry_later, a connection that lasted STABLE
+            # seconds starts the backoff over.
+            if opened_at and time.time() - opened_at >= STABLE:
+                attempts = 0
+            attempts += 1
+            code = str(ws.close_code if ws.close_code is not None else "none")
+            await asyncio.sleep(retry_delay(attempts, code, random.random()))
+
+    def had_frame(self, client: Client, again: bool) -> None:
+        now = time.monotonic()
+        if not again:
+            self.first.done += 1
+            self.first.seconds = now - self.started
+            self.last_opened = time.time()
+            if self.first.done == len(self.clients):
+                self.held.set()
+        elif client.spec.index not in self.again_at:
+            self.again_at[client.spec.index] = now
+            self.back.done += 1
+            if self.back.done == len(self.clients):
+                self.all_back.set()
+
+    async def release(self) -> None:
+        """Every socket closed, every client stopped (bounded)."""
+        self.releasing = True
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        closing = [asyncio.ensure_future(ws.close()) for ws in self.sockets.values()]
+        self.sockets.clear()
+        if closing:
+            await asyncio.wait(closing, timeout=30)
+
+
 class Client:
     def __init__(self, spec: ClientSpec, generator: Generator) -> None:
         self.spec = spec
@@ -374,6 +475,8 @@ class Generator:
         self.background: set[asyncio.Task[Any]] = set()
         #: the calibration's sockets (calibrate.py), open between its commands
         self.calibration: list[ClientConnection] = []
+        #: the killed floor's clients (bare_hold), holding between its commands
+        self.bare: BareHold | None = None
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -586,6 +689,49 @@ class Generator:
             result.seconds = None
         return result
 
+    async def bare_hold(self, port: int, positions: list[int], timeout: float) -> BareStorm:
+        """The killed floor's opening (``--storm``): the clients at ``positions`` open a socket
+        to the bare consumer on ``port`` that it holds open (``ws/bare/?hold=1``), through the
+        same handshake limit and backoff, and keep it; answered once every one had its frame
+        and has held it for STABLE seconds (a dropped socket then starts the backoff over, as a
+        presence client's long-open one does), or after ``timeout`` (``seconds`` None). Each
+        reconnects by itself when its socket drops (``bare_again`` times that)."""
+        if self.bare is not None:
+            await self.bare.release()
+        hold = self.bare = BareHold(self, port, [self.clients[p] for p in positions])
+        hold.start()
+        try:
+            await asyncio.wait_for(hold.held.wait(), timeout)
+        except TimeoutError:
+            hold.first.seconds = None
+            return hold.first
+        await asyncio.sleep(max(0.0, hold.last_opened + STABLE - time.time()))
+        return hold.first
+
+    async def bare_again(self, answered: float, timeout: float) -> BareStorm:
+        """The killed floor's return: waits until every held client had its frame again after
+        its socket dropped, at most until ``timeout`` seconds after ``answered`` (the
+        restarted process's answer, ``time.monotonic()``: one clock for every process of this
+        machine); the seconds from ``answered`` until the last one had it (None: not all)."""
+        hold = self.bare
+        if hold is None:
+            return BareStorm(seconds=None)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                hold.all_back.wait(), max(0.0, answered + timeout - time.monotonic())
+            )
+        back = hold.back
+        if back.done < len(hold.clients):
+            back.seconds = None
+        else:
+            back.seconds = max(0.0, max(hold.again_at.values(), default=answered) - answered)
+        return back
+
+    async def bare_release(self) -> None:
+        hold, self.bare = self.bare, None
+        if hold is not None:
+            await hold.release()
+
     async def calibration_open(self, port: int, positions: list[int]) -> tuple[int, int]:
         """The calibration (calibrate.py): the clients at ``positions`` open a presence socket
         of their own to ``port`` as they open their page (its users in the URL, their rooms
@@ -653,6 +799,7 @@ class Generator:
         """Every client leaves (a requested close); bounded, so that a stuck handshake or
         close cannot hold the run."""
         self.stopping = True
+        await self.bare_release()
         for task in list(self.background):
             task.cancel()
         closing = [asyncio.ensure_future(client.close()) for client in self.clients]
@@ -754,6 +901,13 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
                 pipe.send(("beats", generator.beats()))
             elif command == "bare_storm":
                 pipe.send(("bare_storm", await generator.bare_storm(*argument)))
+            elif command == "bare_hold":
+                pipe.send(("bare_hold", await generator.bare_hold(*argument)))
+            elif command == "bare_again":
+                pipe.send(("bare_again", await generator.bare_again(*argument)))
+            elif command == "bare_release":
+                await generator.bare_release()
+                pipe.send(("ok", None))
             elif command == "stats":
                 generator.stats.states = generator.states()
                 pipe.send(("stats", generator.stats))

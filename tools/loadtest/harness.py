@@ -54,12 +54,33 @@ class Generators:
     ) -> list[BareStorm]:
         """Each generator's clients of ``by_generator`` open a socket at once to the bare
         consumer on ``port`` (Generator.bare_storm); their parts."""
+        return self._each("bare_storm", port, by_generator, timeout)
+
+    def bare_hold(
+        self, port: int, by_generator: Mapping[int, list[int]], timeout: float
+    ) -> list[BareStorm]:
+        """Each generator's clients of ``by_generator`` open a socket to the bare consumer on
+        ``port`` holds, and keep it, reconnecting when it drops (Generator.bare_hold); their
+        parts of the opening."""
+        return self._each("bare_hold", port, by_generator, timeout)
+
+    def bare_again(self, answered: float, timeout: float) -> list[BareStorm]:
+        """Each generator's held clients back with their frame after the drop, timed from
+        ``answered`` (``time.monotonic()``; Generator.bare_again)."""
+        return self.ask("bare_again", (answered, timeout))
+
+    def bare_release(self) -> None:
+        self.ask("bare_release")
+
+    def _each(
+        self, command: str, port: int, by_generator: Mapping[int, list[int]], timeout: float
+    ) -> list[BareStorm]:
         for number, pipe in enumerate(self.pipes):
-            pipe.send(("bare_storm", (port, by_generator.get(number, []), timeout)))
+            pipe.send((command, (port, by_generator.get(number, []), timeout)))
         parts = []
         for pipe in self.pipes:
             if not pipe.poll(self.timeout):
-                raise RuntimeError("a generator did not answer 'bare_storm'")
+                raise RuntimeError(f"a generator did not answer {command!r}")
             parts.append(pipe.recv()[1])
         return parts
 

@@ -477,7 +477,7 @@ class Run:
         )
         print(f"loadtest: reconnect storm floor: {storm.floor_row()}", flush=True)
         self.rows.append(("reconnect storm", storm.row()))
-        self.rows.append(("  its floor", storm.floor_row()))
+        self.rows.append(("  its floors", storm.floor_row()))
         self.storm_wrong = storm.wrong if storm.right_in is not None else max(1, storm.wrong)
 
     def checkpoint_times(self, faults: Any) -> list[tuple[float, str]]:

@@ -8,10 +8,18 @@ computed once before the kill, and read again only for the views that differ fro
 harness's own ``bulk_presence`` calls are mostly not counted in the storm's time); a fresh
 oracle check of every view at the end confirms it.
 
-Then the floor, side by side in the same run: the same clients open a socket at once to a bare
-Channels consumer behind ``AuthMiddlewareStack`` in a daphne process of its own (the page-view
-benchmark's, ``benchmarks.page_views_asgi``: accept, read the user, one frame, close), through
-the same handshake limit and backoff. What the storm costs beyond that is presence's.
+Then two floors, side by side in the same run, both a bare Channels consumer behind
+``AuthMiddlewareStack`` in a daphne process of its own (the page-view benchmark's,
+``benchmarks.page_views_asgi``: accept, read the user, one frame):
+
+- at once: the same clients open a socket at once (it closes after its frame), through the same
+  handshake limit and backoff; no storm, no backoff carried from refusals;
+- after a kill: the same clients hold a socket to it (``ws/bare/?hold=1``), then it is killed
+  and restarted on its port as ours was (``Faults.kill_daphne``), and timed from its answer until
+  every client, back through the same backoff (with the attempts refused meanwhile), had its
+  frame again: the same storm, Channels' own. The goal's ratio is ours over this one.
+
+What the storm costs beyond that is presence's.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from dataclasses import dataclass, field
 
 from tools.loadtest import oracle
 from tools.loadtest.faults import Faults, LoadRun
-from tools.loadtest.generator import PresenceTuple
+from tools.loadtest.generator import BareStorm, PresenceTuple
 from tools.loadtest.harness import expected_views
 from tools.loadtest.servers import START_TIMEOUT
 from tools.loadtest.windows import Window
@@ -51,13 +59,22 @@ class Storm:
     last_ready: int = 0
     last_differing: int = 0
     example: object = None
-    #: the floor: seconds until every client had the bare consumer's frame (None: not within
-    #: STORM_TIMEOUT), that process's CPU seconds meanwhile, failed attempts by kind
+    #: the floor at once: seconds until every client had the bare consumer's frame (None: not
+    #: within STORM_TIMEOUT), that process's CPU seconds meanwhile, failed attempts by kind
     bare_in: float | None = None
     bare_cpu: float = 0.0
     bare_failures: dict[str, int] = field(default_factory=dict)
-    #: the bare floor was not measured (and why)
+    #: the floor at once was not measured (and why)
     bare_note: str = ""
+    #: the floor after a kill: seconds from the restarted bare process answering until every
+    #: client had its frame again (None: not within STORM_TIMEOUT), seconds from its kill
+    #: until it answered, its CPU seconds from the answer, failed reconnections by kind
+    killed_in: float | None = None
+    killed_restart: float = 0.0
+    killed_cpu: float = 0.0
+    killed_failures: dict[str, int] = field(default_factory=dict)
+    #: the floor after a kill was not measured (and why)
+    killed_note: str = ""
 
     def cpu_per_client(self) -> float:
         """The restarted process's CPU seconds per client until every view was right: what a
@@ -65,42 +82,71 @@ class Storm:
         return self.server_cpu / self.clients if self.clients else 0.0
 
     def ratio(self) -> float | None:
-        """The storm's time over the bare floor's: how many times Channels' own it takes."""
-        if self.right_in is None or not self.bare_in:
+        """The storm's time over the floor's after the same kill and restart: how many times
+        Channels' own the same storm takes (the goal's ratio)."""
+        return self._over(self.killed_in, self.killed_note)
+
+    def at_once_ratio(self) -> float | None:
+        """The storm's time over the floor's at once (no kill, no backoff carried)."""
+        return self._over(self.bare_in, self.bare_note)
+
+    def _over(self, floor: float | None, note: str) -> float | None:
+        if self.right_in is None or not floor or note:
             return None
-        return self.right_in / self.bare_in
+        return self.right_in / floor
 
     def floor_row(self) -> str:
-        """The bare consumer's storm beside ours, and the ratio."""
+        """Both floors of the bare consumer beside ours, and both ratios."""
+        per_client = max(1, self.clients)
         if self.bare_note:
-            return f"not measured ({self.bare_note})"
-        failures = (
-            ", ".join(f"{count} {kind}" for kind, count in sorted(self.bare_failures.items()))
-            or "none"
-        )
-        bare = (
-            f"all {self.clients:,} had their frame in {self.bare_in:.1f} s"
-            if self.bare_in is not None
-            else f"not all had their frame within {STORM_TIMEOUT:.0f} s"
-        )
-        ratio = self.ratio()
-        if ratio is not None:
-            ours = f"ours {self.right_in:.1f} s: ratio {ratio:.1f}"
-        elif self.right_in is None and self.bare_in:
-            # Not all right within the timeout: the ratio is at least that far.
-            ours = (
-                f"ours not all right within {STORM_TIMEOUT:.0f} s: ratio above "
-                f"{STORM_TIMEOUT / self.bare_in:.1f}"
-            )
+            at_once = f"at once not measured ({self.bare_note})"
+        elif self.bare_in is None:
+            at_once = f"not all had their frame within {STORM_TIMEOUT:.0f} s at once"
         else:
-            ours = (f"ours {self.right_in:.1f} s" if self.right_in else "ours not all right") + (
-                ": no ratio"
+            at_once = f"all {self.clients:,} had their frame in {self.bare_in:.1f} s at once"
+        if not self.bare_note:
+            at_once += (
+                f" (its CPU {self.bare_cpu:.1f} s, {self.bare_cpu / per_client * 1000:.1f} ms "
+                f"per client; failed attempts: {_failures(self.bare_failures)})"
             )
-        return (
-            f"a bare Channels consumer behind AuthMiddlewareStack: {bare} (its CPU "
-            f"{self.bare_cpu:.1f} s, {self.bare_cpu / max(1, self.clients) * 1000:.1f} ms per "
-            f"client; failed attempts: {failures}); {ours}"
+        if self.killed_note:
+            killed = f"after the same kill and restart not measured ({self.killed_note})"
+        else:
+            killed = (
+                f"after the same kill and restart in {self.killed_in:.1f} s"
+                if self.killed_in is not None
+                else f"after the same kill and restart not all within {STORM_TIMEOUT:.0f} s"
+            ) + (
+                f" (its restart {self.killed_restart:.1f} s; its CPU {self.killed_cpu:.1f} s, "
+                f"{self.killed_cpu / per_client * 1000:.1f} ms per client; failed "
+                f"reconnections: {_failures(self.killed_failures)})"
+            )
+        ratios = [
+            self._ratio_text(self.bare_in, self.bare_note, "at once"),
+            self._ratio_text(self.killed_in, self.killed_note, "after a kill"),
+        ]
+        ours = (
+            f"ours {self.right_in:.1f} s"
+            if self.right_in is not None
+            else f"ours not all right within {STORM_TIMEOUT:.0f} s"
         )
+        return (
+            f"a bare Channels consumer behind AuthMiddlewareStack: {at_once}; {killed}; "
+            f"{ours}: ratio {', '.join(ratios)}"
+        )
+
+    def _ratio_text(self, floor: float | None, note: str, label: str) -> str:
+        if note:
+            return f"none {label}"
+        if floor is None:
+            # The floor not done within the timeout: ours is at most that many times it.
+            if self.right_in is None:
+                return f"none {label}"
+            return f"below {self.right_in / STORM_TIMEOUT:.1f} {label}"
+        if self.right_in is None:
+            # Ours not all right within the timeout: the ratio is at least the timeout's.
+            return f"above {STORM_TIMEOUT / floor:.1f} {label}" if floor else f"none {label}"
+        return f"{self.right_in / floor:.1f} {label}" if floor else f"none {label}"
 
     def row(self) -> str:
         if self.right_in is None:
@@ -118,6 +164,10 @@ class Storm:
             f"{self.server_cpu:.1f} s, {self.cpu_per_client() * 1000:.1f} ms per client); "
             f"{self.wrong} wrong at the fresh check{self.note}"
         )
+
+
+def _failures(failures: dict[str, int]) -> str:
+    return ", ".join(f"{count:,} {kind}" for kind, count in sorted(failures.items())) or "none"
 
 
 def _by_generator(run: LoadRun, indices: list[int]) -> dict[int, list[int]]:
@@ -193,6 +243,7 @@ def run_storm(run: LoadRun, faults: Faults) -> Storm:
         check = run.oracle.check(None)
         storm.wrong = check.wrong
         bare_floor(run, chosen, storm)
+        killed_floor(run, chosen, storm)
     finally:
         run.relations.resume()
         run.generators.ask("resume")
@@ -221,6 +272,50 @@ def bare_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> None
             storm.bare_failures[kind] = storm.bare_failures.get(kind, 0) + count
     seconds = [part.seconds for part in parts]
     storm.bare_in = None if None in seconds else max(s or 0.0 for s in seconds)
+
+
+def killed_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> None:
+    """The same clients hold a socket to a bare Channels consumer in a daphne process of its
+    own; it is killed and restarted as ours was (``Faults.kill_daphne``), and timed from its
+    answer until every client, back through presence.js's backoff, had its frame again. Every
+    process stopped and every client let go, also on failure (behaviours still paused)."""
+    from tools.loadtest.servers import BARE, DaphneProcess
+
+    daphne = DaphneProcess(run.sizes.processes, run.env, run.servers.log_dir, BARE, "bare-killed")
+    parts: list[BareStorm] = []
+    try:
+        daphne.start()
+        daphne.wait_ready()
+        held = run.generators.bare_hold(daphne.port, chosen, STORM_TIMEOUT)
+        if any(part.seconds is None for part in held):
+            opened = sum(part.done for part in held)
+            storm.killed_note = (
+                f"{opened:,} of {storm.clients:,} held a socket within {STORM_TIMEOUT:.0f} s"
+            )
+            return
+        killed_at = time.monotonic()
+        daphne.kill()
+        time.sleep(1.0)  # as Faults.kill_daphne
+        daphne.start()
+        daphne.wait_ready()
+        answered = time.monotonic()
+        storm.killed_restart = answered - killed_at
+        cpu_start = cpu_seconds(daphne.pid)
+        parts = run.generators.bare_again(answered, STORM_TIMEOUT)
+        storm.killed_cpu = cpu_seconds(daphne.pid) - cpu_start
+    except RuntimeError as error:
+        storm.killed_note = str(error)
+        return
+    finally:
+        try:
+            run.generators.bare_release()
+        finally:
+            daphne.stop()
+    for part in parts:
+        for kind, count in part.failures.items():
+            storm.killed_failures[kind] = storm.killed_failures.get(kind, 0) + count
+    seconds = [part.seconds for part in parts]
+    storm.killed_in = None if None in seconds else max(s or 0.0 for s in seconds)
 
 
 def _compare(

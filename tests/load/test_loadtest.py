@@ -97,6 +97,41 @@ def test_percentiles() -> None:
     assert report.percentile([], 0.5) is None
 
 
+def test_the_load_counts_only_its_time_with_the_behaviours_running() -> None:
+    from tools.loadtest.clock import Running
+
+    running = Running()
+    assert running.seconds(100.0) == 0.0
+    running.resume(100.0)
+    running.pause(105.0)  # a checkpoint of three minutes
+    running.resume(285.0)
+    running.resume(286.0)  # resuming again changes nothing
+    assert running.seconds(300.0) == 20.0
+    running.pause(300.0)
+    running.pause(301.0)
+    assert running.seconds(400.0) == 20.0
+    # 10 s of load: 5 before the checkpoint, 5 after it.
+    assert running.wall_at(4.0) == 104.0
+    assert running.wall_at(10.0) == 290.0
+    assert running.wall_at(20.0) == 300.0
+    assert running.wall_at(21.0) is None
+
+
+def test_cpu_and_page_views_count_over_the_running_intervals_only() -> None:
+    from tools.loadtest.clock import Tally
+
+    cpu = Tally()
+    cpu.pause({1: 5.0})  # not running: nothing counted
+    cpu.resume({1: 10.0, 2: 4.0})
+    cpu.pause({1: 12.0, 2: 5.0})
+    # Paused: a check's 100 s of CPU are not counted; process 2 died meanwhile (its last reading
+    # kept) and process 3 started.
+    cpu.resume({1: 112.0, 2: 5.0, 3: 1.0})
+    # Process 4 started while running: counted from its start.
+    cpu.pause({1: 113.0, 2: 5.0, 3: 1.5, 4: 0.25})
+    assert cpu.total == 3.0 + 1.0 + 0.5 + 0.25
+
+
 class _Faults:
     def names(self) -> list[str]:
         return ["kill", "restart", "pause", "terminate", "shard"]

@@ -392,13 +392,15 @@ def plan(
 
 
 def cpu_row(server_cpu: float, page_views: int, bare: Bare | None) -> str:
-    """The servers' CPU per page view during the load, beside bare's."""
+    """The servers' CPU per page view while the behaviours ran (checks and pauses left out),
+    beside bare's."""
     if not page_views:
-        return "no page views during the load"
+        return "no page views while the behaviours ran"
     ours = server_cpu / page_views
     text = (
-        f"ours {ours * 1000:.2f} ms ({server_cpu:.1f} s over {page_views:,} page views, all of "
-        "the servers' work counted: heartbeats, diffs, rooms)"
+        f"ours {ours * 1000:.2f} ms ({server_cpu:.1f} s over {page_views:,} page views while the "
+        "behaviours ran, all of the servers' work then counted: heartbeats, diffs, rooms; checks "
+        "and pauses left out)"
     )
     if bare is not None and bare.per_page_view:
         text += (

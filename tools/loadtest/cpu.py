@@ -87,6 +87,11 @@ class CpuMeter:
         mine = [pid for pid in self.first if self.group_of[pid] == group]
         return sum(self.last[pid] - self.first[pid] for pid in mine)
 
+    def readings(self, group: str) -> dict[int, float]:
+        """The CPU seconds of each process of ``group`` at the last sample (a dead one's at the
+        last sample that saw it), by pid."""
+        return {pid: self.last[pid] for pid in self.first if self.group_of[pid] == group}
+
     def machine_busy(self) -> float:
         """The machine's busy share of all its cores over the measured time (0 to 1)."""
         busy = self.machine_end[0] - self.machine_start[0]

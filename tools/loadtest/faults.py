@@ -36,6 +36,12 @@ class LoadRun(Protocol):
     relations: RelationChanges
     oracle: Oracle
 
+    def pause_behaviours(self) -> None:
+        """Pause the clients' behaviours and the relation changes (their time not counted as
+        the load's: tools/loadtest/clock.py)."""
+
+    def resume_behaviours(self) -> None: ...
+
 
 class Faults:
     def __init__(self, run: LoadRun) -> None:
@@ -78,13 +84,11 @@ class Faults:
 
     def converge(self, window: Window) -> None:
         run = self.run
-        run.generators.ask("pause")
-        run.relations.pause()
+        run.pause_behaviours()
         try:
             check = run.oracle.check(run.sizes.checkpoint_sample, bound=config.CONVERGENCE_BOUND)
         finally:
-            run.relations.resume()
-            run.generators.ask("resume")
+            run.resume_behaviours()
         if check.wrong == 0:
             window.converged_in = time.time() - window.end
         window.wrong_after = check.wrong

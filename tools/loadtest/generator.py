@@ -7,7 +7,8 @@ status (the text carries the change's time, so that every subscriber measures th
 latency on the one clock of this machine) or views a page over HTTP (through the middleware).
 A frame revealing anything of a user the viewer may never see is counted as a leak at once.
 
-The harness drives a generator through a pipe: ``pause``/``resume`` the behaviours, ``views``
+The harness drives a generator through a pipe: ``pause``/``resume`` the behaviours (each answered
+with the sockets opened so far), ``views``
 (what each client was shown), ``beats`` (the latest heartbeat each user sent), ``stats``,
 ``stop``.
 """
@@ -535,31 +536,37 @@ class Generator:
                     self.spawn(client.beat())
             await asyncio.sleep(TICK)
 
-    def draws(self, rate: float, count: int) -> int:
-        """Events in one tick of ``count`` clients at ``rate`` per client per second."""
-        expected = rate * count * TICK
+    def draws(self, rate: float, count: int, seconds: float = TICK) -> int:
+        """Events in one tick of ``seconds`` of ``count`` clients at ``rate`` per client per
+        second."""
+        expected = rate * count * seconds
         whole = int(expected)
         return whole + (1 if self.rng.random() < expected - whole else 0)
 
     async def behaviours(self) -> None:
         spec = self.spec
+        last = time.monotonic()
         while not self.stopping:
             await asyncio.sleep(TICK)
+            # The tick's own length: a busy event loop wakes late, and the rate holds anyway
+            # (a stall of more than a second is not made up for by a burst).
+            now = time.monotonic()
+            tick, last = min(now - last, 1.0), now
             if self.paused:
                 continue
             live = [c for c in self.clients if c.ready]
             if not live:
                 continue
-            for _ in range(self.draws(spec.churn_per_second, len(live))):
+            for _ in range(self.draws(spec.churn_per_second, len(live), tick)):
                 self.spawn(self.churn(self.rng.choice(live)))
-            for _ in range(self.draws(spec.status_per_second, len(live))):
+            for _ in range(self.draws(spec.status_per_second, len(live), tick)):
                 self.spawn(self.change_status(self.rng.choice(live)))
-            for _ in range(self.draws(spec.idle_per_second, len(live))):
+            for _ in range(self.draws(spec.idle_per_second, len(live), tick)):
                 client = self.rng.choice(live)
                 client.idle = not client.idle
                 self.stats.idle_switches += 1
                 self.spawn(client.beat())
-            for _ in range(self.draws(spec.page_views_per_second, len(live))):
+            for _ in range(self.draws(spec.page_views_per_second, len(live), tick)):
                 if spec.page_viewers and self.rng.random() < 0.5:
                     _user, cookie = self.rng.choice(spec.page_viewers)
                     page = self.rng.choice(live).spec.page
@@ -877,12 +884,14 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
             command, argument = pipe.recv()
             if command == "pace":
                 continue  # sent as the opening ended: nothing left to pace
+            # Both answer the sockets opened so far: the harness counts the page views made
+            # while the behaviours ran (tools/loadtest/clock.py).
             if command == "pause":
                 generator.paused = True
-                pipe.send(("ok", None))
+                pipe.send(("ok", generator.stats.opened))
             elif command == "resume":
                 generator.paused = False
-                pipe.send(("ok", None))
+                pipe.send(("ok", generator.stats.opened))
             elif command == "rate":
                 # The page views over sockets (reloads and tab closes) per client per second.
                 generator.spec.churn_per_second = float(argument)

@@ -17,6 +17,7 @@ import django
 
 from tools.loadtest import calibrate, config, report, rooms, signals
 from tools.loadtest.calibrate import Bare
+from tools.loadtest.clock import Running, Tally
 from tools.loadtest.config import Sizes
 from tools.loadtest.faults import Faults
 from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
@@ -78,6 +79,12 @@ class Run:
         self.rooms_wrong = 0
         self.rooms_leaked = 0
         self.rooms_row = ""
+        #: page views over sockets per second across all connections (the pace's)
+        self.planned_rate = 0.0
+        #: the load's own time (behaviours running) and what the servers did meanwhile
+        self.running = Running()
+        self.server_cpu = Tally()
+        self.page_views = Tally()
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -263,6 +270,7 @@ class Run:
             )
         )
         self.oracle = Oracle(generators, self.pages, self.positions, self.hidden, self.blocked)
+        self.planned_rate = pace.rate
         self.generators.ask("rate", pace.rate / max(1, self.sizes.connections))
         below = pace.caught_up_below(self.sizes.processes)
         if below is not None:
@@ -278,17 +286,17 @@ class Run:
             )
             print(f"loadtest: the servers done with the opening {text}", flush=True)
             self.rows.append(("servers done with the opening", text))
-            generators.ask("resume")
         relations = RelationChanges(self.graph, self.pks, self.sizes.relations_per_second)
         relations.start()
         self.relations = relations
+        stats_before = self.totals(generators.stats())
         load_started = time.time()
         self.cpu.start()
+        # A paced opening's behaviours waited for this (the servers done with the opening).
+        self.resume_behaviours()
         # Changes made once the opening storm has passed (the servers record and announce
         # every connection for a few seconds after the clients have opened them).
         self.steady_after = min(10.0, self.sizes.seconds / 3)
-        self.steady_from = load_started + self.steady_after
-        stats_before = self.totals(generators.stats())
         checks = []
         rss_start: list[int] | None = None
         #: (seconds into the load, what was just done, RSS of each process): the shape of any
@@ -301,9 +309,10 @@ class Run:
             schedule = self.checkpoint_times(faults if self.args.faults else None)
             if self.args.storm:
                 schedule = sorted([*schedule, (min(8.0, self.sizes.seconds / 3), "storm")])
-            deadline = time.monotonic() + self.sizes.seconds
+            # The schedule and --seconds count the load's own time: the checks' pauses do not
+            # eat it (tools/loadtest/clock.py).
             for at, action in schedule:
-                wait = at - (time.monotonic() - (deadline - self.sizes.seconds))
+                wait = at - self.running.seconds(time.time())
                 if wait > 0:
                     time.sleep(wait)
                 if action == "checkpoint":
@@ -317,10 +326,14 @@ class Run:
                     faults.inject(action)
                 self.rss_timeline.append((time.time() - load_started, action, self.rss()))
                 self.cpu.sample()
-            remaining = deadline - time.monotonic()
+            remaining = self.sizes.seconds - self.running.seconds(time.time())
             if remaining > 0:
                 time.sleep(remaining)
-            load_seconds = time.time() - load_started
+            # The load ends: the behaviours stay paused through the final check.
+            self.pause_behaviours()
+            ended = time.time()
+            load_seconds = self.running.seconds(ended)
+            wall_seconds = ended - load_started
             stats_during = self.totals(generators.stats())
             print(f"loadtest: clients at the end of the load: {stats_during.states}", flush=True)
             rss_end = self.rss()
@@ -345,6 +358,7 @@ class Run:
             stats_before,
             stats_during,
             load_seconds,
+            wall_seconds,
             checks,
             final,
             beats_lost,
@@ -509,8 +523,7 @@ class Run:
 
     def checkpoint(self, sample: int | None, final: bool = False) -> Any:
         """Pause the behaviours, let the last changes arrive, compare views with the oracle."""
-        self.generators.ask("pause")
-        self.relations.pause()
+        self.pause_behaviours()
         time.sleep(config.COALESCE_WINDOW + config.SWEEP_INTERVAL + 1)
         check = self.oracle.check(sample)
         label = "final" if final else "checkpoint"
@@ -534,9 +547,28 @@ class Run:
             # While the behaviours are still paused; a sample, as the presence views.
             self.check_rooms("checkpoint", sample)
         if not final:
-            self.relations.resume()
-            self.generators.ask("resume")
+            self.resume_behaviours()
         return check
+
+    def pause_behaviours(self) -> None:
+        """Pause the clients' behaviours and the relation changes; the load's own time stops,
+        and with it the count of the servers' CPU and of the page views (clock.py)."""
+        opened = self.generators.ask("pause")
+        self.relations.pause()
+        if self.running.running:
+            self.cpu.sample()
+            self.running.pause(time.time())
+            self.server_cpu.pause(self.cpu.readings("servers"))
+            self.page_views.pause(dict(enumerate(opened)))
+
+    def resume_behaviours(self) -> None:
+        self.relations.resume()
+        opened = self.generators.ask("resume")
+        if not self.running.running:
+            self.cpu.sample()
+            self.running.resume(time.time())
+            self.server_cpu.resume(self.cpu.readings("servers"))
+            self.page_views.resume(dict(enumerate(opened)))
 
     def check_rooms(self, label: str, sample: int | None = None) -> rooms.RoomCheck:
         """Every client's room views (or a sample's) against room_presence (behaviours
@@ -760,6 +792,7 @@ class Run:
         before: Stats,
         during: Stats,
         load_seconds: float,
+        wall_seconds: float,
         checks: list[Any],
         final: Any,
         beats_lost: int,
@@ -770,6 +803,9 @@ class Run:
         total_seconds: float,
     ) -> int:
         sizes = self.sizes
+        # Changes made once the behaviours had run steady_after seconds (pauses not counted).
+        steady_at = self.running.wall_at(self.steady_after)
+        self.steady_from = float("inf") if steady_at is None else steady_at
         latencies = [latency for _, latency in stats.latencies]
         steady = [latency for made, latency in stats.latencies if made >= self.steady_from]
         p50 = report.percentile(latencies, 0.5)
@@ -814,14 +850,23 @@ class Run:
             ("presence Redis", "3-master cluster" if self.servers.cluster else "one server"),
             ("channel layer", f"{self.args.layer}, sharded over {len(self.servers.layer)} servers"),
             ("database", "PostgreSQL" if self.args.database else "SQLite (WAL)"),
-            ("load duration", f"{load_seconds:.1f} s"),
-            ("frames/s (both ways)", f"{frames / load_seconds:,.0f}"),
+            (
+                "load duration",
+                f"{load_seconds:.1f} s with the behaviours running ({wall_seconds:.1f} s in all, "
+                "checks and pauses included)",
+            ),
+            # Heartbeats and diffs flow through the pauses too: over the whole time.
+            ("frames/s (both ways)", f"{frames / max(wall_seconds, 1e-9):,.0f}"),
             ("heartbeats sent", f"{stats.heartbeats:,}"),
-            ("HTTP page views/s", f"{http / load_seconds:,.1f}"),
+            ("HTTP page views/s", f"{http / max(load_seconds, 1e-9):,.1f}"),
             (
                 "behaviours",
                 f"{stats.reloads} reloads, {stats.tab_closes} tab closes, {stats.status_changes} "
-                f"status changes, {stats.idle_switches} idle switches",
+                f"status changes, {stats.idle_switches} idle switches; per second running "
+                f"{(stats.reloads + stats.tab_closes) / max(load_seconds, 1e-9):.1f} page views "
+                f"over sockets (planned {self.planned_rate:.1f}), "
+                f"{stats.status_changes / max(load_seconds, 1e-9):.1f} status changes (planned "
+                f"{sizes.status_per_second * sizes.connections:.1f})",
             ),
             ("relation changes", ", ".join(f"{v} {k}" for k, v in self.relations.counts.items())),
             (
@@ -899,8 +944,9 @@ class Run:
         if self.bare is not None:
             from tools.loadtest.calibrate import cpu_row
 
-            page_views = during.opened - before.opened
-            ours = cpu_row(self.cpu.seconds("servers"), page_views, self.bare)
+            # While the behaviours ran only: a check's minutes of heartbeats would count
+            # against the few page views made before it.
+            ours = cpu_row(self.server_cpu.total, int(self.page_views.total), self.bare)
             rows.append(("servers' CPU per page view", ours))
         rows.append(("orphans after all left", ", ".join(f"{k} {v}" for k, v in orphans.items())))
         rows.append(

@@ -195,8 +195,7 @@ def run_storm(run: LoadRun, faults: Faults) -> Storm:
     indices = sorted(i for i in run.oracle.positions if i % run.sizes.processes == server)
     chosen = _by_generator(run, indices)
     storm = Storm(clients=len(indices))
-    run.generators.ask("pause")
-    run.relations.pause()
+    run.pause_behaviours()
     try:
         time.sleep(1.0)  # the last changes arrive
         viewers = {viewer for _, viewer, _ in run.generators.views(chosen)}
@@ -245,8 +244,7 @@ def run_storm(run: LoadRun, faults: Faults) -> Storm:
         bare_floor(run, chosen, storm)
         killed_floor(run, chosen, storm)
     finally:
-        run.relations.resume()
-        run.generators.ask("resume")
+        run.resume_behaviours()
     return storm
 
 

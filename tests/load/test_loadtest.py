@@ -295,6 +295,20 @@ def test_the_storms_goal_is_over_its_floor_after_the_same_kill() -> None:
     )
 
 
+def test_the_storms_timeline_shows_its_shape_in_a_few_marks() -> None:
+    from tools.loadtest.storm import Storm
+
+    storm = Storm(clients=3000)
+    storm.timeline = [(second, 100 * second) for second in range(25)]
+    # About eight marks, always ending with the last look.
+    assert storm.timeline_row() == (
+        "0 s 0, 3 s 300, 6 s 600, 9 s 900, 12 s 1,200, 15 s 1,500, 18 s 1,800, 21 s 2,100, "
+        "24 s 2,400"
+    )
+    storm.timeline = [(0, 5), (1, 40)]
+    assert storm.timeline_row() == "0 s 5, 1 s 40"
+
+
 def test_reconnection_backs_off_as_presence_js_does() -> None:
     from tools.loadtest.generator import RATE_LIMITED, RETRY_MAX, retry_delay
 

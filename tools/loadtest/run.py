@@ -481,6 +481,7 @@ class Run:
         storm = run_storm(self, faults)
         after = self.totals(self.generators.stats()).snapshots
         print(f"loadtest: reconnect storm: {storm.row()}", flush=True)
+        print(f"loadtest: reconnect storm, clients open again: {storm.timeline_row()}", flush=True)
         snapshots = {kind: after.get(kind, 0) - before.get(kind, 0) for kind in after}
         print(
             "loadtest: reconnect storm's snapshots: "

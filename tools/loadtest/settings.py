@@ -7,6 +7,7 @@ The demo site (``siteproject``), configured from the environment the harness set
 - ``LOADTEST_LAYER_HOSTS``: the channel layer's Redis servers (comma-separated; it shards over
   them, so that one can be stopped as a fault);
 - ``LOADTEST_PRESENCE``: the compressed timing, as JSON (``tools.loadtest.config``);
+- ``LOADTEST_PRESENCE_OVERRIDES`` (servers only, diagnosis): presence settings over those, as JSON;
 - ``LOADTEST_MEMORY_DIR`` (servers only): where the process writes its memory census
   (``tools.loadtest.memory``).
 
@@ -89,6 +90,9 @@ SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 PRESENCE = json.loads(os.environ.get("LOADTEST_PRESENCE") or "{}")
+# Diagnosis: presence settings for the servers only, over the harness's (--server-env
+# LOADTEST_PRESENCE_OVERRIDES='{"OPENINGS_AT_ONCE": 48}').
+PRESENCE.update(json.loads(os.environ.get("LOADTEST_PRESENCE_OVERRIDES") or "{}"))
 _cluster = [url for url in os.environ.get("LOADTEST_CLUSTER_URLS", "").split(",") if url]
 if _cluster:
     PRESENCE["REDIS_CLUSTER"] = _cluster

@@ -59,6 +59,9 @@ class Storm:
     last_ready: int = 0
     last_differing: int = 0
     example: object = None
+    #: clients open with their snapshots, by whole seconds after the process answered (the
+    #: storm's shape: how fast they came back, not only when the last did)
+    timeline: list[tuple[int, int]] = field(default_factory=list)
     #: the floor at once: seconds until every client had the bare consumer's frame (None: not
     #: within STORM_TIMEOUT), that process's CPU seconds meanwhile, failed attempts by kind
     bare_in: float | None = None
@@ -165,6 +168,13 @@ class Storm:
             f"{self.wrong} wrong at the fresh check{self.note}"
         )
 
+    def timeline_row(self) -> str:
+        """Clients open again, every few seconds after the process answered."""
+        step = max(1, len(self.timeline) // 8)
+        shown = [*self.timeline[::step], *self.timeline[-1:]]
+        marks = dict(shown)
+        return ", ".join(f"{second} s {ready:,}" for second, ready in sorted(marks.items()))
+
 
 def _failures(failures: dict[str, int]) -> str:
     return ", ".join(f"{count:,} {kind}" for kind, count in sorted(failures.items())) or "none"
@@ -217,6 +227,9 @@ def run_storm(run: LoadRun, faults: Faults) -> Storm:
             time.sleep(POLL)
             views = run.generators.views(chosen)
             storm.last_ready = len(views)
+            second = int(time.monotonic() - answered)
+            if not storm.timeline or storm.timeline[-1][0] < second:
+                storm.timeline.append((second, len(views)))
             if len(views) < len(indices):
                 continue
             if storm.reopened_in is None:

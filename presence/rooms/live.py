@@ -251,7 +251,10 @@ class ConnectionRooms:
 
     async def recheck_rooms(self) -> None:
         """What others may see of this user changed (the hub tells): the flags of the
-        connection's rooms (invisible, public) follow the user's choices."""
+        connection's rooms (invisible, public) follow the user's choices. A flag changed is
+        announced to the room (arenew_rooms): the viewers' processes may have delivered the
+        change before this write, and a viewer whose read went through the index of public
+        members meanwhile did not consider the user."""
         connection = self.connection
         async with self.lock:  # after a join under way, which may have read the flags
             if not self.rooms or not connection.attached:

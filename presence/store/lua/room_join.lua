@@ -6,8 +6,10 @@
 -- and name (room_common.lua's schedule).
 -- A member who joins again replaces its connection's meta; a member whose stay ended (not yet
 -- swept) joins anew: it left when its stay ended, and enters now. Returns {1 if the user
--- became a member, 1 if what is shown of the member changed (meta, invisible), the outbox
--- entries made (room_common.lua's room_made: the left, the entered)}.
+-- became a member, 1 if what is shown of the member changed (meta, invisible) or who may be
+-- shown it (public: a viewer who read the room through the index before the flag was written
+-- must be told), the outbox entries made (room_common.lua's room_made: the left, the
+-- entered)}.
 local uid, conn, op = ARGV[1], ARGV[2], ARGV[3]
 local now, expiry, joined = tonumber(ARGV[4]), from_b36(ARGV[5]), from_b36(ARGV[6])
 local has_meta = ARGV[8] == '1'
@@ -57,5 +59,5 @@ end
 local after
 if renewed then after = shown(uid, e) else after = has_meta and ARGV[7] end
 local changed = 0
-if new == 1 or before ~= after or before_inv ~= inv then changed = 1 end
+if new == 1 or before ~= after or before_inv ~= inv or before_open ~= open then changed = 1 end
 return {new, changed, MADE}

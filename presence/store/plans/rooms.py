@@ -54,7 +54,9 @@ class RoomTransition(NamedTuple):
 @dataclass(frozen=True)
 class RoomWrite:
     """What a join or a leave changed: the user became a member (``joined``); what others are
-    shown of the member changed (``changed``: a new member, its meta, its invisibility)."""
+    shown of the member changed (``changed``: a new member, its meta, its invisibility, or its
+    public flag, which decides whose reads consider it: announced, so that a viewer who read
+    the room before the flag was written resolves the member again)."""
 
     joined: bool
     changed: bool

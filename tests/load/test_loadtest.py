@@ -309,6 +309,17 @@ def test_the_storms_timeline_shows_its_shape_in_a_few_marks() -> None:
     assert storm.timeline_row() == "0 s 5, 1 s 40"
 
 
+def test_the_rest_of_the_mix_follows_the_page_views_share_of_the_plan() -> None:
+    from tools.loadtest import config
+    from tools.loadtest.run import mix_scale
+
+    sizes = config.Sizes.for_mode(quick=False)
+    planned = sizes.churn_per_second * sizes.connections  # 200 page views a second
+    assert mix_scale(planned / 4, sizes) == pytest.approx(0.25)
+    # Never above the plan, whatever rate is asked for.
+    assert mix_scale(planned * 3, sizes) == 1.0
+
+
 def test_reconnection_backs_off_as_presence_js_does() -> None:
     from tools.loadtest.generator import RATE_LIMITED, RETRY_MAX, retry_delay
 

@@ -465,6 +465,8 @@ class Client:
 class Generator:
     def __init__(self, spec: GeneratorSpec) -> None:
         self.spec = spec
+        #: the plan's rates of status changes, idle switches and HTTP page views (set_rates)
+        self.planned = (spec.status_per_second, spec.idle_per_second, spec.page_views_per_second)
         self.stats = Stats()
         self.rng = random.Random(spec.seed)
         self.clients = [Client(c, self) for c in spec.clients]
@@ -535,6 +537,15 @@ class Generator:
                     client.next_beat = max(client.next_beat + interval, now)
                     self.spawn(client.beat())
             await asyncio.sleep(TICK)
+
+    def set_rates(self, churn: float, scale: float) -> None:
+        """Page views over sockets at ``churn`` per client per second; status changes, idle
+        switches and HTTP page views at ``scale`` of the plan's rates."""
+        spec, planned = self.spec, self.planned
+        spec.churn_per_second = churn
+        spec.status_per_second = planned[0] * scale
+        spec.idle_per_second = planned[1] * scale
+        spec.page_views_per_second = planned[2] * scale
 
     def draws(self, rate: float, count: int, seconds: float = TICK) -> int:
         """Events in one tick of ``seconds`` of ``count`` clients at ``rate`` per client per
@@ -893,8 +904,10 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
                 generator.paused = False
                 pipe.send(("ok", generator.stats.opened))
             elif command == "rate":
-                # The page views over sockets (reloads and tab closes) per client per second.
-                generator.spec.churn_per_second = float(argument)
+                # The page views over sockets (reloads and tab closes) per client per second,
+                # and the share of the plan the other behaviours run at.
+                churn, scale = argument
+                generator.set_rates(float(churn), float(scale))
                 pipe.send(("ok", None))
             elif command == "views":
                 pipe.send(("views", generator.views(argument)))

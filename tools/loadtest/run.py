@@ -31,6 +31,13 @@ DEVICES = ("web", "web", "web", "mobile", "desktop")
 LOG_RECORD = re.compile(r"^(\d{9,}\.\d{3}) (\w+) (\S+) (.*)$")
 
 
+def mix_scale(rate: float, sizes: config.Sizes) -> float:
+    """The share of the plan's rates the rest of the mix runs at: the page views' (the pace
+    chose ``rate`` of the plan's ``churn_per_second`` per connection), never above the plan."""
+    planned = sizes.churn_per_second * sizes.connections
+    return 1.0 if planned <= 0 else min(1.0, rate / planned)
+
+
 @dataclass
 class LogScan:
     errors: list[str] = field(default_factory=list)
@@ -81,6 +88,8 @@ class Run:
         self.rooms_row = ""
         #: page views over sockets per second across all connections (the pace's)
         self.planned_rate = 0.0
+        #: the share of the plan the rest of the mix runs at (mix_scale)
+        self.mix_scale = 1.0
         #: the load's own time (behaviours running) and what the servers did meanwhile
         self.running = Running()
         self.server_cpu = Tally()
@@ -271,7 +280,18 @@ class Run:
         )
         self.oracle = Oracle(generators, self.pages, self.positions, self.hidden, self.blocked)
         self.planned_rate = pace.rate
-        self.generators.ask("rate", pace.rate / max(1, self.sizes.connections))
+        # The whole mix at the pace the machine carries: status changes, idle switches, HTTP
+        # page views and relation changes each announce to watchers too (fan-out the
+        # calibration does not measure), so they follow the page views' share of the plan.
+        self.mix_scale = mix_scale(pace.rate, self.sizes)
+        self.generators.ask("rate", (pace.rate / max(1, self.sizes.connections), self.mix_scale))
+        if self.mix_scale < 1:
+            text = (
+                f"status changes, idle switches, HTTP page views and relation changes at "
+                f"{self.mix_scale:.0%} of the plan, as the page views"
+            )
+            print(f"loadtest: pace: {text}", flush=True)
+            self.rows.append(("the rest of the mix", text))
         below = pace.caught_up_below(self.sizes.processes)
         if below is not None:
             waited, cores, late = calibrate.wait_caught_up(
@@ -286,7 +306,9 @@ class Run:
             )
             print(f"loadtest: the servers done with the opening {text}", flush=True)
             self.rows.append(("servers done with the opening", text))
-        relations = RelationChanges(self.graph, self.pks, self.sizes.relations_per_second)
+        relations = RelationChanges(
+            self.graph, self.pks, self.sizes.relations_per_second * self.mix_scale
+        )
         relations.start()
         self.relations = relations
         stats_before = self.totals(generators.stats())
@@ -867,7 +889,7 @@ class Run:
                 f"{(stats.reloads + stats.tab_closes) / max(load_seconds, 1e-9):.1f} page views "
                 f"over sockets (planned {self.planned_rate:.1f}), "
                 f"{stats.status_changes / max(load_seconds, 1e-9):.1f} status changes (planned "
-                f"{sizes.status_per_second * sizes.connections:.1f})",
+                f"{sizes.status_per_second * sizes.connections * self.mix_scale:.1f})",
             ),
             ("relation changes", ", ".join(f"{v} {k}" for k, v in self.relations.counts.items())),
             (

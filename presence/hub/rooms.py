@@ -40,7 +40,7 @@ from presence.rooms.cursors import with_next
 from presence.rooms.delta import aroom_delta, list_limit
 from presence.rooms.joins import JoinBatches
 from presence.rooms.live import ConnectionRooms
-from presence.rooms.reading import SCAN_FACTOR
+from presence.rooms.reading import SCAN_FACTOR, WIDEST_FACTOR
 from presence.rooms.writes import asweep_rooms
 from presence.store import get_store
 
@@ -221,7 +221,8 @@ class RoomViews:
         unless one joined before its last listed member (it just became visible, say): such
         viewers are resolved in a second read (room_diffs.outranked).
         When a listed member leaves a full list (``others`` > 0), the first members by join
-        time are read once too, and the freed place is refilled in the same diff.
+        time are read once too (further down for the viewers who may see none of them past
+        their list), and the freed place is refilled in the same diff.
 
         A view being read meanwhile (its room_state) gets these users again a window later;
         the views sent them do not (a burst's second batch of joiners, being read while the
@@ -310,11 +311,15 @@ async def _diff_frames(
     limit = list_limit()
     frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
     freed: set[UserId] = set()
+    #: viewers whose list was full before this window (others counted)
+    was_full: set[UserId] = set()
     for connection, (view, generation) in ready.items():
         if view.generation != generation or view.reading:
             again.add(connection)  # a room_state was read meanwhile: compared again
             continue
         had_others = view.others > 0
+        if had_others and len(view.listed) >= limit:
+            was_full.add(connection.viewer_id)
         viewer = connection.viewer_id
         seen = late if late is not None and viewer in early else delta
         frame = diff(view, seen, viewer, user_ids, limit)
@@ -322,13 +327,28 @@ async def _diff_frames(
             frames.append((connection, view, generation, frame))
             if frame["leaves"] and had_others and len(view.listed) < limit:
                 freed.add(connection.viewer_id)
-    if freed:
-        # Places freed in full lists: the first members by join time are read once for those
-        # viewers. Redis unavailable: the frames go as they are (counted right; the next
-        # room_state lists).
-        scanned = await aroom_delta(parse_room(room), freed, (), freed, SCAN_FACTOR * limit)
-        if scanned is not None:
-            refill(scanned, frames, freed, limit)
+    # Places freed in full lists: the first members by join time are read once for those
+    # viewers. A full list's members waiting may all be past them (most of the first ones
+    # hidden from its viewer): its viewers read further down, as a fresh read does
+    # (presence.rooms.reading's widening), else the list kept a place a later newcomer
+    # would take. Redis unavailable: the frames go as they are (counted right; the next
+    # room_state lists).
+    scan = SCAN_FACTOR * limit
+    while freed:
+        scanned = await aroom_delta(parse_room(room), freed, (), freed, scan)
+        if scanned is None:
+            break
+        refill(scanned, frames, freed, limit)
+        if scanned.scan_complete or scan >= WIDEST_FACTOR * limit:
+            break
+        scan = min(scan * 4, WIDEST_FACTOR * limit)
+        freed = {
+            connection.viewer_id
+            for connection, view, _, _ in frames
+            if connection.viewer_id in freed & was_full
+            and len(view.listed) < limit
+            and view.others > 0
+        }
     return frames
 
 

@@ -57,6 +57,8 @@ class RoomDelta:
     #: the first members by join time that are not changed (a refill's candidates), with
     #: their entries; empty unless a refill was asked for
     scanned: dict[UserId, MemberEntry] = field(default_factory=dict)
+    #: whether ``scanned`` reached the room's last member (a refill reads no further)
+    scan_complete: bool = True
     #: each viewer's contacts among the changed users (not read for a refill)
     contacts: dict[UserId, set[UserId]] = field(default_factory=dict)
     _verdicts: dict[tuple[UserId, domain.Relation], Member | None] = field(default_factory=dict)
@@ -183,6 +185,7 @@ def _room_delta(
     resolved_viewers = [viewer for viewer in viewers if viewer in asked]
     now = resolution.now()
     scanned: dict[UserId, MemberEntry] = {}
+    scan_complete = True
     if not scan:
         # One trip to the database's thread (the viewers' blocks, the changed users' facts)
         # and one to Redis (the room, their live state): under a burst, each trip waits for
@@ -212,6 +215,8 @@ def _room_delta(
         if read is None:
             return None
         present = [uid for uid in changed if uid in read.found]
+        # (a page cut at ``scan`` left members of its last millisecond unread)
+        scan_complete = read.complete and len(read.members) <= scan
         changed_set = set(changed)
         scanned = {
             uid: entry
@@ -256,6 +261,7 @@ def _room_delta(
         tied_viewers={viewer for viewer, _ in ties},
         resolving=frozenset(resolved_viewers),
         scanned=scanned,
+        scan_complete=scan_complete,
         contacts=contacts,
     )
 

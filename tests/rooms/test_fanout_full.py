@@ -268,3 +268,56 @@ async def test_a_place_left_in_a_full_list_goes_to_the_member_waiting_not_a_newc
     assert frame["leaves"] == [str(gone.pk)] and set(frame["joins"]) == {str(members[LIMIT].pk)}
     assert {str(uid) for uid in view.listed} == set(fresh["members"])
     assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
+
+
+async def test_a_place_left_is_refilled_past_the_first_members_hidden_from_the_viewer(
+    settings: Any,
+) -> None:
+    # The first members by join time are mostly hidden from the viewer (SCAN_FACTOR * LIMIT
+    # of them hold only its listed ones): a place left in its full list goes to the first
+    # member waiting further down, as a fresh read (which reads further) lists it. Left with
+    # room, the list took the next newcomer instead, for good.
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT, "OFFLINE_GRACE": 2}
+    User = get_user_model()
+
+    @sync_to_async
+    def users() -> tuple[list[Any], Any, Any]:
+        made = [User.objects.create_user(username=f"m{n}") for n in range(3 * LIMIT)]
+        viewer, new = (User.objects.create_user(username=name) for name in ("viewer", "new"))
+        # Public: the first LIMIT members and the last two (past SCAN_FACTOR * LIMIT); the
+        # others keep the default visibility (hidden from the viewer, counted in others).
+        for user in [*made[:LIMIT], *made[-2:], viewer, new]:
+            PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        return made, viewer, new
+
+    members, viewer_user, new = await users()
+    store, now = get_store(), time.time()
+    await enter(store, members, now - 20, set())
+    registry = Registry()
+    rooms = RoomViews(registry, Groups(None, registry))
+    viewer = Viewer(viewer_user)
+    registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
+    rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
+    rooms.show(viewer, ROOM, await aread_room_state(parse_room(ROOM), viewer_user))  # type: ignore[arg-type]
+    view = rooms.views[viewer][ROOM]  # type: ignore[index]
+    assert set(view.listed) == {m.pk for m in members[:LIMIT]}
+
+    gone = members[2]
+    await store.arun(store.plans.leave_room(ROOM, gone.pk, "c", now - 15))
+    assert await events.asweep_rooms() == {ROOM: [gone.pk]}
+    await rooms.deliver(ROOM, {gone.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert str(members[-2].pk) in fresh["members"]
+    (frame,) = viewer.frames
+    assert frame["leaves"] == [str(gone.pk)] and set(frame["joins"]) == {str(members[-2].pk)}
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
+
+    # A newcomer joins after them all: past the full list's end.
+    viewer.frames.clear()
+    await store.arun(store.plans.connection(new.pk, "open", time.time(), "c"))  # online
+    await store.arun(store.plans.join_room(ROOM, new.pk, "c", time.time()))
+    await rooms.deliver(ROOM, {new.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert str(new.pk) not in fresh["members"]
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])

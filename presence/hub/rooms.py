@@ -342,12 +342,11 @@ async def _diff_frames(
         if scanned.scan_complete or scan >= WIDEST_FACTOR * limit:
             break
         scan = min(scan * 4, WIDEST_FACTOR * limit)
+        short = freed & was_full
         freed = {
             connection.viewer_id
             for connection, view, _, _ in frames
-            if connection.viewer_id in freed & was_full
-            and len(view.listed) < limit
-            and view.others > 0
+            if connection.viewer_id in short and len(view.listed) < limit and view.others > 0
         }
     return frames
 

@@ -169,13 +169,19 @@ async def one_viewer(
 
     made, viewer_user = await users()
     await enter(get_store(), made, time.time() - 20, set())
+    return made, viewer_user, *await watch(viewer_user)
+
+
+async def watch(viewer_user: Any) -> tuple[Viewer, RoomViews, View]:
+    """The viewer's connection in the room, with the hub's rooms and its view read: (its
+    connection, the hub's rooms, its view)."""
     registry = Registry()
     rooms = RoomViews(registry, Groups(None, registry))
     viewer = Viewer(viewer_user)
     registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
     rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
     rooms.show(viewer, ROOM, await aread_room_state(parse_room(ROOM), viewer_user))  # type: ignore[arg-type]
-    return made, viewer_user, viewer, rooms, rooms.views[viewer][ROOM]  # type: ignore[index]
+    return viewer, rooms, rooms.views[viewer][ROOM]  # type: ignore[index]
 
 
 async def join_anew(user: Any) -> None:
@@ -293,13 +299,7 @@ async def test_a_place_left_is_refilled_past_the_first_members_hidden_from_the_v
     members, viewer_user, new = await users()
     store, now = get_store(), time.time()
     await enter(store, members, now - 20, set())
-    registry = Registry()
-    rooms = RoomViews(registry, Groups(None, registry))
-    viewer = Viewer(viewer_user)
-    registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
-    rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
-    rooms.show(viewer, ROOM, await aread_room_state(parse_room(ROOM), viewer_user))  # type: ignore[arg-type]
-    view = rooms.views[viewer][ROOM]  # type: ignore[index]
+    viewer, rooms, view = await watch(viewer_user)
     assert set(view.listed) == {m.pk for m in members[:LIMIT]}
 
     gone = members[2]

@@ -165,6 +165,14 @@ def count(failures: dict[str, int], kind: str) -> None:
     failures[kind] = failures.get(kind, 0) + 1
 
 
+def attempts_after_drop(attempts: int, opened_at: float) -> int:
+    """A reconnection's attempt, as presence.js counts it: a connection that lasted STABLE
+    seconds (``opened_at``, 0: it never opened) starts the backoff over."""
+    if opened_at and time.time() - opened_at >= STABLE:
+        attempts = 0
+    return attempts + 1
+
+
 class BareHold:
     """The killed floor of a reconnect storm (Generator.bare_hold): clients each holding a
     socket to the bare consumer (``ws/bare/?hold=1``: accept, read the user, one frame, stay
@@ -228,11 +236,8 @@ class BareHold:
             self.sockets.pop(client.spec.index, None)
             if self.releasing:
                 return
-            # Its socket dropped: as Client.retry_later, a connection that lasted STABLE
-            # seconds starts the backoff over.
-            if opened_at and time.time() - opened_at >= STABLE:
-                attempts = 0
-            attempts += 1
+            # Its socket dropped: as Client.retry_later.
+            attempts = attempts_after_drop(attempts, opened_at)
             code = str(ws.close_code if ws.close_code is not None else "none")
             await asyncio.sleep(retry_delay(attempts, code, random.random()))
 
@@ -293,9 +298,7 @@ class Client:
 
     def retry_later(self, code: str) -> None:
         """Reopen after presence.js's backoff (a connection that lasted resets it)."""
-        if self.opened_at and time.time() - self.opened_at >= STABLE:
-            self.attempts = 0
-        self.attempts += 1
+        self.attempts = attempts_after_drop(self.attempts, self.opened_at)
         self.gen.reopen_later(self, retry_delay(self.attempts, code, random.random()))
 
     @property
@@ -685,16 +688,12 @@ class Generator:
                     finally:
                         await ws.close()
                 except Exception as error:  # refused, timed out: tried again after a backoff
-                    result.failures[type(error).__name__] = (
-                        result.failures.get(type(error).__name__, 0) + 1
-                    )
+                    count(result.failures, type(error).__name__)
                     attempts += 1
                     await asyncio.sleep(retry_delay(attempts, "", random.random()))
                     continue
                 if hello.get("user") != client.spec.user:
-                    result.failures["unauthenticated"] = (
-                        result.failures.get("unauthenticated", 0) + 1
-                    )
+                    count(result.failures, "unauthenticated")
                 result.done += 1
                 result.seconds = time.monotonic() - started
                 return

@@ -278,11 +278,7 @@ def bare_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> None
         return
     finally:
         daphne.stop()
-    for part in parts:
-        for kind, count in part.failures.items():
-            storm.bare_failures[kind] = storm.bare_failures.get(kind, 0) + count
-    seconds = [part.seconds for part in parts]
-    storm.bare_in = None if None in seconds else max(s or 0.0 for s in seconds)
+    storm.bare_in = _gathered(parts, storm.bare_failures)
 
 
 def killed_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> None:
@@ -322,11 +318,17 @@ def killed_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> No
             run.generators.bare_release()
         finally:
             daphne.stop()
+    storm.killed_in = _gathered(parts, storm.killed_failures)
+
+
+def _gathered(parts: list[BareStorm], failures: dict[str, int]) -> float | None:
+    """The generators' parts of a floor: their failed attempts added to ``failures``, and
+    the seconds until the last client had its frame (None: not every one did)."""
     for part in parts:
         for kind, count in part.failures.items():
-            storm.killed_failures[kind] = storm.killed_failures.get(kind, 0) + count
+            failures[kind] = failures.get(kind, 0) + count
     seconds = [part.seconds for part in parts]
-    storm.killed_in = None if None in seconds else max(s or 0.0 for s in seconds)
+    return None if None in seconds else max(s or 0.0 for s in seconds)
 
 
 def _compare(

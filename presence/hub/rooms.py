@@ -40,7 +40,7 @@ from presence.rooms.cursors import with_next
 from presence.rooms.delta import aroom_delta, list_limit
 from presence.rooms.joins import JoinBatches
 from presence.rooms.live import ConnectionRooms
-from presence.rooms.reading import SCAN_FACTOR, WIDEST_FACTOR
+from presence.rooms.reading import SCAN_FACTOR, wider
 from presence.rooms.writes import asweep_rooms
 from presence.store import get_store
 
@@ -339,9 +339,10 @@ async def _diff_frames(
         if scanned is None:
             break
         refill(scanned, frames, freed, limit)
-        if scanned.scan_complete or scan >= WIDEST_FACTOR * limit:
+        further = None if scanned.scan_complete else wider(scan, limit)
+        if further is None:
             break
-        scan = min(scan * 4, WIDEST_FACTOR * limit)
+        scan = further
         short = freed & was_full
         freed = {
             connection.viewer_id

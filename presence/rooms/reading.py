@@ -207,8 +207,8 @@ def _widened(
     read further down the join order, so that a fresh read lists whom a live view listing
     newcomers while it has room lists."""
     conf = get_settings()
-    while more and first < _widest(conf):
-        first = min(first * 4, _widest(conf))
+    while more and (further := wider(first, conf.ROOM_LIST_LIMIT)) is not None:
+        first = further
         state = yield from _read_first(room, viewer, now, first, entry, resolved, waits)
         if state is None:
             if strict:
@@ -226,6 +226,13 @@ def _widened(
 def _widest(conf: Any) -> int:
     """How far down the join order a read goes for a viewer who may see few members."""
     return WIDEST_FACTOR * conf.ROOM_LIST_LIMIT
+
+
+def wider(first: int, limit: int) -> int | None:
+    """The next reach of a read that widens down the join order (four times as far, up to
+    ``WIDEST_FACTOR * limit``); None once it reached the widest."""
+    widest = WIDEST_FACTOR * limit
+    return None if first >= widest else min(first * 4, widest)
 
 
 def _lookups(viewer: Any, entry: RoomEntry) -> list[UserId]:

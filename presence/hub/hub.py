@@ -24,6 +24,12 @@ from presence.hub.tasks import Tasks
 from presence.layer import probe_group_name
 from presence.store import get_store
 
+#: a probe not back this many seconds after it was sent goes again, this many times at most, on
+#: a pub/sub layer: a message published before the hub's subscription to its probe group is in
+#: place (it is sent on another connection than the publish) is never delivered
+PROBE_RESEND_AFTER = 1.0
+PROBE_RESENDS = 3
+
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
 
 
@@ -35,9 +41,19 @@ def ordered(layer: Any) -> bool:
     channel may be on different servers, with no order between them."""
     kind = type(layer)
     name = f"{kind.__module__}.{kind.__qualname__}"
-    if name == "channels_redis.pubsub.RedisPubSubChannelLayer":
+    if name == _PUBSUB:
         return len(getattr(layer, "_shards", ())) == 1
     return name in _ORDERED
+
+
+def _unconfirmed_subscriptions(layer: Any) -> bool:
+    """Whether joining a group may return before the layer receives the group's messages:
+    channels_redis's pub/sub layer sends SUBSCRIBE without waiting for Redis to confirm it."""
+    kind = type(layer)
+    return f"{kind.__module__}.{kind.__qualname__}" == _PUBSUB
+
+
+_PUBSUB = "channels_redis.pubsub.RedisPubSubChannelLayer"
 
 
 #: channel layers whose channels are first in, first out
@@ -76,6 +92,8 @@ class Hub:
         #: to join it again (the layer's groups expire)
         self._probe_group: str | None = None
         self._probe_renew_at = 0.0
+        #: re-sends of probes under way (held: a task only the loop refers to may be collected)
+        self._probe_resends: set[asyncio.Task[None]] = set()
         self.tasks = Tasks(
             self.registry,
             self.groups,
@@ -270,12 +288,33 @@ class Hub:
             self._probe_renew_at = now + float(getattr(self.layer, "group_expiry", 86400)) / 2
         probe_id = next(self._probe_ids)
         self._probes[probe_id] = (connection, proof)
+        resends = PROBE_RESENDS if _unconfirmed_subscriptions(layer) else 0
+        await self._send_probe(probe_id, group, resends)
+        return proof
+
+    async def _send_probe(self, probe_id: int, group: str, resends: int) -> None:
+        """Send probe ``probe_id`` (again); while ``resends`` are left, look again a little
+        later and send it once more if it is not back. The same probe back twice is back once
+        (:meth:`_probed`), and a later copy still comes behind every announcement sent before
+        the proof's time."""
+        if probe_id not in self._probes or self.layer is None:
+            return  # back meanwhile, or its connection gone
         try:
             message = {"type": PROBE, "probe": probe_id}
-            await announce.layer_call(layer.group_send, group, message)
+            await announce.layer_call(self.layer.group_send, group, message)
         except Exception:
             self._probes.pop(probe_id, None)  # counted as a layer failure: no proof now
-        return proof
+            return
+        if resends > 0:
+            asyncio.get_running_loop().call_later(
+                PROBE_RESEND_AFTER, self._resend_probe, probe_id, group, resends - 1
+            )
+
+    def _resend_probe(self, probe_id: int, group: str, resends: int) -> None:
+        if probe_id in self._probes:
+            task = asyncio.ensure_future(self._send_probe(probe_id, group, resends))
+            self._probe_resends.add(task)
+            task.add_done_callback(self._probe_resends.discard)
 
     def _probed(self, message: dict[str, Any]) -> None:
         found = self._probes.pop(message.get("probe"), None)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ the windows; the hub's loops run on the real event loop clock.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -324,3 +325,39 @@ async def test_only_first_in_first_out_layers_are_probed() -> None:
     )
     assert ordered(InMemoryChannelLayer())
     assert not ordered(object())
+
+
+@pytest.mark.skipif(
+    os.environ.get("PRESENCE_TEST_LAYER") != "pubsub",
+    reason="the pub/sub layer may lose a message published before its subscription is in place",
+)
+async def test_a_probe_lost_on_the_pub_sub_layer_is_sent_again(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    viewer, (target,) = await people(make_user, 1)
+    communicator = await sockets.open(viewer)
+    await stamped_subscribe(communicator, None, target)
+    hub = Hub.current()
+    assert hub is not None
+    # The first copy of the probe is lost (as one published before SUBSCRIBE took effect is).
+    lost: list[dict[str, Any]] = []
+    real_dispatch = hub.dispatch
+
+    def lose_first_probe(message: dict[str, Any]) -> None:
+        if message.get("type") == "presence.probe" and not lost:
+            lost.append(message)
+        else:
+            real_dispatch(message)
+
+    monkeypatch.setattr(hub, "dispatch", lose_first_probe)
+    clock.move_to(at(HALF_WINDOW + 10))
+    await beat(communicator)  # the probe
+    assert await eventually(lambda: bool(lost))
+    assert await eventually(probes_back(hub))  # its next copy is back
+    clock.shift(16)
+    await beat(communicator)
+    frame = await receive(communicator)
+    assert frame["type"] == "stamp"

@@ -40,7 +40,7 @@ from presence.rooms.cursors import (
     place_of,
 )
 from presence.rooms.cursors import decode as decode_cursor
-from presence.rooms.reading import SCAN_FACTOR, RoomEntry, _listing, _lookups, _widest, room_entry
+from presence.rooms.reading import SCAN_FACTOR, RoomEntry, _listing, _lookups, room_entry, wider
 from presence.rooms.rule import room_rule
 from presence.store import StoreUnavailable, get_store
 from presence.store.plans.rooms import RoomPage, RoomRead
@@ -57,8 +57,7 @@ def _page(
     entry = yield from call(room_entry, viewer, room if check else None)
     if not entry.allowed:
         raise PermissionDenied(gettext("You may not see who is in this room."))
-    conf = get_settings()
-    limit = conf.ROOM_LIST_LIMIT
+    limit = get_settings().ROOM_LIST_LIMIT
     now = resolution.now()
     viewer_id = viewer_pk(viewer)
     resolved = Resolved.of(entry.own)
@@ -76,9 +75,10 @@ def _page(
         state, _ = yield from _listing(room, viewer, now, first, read, entry, resolved, waits)
         if resolved.live_unread:
             raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
-        if len(state.members) >= limit or done or first >= _widest(conf):
+        further = wider(first, limit)
+        if len(state.members) >= limit or done or further is None:
             break
-        first *= 4
+        first = further
     if len(state.members) >= limit:
         last = max(place_of(uid, state.ranks[uid], viewer_id) for uid in state.members)
         cursor: Cursor | None = after.following(last)

@@ -40,6 +40,7 @@ NAMES = (
     "join_flood",
     "room_rules",
     "rooms_peers",
+    "hub_intake",
 )
 
 
@@ -141,6 +142,7 @@ def main(argv: list[str]) -> int:
             bench_feed,
             bench_guest_count,
             bench_heartbeats,
+            bench_hub_intake,
             bench_join_flood,
             bench_memory,
             bench_metrics,
@@ -175,6 +177,7 @@ def main(argv: list[str]) -> int:
             "join_flood": bench_join_flood.run,
             "room_rules": bench_room_rules.run,
             "rooms_peers": bench_rooms_peers.run,
+            "hub_intake": bench_hub_intake.run,
         }
         client = raw_client(decode=True)
         server = client.info("server")

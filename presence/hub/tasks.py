@@ -14,6 +14,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from presence import announce, lifecycle
 from presence.conf import get_settings
 from presence.domain import UserId
+from presence.hub import inbox
 from presence.hub.delivery import TICK, Delivery
 from presence.hub.groups import Groups
 from presence.hub.messages import Messages
@@ -60,7 +61,7 @@ class Tasks:
             self.lingering.cancel()
             self.lingering = None
         if self.layer is not None:
-            self.groups.channel = await self.layer.new_channel()
+            self.groups.channel = await inbox.new_channel(self.layer)
             logger.info("Presence: the live hub listens on channel %s.", self.groups.channel)
         self.running = [
             asyncio.ensure_future(self.delivery.run(self.deliver, self._owns_current_task)),
@@ -138,9 +139,10 @@ class Tasks:
     async def _receive_loop(self) -> None:
         assert self.layer is not None and self.groups.channel is not None
         channel = self.groups.channel
+        receive = inbox.receiver(self.layer, channel)
         while self.groups.channel == channel:  # the hub stopped (or restarted on a new channel)
             try:
-                message = await self.layer.receive(channel)
+                messages = await receive()
             except asyncio.CancelledError:
                 raise
             except RedisTimeoutError:
@@ -153,9 +155,10 @@ class Tasks:
                 announce.note_layer_failure()
                 await asyncio.sleep(get_settings().RETRY_INTERVAL)
                 continue
-            if self.groups.channel != channel:
-                continue
-            self.dispatch(message)
+            for message in messages:
+                if self.groups.channel != channel:
+                    break
+                self.dispatch(message)
 
     async def _sweep_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -118,8 +118,8 @@ async def test_the_hub_is_in_a_users_group_while_a_connection_subscribes_to_it(
     hub = Hub.current()
     assert hub is not None and hub.groups.channel is not None
     layer = get_channel_layer()
-    # One process-local channel of the layer for the whole process.
-    assert hub.groups.channel.startswith(f"specific.{layer.client_prefix}!")
+    # One channel of the hub's own for the whole process, named after the process.
+    assert hub.groups.channel.startswith(f"specific.{layer.client_prefix}.hub")
     assert groups(redis_client) == {}
 
     assert await subscribe(first, a, b, UNKNOWN_ID) == state({a.pk: HIDDEN, b.pk: HIDDEN})

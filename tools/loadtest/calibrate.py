@@ -275,8 +275,15 @@ def measure(
 
 
 def channels_of(log: str) -> set[str]:
-    """The process channels a daphne's hubs listened on ("specific.<process>"), from its log."""
-    return set(re.findall(r"listens on channel (specific\.[^!\s]+)!", log))
+    """The processes a daphne's hubs listened for ("specific.<process>", of a channel
+    "specific.<process>.hub<id>" or "specific.<process>!<id>"), from its log."""
+    return set(re.findall(r"listens on channel (specific\.[0-9a-f]+)[!.]", log))
+
+
+def process_of(channel: str) -> str:
+    """The process part of a channel ("specific.<process>"; any other channel: itself)."""
+    found = re.match(r"specific\.[0-9a-f]+(?=[!.])", channel)
+    return found.group(0) if found else channel
 
 
 def forget_memberships(layer_urls: list[str], channels: set[str]) -> int:
@@ -293,7 +300,7 @@ def forget_memberships(layer_urls: list[str], channels: set[str]) -> int:
         try:
             for key in client.scan_iter(match="asgi:group:*", count=1000):
                 members = [m.decode() for m in client.zrange(key, 0, -1)]
-                theirs = [m for m in members if m.split("!")[0] in channels]
+                theirs = [m for m in members if process_of(m) in channels]
                 if theirs:
                     removed += int(client.zrem(key, *theirs))
         finally:

@@ -152,7 +152,7 @@ class Faults:
         """SIGKILL one server process and start it again on the same port; its clients
         reconnect by themselves."""
         daphne = self.run.servers.daphnes[0]
-        # The channels its hub listened on, as it logged them ("specific.<process>!<id>").
+        # The process its hub listened for, as it logged its channel ("specific.<process>...").
         logged = daphne.log_path.read_text(errors="replace")
         self.killed_prefixes |= calibrate.channels_of(logged)
         daphne.kill()

@@ -714,7 +714,7 @@ class Run:
             client = redis.Redis.from_url(server.url)
             for key in client.scan_iter(match="asgi:group:*", count=1000):
                 members = [m.decode() for m in client.zrange(key, 0, -1)]
-                mine = [m for m in members if m.split("!")[0] in killed]
+                mine = [m for m in members if calibrate.process_of(m) in killed]
                 left_by_killed += len(mine)
                 if len(mine) < len(members):
                     found["groups"] += 1

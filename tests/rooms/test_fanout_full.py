@@ -227,6 +227,24 @@ async def test_a_member_who_joins_anew_stays_in_a_list_with_room(settings: Any) 
     assert all(frame["leaves"] == [] for frame in viewer.frames)
 
 
+async def test_a_member_who_joins_anew_stays_in_a_full_list_whose_others_are_hidden(
+    settings: Any,
+) -> None:
+    # The list is full, and every member it does not list is hidden from the viewer: one listed
+    # member who joined anew is now last by join time, past the first members a refill reads,
+    # and still the viewer's to list (a fresh read lists it): it stays, nobody leaves.
+    members, viewer_user, viewer, rooms, view = await one_viewer(settings, 3 * LIMIT + 3, LIMIT)
+    assert set(view.listed) == {m.pk for m in members[:LIMIT]} and view.others == 2 * LIMIT + 3
+    moved = members[1]
+    await join_anew(moved)
+    await rooms.deliver(ROOM, {moved.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert str(moved.pk) in fresh["members"]
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert all(frame["leaves"] == [] for frame in viewer.frames)
+    assert (fresh["count"], fresh["others"]) == (3 * LIMIT + 3, 2 * LIMIT + 3)
+
+
 async def test_two_listed_members_who_join_anew_in_one_window_both_leave_a_full_list(
     settings: Any,
 ) -> None:

@@ -239,7 +239,7 @@ def _facts(viewer_pk: UserId | None, rows: Iterable[Sequence[Any]], with_own: bo
     }
 
 
-def _rows(viewer_pk: UserId | None, target_ids: Collection[UserId]) -> list[Sequence[Any]]:
+def fact_rows(viewer_pk: UserId | None, target_ids: Collection[UserId]) -> list[Sequence[Any]]:
     """The rows of :func:`facts_query`, from its SQL compiled once per shape where it can be
     (presence.relations.compiled). Blocking: the database's thread."""
     size = compiled.padded_size(len(target_ids))
@@ -258,7 +258,7 @@ def load(viewer: Any, target_ids: Collection[UserId]) -> Facts:
     if not target_ids:
         return {}
     viewer_pk = viewer_id(viewer)
-    return _facts(viewer_pk, _rows(viewer_pk, target_ids), reciprocal())
+    return _facts(viewer_pk, fact_rows(viewer_pk, target_ids), reciprocal())
 
 
 async def aload(viewer: Any, target_ids: Collection[UserId]) -> Facts:

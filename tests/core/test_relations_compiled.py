@@ -82,7 +82,7 @@ def test_compiled_rows_hold_what_the_queryset_gives_value_for_value(
         return {row[0]: [(type(value), value) for value in row] for row in found}
 
     compiled._compiled.clear()
-    got = typed(facts._rows(viewer.pk, ids))
+    got = typed(facts.fact_rows(viewer.pk, ids))
     assert compiled._compiled and None not in compiled._compiled.values()  # compiled SQL ran
     assert got == typed(relations.facts_query(viewer.pk, ids))
 

@@ -193,23 +193,24 @@ def refill(
     freed: set[UserId],
     limit: int,
 ) -> None:
-    """Places freed in full lists, from ``delta``'s first members by join time: each frame
-    lists the next ones its viewer may see, as a fresh read lists them (its contacts, listed
-    first, are listed already when visible)."""
+    """Places freed in full lists, from ``delta``'s first members by join time (and, for a
+    list of contacts only, the viewer's contacts present): each frame lists the next ones its
+    viewer may see, as a fresh read lists them, contacts first (a list that holds a member
+    who is not a contact holds every contact its viewer may see already)."""
     for connection, view, _, frame in frames:
         viewer = connection.viewer_id
         if viewer not in freed or view.reading:
             continue
+        contacts = delta.contacts.get(viewer, set())
         candidates = sorted(
-            (joined_at, str(uid), uid, member)
+            (rank(uid in contacts, joined_at, uid), uid, member)
             for uid, joined_at, member in delta.refill(viewer)
             if uid not in view.listed
         )
         room_left = limit - len(view.listed)
-        for joined_at, _, user_id, member in candidates[: max(room_left, 0)]:
+        for place, user_id, member in candidates[: max(room_left, 0)]:
             view.listed[user_id] = member
-            # Not a contact: the viewer's contacts it may see are listed first already.
-            view.ranks[user_id] = rank(False, joined_at, user_id)
+            view.ranks[user_id] = place
             frame["joins"][str(user_id)] = delta.encoded(member)
             if str(user_id) in frame["leaves"]:  # it moved, and is still among the first
                 frame["leaves"].remove(str(user_id))

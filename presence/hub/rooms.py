@@ -334,8 +334,16 @@ async def _diff_frames(
     # would take. Redis unavailable: the frames go as they are (counted right; the next
     # room_state lists).
     scan = SCAN_FACTOR * limit
+    # A list of contacts only (a viewer with more contacts here than the list's places) may
+    # be refilled by a contact who joined anywhere: those viewers' contacts are looked up.
+    contacts_only = {
+        connection.viewer_id
+        for connection, view, _, _ in frames
+        if connection.viewer_id in freed
+        and all(not not_contact for not_contact, *_ in view.ranks.values())
+    }
     while freed:
-        scanned = await aroom_delta(parse_room(room), freed, (), freed, scan)
+        scanned = await aroom_delta(parse_room(room), freed, (), freed, scan, contacts_only & freed)
         if scanned is None:
             break
         refill(scanned, frames, freed, limit)

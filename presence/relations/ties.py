@@ -138,16 +138,26 @@ def contacts_among(
     return found
 
 
+def contacts_of(owners: Collection[UserId]) -> dict[UserId, set[UserId]]:
+    """Each owner's contacts, all of them: one query."""
+    found: dict[UserId, set[UserId]] = {}
+    ids: list[Any] = list(owners)  # (the ORM's stubs type a pk lookup by the model's pk)
+    if ids:
+        for owner, contact in Contact.objects.filter(owner__in=ids).values_list(
+            "owner_id", "contact_id"
+        ):
+            found.setdefault(owner, set()).add(contact)
+    return found
+
+
 def ties_of(viewers: Collection[UserId]) -> dict[UserId, Ties]:
     """:func:`viewer_ties` of many viewers (a batch of a room's joins), in four queries."""
     found = {viewer: Ties(set(), set(), set()) for viewer in viewers}
     if not found:
         return found
     ids: list[Any] = list(found)  # (the ORM's stubs type a pk lookup by the model's pk)
-    for owner, contact in Contact.objects.filter(owner__in=ids).values_list(
-        "owner_id", "contact_id"
-    ):
-        found[owner].contacts.add(contact)
+    for owner, contacts in contacts_of(ids).items():
+        found[owner].contacts.update(contacts)
     for viewer, counterparts in blocks_between(found.keys()).items():
         found[viewer].blocked.update(counterparts)
     # who may show each viewer more: a contact row naming them, an "always share" exception

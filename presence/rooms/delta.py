@@ -59,7 +59,9 @@ class RoomDelta:
     scanned: dict[UserId, MemberEntry] = field(default_factory=dict)
     #: whether ``scanned`` reached the room's last member (a refill reads no further)
     scan_complete: bool = True
-    #: each viewer's contacts among the changed users (not read for a refill)
+    #: each viewer's contacts among the changed users; for a refill, every contact of the
+    #: viewers whose lists hold only contacts (their next member may be a contact who joined
+    #: anywhere in the room)
     contacts: dict[UserId, set[UserId]] = field(default_factory=dict)
     _verdicts: dict[tuple[UserId, domain.Relation], Member | None] = field(default_factory=dict)
     _as_stranger: dict[UserId, Member | None] = field(default_factory=dict)
@@ -173,12 +175,20 @@ def _lookups(changed: Collection[UserId], blocks: dict[UserId, set[UserId]]) -> 
     return list(dict.fromkeys([*changed, *(u for users in blocks.values() for u in users)]))
 
 
+def _blocks_and_contacts(
+    viewers: Collection[UserId], owners: Collection[UserId]
+) -> tuple[dict[UserId, set[UserId]], dict[UserId, set[UserId]]]:
+    """The viewers' blocks, and every contact of ``owners`` (a refill's): one trip."""
+    return relations.blocks_between(viewers), relations.contacts_of(owners) if owners else {}
+
+
 def _room_delta(
     room: Room,
     viewers: Collection[UserId],
     changed: Collection[UserId],
     resolving: Collection[UserId],
     scan: int,
+    contacts_of: Collection[UserId] = (),
 ) -> Operation[RoomDelta | None]:
     store = get_store()
     asked = set(resolving)
@@ -207,10 +217,11 @@ def _room_delta(
             return None
         present = [uid for uid in changed if uid in read.found]
     else:
-        # A refill: the first members by join time are read first, then their facts too.
-        blocks = yield Call(relations.blocks_between, (list(viewers),))
-        contacts = {}
-        lookups = _lookups(changed, blocks)
+        # A refill: the first members by join time are read first, then their facts too;
+        # and, for a list of contacts only, the viewer's contacts wherever they joined.
+        blocks, contacts = yield Call(_blocks_and_contacts, (list(viewers), list(contacts_of)))
+        contact_ids = set().union(*contacts.values())
+        lookups = _lookups([*changed, *contact_ids], blocks)
         read = yield from redis(store.plans.read_room(room.name, now, scan, lookups), live=True)
         if read is None:
             return None
@@ -223,6 +234,11 @@ def _room_delta(
             for uid, entry in list(read.members.items())[:scan]
             if uid not in changed_set and uid not in read.invisible
         }
+        scanned.update(
+            (uid, read.members[uid])
+            for uid in contact_ids
+            if uid in read.found and uid not in changed_set and uid not in read.invisible
+        )
         targets = [*present, *scanned]
         pairs, live = yield from both(
             Call(relations.load_pairs, (resolved_viewers, targets), relations.aload_pairs),
@@ -272,14 +288,15 @@ async def aroom_delta(
     changed: Collection[UserId],
     resolving: Collection[UserId] | None = None,
     scan: int = 0,
+    contacts_of: Collection[UserId] = (),
 ) -> RoomDelta | None:
     """The changed users of ``room`` as these viewers may see them, and each viewer's count
     (see :class:`RoomDelta`); None when Redis is unavailable (nothing is guessed). Pairs are
     resolved for the viewers in ``resolving`` only (default: all); ``scan`` > 0 also reads
-    the first ``scan`` members by join time for them (a refill's candidates)."""
-    return await arun(
-        _room_delta(room, viewers, changed, viewers if resolving is None else resolving, scan)
-    )
+    the first ``scan`` members by join time for them (a refill's candidates), and every
+    contact present of the viewers in ``contacts_of``."""
+    resolved = viewers if resolving is None else resolving
+    return await arun(_room_delta(room, viewers, changed, resolved, scan, contacts_of))
 
 
 def list_limit() -> int:

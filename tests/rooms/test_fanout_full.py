@@ -339,3 +339,58 @@ async def test_a_place_left_is_refilled_past_the_first_members_hidden_from_the_v
     fresh = await api.aroom_presence(ROOM, viewer_user)
     assert str(new.pk) not in fresh["members"]
     assert {str(uid) for uid in view.listed} == set(fresh["members"])
+
+
+# --- a viewer with more contacts in the room than the list has places ---------------------------
+
+
+async def contacts_only_list(settings: Any) -> tuple[list[Any], Any, Viewer, RoomViews, View]:
+    """Three members who joined first, then LIMIT + 3 the viewer follows, all shown to
+    everyone: the viewer's list is its first LIMIT contacts, the three strangers and its last
+    three contacts wait in others. (The members, the viewer, its connection, the hub's rooms,
+    its view.)"""
+    members, viewer_user, *_ = await one_viewer(settings, LIMIT + 6, LIMIT + 6)
+
+    @sync_to_async
+    def follow() -> None:
+        Contact.objects.bulk_create(Contact(owner=viewer_user, contact=m) for m in members[3:])
+
+    await follow()
+    viewer, rooms, view = await watch(viewer_user)
+    assert set(view.listed) == {m.pk for m in members[3 : 3 + LIMIT]} and view.others == 6
+    return members, viewer_user, viewer, rooms, view
+
+
+async def test_a_place_a_contact_frees_goes_to_the_next_contact_not_an_earlier_stranger(
+    settings: Any,
+) -> None:
+    # The list holds contacts only: the next member a fresh read lists is the next contact,
+    # though strangers joined before every contact.
+    members, viewer_user, viewer, rooms, view = await contacts_only_list(settings)
+    gone = members[3]
+    store = get_store()
+    await store.arun(store.plans.leave_room(ROOM, gone.pk, "c", time.time() - 15))
+    await rooms.deliver(ROOM, {gone.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    (frame,) = viewer.frames
+    assert frame["leaves"] == [str(gone.pk)]
+    assert set(frame["joins"]) == {str(members[3 + LIMIT].pk)}
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
+
+
+async def test_a_contact_who_joins_anew_gives_its_place_to_the_next_contact(
+    settings: Any,
+) -> None:
+    # Its new join time puts it after the contacts waiting: the first of them takes its place
+    # (not a stranger who joined before them all).
+    members, viewer_user, viewer, rooms, view = await contacts_only_list(settings)
+    moved = members[4]
+    await join_anew(moved)
+    await rooms.deliver(ROOM, {moved.pk})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert str(moved.pk) not in fresh["members"]
+    (frame,) = viewer.frames
+    assert frame["leaves"] == [str(moved.pk)]
+    assert set(frame["joins"]) == {str(members[3 + LIMIT].pk)}
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])

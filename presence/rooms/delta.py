@@ -57,6 +57,9 @@ class RoomDelta:
     #: the first members by join time that are not changed (a refill's candidates), with
     #: their entries; empty unless a refill was asked for
     scanned: dict[UserId, MemberEntry] = field(default_factory=dict)
+    #: a refill's contacts present of the viewers in ``contacts`` (wherever they joined), past
+    #: ``scanned``: each viewer's own are its candidates, never another's
+    looked_up: dict[UserId, MemberEntry] = field(default_factory=dict)
     #: whether ``scanned`` reached the room's last member (a refill reads no further)
     scan_complete: bool = True
     #: each viewer's contacts among the changed users; for a refill, every contact of the
@@ -120,17 +123,21 @@ class RoomDelta:
         ]
 
     def refill(self, viewer: UserId) -> list[tuple[UserId, float, Member]]:
-        """The scanned members ``viewer`` may list, with their join times: what a fresh read
-        would list next when a place in a full list was freed."""
+        """The scanned members ``viewer`` may list (and its own contacts looked up), with their
+        join times: what a fresh read would list next when a place in a full list was freed."""
         found = []
-        for uid, entry in self.scanned.items():
+        mine = self.contacts.get(viewer, set())
+        own = [(uid, entry) for uid, entry in self.looked_up.items() if uid in mine]
+        for uid, entry in [*self.scanned.items(), *own]:
             member = self.member_for(viewer, uid)
             if member is not None:
                 found.append((uid, entry.joined_at, member))
         return found
 
     def _verdict(self, user_id: UserId, relation: domain.Relation) -> Member | None:
-        entry = self.members.get(user_id) or self.scanned.get(user_id)
+        entry = (
+            self.members.get(user_id) or self.scanned.get(user_id) or self.looked_up.get(user_id)
+        )
         choices = self.pairs.choices.get(user_id)
         if entry is None or choices is None:
             return None
@@ -195,6 +202,7 @@ def _room_delta(
     resolved_viewers = [viewer for viewer in viewers if viewer in asked]
     now = resolution.now()
     scanned: dict[UserId, MemberEntry] = {}
+    looked_up: dict[UserId, MemberEntry] = {}
     scan_complete = True
     if not scan:
         # One trip to the database's thread (the viewers' blocks, the changed users' facts)
@@ -234,12 +242,15 @@ def _room_delta(
             for uid, entry in list(read.members.items())[:scan]
             if uid not in changed_set and uid not in read.invisible
         }
-        scanned.update(
-            (uid, read.members[uid])
+        looked_up = {
+            uid: read.members[uid]
             for uid in contact_ids
-            if uid in read.found and uid not in changed_set and uid not in read.invisible
-        )
-        targets = [*present, *scanned]
+            if uid in read.found
+            and uid not in changed_set
+            and uid not in read.invisible
+            and uid not in scanned
+        }
+        targets = [*present, *scanned, *looked_up]
         pairs, live = yield from both(
             Call(relations.load_pairs, (resolved_viewers, targets), relations.aload_pairs),
             Redis(store.plans.read(targets), live=True),
@@ -250,9 +261,10 @@ def _room_delta(
     # A member who went invisible since joining is left out at once (the flag follows).
     choices = pairs.choices
     invisible.update(uid for uid in present if uid in choices and choices[uid].invisible)
-    for uid in [uid for uid in scanned if uid in choices and choices[uid].invisible]:
-        invisible.add(uid)
-        del scanned[uid]
+    for found in (scanned, looked_up):
+        for uid in [uid for uid in found if uid in choices and choices[uid].invisible]:
+            invisible.add(uid)
+            del found[uid]
     members = {uid: read.members[uid] for uid in present}
     # A contact row or an exception of the target's for the viewer, or a block: not a
     # stranger. (With reciprocity a viewer's own choices count too: no viewer is taken for a
@@ -277,6 +289,7 @@ def _room_delta(
         tied_viewers={viewer for viewer, _ in ties},
         resolving=frozenset(resolved_viewers),
         scanned=scanned,
+        looked_up=looked_up,
         scan_complete=scan_complete,
         contacts=contacts,
     )

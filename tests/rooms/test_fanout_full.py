@@ -394,3 +394,50 @@ async def test_a_contact_who_joins_anew_gives_its_place_to_the_next_contact(
     assert frame["leaves"] == [str(moved.pk)]
     assert set(frame["joins"]) == {str(members[3 + LIMIT].pk)}
     assert {str(uid) for uid in view.listed} == set(fresh["members"])
+
+
+async def test_one_viewers_contacts_never_refill_another_viewers_list(settings: Any) -> None:
+    # In one window a place frees in two full lists: viewer A's (its contacts only, who joined
+    # last) and viewer B's (everyone it may see, by join time). The members after B's list are
+    # hidden from B for longer than a refill's first read: B's next member is further down,
+    # ahead of A's contacts, and B reads on to it; A's contacts are A's candidates alone.
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": LIMIT, "OFFLINE_GRACE": 2}
+    User = get_user_model()
+    hidden = 2 * LIMIT  # SCAN_FACTOR * LIMIT: the whole of a refill's first read past B's list
+
+    @sync_to_async
+    def users() -> tuple[list[Any], list[Any], Any, Any]:
+        public = [User.objects.create_user(username=f"p{n}") for n in range(LIMIT + 1)]
+        shy = [User.objects.create_user(username=f"s{n}") for n in range(hidden)]
+        liked = [User.objects.create_user(username=f"c{n}") for n in range(LIMIT + 1)]
+        a, b = User.objects.create_user(username="a"), User.objects.create_user(username="b")
+        for user in [*public, *liked, a, b]:
+            PrivacySettings.objects.create(user=user, online_visibility="everyone")
+        Contact.objects.bulk_create(Contact(owner=a, contact=c) for c in liked)
+        # public[:LIMIT], then the shy (shown to their contacts only), then B's next, then A's.
+        order = [*public[:LIMIT], *shy, public[LIMIT], *liked]
+        return order, liked, a, b
+
+    order, liked, a_user, b_user = await users()
+    await enter(get_store(), order, time.time() - 20, set())
+    registry = Registry()
+    rooms = RoomViews(registry, Groups(None, registry))
+    a, b = Viewer(a_user), Viewer(b_user)
+    for viewer in (a, b):
+        registry.rooms.add(viewer, ROOM)  # type: ignore[arg-type]
+        rooms.views[viewer] = {ROOM: View()}  # type: ignore[index]
+        state = await aread_room_state(parse_room(ROOM), viewer.user)
+        rooms.show(viewer, ROOM, state)  # type: ignore[arg-type]
+    b_next = order[LIMIT + hidden]
+    assert set(rooms.views[b][ROOM].listed) == {u.pk for u in order[:LIMIT]}  # type: ignore[index]
+    assert set(rooms.views[a][ROOM].listed) == {u.pk for u in liked[:LIMIT]}  # type: ignore[index]
+
+    store, now = get_store(), time.time()
+    gone = [order[0], liked[0]]
+    await store.arun(merge([store.plans.leave_room(ROOM, u.pk, "c", now - 15) for u in gone]))
+    await rooms.deliver(ROOM, {u.pk for u in gone})
+    for viewer, joined in ((a, liked[LIMIT]), (b, b_next)):
+        fresh = await api.aroom_presence(ROOM, viewer.user)
+        assert str(joined.pk) in fresh["members"]
+        view = rooms.views[viewer][ROOM]  # type: ignore[index]
+        assert {str(uid) for uid in view.listed} == set(fresh["members"])

@@ -56,6 +56,20 @@ def layer_slot() -> asyncio.Semaphore:
     return slots
 
 
+# --- which layer -------------------------------------------------------------------------------
+
+#: channels_redis's two layers, by :func:`layer_kind`
+CORE_LAYER = "channels_redis.core.RedisChannelLayer"
+PUBSUB_LAYER = "channels_redis.pubsub.RedisPubSubChannelLayer"
+
+
+def layer_kind(layer: Any) -> str:
+    """The layer's class by its dotted name: what relies on how a layer sends, orders or
+    receives matches the class itself, not a subclass that may change it."""
+    kind = type(layer)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 # --- group names --------------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from presence.hub.recovery import Recovery
 from presence.hub.registry import Connection, Registry
 from presence.hub.rooms import RoomViews
 from presence.hub.tasks import Tasks
-from presence.layer import probe_group_name
+from presence.layer import CORE_LAYER, PUBSUB_LAYER, layer_kind, probe_group_name
 from presence.store import get_store
 
 #: a probe not back this many seconds after it was sent goes again, this many times at most, on
@@ -39,27 +39,20 @@ def ordered(layer: Any) -> bool:
     set (scored by the senders' clocks, STAMP_SLACK apart at most), its pub/sub layer on one
     server delivers in publish order; over several pub/sub servers a user's group and the hub's
     channel may be on different servers, with no order between them."""
-    kind = type(layer)
-    name = f"{kind.__module__}.{kind.__qualname__}"
-    if name == _PUBSUB:
+    kind = layer_kind(layer)
+    if kind == PUBSUB_LAYER:
         return len(getattr(layer, "_shards", ())) == 1
-    return name in _ORDERED
+    return kind in _ORDERED
 
 
 def _unconfirmed_subscriptions(layer: Any) -> bool:
     """Whether joining a group may return before the layer receives the group's messages:
     channels_redis's pub/sub layer sends SUBSCRIBE without waiting for Redis to confirm it."""
-    kind = type(layer)
-    return f"{kind.__module__}.{kind.__qualname__}" == _PUBSUB
-
-
-_PUBSUB = "channels_redis.pubsub.RedisPubSubChannelLayer"
+    return layer_kind(layer) == PUBSUB_LAYER
 
 
 #: channel layers whose channels are first in, first out
-_ORDERED = frozenset(
-    {"channels_redis.core.RedisChannelLayer", "channels.layers.InMemoryChannelLayer"}
-)
+_ORDERED = frozenset({CORE_LAYER, "channels.layers.InMemoryChannelLayer"})
 
 
 class Hub:
@@ -297,7 +290,7 @@ class Hub:
         later and send it once more if it is not back. The same probe back twice is back once
         (:meth:`_probed`), and a later copy still comes behind every announcement sent before
         the proof's time."""
-        if probe_id not in self._probes or self.layer is None:
+        if probe_id not in self._probes:
             return  # back meanwhile, or its connection gone
         try:
             message = {"type": PROBE, "probe": probe_id}

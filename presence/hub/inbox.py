@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from presence.layer import CORE_LAYER, layer_kind
+
 #: messages taken off the channel in one round trip
 BATCH = 200
 
@@ -27,8 +29,7 @@ Receive = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 def _batched(layer: Any) -> bool:
-    kind = type(layer)
-    return f"{kind.__module__}.{kind.__qualname__}" == "channels_redis.core.RedisChannelLayer"
+    return layer_kind(layer) == CORE_LAYER
 
 
 async def new_channel(layer: Any) -> str:

@@ -186,7 +186,7 @@ def _blocks_and_contacts(
     viewers: Collection[UserId], owners: Collection[UserId]
 ) -> tuple[dict[UserId, set[UserId]], dict[UserId, set[UserId]]]:
     """The viewers' blocks, and every contact of ``owners`` (a refill's): one trip."""
-    return relations.blocks_between(viewers), relations.contacts_of(owners) if owners else {}
+    return relations.blocks_between(viewers), relations.contacts_of(owners)
 
 
 def _room_delta(

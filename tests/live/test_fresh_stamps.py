@@ -79,6 +79,19 @@ async def stamped_subscribe(
     return frame
 
 
+async def one_stamped_watch(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> tuple[Any, Any, WebsocketCommunicator, Hub]:
+    """A viewer's socket subscribed with stamps to one user it may see: (the viewer, the
+    user, the socket, the hub)."""
+    viewer, (target,) = await people(make_user, 1)
+    communicator = await sockets.open(viewer)
+    await stamped_subscribe(communicator, None, target)
+    hub = Hub.current()
+    assert hub is not None
+    return viewer, target, communicator, hub
+
+
 async def beat(communicator: WebsocketCommunicator) -> None:
     await communicator.send_json_to({"type": "heartbeat", "state": "active"})
 
@@ -193,11 +206,7 @@ async def test_a_change_announced_before_the_probe_holds_the_stamp_until_deliver
     clock: time_machine.Coordinates,
     settings: Any,
 ) -> None:
-    viewer, (target,) = await people(make_user, 1)
-    communicator = await sockets.open(viewer)
-    await stamped_subscribe(communicator, None, target)
-    hub = Hub.current()
-    assert hub is not None
+    viewer, target, communicator, hub = await one_stamped_watch(sockets, make_user)
     # Deliveries wait (a long coalescing window): the change is announced, not delivered.
     settings.PRESENCE = {**SETTINGS, "COALESCE_WINDOW": 3600}
     clock.move_to(at(HALF_WINDOW + 10))
@@ -232,11 +241,7 @@ async def test_the_probe_comes_back_behind_the_announcements_sent_before_it(
     clock: time_machine.Coordinates,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    viewer, (target,) = await people(make_user, 1)
-    communicator = await sockets.open(viewer)
-    await stamped_subscribe(communicator, None, target)
-    hub = Hub.current()
-    assert hub is not None
+    _viewer, target, communicator, hub = await one_stamped_watch(sockets, make_user)
     # The hub's receive loop is slow: what reaches its channel is acted on later, in order.
     held: list[dict[str, Any]] = []
     real_dispatch = hub.dispatch
@@ -337,11 +342,7 @@ async def test_a_probe_lost_on_the_pub_sub_layer_is_sent_again(
     clock: time_machine.Coordinates,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    viewer, (target,) = await people(make_user, 1)
-    communicator = await sockets.open(viewer)
-    await stamped_subscribe(communicator, None, target)
-    hub = Hub.current()
-    assert hub is not None
+    _viewer, _target, communicator, hub = await one_stamped_watch(sockets, make_user)
     # The first copy of the probe is lost (as one published before SUBSCRIBE took effect is).
     lost: list[dict[str, Any]] = []
     real_dispatch = hub.dispatch

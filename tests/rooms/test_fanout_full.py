@@ -212,37 +212,34 @@ async def test_a_listed_member_who_joins_anew_takes_its_new_place(settings: Any)
     assert viewer.frames == []
 
 
-async def test_a_member_who_joins_anew_stays_in_a_list_with_room(settings: Any) -> None:
-    # The list has room (the others are hidden from the viewer): every member the viewer may
-    # see is listed, so one who joined anew stays listed, now last -- past the first members
-    # a refill would read (SCAN_FACTOR * LIMIT).
-    members, viewer_user, viewer, rooms, view = await one_viewer(settings, 2 * LIMIT + 3, 3)
-    assert set(view.listed) == {m.pk for m in members[:3]} and view.others == 2 * LIMIT
-    moved = members[1]
-    await join_anew(moved)
-    await rooms.deliver(ROOM, {moved.pk})
-    fresh = await api.aroom_presence(ROOM, viewer_user)
-    assert str(moved.pk) in fresh["members"]
-    assert {str(uid) for uid in view.listed} == set(fresh["members"])
-    assert all(frame["leaves"] == [] for frame in viewer.frames)
-
-
-async def test_a_member_who_joins_anew_stays_in_a_full_list_whose_others_are_hidden(
-    settings: Any,
+@pytest.mark.parametrize(
+    ("members", "public"),
+    [
+        # The list has room (the others are hidden from the viewer): every member the viewer
+        # may see is listed.
+        (2 * LIMIT + 3, 3),
+        # The list is full, and every member it does not list is hidden from the viewer.
+        (3 * LIMIT + 3, LIMIT),
+    ],
+    ids=["list_with_room", "full_list_whose_others_are_hidden"],
+)
+async def test_a_member_who_joins_anew_stays_listed_when_the_others_are_hidden(
+    settings: Any, members: int, public: int
 ) -> None:
-    # The list is full, and every member it does not list is hidden from the viewer: one listed
-    # member who joined anew is now last by join time, past the first members a refill reads,
-    # and still the viewer's to list (a fresh read lists it): it stays, nobody leaves.
-    members, viewer_user, viewer, rooms, view = await one_viewer(settings, 3 * LIMIT + 3, LIMIT)
-    assert set(view.listed) == {m.pk for m in members[:LIMIT]} and view.others == 2 * LIMIT + 3
-    moved = members[1]
+    # One listed member who joined anew is now last by join time, past the first members a
+    # refill reads (SCAN_FACTOR * LIMIT), and still the viewer's to list (a fresh read lists
+    # it): it stays, nobody leaves.
+    users, viewer_user, viewer, rooms, view = await one_viewer(settings, members, public)
+    assert set(view.listed) == {m.pk for m in users[:public]}
+    assert view.others == members - public
+    moved = users[1]
     await join_anew(moved)
     await rooms.deliver(ROOM, {moved.pk})
     fresh = await api.aroom_presence(ROOM, viewer_user)
     assert str(moved.pk) in fresh["members"]
     assert {str(uid) for uid in view.listed} == set(fresh["members"])
     assert all(frame["leaves"] == [] for frame in viewer.frames)
-    assert (fresh["count"], fresh["others"]) == (3 * LIMIT + 3, 2 * LIMIT + 3)
+    assert (fresh["count"], fresh["others"]) == (members, members - public)
 
 
 async def test_two_listed_members_who_join_anew_in_one_window_both_leave_a_full_list(

@@ -273,3 +273,23 @@ def test_the_sweep_reads_every_form_of_entry(redis_client: Any) -> None:
     base = get_store().keys.room_key(ROOM, "")
     for part in ("t", "v", "p"):
         assert not redis_client.exists(base + part), part
+
+
+def test_a_join_run_late_enters_no_earlier_than_the_stay_the_sweep_pruned() -> None:
+    """A busy process takes its join's time, a sweep elsewhere prunes the member's stay that
+    ended meanwhile, then the join runs: its room_entered comes no earlier than that
+    room_left, so the member's signals keep their order."""
+    join(u(2))  # the room stays
+    join(u(1))
+    leave(u(1), at=T + 10)
+    store = get_store()
+    pruned = claimed(run(store.plans.prune_room(ROOM, T + 20, 1000)))
+    [left] = [each for each in pruned.made if each.user_id == u(1)]
+    assert left.made == -1 and left.at > T + 12
+    late = join(u(1), at=T + 12)  # taken before the stay ended, run after the sweep
+    assert late.joined and [(each.made, each.at) for each in late.made] == [(1, left.at)]
+    # A join in time keeps its own moment.
+    leave(u(1), at=T + 30)
+    claimed(run(store.plans.prune_room(ROOM, T + 40, 1000)))
+    again = join(u(1), at=T + 50)
+    assert [(each.made, each.at) for each in again.made] == [(1, T + 50)]

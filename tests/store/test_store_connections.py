@@ -731,3 +731,39 @@ def test_the_scripts_declare_the_prior_set_among_their_keys(store: PresenceStore
         store.plans.read_recent([user], NOW),
     ):
         assert prior in plan.commands[0][2]
+
+
+@pytest.mark.parametrize("write", ["open", "touch"])
+def test_a_write_run_late_makes_the_user_online_no_earlier_than_their_offline(
+    store: PresenceStore, write: str
+) -> None:
+    """A busy process takes its write's time, a sweep elsewhere makes the user offline (their
+    grace ended meanwhile), then the write runs: its user_online comes no earlier than that
+    user_offline, so the user's signals keep their order."""
+    user = uid(9)
+    store.run(store.plans.connection(user, "open", NOW, "a"))
+    store.run(store.plans.connection(user, "close", NOW + 10, "a"))
+    offline = store.run(store.plans.connection(user, "expire", NOW + 20))
+    assert offline is not None and offline.made == -1
+    assert offline.at == NOW + 10 + GRACE_END
+    late = NOW + 10 + GRACE  # taken before the grace ended, run after the sweep
+    plan = (
+        store.plans.connection(user, "open", late, "b")
+        if write == "open"
+        else store.plans.touch(user, Device.WEB, late)
+    )
+    online = store.run(plan)
+    assert online is not None and (online.made, online.at) == (1, offline.at)
+    # A write in time keeps its own moment.
+    other = uid(10)
+    store.run(store.plans.connection(other, "open", NOW, "a"))
+    store.run(store.plans.connection(other, "close", NOW + 10, "a"))
+    store.run(store.plans.connection(other, "expire", NOW + 20))
+    in_time = NOW + 30
+    plan = (
+        store.plans.connection(other, "open", in_time, "b")
+        if write == "open"
+        else store.plans.touch(other, Device.WEB, in_time)
+    )
+    again = store.run(plan)
+    assert again is not None and (again.made, again.at) == (1, in_time)

@@ -15,7 +15,8 @@ local function offline_time(score, grace, ttl, window)
   return ts + window
 end
 -- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}; ``old``
--- (optional) the score before the write. Returns {made (1 online, -1 offline, 0 neither),
+-- (optional) the score before the write (a write making the user online comes no earlier than
+-- its end). Returns {made (1 online, -1 offline, 0 neither),
 -- invisible (0/1), at (when, as text), outbox entry}.
 local function settle(keys, uid, score, now, grace, ttl, window, old)
   grace, ttl, window = tonumber(grace), tonumber(ttl), tonumber(window)
@@ -31,7 +32,11 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
     local key = keys[1]
     if invisible == 1 then key = keys[2] end
     if redis.call('ZADD', key, until_, uid) == 1 then
-      local at = tostring(now)
+      -- A write whose time was taken before a sweep elsewhere made the user offline (a busy
+      -- process) comes no earlier than that offline, whose moment is old's end: a user's
+      -- signals keep their order.
+      local ended = offline_time(old, grace, ttl, window)
+      local at = tostring(math.max(now, ended or now))
       return {1, invisible, at, record(keys[4], 1, invisible, at, uid, now)}
     end
     return {0, invisible, false, false}

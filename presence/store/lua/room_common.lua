@@ -3,7 +3,8 @@
 -- layout keeps every key small enough for Redis's compact encodings (listpacks, ~10x smaller
 -- than skip lists and hash tables), whatever the room's size (docs/redis-layout.md):
 --   :n     hash: n = members recorded, t = the tail segment, L / p = the index's level and
---          split pointer (linear hashing)
+--          split pointer (linear hashing), z = the latest end of a stay the sweep pruned (a
+--          member entering anew enters no earlier: its signals keep their order)
 --   :s:<k> hash, segment k of at most SEGMENT members in join order: user -> entry (below)
 --   :u:<b> hash, index bucket b (by a hash of the user): user -> its segment
 --   :g     sorted set: segments by number (the listing order)
@@ -62,8 +63,11 @@ local function digest(s) return string.sub(redis.sha1hex(s), 1, 8) end
 local index
 local function index_state()
   if not index then
-    local v = redis.call('HMGET', N_KEY, 'L', 'p', 't')
-    index = {L = tonumber(v[1]) or 0, p = tonumber(v[2]) or 0, t = tonumber(v[3]) or 0}
+    local v = redis.call('HMGET', N_KEY, 'L', 'p', 't', 'z')
+    index = {
+      L = tonumber(v[1]) or 0, p = tonumber(v[2]) or 0, t = tonumber(v[3]) or 0,
+      z = tonumber(v[4]) or 0,
+    }
   end
   return index
 end

@@ -49,8 +49,11 @@ end
 e.c = kept
 e.i, e.o = inv, open
 if new == 1 then
+  -- a join whose time was taken before a sweep elsewhere pruned the member's last stay (a
+  -- busy process) enters no earlier than that stay ended
+  local entered = math.max(now, index_state().z)
   room_add(uid, e)
-  room_made(1, now, uid, now)
+  room_made(1, entered, uid, now)
 else
   room_store(uid, e, old, before_inv, before_open)
 end

@@ -34,5 +34,5 @@ end
 local score = ts * SCORE_FACTOR + connected + mask
 redis.call('ZADD', KEYS[1], score, ARGV[1])
 keep_prior(KEYS[7], ARGV[1], old, ts)
-local made = settle({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, ARGV[1], score, now, ARGV[6], ARGV[7], ARGV[8])
+local made = settle({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, ARGV[1], score, now, ARGV[6], ARGV[7], ARGV[8], old)
 return {old or false, tostring(score), made[1], made[2], made[3], made[4]}

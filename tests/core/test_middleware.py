@@ -35,9 +35,9 @@ FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.
 
 #: One write: a single EVALSHA (one command, so one round trip). Redis's commandstats also count
 #: the commands the touch script runs inside the server.
-# The touch script (ZSCORE + ZADD, then the online ledger's SISMEMBER + ZADD: see
-# presence.signals) and the due-time ZADD of the live sweep, in one pipeline.
-ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3, "sismember": 1}
+# The touch script (ZSCORE + ZADD, then the online ledger's ZADD XX moving the time of a user
+# online already: see presence.signals) and the due-time ZADD of the live sweep, in one pipeline.
+ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3}
 # A user coming online is also announced to live connections: a ZCARD of the user's group finds
 # it empty (none here), so no group_send follows (presence.announce._GroupSizes; channels_redis's
 # group_send would expire stale members and read the group, two round trips, to find the same).
@@ -47,6 +47,8 @@ ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3, "sismember": 1}
 # ZADD, a ZREMRANGEBYSCORE of stamps past RESUME_WINDOW).
 FIRST_TOUCH = {
     **ONE_TOUCH,
+    # a user not online yet: the ledger asks whether they are invisible
+    "sismember": 1,
     "zcard": 1,
     "zadd": 5,
     "time": 1,

@@ -31,6 +31,12 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
     local invisible = redis.call('SISMEMBER', keys[3], uid)
     local key = keys[1]
     if invisible == 1 then key = keys[2] end
+    if old and tonumber(old) == tonumber(score) then
+      -- The score as it was (a close or sign-off run late): the user is where the last write
+      -- left them, offline already if a sweep elsewhere made them so meanwhile.
+      redis.call('ZADD', key, 'XX', until_, uid)
+      return {0, invisible, false, false}
+    end
     if redis.call('ZADD', key, until_, uid) == 1 then
       -- A write whose time was taken before a sweep elsewhere made the user offline (a busy
       -- process) comes no earlier than that offline, whose moment is old's end: a user's

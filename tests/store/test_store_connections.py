@@ -769,16 +769,22 @@ def test_a_write_run_late_makes_the_user_online_no_earlier_than_their_offline(
     assert again is not None and (again.made, again.at) == (1, in_time)
 
 
-def test_a_late_close_never_makes_the_user_online_again(store: PresenceStore) -> None:
-    """A close whose time was taken before a sweep elsewhere made the user offline
-    (a busy process, its write under way while the grace ran out) lands after it: the user's
-    score is what the sweep saw, so the user stays offline (no second user_online, no
-    second user_offline)."""
+@pytest.mark.parametrize("late", ["close", "sign_off"])
+def test_a_late_close_never_makes_the_user_online_again(store: PresenceStore, late: str) -> None:
+    """A socket's close or a sign-off whose time was taken before a sweep elsewhere made the
+    user offline (a busy process, its write under way while the grace ran out) lands after it:
+    the user's score is what the sweep saw, so the user stays offline (no second user_online,
+    no second user_offline)."""
     user = uid(11)
     store.run(store.plans.connection(user, "open", NOW, "a"))
     store.run(store.plans.connection(user, "close", NOW + 10, "a"))
     offline = store.run(store.plans.connection(user, "expire", NOW + 20))
     assert offline is not None and offline.made == -1
-    written = store.run(store.plans.connection(user, "close", NOW + 12, "a"))
+    plan = (
+        store.plans.connection(user, "close", NOW + 12, "a")
+        if late == "close"
+        else store.plans.sign_off(user, Device.WEB, NOW + 12)
+    )
+    written = store.run(plan)
     assert written is not None and written.made == 0
     assert store.run(store.plans.connection(user, "expire", NOW + 30)).made == 0

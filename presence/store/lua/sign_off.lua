@@ -22,7 +22,10 @@ if old then
   end
 end
 local score
-if connected then
+if old and tonumber(old) < 0 then
+  -- signed off already (a sign-off run late, or twice): where the last write left the user
+  score = tonumber(old)
+elseif connected then
   score = ts * SCORE_FACTOR + flags
 elseif mask == 0 then
   score = -(ts * SCORE_FACTOR + flags % FLAG_CONNECTED)
@@ -31,5 +34,5 @@ else
 end
 redis.call('ZADD', KEYS[1], score, ARGV[1])
 keep_prior(KEYS[6], ARGV[1], old, ts)
-local made = settle({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, ARGV[1], score, now, ARGV[5], ARGV[6], ARGV[7])
+local made = settle({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, ARGV[1], score, now, ARGV[5], ARGV[6], ARGV[7], old)
 return {old or false, tostring(score), made[1], made[2], made[3], made[4]}

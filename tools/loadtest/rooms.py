@@ -244,6 +244,39 @@ def diagnose(result: RoomCheck, changes: list[tuple[float, str, int, int]]) -> s
     return "\n".join(lines)
 
 
+def reannounced(
+    result: RoomCheck,
+    ask_views: Callable[[], Iterable[RoomViewsOf]],
+    bound: float,
+    hidden: set[int],
+    blocked_pairs: set[tuple[int, int]],
+) -> str:
+    """For the diagnosis only, once a check ended with views wrong: the differing members of
+    the examples announced again to their rooms, then compared again for up to ``bound``
+    seconds. Views that agree then missed an announcement; views that do not are computed
+    wrong from what Redis and the database hold."""
+    from asgiref.sync import async_to_sync
+
+    from presence import announce
+
+    targets: dict[str, set[int]] = {}
+    for _, room, shown, right in result.examples:
+        targets.setdefault(room, set()).update(int(m) for m in shown[0] ^ right[0])
+    if not targets:
+        return "loadtest:   (no differing member to announce again)"
+    for room, members in targets.items():
+        async_to_sync(announce.aannounce_room)(room, members)
+    announced = time.monotonic()
+    again = check(ask_views, bound, hidden, blocked_pairs)
+    named = {room: sorted(members) for room, members in targets.items()}
+    if not again.wrong:
+        return (
+            f"loadtest:   they agreed {time.monotonic() - announced:.1f} s after {named} were "
+            "announced again (a missed announcement)"
+        )
+    return f"loadtest:   {again.wrong} still wrong after {named} were announced again"
+
+
 def row(result: RoomCheck, joined: int, connections: int) -> str:
     """The summary's figures of the rooms at the final check."""
     big = result.sizes.get(BIG, 0)

@@ -602,6 +602,13 @@ class Run:
         print(rooms.report(result, label), flush=True)
         if result.wrong:
             print(rooms.diagnose(result, self.relations.log), flush=True)
+            # still counted wrong; says whether they missed an announcement
+            print(
+                rooms.reannounced(
+                    result, self.room_views, config.CONVERGENCE_BOUND, self.hidden, self.blocked
+                ),
+                flush=True,
+            )
         self.rooms_wrong += result.wrong
         self.rooms_leaked += result.oracle_leaks
         return result

@@ -266,7 +266,14 @@ class RoomViews:
             if early:
                 late = await aroom_delta(parse_room(room), early, user_ids, early)
                 everyone = everyone or late is None
-            frames = await _diff_frames(room, ready, user_ids, delta, late, early, again)
+            unrefilled: set[Connection] = set()
+            frames = await _diff_frames(
+                room, ready, user_ids, delta, late, early, again, unrefilled
+            )
+            # Lists whose freed places Redis could not refill (slow, down): no later window
+            # would (the members waiting are not among its changed users): a fresh
+            # room_state at the next sweep.
+            self._refresh_again.update((connection, room) for connection in unrefilled)
             # The cards of the members joining some list: each user's once for all viewers.
             await add_cards([frame["joins"] for *_, frame in frames])
             texts: dict[Any, str] = {}  # identical frames are serialized once
@@ -305,9 +312,11 @@ async def _diff_frames(
     late: Any,
     early: set[UserId],
     again: set[Connection],
+    unrefilled: set[Connection],
 ) -> list[tuple[Connection, View, int, dict[str, Any]]]:
     """Each ready view's room_diff of ``user_ids`` (views read meanwhile go into ``again``),
-    places freed in full lists refilled in the same frames."""
+    places freed in full lists refilled in the same frames (those Redis could not read for go
+    into ``unrefilled``)."""
     limit = list_limit()
     frames: list[tuple[Connection, View, int, dict[str, Any]]] = []
     freed: set[UserId] = set()
@@ -331,8 +340,8 @@ async def _diff_frames(
     # viewers. A full list's members waiting may all be past them (most of the first ones
     # hidden from its viewer): its viewers read further down, as a fresh read does
     # (presence.rooms.reading's widening), else the list kept a place a later newcomer
-    # would take. Redis unavailable: the frames go as they are (counted right; the next
-    # room_state lists).
+    # would take. Redis unavailable: the frames go as they are (counted right), and those
+    # views are sent a fresh room_state later.
     scan = SCAN_FACTOR * limit
     # A list of contacts only (a viewer with more contacts here than the list's places) may
     # be refilled by a contact who joined anywhere: those viewers' contacts are looked up.
@@ -345,6 +354,7 @@ async def _diff_frames(
     while freed:
         scanned = await aroom_delta(parse_room(room), freed, (), freed, scan, contacts_only & freed)
         if scanned is None:
+            unrefilled.update(c for c, *_ in frames if c.viewer_id in freed)
             break
         refill(scanned, frames, freed, limit)
         further = None if scanned.scan_complete else wider(scan, limit)

@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 
 from presence import api, relations
 from presence.domain.rooms import parse_room
+from presence.hub import rooms as hub_rooms
 from presence.hub.groups import Groups
 from presence.hub.registry import Registry, View
 from presence.hub.rooms import RoomViews
@@ -438,3 +439,38 @@ async def test_one_viewers_contacts_never_refill_another_viewers_list(settings: 
         assert str(joined.pk) in fresh["members"]
         view = rooms.views[viewer][ROOM]  # type: ignore[index]
         assert {str(uid) for uid in view.listed} == set(fresh["members"])
+
+
+async def test_a_place_redis_could_not_refill_gets_a_fresh_room_state_at_the_next_sweep(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A listed member of a full list leaves while Redis cannot answer the refill's read (too
+    # slow, or down): the diff goes with the count right and the place empty, and no later
+    # window would fill it (the member waiting is among no window's changed users). The next
+    # sweep sends the view a fresh room_state.
+    members, viewer_user, viewer, rooms, view = await one_viewer(settings, LIMIT + 3, LIMIT + 3)
+    read = hub_rooms.aroom_delta
+
+    async def refill_unread(room: Any, viewers: Any, changed: Any, *args: Any) -> Any:
+        # the refill reads no changed user: the first members by join time
+        return None if not changed else await read(room, viewers, changed, *args)
+
+    monkeypatch.setattr(hub_rooms, "aroom_delta", refill_unread)
+    gone = members[1]
+    store, now = get_store(), time.time()
+    await store.arun(store.plans.leave_room(ROOM, gone.pk, "c", now - 15))
+    assert await events.asweep_rooms() == {ROOM: [gone.pk]}
+    await rooms.deliver(ROOM, {gone.pk})
+    (frame,) = viewer.frames
+    assert frame["leaves"] == [str(gone.pk)] and not frame["joins"]
+    assert (len(view.listed), view.others) == (LIMIT - 1, 3)
+
+    monkeypatch.setattr(hub_rooms, "aroom_delta", read)
+    await rooms.sweep()
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    assert len(fresh["members"]) == LIMIT
+    state = viewer.frames[-1]
+    assert state["type"] == "room_state" and set(state["members"]) == set(fresh["members"])
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    await rooms.sweep()  # once
+    assert len(viewer.frames) == 2

@@ -27,9 +27,7 @@ from presence.models import Contact
 from presence.store import get_store
 from tests.clock import T0, at
 from tests.conftest import RedisCommandCounter
-
-#: one write (see tests/core/test_middleware.py)
-ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3, "sismember": 1}
+from tests.core.test_middleware import ONE_TOUCH
 
 
 def ok_view(request: HttpRequest) -> HttpResponse:

@@ -733,6 +733,23 @@ def test_the_scripts_declare_the_prior_set_among_their_keys(store: PresenceStore
         assert prior in plan.commands[0][2]
 
 
+def _closed_and_swept(store: PresenceStore, user: Any) -> Transition:
+    """``user``'s one socket opened at NOW and closed at NOW + 10; a sweep at NOW + 20 (the
+    grace over) made them offline: that transition."""
+    store.run(store.plans.connection(user, "open", NOW, "a"))
+    store.run(store.plans.connection(user, "close", NOW + 10, "a"))
+    offline = store.run(store.plans.connection(user, "expire", NOW + 20))
+    assert offline is not None and offline.made == -1
+    return offline
+
+
+def _coming_back(store: PresenceStore, user: Any, write: str, at: float) -> Plan[Any]:
+    """A socket's open, or a page view's touch, of ``user`` at ``at``."""
+    if write == "open":
+        return store.plans.connection(user, "open", at, "b")
+    return store.plans.touch(user, Device.WEB, at)
+
+
 @pytest.mark.parametrize("write", ["open", "touch"])
 def test_a_write_run_late_makes_the_user_online_no_earlier_than_their_offline(
     store: PresenceStore, write: str
@@ -741,31 +758,16 @@ def test_a_write_run_late_makes_the_user_online_no_earlier_than_their_offline(
     grace ended meanwhile), then the write runs: its user_online comes no earlier than that
     user_offline, so the user's signals keep their order."""
     user = uid(9)
-    store.run(store.plans.connection(user, "open", NOW, "a"))
-    store.run(store.plans.connection(user, "close", NOW + 10, "a"))
-    offline = store.run(store.plans.connection(user, "expire", NOW + 20))
-    assert offline is not None and offline.made == -1
+    offline = _closed_and_swept(store, user)
     assert offline.at == NOW + 10 + GRACE_END
     late = NOW + 10 + GRACE  # taken before the grace ended, run after the sweep
-    plan = (
-        store.plans.connection(user, "open", late, "b")
-        if write == "open"
-        else store.plans.touch(user, Device.WEB, late)
-    )
-    online = store.run(plan)
+    online = store.run(_coming_back(store, user, write, late))
     assert online is not None and (online.made, online.at) == (1, offline.at)
     # A write in time keeps its own moment.
     other = uid(10)
-    store.run(store.plans.connection(other, "open", NOW, "a"))
-    store.run(store.plans.connection(other, "close", NOW + 10, "a"))
-    store.run(store.plans.connection(other, "expire", NOW + 20))
+    _closed_and_swept(store, other)
     in_time = NOW + 30
-    plan = (
-        store.plans.connection(other, "open", in_time, "b")
-        if write == "open"
-        else store.plans.touch(other, Device.WEB, in_time)
-    )
-    again = store.run(plan)
+    again = store.run(_coming_back(store, other, write, in_time))
     assert again is not None and (again.made, again.at) == (1, in_time)
 
 
@@ -776,10 +778,7 @@ def test_a_late_close_never_makes_the_user_online_again(store: PresenceStore, la
     the user's score is what the sweep saw, so the user stays offline (no second user_online,
     no second user_offline)."""
     user = uid(11)
-    store.run(store.plans.connection(user, "open", NOW, "a"))
-    store.run(store.plans.connection(user, "close", NOW + 10, "a"))
-    offline = store.run(store.plans.connection(user, "expire", NOW + 20))
-    assert offline is not None and offline.made == -1
+    _closed_and_swept(store, user)
     plan = (
         store.plans.connection(user, "close", NOW + 12, "a")
         if late == "close"

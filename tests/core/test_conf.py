@@ -90,6 +90,21 @@ def test_a_presence_or_caches_change_rebuilds_the_store(settings: Any) -> None:
     assert store_module.get_store()._connections.connection_kwargs()[0] == "redis://127.0.0.1:1/3"
 
 
+def test_a_store_replaced_after_caches_changed_keeps_reaching_its_own_redis(
+    settings: Any,
+) -> None:
+    # A thread still holding the store it took before CACHES changed makes its first client
+    # now: it reaches the store's Redis, not the new location (whose outage it would report,
+    # as a second outage beside the new store's).
+    store = store_module.get_store()
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/3"},
+    }
+    assert store.client.ping() is True
+    assert store._connections.connection_kwargs()[0] != "redis://127.0.0.1:1/3"
+
+
 def test_rate_limit_list_becomes_a_tuple(settings: Any) -> None:
     # JSON or env-parsed settings give lists; the frozen settings stay hashable.
     settings.PRESENCE = {"RATE_LIMIT": [30, 5]}

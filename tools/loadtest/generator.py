@@ -35,6 +35,8 @@ SUBSCRIBE_CHUNK = 100
 #: clients opening at once (the handshakes of thousands would only time out)
 OPENING_AT_ONCE = 100
 TICK = 0.1
+#: the event loop's lateness is sampled this often (seconds)
+LAG_TICK = 0.5
 #: how long the opening storm may take to pass before the load starts anyway
 OPENING_SETTLE_TIMEOUT = 60.0
 #: reconnection as presence.js does it: the first delay, doubled after each connection that
@@ -147,6 +149,9 @@ class Stats:
     #: snapshots (presence_state) by kind: "whole" (no stamp sent) and "resuming" (a stamp
     #: sent), and the users they carried: "users sent" and "users unchanged" (resuming only)
     snapshots: dict[str, int] = field(default_factory=dict)
+    #: (time, how late a LAG_TICK sleep woke): this process's event loop behind, which every
+    #: latency it measures carries too
+    loop_lags: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -541,6 +546,14 @@ class Generator:
                     self.spawn(client.beat())
             await asyncio.sleep(TICK)
 
+    async def loop_lag(self) -> None:
+        """How late this event loop wakes: a frame received meanwhile waited as long."""
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            asleep = loop.time()
+            await asyncio.sleep(LAG_TICK)
+            self.stats.loop_lags.append((time.time(), loop.time() - asleep - LAG_TICK))
+
     def set_rates(self, churn: float, scale: float) -> None:
         """Page views over sockets at ``churn`` per client per second; status changes, idle
         switches and HTTP page views at ``scale`` of the plan's rates."""
@@ -878,7 +891,7 @@ async def serve(spec: GeneratorSpec, pipe: Connection) -> None:
     # Beating from the first socket on: a paced opening lasts minutes, and a socket silent
     # for CONNECTION_TTL meanwhile expired, its user offline and back (announced to every
     # watcher, stamped: a resume later was sent nearly everyone again).
-    tasks = [asyncio.create_task(generator.heartbeats())]
+    tasks = [asyncio.create_task(generator.heartbeats()), asyncio.create_task(generator.loop_lag())]
     opened_in = await generator.open_all(per_second)
     # The load starts once the opening storm has passed: every client has its snapshots.
     settled_in = await generator.settle(OPENING_SETTLE_TIMEOUT)

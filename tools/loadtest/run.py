@@ -22,6 +22,7 @@ from tools.loadtest.config import Sizes
 from tools.loadtest.faults import Faults
 from tools.loadtest.generator import ClientSpec, GeneratorSpec, Stats
 from tools.loadtest.generator import main as generator_main
+from tools.loadtest.lags import HubLags
 from tools.loadtest.servers import Servers
 from tools.loadtest.windows import Window
 
@@ -314,6 +315,8 @@ class Run:
         stats_before = self.totals(generators.stats())
         load_started = time.time()
         self.cpu.start()
+        self.hub_lags = HubLags([daphne.port for daphne in self.servers.daphnes])
+        self.hub_lags.start()
         # A paced opening's behaviours waited for this (the servers done with the opening).
         self.resume_behaviours()
         # Changes made once the opening storm has passed (the servers record and announce
@@ -369,6 +372,7 @@ class Run:
             beats_lost, beats_checked = self.lost_heartbeats()
         finally:
             relations.stop()
+            self.hub_lags.stop()
         stats = self.totals(generators.stats("stop"))
         orphans = self.orphans()
         # Every client has left and every timeout passed: each user's signals end offline.
@@ -812,6 +816,13 @@ class Run:
                     setattr(total, name, current + value)
         return total
 
+    def lag_figures(self, samples: list[tuple[float, float]]) -> str:
+        steady = [lag for at, lag in samples if at >= self.steady_from]
+        return (
+            f"{report.ms(report.percentile(steady, 0.5))} / "
+            f"{report.ms(report.percentile(steady, 0.99))}"
+        )
+
     def outside_windows(self, events: list[Any]) -> tuple[list[Any], int]:
         kept = [e for e in events if not any(w.covers(e[0]) for w in self.windows)]
         return kept, len(events) - len(kept)
@@ -910,6 +921,12 @@ class Run:
                 f"made {self.steady_after:.0f} s into the load and later)",
             ),
             *calm_row,
+            (
+                "  behind meanwhile",
+                f"generators' event loops {self.lag_figures(stats.loop_lags)}; servers' hubs "
+                f"{self.lag_figures(self.hub_lags.samples)} (p50 / p99 ms of their samples "
+                "after the opening: a diff waits as long in either)",
+            ),
             *self.rows,
         ]
         for number, check in enumerate(checks, start=1):

@@ -295,34 +295,56 @@ _own_change: contextvars.ContextVar[tuple[UserId, str] | None] = contextvars.Con
 )
 
 
-def changed(user_ids: Iterable[UserId], reason: str, sender: Any = None) -> None:
+def changed(
+    user_ids: Iterable[UserId], reason: str, sender: Any = None, reordered: Iterable[UserId] = ()
+) -> None:
     """A change presence made to what others may see of ``user_ids`` (a status, privacy,
     contacts, blocks; called after its commit): announced to the live processes, then
     :data:`presence.signals.presence_changed` sent for each user, the hook for sites. Made in a
     database call of an event loop's operation (presence.layer), it is that loop's
-    :func:`achanged`."""
+    :func:`achanged`.
+
+    ``reordered``: users whose place in someone's room lists changed though what others may
+    see of them did not (the user a contact row names: its owner lists them first), told to
+    the rooms only (:func:`room_users`)."""
     ids = list(user_ids)
+    more = list(reordered)
     if holding():
-        run_from_sync(achanged(ids, reason, sender), "a change")
+        run_from_sync(achanged(ids, reason, sender, more), "a change")
         return
     announce(ids)
     if get_settings().ROOMS:
-        run_from_sync(aannounce_room_members_changed(ids), "a change to rooms")
+        run_from_sync(aannounce_room_members_changed(room_users(ids, more)), "a change to rooms")
     for user_id in ids:
         with _own(user_id, reason):
             presence_changed.send(sender=sender, user_id=user_id, reason=reason)
 
 
-async def achanged(user_ids: Iterable[UserId], reason: str, sender: Any = None) -> None:
+async def achanged(
+    user_ids: Iterable[UserId], reason: str, sender: Any = None, reordered: Iterable[UserId] = ()
+) -> None:
     """:func:`changed` on an event loop: announced from it, then ``presence_changed`` sent (its
     sync receivers in the database's thread, as ``Signal.asend`` runs them)."""
     ids = list(user_ids)
     await aannounce(ids)
     if get_settings().ROOMS:
-        await aannounce_room_members_changed(ids)
+        await aannounce_room_members_changed(room_users(ids, reordered))
     for user_id in ids:
         with _own(user_id, reason):
             await presence_changed.asend(sender=sender, user_id=user_id, reason=reason)
+
+
+def room_users(user_ids: Iterable[UserId], reordered: Iterable[UserId]) -> list[UserId]:
+    """The users a change is announced to the rooms for: those others may see differently,
+    and those whose place in a list changed (``reordered``). A room's list puts its viewer's
+    contacts first: a viewer following a member present (or unfollowing one) reorders the
+    viewer's own list, and only a view that looks at that member again lists it there (a
+    full list's last member makes way for it; an unfollowed contact past the end makes way
+    for the next member). Announced as the follower alone, the member stayed out of a full
+    list a fresh read put it in until something else named it (the load test's final check
+    found one such view). The member's presence is unchanged for everyone: each view that
+    looks at it again and sees no change is sent no frame."""
+    return list(dict.fromkeys([*user_ids, *reordered]))
 
 
 @contextlib.contextmanager

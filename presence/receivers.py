@@ -67,9 +67,11 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
         logger.exception("Presence: could not record the logout of user %s", user.pk)
 
 
-def _changed(sender: Any, user_ids: tuple[UserId, ...], reason: str) -> None:
+def _changed(
+    sender: Any, user_ids: tuple[UserId, ...], reason: str, reordered: tuple[UserId, ...] = ()
+) -> None:
     # After commit: the hubs and the signal's receivers re-read the database.
-    transaction.on_commit(lambda: announce.changed(user_ids, reason, sender))
+    transaction.on_commit(lambda: announce.changed(user_ids, reason, sender, reordered))
 
 
 def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -82,11 +84,14 @@ def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
 def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # Only the owner's presence changes for someone: who may see it depends on its contacts
     # (with RECIPROCAL_LAST_SEEN, what the owner sees of the contact too).
+    # The contact's place in the owner's room lists changes either way (a list puts its
+    # viewer's contacts first): the rooms look at the contact again too (announce.room_users).
     both = get_settings().RECIPROCAL_LAST_SEEN is True
     _changed(
         sender,
         (instance.owner_id, instance.contact_id) if both else (instance.owner_id,),
         "contacts",
+        (instance.contact_id,),
     )
 
 

@@ -130,7 +130,8 @@ def notify_changed(users: Iterable[Any], reason: str = "bulk") -> None:
     ``QuerySet.update()``, ``bulk_create``/``bulk_update``, a queryset ``delete()`` of rows
     without signals, or raw SQL sends none, so a site calls this after such a write (of
     PrivacySettings, Contact, Block or UserStatus rows). ``users`` are users or ids: every user
-    whose presence others see differently (for a Contact, its owner; for a Block, both users).
+    whose presence others see differently (for a Contact, its owner; for a Block, both users;
+    with rooms, a Contact's contact too: its owner's room lists put their contacts first).
     After the current transaction commits (right away outside one), pushes diffs to open
     WebSockets and sends :data:`presence.signals.presence_changed` with ``reason`` for each.
     """

@@ -38,8 +38,6 @@ logger = logging.getLogger("presence")
 
 #: where in its first interval a socket's first session check falls (see connect)
 _draw = random.random
-#: closes whose cleanup outlived their handler's wait, held until they end
-_closing: set[asyncio.Future[None]] = set()
 
 
 def _drop_turn(turn: asyncio.Future[admission.Slot]) -> None:
@@ -306,30 +304,11 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         if self.attached:
             self.attached = self.recorded = False
             metrics.CONNECTIONS.dec()
-            cleanup = self._leave()
+            await self._leave_hub()
         elif self.recorded:
             self.recorded = False  # closed while it waited for its turn: only signed off
-            cleanup = self._sign_off()
         else:
             return
-        # A task of its own, waited for at most LIVE_SOCKET_TIMEOUT: servers kill a closed
-        # socket's handler that outlives its close (daphne after 10 s, logging each), and a
-        # kill half-way (a storm of closes on a saturated process) lost the rest of it: the
-        # rooms left, the sign-off. Past the wait it runs on; the handler ends.
-        task = asyncio.ensure_future(cleanup)
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
-        try:
-            await asyncio.wait_for(asyncio.shield(task), get_settings().LIVE_SOCKET_TIMEOUT)
-        except TimeoutError:
-            logger.info(
-                "Presence: closing a connection of user %s took over LIVE_SOCKET_TIMEOUT; it "
-                "goes on after its handler ended",
-                self.viewer_id,
-            )
-
-    async def _leave(self) -> None:
-        await self._leave_hub()
         await self._sign_off()
 
     async def _leave_hub(self) -> None:
@@ -344,6 +323,16 @@ class PresenceConsumer(AsyncWebsocketConsumer):
 
     async def _sign_off(self) -> None:
         try:
-            await lifecycle.adisconnect(self.user, self.connection_id)
-        except Exception:  # Redis went away: crash detection's (CONNECTION_TTL, the sweep)
+            # Bounded: servers kill a closed socket's handler that outlives its close (daphne
+            # after 10 s, logging each). The Redis write goes on shielded; a sign-off cut short
+            # before it lands is crash detection's (CONNECTION_TTL, the sweep).
+            async with asyncio.timeout(get_settings().LIVE_SOCKET_TIMEOUT):
+                await lifecycle.adisconnect(self.user, self.connection_id)
+        except TimeoutError:
+            logger.info(
+                "Presence: signing off a connection of user %s took over LIVE_SOCKET_TIMEOUT; "
+                "left to the sweep",
+                self.viewer_id,
+            )
+        except Exception:
             logger.exception("Presence: signing off a connection of user %s failed", self.viewer_id)

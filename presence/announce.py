@@ -340,9 +340,7 @@ def room_users(user_ids: Iterable[UserId], reordered: Iterable[UserId]) -> list[
     contacts first: a viewer following a member present (or unfollowing one) reorders the
     viewer's own list, and only a view that looks at that member again lists it there (a
     full list's last member makes way for it; an unfollowed contact past the end makes way
-    for the next member). Announced as the follower alone, the member stayed out of a full
-    list a fresh read put it in until something else named it (the load test's final check
-    found one such view). The member's presence is unchanged for everyone: each view that
+    for the next member). The member's presence is unchanged for everyone: each view that
     looks at it again and sees no change is sent no frame."""
     return list(dict.fromkeys([*user_ids, *reordered]))
 

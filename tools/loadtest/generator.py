@@ -152,6 +152,8 @@ class Stats:
     #: (time, how late a LAG_TICK sleep woke): this process's event loop behind, which every
     #: latency it measures carries too
     loop_lags: list[tuple[float, float]] = field(default_factory=list)
+    #: (when a status change was made, when its own socket was told it was written)
+    written: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -402,6 +404,15 @@ class Client:
                 frame, self.spec.user, spec.hidden, spec.blocked_pairs
             ):
                 self.gen.stats.leaks.append((time.time(), self.spec.user, leaked, ("room",) * 6))  # type: ignore[arg-type]
+            return
+        if kind == "status":
+            # The server's answer to this client's own set_status: the change written (its
+            # write path alone, before any announcement), timed from the same stamp.
+            text = (frame.get("presence") or {}).get("text") or ""
+            if text.startswith("t="):
+                with contextlib.suppress(ValueError):
+                    stamp = float(text[2:])
+                    self.gen.stats.written.append((stamp, time.time() - stamp))
             return
         if kind not in ("presence_state", "presence_diff"):
             if kind == "error":

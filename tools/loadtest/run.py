@@ -927,6 +927,11 @@ class Run:
                 f"{self.lag_figures(self.hub_lags.samples)} (p50 / p99 ms of their samples "
                 "after the opening: a diff waits as long in either)",
             ),
+            (
+                "  status changes written",
+                f"{self.lag_figures(stats.written)} ms p50 / p99 after the opening (the "
+                "server's answer to the client that made the change, before any announcement)",
+            ),
             *self.rows,
         ]
         for number, check in enumerate(checks, start=1):

@@ -301,13 +301,18 @@ def _reset_language() -> Iterator[None]:
 
 @pytest.fixture
 async def close_async_db_connections() -> Any:
-    """For async tests using the database: close the connection Django opened in the
-    sync_to_async worker thread, so the test database can be flushed and dropped."""
+    """For async tests using the database: close the connections Django opened in the
+    sync_to_async worker thread and in presence's writes' thread, so the test database can be
+    flushed and dropped."""
     yield
     from asgiref.sync import sync_to_async
     from django.db import connections
 
     await sync_to_async(connections.close_all)()
+    # ... and the one a socket's writes opened in theirs (presence.consumers.writes).
+    from presence.consumers.writes import close_connections
+
+    close_connections()
 
 
 @pytest.fixture

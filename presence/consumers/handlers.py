@@ -16,6 +16,7 @@ from presence.consumers.frames import afford
 from presence.consumers.limits import CLOSE_TOO_MANY_CONNECTIONS, frame_cost
 from presence.consumers.state import Socket
 from presence.consumers.subscribing import Subscription, read_user_ids
+from presence.consumers.writes import in_writes_thread
 from presence.domain import UserId
 from presence.frames import FRAMES
 
@@ -130,7 +131,7 @@ async def set_status_frame(socket: Socket, message: domain.SetStatus) -> None:
 async def set_status(socket: Socket, change: domain.StatusChange) -> None:
     if await over_write_limit(socket):
         return
-    presence = await api.aapply_change(socket.user, change)
+    presence = await in_writes_thread(api.aapply_change(socket.user, change))
     await socket.send_json({"type": "status", "presence": presence.as_dict()})
 
 

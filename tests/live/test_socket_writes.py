@@ -1,7 +1,8 @@
-"""A socket's writes stay on its event loop: the database's thread does the database work of a
-``set_status`` frame (and of the API's async writes) and nothing else; the announcement is sent
-to the channel layer from the caller's own loop. A slow channel layer therefore holds up
-neither that thread nor the database work of every other socket of the process.
+"""A socket's writes stay on its event loop: a database thread does the database work of a
+``set_status`` frame (the writes' thread; the API's async writes: the caller's) and nothing
+else; the announcement is sent to the channel layer from the caller's own loop. A slow channel
+layer therefore holds up neither that thread nor the database work of every other socket of the
+process, and a busy sockets' thread does not hold up a user's own change.
 
 Helpers: tests/live/sockets.py.
 """
@@ -190,3 +191,30 @@ async def test_status_frames_of_two_tabs_at_once_are_each_answered_with_their_ow
     # online on two devices: counted unless invisible).
     invisible = await sync_to_async(PrivacySettings.objects.get)(user_id=user.pk)
     assert await api.aonline_count() == (0 if invisible.invisible else 1)
+
+
+async def test_a_status_frame_is_written_and_announced_while_the_sockets_thread_is_busy(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    # The sockets' database thread busy (a storm of openings' sessions, users and facts): a
+    # user's own change does its database work in the writes' thread, and is answered and
+    # announced meanwhile; the hub delivers it from a thread of its own.
+    viewer, user = await new_user(make_user), await new_user(make_user)
+    await lets_see(user, viewer)
+    watcher = await sockets.open(viewer)
+    assert (await subscribe(watcher, user)) == state({user.pk: presence()})
+    tab = await sockets.open(user)
+    assert (await receive(watcher))["presences"][str(user.pk)]["status"] == "online"
+    release = threading.Event()
+    busy = asyncio.ensure_future(sync_to_async(release.wait)(TIMEOUT * 3))
+    try:
+        await tab.send_json_to({"type": "set_status", "status": "auto", "text": "Lunch"})
+        reply = await receive(tab)
+        assert reply["type"] == "status" and reply["presence"]["text"] == "Lunch"
+        seen = await receive(watcher)
+        assert seen["type"] == "presence_diff"
+        assert seen["presences"][str(user.pk)]["text"] == "Lunch"
+        assert not busy.done()  # all of it while the sockets' thread was held
+    finally:
+        release.set()
+        await busy

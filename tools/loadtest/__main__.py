@@ -158,6 +158,7 @@ def main(argv: list[str]) -> int:
         servers.start_redis()
         env = servers.env(database, json.dumps(config.presence_settings()))
         env["LOADTEST_SIGNALS_DIR"] = str(work / "signals")  # tools/loadtest/signals.py
+        env["LOADTEST_TIMING_DIR"] = str(work / "timing")  # tools/loadtest/timing.py
         if args.layer_pool:
             env["LOADTEST_LAYER_POOL"] = str(args.layer_pool)
         env["LOADTEST_LAYER"] = args.layer

@@ -125,3 +125,7 @@ if os.environ.get("LOADTEST_MEMORY_DIR"):
 if os.environ.get("LOADTEST_SIGNALS_DIR"):
     # Each server logs the signals it sends (tools/loadtest/signals.py counts them).
     INSTALLED_APPS = [*INSTALLED_APPS, "tools.loadtest.signals.SignalLogConfig"]  # noqa: F405
+
+if os.environ.get("LOADTEST_TIMING_DIR"):
+    # Diagnosis: where a status change's time goes in the servers (tools/loadtest/timing.py).
+    INSTALLED_APPS = [*INSTALLED_APPS, "tools.loadtest.timing.TimingConfig"]

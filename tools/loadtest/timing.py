@@ -1,0 +1,67 @@
+"""Diagnosis (servers only, ``LOADTEST_TIMING_DIR``): where a status change's time goes before
+its answer. For each ``set_status`` frame, from the client's stamp (the text ``t=...``): when
+the consumer took the frame in, when the handler's write began and when it returned, one line
+per frame in ``<dir>/<pid>.log`` (seconds after the stamp: taken, writing, written)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from django.apps import AppConfig
+
+LOG_ENV = "LOADTEST_TIMING_DIR"
+
+
+def _stamp(text: str | None) -> float | None:
+    if not text or not text.startswith("t="):
+        return None
+    try:
+        return float(text[2:])
+    except ValueError:
+        return None
+
+
+class TimingConfig(AppConfig):
+    name = "tools.loadtest.timing"
+    label = "loadtest_timing"
+
+    def ready(self) -> None:
+        import json
+
+        from presence import api
+        from presence.consumers import consumer
+
+        directory = Path(os.environ[LOG_ENV])
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / f"{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        taken: dict[float, float] = {}
+
+        receive = consumer.PresenceConsumer.receive
+
+        async def timed_receive(
+            self: Any, text_data: str | None = None, bytes_data: Any = None
+        ) -> None:
+            if text_data and '"set_status"' in text_data:
+                stamp = _stamp(json.loads(text_data).get("text"))
+                if stamp is not None:
+                    taken[stamp] = time.time()
+            await receive(self, text_data, bytes_data)
+
+        consumer.PresenceConsumer.receive = timed_receive  # type: ignore[method-assign]
+        apply_change = api.aapply_change
+
+        async def timed_apply_change(user: Any, change: Any, *args: Any, **kwargs: Any) -> Any:
+            stamp = _stamp(change.text)
+            writing = time.time()
+            try:
+                return await apply_change(user, change, *args, **kwargs)
+            finally:
+                if stamp is not None:
+                    at = taken.pop(stamp, writing)
+                    line = f"{at - stamp:.4f} {writing - stamp:.4f} {time.time() - stamp:.4f}\n"
+                    os.write(fd, line.encode())
+
+        api.aapply_change = timed_apply_change  # type: ignore[assignment]

@@ -1,7 +1,8 @@
 """Diagnosis (servers only, ``LOADTEST_TIMING_DIR``): where a status change's time goes before
 its answer. For each ``set_status`` frame, from the client's stamp (the text ``t=...``): when
-the consumer took the frame in, when the handler's write began and when it returned, one line
-per frame in ``<dir>/<pid>.log`` (seconds after the stamp: taken, writing, written)."""
+the consumer took the frame in, when the handler's write began and when it returned, and when
+its database transaction began and ended, one line per frame in ``<dir>/<pid>.log`` (seconds
+after the stamp: taken, writing, written, saving, saved)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,26 @@ class TimingConfig(AppConfig):
             finally:
                 if stamp is not None:
                     at = taken.pop(stamp, writing)
-                    line = f"{at - stamp:.4f} {writing - stamp:.4f} {time.time() - stamp:.4f}\n"
+                    began, ended = saved.pop(stamp, (writing, writing))
+                    line = (
+                        f"{at - stamp:.4f} {writing - stamp:.4f} {time.time() - stamp:.4f} "
+                        f"{began - stamp:.4f} {ended - stamp:.4f}\n"
+                    )
                     os.write(fd, line.encode())
 
         api.aapply_change = timed_apply_change  # type: ignore[assignment]
+        from presence.api import _status
+
+        save = _status._save
+        saved: dict[float, tuple[float, float]] = {}
+
+        def timed_save(user_id: Any, change: Any, *args: Any) -> None:
+            began = time.time()
+            try:
+                save(user_id, change, *args)
+            finally:
+                stamp = _stamp(change.text)
+                if stamp is not None:
+                    saved[stamp] = (began, time.time())
+
+        _status._save = timed_save  # type: ignore[assignment]

@@ -1,13 +1,13 @@
 """A socket's own writes (``set_status`` frames) do their database work in a thread of their
 own, one per process: a change the user made does not wait behind the queries of every socket
-opening on the sockets' thread (sessions, users, privacy facts), which at a full site's pace
-kept it waiting seconds before it was announced. Reads stay on the sockets' thread; the hub's
-deliveries have a thread of their own too (presence.hub.delivery)."""
+opening on the sockets' thread (sessions, users, privacy facts). Reads stay on the sockets'
+thread; the hub's deliveries have a thread of their own too (presence.hub.delivery)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import threading
 import time
@@ -25,6 +25,10 @@ T = TypeVar("T")
 #: whether this asgiref's ThreadSensitiveContext may be given the executor its calls run in
 _GIVEN_EXECUTORS = "executor" in inspect.signature(ThreadSensitiveContext).parameters
 
+logger = logging.getLogger("presence")
+
+#: writes under way, held until they end (their callers may be gone)
+_running: set[asyncio.Future[Any]] = set()
 _executor: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 #: when the writes' thread last closed connections past CONN_MAX_AGE or broken
@@ -52,7 +56,17 @@ async def in_writes_thread(write: Coroutine[Any, Any, T]) -> T:
             await _tidy()
             return await write
 
-    return await asyncio.shield(asyncio.ensure_future(in_its_thread()))
+    task = asyncio.ensure_future(in_its_thread())
+    _running.add(task)
+    task.add_done_callback(_finished)
+    return await asyncio.shield(task)
+
+
+def _finished(task: asyncio.Future[Any]) -> None:
+    _running.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        # Raised to its caller too, unless the caller was cancelled meanwhile: then only here.
+        logger.debug("Presence: a socket's write failed", exc_info=task.exception())
 
 
 async def _tidy() -> None:

@@ -12,17 +12,21 @@ from django.db import close_old_connections
 #: how often, at most, the consumers of a process close database connections that are past
 #: CONN_MAX_AGE or broken (django.db.close_old_connections), in seconds
 TIDY_INTERVAL = 1.0
-_tidied_at: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+#: per event loop, when each database thread ("sockets", "writes") was last tidied
+_tidied_at: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, float]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-async def tidy_database_connections() -> None:
-    """``close_old_connections`` in the database thread, once per TIDY_INTERVAL per event loop:
-    a connection that broke or outlived ``CONN_MAX_AGE`` is replaced within a second."""
+async def tidy_database_connections(thread: str = "sockets") -> None:
+    """``close_old_connections`` in the database thread this call's ``sync_to_async`` reaches
+    (``thread`` names it: the sockets' one, or presence.consumers.writes's), once per
+    TIDY_INTERVAL per event loop: a connection that broke or outlived ``CONN_MAX_AGE`` is
+    replaced within a second."""
     loop = asyncio.get_running_loop()
     now = loop.time()
-    if now - _tidied_at.get(loop, -TIDY_INTERVAL) < TIDY_INTERVAL:
+    tidied = _tidied_at.setdefault(loop, {})
+    if now - tidied.get(thread, -TIDY_INTERVAL) < TIDY_INTERVAL:
         return
-    _tidied_at[loop] = now
+    tidied[thread] = now
     await sync_to_async(close_old_connections)()

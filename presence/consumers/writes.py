@@ -10,15 +10,14 @@ import inspect
 import logging
 import os
 import threading
-import time
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.db import close_old_connections, connections
+from asgiref.sync import ThreadSensitiveContext
+from django.db import connections
 
-from presence.consumers.tidy import TIDY_INTERVAL
+from presence.consumers.tidy import tidy_database_connections
 
 T = TypeVar("T")
 
@@ -31,8 +30,6 @@ logger = logging.getLogger("presence")
 _running: set[asyncio.Future[Any]] = set()
 _executor: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
-#: when the writes' thread last closed connections past CONN_MAX_AGE or broken
-_tidied_at = -TIDY_INTERVAL
 
 
 def _writes_executor() -> ThreadPoolExecutor:
@@ -53,7 +50,9 @@ async def in_writes_thread(write: Coroutine[Any, Any, T]) -> T:
 
     async def in_its_thread() -> T:
         async with ThreadSensitiveContext(executor=_writes_executor()):
-            await _tidy()
+            # That thread's connection replaced within a second once it broke or outlived
+            # CONN_MAX_AGE, as the sockets' thread's is.
+            await tidy_database_connections("writes")
             return await write
 
     task = asyncio.ensure_future(in_its_thread())
@@ -67,16 +66,6 @@ def _finished(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         # Raised to its caller too, unless the caller was cancelled meanwhile: then only here.
         logger.debug("Presence: a socket's write failed", exc_info=task.exception())
-
-
-async def _tidy() -> None:
-    # That thread's connection is replaced within a second once it broke or outlived
-    # CONN_MAX_AGE, as the sockets' thread's is (presence.consumers.tidy).
-    global _tidied_at
-    now = time.monotonic()
-    if now - _tidied_at >= TIDY_INTERVAL:
-        _tidied_at = now
-        await sync_to_async(close_old_connections)()
 
 
 def close_connections() -> None:

@@ -96,7 +96,11 @@ class Connections:
         #: where its clients connect, read from CACHES once, as the store is built: a client
         #: made later (the first on an event loop, or one asked for by a thread still holding
         #: a store replaced since) reaches the same Redis, never one CACHES names meanwhile
-        self._target: tuple[str, dict[str, Any]] | ImproperlyConfigured | None = None
+        self._target: tuple[str, dict[str, Any]] | ImproperlyConfigured
+        try:
+            self._target = self._read_target()
+        except ImproperlyConfigured as error:
+            self._target = error  # raised when a client is asked for (presence.E004)
         self._client: redis.Redis | None = None
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
@@ -110,18 +114,11 @@ class Connections:
                 conf.RETRY_INTERVAL,
                 live_timeout=conf.LIVE_SOCKET_TIMEOUT,
             )
-        else:
-            try:
-                self._target = self._read_target()
-            except ImproperlyConfigured as error:
-                self._target = error  # raised when a client is asked for (presence.E004)
 
     def connection_kwargs(self) -> tuple[str, dict[str, Any]]:
         """The URL and redis-py's keyword arguments of a client to one Redis (as CACHES said
         when the store was built)."""
         target = self._target
-        if target is None:
-            target = self._target = self._read_target()
         if isinstance(target, ImproperlyConfigured):
             raise target
         location, kwargs = target

@@ -90,6 +90,21 @@ def as_tuple(presence: dict[str, Any]) -> PresenceTuple:
     )
 
 
+def stamp_text(at: float) -> str:
+    """A status text carrying the time its change was made (the fan-out's start)."""
+    return f"t={at:.4f}"
+
+
+def stamp_of(text: str | None) -> float | None:
+    """The time a status text made by :func:`stamp_text` carries, or None (another text)."""
+    if not text or not text.startswith("t="):
+        return None
+    try:
+        return float(text[2:])
+    except ValueError:
+        return None
+
+
 def reveals(presence: PresenceTuple) -> bool:
     """Whether a presence shows anything beyond "offline, never seen" (a hidden user's look)."""
     status, last_seen, devices, text, emoji, activity = presence
@@ -408,11 +423,9 @@ class Client:
         if kind == "status":
             # The server's answer to this client's own set_status: the change written (its
             # write path alone, before any announcement), timed from the same stamp.
-            text = (frame.get("presence") or {}).get("text") or ""
-            if text.startswith("t="):
-                with contextlib.suppress(ValueError):
-                    stamp = float(text[2:])
-                    self.gen.stats.written.append((stamp, time.time() - stamp))
+            stamp = stamp_of((frame.get("presence") or {}).get("text"))
+            if stamp is not None:
+                self.gen.stats.written.append((stamp, time.time() - stamp))
             return
         if kind not in ("presence_state", "presence_diff"):
             if kind == "error":
@@ -437,10 +450,9 @@ class Client:
             if kind == "presence_diff":
                 text = presence[3]
                 before = self.stamps.get(target)
-                if text and text.startswith("t=") and before is not None and before != text:
-                    with contextlib.suppress(ValueError):
-                        stamp = float(text[2:])
-                        gen.stats.latencies.append((stamp, now - stamp))
+                stamp = stamp_of(text)
+                if stamp is not None and before is not None and before != text:
+                    gen.stats.latencies.append((stamp, now - stamp))
             # The last stamp shown; None when the text is hidden (its next appearance is a
             # change of visibility, not of status: no sample).
             self.stamps[target] = presence[3]
@@ -632,7 +644,7 @@ class Generator:
     async def change_status(self, client: Client) -> None:
         status = self.rng.choices(["auto", "dnd", "invisible"], [0.7, 0.25, 0.05])[0]
         self.stats.status_changes += 1
-        await client.send({"type": "set_status", "status": status, "text": f"t={time.time():.4f}"})
+        await client.send({"type": "set_status", "status": status, "text": stamp_text(time.time())})
 
     async def page_view(self, cookie: str, page: list[int]) -> None:
         port = self.rng.choice(self.spec.ports)

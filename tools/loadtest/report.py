@@ -17,6 +17,11 @@ def ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1000:.0f}"
 
 
+def p50_p99(samples: Sequence[float]) -> str:
+    """``"p50 / p99"`` of ``samples`` in ms."""
+    return f"{ms(percentile(samples, 0.5))} / {ms(percentile(samples, 0.99))}"
+
+
 def final_line(
     connections: int,
     processes: int,

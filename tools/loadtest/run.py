@@ -816,12 +816,9 @@ class Run:
                     setattr(total, name, current + value)
         return total
 
-    def lag_figures(self, samples: list[tuple[float, float]]) -> str:
-        steady = [lag for at, lag in samples if at >= self.steady_from]
-        return (
-            f"{report.ms(report.percentile(steady, 0.5))} / "
-            f"{report.ms(report.percentile(steady, 0.99))}"
-        )
+    def after_opening(self, samples: list[tuple[float, float]]) -> str:
+        """p50 / p99 of the samples taken after the opening."""
+        return report.p50_p99([lag for at, lag in samples if at >= self.steady_from])
 
     def outside_windows(self, events: list[Any]) -> tuple[list[Any], int]:
         kept = [e for e in events if not any(w.covers(e[0]) for w in self.windows)]
@@ -876,9 +873,7 @@ class Run:
             [
                 (
                     "  outside fault windows",
-                    f"{report.ms(report.percentile(calm, 0.5))} / "
-                    f"{report.ms(report.percentile(calm, 0.99))} ms ({len(calm):,} diffs, "
-                    "after the opening)",
+                    f"{report.p50_p99(calm)} ms ({len(calm):,} diffs, after the opening)",
                 )
             ]
             if self.windows
@@ -916,20 +911,19 @@ class Run:
             ),
             (
                 "  after the opening",
-                f"{report.ms(report.percentile(steady, 0.5))} / "
-                f"{report.ms(report.percentile(steady, 0.99))} ms ({len(steady):,} diffs, changes "
+                f"{report.p50_p99(steady)} ms ({len(steady):,} diffs, changes "
                 f"made {self.steady_after:.0f} s into the load and later)",
             ),
             *calm_row,
             (
                 "  behind meanwhile",
-                f"generators' event loops {self.lag_figures(stats.loop_lags)}; servers' hubs "
-                f"{self.lag_figures(self.hub_lags.samples)} (p50 / p99 ms of their samples "
+                f"generators' event loops {self.after_opening(stats.loop_lags)}; servers' hubs "
+                f"{self.after_opening(self.hub_lags.samples)} (p50 / p99 ms of their samples "
                 "after the opening: a diff waits as long in either)",
             ),
             (
                 "  status changes written",
-                f"{self.lag_figures(stats.written)} ms p50 / p99 after the opening (the "
+                f"{self.after_opening(stats.written)} ms p50 / p99 after the opening (the "
                 "server's answer to the client that made the change, before any announcement)",
             ),
             *self.rows,

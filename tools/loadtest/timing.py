@@ -13,16 +13,9 @@ from typing import Any
 
 from django.apps import AppConfig
 
+from tools.loadtest.generator import stamp_of
+
 LOG_ENV = "LOADTEST_TIMING_DIR"
-
-
-def _stamp(text: str | None) -> float | None:
-    if not text or not text.startswith("t="):
-        return None
-    try:
-        return float(text[2:])
-    except ValueError:
-        return None
 
 
 class TimingConfig(AppConfig):
@@ -32,7 +25,8 @@ class TimingConfig(AppConfig):
     def ready(self) -> None:
         import json
 
-        from presence import api
+        from presence import announce, api
+        from presence.api import _status
         from presence.consumers import consumer
 
         directory = Path(os.environ[LOG_ENV])
@@ -46,16 +40,30 @@ class TimingConfig(AppConfig):
             self: Any, text_data: str | None = None, bytes_data: Any = None
         ) -> None:
             if text_data and '"set_status"' in text_data:
-                stamp = _stamp(json.loads(text_data).get("text"))
+                stamp = stamp_of(json.loads(text_data).get("text"))
                 if stamp is not None:
                     taken[stamp] = time.time()
             await receive(self, text_data, bytes_data)
 
         consumer.PresenceConsumer.receive = timed_receive  # type: ignore[method-assign]
+
+        save = _status._save
+        saved: dict[float, tuple[float, float]] = {}
+
+        def timed_save(user_id: Any, change: Any, *args: Any) -> None:
+            began = time.time()
+            try:
+                save(user_id, change, *args)
+            finally:
+                stamp = stamp_of(change.text)
+                if stamp is not None:
+                    saved[stamp] = (began, time.time())
+
+        _status._save = timed_save  # type: ignore[assignment]
         apply_change = api.aapply_change
 
         async def timed_apply_change(user: Any, change: Any, *args: Any, **kwargs: Any) -> Any:
-            stamp = _stamp(change.text)
+            stamp = stamp_of(change.text)
             writing = time.time()
             try:
                 return await apply_change(user, change, *args, **kwargs)
@@ -70,26 +78,9 @@ class TimingConfig(AppConfig):
                     os.write(fd, line.encode())
 
         api.aapply_change = timed_apply_change  # type: ignore[assignment]
-        from presence.api import _status
-
-        save = _status._save
-        saved: dict[float, tuple[float, float]] = {}
-
-        def timed_save(user_id: Any, change: Any, *args: Any) -> None:
-            began = time.time()
-            try:
-                save(user_id, change, *args)
-            finally:
-                stamp = _stamp(change.text)
-                if stamp is not None:
-                    saved[stamp] = (began, time.time())
-
-        _status._save = timed_save  # type: ignore[assignment]
 
         # The awaits after a change's transaction, each timed alone (every call, not only
         # status changes'): "<name> <seconds>" lines in <dir>/<pid>.calls.log.
-        from presence import announce
-
         calls = os.open(
             directory / f"{os.getpid()}.calls.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND
         )

@@ -121,17 +121,24 @@ async def written_and_announced(
     return result
 
 
+async def watched_tab(sockets: Sockets, make_user: Callable[..., Any]) -> tuple[Any, ...]:
+    """(viewer, user, the viewer's socket watching the user, the user's own socket), the user
+    seen online there."""
+    viewer, user = await new_user(make_user), await new_user(make_user)
+    await lets_see(user, viewer)
+    watcher = await sockets.open(viewer)
+    assert (await subscribe(watcher, user)) == state({user.pk: presence()})
+    tab = await sockets.open(user)
+    assert (await receive(watcher))["presences"][str(user.pk)]["status"] == "online"
+    return viewer, user, watcher, tab
+
+
 @pytest.mark.parametrize("rooms", [False, True], ids=["", "rooms"])
 async def test_a_status_frames_announcement_is_sent_from_the_consumers_loop(
     sockets: Sockets, make_user: Callable[..., Any], held: Callable[[Any], HeldSends], rooms: bool
 ) -> None:
     with presence_settings(ROOMS=rooms):
-        viewer, user = await new_user(make_user), await new_user(make_user)
-        await lets_see(user, viewer)
-        watcher = await sockets.open(viewer)
-        assert (await subscribe(watcher, user)) == state({user.pk: presence()})
-        tab = await sockets.open(user)
-        assert (await receive(watcher))["presences"][str(user.pk)]["status"] == "online"
+        _, user, watcher, tab = await watched_tab(sockets, make_user)
         sends = held(user)
         await tab.send_json_to({"type": "set_status", "status": "auto", "text": "Lunch"})
         reply = await written_and_announced(sends, receive(tab), watcher, user, ("online", "Lunch"))
@@ -161,12 +168,7 @@ WRITES = ["set_status", "unfollow", "block", "share_with", "notify_changed"]
 async def test_the_apis_async_writes_announce_from_the_callers_loop(
     sockets: Sockets, make_user: Callable[..., Any], held: Callable[[Any], HeldSends], name: str
 ) -> None:
-    viewer, user = await new_user(make_user), await new_user(make_user)
-    await lets_see(user, viewer)
-    watcher = await sockets.open(viewer)
-    await subscribe(watcher, user)
-    await sockets.open(user)
-    assert (await receive(watcher))["presences"][str(user.pk)]["status"] == "online"
+    viewer, user, watcher, _ = await watched_tab(sockets, make_user)
     sends = held(user)
     write = await write_of(name, user, viewer)
     # Each of the others hides the user from the viewer.
@@ -199,12 +201,7 @@ async def test_a_status_frame_is_written_and_announced_while_the_sockets_thread_
     # The sockets' database thread busy (a storm of openings' sessions, users and facts): a
     # user's own change does its database work in the writes' thread, and is answered and
     # announced meanwhile; the hub delivers it from a thread of its own.
-    viewer, user = await new_user(make_user), await new_user(make_user)
-    await lets_see(user, viewer)
-    watcher = await sockets.open(viewer)
-    assert (await subscribe(watcher, user)) == state({user.pk: presence()})
-    tab = await sockets.open(user)
-    assert (await receive(watcher))["presences"][str(user.pk)]["status"] == "online"
+    _, user, watcher, tab = await watched_tab(sockets, make_user)
     release = threading.Event()
     busy = asyncio.ensure_future(sync_to_async(release.wait)(TIMEOUT * 3))
     try:

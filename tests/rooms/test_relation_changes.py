@@ -45,6 +45,18 @@ async def agrees_with_a_fresh_read(seen: ClientView, viewer: Any) -> None:
     assert (seen.others, seen.count) == (fresh["others"], fresh["count"])
 
 
+async def swapped_in(
+    v: Any, seen: ClientView, viewer: Any, joins: Any, leaves: Any, others: int, count: int
+) -> None:
+    """The viewer's next frame lists ``joins`` in the place of ``leaves`` (``others`` and
+    ``count`` after it), and the view then agrees with a fresh read."""
+    frame = await receive(v)
+    assert set(frame["joins"]) == {key(joins)} and frame["leaves"] == [key(leaves)], frame
+    assert (frame["others"], frame["count"]) == (others, count)
+    seen.apply(frame)
+    await agrees_with_a_fresh_read(seen, viewer)
+
+
 async def test_a_member_the_viewer_follows_takes_the_last_place(
     sockets: Sockets, make_user: Callable
 ) -> None:
@@ -59,11 +71,7 @@ async def test_a_member_the_viewer_follows_takes_the_last_place(
     await assert_silent(v)
 
     assert await api.afollow(viewer, followed)
-    frame = await receive(v)
-    assert set(frame["joins"]) == {key(followed)} and frame["leaves"] == [key(second)], frame
-    assert (frame["others"], frame["count"]) == (2, 5)
-    seen.apply(frame)
-    await agrees_with_a_fresh_read(seen, viewer)
+    await swapped_in(v, seen, viewer, followed, second, 2, 5)
     assert set(seen.members) == {key(viewer), key(followed), key(first)}
     await assert_silent(v)
 
@@ -82,11 +90,7 @@ async def test_a_member_the_viewer_unfollows_leaves_for_the_next_one(
     await assert_silent(v)
 
     assert await api.aunfollow(viewer, friend)
-    frame = await receive(v)
-    assert set(frame["joins"]) == {key(second)} and frame["leaves"] == [key(friend)], frame
-    assert (frame["others"], frame["count"]) == (2, 5)
-    seen.apply(frame)
-    await agrees_with_a_fresh_read(seen, viewer)
+    await swapped_in(v, seen, viewer, second, friend, 2, 5)
     await assert_silent(v)
 
 
@@ -120,11 +124,7 @@ async def test_a_member_who_adds_the_viewer_takes_its_place_by_join_time(
     await assert_silent(v)
 
     assert await api.afollow(hidden, viewer)
-    frame = await receive(v)
-    assert set(frame["joins"]) == {key(hidden)} and frame["leaves"] == [key(second)], frame
-    assert (frame["others"], frame["count"]) == (2, 5)
-    seen.apply(frame)
-    await agrees_with_a_fresh_read(seen, viewer)
+    await swapped_in(v, seen, viewer, hidden, second, 2, 5)
     await assert_silent(v)
 
 
@@ -143,17 +143,9 @@ async def test_a_block_lifted_lists_the_member_again_in_its_place(
     blocker, blocked = (viewer, member) if viewer_blocks else (member, viewer)
 
     assert await api.ablock(blocker, blocked)
-    frame = await receive(v)
-    assert set(frame["joins"]) == {key(second)} and frame["leaves"] == [key(member)], frame
-    assert (frame["others"], frame["count"]) == (1, 4)
-    seen.apply(frame)
-    await agrees_with_a_fresh_read(seen, viewer)
+    await swapped_in(v, seen, viewer, second, member, 1, 4)
     await assert_silent(v)
 
     assert await api.aunblock(blocker, blocked)
-    frame = await receive(v)
-    assert set(frame["joins"]) == {key(member)} and frame["leaves"] == [key(second)], frame
-    assert (frame["others"], frame["count"]) == (2, 5)
-    seen.apply(frame)
-    await agrees_with_a_fresh_read(seen, viewer)
+    await swapped_in(v, seen, viewer, member, second, 2, 5)
     await assert_silent(v)

@@ -105,3 +105,157 @@ class TimingConfig(AppConfig):
             "aannounce_room_members_changed",
         ):
             timed(announce, name)
+
+        # The waits for a channel-layer call slot (presence.layer.layer_slot), and the live
+        # plans' Redis round trips (one pipeline per event loop's moment): "slot_wait <seconds>
+        # <slots taken when asked>" and "store_batch <seconds> <commands>" lines, to tell a wait
+        # for the process's own limit from a wait for Redis.
+        from presence import layer as layer_module
+        from presence.store import client as store_client
+
+        real_slot = layer_module.layer_slot
+
+        class TimedSlot:
+            def __init__(self) -> None:
+                self.slots = real_slot()
+
+            async def __aenter__(self) -> None:
+                taken = layer_module.LAYER_CALLS_AT_ONCE - self.slots._value
+                began = time.time()
+                await self.slots.acquire()
+                os.write(calls, f"slot_wait {time.time() - began:.4f} {taken}\n".encode())
+
+            async def __aexit__(self, *exc: Any) -> None:
+                self.slots.release()
+
+        layer_module.layer_slot = TimedSlot  # type: ignore[assignment]
+        announce.layer_slot = TimedSlot  # type: ignore[attr-defined]
+
+        send = store_client._Batches._send
+
+        async def timed_send(self: Any, parts: Any) -> Any:
+            began = time.time()
+            try:
+                return await send(self, parts)
+            finally:
+                count = sum(len(part) for part in parts)
+                os.write(calls, f"store_batch {time.time() - began:.4f} {count}\n".encode())
+
+        store_client._Batches._send = timed_send  # type: ignore[method-assign]
+
+        # How long a live plan waits between being asked and its batch going out
+        # ("batch_queued <seconds>", the oldest of the batch), and how late the event loop runs
+        # a callback made due now ("loop_lag <seconds>", sampled every 0.1 s once it runs).
+        ask = store_client._Batches.ask
+        first_asked: dict[int, float] = {}
+
+        def timed_ask(self: Any, request: Any) -> Any:
+            first_asked.setdefault(id(self), time.time())
+            return ask(self, request)
+
+        def timed_flush(self: Any) -> None:
+            began = first_asked.pop(id(self), None)
+            if began is not None:
+                os.write(calls, f"batch_queued {time.time() - began:.4f}\n".encode())
+            flush(self)
+
+        flush = store_client._Batches._flush
+        store_client._Batches.ask = timed_ask  # type: ignore[method-assign]
+        store_client._Batches._flush = timed_flush  # type: ignore[method-assign]
+
+        def sample_lag(due: float) -> None:
+            import asyncio
+
+            now = time.time()
+            os.write(calls, f"loop_lag {now - due:.4f}\n".encode())
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.1, lambda: loop.call_soon(sample_lag, time.time()))
+
+        def start_sampling() -> None:
+            import asyncio
+
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            loop.call_soon(sample_lag, time.time())
+            main_loop.append(loop)
+            if os.environ.get("LOADTEST_GC_POLICY") == "python":
+                # Comparison: Python's own collections, not the demo's asgi.py policy.
+                from presence.collector import stop_collecting_in_short_pauses
+
+                if stop_collecting_in_short_pauses():
+                    gc.unfreeze()
+
+        from presence.hub import Hub
+
+        get = Hub.get.__func__  # type: ignore[attr-defined]
+        sampling: list[bool] = []
+
+        def sampled_get(cls: Any) -> Any:
+            if not sampling:
+                sampling.append(True)
+                start_sampling()
+            return get(cls)
+
+        Hub.get = classmethod(sampled_get)  # type: ignore[method-assign,assignment]
+
+        # Collections of the cyclic garbage collector ("gc <generation> <seconds> <objects
+        # tracked in it before>") and daphne's once-a-second sweep of its connections
+        # ("app_checker <seconds> <connections>"): what stops the event loop for a while.
+        import gc
+
+        gc_began: list[float] = [0.0]
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                gc_began[0] = time.perf_counter()
+            else:
+                took = time.perf_counter() - gc_began[0]
+                if info["generation"] > 0 or took > 0.005:
+                    line = f"gc {info['generation']} {took:.4f} {info['collected']}\n"
+                    os.write(calls, line.encode())
+
+        gc.callbacks.append(on_gc)
+
+        # With LOADTEST_CENSUS set, once, at the 15th full collection: what the collector walks,
+        # by type ("<dir>/<pid>.census"; the count itself stops the process for a while).
+        full_collections: list[int] = []
+        main_loop: list[Any] = []
+
+        def census() -> None:
+            from collections import Counter
+
+            kinds = Counter(
+                f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects()
+            )
+            lines = [f"{count} {kind}" for kind, count in kinds.most_common(60)]
+            total = sum(kinds.values())
+            (directory / f"{os.getpid()}.census").write_text(f"{total} all\n" + "\n".join(lines))
+
+        def on_full(phase: str, info: dict[str, int]) -> None:
+            if (
+                os.environ.get("LOADTEST_CENSUS")
+                and phase == "stop"
+                and info["generation"] == 2
+                and main_loop
+            ):
+                full_collections.append(1)
+                if len(full_collections) == 15:
+                    main_loop[0].call_soon_threadsafe(census)
+
+        gc.callbacks.append(on_full)
+
+        try:
+            from daphne.server import Server
+        except ImportError:
+            return
+        checker = Server.application_checker
+
+        def timed_checker(self: Any) -> None:
+            began = time.perf_counter()
+            size = len(self.connections)
+            checker(self)
+            os.write(calls, f"app_checker {time.perf_counter() - began:.4f} {size}\n".encode())
+
+        Server.application_checker = timed_checker  # type: ignore[method-assign]

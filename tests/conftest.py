@@ -299,6 +299,20 @@ def _reset_language() -> Iterator[None]:
     translation.deactivate()
 
 
+@pytest.fixture(autouse=True)
+def _python_collections() -> Iterator[None]:
+    """A test that imports the demo's asgi.py installs its collection policy in this process
+    (presence.collector): the next test runs with Python's own collections again, nothing
+    frozen by it."""
+    yield
+    import gc
+
+    from presence.collector import stop_collecting_in_short_pauses
+
+    if stop_collecting_in_short_pauses():
+        gc.unfreeze()
+
+
 @pytest.fixture
 async def close_async_db_connections() -> Any:
     """For async tests using the database: close the connections Django opened in the

@@ -77,13 +77,18 @@ class TimingConfig(AppConfig):
                     )
                     os.write(fd, line.encode())
 
-        api.aapply_change = timed_apply_change  # type: ignore[assignment]
+        api.aapply_change = timed_apply_change
 
         # The awaits after a change's transaction, each timed alone (every call, not only
         # status changes'): "<name> <seconds>" lines in <dir>/<pid>.calls.log.
         calls = os.open(
             directory / f"{os.getpid()}.calls.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND
         )
+
+        def log(name: str, seconds: float, *details: object) -> None:
+            """One "<name> <seconds> [details...]" line of <pid>.calls.log."""
+            line = " ".join([name, f"{seconds:.4f}", *map(str, details)])
+            os.write(calls, f"{line}\n".encode())
 
         def timed(module: Any, name: str) -> None:
             original = getattr(module, name)
@@ -93,7 +98,7 @@ class TimingConfig(AppConfig):
                 try:
                     return await original(*args, **kwargs)
                 finally:
-                    os.write(calls, f"{name} {time.time() - began:.4f}\n".encode())
+                    log(name, time.time() - began)
 
             setattr(module, name, wrapper)
 
@@ -123,13 +128,13 @@ class TimingConfig(AppConfig):
                 taken = layer_module.LAYER_CALLS_AT_ONCE - self.slots._value
                 began = time.time()
                 await self.slots.acquire()
-                os.write(calls, f"slot_wait {time.time() - began:.4f} {taken}\n".encode())
+                log("slot_wait", time.time() - began, taken)
 
             async def __aexit__(self, *exc: Any) -> None:
                 self.slots.release()
 
         layer_module.layer_slot = TimedSlot  # type: ignore[assignment]
-        announce.layer_slot = TimedSlot  # type: ignore[attr-defined]
+        announce.layer_slot = TimedSlot  # type: ignore[assignment]
 
         send = store_client._Batches._send
 
@@ -138,8 +143,7 @@ class TimingConfig(AppConfig):
             try:
                 return await send(self, parts)
             finally:
-                count = sum(len(part) for part in parts)
-                os.write(calls, f"store_batch {time.time() - began:.4f} {count}\n".encode())
+                log("store_batch", time.time() - began, sum(len(part) for part in parts))
 
         store_client._Batches._send = timed_send  # type: ignore[method-assign]
 
@@ -156,7 +160,7 @@ class TimingConfig(AppConfig):
         def timed_flush(self: Any) -> None:
             began = first_asked.pop(id(self), None)
             if began is not None:
-                os.write(calls, f"batch_queued {time.time() - began:.4f}\n".encode())
+                log("batch_queued", time.time() - began)
             flush(self)
 
         flush = store_client._Batches._flush
@@ -166,18 +170,17 @@ class TimingConfig(AppConfig):
         def sample_lag(due: float) -> None:
             import asyncio
 
-            now = time.time()
-            os.write(calls, f"loop_lag {now - due:.4f}\n".encode())
+            log("loop_lag", time.time() - due)
             loop = asyncio.get_running_loop()
             loop.call_later(0.1, lambda: loop.call_soon(sample_lag, time.time()))
+
+        #: the servers' event loop, once a socket reached the hub (the sampler started then)
+        main_loop: list[Any] = []
 
         def start_sampling() -> None:
             import asyncio
 
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return
+            loop = asyncio.get_running_loop()
             loop.call_soon(sample_lag, time.time())
             main_loop.append(loop)
             if os.environ.get("LOADTEST_GC_POLICY") == "python":
@@ -190,38 +193,24 @@ class TimingConfig(AppConfig):
         from presence.hub import Hub
 
         get = Hub.get.__func__  # type: ignore[attr-defined]
-        sampling: list[bool] = []
 
         def sampled_get(cls: Any) -> Any:
-            if not sampling:
-                sampling.append(True)
+            if not main_loop:
                 start_sampling()
             return get(cls)
 
         Hub.get = classmethod(sampled_get)  # type: ignore[method-assign,assignment]
 
         # Collections of the cyclic garbage collector ("gc <generation> <seconds> <objects
-        # tracked in it before>") and daphne's once-a-second sweep of its connections
-        # ("app_checker <seconds> <connections>"): what stops the event loop for a while.
+        # collected>"), and with LOADTEST_CENSUS set, once, at the 15th full collection, what the
+        # collector walks, by type ("<dir>/<pid>.census"; the count itself stops the process for
+        # a while); daphne's once-a-second sweep of its connections ("app_checker <seconds>
+        # <connections>"): what stops the event loop for a while.
         import gc
 
-        gc_began: list[float] = [0.0]
-
-        def on_gc(phase: str, info: dict[str, int]) -> None:
-            if phase == "start":
-                gc_began[0] = time.perf_counter()
-            else:
-                took = time.perf_counter() - gc_began[0]
-                if info["generation"] > 0 or took > 0.005:
-                    line = f"gc {info['generation']} {took:.4f} {info['collected']}\n"
-                    os.write(calls, line.encode())
-
-        gc.callbacks.append(on_gc)
-
-        # With LOADTEST_CENSUS set, once, at the 15th full collection: what the collector walks,
-        # by type ("<dir>/<pid>.census"; the count itself stops the process for a while).
-        full_collections: list[int] = []
-        main_loop: list[Any] = []
+        census_wanted = bool(os.environ.get("LOADTEST_CENSUS"))
+        gc_began = 0.0
+        full_collections = 0
 
         def census() -> None:
             from collections import Counter
@@ -233,18 +222,21 @@ class TimingConfig(AppConfig):
             total = sum(kinds.values())
             (directory / f"{os.getpid()}.census").write_text(f"{total} all\n" + "\n".join(lines))
 
-        def on_full(phase: str, info: dict[str, int]) -> None:
-            if (
-                os.environ.get("LOADTEST_CENSUS")
-                and phase == "stop"
-                and info["generation"] == 2
-                and main_loop
-            ):
-                full_collections.append(1)
-                if len(full_collections) == 15:
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            nonlocal gc_began, full_collections
+            if phase == "start":
+                gc_began = time.perf_counter()
+                return
+            took = time.perf_counter() - gc_began
+            generation = info["generation"]
+            if generation > 0 or took > 0.005:
+                log("gc", took, generation, info["collected"])
+            if census_wanted and generation == 2 and main_loop:
+                full_collections += 1
+                if full_collections == 15:
                     main_loop[0].call_soon_threadsafe(census)
 
-        gc.callbacks.append(on_full)
+        gc.callbacks.append(on_gc)
 
         try:
             from daphne.server import Server
@@ -256,6 +248,6 @@ class TimingConfig(AppConfig):
             began = time.perf_counter()
             size = len(self.connections)
             checker(self)
-            os.write(calls, f"app_checker {time.perf_counter() - began:.4f} {size}\n".encode())
+            log("app_checker", time.perf_counter() - began, size)
 
-        Server.application_checker = timed_checker  # type: ignore[method-assign]
+        Server.application_checker = timed_checker

@@ -89,6 +89,11 @@ def test_stopping_gives_python_its_own_collections_back(clock: Clock) -> None:
     assert old() is None
 
 
-def test_a_period_that_is_not_positive_is_refused() -> None:
-    with pytest.raises(ValueError, match="unfreeze_every must be a positive number"):
-        collect_in_short_pauses(unfreeze_every=0)
+def test_a_period_that_is_not_positive_is_refused_and_the_policy_in_place_stays(
+    clock: Clock,
+) -> None:
+    for period in (0, -5):
+        with pytest.raises(ValueError, match="unfreeze_every must be a positive number"):
+            collect_in_short_pauses(unfreeze_every=period)
+    gc.collect()
+    assert gc.get_freeze_count() > 0, "the policy installed before still freezes"

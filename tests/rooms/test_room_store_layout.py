@@ -98,6 +98,27 @@ def test_every_key_of_a_big_room_stays_compact(redis_client: Any) -> None:
     assert run(store.plans.room_count(ROOM, T + 10)) == 1000
 
 
+def test_ids_in_a_stride_spread_over_the_index_buckets(redis_client: Any) -> None:
+    """Integer ids are hashed for the index without a SHA-1: ids in a power-of-two stride
+    (every 1,024th) still spread over the buckets, so every bucket stays a listpack and each
+    member is found."""
+    members = range(1024, 1024 * 1001, 1024)
+    store = get_store()
+    for start in range(0, 1000, 250):
+        joins = [
+            store.plans.join_room(ROOM, u(n), f"conn-{n}", T + i / 1000)
+            for i, n in enumerate(members[start : start + 250], start)
+        ]
+        claimed(run(merge(joins)))
+    keys = room_keys(redis_client, ROOM)
+    encodings = {k: redis_client.object("encoding", k) for k in keys}
+    assert {k: e for k, e in encodings.items() if e not in COMPACT} == {}
+    lookups = tuple(u(n) for n in members[::9])
+    state = run(store.plans.read_room(ROOM, T + 10, 0, lookups))
+    assert state.present == 1000
+    assert state.found == set(lookups)
+
+
 def test_members_are_found_past_the_index_splits() -> None:
     fill(ROOM, range(1, 1501))
     store = get_store()

@@ -72,11 +72,23 @@ local function index_state()
   return index
 end
 
+-- a user's hash for its index bucket: an id that is a whole number below 2^32 by Fibonacci
+-- hashing (the fraction of id * 0.618..., which spreads ids one after another and ids in any
+-- stride alike; exact in doubles, so every script gets the same), any other id the first 8
+-- hex digits of its SHA-1 (a third of a prune's time per member: integer ids skip it)
+local function user_hash(uid)
+  local n = tonumber(uid)
+  if n and n >= 0 and n < 4294967296 and n % 1 == 0 then
+    return math.floor(n * 0.6180339887498949 % 1 * 4294967296)
+  end
+  return tonumber(string.sub(redis.sha1hex(uid), 1, 8), 16)
+end
+
 local hashes = {}
 local function bucket(uid, L, p)
   local h = hashes[uid]
   if not h then
-    h = tonumber(digest(uid), 16)
+    h = user_hash(uid)
     hashes[uid] = h
   end
   if not L then

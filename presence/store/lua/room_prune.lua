@@ -40,7 +40,7 @@ end
 local by_bucket, hidden, metas, ends, left, gone = {}, {}, {}, {}, {}, 0
 local ix = index_state()
 local low, high = 2 ^ ix.L, 2 ^ (ix.L + 1)
-local byte, sub, sha1hex = string.byte, string.sub, redis.sha1hex
+local byte, sub = string.byte, string.sub
 -- an entry's flag and connection state as bytes (string.byte: no pattern, no string made)
 local FLAG_BYTES = {[46] = FLAGS['.'], [33] = FLAGS['!'], [58] = FLAGS[':'], [59] = FLAGS[';']}
 local META_BYTES = {[42] = true, [126] = true}
@@ -73,7 +73,7 @@ end
 local p = ix.p
 local function forget(uid, s, inv, digests)
   -- its index bucket, as bucket() finds it (no cache: each user is met once)
-  local h = tonumber(sub(sha1hex(uid), 1, 8), 16)
+  local h = user_hash(uid)
   local b = h % low
   if b < p then b = h % high end
   local list = by_bucket[b]

@@ -1,51 +1,80 @@
-"""The store's async client packs its commands with hiredis (presence.store.connecting): the same
-bytes as redis-py's own packer, redis-py's own error for an argument it cannot pack, and a real
-round trip through it."""
+"""The store's clients, sync and async, pack their commands with hiredis
+(presence.store.connecting): the same bytes as redis-py's own packer, one command or a
+pipeline's, redis-py's own error for an argument it cannot pack, and a real round trip through
+each."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection as AsyncConnection
+from redis.connection import Connection as SyncConnection
 from redis.exceptions import DataError
 
 from presence.store import get_store
 from presence.store.connecting import hiredis_packing
 from tests.conftest import on_one_redis
 
-Packing = hiredis_packing(Connection)
+CONNECTIONS = [SyncConnection, AsyncConnection]
+COMMANDS = [
+    ("SET", "key", "value"),
+    ("EVALSHA", b"ab12", 2, "k1", "k2", 1.5, 10**20, -3),
+    ("ZADD", "z", 1741953600.125, "é, ünïcode"),
+    ("CONFIG GET", "maxmemory"),  # a name of two words, sent as two arguments
+    (b"CLIENT SETINFO", b"LIB-NAME", "x"),
+]
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("SET", "key", "value"),
-        ("EVALSHA", b"ab12", 2, "k1", "k2", 1.5, 10**20, -3),
-        ("ZADD", "z", 1741953600.125, "é, ünïcode"),
-        ("CONFIG GET", "maxmemory"),  # a name of two words, sent as two arguments
-        (b"CLIENT SETINFO", b"LIB-NAME", "x"),
-    ],
-)
-def test_hiredis_packs_what_redis_py_packs(args: tuple[object, ...]) -> None:
-    assert Packing().pack_command(*args) == [b"".join(Connection().pack_command(*args))]
+@pytest.mark.parametrize("connection", CONNECTIONS)
+@pytest.mark.parametrize("args", COMMANDS)
+def test_hiredis_packs_what_redis_py_packs(connection: Any, args: tuple[object, ...]) -> None:
+    packing = hiredis_packing(connection)
+    assert packing().pack_command(*args) == [b"".join(connection().pack_command(*args))]
 
 
-def test_an_argument_hiredis_refuses_gets_redis_pys_own_error() -> None:
-    with pytest.raises(DataError):
-        Packing().pack_command("SET", "key", True)
-    with pytest.raises(DataError):
-        Packing().pack_command("SET", "key", None)
+@pytest.mark.parametrize("connection", CONNECTIONS)
+def test_hiredis_packs_a_pipeline_as_redis_py_does(connection: Any) -> None:
+    packing = hiredis_packing(connection)
+    assert packing().pack_commands(COMMANDS) == [b"".join(connection().pack_commands(COMMANDS))]
 
 
-def test_packing_classes_are_made_once() -> None:
-    assert hiredis_packing(Connection) is Packing
-    assert issubclass(Packing, Connection)
+@pytest.mark.parametrize("connection", CONNECTIONS)
+def test_an_argument_hiredis_refuses_gets_redis_pys_own_error(connection: Any) -> None:
+    packing = hiredis_packing(connection)
+    for bad in (True, None):
+        with pytest.raises(DataError):
+            packing().pack_command("SET", "key", bad)
+        with pytest.raises(DataError):
+            packing().pack_commands([("GET", "a"), ("SET", "key", bad)])
+
+
+@pytest.mark.parametrize("connection", CONNECTIONS)
+def test_packing_classes_are_made_once(connection: Any) -> None:
+    assert hiredis_packing(connection) is hiredis_packing(connection)
+    assert issubclass(hiredis_packing(connection), connection)
+
+
+@on_one_redis
+def test_the_store_sync_client_packs_with_hiredis_and_answers() -> None:
+    store = get_store()
+    client = store.client
+    assert client.connection_pool.connection_class is hiredis_packing(SyncConnection)
+    try:
+        client.set("presence-test:packing", "é")
+        assert client.get("presence-test:packing") == "é"
+        pipe = client.pipeline(transaction=False)
+        pipe.set("presence-test:packing", "ü").get("presence-test:packing")
+        assert pipe.execute() == [True, "ü"]
+    finally:
+        client.delete("presence-test:packing")
 
 
 @on_one_redis
 async def test_the_store_async_client_packs_with_hiredis_and_answers() -> None:
     store = get_store()
     client = store.async_client
-    assert client.connection_pool.connection_class is hiredis_packing(Connection)
+    assert client.connection_pool.connection_class is hiredis_packing(AsyncConnection)
     try:
         await client.set("presence-test:packing", "é")
         assert await client.get("presence-test:packing") == "é"

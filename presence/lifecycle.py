@@ -117,16 +117,21 @@ def _riding_along(
     return Plan(commands=together.commands, parse=parse, fallback=plan.fallback, partial=partial)
 
 
-async def aconnect(user: Any, connection_id: str, device: str = "web") -> Transition | None:
-    """A live connection opened: recorded like a heartbeat, unless the user already has
+async def aconnect(
+    user: Any, connection_id: str, device: str = "web", idle: bool = False
+) -> Transition | None:
+    """A live connection opened: recorded like a heartbeat (``idle``: its client is idle
+    already, as a hidden tab's reconnect is), unless the user already has
     MAX_CONNECTIONS_PER_USER live connections; then nothing is recorded and the transition says
     ``refused`` (the consumer closes the connection with 4429). Returns None when Redis is
     unavailable (the connection is not counted then)."""
-    return await arun(_connection(user_pk(user), "open", connection_id, domain.Device(device)))
+    return await arun(
+        _connection(user_pk(user), "open", connection_id, domain.Device(device), idle)
+    )
 
 
 async def aconnect_checking(
-    user: Any, connection_id: str, device: str, check: Plan[T]
+    user: Any, connection_id: str, device: str, check: Plan[T], idle: bool = False
 ) -> tuple[Transition | None, T]:
     """:func:`aconnect` with ``check`` (a socket's read of recent logouts, presence.sessions)
     in the same round trip: its answer beside the transition, its fallback when Redis is
@@ -134,7 +139,7 @@ async def aconnect_checking(
     answer: list[T] = []
     transition = await arun(
         _connection(
-            user_pk(user), "open", connection_id, domain.Device(device), rider=(check, answer)
+            user_pk(user), "open", connection_id, domain.Device(device), idle, (check, answer)
         )
     )
     return transition, answer[0] if answer else cast(T, check.fallback)

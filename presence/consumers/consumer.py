@@ -25,7 +25,7 @@ from presence.consumers.limits import (
     CLOSE_UNAUTHENTICATED,
     RateLimit,
 )
-from presence.consumers.scope import device_of, opened_from_foreign_origin
+from presence.consumers.scope import device_of, idle_of, opened_from_foreign_origin
 from presence.consumers.sending import Sender
 from presence.consumers.state import ConnectionState
 from presence.consumers.tidy import tidy_database_connections
@@ -188,8 +188,10 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.viewer_id = users.viewer_pk(user)
         self.connection_id = uuid.uuid4().hex[:16]
         device, device_error = device_of(self.scope)
+        idle, idle_error = idle_of(self.scope)
         self.state = ConnectionState(
             device=device,
+            idle=idle,
             limits=lifecycle.limits(),
             rate=RateLimit(*conf.RATE_LIMIT),
             heartbeat_interval=conf.HEARTBEAT_INTERVAL,
@@ -232,8 +234,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
             # The next socket in turn opens now, not once this one's close is answered.
             self._give_places_back()
             self.recorded = False  # its record before waiting expired: nothing is left
-        if device_error:
-            await self.send_error("invalid_value", device_error)
+        for error in (device_error, idle_error):
+            if error:
+                await self.send_error("invalid_value", error)
         if await handlers.close_refused(self, opened):
             return
         self.state.written_at = time.time()
@@ -253,7 +256,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         turn = asyncio.ensure_future(self.entry.admit())
         try:
             if waits and await self._still_signed_in():
-                opened = await lifecycle.aconnect(self.user, self.connection_id, device.value)
+                opened = await lifecycle.aconnect(
+                    self.user, self.connection_id, device.value, self.state.idle
+                )
                 if opened is not None and opened.refused:
                     _drop_turn(turn)
                     self._give_places_back()
@@ -269,7 +274,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
                 if turn.done():
                     break
                 if await self._still_signed_in():
-                    await lifecycle.aheartbeat(self.user, self.connection_id, device.value)
+                    await lifecycle.aheartbeat(
+                        self.user, self.connection_id, device.value, self.state.idle
+                    )
                 else:  # its turn's opening write closes it (4401)
                     await lifecycle.adisconnect(self.user, self.connection_id)
                     self.recorded = False

@@ -47,10 +47,12 @@ async def write(
     changes = opening.changes_plan() if isinstance(opening, Subscription) else None
     riders: list[Plan[Any]] = [plan for plan in (check, changes) if plan is not None]
     if not riders:
-        opened = await lifecycle.aconnect(socket.user, socket.connection_id, device.value)
+        opened = await lifecycle.aconnect(
+            socket.user, socket.connection_id, device.value, socket.state.idle
+        )
         return opened, None, UNREAD
     opened, answers = await lifecycle.aconnect_checking(
-        socket.user, socket.connection_id, device.value, merge(riders)
+        socket.user, socket.connection_id, device.value, merge(riders), socket.state.idle
     )
     ends = answers[0] if check is not None else None
     changed = answers[-1] if changes is not None else UNREAD

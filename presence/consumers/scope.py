@@ -1,5 +1,5 @@
-"""What the handshake's ASGI scope says of a new connection: the page that opened it and the
-device it runs on."""
+"""What the handshake's ASGI scope says of a new connection: the page that opened it, the
+device it runs on and whether its client is idle."""
 
 from __future__ import annotations
 
@@ -36,3 +36,20 @@ def device_of(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:
         return guess, gettext(
             "Unknown device %(device)s: use web, mobile or desktop; using %(guess)s."
         ) % {"device": repr(asked[:20]), "guess": guess.value}
+
+
+def idle_of(scope: dict[str, Any]) -> tuple[bool, str | None]:
+    """Whether the client opened idle (``?state=idle``; ``active`` or none: active), as its
+    heartbeats say it: a hidden tab that reconnects stays idle instead of showing its user
+    online to every watcher and idle again at its next heartbeat. And an error for an unknown
+    state (active is used then)."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    asked = query.get("state", [None])[0]
+    if asked is None:
+        return False, None
+    try:
+        return domain.HeartbeatState(asked) is domain.HeartbeatState.IDLE, None
+    except ValueError:
+        return False, gettext("Unknown state %(state)s: use 'active' or 'idle'.") % {
+            "state": repr(asked[:20])
+        }

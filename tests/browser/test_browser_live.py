@@ -212,6 +212,30 @@ def test_idle_without_input_and_back_with_it(
     assert states[-1] == "active" or "active" in states[states.index("idle") :]
 
 
+def test_an_idle_page_reconnects_idle(
+    browser: Browser, daphne: Callable[..., Daphne], people: dict[str, Any]
+) -> None:
+    """A page idle when its socket drops opens the next one idle (``?state=idle``): its user
+    is not shown online to every watcher in between."""
+    ann, ben = people["ann"], people["ben"]
+    first = daphne({**LIVE, "IDLE_AFTER": 2})
+    b = browser.open(ben, first.url)
+    b.wait_connected()
+    assert "state=idle" not in b.sockets[-1].url
+    a = browser.open(ann, first.url)
+    expect(a.dot(ben)).to_have_class(IDLE, timeout=(2 + MARGIN) * 1000)
+    for page in (a, b):
+        page.allowed += [r"WebSocket connection to .* failed", r"ERR_CONNECTION_REFUSED"]
+
+    first.stop()
+    b.page.wait_for_function("() => window.presence.state !== 'open'")
+    daphne({**LIVE, "IDLE_AFTER": 2}, port=first.port)
+    b.wait_connected(timeout=30_000)
+    assert "state=idle" in b.sockets[-1].url
+    a.wait_connected(timeout=30_000)
+    expect(a.dot(ben)).to_have_class(IDLE)
+
+
 def test_dots_added_and_removed_later_subscribe_and_unsubscribe(
     browser: Browser, live: Daphne, people: dict[str, Any]
 ) -> None:

@@ -338,9 +338,10 @@ class Client:
         page = self.spec.page
         chunks = [page[i : i + SUBSCRIBE_CHUNK] for i in range(0, len(page), SUBSCRIBE_CHUNK)]
         # As presence.js: the page's first users subscribed in the opening request, with the
-        # stamp of what the client shows (none at first: the full snapshot, with a stamp).
+        # stamp of what the client shows (none at first: the full snapshot, with a stamp), and
+        # an idle client opening idle.
         since = self.resume or ""
-        query = f"device={self.spec.device}"
+        query = f"device={self.spec.device}" + ("&state=idle" if self.idle else "")
         if chunks:
             query += f"&users={','.join(map(str, chunks[0]))}&since={quote(since)}"
         path = f"/ws/presence/?{query}"

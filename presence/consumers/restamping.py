@@ -1,10 +1,13 @@
 """Fresh stamps for long-lived connections (docs/websocket.md, "Fresh stamps").
 
 A client resumes with the stamp of its last answer; past RESUME_WINDOW that stamp proves nothing
-and a reconnect gets the full snapshot, though the client was sent every diff. So a connection
-whose client holds a stamp is sent a fresh one once its own is RESUME_WINDOW / 2 old, as soon as
-the hub proves every change announced before the fresh stamp's time has been delivered to it
-(:meth:`presence.hub.Hub.probe`): ``{"type": "stamp", "stamp": ...}``.
+and a reconnect gets the full snapshot, though the client was sent every diff; and a reconnect
+is sent again every user changed since the stamp, the diffs it had already been sent included.
+So a connection whose client holds a stamp is sent a fresh one once its own is RESUME_WINDOW / 2
+old, or two heartbeat intervals old once a ``presence_diff`` went out since it, as soon as the
+hub proves every change announced before the fresh stamp's time has been delivered to it
+(:meth:`presence.hub.Hub.probe`): ``{"type": "stamp", "stamp": ...}``. (Diffs are what the
+viewer may see: sooner stamps after them tell it nothing more.)
 
 Driven by the client's heartbeats: the first heartbeat due starts the proof, a heartbeat at
 least half a HEARTBEAT_INTERVAL later sends the stamp if it is proven (else a later one does).
@@ -14,6 +17,8 @@ its users were done: it tells the viewer nothing of changes it may not see. A sh
 """
 
 from __future__ import annotations
+
+import math
 
 from presence import stamps
 from presence.conf import STAMP_SLACK, get_settings
@@ -42,6 +47,7 @@ async def heartbeat(socket: Socket, now: float) -> None:
             at = proof.at - STAMP_SLACK
             subscriptions.proof = None
             subscriptions.restamp_at = at + conf.RESUME_WINDOW / 2
+            subscriptions.stamp_at = at
             await socket.send_json({"type": STAMP, "stamp": stamps.mint(socket.viewer_id, at)})
             return
         if now - proof.at < conf.RESUME_WINDOW / 4:
@@ -50,3 +56,15 @@ async def heartbeat(socket: Socket, now: float) -> None:
     # None under way, or one held up too long (an outage, a lost probe): a new one.
     subscriptions.proof = proof = await socket.hub.probe(socket)
     subscriptions.restamp_at = proof.at + half_a_beat
+
+
+def diff_sent(socket: Socket) -> None:
+    """A ``presence_diff`` went out: the client's stamp now lags what it shows, so it is
+    restamped two heartbeat intervals after its stamp (not later than it was due). Left alone
+    while a proof is under way: its stamp goes out at a heartbeat of its own."""
+    subscriptions = socket.state.subscriptions
+    if subscriptions.proof is not None or subscriptions.restamp_at == math.inf:
+        return
+    sooner = subscriptions.stamp_at + 2 * socket.state.heartbeat_interval
+    if sooner < subscriptions.restamp_at:
+        subscriptions.restamp_at = sooner

@@ -163,6 +163,7 @@ class Subscription:
             # The client holds a stamp from now on: it is sent a fresh one when this one is
             # half its window old (presence.consumers.restamping).
             subscriptions.restamp_at = self.read_at + get_settings().RESUME_WINDOW / 2
+            subscriptions.stamp_at = self.read_at
         if unknown:
             await socket.send_error(
                 "unknown_users",

@@ -29,6 +29,9 @@ from presence.store import get_store
 #: place (it is sent on another connection than the publish) is never delivered
 PROBE_RESEND_AFTER = 1.0
 PROBE_RESENDS = 3
+#: seconds a probe sent may be shared by the connections probing after it (one group_send for
+#: the fresh stamps of a heartbeat's moment, not one each)
+PROBE_SHARED = 1.0
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
 
@@ -78,8 +81,13 @@ class Hub:
             rooms=self.rooms,
             probed=self._probed,
         )
-        #: probes sent to this hub's own channel and not back yet: id -> (connection, proof)
-        self._probes: dict[int, tuple[Connection, Proof]] = {}
+        #: probes sent to this hub's own channel and not back yet: id -> each connection it
+        #: proves for, with its proof (connections probing within PROBE_SHARED share one)
+        self._probes: dict[int, dict[Connection, Proof]] = {}
+        #: the last probe sent, which a connection probing within PROBE_SHARED seconds of its
+        #: time shares: its id and proof (the time it claims and the recovery counters then: a
+        #: failure since voids it for all)
+        self._shared_probe: tuple[int, Proof] | None = None
         self._probe_ids = itertools.count()
         #: the group of this hub's channel alone that probes go through, once joined, and when
         #: to join it again (the layer's groups expire)
@@ -155,9 +163,9 @@ class Hub:
                 await self.leave_topic(connection, kind, key)
         await self.rooms.detach(connection)
         if self.delivery.proofs.pop(connection, None) is not None:
-            for probe_id, (probing, _) in list(self._probes.items()):
-                if probing is connection:
-                    del self._probes[probe_id]
+            for probe_id, probing in list(self._probes.items()):
+                if probing.pop(connection, None) is not None and not probing:
+                    self._probe_failed(probe_id)  # nobody waits for it: not resent
         async with self._lock:
             accounts = self.registry.accounts
             if accounts.discard(connection, connection.viewer_id):
@@ -271,19 +279,46 @@ class Hub:
             return proof
         if channel is None or not ordered(layer):
             return proof  # never back: never proven
+        shared = self._shared_probe
+        if shared is not None and 0 <= proof.at - shared[1].at < PROBE_SHARED:
+            # A probe sent a moment ago proves every change announced before its own time:
+            # this connection's claim is that time (a fresh stamp's a moment older), and one
+            # probe goes for the connections of a heartbeat's moment (a storm's thousands).
+            probe_id, first = shared
+            proof = Proof(first.at, first.counters)
+            self.delivery.proofs[connection] = proof
+            riders = self._probes.get(probe_id)
+            if riders is not None:
+                riders[connection] = proof
+            else:
+                # Back already: what it proves has reached the hub, pending or delivered.
+                self.delivery.settle_point(connection, proof)
+            return proof
+        probe_id = next(self._probe_ids)
+        self._probes[probe_id] = {connection: proof}
+        self._shared_probe = (probe_id, proof)
         group = probe_group_name(channel)
         now = asyncio.get_running_loop().time()
         if self._probe_group != group or now >= self._probe_renew_at:
             # The hub's own group, joined at its first probe, renewed before the layer's
             # group expiry ends it, left when the hub stops (detach).
-            await self.groups.join(group)
+            try:
+                await self.groups.join(group)
+            except BaseException:
+                self._probe_failed(probe_id)
+                raise
             self._probe_group = group
             self._probe_renew_at = now + float(getattr(self.layer, "group_expiry", 86400)) / 2
-        probe_id = next(self._probe_ids)
-        self._probes[probe_id] = (connection, proof)
         resends = PROBE_RESENDS if _unconfirmed_subscriptions(layer) else 0
         await self._send_probe(probe_id, group, resends)
         return proof
+
+    def _probe_failed(self, probe_id: int) -> None:
+        """Probe ``probe_id`` will not come back: no proof for its connections now (a later
+        heartbeat probes again), and none may ride on it."""
+        self._probes.pop(probe_id, None)
+        if self._shared_probe is not None and self._shared_probe[0] == probe_id:
+            self._shared_probe = None
 
     async def _send_probe(self, probe_id: int, group: str, resends: int) -> None:
         """Send probe ``probe_id`` (again); while ``resends`` are left, look again a little
@@ -296,7 +331,7 @@ class Hub:
             message = {"type": PROBE, "probe": probe_id}
             await announce.layer_call(self.layer.group_send, group, message)
         except Exception:
-            self._probes.pop(probe_id, None)  # counted as a layer failure: no proof now
+            self._probe_failed(probe_id)  # counted as a layer failure
             return
         if resends > 0:
             asyncio.get_running_loop().call_later(
@@ -311,8 +346,8 @@ class Hub:
 
     def _probed(self, message: dict[str, Any]) -> None:
         found = self._probes.pop(message.get("probe"), None)  # type: ignore[arg-type]
-        if found is not None:
-            self.delivery.settle_point(*found)
+        for connection, proof in (found or {}).items():
+            self.delivery.settle_point(connection, proof)
 
     def proven(self, connection: Connection, proof: Proof) -> bool:
         """Whether every change announced before ``proof.at`` has been delivered to

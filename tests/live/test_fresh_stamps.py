@@ -362,3 +362,90 @@ async def test_a_probe_lost_on_the_pub_sub_layer_is_sent_again(
     await beat(communicator)
     frame = await receive(communicator)
     assert frame["type"] == "stamp"
+
+
+# --- sooner after a diff ----------------------------------------------------------------------
+
+
+async def test_a_connection_sent_a_diff_is_restamped_two_heartbeats_after_its_stamp(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    """A reconnect resumes from its stamp: one that lags the diffs the client was sent has it
+    sent them all again (a server restart's storm). A connection sent a diff gets a fresh
+    stamp two heartbeat intervals after its stamp; one sent nothing keeps its own."""
+    viewer, (target, other) = await people(make_user, 2)
+    diffed = await sockets.open(viewer)
+    await stamped_subscribe(diffed, None, target)
+    quiet = await sockets.open(viewer)
+    await stamped_subscribe(quiet, None, other)
+    hub = Hub.current()
+    assert hub is not None
+
+    clock.move_to(at(10))
+    await api.atouch(target)
+    assert (await receive(diffed))["type"] == "presence_diff"
+    # Before two intervals (60 s) nothing is due.
+    clock.move_to(at(50))
+    await beat(diffed)
+    await assert_silent(diffed)
+    assert hub.delivery.proofs == {}
+    # Past them: the first beat starts the proof, one half an interval later sends the stamp.
+    clock.move_to(at(65))
+    await beat(diffed)
+    await beat(quiet)
+    await assert_silent(diffed, quiet)
+    assert await eventually(probes_back(hub))
+    clock.shift(SETTINGS["HEARTBEAT_INTERVAL"] / 2 + 1)
+    await beat(diffed)
+    await beat(quiet)
+    frame = await receive(diffed)
+    assert frame["type"] == "stamp", frame
+    fresh_at = stamps.accepted_time(frame["stamp"], viewer.pk)
+    assert fresh_at is not None and fresh_at >= T0.timestamp() + 60
+    await assert_silent(quiet)  # sent nothing: its stamp is good till half the window
+
+    # The resume from the fresh stamp is not sent the diff again.
+    clock.move_to(at(100))
+    answer = await stamped_subscribe(await sockets.open(viewer), frame["stamp"], target)
+    assert answer["presences"] == {} and answer["unchanged"] == ids(target)
+
+
+async def test_connections_probing_at_one_moment_share_one_probe(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One channel-layer message proves the fresh stamps of the connections whose heartbeats
+    come within a second (a storm's thousands), each claiming the probe's time."""
+    viewer, targets = await people(make_user, 3)
+    communicators = []
+    for target in targets:
+        communicator = await sockets.open(viewer)
+        await stamped_subscribe(communicator, None, target)
+        communicators.append(communicator)
+    hub = Hub.current()
+    assert hub is not None
+    probes: list[dict[str, Any]] = []
+    real_dispatch = hub.dispatch
+
+    def count_probes(message: dict[str, Any]) -> None:
+        if message.get("type") == "presence.probe":
+            probes.append(message)
+        real_dispatch(message)
+
+    monkeypatch.setattr(hub, "dispatch", count_probes)
+    clock.move_to(at(HALF_WINDOW + 10))
+    for communicator in communicators:
+        await beat(communicator)
+    await assert_silent(*communicators)
+    assert await eventually(probes_back(hub))
+    clock.shift(SETTINGS["HEARTBEAT_INTERVAL"] / 2 + 1)
+    claims = set()
+    for communicator in communicators:
+        await beat(communicator)
+        frame = await receive(communicator)
+        assert frame["type"] == "stamp", frame
+        claims.add(stamps.accepted_time(frame["stamp"], viewer.pk))
+    assert len({p["probe"] for p in probes}) == 1
+    assert len(claims) == 1 and None not in claims

@@ -428,6 +428,12 @@ class Client:
             if stamp is not None:
                 self.gen.stats.written.append((stamp, time.time() - stamp))
             return
+        if kind == "stamp":
+            # As presence.js: a fresh stamp covers everything answered before it (an answer
+            # still on its way brings its own), and a reconnect resumes from it
+            if isinstance(frame.get("stamp"), str) and not self.pending_snapshots:
+                self.resume = frame["stamp"]
+            return
         if kind not in ("presence_state", "presence_diff"):
             if kind == "error":
                 self.gen.stats.exceptions.append((time.time(), f"error frame: {frame}"))

@@ -126,7 +126,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 
 def _resume_window_problems(raw: dict[str, Any], heartbeat: Any) -> list[CheckMessage]:
-    """W006: a fresh stamp (presence.consumers.restamping) is due at half the window and
+    """W006: a fresh stamp (presence.consumers.restamping) is due at two heartbeats (at most
+    half the window) and
     arrives up to two heartbeats later; a window not above four heartbeats (and the clocks'
     slack twice) lets a long-open page's stamp run out before its fresh one comes."""
     window = raw.get("RESUME_WINDOW", PresenceSettings.RESUME_WINDOW)

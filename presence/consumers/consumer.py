@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from presence import admission, domain, lifecycle, metrics, sessions, users
 from presence.conf import get_settings
-from presence.consumers import frames, handlers, opening_request, restamping, rooms
+from presence.consumers import frames, handlers, opening_request, rooms
 from presence.consumers.credentials import Credentials
 from presence.consumers.limits import (
     CLOSE_FOREIGN_ORIGIN,
@@ -128,8 +128,6 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         extra: dict[str, Any] | None = None,
     ) -> None:
         await self.sender.send_presences(kind, presences, extra)
-        if kind == "presence_diff":
-            restamping.diff_sent(self)
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
         await self.sender.send_error(code, message, **extra)

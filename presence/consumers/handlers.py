@@ -30,7 +30,7 @@ async def heartbeat(socket: Socket, message: domain.Heartbeat) -> None:
     fresh stamp (presence.consumers.restamping)."""
     if await beat(socket, message):
         await rooms.renew(socket)
-    # A client holding a stamp half its window old gets a fresh one (presence.consumers.restamping).
+    # A client holding a stamp two heartbeats old gets a fresh one (presence.consumers.restamping).
     await restamping.heartbeat(socket, time.time())
 
 

@@ -28,8 +28,6 @@ class Subscriptions:
     #: infinite while the client holds no stamp (it asked for none: docs/websocket.md). Read
     #: on every heartbeat: one comparison
     restamp_at: float = math.inf
-    #: the time the client's oldest stamp claims (its first answer's, or the last fresh one's)
-    stamp_at: float = 0.0
     #: the fresh stamp's claim being proven by the hub, if any
     proof: Proof | None = None
 

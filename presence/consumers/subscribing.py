@@ -14,6 +14,7 @@ from django.utils.translation import gettext
 
 from presence import domain, lifecycle, relations, stamps, users
 from presence.conf import get_settings
+from presence.consumers import restamping
 from presence.consumers.state import Socket
 from presence.domain import UserId
 from presence.store import Plan
@@ -161,9 +162,8 @@ class Subscription:
         await socket.send_presences("presence_state", presences, extra)
         if self.stamped and subscriptions.restamp_at == math.inf:
             # The client holds a stamp from now on: it is sent a fresh one when this one is
-            # half its window old (presence.consumers.restamping).
-            subscriptions.restamp_at = self.read_at + get_settings().RESUME_WINDOW / 2
-            subscriptions.stamp_at = self.read_at
+            # restamp_after old (presence.consumers.restamping).
+            subscriptions.restamp_at = self.read_at + restamping.restamp_after(get_settings())
         if unknown:
             await socket.send_error(
                 "unknown_users",

@@ -1,8 +1,9 @@
 """Fresh stamps (docs/websocket.md, "Fresh stamps"): a connection whose client holds a stamp is
-sent a fresh one once its own is RESUME_WINDOW / 2 old, once the hub proved that every change
-announced before it was delivered; a page open longer than RESUME_WINDOW then resumes with only
-what changed since. The proof goes through the hub's own channel: a change announced before it
-and not delivered yet holds the stamp back.
+sent a fresh one once its own is two heartbeat intervals old (at most half of RESUME_WINDOW),
+once the hub proved that every change announced before it was delivered; a page open longer
+than RESUME_WINDOW then resumes with only what changed since, and any resume is not sent again
+what it was sent before its last fresh stamp. The proof goes through the hub's own channel: a
+change announced before it and not delivered yet holds the stamp back.
 
 Helpers: tests/live/sockets.py. The clock stands still (the ``clock`` fixture) and is moved past
 the windows; the hub's loops run on the real event loop clock.
@@ -49,7 +50,8 @@ pytestmark = [
 
 #: long enough that nobody's online window runs out while a test moves the clock
 SETTINGS = {**BASE, "ONLINE_WINDOW": 3600, "RESUME_WINDOW": 300, "HEARTBEAT_INTERVAL": 30}
-HALF_WINDOW = 150
+#: two heartbeat intervals (under half of RESUME_WINDOW): when a fresh stamp is due
+RESTAMP_AFTER = 60
 
 
 @pytest.fixture(autouse=True)
@@ -108,10 +110,12 @@ def probes_back(hub: Hub) -> Callable[[], bool]:
     return lambda: all(p.waiting is not None for p in hub.delivery.proofs.values())
 
 
-async def fresh_stamp(communicator: WebsocketCommunicator, clock: time_machine.Coordinates) -> str:
-    """At RESUME_WINDOW / 2 (and a little) the first heartbeat starts the proof, and sends
-    nothing; half a heartbeat interval later the next one brings the stamp."""
-    clock.move_to(at(HALF_WINDOW + 10))
+async def fresh_stamp(
+    communicator: WebsocketCommunicator, clock: time_machine.Coordinates, second: float = 0
+) -> str:
+    """At RESTAMP_AFTER (and a little; or at ``second``) the first heartbeat starts the proof,
+    and sends nothing; half a heartbeat interval later the next one brings the stamp."""
+    clock.move_to(at(second or RESTAMP_AFTER + 10))
     await beat(communicator)
     await assert_silent(communicator)
     hub = Hub.current()
@@ -141,7 +145,7 @@ async def test_a_socket_open_past_the_window_with_a_fresh_stamp_resumes_with_onl
     await api.atouch(early)
     assert (await receive(communicator))["type"] == "presence_diff"
 
-    stamp = await fresh_stamp(communicator, clock)
+    stamp = await fresh_stamp(communicator, clock, 160)
     proven_at = stamps.accepted_time(stamp, viewer.pk)
     assert proven_at is not None and proven_at >= 100
 
@@ -178,7 +182,7 @@ async def test_a_privacy_change_after_the_fresh_stamp_shows_on_resuming(
     communicator = await sockets.open(viewer)
     first = await stamped_subscribe(communicator, None, hiding, other)
     assert first["presences"][str(wire_id(hiding))]["status"] == "online"
-    stamp = await fresh_stamp(communicator, clock)
+    stamp = await fresh_stamp(communicator, clock, 160)
     clock.move_to(at(200))
     await sockets.close(communicator)
 
@@ -209,7 +213,7 @@ async def test_a_change_announced_before_the_probe_holds_the_stamp_until_deliver
     viewer, target, communicator, hub = await one_stamped_watch(sockets, make_user)
     # Deliveries wait (a long coalescing window): the change is announced, not delivered.
     settings.PRESENCE = {**SETTINGS, "COALESCE_WINDOW": 3600}
-    clock.move_to(at(HALF_WINDOW + 10))
+    clock.move_to(at(RESTAMP_AFTER + 10))
     await api.atouch(target)  # announced, and in the hub's channel before the probe
     await beat(communicator)  # the probe
     await assert_silent(communicator)
@@ -232,7 +236,7 @@ async def test_a_change_announced_before_the_probe_holds_the_stamp_until_deliver
     frame = await receive(communicator)
     assert frame["type"] == "stamp"
     proven_at = stamps.accepted_time(frame["stamp"], viewer.pk)
-    assert proven_at == HALF_WINDOW + 10 - STAMP_SLACK + T0.timestamp()
+    assert proven_at == RESTAMP_AFTER + 10 - STAMP_SLACK + T0.timestamp()
 
 
 async def test_the_probe_comes_back_behind_the_announcements_sent_before_it(
@@ -246,7 +250,7 @@ async def test_the_probe_comes_back_behind_the_announcements_sent_before_it(
     held: list[dict[str, Any]] = []
     real_dispatch = hub.dispatch
     monkeypatch.setattr(hub, "dispatch", held.append)
-    clock.move_to(at(HALF_WINDOW + 10))
+    clock.move_to(at(RESTAMP_AFTER + 10))
     await api.atouch(target)  # in the hub's channel, not acted on yet
     await beat(communicator)  # the probe, behind it
     assert await eventually(lambda: len(held) == 2)
@@ -256,7 +260,7 @@ async def test_the_probe_comes_back_behind_the_announcements_sent_before_it(
 
     # The loop catches up (at the time the messages were sent: a late one would count as lag,
     # and a process behind its channel proves nothing until it has caught up).
-    clock.move_to(at(HALF_WINDOW + 10))
+    clock.move_to(at(RESTAMP_AFTER + 10))
     monkeypatch.setattr(hub, "dispatch", real_dispatch)
     for message in held:
         real_dispatch(message)
@@ -267,7 +271,7 @@ async def test_the_probe_comes_back_behind_the_announcements_sent_before_it(
     assert frame["type"] == "stamp"
 
 
-async def test_no_fresh_stamp_in_the_first_half_window_nor_without_stamps(
+async def test_no_fresh_stamp_before_two_heartbeat_intervals_nor_without_stamps(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     viewer, (target,) = await people(make_user, 1)
@@ -279,8 +283,8 @@ async def test_no_fresh_stamp_in_the_first_half_window_nor_without_stamps(
     hub = Hub.current()
     assert hub is not None
 
-    # A short page view: beats up to RESUME_WINDOW / 2 bring nothing, and probe nothing.
-    for second in range(30, HALF_WINDOW, 30):
+    # A short page view: beats before two intervals bring nothing, and probe nothing.
+    for second in range(30, RESTAMP_AFTER, 30):
         clock.move_to(at(second))
         await beat(stamped)
         await beat(plain)
@@ -295,7 +299,7 @@ async def test_no_fresh_stamp_in_the_first_half_window_nor_without_stamps(
     await assert_silent(plain)
 
 
-async def test_a_fresh_stamp_is_sent_again_every_half_window(
+async def test_a_fresh_stamp_is_sent_again_every_two_heartbeat_intervals(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     viewer, (target,) = await people(make_user, 1)
@@ -305,8 +309,8 @@ async def test_a_fresh_stamp_is_sent_again_every_half_window(
     first_at = stamps.accepted_time(first, viewer.pk)
     assert first_at is not None
 
-    # The next one half a window after the first fresh stamp, not before.
-    clock.move_to(at(first_at - T0.timestamp() + HALF_WINDOW - 5))
+    # The next one two intervals after the first fresh stamp, not before.
+    clock.move_to(at(first_at - T0.timestamp() + RESTAMP_AFTER - 5))
     await beat(communicator)
     await assert_silent(communicator)
     clock.shift(10)
@@ -320,7 +324,7 @@ async def test_a_fresh_stamp_is_sent_again_every_half_window(
     frame = await receive(communicator)
     assert frame["type"] == "stamp"
     second_at = stamps.accepted_time(frame["stamp"], viewer.pk)
-    assert second_at is not None and second_at > first_at + HALF_WINDOW - 1
+    assert second_at is not None and second_at > first_at + RESTAMP_AFTER - 1
 
 
 async def test_only_first_in_first_out_layers_are_probed() -> None:
@@ -354,7 +358,7 @@ async def test_a_probe_lost_on_the_pub_sub_layer_is_sent_again(
             real_dispatch(message)
 
     monkeypatch.setattr(hub, "dispatch", lose_first_probe)
-    clock.move_to(at(HALF_WINDOW + 10))
+    clock.move_to(at(RESTAMP_AFTER + 10))
     await beat(communicator)  # the probe
     assert await eventually(lambda: bool(lost))
     assert await eventually(probes_back(hub))  # its next copy is back
@@ -364,18 +368,19 @@ async def test_a_probe_lost_on_the_pub_sub_layer_is_sent_again(
     assert frame["type"] == "stamp"
 
 
-# --- sooner after a diff ----------------------------------------------------------------------
+# --- every connection, changes or not -------------------------------------------------------------
 
 
-async def test_a_connection_sent_a_diff_is_restamped_two_heartbeats_after_its_stamp(
+async def test_a_resume_is_not_sent_what_came_before_the_fresh_stamp(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    """A reconnect resumes from its stamp: one that lags the diffs the client was sent has it
-    sent them all again (a server restart's storm). A connection sent a diff gets a fresh
-    stamp two heartbeat intervals after its stamp; one sent nothing keeps its own."""
+    """A reconnect resumes from its stamp: one that lagged what the client was sent had it
+    sent all that again (a server restart's storm). Every stamped connection gets a fresh
+    stamp two heartbeat intervals after its stamp, whether its users changed or not (when it
+    goes out tells the viewer nothing)."""
     viewer, (target, other) = await people(make_user, 2)
-    diffed = await sockets.open(viewer)
-    await stamped_subscribe(diffed, None, target)
+    changed = await sockets.open(viewer)
+    first = await stamped_subscribe(changed, None, target)
     quiet = await sockets.open(viewer)
     await stamped_subscribe(quiet, None, other)
     hub = Hub.current()
@@ -383,31 +388,34 @@ async def test_a_connection_sent_a_diff_is_restamped_two_heartbeats_after_its_st
 
     clock.move_to(at(10))
     await api.atouch(target)
-    assert (await receive(diffed))["type"] == "presence_diff"
-    # Before two intervals (60 s) nothing is due.
+    assert (await receive(changed))["type"] == "presence_diff"
     clock.move_to(at(50))
-    await beat(diffed)
-    await assert_silent(diffed)
-    assert hub.delivery.proofs == {}
-    # Past them: the first beat starts the proof, one half an interval later sends the stamp.
-    clock.move_to(at(65))
-    await beat(diffed)
+    await beat(changed)
     await beat(quiet)
-    await assert_silent(diffed, quiet)
+    await assert_silent(changed, quiet)
+    assert hub.delivery.proofs == {}
+    # Past two intervals: the first beat starts the proof, one half an interval later sends it.
+    clock.move_to(at(65))
+    await beat(changed)
+    await beat(quiet)
+    await assert_silent(changed, quiet)
     assert await eventually(probes_back(hub))
     clock.shift(SETTINGS["HEARTBEAT_INTERVAL"] / 2 + 1)
-    await beat(diffed)
-    await beat(quiet)
-    frame = await receive(diffed)
-    assert frame["type"] == "stamp", frame
-    fresh_at = stamps.accepted_time(frame["stamp"], viewer.pk)
-    assert fresh_at is not None and fresh_at >= T0.timestamp() + 60
-    await assert_silent(quiet)  # sent nothing: its stamp is good till half the window
+    fresh = {}
+    for communicator in (changed, quiet):
+        await beat(communicator)
+        frame = await receive(communicator)
+        assert frame["type"] == "stamp", frame
+        fresh[communicator] = frame["stamp"]
+        fresh_at = stamps.accepted_time(frame["stamp"], viewer.pk)
+        assert fresh_at is not None and fresh_at >= T0.timestamp() + 60
 
-    # The resume from the fresh stamp is not sent the diff again.
+    # The resume from the fresh stamp is not sent the diff again; from the first answer's it is.
     clock.move_to(at(100))
-    answer = await stamped_subscribe(await sockets.open(viewer), frame["stamp"], target)
+    answer = await stamped_subscribe(await sockets.open(viewer), fresh[changed], target)
     assert answer["presences"] == {} and answer["unchanged"] == ids(target)
+    again = await stamped_subscribe(await sockets.open(viewer), first["stamp"], target)
+    assert set(again["presences"]) == {str(wire_id(target))} and again["unchanged"] == []
 
 
 async def test_connections_probing_at_one_moment_share_one_probe(
@@ -435,7 +443,7 @@ async def test_connections_probing_at_one_moment_share_one_probe(
         real_dispatch(message)
 
     monkeypatch.setattr(hub, "dispatch", count_probes)
-    clock.move_to(at(HALF_WINDOW + 10))
+    clock.move_to(at(RESTAMP_AFTER + 10))
     for communicator in communicators:
         await beat(communicator)
     await assert_silent(*communicators)

@@ -127,9 +127,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 def _resume_window_problems(raw: dict[str, Any], heartbeat: Any) -> list[CheckMessage]:
     """W006: a fresh stamp (presence.consumers.restamping) is due at two heartbeats (at most
-    half the window) and
-    arrives up to two heartbeats later; a window not above four heartbeats (and the clocks'
-    slack twice) lets a long-open page's stamp run out before its fresh one comes."""
+    half the window) and arrives up to two heartbeats later; a window not above four heartbeats
+    (and the clocks' slack twice) lets a long-open page's stamp run out before its fresh one
+    comes."""
     window = raw.get("RESUME_WINDOW", PresenceSettings.RESUME_WINDOW)
     if not (_is_positive_int(window) and _is_positive_int(heartbeat)):
         return []

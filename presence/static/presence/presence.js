@@ -551,10 +551,10 @@
   }
 
   // The socket's URL with the subscription of its opening request (?users=...&since=...) and
-  // the client's idle state (&state=idle): the
-  // server answers it at connect, one frame and one round trip before a subscribe would be. The
-  // largest group of the page's users sharing a stamp, as many as fit in URL_IDS_LENGTH
-  // characters (proxies and servers limit a request's length); sync subscribes the rest.
+  // the client's idle state (&state=idle): the server answers it at connect, one frame and one
+  // round trip before a subscribe would be. The largest group of the page's users sharing a
+  // stamp, as many as fit in URL_IDS_LENGTH characters (proxies and servers limit a request's
+  // length); sync subscribes the rest.
   let openingIds = [];
   function openingUrl() {
     openingIds = [];
@@ -574,10 +574,10 @@
     }
     // An idle client (a hidden tab reconnecting) opens idle: its user is not shown online to
     // every watcher, and idle again at its first heartbeat.
-    const query = [
-      ...(parts.length ? [`users=${parts.join(",")}`, `since=${encodeURIComponent(since || "")}`] : []),
-      ...(activity === "idle" ? ["state=idle"] : []),
-    ].join("&");
+    const fields = [];
+    if (parts.length) fields.push(`users=${parts.join(",")}`, `since=${encodeURIComponent(since || "")}`);
+    if (activity === "idle") fields.push("state=idle");
+    const query = fields.join("&");
     if (!query) return socketUrl;
     return socketUrl + (socketUrl.includes("?") ? "&" : "?") + query;
   }

@@ -84,6 +84,13 @@ def hiredis_packing(connection_class: type) -> type:
     return packing
 
 
+def _pack_in_c(pool: Any) -> None:
+    """``pool``'s connections (sync or asyncio) pack with hiredis, which packs str as UTF-8,
+    as redis-py does unless told another encoding (then they stay as they are)."""
+    if pool.connection_kwargs.get("encoding", "utf-8").lower() in ("utf-8", "utf8"):
+        pool.connection_class = hiredis_packing(pool.connection_class)
+
+
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
 
@@ -177,10 +184,7 @@ class Connections:
             location, kwargs = self.connection_kwargs()
             kwargs["retry"] = stale_connection_retry(Retry)
             client = redis.Redis.from_url(location, **kwargs)
-            pool = client.connection_pool
-            if pool.connection_kwargs.get("encoding", "utf-8").lower() in ("utf-8", "utf8"):
-                # hiredis packs str as UTF-8, as redis-py does unless told otherwise.
-                pool.connection_class = hiredis_packing(pool.connection_class)
+            _pack_in_c(client.connection_pool)
             self._client = client
         return self._client
 
@@ -212,9 +216,7 @@ class Connections:
                 timeout=live_timeout,
                 **kwargs,
             )
-            if pool.connection_kwargs.get("encoding", "utf-8").lower() in ("utf-8", "utf8"):
-                # hiredis packs str as UTF-8, as redis-py does unless told otherwise.
-                pool.connection_class = hiredis_packing(pool.connection_class)
+            _pack_in_c(pool)
             client = redis.asyncio.Redis(connection_pool=pool)
             self._async_clients[loop] = client
         return client

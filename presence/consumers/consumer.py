@@ -25,7 +25,12 @@ from presence.consumers.limits import (
     CLOSE_UNAUTHENTICATED,
     RateLimit,
 )
-from presence.consumers.scope import device_of, idle_of, opened_from_foreign_origin
+from presence.consumers.scope import (
+    device_of,
+    idle_of,
+    opened_from_foreign_origin,
+    opening_query,
+)
 from presence.consumers.sending import Sender
 from presence.consumers.state import ConnectionState
 from presence.consumers.tidy import tidy_database_connections
@@ -187,8 +192,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         self.user = user
         self.viewer_id = users.viewer_pk(user)
         self.connection_id = uuid.uuid4().hex[:16]
-        device, device_error = device_of(self.scope)
-        idle, idle_error = idle_of(self.scope)
+        query = opening_query(self.scope)
+        device, device_error = device_of(self.scope, query)
+        idle, idle_error = idle_of(query)
         self.state = ConnectionState(
             device=device,
             idle=idle,

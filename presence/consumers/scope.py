@@ -21,12 +21,18 @@ def opened_from_foreign_origin(scope: dict[str, Any]) -> bool:
     return not scope.get(ORIGIN_CHECKED) and foreign_origin(scope)
 
 
-def device_of(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:
-    """The device kind from ``?device=``, else guessed from the User-Agent; and an error for
-    an unknown kind (the guess is used then)."""
+def opening_query(scope: dict[str, Any]) -> dict[str, list[str]]:
+    """The handshake's query string, parsed once for :func:`device_of` and :func:`idle_of`."""
+    return parse_qs(scope.get("query_string", b"").decode("latin-1"))
+
+
+def device_of(
+    scope: dict[str, Any], query: dict[str, list[str]]
+) -> tuple[domain.Device, str | None]:
+    """The device kind from ``?device=`` (``query``: :func:`opening_query`), else guessed from
+    the User-Agent; and an error for an unknown kind (the guess is used then)."""
     headers = dict(scope.get("headers") or [])
     guess = domain.device_from_user_agent(headers.get(b"user-agent", b"").decode("latin-1") or None)
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     asked = query.get("device", [None])[0]
     if asked is None:
         return guess, None
@@ -38,12 +44,11 @@ def device_of(scope: dict[str, Any]) -> tuple[domain.Device, str | None]:
         ) % {"device": repr(asked[:20]), "guess": guess.value}
 
 
-def idle_of(scope: dict[str, Any]) -> tuple[bool, str | None]:
-    """Whether the client opened idle (``?state=idle``; ``active`` or none: active), as its
-    heartbeats say it: a hidden tab that reconnects stays idle instead of showing its user
-    online to every watcher and idle again at its next heartbeat. And an error for an unknown
-    state (active is used then)."""
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+def idle_of(query: dict[str, list[str]]) -> tuple[bool, str | None]:
+    """Whether the client opened idle (``?state=idle``; ``active`` or none: active; ``query``:
+    :func:`opening_query`), as its heartbeats say it: a hidden tab that reconnects stays idle
+    instead of showing its user online to every watcher and idle again at its next heartbeat.
+    And an error for an unknown state (active is used then)."""
     asked = query.get("state", [None])[0]
     if asked is None:
         return False, None

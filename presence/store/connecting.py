@@ -7,6 +7,7 @@ plans on them.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -73,13 +74,19 @@ def hiredis_packing(connection_class: type) -> type:
             except TypeError:
                 return python_pack_commands(self, commands)
 
+        def send_command(self: Any, *args: Any, **kwargs: Any) -> None:
+            # redis-py's sync send_command packs with its own packer, not pack_command: a
+            # single command (a room's join or leave) was still encoded in Python
+            self.send_packed_command(
+                self.pack_command(*args), check_health=kwargs.get("check_health", True)
+            )
+
         python_pack: Callable[..., list[bytes]] = connection_class.pack_command  # type: ignore[attr-defined]
         python_pack_commands: Callable[..., list[bytes]] = connection_class.pack_commands  # type: ignore[attr-defined]
-        packing = type(
-            connection_class.__name__,
-            (connection_class,),
-            {"pack_command": pack_command, "pack_commands": pack_commands},
-        )
+        methods: dict[str, Any] = {"pack_command": pack_command, "pack_commands": pack_commands}
+        if not inspect.iscoroutinefunction(connection_class.send_command):  # type: ignore[attr-defined]
+            methods["send_command"] = send_command
+        packing = type(connection_class.__name__, (connection_class,), methods)
         _packing[connection_class] = packing
     return packing
 

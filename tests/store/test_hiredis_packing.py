@@ -71,6 +71,26 @@ def test_the_store_sync_client_packs_with_hiredis_and_answers() -> None:
 
 
 @on_one_redis
+def test_a_single_command_of_the_sync_client_is_packed_by_hiredis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py's sync ``send_command`` packs with a packer of its own, not ``pack_command``:
+    a command sent alone (a room's join) must still be packed in C."""
+    packed: list[tuple[object, ...]] = []
+    packing = hiredis_packing(SyncConnection)
+    original = packing.pack_command
+
+    def spy(self: Any, *args: Any) -> list[bytes]:
+        packed.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(packing, "pack_command", spy)
+    client = get_store().client
+    assert client.echo("é") == "é"
+    assert ("ECHO", "é") in packed
+
+
+@on_one_redis
 async def test_the_store_async_client_packs_with_hiredis_and_answers() -> None:
     store = get_store()
     client = store.async_client

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections
-from django.db.models import BooleanField, Model, Value
-from django.db.models.expressions import RawSQL
+from django.contrib.auth import get_user_model
+from django.db import connections, router
+from django.db.models import Model
 
 from presence import domain
 from presence.domain import UserId
-from presence.models import Contact, PrivacyException
+from presence.models import Block, Contact, PrivacyException
 from presence.relations.facts import (
     choices_of,
     fact_rows,
@@ -21,7 +21,6 @@ from presence.relations.facts import (
     reciprocal,
     relation,
 )
-from presence.relations.ties import blocks_query
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class PairFacts:
 
 
 #: past this many ids named in one query, the fan-out reads the targets' whole contact lists
-#: instead (SQLite takes at most 32,766 parameters in a statement; see _pairs_queries)
+#: instead (SQLite takes at most 32,766 parameters in a statement; see _ties_rows)
 IDS_IN_QUERY = 30_000
 
 
@@ -80,61 +79,107 @@ _INTEGER_FIELDS = frozenset(
 )
 
 
-def _named(model: type[Model], field_name: str, ids: Collection[Any]) -> Any:
-    """``field IN (ids)``, a condition to filter ``model`` by. Integer ids are handed to the
-    database as they are: Django's ``__in`` prepares each id, twice, through the field (a few
-    microseconds each), which for a thousand viewers took longer than the query. Other ids
-    (UUIDs, strings) are prepared by the field, once each."""
-    field: Any = model._meta.get_field(field_name)  # a concrete field: it has a column
-    connection = connections[model._default_manager.db]
-    values = list(ids)
-    integers = field.target_field.get_internal_type() in _INTEGER_FIELDS
-    if not (integers and all(type(value) is int for value in values)):
-        values = [field.get_db_prep_value(value, connection) for value in values]
-    quote = connection.ops.quote_name
-    column = f"{quote(model._meta.db_table)}.{quote(field.column)}"
-    placeholders = ", ".join(["%s"] * len(values))
-    return RawSQL(f"{column} IN ({placeholders})", values, output_field=BooleanField())
+class _Statement:
+    """SQL written here for a model's rows, with its parameters: the pairs' statements name
+    hundreds of ids, and building them through the ORM (its lookups, a union's compilation)
+    cost ten times what running them did, on the database's thread a fan-out keeps busy."""
+
+    def __init__(self, model: type[Model]) -> None:
+        self.model = model
+        self.alias = router.db_for_read(model)
+        self.connection = connections[self.alias]
+        self.quote = self.connection.ops.quote_name
+        self.table = self.quote(model._meta.db_table)
+
+    def column(self, field_name: str) -> str:
+        field: Any = self.model._meta.get_field(field_name)  # a concrete field: it has a column
+        return f"{self.table}.{self.quote(field.column)}"
+
+    def named(self, field_name: str, ids: Collection[Any], params: list[Any]) -> str:
+        """``field IN (ids)``, the ids appended to ``params``. Integer ids are handed to the
+        database as they are (preparing each through the field cost a few microseconds, for
+        a thousand viewers longer than the query); other ids (UUIDs, strings) are prepared by
+        the field, once each."""
+        field: Any = self.model._meta.get_field(field_name)
+        values = list(ids)
+        integers = field.target_field.get_internal_type() in _INTEGER_FIELDS
+        if not (integers and all(type(value) is int for value in values)):
+            values = [field.get_db_prep_value(value, self.connection) for value in values]
+        params += values
+        return f"{self.column(field_name)} IN ({', '.join(['%s'] * len(values))})"
+
+    def rows(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
 
 
-def _ties_query(viewer_pks: Collection[Any], target_ids: Collection[Any], with_own: bool) -> Any:
+def _user_ids() -> Callable[[Any], Any] | None:
+    """How a user id read by raw SQL becomes the one the ORM gives (None: as it is, an
+    integer key; a UUID key stored as text on SQLite becomes a UUID)."""
+    pk: Any = get_user_model()._meta.pk
+    if pk.get_internal_type() in _INTEGER_FIELDS:
+        return None
+    return pk.to_python
+
+
+def _ties_rows(
+    viewer_pks: Collection[Any], target_ids: Collection[Any], with_own: bool
+) -> list[tuple[Any, Any, Any, str]]:
     """The targets' contact rows naming one of the viewers and the targets' exceptions for
     them, as one statement (a UNION ALL): ``(owner, other, flag, setting)``, ``setting`` empty
     for a contact row (``flag``: close friend), else an exception's (``flag``: allow). With
     reciprocity, the viewers' own rows naming a target too."""
+    if not viewer_pks:
+        return []
     # At most one contact row per pair that is a contact. Reading the targets' whole contact
-    # lists instead (thousands of rows for a delivery of many targets, each converted by
-    # Django) took most of a busy process's time in the load test; it is kept for a number of
-    # ids no statement takes.
+    # lists instead (thousands of rows for a delivery of many targets, each converted) took
+    # most of a busy process's time in the load test; it is kept for a number of ids no
+    # statement takes.
     parts = 4 if with_own else 2  # each part of the statement names the ids
-    named = bool(viewer_pks) and parts * (len(viewer_pks) + len(target_ids)) <= IDS_IN_QUERY
+    named = parts * (len(viewer_pks) + len(target_ids)) <= IDS_IN_QUERY
+    contact, exception = _Statement(Contact), _Statement(PrivacyException)
+    params: list[Any] = []
+    selects = []
 
-    def rows(model: type[Model], owner: str, other: str, owners: Any, others: Any) -> Any:
-        query = model._default_manager.filter(**{f"{owner}__in": owners})
+    def part(
+        statement: _Statement, other: str, flag: str, setting: str | None, owners: Any, others: Any
+    ) -> str:
+        shown = statement.column("setting") if setting else "''"
+        where = statement.named("owner", owners, params)
         if named:
-            query = query.filter(_named(model, other, others))
-        elif not viewer_pks:
-            query = query.none()
-        return query
+            where += " AND " + statement.named(other, others, params)
+        return (
+            f"SELECT {statement.column('owner')}, {statement.column(other)}, "
+            f"{statement.column(flag)}, {shown} FROM {statement.table} WHERE {where}"
+        )
 
-    contacts = rows(Contact, "owner", "contact", target_ids, viewer_pks)
-    exceptions = rows(PrivacyException, "owner", "viewer", target_ids, viewer_pks)
-    statements = [
-        contacts.annotate(presence_setting=Value("")).values_list(
-            "owner_id", "contact_id", "close_friend", "presence_setting"
-        ),
-        exceptions.values_list("owner_id", "viewer_id", "allow", "setting"),
-    ]
-    if with_own:
-        own_contacts = rows(Contact, "owner", "contact", viewer_pks, target_ids)
-        own_exceptions = rows(PrivacyException, "owner", "viewer", viewer_pks, target_ids)
-        statements += [
-            own_contacts.annotate(presence_setting=Value("")).values_list(
-                "owner_id", "contact_id", "close_friend", "presence_setting"
-            ),
-            own_exceptions.values_list("owner_id", "viewer_id", "allow", "setting"),
-        ]
-    return statements[0].union(*statements[1:], all=True)
+    sides = [(target_ids, viewer_pks)] + ([(viewer_pks, target_ids)] if with_own else [])
+    for owners, others in sides:
+        selects.append(part(contact, "contact", "close_friend", None, owners, others))
+        selects.append(part(exception, "viewer", "allow", "setting", owners, others))
+    rows = contact.rows(" UNION ALL ".join(selects), params)
+    as_id = _user_ids()
+    if as_id is None:
+        return rows
+    return [(as_id(owner), as_id(other), flag, setting) for owner, other, flag, setting in rows]
+
+
+def _blocks_rows(target_ids: Collection[Any]) -> list[tuple[Any, Any]]:
+    """``(blocker, blocked)`` of every block either of whose users is one of the targets."""
+    block = _Statement(Block)
+    params: list[Any] = []
+    blocker = block.named("blocker", target_ids, params)
+    blocked = block.named("blocked", target_ids, params)
+    rows = block.rows(
+        f"SELECT {block.column('blocker')}, {block.column('blocked')} FROM {block.table} "
+        f"WHERE {blocker} OR {blocked}",
+        params,
+    )
+    as_id = _user_ids()
+    if as_id is None:
+        return rows
+    return [(as_id(one), as_id(other)) for one, other in rows]
 
 
 def _pairs_queries(
@@ -146,8 +191,8 @@ def _pairs_queries(
     users = [*target_ids, *viewer_pks] if with_own else target_ids
     return (
         fact_rows(None, users),
-        _ties_query(viewer_pks, target_ids, with_own),
-        blocks_query(target_ids),
+        _ties_rows(viewer_pks, target_ids, with_own),
+        _blocks_rows(target_ids),
     )
 
 

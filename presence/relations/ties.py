@@ -81,13 +81,6 @@ def _build_ties_sql(connection: Any) -> str:
     )
 
 
-def blocks_query(user_ids: Collection[Any]) -> Any:
-    """``(blocker, blocked)`` of every block either of whose users is one of ``user_ids``."""
-    return Block.objects.filter(Q(blocker__in=user_ids) | Q(blocked__in=user_ids)).values_list(
-        "blocker_id", "blocked_id"
-    )
-
-
 def blocks_between(viewers: Collection[UserId]) -> dict[UserId, set[UserId]]:
     """Each viewer's counterparts in a block either way: one query, its SQL written here (a
     room's delivery asks it for every viewer of the room: through the ORM, 2,000 viewers' ids

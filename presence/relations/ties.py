@@ -2,8 +2,8 @@
 lists their contacts first, leaves out whoever a block stands between, and looks up the users
 whose contact list or exceptions may show them to the viewer), the blocks of many
 users and the contacts of many owners among some users (a room's live delta), and whether a
-user chose to be invisible (a connection's rooms carry the flag). The one place their SQL is
-written."""
+user chose to be invisible (a connection's rooms carry the flag). Their SQL is written here
+(and the fan-out's pairs', presence.relations.pairs)."""
 
 from __future__ import annotations
 
@@ -33,33 +33,52 @@ class Ties(NamedTuple):
 
 
 def viewer_ties(viewer_id: Any) -> Ties:
-    """The viewer's :class:`Ties`: one query of five index lookups, its SQL built once per
-    database (building it with the ORM each time cost ten times the query: it ran on every
-    join)."""
-    alias = router.db_for_read(Contact)
-    connection = connections[alias]
-    sql = _ties_sql.get(alias)
-    if sql is None:
-        sql = _ties_sql[alias] = _build_ties_sql(connection)
-    param = Contact._meta.get_field("owner").get_db_prep_value(viewer_id, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [param, param, param, param, param, "online_visibility", True])
-        rows = cursor.fetchall()
-    as_id = get_user_model()._meta.pk.to_python  # as the ORM gives it (a UUID's text on SQLite)
+    """The viewer's :class:`Ties`: one query of five index lookups (:func:`ties_of`)."""
     ties = Ties(set(), set(), set())
-    for kind, user_id in rows:
-        ties[kind].add(as_id(user_id))
+    for kind, _, user_id in _ties_rows([viewer_id]):
+        ties[kind].add(user_id)
     return ties
 
 
-#: the SQL of viewer_ties, by database alias
-_ties_sql: dict[str, str] = {}
+def ties_of(viewers: Collection[UserId]) -> dict[UserId, Ties]:
+    """:func:`viewer_ties` of many viewers (a batch of a room's joins), in one query."""
+    found = {viewer: Ties(set(), set(), set()) for viewer in viewers}
+    if found:
+        for kind, viewer, user_id in _ties_rows(list(found)):
+            found[viewer][kind].add(user_id)
+    return found
 
 
-def _build_ties_sql(connection: Any) -> str:
-    """The viewer's contacts (0), the other side of each block either way (1), and the owners
-    of a contact row of the viewer or of an "always share" exception of their online status
-    for the viewer (2), from the models' tables and columns."""
+def _ties_rows(viewers: list[Any]) -> list[tuple[int, Any, Any]]:
+    """``(kind, viewer, user)`` of each tie of these viewers (kinds: _build_ties_sql), the
+    ids as the ORM gives them (a UUID's text on SQLite becomes a UUID). Its SQL is built once
+    per database and number of viewers: building it with the ORM each time cost ten times the
+    query, which runs on every join."""
+    alias = router.db_for_read(Contact)
+    connection = connections[alias]
+    key = (alias, len(viewers))
+    sql = _ties_sql.get(key)
+    if sql is None:
+        if len(_ties_sql) >= 64:
+            _ties_sql.clear()
+        sql = _ties_sql[key] = _build_ties_sql(connection, len(viewers))
+    prep = Contact._meta.get_field("owner").get_db_prep_value
+    params = [prep(viewer, connection) for viewer in viewers]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params * 5, "online_visibility", True])
+        rows = cursor.fetchall()
+    as_id = get_user_model()._meta.pk.to_python
+    return [(kind, as_id(viewer), as_id(user_id)) for kind, viewer, user_id in rows]
+
+
+#: the SQL of _ties_rows, by database alias and number of viewers
+_ties_sql: dict[tuple[str, int], str] = {}
+
+
+def _build_ties_sql(connection: Any, count: int) -> str:
+    """For each of ``count`` viewers: their contacts (0), the other side of each block either
+    way (1), and the owners of a contact row of the viewer or of an "always share" exception
+    of their online status for the viewer (2), from the models' tables and columns."""
     quote = connection.ops.quote_name
     contact, block, exception = Contact._meta, Block._meta, PrivacyException._meta
 
@@ -70,13 +89,15 @@ def _build_ties_sql(connection: Any) -> str:
     blocker, blocked = column(block, "blocker"), column(block, "blocked")
     owner, of = column(contact, "owner"), column(contact, "contact")
     exceptions = quote(exception.db_table)
+    viewer = column(exception, "viewer")
+    among = f"IN ({', '.join(['%s'] * count)})"
     return (
-        f"SELECT 0, {of} FROM {contacts} WHERE {owner} = %s "
-        f"UNION ALL SELECT 1, {blocked} FROM {blocks} WHERE {blocker} = %s "
-        f"UNION ALL SELECT 1, {blocker} FROM {blocks} WHERE {blocked} = %s "
-        f"UNION ALL SELECT 2, {owner} FROM {contacts} WHERE {of} = %s "
-        f"UNION ALL SELECT 2, {column(exception, 'owner')} FROM {exceptions} "
-        f"WHERE {column(exception, 'viewer')} = %s AND {column(exception, 'setting')} = %s "
+        f"SELECT 0, {owner}, {of} FROM {contacts} WHERE {owner} {among} "
+        f"UNION ALL SELECT 1, {blocker}, {blocked} FROM {blocks} WHERE {blocker} {among} "
+        f"UNION ALL SELECT 1, {blocked}, {blocker} FROM {blocks} WHERE {blocked} {among} "
+        f"UNION ALL SELECT 2, {of}, {owner} FROM {contacts} WHERE {of} {among} "
+        f"UNION ALL SELECT 2, {viewer}, {column(exception, 'owner')} FROM {exceptions} "
+        f"WHERE {viewer} {among} AND {column(exception, 'setting')} = %s "
         f"AND {column(exception, 'allow')} = %s"
     )
 
@@ -140,28 +161,6 @@ def contacts_of(owners: Collection[UserId]) -> dict[UserId, set[UserId]]:
             "owner_id", "contact_id"
         ):
             found.setdefault(owner, set()).add(contact)
-    return found
-
-
-def ties_of(viewers: Collection[UserId]) -> dict[UserId, Ties]:
-    """:func:`viewer_ties` of many viewers (a batch of a room's joins), in four queries."""
-    found = {viewer: Ties(set(), set(), set()) for viewer in viewers}
-    if not found:
-        return found
-    ids: list[Any] = list(found)  # (the ORM's stubs type a pk lookup by the model's pk)
-    for owner, contacts in contacts_of(ids).items():
-        found[owner].contacts.update(contacts)
-    for viewer, counterparts in blocks_between(found.keys()).items():
-        found[viewer].blocked.update(counterparts)
-    # who may show each viewer more: a contact row naming them, an "always share" exception
-    for owner, viewer in Contact.objects.filter(contact__in=ids).values_list(
-        "owner_id", "contact_id"
-    ):
-        found[viewer].admitting.add(owner)
-    for owner, viewer in PrivacyException.objects.filter(
-        viewer__in=ids, setting="online_visibility", allow=True
-    ).values_list("owner_id", "viewer_id"):
-        found[viewer].admitting.add(owner)
     return found
 
 

@@ -15,7 +15,14 @@ from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext, isolate_apps
 
 from presence import domain, relations
-from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
+from presence.models import (
+    Block,
+    Contact,
+    LastSeen,
+    PrivacyException,
+    PrivacySettings,
+    UserStatus,
+)
 from tests.ids import missing_id
 
 pytestmark = [
@@ -400,3 +407,34 @@ def test_pairs_without_viewers_still_give_the_choices(make_user: Callable[..., A
     UserStatus.objects.create(user=target, text="Hello")
     pairs = relations.load_pairs([], [target.pk])
     assert pairs == relations.PairFacts({target.pk: domain.Choices(text="Hello")}, {}, set())
+
+
+def test_ties_of_each_viewer_in_one_query(
+    make_user: Callable[..., Any], django_assert_num_queries: Any
+) -> None:
+    """A viewer's ties (what a room's read lists first, leaves out and looks up): their
+    contacts, whoever a block stands between either way, and whoever may show them more (a
+    contact row naming them, an "always share" exception of the online status; not a
+    refusing one, nor one of another setting). Many viewers' in one query, each the same as
+    its own."""
+    a, b, c, d, e, f, g = [make_user() for _ in range(7)]
+    Contact.objects.create(owner=a, contact=b)
+    Contact.objects.create(owner=a, contact=c, close_friend=True)
+    Contact.objects.create(owner=d, contact=a)
+    Contact.objects.create(owner=b, contact=c)
+    Block.objects.create(blocker=a, blocked=e)
+    Block.objects.create(blocker=f, blocked=a)
+    PrivacyException.objects.create(owner=g, viewer=a, setting="online_visibility", allow=True)
+    PrivacyException.objects.create(owner=e, viewer=a, setting="last_seen_visibility", allow=True)
+    PrivacyException.objects.create(owner=c, viewer=b, setting="online_visibility", allow=False)
+    expected = {
+        a.pk: relations.Ties({b.pk, c.pk}, {e.pk, f.pk}, {d.pk, g.pk}),
+        b.pk: relations.Ties({c.pk}, set(), {a.pk}),
+        c.pk: relations.Ties(set(), set(), {a.pk, b.pk}),
+        g.pk: relations.Ties(set(), set(), set()),
+    }
+    with django_assert_num_queries(1):
+        assert relations.ties_of(list(expected)) == expected
+    for viewer, ties in expected.items():
+        assert relations.viewer_ties(viewer) == ties
+    assert relations.ties_of([]) == {}

@@ -96,6 +96,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "here (measured first, tools/loadtest/calibrate.py); default: auto, except with --quick "
         "(the quick mix's own rate)",
     )
+    parser.add_argument(
+        "--timing",
+        action="store_true",
+        help="diagnosis: the servers time each status change's steps and their awaits "
+        "(timing/<pid>.log and .calls.log in the kept logs; tools/loadtest/timing.py); off by "
+        "default, so that the servers measured against bare Channels carry no instrument",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory")
     return parser.parse_args(argv)
 
@@ -158,7 +165,8 @@ def main(argv: list[str]) -> int:
         servers.start_redis()
         env = servers.env(database, json.dumps(config.presence_settings()))
         env["LOADTEST_SIGNALS_DIR"] = str(work / "signals")  # tools/loadtest/signals.py
-        env["LOADTEST_TIMING_DIR"] = str(work / "timing")  # tools/loadtest/timing.py
+        if args.timing:
+            env["LOADTEST_TIMING_DIR"] = str(work / "timing")  # tools/loadtest/timing.py
         if args.layer_pool:
             env["LOADTEST_LAYER_POOL"] = str(args.layer_pool)
         env["LOADTEST_LAYER"] = args.layer

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.contrib.auth import get_user_model
 from django.db import connections, router
 from django.db.models import Model
 
@@ -21,6 +20,7 @@ from presence.relations.facts import (
     reciprocal,
     relation,
 )
+from presence.relations.ties import INTEGER_FIELDS, user_ids
 
 
 @dataclass(frozen=True)
@@ -63,22 +63,6 @@ class PairFacts:
 IDS_IN_QUERY = 30_000
 
 
-#: Django's integer fields, whose ids the database takes as Python ints
-_INTEGER_FIELDS = frozenset(
-    {
-        "AutoField",
-        "BigAutoField",
-        "SmallAutoField",
-        "IntegerField",
-        "BigIntegerField",
-        "SmallIntegerField",
-        "PositiveIntegerField",
-        "PositiveBigIntegerField",
-        "PositiveSmallIntegerField",
-    }
-)
-
-
 class _Statement:
     """SQL written here for a model's rows, with its parameters: the pairs' statements name
     hundreds of ids, and building them through the ORM (its lookups, a union's compilation)
@@ -102,7 +86,7 @@ class _Statement:
         the field, once each."""
         field: Any = self.model._meta.get_field(field_name)
         values = list(ids)
-        integers = field.target_field.get_internal_type() in _INTEGER_FIELDS
+        integers = field.target_field.get_internal_type() in INTEGER_FIELDS
         if not (integers and all(type(value) is int for value in values)):
             values = [field.get_db_prep_value(value, self.connection) for value in values]
         params += values
@@ -112,15 +96,6 @@ class _Statement:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
-
-
-def _user_ids() -> Callable[[Any], Any] | None:
-    """How a user id read by raw SQL becomes the one the ORM gives (None: as it is, an
-    integer key; a UUID key stored as text on SQLite becomes a UUID)."""
-    pk: Any = get_user_model()._meta.pk
-    if pk.get_internal_type() in _INTEGER_FIELDS:
-        return None
-    return pk.to_python
 
 
 def _ties_rows(
@@ -159,7 +134,7 @@ def _ties_rows(
         selects.append(part(contact, "contact", "close_friend", None, owners, others))
         selects.append(part(exception, "viewer", "allow", "setting", owners, others))
     rows = contact.rows(" UNION ALL ".join(selects), params)
-    as_id = _user_ids()
+    as_id = user_ids()
     if as_id is None:
         return rows
     return [(as_id(owner), as_id(other), flag, setting) for owner, other, flag, setting in rows]
@@ -176,7 +151,7 @@ def _blocks_rows(target_ids: Collection[Any]) -> list[tuple[Any, Any]]:
         f"WHERE {blocker} OR {blocked}",
         params,
     )
-    as_id = _user_ids()
+    as_id = user_ids()
     if as_id is None:
         return rows
     return [(as_id(one), as_id(other)) for one, other in rows]

@@ -7,7 +7,7 @@ user chose to be invisible (a connection's rooms carry the flag). Their SQL is w
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
@@ -32,6 +32,32 @@ class Ties(NamedTuple):
     admitting: set[UserId]
 
 
+#: Django's integer fields, whose values the database gives as Python ints
+INTEGER_FIELDS = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+    }
+)
+
+
+def user_ids() -> Callable[[Any], Any] | None:
+    """How a user id read by SQL written here becomes the one the ORM gives: None for an
+    integer key (as it is: a dense contact list's hundreds of rows are not converted one by
+    one), else the key's ``to_python`` (a UUID stored as text on SQLite becomes a UUID)."""
+    pk: Any = get_user_model()._meta.pk
+    if pk.get_internal_type() in INTEGER_FIELDS:
+        return None
+    return pk.to_python
+
+
 def viewer_ties(viewer_id: Any) -> Ties:
     """The viewer's :class:`Ties`: one query of five index lookups (:func:`ties_of`)."""
     ties = Ties(set(), set(), set())
@@ -51,7 +77,7 @@ def ties_of(viewers: Collection[UserId]) -> dict[UserId, Ties]:
 
 def _ties_rows(viewers: list[Any]) -> list[tuple[int, Any, Any]]:
     """``(kind, viewer, user)`` of each tie of these viewers (kinds: _build_ties_sql), the
-    ids as the ORM gives them (a UUID's text on SQLite becomes a UUID). Its SQL is built once
+    ids as the ORM gives them (:func:`user_ids`). Its SQL is built once
     per database and number of viewers: building it with the ORM each time cost ten times the
     query, which runs on every join."""
     alias = router.db_for_read(Contact)
@@ -67,7 +93,9 @@ def _ties_rows(viewers: list[Any]) -> list[tuple[int, Any, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params * 5, "online_visibility", True])
         rows = cursor.fetchall()
-    as_id = get_user_model()._meta.pk.to_python
+    as_id = user_ids()
+    if as_id is None:
+        return rows
     return [(kind, as_id(viewer), as_id(user_id)) for kind, viewer, user_id in rows]
 
 

@@ -23,6 +23,7 @@ from presence.models import (
     PrivacySettings,
     UserStatus,
 )
+from presence.relations import pairs as pairs_module
 from tests.ids import missing_id
 
 pytestmark = [
@@ -341,7 +342,7 @@ def test_pairs_give_the_relations_and_choices_of_load_for_every_pair(
 ) -> None:
     # Both ways of reading the pairs (the viewers named in the query, or the targets' whole
     # contact lists past the ids a statement takes) give the relations load gives.
-    monkeypatch.setattr(relations, "IDS_IN_QUERY", ids_in_query)
+    monkeypatch.setattr(pairs_module, "IDS_IN_QUERY", ids_in_query)  # where it is read
     users = _mixed_graph(make_user)
     targets = [u.pk for u in users] + [987654321]
     viewers = [u.pk for u in users]

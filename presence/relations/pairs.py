@@ -7,12 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections, router
-from django.db.models import Model
 
 from presence import domain
 from presence.domain import UserId
-from presence.models import Block, Contact, PrivacyException
+from presence.models import Contact, PrivacyException
 from presence.relations.facts import (
     choices_of,
     fact_rows,
@@ -20,7 +18,7 @@ from presence.relations.facts import (
     reciprocal,
     relation,
 )
-from presence.relations.ties import INTEGER_FIELDS, user_ids
+from presence.relations.ties import Statement, blocks_rows
 
 
 @dataclass(frozen=True)
@@ -59,46 +57,11 @@ class PairFacts:
 
 
 #: past this many ids named in one query, the fan-out reads the targets' whole contact lists
-#: instead (SQLite takes at most 32,766 parameters in a statement; see _ties_rows)
+#: instead (SQLite takes at most 32,766 parameters in a statement; see _pair_ties_rows)
 IDS_IN_QUERY = 30_000
 
 
-class _Statement:
-    """SQL written here for a model's rows, with its parameters: the pairs' statements name
-    hundreds of ids, and building them through the ORM (its lookups, a union's compilation)
-    cost ten times what running them did, on the database's thread a fan-out keeps busy."""
-
-    def __init__(self, model: type[Model]) -> None:
-        self.model = model
-        self.alias = router.db_for_read(model)
-        self.connection = connections[self.alias]
-        self.quote = self.connection.ops.quote_name
-        self.table = self.quote(model._meta.db_table)
-
-    def column(self, field_name: str) -> str:
-        field: Any = self.model._meta.get_field(field_name)  # a concrete field: it has a column
-        return f"{self.table}.{self.quote(field.column)}"
-
-    def named(self, field_name: str, ids: Collection[Any], params: list[Any]) -> str:
-        """``field IN (ids)``, the ids appended to ``params``. Integer ids are handed to the
-        database as they are (preparing each through the field cost a few microseconds, for
-        a thousand viewers longer than the query); other ids (UUIDs, strings) are prepared by
-        the field, once each."""
-        field: Any = self.model._meta.get_field(field_name)
-        values = list(ids)
-        integers = field.target_field.get_internal_type() in INTEGER_FIELDS
-        if not (integers and all(type(value) is int for value in values)):
-            values = [field.get_db_prep_value(value, self.connection) for value in values]
-        params += values
-        return f"{self.column(field_name)} IN ({', '.join(['%s'] * len(values))})"
-
-    def rows(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
-
-
-def _ties_rows(
+def _pair_ties_rows(
     viewer_pks: Collection[Any], target_ids: Collection[Any], with_own: bool
 ) -> list[tuple[Any, Any, Any, str]]:
     """The targets' contact rows naming one of the viewers and the targets' exceptions for
@@ -113,12 +76,12 @@ def _ties_rows(
     # statement takes.
     parts = 4 if with_own else 2  # each part of the statement names the ids
     named = parts * (len(viewer_pks) + len(target_ids)) <= IDS_IN_QUERY
-    contact, exception = _Statement(Contact), _Statement(PrivacyException)
+    contact, exception = Statement(Contact), Statement(PrivacyException)
     params: list[Any] = []
     selects = []
 
     def part(
-        statement: _Statement, other: str, flag: str, setting: str | None, owners: Any, others: Any
+        statement: Statement, other: str, flag: str, setting: str | None, owners: Any, others: Any
     ) -> str:
         shown = statement.column("setting") if setting else "''"
         where = statement.named("owner", owners, params)
@@ -133,28 +96,7 @@ def _ties_rows(
     for owners, others in sides:
         selects.append(part(contact, "contact", "close_friend", None, owners, others))
         selects.append(part(exception, "viewer", "allow", "setting", owners, others))
-    rows = contact.rows(" UNION ALL ".join(selects), params)
-    as_id = user_ids()
-    if as_id is None:
-        return rows
-    return [(as_id(owner), as_id(other), flag, setting) for owner, other, flag, setting in rows]
-
-
-def _blocks_rows(target_ids: Collection[Any]) -> list[tuple[Any, Any]]:
-    """``(blocker, blocked)`` of every block either of whose users is one of the targets."""
-    block = _Statement(Block)
-    params: list[Any] = []
-    blocker = block.named("blocker", target_ids, params)
-    blocked = block.named("blocked", target_ids, params)
-    rows = block.rows(
-        f"SELECT {block.column('blocker')}, {block.column('blocked')} FROM {block.table} "
-        f"WHERE {blocker} OR {blocked}",
-        params,
-    )
-    as_id = user_ids()
-    if as_id is None:
-        return rows
-    return [(as_id(one), as_id(other)) for one, other in rows]
+    return contact.rows(" UNION ALL ".join(selects), params, ids=(0, 1))
 
 
 def _pairs_queries(
@@ -166,8 +108,8 @@ def _pairs_queries(
     users = [*target_ids, *viewer_pks] if with_own else target_ids
     return (
         fact_rows(None, users),
-        _ties_rows(viewer_pks, target_ids, with_own),
-        _blocks_rows(target_ids),
+        _pair_ties_rows(viewer_pks, target_ids, with_own),
+        blocks_rows(target_ids),
     )
 
 

@@ -22,14 +22,14 @@ import contextvars
 import logging
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any
 
 from channels.layers import get_channel_layer
 
 from presence import metrics, room_sends, sessions
 from presence.conf import get_settings, stamps_kept
-from presence.domain import UserId
+from presence.domain import ANY_CHANGE, Change, Kind, UserId
 from presence.layer import (
     account_group_name,
     group_name,
@@ -43,8 +43,8 @@ from presence.layer import (
 )
 from presence.sessions import session_digest
 from presence.signals import presence_changed
-from presence.store import get_store
-from presence.users import encode_id
+from presence.store import Plan, get_store, merge
+from presence.users import encode_id, id_decoder
 
 logger = logging.getLogger("presence")
 
@@ -158,18 +158,63 @@ def change_started_at(when: float) -> Iterator[None]:
         _change_started.reset(token)
 
 
+#: a change of each user announced, or one change of them all
+Changes = Change | Mapping[UserId, Change]
+
+
+def _each(user_ids: Iterable[UserId], changes: Changes) -> dict[UserId, Change]:
+    if isinstance(changes, Change):
+        return dict.fromkeys(user_ids, changes)
+    return {uid: changes.get(uid, ANY_CHANGE) for uid in user_ids}
+
+
+def _grouped(each: Mapping[UserId, Change]) -> dict[Change, list[UserId]]:
+    groups: dict[Change, list[UserId]] = {}
+    for uid, change in each.items():
+        groups.setdefault(change, []).append(uid)
+    return groups
+
+
+def change_fields(change: Change) -> dict[str, Any]:
+    """A change's kinds as a "changed" message carries them (read by :func:`change_of`)."""
+    if change.kinds & Kind.RELATION:
+        return {"kinds": int(change.kinds), "between": [encode_id(u) for u in change.between]}
+    return {"kinds": int(change.kinds)}
+
+
+def change_of(message: Mapping[str, Any]) -> Change:
+    """The change a "changed" message announces; of unknown kind where it says none (an
+    announcer of an earlier version) or what it says cannot be read."""
+    kinds = message.get("kinds")
+    if not isinstance(kinds, int) or isinstance(kinds, bool) or not 0 <= kinds < 64:
+        return ANY_CHANGE
+    between = message.get("between") or ()
+    try:
+        decode = id_decoder()
+        return Change(Kind(kinds), frozenset(decode(uid) for uid in between))
+    except (TypeError, ValueError):
+        return ANY_CHANGE
+
+
 async def aannounce(
-    user_ids: Iterable[UserId], at: float | None = None, *, stamped: bool = False
+    user_ids: Iterable[UserId],
+    at: float | None = None,
+    *,
+    stamped: bool = False,
+    change: Changes = ANY_CHANGE,
 ) -> None:
     """Tell every process with subscribers of these users that their presence may have changed
-    (``at``: when the change started; default: as :func:`change_started_at` set it, or now).
+    (``at``: when the change started; default: as :func:`change_started_at` set it, or now),
+    and what kind of change it was (``change``: one for all, or each user's; the viewers who
+    cannot see such a change are not told: domain.Change.seen_by).
 
     Never raises: users whose announcement could not be sent are logged and announced again
     later (ANNOUNCE_RETRIES), so their viewers catch up once the channel layer is back.
     """
-    ids = list(dict.fromkeys(user_ids))
-    if not ids:
+    each = _each(user_ids, change)
+    if not each:
         return
+    ids = list(each)
     if at is None:
         at = _change_started.get()
     stamp = time.time() if at is None else min(at, time.time())
@@ -177,79 +222,96 @@ async def aannounce(
     # is watching already when the announcement comes (presence.stamps). ``stamped``: the
     # write that made the change stamped it (a socket's open, lua/connection.lua).
     if not stamped:
-        await astamp_changes(ids)
+        await astamp_changes(ids, each)
     layer = get_channel_layer()
     if layer is None:
-        _deliver_locally({"type": CHANGED, "users": [encode_id(uid) for uid in ids], "at": stamp})
+        for kind, group in _grouped(each).items():
+            _deliver_locally(
+                {
+                    "type": CHANGED,
+                    "users": [encode_id(uid) for uid in group],
+                    "at": stamp,
+                    **change_fields(kind),
+                }
+            )
         return
-    failed = await _send_changes(layer, ids, stamp)
+    failed = await _send_changes(layer, each, stamp)
     if failed:
-        _retry_in_background(_announce_later(layer, failed), failed)
+        _retry_in_background(_announce_later(layer, failed), list(failed))
 
 
-async def astamp_changes(user_ids: list[UserId]) -> None:
-    """Record in Redis that these users' visible presence changed now (change stamps: a page
-    or a reconnecting client that shows what it resolved before is sent them; presence.stamps).
-    The time is taken now, after the change was made, not when it started: a page resolved
-    while it was under way may not show it. Never raises: a write that failed is tried again
-    after RETRY_INTERVAL (doubling, ANNOUNCE_RETRIES times), stamped at that later time."""
-    conf = get_settings()
+async def astamp_changes(user_ids: list[UserId], change: Changes = ANY_CHANGE) -> None:
+    """Record in Redis that these users' visible presence changed now, in ``change``'s kinds
+    (change stamps: a page or a reconnecting client that shows what it resolved before is
+    sent them, if it may see such a change; presence.stamps). The time is taken now, after the
+    change was made, not when it started: a page resolved while it was under way may not show
+    it. Never raises: a write that failed is tried again after RETRY_INTERVAL (doubling,
+    ANNOUNCE_RETRIES times), stamped at that later time."""
     store = get_store()
-    if await store.arun(
-        store.plans.stamp_changes(user_ids, time.time(), stamps_kept(conf)), live=True
-    ):
+    # A change nobody else can see (a status saved as it was) is no change since any stamp.
+    each = {uid: kind for uid, kind in _each(user_ids, change).items() if kind.kinds}
+    if not each or await _stamp(store, each):
         return
-    _retry_in_background(_stamp_later(store, user_ids), list(user_ids))
+    _retry_in_background(_stamp_later(store, each), list(each))
 
 
-async def _stamp_later(store: Any, user_ids: list[UserId]) -> None:
+async def _stamp(store: Any, each: dict[UserId, Change]) -> bool:
+    """Stamp each user's change now, in one round trip; False when Redis is unavailable."""
+    now, keep = time.time(), stamps_kept(get_settings())
+    plans: list[Plan[bool]] = [
+        store.plans.stamp_changes(group, now, keep, kind) for kind, group in _grouped(each).items()
+    ]
+    done: list[bool] = await store.arun(merge(plans), live=True)
+    return all(done)
+
+
+async def _stamp_later(store: Any, each: dict[UserId, Change]) -> None:
     delay = get_settings().RETRY_INTERVAL
     for _ in range(ANNOUNCE_RETRIES):
         await asyncio.sleep(delay)
         if get_store() is not store:
             return  # another configuration of presence's Redis: its stamps are not these
-        plan = store.plans.stamp_changes(user_ids, time.time(), stamps_kept(get_settings()))
-        if await store.arun(plan, live=True):
+        if await _stamp(store, each):
             return
         delay *= 2
     logger.warning(
         "Presence: gave up stamping a change of %d users %s; pages rendered before it may "
         "show them as they were until their next change.",
-        len(user_ids),
-        user_ids[:20],
+        len(each),
+        list(each)[:20],
     )
 
 
-async def _announce_later(layer: Any, ids: list[UserId]) -> None:
+async def _announce_later(layer: Any, each: dict[UserId, Change]) -> None:
     delay = get_settings().RETRY_INTERVAL
     for _ in range(ANNOUNCE_RETRIES):
         await asyncio.sleep(delay)
         # Stamped again first: a fresh stamp a hub sent meanwhile (presence.consumers.
         # restamping) proved only that the announcements sent before it were delivered.
-        await astamp_changes(ids)
-        ids = await _send_changes(layer, ids, time.time(), again=True)
-        if not ids:
+        await astamp_changes(list(each), each)
+        each = await _send_changes(layer, each, time.time(), again=True)
+        if not each:
             return
         delay *= 2
     logger.warning(
         "Presence: gave up announcing a change of %d users %s; their viewers catch up at their "
         "next change.",
-        len(ids),
-        ids[:20],
+        len(each),
+        list(each)[:20],
     )
 
 
 async def _send_changes(
-    layer: Any, ids: list[UserId], at: float, again: bool = False
-) -> list[UserId]:
+    layer: Any, each: dict[UserId, Change], at: float, again: bool = False
+) -> dict[UserId, Change]:
     """Send "changed" to each user's group; the users whose send failed."""
     # Groups nobody is in are not sent to (most of an announcement's round trips otherwise).
-    names = {user_id: group_name(user_id) for user_id in ids}
+    names = {user_id: group_name(user_id) for user_id in each}
     occupied = await with_members(layer, list(names.values()))
     ids = [user_id for user_id, name in names.items() if name in occupied]
     # Each user's group on its own: with the layer sharded over several servers, a server down
     # fails only the groups it holds, and the others are still told.
-    failed: list[UserId] = []
+    failed: dict[UserId, Change] = {}
     error: BaseException | None = None
     for start in range(0, len(ids), _SENDS_AT_ONCE):
         batch = ids[start : start + _SENDS_AT_ONCE]
@@ -262,7 +324,13 @@ async def _send_changes(
                     # When the change started: a hub's coalescing window counts from then,
                     # not from when the message reached it (see Hub.changed). When it was
                     # sent: a hub receiving it much later is behind its channel (Hub.behind).
-                    {"type": CHANGED, "users": [encode_id(user_id)], "at": at, "sent": sent},
+                    {
+                        "type": CHANGED,
+                        "users": [encode_id(user_id)],
+                        "at": at,
+                        "sent": sent,
+                        **change_fields(each[user_id]),
+                    },
                 )
                 for user_id in batch
             ),
@@ -270,23 +338,28 @@ async def _send_changes(
         )
         for user_id, result in zip(batch, results, strict=True):
             if isinstance(result, BaseException):  # the layer's Redis is down, full, ...
-                failed.append(user_id)
+                failed[user_id] = each[user_id]
                 error = result
     if failed and not again:
         logger.warning(
             "Presence: could not announce a change of %d of %d users %s (%s); retrying.",
             len(failed),
             len(ids),
-            failed[:20],
+            list(failed)[:20],
             error,
         )
     return failed
 
 
-def announce(user_ids: Iterable[UserId], *, stamped: bool = False) -> None:
+def announce(
+    user_ids: Iterable[UserId], *, stamped: bool = False, change: Changes = ANY_CHANGE
+) -> None:
     """:func:`aannounce` for sync code (views, signal receivers)."""
     # The coroutine runs on the announcer's loop, outside this context: the start is passed.
-    run_from_sync(aannounce(list(user_ids), _change_started.get(), stamped=stamped), "a change")
+    run_from_sync(
+        aannounce(list(user_ids), _change_started.get(), stamped=stamped, change=change),
+        "a change",
+    )
 
 
 #: (user id, reason) of the ``presence_changed`` presence is sending for a change it announced
@@ -296,7 +369,11 @@ _own_change: contextvars.ContextVar[tuple[UserId, str] | None] = contextvars.Con
 
 
 def changed(
-    user_ids: Iterable[UserId], reason: str, sender: Any = None, reordered: Iterable[UserId] = ()
+    user_ids: Iterable[UserId],
+    reason: str,
+    sender: Any = None,
+    reordered: Iterable[UserId] = (),
+    change: Changes = ANY_CHANGE,
 ) -> None:
     """A change presence made to what others may see of ``user_ids`` (a status, privacy,
     contacts, blocks; called after its commit): announced to the live processes, then
@@ -306,13 +383,13 @@ def changed(
 
     ``reordered``: users whose place in someone's room lists changed though what others may
     see of them did not (the user a contact row names: its owner lists them first), told to
-    the rooms only (:func:`room_users`)."""
+    the rooms only (:func:`room_users`). ``change``: its kinds (:func:`aannounce`)."""
     ids = list(user_ids)
     more = list(reordered)
     if holding():
-        run_from_sync(achanged(ids, reason, sender, more), "a change")
+        run_from_sync(achanged(ids, reason, sender, more, change), "a change")
         return
-    announce(ids)
+    announce(ids, change=change)
     if get_settings().ROOMS:
         run_from_sync(aannounce_room_members_changed(room_users(ids, more)), "a change to rooms")
     for user_id in ids:
@@ -321,12 +398,16 @@ def changed(
 
 
 async def achanged(
-    user_ids: Iterable[UserId], reason: str, sender: Any = None, reordered: Iterable[UserId] = ()
+    user_ids: Iterable[UserId],
+    reason: str,
+    sender: Any = None,
+    reordered: Iterable[UserId] = (),
+    change: Changes = ANY_CHANGE,
 ) -> None:
     """:func:`changed` on an event loop: announced from it, then ``presence_changed`` sent (its
     sync receivers in the database's thread, as ``Signal.asend`` runs them)."""
     ids = list(user_ids)
-    await aannounce(ids)
+    await aannounce(ids, change=change)
     if get_settings().ROOMS:
         await aannounce_room_members_changed(room_users(ids, reordered))
     for user_id in ids:

@@ -31,7 +31,7 @@ from presence.operations import (
 )
 from presence.resolution import limits
 from presence.store import ConnectionOp, Plan, Transition, get_store, merge
-from presence.users import user_pk
+from presence.users import user_pk, viewer_pk
 
 T = TypeVar("T")
 
@@ -81,16 +81,31 @@ def _connection(
             # Its script stamped the change (an open): announced without a stamp of its own.
             yield from call(_announce_stamped, [user_id], afunction=_aannounce_stamped)
         else:
-            yield from call(announce.announce, [user_id], afunction=announce.aannounce)
+            yield from call(_announce, [user_id], domain.LIVE_CHANGE, afunction=_aannounce)
     return transition
 
 
 def _announce_stamped(user_ids: list[UserId]) -> None:
-    announce.announce(user_ids, stamped=True)
+    announce.announce(user_ids, stamped=True, change=domain.LIVE_CHANGE)
 
 
 async def _aannounce_stamped(user_ids: list[UserId]) -> None:
-    await announce.aannounce(user_ids, stamped=True)
+    await announce.aannounce(user_ids, stamped=True, change=domain.LIVE_CHANGE)
+
+
+def _announce(user_ids: list[UserId], change: announce.Changes) -> None:
+    announce.announce(user_ids, change=change)
+
+
+async def _aannounce(user_ids: list[UserId], change: announce.Changes) -> None:
+    await announce.aannounce(user_ids, change=change)
+
+
+#: a user still online whose crashed connection went: its process may have died before
+#: announcing the user's last change through it, of any kind but a relation's
+_UNSETTLED_CHANGE = domain.Change(
+    domain.Kind.LIVE | domain.Kind.ACTIVITY | domain.Kind.INVISIBLE | domain.Kind.RULES
+)
 
 
 def _riding_along(
@@ -235,8 +250,14 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
                 later[user_id] = offline_at
     report.rescheduled = len(later)
     if report.offline or report.changed or expiring:
-        changed = resolution.unique([*report.offline, *report.changed, *expiring])
-        yield from call(announce.announce, changed, afunction=announce.aannounce)
+        # Each with its kinds: a viewer who may not see a custom status is not told it ended.
+        changes: dict[UserId, domain.Change] = dict.fromkeys(expiring, domain.ACTIVITY_CHANGE)
+        for uid, change in (
+            *((uid, domain.LIVE_CHANGE) for uid in report.offline),
+            *((uid, _UNSETTLED_CHANGE) for uid in report.changed),
+        ):
+            changes[uid] = changes[uid].merged(change) if uid in changes else change
+        yield from call(_announce, list(changes), changes, afunction=_aannounce)
     if ended:
         # After the announcement: friends are told at once, not behind the database's queue.
         yield from call(LastSeen.objects.record_many, ended)
@@ -252,9 +273,24 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     return report
 
 
+class ViewersPresence(dict[UserId, dict[UserId, Presence]]):
+    """``{target: {viewer: presence}}``, and whether a change of a target can alter what a
+    viewer sees (:meth:`sees`): asked for a viewer whose last view the fan-out does not hold."""
+
+    def __init__(self, pairs: relations.PairFacts) -> None:
+        super().__init__()
+        self.pairs = pairs
+
+    def sees(self, target: UserId, viewer: UserId, change: domain.Change) -> bool:
+        choices = self.pairs.choices.get(target)
+        if choices is None:
+            return True  # no such user (deleted meanwhile): shown as no one
+        return change.seen_by(viewer, choices, self.pairs.relation(viewer, target))
+
+
 async def apresence_for_viewers(
     watchers: Mapping[UserId, Collection[UserId]],
-) -> dict[UserId, dict[UserId, Presence]] | None:
+) -> ViewersPresence | None:
     """Presence of each target as each of its viewers may see it, for the live fan-out:
     ``{target: {viewer: presence}}`` from ``{target: viewer ids}``. Three queries and one Redis
     round trip whatever the number of viewers. Targets of no user are left out; None when
@@ -264,7 +300,7 @@ async def apresence_for_viewers(
 
 def _presence_for_viewers(
     watchers: Mapping[UserId, Collection[UserId]],
-) -> Operation[dict[UserId, dict[UserId, Presence]] | None]:
+) -> Operation[ViewersPresence | None]:
     store = get_store()
     # Judged as of the start of the read (see resolution.is_news).
     now = resolution.now()
@@ -282,7 +318,7 @@ def _presence_for_viewers(
         return None
     timing = resolution.timing()
     unknown = domain.LiveState()
-    resolved: dict[UserId, dict[UserId, Presence]] = {}
+    resolved = ViewersPresence(pairs)
     for target, choices in pairs.choices.items():
         live = states.get(target, unknown)
         # Most viewers share a relation (contact, stranger, ...): resolved once per relation,
@@ -325,32 +361,77 @@ def _snapshot(
     return resolution.resolve_all(facts, live, now), live is None
 
 
+async def asnapshot_changed(
+    changed: Mapping[UserId, domain.Kind], viewer: Any
+) -> tuple[dict[UserId, Presence], bool, set[UserId]]:
+    """:func:`asnapshot` of users changed since a stamp (``changed``: each with the kinds of
+    its changes, as :func:`achanged_since` gives them), and those of them whose changes
+    ``viewer`` may not see (domain.Change.seen_by: no kinds, or kinds that cannot alter what
+    ``viewer`` sees of them). Those are left out of the snapshot: a blocked or non-permitted
+    viewer is answered the same whether they changed or not."""
+    return await arun(_snapshot_changed(changed, viewer))
+
+
+def _snapshot_changed(
+    changed: Mapping[UserId, domain.Kind], viewer: Any
+) -> Operation[tuple[dict[UserId, Presence], bool, set[UserId]]]:
+    unseen = {uid for uid, kinds in changed.items() if not kinds}
+    ids = [uid for uid, kinds in changed.items() if kinds]
+    if not ids:
+        return {}, False, unseen
+    now = resolution.now()
+    store = get_store()
+    facts, live = yield from both(
+        Call(relations.load, (viewer, ids), relations.aload),
+        Redis(store.plans.read_recent(ids, 0), live=True),
+    )
+    viewer_id = viewer_pk(viewer)
+    between = frozenset(() if viewer_id is None else (viewer_id,))
+    for uid in ids:
+        found = facts.get(uid)
+        if found is None:
+            continue  # no such user: left to the caller, as a snapshot leaves them
+        relation, choices = found
+        if not domain.Change(changed[uid], between).seen_by(viewer_id, choices, relation):
+            unseen.add(uid)
+            del facts[uid]
+    return resolution.resolve_all(facts, live, now), live is None, unseen
+
+
 async def achanged_since(
     targets: Collection[UserId], viewer_id: UserId, since: float
-) -> set[UserId] | None:
+) -> dict[UserId, domain.Kind] | None:
     """The ``targets`` who may look different to ``viewer_id`` now than at ``since`` (a
-    stamp's time, presence.stamps): a change announced since (status, privacy, relations,
-    online or offline), or a turn offline or a custom status's end that fell due since and may
-    not be announced yet. None where Redis cannot prove that the others did not change (it is
-    unavailable, or was flushed since): the caller sends the full snapshot. One round trip.
+    stamp's time, presence.stamps), each with the kinds of their changes since: a change
+    announced since (status, privacy, relations, online or offline), or a turn offline or a
+    custom status's end that fell due since and may not be announced yet. Whether the viewer
+    may see such a change is the caller's to ask (domain.Change.seen_by): no kinds, a change
+    of relation with someone else. None where Redis cannot prove that the others did not
+    change (it is unavailable, or was flushed since): the caller sends the full snapshot. One
+    round trip.
 
     A change of the viewer's own settings changes what they see of others only with
-    RECIPROCAL_LAST_SEEN: then a change of the viewer since ``since`` counts for every target."""
+    RECIPROCAL_LAST_SEEN: then such a change of the viewer since ``since`` counts for every
+    target."""
     return await arun(_changed_since(targets, viewer_id, since))
 
 
 def _changed_since(
     targets: Collection[UserId], viewer_id: UserId, since: float
-) -> Operation[set[UserId] | None]:
+) -> Operation[dict[UserId, domain.Kind] | None]:
     plan = changes_plan(targets, viewer_id, since)
     if not plan.commands:
-        return set()
+        return {}
     return (yield from redis(plan, live=True))
+
+
+#: the kinds of a viewer's own change that alter what they see of others (RECIPROCAL_LAST_SEEN)
+_OWN_SHAPING = domain.Kind.RULES | domain.Kind.INVISIBLE | domain.Kind.UNKNOWN
 
 
 def changes_plan(
     targets: Collection[UserId], viewer_id: UserId, since: float
-) -> Plan[set[UserId] | None]:
+) -> Plan[dict[UserId, domain.Kind] | None]:
     """:func:`achanged_since`'s read as a plan, its answer the same: a socket that subscribes
     in its opening request reads it in the round trip of its opening write (aconnect_checking).
     No commands when there is nothing to ask."""
@@ -359,17 +440,19 @@ def changes_plan(
     reciprocal = get_settings().RECIPROCAL_LAST_SEEN is True
     asked = [*targets, viewer_id] if reciprocal else list(targets)
     if not asked:
-        return Plan(commands=[], parse=lambda replies: set(), fallback=set())
-    read = store.plans.changed_since(asked, low, resolution.now() + STAMP_SLACK)
+        return Plan(commands=[], parse=lambda replies: {}, fallback={})
+    read = store.plans.changed_since(asked, viewer_id, low, resolution.now() + STAMP_SLACK)
 
-    def parse(replies: list[Any]) -> set[UserId] | None:
+    def parse(replies: list[Any]) -> dict[UserId, domain.Kind] | None:
         found = read.parse(replies)
         if found is None:
             return None
         kept_since, changed = found
-        if kept_since > low or (reciprocal and viewer_id in changed):
+        if kept_since > low:
             return None
-        return changed.intersection(targets)
+        if reciprocal and changed.get(viewer_id, domain.Kind(0)) & _OWN_SHAPING:
+            return None
+        return {uid: kinds for uid, kinds in changed.items() if uid in targets}
 
     return Plan(commands=read.commands, parse=parse, fallback=None)
 

@@ -18,7 +18,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
-from presence import announce, api, lifecycle
+from presence import announce, api, domain, lifecycle
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
 from presence.middleware import listener, throttle
@@ -68,14 +68,27 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 
 def _changed(
-    sender: Any, user_ids: tuple[UserId, ...], reason: str, reordered: tuple[UserId, ...] = ()
+    sender: Any,
+    user_ids: tuple[UserId, ...],
+    reason: str,
+    reordered: tuple[UserId, ...] = (),
+    change: announce.Changes = domain.ANY_CHANGE,
 ) -> None:
     # After commit: the hubs and the signal's receivers re-read the database.
-    transaction.on_commit(lambda: announce.changed(user_ids, reason, sender, reordered))
+    transaction.on_commit(lambda: announce.changed(user_ids, reason, sender, reordered, change))
+
+
+def _between(one: UserId, other: UserId, both: bool) -> dict[UserId, domain.Change]:
+    """A change of the relation of ``one`` with ``other`` (``both``: and of ``other``'s with
+    ``one``): no one else's view of them changes."""
+    changes = {one: domain.relation_change((other,))}
+    if both:
+        changes[other] = domain.relation_change((one,))
+    return changes
 
 
 def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
-    _changed(sender, (instance.user_id,), "privacy")
+    _changed(sender, (instance.user_id,), "privacy", change=domain.RULES_CHANGE)
     # The online count leaves invisible users out: its copy of the choice, after commit.
     user_id, invisible = instance.user_id, instance.invisible and kwargs["signal"] is post_save
     transaction.on_commit(lambda: api.note_invisible(user_id, invisible))
@@ -87,24 +100,21 @@ def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # The contact's place in the owner's room lists changes either way (a list puts its
     # viewer's contacts first): the rooms look at the contact again too (announce.room_users).
     both = get_settings().RECIPROCAL_LAST_SEEN is True
-    _changed(
-        sender,
-        (instance.owner_id, instance.contact_id) if both else (instance.owner_id,),
-        "contacts",
-        (instance.contact_id,),
-    )
+    changes = _between(instance.owner_id, instance.contact_id, both)
+    _changed(sender, tuple(changes), "contacts", (instance.contact_id,), changes)
 
 
 def _on_exception_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # The owner's presence changes for the viewer (with RECIPROCAL_LAST_SEEN, the viewer's
     # presence for the owner too): the route of a privacy change.
     both = get_settings().RECIPROCAL_LAST_SEEN is True
-    users = (instance.owner_id, instance.viewer_id) if both else (instance.owner_id,)
-    _changed(sender, users, "privacy")
+    changes = _between(instance.owner_id, instance.viewer_id, both)
+    _changed(sender, tuple(changes), "privacy", change=changes)
 
 
 def _on_block_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
-    _changed(sender, (instance.blocker_id, instance.blocked_id), "block")
+    changes = _between(instance.blocker_id, instance.blocked_id, True)
+    _changed(sender, tuple(changes), "block", change=changes)
 
 
 _SESSION_FIELDS = {"password", "is_active"}

@@ -175,8 +175,21 @@ def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
     signals.wait_sent()
     own = [str(users.encode_id(actor.pk)) for actor in actors]
 
+    def stamped_user(member: str) -> str:
+        """The user a change stamp's member is of: '<kind>:<id>', 'p:<length>:<id><other>'
+        (presence.store.plans.changes), or the member itself."""
+        kind, _, rest = member.partition(":")
+        if kind.isdigit() and rest:
+            return rest
+        if kind == "p":
+            length, _, ids = rest.partition(":")
+            if length.isdigit():
+                return ids.encode()[: int(length)].decode(errors="replace")
+        return member
+
     def mine(member: Any) -> bool:
-        return any(str(member) == o or str(member).startswith(o + ":") for o in own)
+        text = str(member)
+        return any(text == o or text.startswith(o + ":") or stamped_user(text) == o for o in own)
 
     dump: dict[str, Any] = {}
     for key in sorted(client.scan_iter("presence:*")):

@@ -50,26 +50,52 @@ def _change(
 
 def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> None:
     """The rows of a status change, in one transaction; announced after commit (the caller's
-    commit, inside its ``atomic``; from the event loop that called, for an async caller)."""
+    commit, inside its ``atomic``; from the event loop that called, for an async caller), with
+    what it changed: a viewer who cannot see that is not told (domain.Change.seen_by)."""
+    fields = {
+        "dnd": change.status is StatusChoice.DND,
+        "text": change.text or "",
+        "emoji": change.emoji or "",
+        "activity": change.activity or "",
+        "expires_at": expires_at,
+    }
+    invisible = change.status is StatusChoice.INVISIBLE
     with transaction.atomic():
-        UserStatus.objects.update_or_create(
-            user_id=user_id,
-            defaults={
-                "dnd": change.status is StatusChoice.DND,
-                "text": change.text or "",
-                "emoji": change.emoji or "",
-                "activity": change.activity or "",
-                "expires_at": expires_at,
-            },
+        before = (
+            UserStatus.objects.select_for_update()
+            .filter(user_id=user_id)
+            .values("dnd", "text", "emoji", "activity", "expires_at")
+            .first()
         )
+        UserStatus.objects.update_or_create(user_id=user_id, defaults=fields)
         # Without signals (a saved PrivacySettings announces "privacy"): this change's own
         # announcement below covers it, so viewers are told once.
-        invisible = change.status is StatusChoice.INVISIBLE
-        if not PrivacySettings.objects.filter(user_id=user_id).update(invisible=invisible):
+        was = (
+            PrivacySettings.objects.select_for_update()
+            .filter(user_id=user_id)
+            .values_list("invisible", flat=True)
+            .first()
+        )
+        if was is None:
             PrivacySettings.objects.bulk_create(
                 [PrivacySettings(user_id=user_id, invisible=invisible)], ignore_conflicts=True
             )
-        transaction.on_commit(lambda: announce.changed([user_id], "status", sender=UserStatus))
+        elif was != invisible:
+            PrivacySettings.objects.filter(user_id=user_id).update(invisible=invisible)
+        invisible_changed = bool(was) != invisible  # no row: visible
+        kinds = domain.Kind(0)
+        defaults = {"dnd": False, "text": "", "emoji": "", "activity": "", "expires_at": None}
+        old = before or defaults
+        if old["dnd"] != fields["dnd"]:
+            kinds |= domain.Kind.LIVE
+        if any(old[name] != fields[name] for name in ("text", "emoji", "activity", "expires_at")):
+            kinds |= domain.Kind.ACTIVITY
+        if invisible_changed:
+            kinds |= domain.Kind.INVISIBLE
+        what = domain.Change(kinds)
+        transaction.on_commit(
+            lambda: announce.changed([user_id], "status", sender=UserStatus, change=what)
+        )
 
 
 def _apply_change(

@@ -114,7 +114,7 @@ class Subscription:
             return None
         return stamps.accepted_time(self.since, self.socket.viewer_id)
 
-    def changes_plan(self) -> Plan[set[UserId] | None] | None:
+    def changes_plan(self) -> Plan[dict[UserId, domain.Kind] | None] | None:
         """The read of who changed since the stamp, to ride along another round trip (None:
         nothing to read, the stamp proves nothing or no user is watched)."""
         at = self.since_time()
@@ -122,7 +122,7 @@ class Subscription:
             return None
         return lifecycle.changes_plan(self.known, self.socket.viewer_id, at)
 
-    async def answer(self, changed: set[UserId] | None = UNREAD) -> None:
+    async def answer(self, changed: dict[UserId, domain.Kind] | None = UNREAD) -> None:
         """Read the snapshot (``changed``: who changed since the stamp, read already along the
         opening write; None where that read proved nothing) and send it."""
         socket = self.socket
@@ -173,10 +173,11 @@ class Subscription:
             )
 
     async def _snapshot(
-        self, changed: set[UserId] | None
+        self, changed: dict[UserId, domain.Kind] | None
     ) -> tuple[dict[UserId, domain.Presence], bool, set[UserId]]:
         """The snapshot, whether it is a guess (Redis unreadable), and the users left out of it
-        as unchanged since the stamp (none where it proves nothing)."""
+        as unchanged since the stamp (none where it proves nothing): those who did not change
+        since, and those whose changes the viewer may not see (lifecycle.asnapshot_changed)."""
         socket, known = self.socket, self.known
         if changed is UNREAD:
             at = self.since_time()
@@ -184,10 +185,10 @@ class Subscription:
             if at is not None and known:
                 changed = await lifecycle.achanged_since(known, socket.viewer_id, at)
         if changed is not None:
-            read = [uid for uid in known if uid in changed]
-            presences, guessed = (
-                await lifecycle.asnapshot(read, socket.user) if read else ({}, False)
+            read = {uid: changed[uid] for uid in known if uid in changed}
+            presences, guessed, unseen = (
+                await lifecycle.asnapshot_changed(read, socket.user) if read else ({}, False, set())
             )
-            return presences, guessed, set(known).difference(changed)
+            return presences, guessed, set(known).difference(read).union(unseen)
         presences, guessed = await lifecycle.asnapshot(known, socket.user)
         return presences, guessed, set()

@@ -10,6 +10,8 @@ By concern:
   (:class:`LiveState`, :class:`Choices`), relations and the :class:`Presence` a viewer is shown;
 - :mod:`~presence.domain.resolver`: :func:`permits`, :func:`live_status` and :func:`resolve`,
   the one privacy resolver;
+- :mod:`~presence.domain.changes`: the kinds of a change and who can see it
+  (:meth:`Change.seen_by`);
 - :mod:`~presence.domain.display`: :func:`humanize`;
 - :mod:`~presence.domain.validation`: :func:`check_text` and :func:`parse_status_change`;
 - :mod:`~presence.domain.protocol`: the client's WebSocket frames, :func:`parse_frame`.
@@ -19,6 +21,16 @@ Everything is importable from ``presence.domain`` itself, as it always was.
 
 from __future__ import annotations
 
+from presence.domain.changes import (
+    ACTIVITY_CHANGE,
+    ANY_CHANGE,
+    LIVE_CHANGE,
+    RULES_CHANGE,
+    Change,
+    Kind,
+    merge_all,
+    relation_change,
+)
 from presence.domain.display import TIME_STRINGS, humanize
 from presence.domain.model import (
     DEVICE_BITS,
@@ -92,7 +104,9 @@ from presence.domain.validation import (
 )
 
 __all__ = [
+    "ACTIVITY_CHANGE",
     "ALLOWED_FORMAT_CHARACTERS",
+    "ANY_CHANGE",
     "CLIENT_TYPES",
     "DAY",
     "DEVICE_BITS",
@@ -103,8 +117,10 @@ __all__ = [
     "EXCEPTION_SHIFT",
     "HIDDEN",
     "LAST_SEEN_APPROX_LABELS",
+    "LIVE_CHANGE",
     "MAX_USER_ID",
     "MAX_USER_ID_LENGTH",
+    "RULES_CHANGE",
     "SECOND",
     "SELF",
     "STATUS_LABELS",
@@ -112,6 +128,7 @@ __all__ = [
     "TIME_STRINGS",
     "VISIBILITY_LABELS",
     "VISIBILITY_SETTINGS",
+    "Change",
     "Choices",
     "ClientMessage",
     "Device",
@@ -119,6 +136,7 @@ __all__ = [
     "Heartbeat",
     "HeartbeatState",
     "InvalidInput",
+    "Kind",
     "LastSeenApprox",
     "Limits",
     "LiveState",
@@ -148,11 +166,13 @@ __all__ = [
     "iso_time",
     "live_news",
     "live_status",
+    "merge_all",
     "offline_at",
     "parse_frame",
     "parse_status_change",
     "parse_subscription_query",
     "permits",
+    "relation_change",
     "resolve",
     "shows_last_seen",
     "visibly_differs",

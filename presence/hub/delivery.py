@@ -16,7 +16,7 @@ from django.db import connections as databases
 
 from presence import lifecycle, metrics
 from presence.conf import get_settings
-from presence.domain import HIDDEN, Presence, UserId, visibly_differs
+from presence.domain import ANY_CHANGE, HIDDEN, Change, Presence, UserId, visibly_differs
 from presence.hub.registry import Connection, Registry
 
 logger = logging.getLogger("presence")
@@ -127,6 +127,11 @@ class Delivery:
         #: pending users to deliver only to these connections (their snapshot read held up a
         #: delivery: the other watchers had it); a change of the user makes it everyone's again
         self.only: dict[UserId, set[Connection]] = {}
+        #: the kinds of the changes of users due (pending, or held up by snapshot reads): a
+        #: connection whose last view of a user is not known here (a page's, left out of a
+        #: stamped snapshot) is sent a change only if it may see such a change
+        self.changes: dict[UserId, Change] = {}
+        self.after_changes: dict[UserId, Change] = {}
         #: deliveries begun so far, and the users of the one under way (see Proof)
         self.rounds = 0
         self.in_flight: dict[UserId, list[Connection]] = {}
@@ -134,8 +139,14 @@ class Delivery:
         self.proofs: dict[Connection, Proof] = {}
         self._wake = asyncio.Event()
 
-    def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
-        """Users whose presence may have changed: delivered after their coalescing window.
+    def changed(
+        self,
+        user_ids: Iterable[UserId],
+        announced_at: float | None = None,
+        change: Change = ANY_CHANGE,
+    ) -> None:
+        """Users whose presence may have changed (``change``: in what way): delivered after
+        their coalescing window.
 
         The window counts from ``announced_at`` (when the change started, as its announcement
         says) when given: the time spent making the change and reaching this process is not
@@ -148,9 +159,13 @@ class Delivery:
             window -= min(max(time.time() - announced_at, 0.0), window)
         watchers = self.registry.watchers.members
         resyncing = self.resyncing
+        changes = self.changes
         for user_id in user_ids:
             # A change is every watcher's (or a user's left unwatched meanwhile: none).
             self.only.pop(user_id, None)
+            if user_id in watchers:
+                known = changes.get(user_id)
+                changes[user_id] = change if known is None else known.merged(change)
             if user_id in watchers and user_id not in self.pending:
                 self.pending[user_id] = loop_now + window
                 resyncing.discard(user_id)
@@ -197,8 +212,11 @@ class Delivery:
         """Resolve these users for every viewer subscribed to them here; send the diffs."""
         members = self.registry.watchers.members
         watchers: dict[UserId, list[Connection]] = {}
+        # A user due without a change of known kind (a resync) is every viewer's.
+        changes: dict[UserId, Change] = {}
         for uid in user_ids:
             # Taken now, before any await: a change arriving meanwhile is everyone's again.
+            changes[uid] = self.changes.pop(uid, ANY_CHANGE)
             only = self.only.pop(uid, None)
             connections = [c for c in members.get(uid, ()) if only is None or c in only]
             if connections:
@@ -209,11 +227,25 @@ class Delivery:
         round_ = self.rounds
         self.in_flight = watchers
         try:
-            await self._deliver(watchers, round_)
+            await self._deliver(watchers, round_, changes)
+        except BaseException:
+            self._keep(changes)  # delivered again (Delivery._deliver_now)
+            raise
         finally:
             self.in_flight = {}
 
-    async def _deliver(self, watchers: dict[UserId, list[Connection]], round_: int) -> None:
+    def _keep(self, changes: dict[UserId, Change]) -> None:
+        """Changes taken for a delivery that did not happen: due again with the next."""
+        for uid, change in changes.items():
+            known = self.changes.get(uid)
+            self.changes[uid] = change if known is None else known.merged(change)
+
+    async def _deliver(
+        self,
+        watchers: dict[UserId, list[Connection]],
+        round_: int,
+        changes: dict[UserId, Change],
+    ) -> None:
         # A snapshot being read may be newer or older than what is read here: a connection
         # reading one (when this read starts or ends) is delivered to once more after it,
         # compared with the snapshot. The others get their diff now: one socket reloading
@@ -232,6 +264,7 @@ class Delivery:
             retry_at = asyncio.get_running_loop().time() + get_settings().RETRY_INTERVAL
             for uid in watchers:
                 self.pending.setdefault(uid, retry_at)
+            self._keep(changes)
             return
         outbox: dict[Connection, dict[UserId, Presence]] = {}
         proofs = self.proofs
@@ -240,6 +273,9 @@ class Delivery:
             for connection in connections:
                 if (uid, connection) in reading or uid in connection.snapshotting:
                     self.after_snapshots.setdefault(uid, set()).add(connection)
+                    known = self.after_changes.get(uid)
+                    change = changes[uid]
+                    self.after_changes[uid] = change if known is None else known.merged(change)
                     continue
                 if proofs and connection in proofs:
                     settled.append((connection, uid))
@@ -250,7 +286,12 @@ class Delivery:
                 presence = HIDDEN if by_viewer is None else by_viewer.get(connection.viewer_id)
                 if presence is None:
                     continue
-                if visibly_differs(connection.sent[uid], presence):
+                before = connection.sent[uid]
+                if before is None and not resolved.sees(uid, connection.viewer_id, changes[uid]):
+                    # Its view is the page's, which this change cannot have altered: telling
+                    # it anything would tell a viewer who may not see it that it happened.
+                    continue
+                if visibly_differs(before, presence):
                     connection.sent[uid] = presence
                     outbox.setdefault(connection, {})[uid] = presence
         if self.after_snapshots:
@@ -272,26 +313,35 @@ class Delivery:
         reads go on (they are looked at again)."""
         watchers = self.registry.watchers.members
         read: dict[UserId, set[Connection]] = {}
+        #: the kinds of the changes those deliveries were of
+        again: dict[UserId, Change] = {}
         for uid, connections in list(self.after_snapshots.items()):
             watching = watchers.get(uid, ())
             done = {c for c in connections if uid not in c.snapshotting or c not in watching}
             if not done:
                 continue
             still = connections - done
+            change = self.after_changes.get(uid, ANY_CHANGE)
             if still:
                 self.after_snapshots[uid] = still
             else:
                 del self.after_snapshots[uid]
+                self.after_changes.pop(uid, None)
             done = {c for c in done if c in watching}
             if done:
                 read[uid] = done
+                again[uid] = change
         fresh = []
         for uid, connections in read.items():
             if uid not in self.pending:
                 fresh.append(uid)
-            elif uid in self.only:
-                self.only[uid] |= connections  # else a delivery to everyone is coming
-        self.changed(fresh)
+            else:
+                known = self.changes.get(uid)
+                self.changes[uid] = again[uid] if known is None else known.merged(again[uid])
+                if uid in self.only:
+                    self.only[uid] |= connections  # else a delivery to everyone is coming
+        for uid in fresh:
+            self.changed([uid], change=again[uid])
         for uid in fresh:
             self.only[uid] = read[uid]
         return bool(self.after_snapshots)

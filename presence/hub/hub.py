@@ -12,7 +12,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from presence import announce, metrics
-from presence.domain import UserId
+from presence.domain import ANY_CHANGE, Change, UserId
 from presence.hub.counts import OnlineCounts
 from presence.hub.delivery import Delivery, Proof
 from presence.hub.groups import Groups
@@ -76,7 +76,9 @@ class Hub:
         self.messages = Messages(
             self.registry,
             topics=self,
-            changed=lambda uids, announced_at: self.changed(uids, announced_at=announced_at),
+            changed=lambda uids, announced_at, change: self.changed(
+                uids, announced_at=announced_at, change=change
+            ),
             note_lag=self.recovery.note_lag,
             rooms=self.rooms,
             probed=self._probed,
@@ -210,8 +212,10 @@ class Hub:
         their groups are left (or linger)."""
         never_joined = []
         pending, unjoined = self.delivery.pending, self.groups.unjoined
+        changes = self.delivery.changes
         for user_id in last:
             pending.pop(user_id, None)
+            changes.pop(user_id, None)
             if user_id in unjoined:
                 unjoined.discard(user_id)
                 never_joined.append(user_id)
@@ -244,10 +248,15 @@ class Hub:
 
     # --- changes and announcements ---
 
-    def changed(self, user_ids: Iterable[UserId], announced_at: float | None = None) -> None:
-        """Users whose presence may have changed: delivered after their coalescing window
-        (see Delivery.changed)."""
-        self.delivery.changed(user_ids, announced_at)
+    def changed(
+        self,
+        user_ids: Iterable[UserId],
+        announced_at: float | None = None,
+        change: Change = ANY_CHANGE,
+    ) -> None:
+        """Users whose presence may have changed, in ``change``'s way: delivered after their
+        coalescing window (see Delivery.changed)."""
+        self.delivery.changed(user_ids, announced_at, change)
 
     def resync(self, user_ids: Iterable[UserId]) -> None:
         """Users to resolve again below the live work, in paced chunks (Delivery.resync)."""

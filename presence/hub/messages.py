@@ -19,8 +19,9 @@ from presence.announce import (
     SESSIONS_CHANGED,
     TOPIC,
     USER_DELETED,
+    change_of,
 )
-from presence.domain import UserId
+from presence.domain import Change, UserId
 from presence.hub.registry import Registry
 from presence.users import decode_id, id_decoder
 
@@ -34,7 +35,9 @@ PROBE = "presence.probe"
 
 
 class Changed(Protocol):
-    def __call__(self, user_ids: Iterable[UserId], *, announced_at: float | None) -> None: ...
+    def __call__(
+        self, user_ids: Iterable[UserId], *, announced_at: float | None, change: Change
+    ) -> None: ...
 
 
 class Messages:
@@ -92,6 +95,7 @@ class Messages:
             announced_at=float(at)
             if isinstance(at, (int, float)) and not isinstance(at, bool)
             else None,
+            change=change_of(message),
         )
 
     def room_message(self, message: dict[str, Any]) -> None:

@@ -79,8 +79,10 @@ class Tasks:
         tasks += list(self.messages.delivering)
         tasks += list(self.rooms.rules.asked)
         self.delivery.pending.clear()
+        self.delivery.changes.clear()
         self.delivery.resyncing.waiting.clear()
         self.delivery.after_snapshots.clear()
+        self.delivery.after_changes.clear()
         self.delivery.proofs.clear()
         # Groups connections still leaving hold (they left the registry, the last of them
         # stopped the hub, and they wait for the lock) are left now, while the hub still has

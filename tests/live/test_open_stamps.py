@@ -20,7 +20,7 @@ pytestmark = pytest.mark.cluster
 async def stamped_since(user: Any, since: float) -> bool:
     """Whether the user's change stamp (or a schedule falling due) says "changed since"."""
     store = get_store()
-    found = await store.arun(store.plans.changed_since([user.pk], since, since))
+    found = await store.arun(store.plans.changed_since([user.pk], 0, since, since))
     assert found is not None  # the stamps' epoch is kept
     return user.pk in found[1]
 
@@ -32,9 +32,9 @@ def stamp_writes(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
     writes: list[list[Any]] = []
     real = announce.astamp_changes
 
-    async def counted(user_ids: list[Any]) -> None:
+    async def counted(user_ids: list[Any], *args: Any) -> None:
         writes.append(list(user_ids))
-        await real(user_ids)
+        await real(user_ids, *args)
 
     monkeypatch.setattr(announce, "astamp_changes", counted)
     return writes

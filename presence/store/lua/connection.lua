@@ -167,7 +167,8 @@ if op == 'open' and KEYS[10] and news then
   local t = redis.call('TIME')
   local at = string.format('%.6f', math.max(tonumber(ARGV[15]), t[1] + t[2] / 1000000))
   redis.call('SET', KEYS[11], at, 'NX')
-  redis.call('ZADD', KEYS[10], 'GT', at, uid)
+  -- A change of any kind (the id) and a LIVE one (changed_since.lua).
+  redis.call('ZADD', KEYS[10], 'GT', at, uid, at, '1:' .. uid)
   redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[16])
   stamped = 1
 end

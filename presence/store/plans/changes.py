@@ -9,9 +9,28 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from presence.domain import ANY_CHANGE, Change, Kind
 from presence.store.plans.plan import Plan, PlanArea, script_call
 from presence.store.scripts import CHANGED_SINCE, STAMP_CHANGES
 from presence.users import UserId, encode_id, id_decoder
+
+#: the kinds stamped each as a member of their own ('<bit>:<id>'; lua/changed_since.lua)
+_KINDS = tuple(Kind)
+
+
+def _pair_member(target: int | str, viewer: int | str) -> str:
+    """The stamp of a change of relation between ``target`` and ``viewer`` (encoded ids): the
+    target's length first, so that no two pairs of ids spell the same member."""
+    spelt = str(target)
+    return f"p:{len(spelt.encode())}:{spelt}{viewer}"
+
+
+def _members(encoded: int | str, change: Change) -> list[int | str]:
+    """The members a change of ``change``'s kinds stamps for one user: its id, its kinds."""
+    members: list[int | str] = [encoded]
+    members.extend(f"{kind.value}:{encoded}" for kind in _KINDS if change.kinds & kind)
+    members.extend(_pair_member(encoded, encode_id(other)) for other in change.between)
+    return members
 
 
 class ChangePlans(PlanArea):
@@ -31,27 +50,37 @@ class ChangePlans(PlanArea):
                 shards[keys.shard_of(keys.bucket_of(user_id))].append(encode_id(user_id))
         return shards
 
-    def stamp_changes(self, user_ids: Iterable[UserId], now: float, keep: float) -> Plan[bool]:
-        """These users' visible presence changed at ``now`` (written before it is announced);
-        stamps older than ``keep`` seconds are forgotten. False when Redis is unavailable."""
+    def stamp_changes(
+        self, user_ids: Iterable[UserId], now: float, keep: float, change: Change = ANY_CHANGE
+    ) -> Plan[bool]:
+        """These users' visible presence changed at ``now`` (written before it is announced),
+        in ``change``'s kinds; stamps older than ``keep`` seconds are forgotten. False when
+        Redis is unavailable."""
         commands = [
             script_call(
                 STAMP_CHANGES,
                 [self.keys.changes_key(shard), self.keys.changes_epoch_key(shard)],
-                [repr(now), repr(now - keep), *members],
+                [
+                    repr(now),
+                    repr(now - keep),
+                    *(member for user in members for member in _members(user, change)),
+                ],
             )
             for shard, members in self._by_shard(user_ids).items()
         ]
         return Plan(commands=commands, parse=lambda replies: True, fallback=False)
 
     def changed_since(
-        self, user_ids: Iterable[UserId], low: float, high: float
-    ) -> Plan[tuple[float, set[UserId]] | None]:
+        self, user_ids: Iterable[UserId], viewer: UserId, low: float, high: float
+    ) -> Plan[tuple[float, dict[UserId, Kind]] | None]:
         """The users among ``user_ids`` who may look different now than at ``low`` (a change
-        stamped since, or a schedule due between ``low`` and ``high``), with the earliest time
-        since which the shards read kept every stamp (their epoch). None when Redis is
-        unavailable or a shard keeps no epoch (flushed): nothing can be proven then."""
+        stamped since, or a schedule due between ``low`` and ``high``), each with the kinds of
+        their changes since (a change of relation only if it was with ``viewer``; no kinds: a
+        change ``viewer`` cannot be told of), and the earliest time since which the shards
+        read kept every stamp (their epoch). None when Redis is unavailable or a shard keeps
+        no epoch (flushed): nothing can be proven then."""
         shards = self._by_shard(user_ids)
+        spelt_viewer = encode_id(viewer)
         commands = []
         for shard, members in shards.items():
             scheme = self.keys
@@ -62,17 +91,20 @@ class ChangePlans(PlanArea):
                 scheme._schedule_key(shard, "expiring"),
                 scheme.lease_key(shard),
             ]
-            commands.append(script_call(CHANGED_SINCE, keys, [repr(low), repr(high), *members]))
+            commands.append(
+                script_call(CHANGED_SINCE, keys, [repr(low), repr(high), spelt_viewer, *members])
+            )
 
-        def parse(replies: list[Any]) -> tuple[float, set[UserId]] | None:
+        def parse(replies: list[Any]) -> tuple[float, dict[UserId, Kind]] | None:
             decode = id_decoder()
-            changed: set[UserId] = set()
+            changed: dict[UserId, Kind] = {}
             kept_since = 0.0
             for reply in replies:
                 if isinstance(reply, Exception) or not reply or reply[0] is None:
                     return None
                 kept_since = max(kept_since, float(reply[0]))
-                changed.update(decode(member) for member in reply[1:])
+                for at in range(1, len(reply) - 1, 2):
+                    changed[decode(reply[at])] = Kind(int(reply[at + 1]))
             return kept_since, changed
 
         return Plan(commands=commands, parse=parse, fallback=None)

@@ -1,0 +1,165 @@
+"""Which viewers a change can show anything to (presence.domain.Change.seen_by): the pure rule
+that keeps a blocked or non-permitted viewer from being told that a user did something.
+
+The rule is held to the resolver itself: over every privacy level, invisibility, relation and
+exception, a change judged unseen by a viewer never alters what the one resolver shows that
+viewer; and the rule is no gag: each kind is seen by some viewer whose view it alters.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from presence import announce, domain
+from presence.domain import (
+    EXCEPTION_ALLOW,
+    EXCEPTION_DENY,
+    EXCEPTION_SHIFT,
+    Change,
+    Choices,
+    Device,
+    Kind,
+    LiveState,
+    Relation,
+    Timing,
+    Visibility,
+)
+from tests.core.domain_cases import NOW
+
+TIMING = Timing(online_window=300, offline_grace=5, approximate_last_seen=True)
+VIEWER = 7
+OFFLINE = LiveState(last_active=NOW - 3 * 86400, prior=NOW - 5 * 86400)
+ONLINE = LiveState(last_active=NOW - 10, devices=(Device.WEB,), prior=NOW - 5 * 86400)
+IDLE = replace(ONLINE, connected=True, idle=True)
+
+
+def relations() -> Iterator[Relation]:
+    for contact, close, blocked in itertools.product((False, True), repeat=3):
+        if close and not contact:
+            continue
+        yield Relation(is_contact=contact, is_close_friend=close, blocked=blocked)
+    for setting, bit in itertools.product(EXCEPTION_SHIFT, (EXCEPTION_ALLOW, EXCEPTION_DENY)):
+        yield Relation(exceptions=bit << EXCEPTION_SHIFT[setting])
+
+
+def choices() -> Iterator[Choices]:
+    for online, last_seen, activity in itertools.product(Visibility, repeat=3):
+        for invisible in (False, True):
+            yield Choices(
+                online_visibility=online,
+                last_seen_visibility=last_seen,
+                activity_visibility=activity,
+                invisible=invisible,
+            )
+
+
+def changes_of(
+    kind: Kind, before: Choices
+) -> Iterator[tuple[LiveState, Choices, LiveState, Choices]]:
+    """(live, choices) before and after, for changes of ``kind`` only."""
+    if kind is Kind.LIVE:
+        for was, now in itertools.permutations((OFFLINE, ONLINE, IDLE), 2):
+            yield was, before, now, before
+        yield ONLINE, before, ONLINE, replace(before, dnd=not before.dnd)
+    elif kind is Kind.ACTIVITY:
+        texted = replace(before, text="at lunch", emoji="🥪", activity="eating")
+        for live in (OFFLINE, ONLINE):
+            yield live, before, live, texted
+            yield live, texted, live, before
+    elif kind is Kind.INVISIBLE:
+        for live in (OFFLINE, ONLINE):
+            yield live, before, live, replace(before, invisible=not before.invisible)
+
+
+def resolved(live: LiveState, choices: Choices, relation: Relation) -> domain.Presence:
+    return domain.resolve(live, choices, relation, NOW, TIMING)
+
+
+@pytest.mark.parametrize("kind", [Kind.LIVE, Kind.ACTIVITY, Kind.INVISIBLE])
+def test_a_change_judged_unseen_never_alters_what_the_viewer_is_shown(kind: Kind) -> None:
+    judged = told = 0
+    for relation, before in itertools.product(relations(), choices()):
+        for live_before, choices_before, live_after, choices_after in changes_of(kind, before):
+            shown_before = resolved(live_before, choices_before, relation)
+            shown_after = resolved(live_after, choices_after, relation)
+            if Change(kind).seen_by(VIEWER, choices_after, relation):
+                told += shown_before != shown_after
+            else:
+                judged += 1
+                assert shown_before == shown_after, (relation, choices_before, choices_after)
+    # Both branches are taken: some viewers are spared it, and some that see it are told.
+    assert judged and told
+
+
+@pytest.mark.parametrize("relation", list(relations()))
+def test_a_change_of_relation_with_someone_else_is_nobody_else_s(relation: Relation) -> None:
+    change = domain.relation_change([VIEWER + 1])
+    assert not change.seen_by(VIEWER, Choices(), relation)
+    assert domain.relation_change([VIEWER]).seen_by(VIEWER, Choices(), relation)
+
+
+def test_a_block_hides_every_change_but_one_of_the_block_itself() -> None:
+    blocked = Relation(is_contact=True, blocked=True)
+    everyone = Choices(
+        online_visibility=Visibility.EVERYONE,
+        last_seen_visibility=Visibility.EVERYONE,
+        activity_visibility=Visibility.EVERYONE,
+    )
+    for kinds in (Kind.LIVE, Kind.ACTIVITY, Kind.INVISIBLE, Kind.RULES, Kind.RELATION):
+        assert not Change(kinds, frozenset({VIEWER + 1})).seen_by(VIEWER, everyone, blocked)
+    assert domain.relation_change([VIEWER]).seen_by(VIEWER, everyone, blocked)
+
+
+def test_privacy_levels_and_unknown_changes_are_every_unblocked_viewer_s() -> None:
+    # The levels before are not kept: a change of them may make anyone but a blocked viewer
+    # see more or less. A change of unknown kind (a site's own) is everyone's.
+    for relation in relations():
+        assert Change(Kind.RULES).seen_by(VIEWER, Choices(), relation) is not relation.blocked
+        assert domain.ANY_CHANGE.seen_by(VIEWER, Choices(), relation)
+
+
+def test_the_user_sees_every_change_of_their_own() -> None:
+    for kinds in Kind:
+        assert Change(kinds).seen_by(VIEWER, Choices(), domain.SELF)
+
+
+def test_changes_merge_their_kinds_and_users() -> None:
+    merged = domain.LIVE_CHANGE.merged(domain.relation_change([1])).merged(
+        domain.relation_change([2])
+    )
+    assert merged == Change(Kind.LIVE | Kind.RELATION, frozenset({1, 2}))
+    assert domain.merge_all([]) is None
+    assert domain.merge_all([domain.ACTIVITY_CHANGE, domain.LIVE_CHANGE]) == Change(
+        Kind.LIVE | Kind.ACTIVITY
+    )
+
+
+# --- a change as announcements carry it (presence.announce) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [domain.LIVE_CHANGE, domain.RULES_CHANGE, Change(Kind(0)), domain.relation_change([3, 4])],
+)
+def test_an_announcement_carries_its_change(change: Change) -> None:
+    assert announce.change_of(announce.change_fields(change)) == change
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {},  # an announcer of an earlier version
+        {"kinds": "1"},
+        {"kinds": True},
+        {"kinds": 64},
+        {"kinds": -1},
+        {"kinds": 16, "between": [[1]]},
+        {"kinds": 16, "between": 5},
+    ],
+)
+def test_an_announcement_whose_change_cannot_be_read_is_everyone_s(message: dict) -> None:
+    assert announce.change_of(message) == domain.ANY_CHANGE

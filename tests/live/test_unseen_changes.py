@@ -1,0 +1,190 @@
+"""A change a viewer may not see is not told to them at all (presence.domain.Change.seen_by).
+
+A blocked viewer, or a stranger to a user who shares with contacts only, must learn nothing of
+what the user does: not by being sent their (unchanged) hidden presence again when they come
+online, change a status or go invisible, nor when they follow or block someone else. Two paths
+carry such news: the answer to a stamped subscribe (a page's socket, a resume), which lists a
+user who changed since the stamp apart from the ``unchanged``; and the live diffs to a socket
+whose view of a user is the page's (left out of its snapshot as unchanged), where the hub does
+not hold what the viewer was last shown. Each is asked here with a change and without one: the
+answers are the same. A viewer who may see the change is still told (the rule is not a gag).
+
+Helpers: tests/live/sockets.py, tests/live/test_stamped_subscribe.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import time_machine
+from asgiref.sync import sync_to_async
+
+from presence import api
+from presence.models import Block, Contact
+from tests.ids import wire_id
+from tests.live.sockets import TIMEOUT, Sockets, lets_see, new_user
+from tests.live.sockets import _base_settings as _base_settings
+from tests.live.sockets import sockets as sockets
+from tests.live.test_stamped_subscribe import ids, render_page, subscribe_since
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+    pytest.mark.uuid_site,
+    pytest.mark.cluster,
+]
+
+
+async def _online(target: Any, other: Any) -> None:
+    await api.atouch(target)
+
+
+async def _status(target: Any, other: Any) -> None:
+    await sync_to_async(api.set_status)(target, "dnd", text="in a meeting", emoji="📅")
+
+
+async def _invisible(target: Any, other: Any) -> None:
+    await sync_to_async(api.set_status)(target, "invisible")
+
+
+async def _follows_someone_else(target: Any, other: Any) -> None:
+    await sync_to_async(Contact.objects.create)(owner=target, contact=other)
+
+
+async def _blocks_someone_else(target: Any, other: Any) -> None:
+    await sync_to_async(Block.objects.create)(blocker=target, blocked=other)
+
+
+#: what the target does that a blocked viewer, or a stranger to a target sharing with its
+#: contacts only, may not see
+CHANGES: dict[str, Callable[[Any, Any], Awaitable[None]]] = {
+    "comes online": _online,
+    "sets a status": _status,
+    "goes invisible": _invisible,
+    "follows someone else": _follows_someone_else,
+    "blocks someone else": _blocks_someone_else,
+}
+
+
+async def _nothing(target: Any, other: Any) -> None:
+    return None
+
+
+async def cast(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    viewer_is: str,
+    friend_online: bool = True,
+) -> tuple[Any, Any, Any, Any]:
+    """The viewer, the target it may not see (it blocked the viewer, or shares with its contacts
+    only and the viewer is none), a friend the viewer may see (a contact of the viewer, online
+    unless not ``friend_online``: never seen), and a bystander; set up a minute before the
+    clock's start, which it is back at."""
+    viewer = await new_user(make_user)
+    target = await new_user(make_user)
+    friend = await new_user(make_user)
+    bystander = await new_user(make_user)
+    clock.shift(-60)
+    await lets_see(friend, viewer)
+    if friend_online:
+        await api.atouch(friend)
+    if viewer_is == "blocked":
+        await lets_see(target, viewer)  # it would see the target but for the block
+        await sync_to_async(Block.objects.create)(blocker=target, blocked=viewer)
+    clock.shift(60)
+    return viewer, target, friend, bystander
+
+
+@pytest.mark.parametrize("viewer_is", ["blocked", "stranger"])
+@pytest.mark.parametrize("change", [None, *CHANGES])
+async def test_a_stamped_subscribe_answers_the_same_whether_the_target_changed_or_not(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    viewer_is: str,
+    change: str | None,
+) -> None:
+    viewer, target, friend, bystander = await cast(make_user, clock, viewer_is)
+    stamp, _ = await render_page(viewer, target, friend)
+    clock.shift(1)
+    await CHANGES.get(change or "", _nothing)(target, bystander)
+    clock.shift(4)
+    communicator = await sockets.open(viewer)
+
+    frame = await subscribe_since(communicator, stamp, target, friend)
+
+    assert frame["presences"] == {}
+    assert frame["unchanged"] == ids(target, friend)
+
+
+@pytest.mark.parametrize("viewer_is", ["blocked", "stranger"])
+@pytest.mark.parametrize("change", list(CHANGES))
+async def test_no_diff_tells_a_page_s_socket_of_a_change_it_may_not_see(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    viewer_is: str,
+    change: str,
+) -> None:
+    # The friend is offline at the page: its coming online is the witness below.
+    viewer, target, friend, bystander = await cast(make_user, clock, viewer_is, False)
+    stamp, _ = await render_page(viewer, target, friend)
+    clock.shift(1)
+    communicator = await sockets.open(viewer)
+    assert (await subscribe_since(communicator, stamp, target, friend))["presences"] == {}
+
+    await CHANGES[change](target, bystander)
+    # A change the viewer may see, made after: a diff of the target, had one been sent, would
+    # come before this one or with it.
+    await api.atouch(friend)
+
+    frame = await communicator.receive_json_from(timeout=TIMEOUT)
+    assert frame["type"] == "presence_diff"
+    assert list(frame["presences"]) == [str(wire_id(friend))]
+
+
+async def test_a_viewer_who_may_see_the_change_is_still_told(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    _, target, _, _ = await cast(make_user, clock, "stranger")
+    contact = await new_user(make_user)
+    clock.shift(-60)
+    await lets_see(target, contact)
+    clock.shift(60)
+    stamp, _ = await render_page(contact, target)
+    clock.shift(1)
+    await _status(target, None)
+    clock.shift(4)
+    page = await sockets.open(contact)
+    answer = await subscribe_since(page, stamp, target)
+    assert answer["presences"][str(wire_id(target))]["text"] == "in a meeting"
+    assert answer["unchanged"] == []
+
+    await _online(target, None)
+
+    frame = await page.receive_json_from(timeout=TIMEOUT)
+    assert frame["type"] == "presence_diff"
+    assert frame["presences"][str(wire_id(target))]["status"] == "dnd"
+
+
+async def test_a_page_s_socket_is_told_a_change_of_its_own_relation(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # The target adds the stranger: the stranger may see it from now on, so it is told.
+    viewer, target, _, _ = await cast(make_user, clock, "stranger")
+    clock.shift(-60)
+    await api.atouch(target)
+    clock.shift(60)
+    stamp, shown = await render_page(viewer, target)
+    assert shown[str(wire_id(target))]["status"] == "offline"
+    clock.shift(1)
+    communicator = await sockets.open(viewer)
+    assert (await subscribe_since(communicator, stamp, target))["presences"] == {}
+
+    await lets_see(target, viewer)
+
+    frame = await communicator.receive_json_from(timeout=TIMEOUT)
+    assert frame["type"] == "presence_diff"
+    assert frame["presences"][str(wire_id(target))]["status"] == "online"

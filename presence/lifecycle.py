@@ -252,11 +252,10 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     if report.offline or report.changed or expiring:
         # Each with its kinds: a viewer who may not see a custom status is not told it ended.
         changes: dict[UserId, domain.Change] = dict.fromkeys(expiring, domain.ACTIVITY_CHANGE)
-        for uid, change in (
-            *((uid, domain.LIVE_CHANGE) for uid in report.offline),
-            *((uid, _UNSETTLED_CHANGE) for uid in report.changed),
-        ):
-            changes[uid] = changes[uid].merged(change) if uid in changes else change
+        for uid in report.offline:
+            domain.add_change(changes, uid, domain.LIVE_CHANGE)
+        for uid in report.changed:
+            domain.add_change(changes, uid, _UNSETTLED_CHANGE)
         yield from call(_announce, list(changes), changes, afunction=_aannounce)
     if ended:
         # After the announcement: friends are told at once, not behind the database's queue.
@@ -340,12 +339,29 @@ async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId
     """Presence of ``targets`` as ``viewer`` may see it (a subscribe's snapshot), and whether it
     is a guess: True when Redis could not be read, so it shows what the database alone knows
     (offline, persisted last seen) and the caller should resolve these users again later."""
-    return await arun(_snapshot(targets, viewer))
+    presences, guessed, _ = await arun(_snapshot(targets, viewer))
+    return presences, guessed
+
+
+async def asnapshot_changed(
+    changed: Mapping[UserId, domain.Kind], viewer: Any
+) -> tuple[dict[UserId, Presence], bool, set[UserId]]:
+    """:func:`asnapshot` of users changed since a stamp (``changed``: each with the kinds of
+    its changes, as :func:`achanged_since` gives them), and those of them whose changes
+    ``viewer`` may not see (domain.Change.seen_by: no kinds, or kinds that cannot alter what
+    ``viewer`` sees of them). Those are left out of the snapshot: a blocked or non-permitted
+    viewer is answered the same whether they changed or not."""
+    unseen = {uid for uid, kinds in changed.items() if not kinds}
+    ids = [uid for uid, kinds in changed.items() if kinds]
+    if not ids:
+        return {}, False, unseen
+    presences, guessed, hidden = await arun(_snapshot(ids, viewer, changed))
+    return presences, guessed, unseen | hidden
 
 
 def _snapshot(
-    targets: Iterable[UserId], viewer: Any
-) -> Operation[tuple[dict[UserId, Presence], bool]]:
+    targets: Iterable[UserId], viewer: Any, changed: Mapping[UserId, domain.Kind] | None = None
+) -> Operation[tuple[dict[UserId, Presence], bool, set[UserId]]]:
     ids = resolution.unique(targets)
     store = get_store()
     # Judged as of the start of the read (see resolution.is_news).
@@ -358,43 +374,14 @@ def _snapshot(
         Call(relations.load, (viewer, ids), relations.aload),
         Redis(store.plans.read_recent(ids, 0), live=True),
     )
-    return resolution.resolve_all(facts, live, now), live is None
-
-
-async def asnapshot_changed(
-    changed: Mapping[UserId, domain.Kind], viewer: Any
-) -> tuple[dict[UserId, Presence], bool, set[UserId]]:
-    """:func:`asnapshot` of users changed since a stamp (``changed``: each with the kinds of
-    its changes, as :func:`achanged_since` gives them), and those of them whose changes
-    ``viewer`` may not see (domain.Change.seen_by: no kinds, or kinds that cannot alter what
-    ``viewer`` sees of them). Those are left out of the snapshot: a blocked or non-permitted
-    viewer is answered the same whether they changed or not."""
-    return await arun(_snapshot_changed(changed, viewer))
-
-
-def _snapshot_changed(
-    changed: Mapping[UserId, domain.Kind], viewer: Any
-) -> Operation[tuple[dict[UserId, Presence], bool, set[UserId]]]:
-    unseen = {uid for uid, kinds in changed.items() if not kinds}
-    ids = [uid for uid, kinds in changed.items() if kinds]
-    if not ids:
-        return {}, False, unseen
-    now = resolution.now()
-    store = get_store()
-    facts, live = yield from both(
-        Call(relations.load, (viewer, ids), relations.aload),
-        Redis(store.plans.read_recent(ids, 0), live=True),
-    )
-    viewer_id = viewer_pk(viewer)
-    between = frozenset(() if viewer_id is None else (viewer_id,))
-    for uid in ids:
-        found = facts.get(uid)
-        if found is None:
-            continue  # no such user: left to the caller, as a snapshot leaves them
-        relation, choices = found
-        if not domain.Change(changed[uid], between).seen_by(viewer_id, choices, relation):
-            unseen.add(uid)
-            del facts[uid]
+    unseen: set[UserId] = set()
+    if changed is not None:
+        viewer_id = viewer_pk(viewer)
+        between = frozenset(() if viewer_id is None else (viewer_id,))
+        for uid, (relation, choices) in list(facts.items()):
+            if not domain.Change(changed[uid], between).seen_by(viewer_id, choices, relation):
+                unseen.add(uid)
+                del facts[uid]
     return resolution.resolve_all(facts, live, now), live is None, unseen
 
 

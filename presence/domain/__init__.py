@@ -28,7 +28,7 @@ from presence.domain.changes import (
     RULES_CHANGE,
     Change,
     Kind,
-    merge_all,
+    add_change,
     relation_change,
 )
 from presence.domain.display import TIME_STRINGS, humanize
@@ -153,6 +153,7 @@ __all__ = [
     "UserId",
     "Visibility",
     "WatchCount",
+    "add_change",
     "approximate",
     "approximate_before_today",
     "approximate_from",
@@ -166,7 +167,6 @@ __all__ = [
     "iso_time",
     "live_news",
     "live_status",
-    "merge_all",
     "offline_at",
     "parse_frame",
     "parse_status_change",

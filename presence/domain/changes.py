@@ -85,9 +85,7 @@ def relation_change(others: Iterable[UserId]) -> Change:
     return Change(Kind.RELATION, frozenset(others))
 
 
-def merge_all(changes: Iterable[Change]) -> Change | None:
-    """All of ``changes`` as one, None for none."""
-    merged: Change | None = None
-    for change in changes:
-        merged = change if merged is None else merged.merged(change)
-    return merged
+def add_change(changes: dict[UserId, Change], user_id: UserId, change: Change) -> None:
+    """``change`` of ``user_id`` added to ``changes`` (merged with the one there)."""
+    known = changes.get(user_id)
+    changes[user_id] = change if known is None else known.merged(change)

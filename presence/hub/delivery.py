@@ -16,7 +16,15 @@ from django.db import connections as databases
 
 from presence import lifecycle, metrics
 from presence.conf import get_settings
-from presence.domain import ANY_CHANGE, HIDDEN, Change, Presence, UserId, visibly_differs
+from presence.domain import (
+    ANY_CHANGE,
+    HIDDEN,
+    Change,
+    Presence,
+    UserId,
+    add_change,
+    visibly_differs,
+)
 from presence.hub.registry import Connection, Registry
 
 logger = logging.getLogger("presence")
@@ -164,8 +172,7 @@ class Delivery:
             # A change is every watcher's (or a user's left unwatched meanwhile: none).
             self.only.pop(user_id, None)
             if user_id in watchers:
-                known = changes.get(user_id)
-                changes[user_id] = change if known is None else known.merged(change)
+                add_change(changes, user_id, change)
             if user_id in watchers and user_id not in self.pending:
                 self.pending[user_id] = loop_now + window
                 resyncing.discard(user_id)
@@ -237,8 +244,7 @@ class Delivery:
     def _keep(self, changes: dict[UserId, Change]) -> None:
         """Changes taken for a delivery that did not happen: due again with the next."""
         for uid, change in changes.items():
-            known = self.changes.get(uid)
-            self.changes[uid] = change if known is None else known.merged(change)
+            add_change(self.changes, uid, change)
 
     async def _deliver(
         self,
@@ -273,9 +279,7 @@ class Delivery:
             for connection in connections:
                 if (uid, connection) in reading or uid in connection.snapshotting:
                     self.after_snapshots.setdefault(uid, set()).add(connection)
-                    known = self.after_changes.get(uid)
-                    change = changes[uid]
-                    self.after_changes[uid] = change if known is None else known.merged(change)
+                    add_change(self.after_changes, uid, changes[uid])
                     continue
                 if proofs and connection in proofs:
                     settled.append((connection, uid))
@@ -336,8 +340,7 @@ class Delivery:
             if uid not in self.pending:
                 fresh.append(uid)
             else:
-                known = self.changes.get(uid)
-                self.changes[uid] = again[uid] if known is None else known.merged(again[uid])
+                add_change(self.changes, uid, again[uid])
                 if uid in self.only:
                     self.only[uid] |= connections  # else a delivery to everyone is coming
         for uid in fresh:

@@ -132,10 +132,11 @@ def test_changes_merge_their_kinds_and_users() -> None:
         domain.relation_change([2])
     )
     assert merged == Change(Kind.LIVE | Kind.RELATION, frozenset({1, 2}))
-    assert domain.merge_all([]) is None
-    assert domain.merge_all([domain.ACTIVITY_CHANGE, domain.LIVE_CHANGE]) == Change(
-        Kind.LIVE | Kind.ACTIVITY
-    )
+    changes: dict[int, Change] = {}
+    domain.add_change(changes, 1, domain.ACTIVITY_CHANGE)
+    domain.add_change(changes, 1, domain.LIVE_CHANGE)
+    domain.add_change(changes, 2, domain.LIVE_CHANGE)
+    assert changes == {1: Change(Kind.LIVE | Kind.ACTIVITY), 2: domain.LIVE_CHANGE}
 
 
 # --- a change as announcements carry it (presence.announce) ---------------------------------------

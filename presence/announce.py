@@ -29,7 +29,7 @@ from channels.layers import get_channel_layer
 
 from presence import metrics, room_sends, sessions
 from presence.conf import get_settings, stamps_kept
-from presence.domain import ANY_CHANGE, Change, Kind, UserId
+from presence.domain import ALL_KINDS, ANY_CHANGE, Change, Kind, UserId
 from presence.layer import (
     account_group_name,
     group_name,
@@ -186,7 +186,7 @@ def change_of(message: Mapping[str, Any]) -> Change:
     """The change a "changed" message announces; of unknown kind where it says none (an
     announcer of an earlier version) or what it says cannot be read."""
     kinds = message.get("kinds")
-    if not isinstance(kinds, int) or isinstance(kinds, bool) or not 0 <= kinds < 64:
+    if not isinstance(kinds, int) or isinstance(kinds, bool) or not 0 <= kinds <= ALL_KINDS:
         return ANY_CHANGE
     between = message.get("between") or ()
     try:

@@ -22,7 +22,7 @@ from presence import announce, api, domain, lifecycle
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
 from presence.middleware import listener, throttle
-from presence.models import Block, Contact, PrivacyException, PrivacySettings
+from presence.models import Block, Contact, PrivacyException, PrivacySettings, privacy_defaults
 from presence.signals import presence_changed
 from presence.users import user_pk
 
@@ -88,7 +88,17 @@ def _between(one: UserId, other: UserId, both: bool) -> dict[UserId, domain.Chan
 
 
 def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
-    _changed(sender, (instance.user_id,), "privacy", change=domain.RULES_CHANGE)
+    # What changed, for whom: a viewer whose permissions the new levels leave as they were is
+    # not told (before: as read, or the defaults a user without a row had; not known for a
+    # row saved without being read: then every viewer but a blocked one is told).
+    if kwargs["signal"] is post_save:
+        before = privacy_defaults() if kwargs.get("created") else instance._saved_choices
+        after = instance.choices()
+        instance._saved_choices = after
+    else:
+        before, after = instance._saved_choices or instance.choices(), privacy_defaults()
+    change = domain.RULES_CHANGE if before is None else domain.levels_change(before, after)
+    _changed(sender, (instance.user_id,), "privacy", change=change)
     # The online count leaves invisible users out: its copy of the choice, after commit.
     user_id, invisible = instance.user_id, instance.invisible and kwargs["signal"] is post_save
     transaction.on_commit(lambda: api.note_invisible(user_id, invisible))

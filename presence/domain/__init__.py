@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from presence.domain.changes import (
     ACTIVITY_CHANGE,
+    ALL_KINDS,
     ANY_CHANGE,
     LIVE_CHANGE,
     RULES_CHANGE,
     Change,
     Kind,
     add_change,
+    levels_change,
     relation_change,
 )
 from presence.domain.display import TIME_STRINGS, humanize
@@ -106,6 +108,7 @@ from presence.domain.validation import (
 __all__ = [
     "ACTIVITY_CHANGE",
     "ALLOWED_FORMAT_CHARACTERS",
+    "ALL_KINDS",
     "ANY_CHANGE",
     "CLIENT_TYPES",
     "DAY",
@@ -165,6 +168,7 @@ __all__ = [
     "exception_bits",
     "humanize",
     "iso_time",
+    "levels_change",
     "live_news",
     "live_status",
     "offline_at",

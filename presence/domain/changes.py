@@ -14,7 +14,16 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from presence.domain.model import Choices, Relation, UserId
+from presence.domain.model import (
+    EXCEPTION_ALLOW,
+    EXCEPTION_DENY,
+    EXCEPTION_SHIFT,
+    VISIBILITY_SETTINGS,
+    Choices,
+    Relation,
+    UserId,
+    Visibility,
+)
 from presence.domain.resolver import permits
 
 
@@ -27,12 +36,63 @@ class Kind(enum.IntFlag):
     ACTIVITY = 2
     #: invisible turned on or off: seen by whoever may see online but for it
     INVISIBLE = 4
-    #: the privacy levels: may change what any viewer but a blocked one sees
+    #: the privacy levels, changed in a way not known: may change what any viewer but a blocked
+    #: one sees
     RULES = 8
     #: the relation with the users named (a contact, an exception, a block): theirs alone
     RELATION = 16
     #: not known (a site's own ``presence_changed``, a deleted user): everyone's
     UNKNOWN = 32
+    #: a privacy level changed whether one class of viewers (without an exception for that
+    #: setting) may see that setting: strangers, contacts, close friends (levels_change)
+    ONLINE_FOR_STRANGERS = 64
+    ONLINE_FOR_CONTACTS = 128
+    ONLINE_FOR_CLOSE_FRIENDS = 256
+    LAST_SEEN_FOR_STRANGERS = 512
+    LAST_SEEN_FOR_CONTACTS = 1024
+    LAST_SEEN_FOR_CLOSE_FRIENDS = 2048
+    ACTIVITY_FOR_STRANGERS = 4096
+    ACTIVITY_FOR_CONTACTS = 8192
+    ACTIVITY_FOR_CLOSE_FRIENDS = 16384
+
+
+#: every kind's bits (a message or a stamp of more is not one of this version's)
+ALL_KINDS = sum(kind.value for kind in Kind)
+
+#: the classes of viewers a privacy level tells apart, each with one relation of its class
+_CLASSES = (
+    Relation(),
+    Relation(is_contact=True),
+    Relation(is_contact=True, is_close_friend=True),
+)
+
+
+def _level_kind(setting: str, viewers: int) -> Kind:
+    """The kind "``setting``'s permission changed for class ``viewers`` (0, 1, 2)"."""
+    return Kind(Kind.ONLINE_FOR_STRANGERS << (3 * VISIBILITY_SETTINGS.index(setting) + viewers))
+
+
+def _class_of(relation: Relation) -> int:
+    if relation.is_contact:
+        return 2 if relation.is_close_friend else 1
+    return 0
+
+
+def levels_change(before: Choices, after: Choices) -> Change:
+    """The change of a user's privacy settings from ``before`` to ``after``: for each setting
+    and class of viewers, whether that class's permission changed (a viewer with an exception
+    for the setting keeps theirs), and whether invisible was turned on or off."""
+    kinds = Kind(0)
+    for setting in VISIBILITY_SETTINGS:
+        old, new = getattr(before, setting), getattr(after, setting)
+        if old is new:
+            continue
+        for viewers, relation in enumerate(_CLASSES):
+            if permits(Visibility(old), relation) != permits(Visibility(new), relation):
+                kinds |= _level_kind(setting, viewers)
+    if before.invisible != after.invisible:
+        kinds |= Kind.INVISIBLE
+    return Change(kinds)
 
 
 @dataclass(frozen=True)
@@ -63,14 +123,33 @@ class Change:
         if kinds & Kind.RULES:
             return True
         may_see_online = permits(choices.online_visibility, relation, "online_visibility")
+        shows_online = may_see_online and not choices.invisible
         if kinds & Kind.INVISIBLE and may_see_online:
             return True
-        if kinds & Kind.LIVE and may_see_online and not choices.invisible:
+        if kinds & Kind.LIVE and shows_online:
             return True
-        return bool(
-            kinds & Kind.ACTIVITY
-            and permits(choices.activity_visibility, relation, "activity_visibility")
-        )
+        if kinds & Kind.ACTIVITY and permits(
+            choices.activity_visibility, relation, "activity_visibility"
+        ):
+            return True
+        if kinds >= Kind.ONLINE_FOR_STRANGERS:
+            return self._levels_seen_by(relation, shows_online)
+        return False
+
+    def _levels_seen_by(self, relation: Relation, shows_online: bool) -> bool:
+        """Whether a change of levels changed a permission of ``relation``'s viewer that alters
+        what it sees (the last seen only where the online status is shown)."""
+        viewers = _class_of(relation)
+        for setting in VISIBILITY_SETTINGS:
+            if not self.kinds & _level_kind(setting, viewers):
+                continue
+            if relation.exceptions >> EXCEPTION_SHIFT[setting] & (EXCEPTION_ALLOW | EXCEPTION_DENY):
+                continue  # its exception beats the level, before and after
+            if setting != "last_seen_visibility":
+                return True
+            if shows_online and not relation.hides_own_last_seen:
+                return True
+        return False
 
 
 #: a change of unknown kind: everyone who may see the user is told

@@ -58,35 +58,47 @@ def choices() -> Iterator[Choices]:
 
 
 def changes_of(
-    kind: Kind, before: Choices
-) -> Iterator[tuple[LiveState, Choices, LiveState, Choices]]:
-    """(live, choices) before and after, for changes of ``kind`` only."""
-    if kind is Kind.LIVE:
+    kind: str, before: Choices
+) -> Iterator[tuple[LiveState, Choices, LiveState, Choices, Change]]:
+    """(live, choices) before and after, and the change as announced, for changes of ``kind``."""
+    if kind == "live":
         for was, now in itertools.permutations((OFFLINE, ONLINE, IDLE), 2):
-            yield was, before, now, before
-        yield ONLINE, before, ONLINE, replace(before, dnd=not before.dnd)
-    elif kind is Kind.ACTIVITY:
+            yield was, before, now, before, domain.LIVE_CHANGE
+        yield ONLINE, before, ONLINE, replace(before, dnd=not before.dnd), domain.LIVE_CHANGE
+    elif kind == "activity":
         texted = replace(before, text="at lunch", emoji="🥪", activity="eating")
         for live in (OFFLINE, ONLINE):
-            yield live, before, live, texted
-            yield live, texted, live, before
-    elif kind is Kind.INVISIBLE:
+            yield live, before, live, texted, domain.ACTIVITY_CHANGE
+            yield live, texted, live, before, domain.ACTIVITY_CHANGE
+    elif kind == "invisible":
+        after = replace(before, invisible=not before.invisible)
         for live in (OFFLINE, ONLINE):
-            yield live, before, live, replace(before, invisible=not before.invisible)
+            yield live, before, live, after, domain.levels_change(before, after)
+    elif kind == "levels":
+        # Each setting to each other level, and online and last seen together.
+        texted = replace(before, text="at lunch")
+        for setting in (*domain.VISIBILITY_SETTINGS, "both"):
+            for level in Visibility:
+                names = domain.VISIBILITY_SETTINGS[:2] if setting == "both" else (setting,)
+                after = replace(texted, **dict.fromkeys(names, level))
+                for live in (OFFLINE, ONLINE):
+                    yield live, texted, live, after, domain.levels_change(texted, after)
 
 
 def resolved(live: LiveState, choices: Choices, relation: Relation) -> domain.Presence:
     return domain.resolve(live, choices, relation, NOW, TIMING)
 
 
-@pytest.mark.parametrize("kind", [Kind.LIVE, Kind.ACTIVITY, Kind.INVISIBLE])
-def test_a_change_judged_unseen_never_alters_what_the_viewer_is_shown(kind: Kind) -> None:
+@pytest.mark.parametrize("kind", ["live", "activity", "invisible", "levels"])
+def test_a_change_judged_unseen_never_alters_what_the_viewer_is_shown(kind: str) -> None:
     judged = told = 0
     for relation, before in itertools.product(relations(), choices()):
-        for live_before, choices_before, live_after, choices_after in changes_of(kind, before):
+        for live_before, choices_before, live_after, choices_after, change in changes_of(
+            kind, before
+        ):
             shown_before = resolved(live_before, choices_before, relation)
             shown_after = resolved(live_after, choices_after, relation)
-            if Change(kind).seen_by(VIEWER, choices_after, relation):
+            if change.seen_by(VIEWER, choices_after, relation):
                 told += shown_before != shown_after
             else:
                 judged += 1
@@ -114,11 +126,16 @@ def test_a_block_hides_every_change_but_one_of_the_block_itself() -> None:
     assert domain.relation_change([VIEWER]).seen_by(VIEWER, everyone, blocked)
 
 
-def test_privacy_levels_and_unknown_changes_are_every_unblocked_viewer_s() -> None:
-    # The levels before are not kept: a change of them may make anyone but a blocked viewer
-    # see more or less. A change of unknown kind (a site's own) is everyone's.
+def test_levels_changed_in_a_way_not_known_and_unknown_changes_are_every_unblocked_viewer_s() -> (
+    None
+):
+    # A row saved without being read: what it said before is not known, so a change of its
+    # levels may make anyone but a blocked viewer see more or less. A change of unknown kind
+    # (a site's own) is everyone's.
     for relation in relations():
         assert Change(Kind.RULES).seen_by(VIEWER, Choices(), relation) is not relation.blocked
+        # Levels that change nothing for anyone (a setting saved as it was) are no one's.
+        assert not domain.levels_change(Choices(), Choices()).seen_by(VIEWER, Choices(), relation)
         assert domain.ANY_CHANGE.seen_by(VIEWER, Choices(), relation)
 
 
@@ -144,7 +161,13 @@ def test_changes_merge_their_kinds_and_users() -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [domain.LIVE_CHANGE, domain.RULES_CHANGE, Change(Kind(0)), domain.relation_change([3, 4])],
+    [
+        domain.LIVE_CHANGE,
+        domain.RULES_CHANGE,
+        Change(Kind(0)),
+        domain.relation_change([3, 4]),
+        Change(Kind.ONLINE_FOR_CONTACTS | Kind.ACTIVITY_FOR_CLOSE_FRIENDS),
+    ],
 )
 def test_an_announcement_carries_its_change(change: Change) -> None:
     assert announce.change_of(announce.change_fields(change)) == change
@@ -156,7 +179,7 @@ def test_an_announcement_carries_its_change(change: Change) -> None:
         {},  # an announcer of an earlier version
         {"kinds": "1"},
         {"kinds": True},
-        {"kinds": 64},
+        {"kinds": domain.ALL_KINDS + 1},
         {"kinds": -1},
         {"kinds": 16, "between": [[1]]},
         {"kinds": 16, "between": 5},

@@ -2,7 +2,8 @@
 
 A blocked viewer, or a stranger to a user who shares with contacts only, must learn nothing of
 what the user does: not by being sent their (unchanged) hidden presence again when they come
-online, change a status or go invisible, nor when they follow or block someone else. Two paths
+online, change a status or go invisible, when they follow or block someone else, nor when they
+change their privacy in a way that leaves the viewer seeing as little as before. Two paths
 carry such news: the answer to a stamped subscribe (a page's socket, a resume), which lists a
 user who changed since the stamp apart from the ``unchanged``; and the live diffs to a socket
 whose view of a user is the page's (left out of its snapshot as unchanged), where the hub does
@@ -22,7 +23,7 @@ import time_machine
 from asgiref.sync import sync_to_async
 
 from presence import api
-from presence.models import Block, Contact
+from presence.models import Block, Contact, PrivacySettings
 from tests.ids import wire_id
 from tests.live.sockets import TIMEOUT, Sockets, lets_see, new_user
 from tests.live.sockets import _base_settings as _base_settings
@@ -57,6 +58,14 @@ async def _blocks_someone_else(target: Any, other: Any) -> None:
     await sync_to_async(Block.objects.create)(blocker=target, blocked=other)
 
 
+@sync_to_async
+def _shares_with_close_friends_only(target: Any, other: Any) -> None:
+    # Contacts lose the online status: strangers and a blocked viewer saw nothing before.
+    settings = PrivacySettings.objects.get(user=target)
+    settings.online_visibility = settings.activity_visibility = "close_friends"
+    settings.save()
+
+
 #: what the target does that a blocked viewer, or a stranger to a target sharing with its
 #: contacts only, may not see
 CHANGES: dict[str, Callable[[Any, Any], Awaitable[None]]] = {
@@ -65,6 +74,7 @@ CHANGES: dict[str, Callable[[Any, Any], Awaitable[None]]] = {
     "goes invisible": _invisible,
     "follows someone else": _follows_someone_else,
     "blocks someone else": _blocks_someone_else,
+    "shares with close friends only": _shares_with_close_friends_only,
 }
 
 
@@ -191,3 +201,24 @@ async def test_a_page_s_socket_is_told_a_change_of_its_own_relation(
     frame = await communicator.receive_json_from(timeout=TIMEOUT)
     assert frame["type"] == "presence_diff"
     assert frame["presences"][str(wire_id(target))]["status"] == "online"
+
+
+async def test_a_page_s_socket_is_told_when_the_levels_hide_the_user_from_it(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, target, _, _ = await cast(make_user, clock, "stranger")
+    clock.shift(-60)
+    await lets_see(target, viewer)  # a contact: it sees the target online, until the change
+    await api.atouch(target)
+    clock.shift(60)
+    stamp, shown = await render_page(viewer, target)
+    assert shown[str(wire_id(target))]["status"] == "online"
+    clock.shift(1)
+    communicator = await sockets.open(viewer)
+    assert (await subscribe_since(communicator, stamp, target))["presences"] == {}
+
+    await _shares_with_close_friends_only(target, None)
+
+    frame = await communicator.receive_json_from(timeout=TIMEOUT)
+    assert frame["type"] == "presence_diff"
+    assert frame["presences"][str(wire_id(target))]["status"] == "offline"

@@ -41,11 +41,13 @@ def test_each_user_is_read_with_the_kinds_of_its_changes(store: PresenceStore) -
     stamp(store, domain.ACTIVITY_CHANGE, uid(2))
     stamp(store, domain.LIVE_CHANGE, uid(3))
     stamp(store, domain.RULES_CHANGE, uid(3))
+    stamp(store, Change(Kind.ONLINE_FOR_CONTACTS | Kind.ACTIVITY_FOR_CLOSE_FRIENDS), uid(4))
 
-    assert changed(store, VIEWER, uid(1), uid(2), uid(3), uid(4)) == {
+    assert changed(store, VIEWER, uid(1), uid(2), uid(3), uid(4), uid(5)) == {
         uid(1): Kind.LIVE,
         uid(2): Kind.ACTIVITY,
         uid(3): Kind.LIVE | Kind.RULES | Kind.INVISIBLE,
+        uid(4): Kind.ONLINE_FOR_CONTACTS | Kind.ACTIVITY_FOR_CLOSE_FRIENDS,
     }
 
 

@@ -19,22 +19,26 @@ local function within(score)
   local at = tonumber(score)
   return at >= low and at <= high
 end
-local BITS = {1, 2, 4, 8, 16, 32}
+-- presence.domain.Kind's bits: live, activity, invisible, rules, relation, unknown, then a
+-- permission changed per setting and class of viewers (64 to 16384)
+local BITS = {}
+for b = 0, 14 do BITS[#BITS + 1] = 2 ^ b end
 local function has(kinds, bit) return kinds % (bit * 2) >= bit end
 for i, id in ipairs(ids) do
   local kinds = 0
   local stamped = stamps[i] and tonumber(stamps[i]) >= low
   if stamped then
     local members = {}
-    for _, bit in ipairs(BITS) do members[#members + 1] = bit .. ':' .. id end
+    for _, bit in ipairs(BITS) do members[#members + 1] = string.format('%d', bit) .. ':' .. id end
     members[#members + 1] = 'p:' .. #id .. ':' .. id .. viewer
+    local pair = #members
     local scores = redis.call('ZMSCORE', KEYS[1], unpack(members))
     local kinded = false
     for b, bit in ipairs(BITS) do
       if scores[b] and tonumber(scores[b]) >= low then
         kinded = true
         -- A change of relation is the viewer's only if it was with them.
-        if bit ~= 16 or (scores[7] and tonumber(scores[7]) >= low) then kinds = kinds + bit end
+        if bit ~= 16 or (scores[pair] and tonumber(scores[pair]) >= low) then kinds = kinds + bit end
       end
     end
     if not kinded then kinds = 32 end -- stamped without its kind: everyone's

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -91,19 +91,6 @@ class PrivacySettings(models.Model):
     def __str__(self) -> str:
         return str(self.user)
 
-    #: what the row said when it was read (or last saved), for the change a save makes
-    #: (presence.receivers: a viewer whose permissions it does not change is not told)
-    _saved_choices: domain.Choices | None = None
-
-    @classmethod
-    def from_db(
-        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
-    ) -> PrivacySettings:
-        instance = super().from_db(db, field_names, values, **kwargs)
-        if _CHOICE_FIELDS.issubset(field_names):
-            instance._saved_choices = instance.choices()
-        return instance
-
     def choices(self) -> domain.Choices:
         """The levels and invisibility of this row, as the resolver takes them."""
         return domain.Choices(
@@ -112,9 +99,6 @@ class PrivacySettings(models.Model):
             activity_visibility=domain.Visibility(self.activity_visibility),
             invisible=self.invisible,
         )
-
-
-_CHOICE_FIELDS = {*domain.VISIBILITY_SETTINGS, "invisible"}
 
 
 class UserStatus(models.Model):

@@ -16,7 +16,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
 from presence import announce, api, domain, lifecycle
 from presence.conf import get_settings
@@ -87,21 +87,43 @@ def _between(one: UserId, other: UserId, both: bool) -> dict[UserId, domain.Chan
     return changes
 
 
+#: the attribute a PrivacySettings being saved or deleted keeps its row's choices in until then
+_BEFORE = "_presence_choices_before"
+
+
+def _on_privacy_saving(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # The row as it stands, read just before it changes (None: no row, the site's defaults).
+    row = (
+        sender._default_manager.using(kwargs.get("using"))
+        .filter(pk=instance.pk)
+        .values(*domain.VISIBILITY_SETTINGS, "invisible")
+        .first()
+    )
+    setattr(instance, _BEFORE, None if row is None else domain.Choices(**row))
+
+
 def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
     # What changed, for whom: a viewer whose permissions the new levels leave as they were is
-    # not told (before: as read, or the defaults a user without a row had; not known for a
-    # row saved without being read: then every viewer but a blocked one is told).
-    if kwargs["signal"] is post_save:
-        before = privacy_defaults() if kwargs.get("created") else instance._saved_choices
-        after = instance.choices()
-        instance._saved_choices = after
-    else:
-        before, after = instance._saved_choices or instance.choices(), privacy_defaults()
-    change = domain.RULES_CHANGE if before is None else domain.levels_change(before, after)
+    # not told (domain.levels_change). A user without a row had the site's defaults.
+    before = getattr(instance, _BEFORE, None) or privacy_defaults()
+    deleted = kwargs["signal"] is post_delete
+    after = privacy_defaults() if deleted else instance.choices()
+    setattr(instance, _BEFORE, None)
+    change = domain.levels_change(_levels(before), _levels(after))
     _changed(sender, (instance.user_id,), "privacy", change=change)
     # The online count leaves invisible users out: its copy of the choice, after commit.
-    user_id, invisible = instance.user_id, instance.invisible and kwargs["signal"] is post_save
+    user_id, invisible = instance.user_id, instance.invisible and not deleted
     transaction.on_commit(lambda: api.note_invisible(user_id, invisible))
+
+
+def _levels(choices: domain.Choices) -> domain.Choices:
+    """The levels and invisibility of ``choices`` (a row's values are the levels' text)."""
+    return domain.Choices(
+        online_visibility=domain.Visibility(choices.online_visibility),
+        last_seen_visibility=domain.Visibility(choices.last_seen_visibility),
+        activity_visibility=domain.Visibility(choices.activity_visibility),
+        invisible=choices.invisible,
+    )
 
 
 def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -172,6 +194,12 @@ def connect() -> None:
         _on_user_deleted, sender=get_user_model(), dispatch_uid="presence_user_deleted"
     )
 
+    for signal in (pre_save, pre_delete):
+        signal.connect(
+            _on_privacy_saving,
+            sender=PrivacySettings,
+            dispatch_uid=f"presence_privacy_before_{signal is pre_save}",
+        )
     for signal in (post_save, post_delete):
         signal.connect(
             _on_privacy_saved,

@@ -36,8 +36,8 @@ class Kind(enum.IntFlag):
     ACTIVITY = 2
     #: invisible turned on or off: seen by whoever may see online but for it
     INVISIBLE = 4
-    #: the privacy levels, changed in a way not known: may change what any viewer but a blocked
-    #: one sees
+    #: the privacy levels, changed in a way not known (a change its process may have died
+    #: before announcing): may change what any viewer but a blocked one sees
     RULES = 8
     #: the relation with the users named (a contact, an exception, a block): theirs alone
     RELATION = 16

@@ -66,6 +66,18 @@ def _shares_with_close_friends_only(target: Any, other: Any) -> None:
     settings.save()
 
 
+@sync_to_async
+def _saves_settings_built_by_hand(target: Any, other: Any) -> None:
+    # An instance never read from the database, saved over the row: what the row said before
+    # is read at the save.
+    PrivacySettings(
+        user=target,
+        online_visibility="nobody",
+        last_seen_visibility="nobody",
+        activity_visibility="close_friends",
+    ).save()
+
+
 #: what the target does that a blocked viewer, or a stranger to a target sharing with its
 #: contacts only, may not see
 CHANGES: dict[str, Callable[[Any, Any], Awaitable[None]]] = {
@@ -75,6 +87,7 @@ CHANGES: dict[str, Callable[[Any, Any], Awaitable[None]]] = {
     "follows someone else": _follows_someone_else,
     "blocks someone else": _blocks_someone_else,
     "shares with close friends only": _shares_with_close_friends_only,
+    "saves settings built by hand": _saves_settings_built_by_hand,
 }
 
 

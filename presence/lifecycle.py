@@ -412,8 +412,9 @@ def _changed_since(
     return (yield from redis(plan, live=True))
 
 
-#: the kinds of a viewer's own change that alter what they see of others (RECIPROCAL_LAST_SEEN)
-_OWN_SHAPING = domain.Kind.RULES | domain.Kind.INVISIBLE | domain.Kind.UNKNOWN
+#: the kinds of a viewer's own change that alter what they see of others (RECIPROCAL_LAST_SEEN:
+#: their own last-seen level and invisibility; their relations are stamped on the others too)
+_OWN_SHAPING = domain.Kind.RULES | domain.Kind.INVISIBLE | domain.Kind.UNKNOWN | domain.LEVELS
 
 
 def changes_plan(

@@ -58,6 +58,8 @@ class Kind(enum.IntFlag):
 
 #: every kind's bits (a message or a stamp of more is not one of this version's)
 ALL_KINDS = sum(kind.value for kind in Kind)
+#: the kinds that say a privacy level changed for some class of viewers
+LEVELS = Kind(sum(kind.value for kind in Kind if kind.value >= Kind.ONLINE_FOR_STRANGERS))
 
 #: the classes of viewers a privacy level tells apart, each with one relation of its class
 _CLASSES = (

@@ -445,3 +445,31 @@ async def test_a_reconnect_away_too_long_gets_the_full_snapshot(
     second = await sockets.open(viewer)
 
     await assert_full_snapshot(second, stamp, viewer, targets)
+
+
+async def test_with_reciprocity_hiding_one_s_own_last_seen_since_the_page_sends_every_user(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates, settings: Any
+) -> None:
+    # RECIPROCAL_LAST_SEEN: a viewer who hides their own last seen sees only the approximate
+    # one of others. Hiding it changes what the page shows of every user, though none of them
+    # changed.
+    settings.PRESENCE = {**settings.PRESENCE, "RECIPROCAL_LAST_SEEN": True}
+    viewer, targets = await page_of(make_user, clock)
+    clock.shift(-60)
+    own = await sync_to_async(PrivacySettings.objects.create)(
+        user=viewer, online_visibility="everyone", last_seen_visibility="everyone"
+    )
+    clock.shift(60)
+    stamp, shown = await render_page(viewer, *targets)
+    assert shown[str(wire_id(targets[0]))]["last_seen"] is not None
+    clock.shift(1)
+    own.last_seen_visibility = "nobody"
+    await sync_to_async(own.save)()
+    clock.shift(4)
+    communicator = await sockets.open(viewer)
+
+    frame = await subscribe_since(communicator, stamp, *targets)
+
+    assert frame["presences"] == await resolved(viewer, *targets)
+    assert frame["presences"][str(wire_id(targets[0]))]["last_seen"] is None
+    assert frame["unchanged"] == []

@@ -362,6 +362,17 @@ def announce(
     )
 
 
+def announce_change(user_ids: list[UserId], change: Changes, stamped: bool = False) -> None:
+    """:func:`announce` with its change given in place: for an operation's ``call``, which
+    passes arguments by position."""
+    announce(user_ids, stamped=stamped, change=change)
+
+
+async def aannounce_change(user_ids: list[UserId], change: Changes, stamped: bool = False) -> None:
+    """:func:`aannounce` with its change given in place (see :func:`announce_change`)."""
+    await aannounce(user_ids, stamped=stamped, change=change)
+
+
 #: (user id, reason) of the ``presence_changed`` presence is sending for a change it announced
 _own_change: contextvars.ContextVar[tuple[UserId, str] | None] = contextvars.ContextVar(
     "presence_own_change", default=None

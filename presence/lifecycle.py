@@ -77,34 +77,22 @@ def _connection(
     # on a site of pages the next page's socket opens within OFFLINE_GRACE, so a visit costs
     # the database one write, not one per page view.
     if resolution.is_news(transition, now):
-        if transition is not None and transition.stamped:
-            # Its script stamped the change (an open): announced without a stamp of its own.
-            yield from call(_announce_stamped, [user_id], afunction=_aannounce_stamped)
-        else:
-            yield from call(_announce, [user_id], domain.LIVE_CHANGE, afunction=_aannounce)
+        # An open's script stamped the change itself: announced without a stamp of its own.
+        stamped = transition is not None and transition.stamped
+        yield from call(
+            announce.announce_change,
+            [user_id],
+            domain.LIVE_CHANGE,
+            stamped,
+            afunction=announce.aannounce_change,
+        )
     return transition
-
-
-def _announce_stamped(user_ids: list[UserId]) -> None:
-    announce.announce(user_ids, stamped=True, change=domain.LIVE_CHANGE)
-
-
-async def _aannounce_stamped(user_ids: list[UserId]) -> None:
-    await announce.aannounce(user_ids, stamped=True, change=domain.LIVE_CHANGE)
-
-
-def _announce(user_ids: list[UserId], change: announce.Changes) -> None:
-    announce.announce(user_ids, change=change)
-
-
-async def _aannounce(user_ids: list[UserId], change: announce.Changes) -> None:
-    await announce.aannounce(user_ids, change=change)
 
 
 #: a user still online whose crashed connection went: its process may have died before
 #: announcing the user's last change through it, of any kind but a relation's
-_UNSETTLED_CHANGE = domain.Change(
-    domain.Kind.LIVE | domain.Kind.ACTIVITY | domain.Kind.INVISIBLE | domain.Kind.RULES
+_UNSETTLED_CHANGE = domain.RULES_CHANGE.merged(
+    domain.Change(domain.Kind.LIVE | domain.Kind.ACTIVITY)
 )
 
 
@@ -256,7 +244,9 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
             domain.add_change(changes, uid, domain.LIVE_CHANGE)
         for uid in report.changed:
             domain.add_change(changes, uid, _UNSETTLED_CHANGE)
-        yield from call(_announce, list(changes), changes, afunction=_aannounce)
+        yield from call(
+            announce.announce_change, list(changes), changes, afunction=announce.aannounce_change
+        )
     if ended:
         # After the announcement: friends are told at once, not behind the database's queue.
         yield from call(LastSeen.objects.record_many, ended)

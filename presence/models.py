@@ -91,15 +91,6 @@ class PrivacySettings(models.Model):
     def __str__(self) -> str:
         return str(self.user)
 
-    def choices(self) -> domain.Choices:
-        """The levels and invisibility of this row, as the resolver takes them."""
-        return domain.Choices(
-            online_visibility=domain.Visibility(self.online_visibility),
-            last_seen_visibility=domain.Visibility(self.last_seen_visibility),
-            activity_visibility=domain.Visibility(self.activity_visibility),
-            invisible=self.invisible,
-        )
-
 
 class UserStatus(models.Model):
     """A user's chosen status (do not disturb) and custom status text.

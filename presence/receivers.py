@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -99,7 +100,7 @@ def _on_privacy_saving(sender: Any, instance: Any, **kwargs: Any) -> None:
         .values(*domain.VISIBILITY_SETTINGS, "invisible")
         .first()
     )
-    setattr(instance, _BEFORE, None if row is None else domain.Choices(**row))
+    setattr(instance, _BEFORE, None if row is None else _levels(SimpleNamespace(**row)))
 
 
 def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -107,22 +108,23 @@ def _on_privacy_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
     # not told (domain.levels_change). A user without a row had the site's defaults.
     before = getattr(instance, _BEFORE, None) or privacy_defaults()
     deleted = kwargs["signal"] is post_delete
-    after = privacy_defaults() if deleted else instance.choices()
+    after = privacy_defaults() if deleted else _levels(instance)
     setattr(instance, _BEFORE, None)
-    change = domain.levels_change(_levels(before), _levels(after))
+    change = domain.levels_change(before, after)
     _changed(sender, (instance.user_id,), "privacy", change=change)
     # The online count leaves invisible users out: its copy of the choice, after commit.
     user_id, invisible = instance.user_id, instance.invisible and not deleted
     transaction.on_commit(lambda: api.note_invisible(user_id, invisible))
 
 
-def _levels(choices: domain.Choices) -> domain.Choices:
-    """The levels and invisibility of ``choices`` (a row's values are the levels' text)."""
+def _levels(row: Any) -> domain.Choices:
+    """The levels and invisibility of a PrivacySettings row (its values the levels' text), as
+    the resolver takes them."""
     return domain.Choices(
-        online_visibility=domain.Visibility(choices.online_visibility),
-        last_seen_visibility=domain.Visibility(choices.last_seen_visibility),
-        activity_visibility=domain.Visibility(choices.activity_visibility),
-        invisible=choices.invisible,
+        online_visibility=domain.Visibility(row.online_visibility),
+        last_seen_visibility=domain.Visibility(row.last_seen_visibility),
+        activity_visibility=domain.Visibility(row.activity_visibility),
+        invisible=row.invisible,
     )
 
 

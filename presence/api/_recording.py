@@ -20,15 +20,12 @@ def _touch(user: Any, device: str) -> Operation[None]:
         store.plans.touch(user_id, domain.Device(device), now), outbox.send_made
     )
     if resolution.is_news(transition, now):
-        yield from call(_announce_live, [user_id], afunction=_aannounce_live)
-
-
-def _announce_live(user_ids: list[Any]) -> None:
-    announce.announce(user_ids, change=domain.LIVE_CHANGE)
-
-
-async def _aannounce_live(user_ids: list[Any]) -> None:
-    await announce.aannounce(user_ids, change=domain.LIVE_CHANGE)
+        yield from call(
+            announce.announce_change,
+            [user_id],
+            domain.LIVE_CHANGE,
+            afunction=announce.aannounce_change,
+        )
 
 
 def touch(user: Any, device: str = "web") -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
 
 from presence import api
 from presence.models import Block, Contact, PrivacySettings
@@ -190,9 +191,31 @@ async def test_a_viewer_who_may_see_the_change_is_still_told(
 
     await _online(target, None)
 
-    frame = await page.receive_json_from(timeout=TIMEOUT)
+    assert await diffed_status(page, target) == "dnd"
+
+
+async def page_s_socket(
+    sockets: Sockets,
+    clock: time_machine.Coordinates,
+    viewer: Any,
+    target: Any,
+    shows: str,
+) -> WebsocketCommunicator:
+    """The viewer's page of the target (which shows it ``shows``) and its socket, subscribed
+    with the page's stamp a second later: nothing changed since."""
+    stamp, shown = await render_page(viewer, target)
+    assert shown[str(wire_id(target))]["status"] == shows
+    clock.shift(1)
+    communicator = await sockets.open(viewer)
+    assert (await subscribe_since(communicator, stamp, target))["presences"] == {}
+    return communicator
+
+
+async def diffed_status(communicator: WebsocketCommunicator, target: Any) -> str:
+    """The status of ``target`` in the socket's next frame, a diff."""
+    frame = await communicator.receive_json_from(timeout=TIMEOUT)
     assert frame["type"] == "presence_diff"
-    assert frame["presences"][str(wire_id(target))]["status"] == "dnd"
+    return str(frame["presences"][str(wire_id(target))]["status"])
 
 
 async def test_a_page_s_socket_is_told_a_change_of_its_own_relation(
@@ -203,17 +226,11 @@ async def test_a_page_s_socket_is_told_a_change_of_its_own_relation(
     clock.shift(-60)
     await api.atouch(target)
     clock.shift(60)
-    stamp, shown = await render_page(viewer, target)
-    assert shown[str(wire_id(target))]["status"] == "offline"
-    clock.shift(1)
-    communicator = await sockets.open(viewer)
-    assert (await subscribe_since(communicator, stamp, target))["presences"] == {}
+    communicator = await page_s_socket(sockets, clock, viewer, target, shows="offline")
 
     await lets_see(target, viewer)
 
-    frame = await communicator.receive_json_from(timeout=TIMEOUT)
-    assert frame["type"] == "presence_diff"
-    assert frame["presences"][str(wire_id(target))]["status"] == "online"
+    assert await diffed_status(communicator, target) == "online"
 
 
 async def test_a_page_s_socket_is_told_when_the_levels_hide_the_user_from_it(
@@ -224,14 +241,8 @@ async def test_a_page_s_socket_is_told_when_the_levels_hide_the_user_from_it(
     await lets_see(target, viewer)  # a contact: it sees the target online, until the change
     await api.atouch(target)
     clock.shift(60)
-    stamp, shown = await render_page(viewer, target)
-    assert shown[str(wire_id(target))]["status"] == "online"
-    clock.shift(1)
-    communicator = await sockets.open(viewer)
-    assert (await subscribe_since(communicator, stamp, target))["presences"] == {}
+    communicator = await page_s_socket(sockets, clock, viewer, target, shows="online")
 
     await _shares_with_close_friends_only(target, None)
 
-    frame = await communicator.receive_json_from(timeout=TIMEOUT)
-    assert frame["type"] == "presence_diff"
-    assert frame["presences"][str(wire_id(target))]["status"] == "offline"
+    assert await diffed_status(communicator, target) == "offline"

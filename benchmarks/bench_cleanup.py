@@ -32,6 +32,7 @@ from benchmarks.common import (
     presence_keys,
     raw_client,
     say,
+    scan_keys,
     slowlog,
     store,
     timed,
@@ -225,7 +226,7 @@ def run_on_cluster(n: int, entries: dict[int, int], single_elapsed: float, repor
         for log in logs:
             log.__exit__(None, None, None)
         left = sum(
-            master.zcard(key) for master in masters for key in master.scan_iter("presence:*:seen")
+            master.zcard(key) for master in masters for key in scan_keys(master, "presence:*:seen")
         )
         removed = sum(r.removed for r in results)
         if removed != n or left != len(entries) - n:

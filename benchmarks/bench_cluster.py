@@ -30,6 +30,7 @@ from benchmarks.common import (
     median,
     raw_client,
     say,
+    scan_keys,
 )
 from presence.conf import PresenceSettings
 from presence.domain import Device
@@ -229,7 +230,7 @@ def run(sizes: Sizes, report: Report) -> None:
             fill_buckets(cluster_store.client, cluster_store, scores, commands_per_round_trip=500)
             total = 0
             for master in masters:
-                for key in master.scan_iter(match="presence:*", count=1000):
+                for key in scan_keys(master, "presence:*"):
                     total += int(master.execute_command("MEMORY USAGE", key, "SAMPLES", 0))
             per_user = total / population
             report.add(

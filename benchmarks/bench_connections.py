@@ -62,7 +62,7 @@ from benchmarks.bench_fanout import (
     rss_bytes,
     run_async,
 )
-from benchmarks.common import Report, Sizes, flush, raw_client, say
+from benchmarks.common import Report, Sizes, flush, raw_client, say, scan_keys
 from presence import lifecycle
 from presence.conf import get_settings
 from presence.hub import Hub
@@ -203,7 +203,7 @@ class OverCapacity(logging.Handler):
 
 def memory_usage(client: redis.Redis, pattern: str) -> tuple[int, int]:
     """(keys, sum of MEMORY USAGE) of the keys matching ``pattern``."""
-    keys = list(client.scan_iter(match=pattern, count=1000))
+    keys = scan_keys(client, pattern)
     total = 0
     for start in range(0, len(keys), 1000):
         pipe = client.pipeline(transaction=False)
@@ -318,8 +318,7 @@ async def subscribe_burst(
     hub = Hub.current()
     watched = len(hub.registry.watchers.members) if hub else 0
     groups = {
-        key.decode().rsplit(".", 1)[-1]
-        for key in client.scan_iter(match=f"{CHANNEL_PREFIX}:group:*", count=1000)
+        key.decode().rsplit(".", 1)[-1] for key in scan_keys(client, f"{CHANNEL_PREFIX}:group:*")
     }
     missing = [uid for uid in targets if str(uid) not in groups][:10]
     # Users of missing groups come online: their diffs should arrive within the window.

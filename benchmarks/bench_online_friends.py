@@ -37,6 +37,7 @@ from benchmarks.common import (
     ms,
     raw_client,
     say,
+    scan_keys,
     slowlog,
     store,
     timed,
@@ -208,7 +209,7 @@ def bucket_bytes_per_user(client: redis.Redis, population: int) -> float:
     """Redis memory of the seen buckets (MEMORY USAGE of each, as the memory benchmark sums
     it) per user in them."""
     s = store()
-    keys = list(client.scan_iter(match=s.keys.seen_key(0).replace("{0}", "{*}"), count=1000))
+    keys = scan_keys(client, s.keys.seen_key(0).replace("{0}", "{*}"))
     total = 0
     for start in range(0, len(keys), 1000):
         pipe = client.pipeline(transaction=False)

@@ -74,6 +74,7 @@ from benchmarks.common import (
     ms,
     raw_client,
     say,
+    scan_keys,
     store,
 )
 from presence import api
@@ -167,7 +168,7 @@ def room_bytes(room: str) -> dict[str, int]:
     base = store().keys.room_key(room, "")
     parts: dict[str, int] = {}
     pattern = re.sub(r"([\\*?\[\]])", r"\\\1", base) + "*"  # the room's name, not a glob
-    for key in client.scan_iter(match=pattern, count=1000):
+    for key in scan_keys(client, pattern):
         name = key.decode() if isinstance(key, bytes) else key
         part = name[len(base) :].split(":", 1)[0]
         parts[part] = parts.get(part, 0) + int(client.memory_usage(key, samples=0) or 0)
@@ -202,7 +203,7 @@ def seed_fill(room: str, user_ids: list[int], ttl: int) -> None:
 def seed_count(room: str) -> int:
     """The seed's count: the member keys still alive, found by SCAN over the keyspace."""
     client = raw_client()
-    return sum(1 for _ in client.scan_iter(match=f"seed:{room}:member:*", count=1000))
+    return len(scan_keys(client, f"seed:{room}:member:*"))
 
 
 def redis_parts(report: Report, members: int, viewer: Any) -> None:

@@ -180,9 +180,15 @@ def fill_single_set(
     pipe.execute()
 
 
-def presence_keys(client: redis.Redis, store: PresenceStore) -> Iterator[bytes | str]:
-    # SCAN, never KEYS: the same code must be safe against a live server.
-    yield from client.scan_iter(match=f"{store.conf.KEY_PREFIX}:*", count=1000)
+def scan_keys(client: redis.Redis, match: str) -> list[Any]:
+    """Every key matching ``match``, each once. SCAN, never KEYS: the same code must be safe
+    against a live server; and SCAN returns a key twice when Redis resizes its table during the
+    scan (after a run deleted many keys), which a count must not take for two keys."""
+    return list(dict.fromkeys(client.scan_iter(match=match, count=1000)))
+
+
+def presence_keys(client: redis.Redis, store: PresenceStore) -> list[Any]:
+    return scan_keys(client, f"{store.conf.KEY_PREFIX}:*")
 
 
 @dataclass

@@ -315,7 +315,8 @@ def leftover_keys(nodes: Iterable[Any], quiet: bool = False) -> dict[str, int]:
     names: list[str] = []
     for node in nodes:
         for pattern in patterns:
-            for key in node.scan_iter(match=pattern, count=1000):
+            # each key once: SCAN repeats keys while Redis resizes its table
+            for key in dict.fromkeys(node.scan_iter(match=pattern, count=1000)):
                 found["room keys"] += 1
                 if len(names) < 5:
                     names.append(key if isinstance(key, str) else key.decode())

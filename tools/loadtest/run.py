@@ -715,7 +715,8 @@ class Run:
             nodes = [redis.Redis.from_url(self.servers.redis_url)]
         now = time.time()
         for node in nodes:
-            for key in node.scan_iter(match="presence:*", count=1000):
+            # each key once: SCAN repeats keys while Redis resizes its table
+            for key in dict.fromkeys(node.scan_iter(match="presence:*", count=1000)):
                 name = key.decode()
                 if name.endswith(":conns"):
                     found["conns"] += int(node.hlen(key))
@@ -738,7 +739,7 @@ class Run:
         left_by_killed = 0
         for server in self.servers.layer:
             client = redis.Redis.from_url(server.url)
-            for key in client.scan_iter(match="asgi:group:*", count=1000):
+            for key in dict.fromkeys(client.scan_iter(match="asgi:group:*", count=1000)):
                 members = [m.decode() for m in client.zrange(key, 0, -1)]
                 mine = [m for m in members if calibrate.process_of(m) in killed]
                 left_by_killed += len(mine)

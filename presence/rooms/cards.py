@@ -9,7 +9,8 @@ members a viewer is listed (those the viewer may see), so a card reveals nothing
 not. A hidden member's card is never computed.
 
 Cost: a card is computed once per user per read, whatever the number of viewers: one query for
-the users (where only their ids are known) and one call of the site's function per user. A
+the users (where only their ids are known) and one call of the site's function per user; the
+default cards of a user model named as Django's are read as its name columns alone. A
 room's HTTP answer, ``{% room_presence %}`` and a ``room_state`` are one read each; the hub's
 delivery of one room's ``room_diff`` frames to all its viewers in a process is one read too (the
 users who join some viewer's list in that window). A site whose function is slow (a remote
@@ -25,6 +26,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import FieldDoesNotExist
 from django.utils.module_loading import import_string
 
 from presence.conf import get_settings
@@ -115,8 +119,52 @@ def cards_for_keys(keys: Iterable[str]) -> dict[str, Card]:
             continue
     if not pks:
         return {}
-    found = get_user_model()._default_manager.filter(pk__in=list(pks))
+    model = get_user_model()
+    columns = _name_columns(model) if card_function() is None else None
+    if columns is not None:
+        return _default_cards(model, columns, pks)
+    found = model._default_manager.filter(pk__in=list(pks))
     return {pks[user.pk]: member_card(user) for user in found if user.pk in pks}
+
+
+def _name_columns(model: Any) -> tuple[str, ...] | None:
+    """The columns a default card's name is made of, where the user model names its users as
+    Django's do (AbstractUser's ``get_full_name``, or none, and AbstractBaseUser's
+    ``get_username``), each a column of its own; None for a model that names them otherwise
+    (its cards are made from its instances). A room's hundred cards read as values cost a third
+    of what a hundred model instances do."""
+    if getattr(model, "get_username", None) is not AbstractBaseUser.get_username:
+        return None
+    full_name = getattr(model, "get_full_name", None)
+    if full_name is AbstractUser.get_full_name:
+        columns: tuple[str, ...] = ("first_name", "last_name", model.USERNAME_FIELD)
+    elif full_name is None:
+        columns = (model.USERNAME_FIELD,)
+    else:
+        return None
+    for name in columns:
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            return None
+        if not getattr(field, "concrete", False) or field.is_relation:
+            return None
+    return columns
+
+
+def _default_cards(model: Any, columns: tuple[str, ...], pks: dict[Any, str]) -> dict[str, Card]:
+    """:func:`default_card` of the users of ``pks`` from their name columns (:func:`_name_columns`),
+    as :func:`display_name` makes it from an instance."""
+    rows = model._default_manager.filter(pk__in=list(pks)).values_list("pk", *columns)
+    cards: dict[str, Card] = {}
+    for pk, *names in rows:
+        key = pks.get(pk)
+        if key is None:
+            continue
+        # AbstractUser.get_full_name's rule, then the username as display_name falls back to it
+        full = f"{names[0]} {names[1]}".strip() if len(names) == 3 else ""
+        cards[key] = {"name": full or str(names[-1]), "avatar": None}
+    return cards
 
 
 async def add_cards(members_maps: Sequence[dict[str, dict[str, Any]]]) -> None:

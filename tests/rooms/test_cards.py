@@ -15,6 +15,7 @@ from django.test import Client, RequestFactory
 from presence import api, checks
 from presence.models import Contact
 from presence.rendering import dot_html
+from presence.rooms.cards import cards_for_keys
 from tests.privacy_cases import quiet_login
 from tests.rooms import cards
 from tests.rooms.members import enter
@@ -242,3 +243,38 @@ def test_a_good_card_path_passes(settings: Any) -> None:
     for path in (cards.CUSTOM, None):
         settings.PRESENCE = {"MEMBER_CARD": path}
         assert checks.check_settings() == []
+
+
+# --- the default cards of many members, read at once (a room_state's, the rooms' JSON) ------
+
+
+def test_the_default_cards_read_at_once_name_each_member_as_display_name_does(
+    make_user: Callable[..., Any],
+) -> None:
+    users = [
+        make_user("ann", first_name="Ann", last_name="Smith"),
+        make_user("bo", first_name="Bo"),
+        make_user("li", last_name="Li"),
+        make_user("dee", first_name=" ", last_name=" "),
+    ]
+    keys = [str(user.pk) for user in users]
+    found = cards_for_keys([*keys, "999999", "not-an-id"])
+    assert found == {
+        keys[0]: {"name": "Ann Smith", "avatar": None},
+        keys[1]: {"name": "Bo", "avatar": None},
+        keys[2]: {"name": "Li", "avatar": None},
+        keys[3]: {"name": "dee", "avatar": None},
+    }
+    assert found == {str(user.pk): api.member_card(user) for user in users}
+
+
+def test_a_user_models_own_full_name_names_its_cards(
+    make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ann = make_user("ann", first_name="Ann", last_name="Smith")
+    model = type(ann)
+    monkeypatch.setattr(model, "get_full_name", lambda user: f"Dr {user.last_name}", raising=False)
+    assert cards_for_keys([str(ann.pk)]) == {str(ann.pk): {"name": "Dr Smith", "avatar": None}}
+    monkeypatch.setattr(model, "get_username", lambda user: "nobody", raising=False)
+    monkeypatch.setattr(model, "get_full_name", lambda user: "", raising=False)
+    assert cards_for_keys([str(ann.pk)]) == {str(ann.pk): {"name": "nobody", "avatar": None}}

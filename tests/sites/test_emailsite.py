@@ -19,6 +19,7 @@ from django.test import Client
 from presence import api
 from presence.feed.models import Activity, Group
 from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatus
+from presence.rooms.cards import cards_for_keys
 
 pytestmark = [
     pytest.mark.django_db,
@@ -121,3 +122,13 @@ def test_the_contacts_api_and_presence_work_with_this_user_model(
     assert api.get_presence(ann, ben).status == "online"
     assert api.block(ben, ann) is True
     assert api.get_presence(ann, ben).status == "offline"
+
+
+def test_member_cards_name_members_by_their_email(make_email_user: Callable[..., Any]) -> None:
+    ann = make_email_user("ann@example.com")
+    bo = make_email_user("bo@example.com", handle="bo")
+    assert cards_for_keys([str(ann.pk), str(bo.pk)]) == {
+        str(ann.pk): {"name": "ann@example.com", "avatar": None},
+        str(bo.pk): {"name": "bo@example.com", "avatar": None},
+    }
+    assert api.member_card(ann) == {"name": "ann@example.com", "avatar": None}

@@ -16,6 +16,7 @@ import redis
 
 from presence.store import SCORE_FACTOR, PresenceStore, get_store
 from presence.users import encode_id
+from tools.redis_server import scan_keys
 
 
 @dataclass(frozen=True)
@@ -178,13 +179,6 @@ def fill_single_set(
         if (start // chunk) % 10 == 9:
             pipe.execute()
     pipe.execute()
-
-
-def scan_keys(client: redis.Redis, match: str) -> list[Any]:
-    """Every key matching ``match``, each once. SCAN, never KEYS: the same code must be safe
-    against a live server; and SCAN returns a key twice when Redis resizes its table during the
-    scan (after a run deleted many keys), which a count must not take for two keys."""
-    return list(dict.fromkeys(client.scan_iter(match=match, count=1000)))
 
 
 def presence_keys(client: redis.Redis, store: PresenceStore) -> list[Any]:

@@ -21,8 +21,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from tools.processes import stop_process
+
+
+def scan_keys(client: Any, match: str) -> list[Any]:
+    """Every key of a redis-py ``client`` matching ``match``, each once. SCAN, never KEYS: the
+    same code must be safe against a live server; and SCAN returns a key twice when Redis
+    resizes its table during the scan (after a run deleted many keys), which a count must not
+    take for two keys."""
+    return list(dict.fromkeys(client.scan_iter(match=match, count=1000)))
 
 
 def redis_server_binary() -> str:

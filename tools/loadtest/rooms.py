@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.loadtest.oracle_thread import ORACLE_SHARE, RECHECK, in_oracle_thread
+from tools.redis_server import scan_keys
 
 #: the kind the servers declare (anyone logged in may enter)
 KIND = "lobby"
@@ -315,8 +316,7 @@ def leftover_keys(nodes: Iterable[Any], quiet: bool = False) -> dict[str, int]:
     names: list[str] = []
     for node in nodes:
         for pattern in patterns:
-            # each key once: SCAN repeats keys while Redis resizes its table
-            for key in dict.fromkeys(node.scan_iter(match=pattern, count=1000)):
+            for key in scan_keys(node, pattern):
                 found["room keys"] += 1
                 if len(names) < 5:
                     names.append(key if isinstance(key, str) else key.decode())

@@ -25,6 +25,7 @@ from tools.loadtest.generator import main as generator_main
 from tools.loadtest.lags import HubLags
 from tools.loadtest.servers import Servers
 from tools.loadtest.windows import Window
+from tools.redis_server import scan_keys
 
 #: hidden users (every visibility "nobody", never changed) and how many pages show each
 HIDDEN_USERS = 50
@@ -715,8 +716,7 @@ class Run:
             nodes = [redis.Redis.from_url(self.servers.redis_url)]
         now = time.time()
         for node in nodes:
-            # each key once: SCAN repeats keys while Redis resizes its table
-            for key in dict.fromkeys(node.scan_iter(match="presence:*", count=1000)):
+            for key in scan_keys(node, "presence:*"):
                 name = key.decode()
                 if name.endswith(":conns"):
                     found["conns"] += int(node.hlen(key))
@@ -739,7 +739,7 @@ class Run:
         left_by_killed = 0
         for server in self.servers.layer:
             client = redis.Redis.from_url(server.url)
-            for key in dict.fromkeys(client.scan_iter(match="asgi:group:*", count=1000)):
+            for key in scan_keys(client, "asgi:group:*"):
                 members = [m.decode() for m in client.zrange(key, 0, -1)]
                 mine = [m for m in members if calibrate.process_of(m) in killed]
                 left_by_killed += len(mine)

@@ -186,6 +186,21 @@ def test_the_memory_census_breaks_growth_down_and_skips_a_line_cut_by_a_kill(tmp
     assert "Python blocks +1,234" in text
 
 
+def test_only_a_servers_first_start_takes_the_memory_census(tmp_path) -> None:
+    # The memory rows read only processes never restarted; a census sample inside a storm's
+    # timed window would stall the restarted server, which the bare floors do not pay.
+    from tools.loadtest.servers import BARE, DaphneProcess
+
+    env = {"LOADTEST_MEMORY_DIR": str(tmp_path), "OTHER": "kept"}
+    site = DaphneProcess(0, env, tmp_path)
+    assert site.start_env() == env
+    site.starts = 1  # as start() counts them: a restart after a kill
+    assert site.start_env() == {"OTHER": "kept"}
+    floor = DaphneProcess(1, env, tmp_path, BARE, "bare", census=False)
+    assert floor.start_env() == {"OTHER": "kept"}
+    assert env["LOADTEST_MEMORY_DIR"] == str(tmp_path)  # the run's own environment unchanged
+
+
 def test_the_cpu_meter_counts_each_process_from_its_own_start_and_keeps_a_dead_ones_seconds() -> (
     None
 ):

@@ -266,7 +266,9 @@ def bare_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> None
     started for this and stopped after it (behaviours still paused)."""
     from tools.loadtest.servers import BARE, DaphneProcess
 
-    daphne = DaphneProcess(run.sizes.processes, run.env, run.servers.log_dir, BARE, "bare")
+    daphne = DaphneProcess(
+        run.sizes.processes, run.env, run.servers.log_dir, BARE, "bare", census=False
+    )
     try:
         daphne.start()
         daphne.wait_ready()
@@ -288,7 +290,9 @@ def killed_floor(run: LoadRun, chosen: dict[int, list[int]], storm: Storm) -> No
     process stopped and every client let go, also on failure (behaviours still paused)."""
     from tools.loadtest.servers import BARE, DaphneProcess
 
-    daphne = DaphneProcess(run.sizes.processes, run.env, run.servers.log_dir, BARE, "bare-killed")
+    daphne = DaphneProcess(
+        run.sizes.processes, run.env, run.servers.log_dir, BARE, "bare-killed", census=False
+    )
     parts: list[BareStorm] = []
     try:
         daphne.start()

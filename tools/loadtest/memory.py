@@ -1,7 +1,8 @@
 """Where a server process's memory is: a census cheap enough to run through a soak.
 
 A load test's daphne processes start :func:`start_census` (``tools/loadtest/settings.py``, when
-``LOADTEST_MEMORY_DIR`` is set): a daemon thread appends one JSON line every
+``LOADTEST_MEMORY_DIR`` is set: a server's first start only, not a restart nor a floor's bare
+server, ``servers.DaphneProcess.start_env``): a daemon thread appends one JSON line every
 :data:`CENSUS_EVERY` seconds to ``memory-PID.jsonl`` in that folder. Nothing is traced (tracing
 slows a server too much for its RSS to mean anything); each line is a handful of counters:
 

@@ -253,9 +253,7 @@ class RoundTrips:
 
     Counted by wrapping the client classes: every ``Pipeline.execute`` with queued commands is
     one round trip, and so is every command sent outside a pipeline (``Redis.execute_command``;
-    pipelines override it to queue), and every write the store makes on a pooled connection
-    itself (the async face's, a sync read begun early). ``commands`` lists what each round trip
-    carried.
+    pipelines override it to queue). ``commands`` lists what each round trip carried.
     """
 
     commands: list[list[str]] = field(default_factory=list)
@@ -345,29 +343,6 @@ def count_round_trips() -> Iterator[RoundTrips]:
         patches.append((ClusterRunner, "_route", original))
         ClusterRunner._route = route  # type: ignore[method-assign]
 
-    def wrap_sends() -> None:
-        # The store's own round trips on a pooled connection, without a redis-py pipeline:
-        # the async face's every one, the sync face's begun reads (store.begin).
-        from presence.store import client as store_client
-
-        send_and_read = store_client._send_and_read
-
-        async def counted(client: Any, pool: Any, wire: Any, names: list[str]) -> Any:
-            trips.commands.append([name.upper() for name in names])
-            return await send_and_read(client, pool, wire, names)
-
-        patches.append((store_client, "_send_and_read", send_and_read))
-        store_client._send_and_read = counted  # type: ignore[assignment]
-        sent_init = store_client._Sent.__init__
-
-        def init(self: Any, client: Any, commands: Any) -> None:
-            trips.commands.append([str(store_client._wire(c)[0]).upper() for c in commands])
-            sent_init(self, client, commands)
-
-        patches.append((store_client._Sent, "__init__", sent_init))
-        store_client._Sent.__init__ = init  # type: ignore[method-assign]
-
-    wrap_sends()
     wrap_cluster_rounds()
     wrap_execute(redis.client.Pipeline, is_async=False)
     wrap_execute(redis.asyncio.client.Pipeline, is_async=True)

@@ -181,21 +181,10 @@ class PresenceStore:
     async def _aexecute(
         self, client: redis.asyncio.Redis, commands: Sequence[tuple[Any, ...]]
     ) -> list[Any]:
-        """The replies of ``commands``, sent as one write and read on a pooled connection, as
-        the sync face's :class:`_Sent` does: redis-py's pipeline object (its command stack and
-        bookkeeping) cost about 30 µs a round trip, a few % of a page view's event loop. Its
-        retry policy is kept: a connection Redis closed (a restart, a proxy's idle timeout) is
-        replaced once, at once (:func:`stale_connection_retry`); a timeout is never retried."""
-        wire = [_wire(command) for command in commands]
-        names = [str(command[0]) for command in wire]
-        pool = client.connection_pool
-        started = time.perf_counter()
-        try:
-            replies = await _send_and_read(client, pool, wire, names)
-        except RedisConnectionError as error:
-            if is_pool_exhausted(error):
-                raise
-            replies = await _send_and_read(client, pool, wire, names)
+        async with client.pipeline(transaction=False) as pipe:
+            self._queue(pipe, commands)
+            started = time.perf_counter()
+            replies = list(await pipe.execute(raise_on_error=False))
         metrics.redis_round_trip("redis", time.perf_counter() - started)
         return replies
 
@@ -388,30 +377,6 @@ def _wire(command: tuple[Any, ...]) -> tuple[Any, ...]:
         _, script, keys, args = command
         return ("EVALSHA", script.sha, len(keys), *keys, *args)
     return command
-
-
-async def _send_and_read(
-    client: redis.asyncio.Redis, pool: Any, wire: list[tuple[Any, ...]], names: list[str]
-) -> list[Any]:
-    """One try of :meth:`PresenceStore._aexecute`: a command's error in its place (as a
-    pipeline's ``raise_on_error=False``); a lost connection, a timeout or a cancellation while
-    the replies are read drops the connection (a late reply must not answer the next command
-    sent on it) and raises."""
-    connection = await pool.get_connection()
-    try:
-        await connection.send_packed_command(connection.pack_commands(wire))
-        replies: list[Any] = []
-        for name in names:
-            try:
-                replies.append(await client.parse_response(connection, name))
-            except ResponseError as error:
-                replies.append(error)
-    except BaseException:
-        await connection.disconnect(nowait=True)
-        raise
-    finally:
-        await pool.release(connection)
-    return replies
 
 
 class _Sent:

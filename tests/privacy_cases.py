@@ -253,7 +253,8 @@ class RoundTrips:
 
     Counted by wrapping the client classes: every ``Pipeline.execute`` with queued commands is
     one round trip, and so is every command sent outside a pipeline (``Redis.execute_command``;
-    pipelines override it to queue). ``commands`` lists what each round trip carried.
+    pipelines override it to queue), and so is a sync read the store begins early on a pooled
+    connection itself (``store.begin``). ``commands`` lists what each round trip carried.
     """
 
     commands: list[list[str]] = field(default_factory=list)
@@ -343,6 +344,21 @@ def count_round_trips() -> Iterator[RoundTrips]:
         patches.append((ClusterRunner, "_route", original))
         ClusterRunner._route = route  # type: ignore[method-assign]
 
+    def wrap_begun_reads() -> None:
+        # A sync read begun early (store.begin) is sent on a pooled connection, not through
+        # a redis-py pipeline.
+        from presence.store import client as store_client
+
+        sent_init = store_client._Sent.__init__
+
+        def init(self: Any, client: Any, commands: Any) -> None:
+            trips.commands.append([str(store_client._wire(c)[0]).upper() for c in commands])
+            sent_init(self, client, commands)
+
+        patches.append((store_client._Sent, "__init__", sent_init))
+        store_client._Sent.__init__ = init  # type: ignore[method-assign]
+
+    wrap_begun_reads()
     wrap_cluster_rounds()
     wrap_execute(redis.client.Pipeline, is_async=False)
     wrap_execute(redis.asyncio.client.Pipeline, is_async=True)

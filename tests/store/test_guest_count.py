@@ -216,6 +216,8 @@ def test_a_redis_outage_never_breaks_a_page(
     assert api.guest_count() == 2
 
 
+# The member is made on sync_to_async's thread, outside the test's transaction: flushed after.
+@pytest.mark.django_db(transaction=True)
 async def test_the_async_middleware_counts_guests_and_members_not(
     guests_on: None, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

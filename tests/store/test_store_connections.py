@@ -612,6 +612,24 @@ class TestAsyncConnection:
         )
         assert redis_client.zscore(DUE, "5") == NOW + 3 + GRACE_END
 
+    @on_one_redis
+    async def test_a_pooled_connection_redis_closed_is_replaced_at_once(
+        self, store: PresenceStore, redis_client: redis.Redis
+    ) -> None:
+        # A restarted Redis (or a proxy's idle timeout) closes the pooled connections: the
+        # next plan runs on a new one, once, with no outage declared and nothing lost.
+        try:
+            await store.arun(store.plans.connection(5, "beat", NOW, "c1"))
+            redis_client.client_kill_filter(_type="normal", skipme=True)
+            closed = await store.arun(store.plans.connection(5, "close", NOW + 3, "c1"))
+            assert store.health.available()
+            sync_read = live(store, 5)  # the sync face's pooled connection was closed too
+        finally:
+            await store.aclose()
+        assert closed is not None and closed.after.signed_off
+        assert sync_read.signed_off
+        assert redis_client.zscore(DUE, "5") == NOW + 3 + GRACE_END
+
 
 def test_a_heartbeat_keeps_the_devices_of_recent_page_requests(store: PresenceStore) -> None:
     store.run(store.plans.touch(5, Device.MOBILE, NOW))  # the phone loads a page

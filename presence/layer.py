@@ -27,7 +27,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 from presence.conf import get_settings
@@ -229,32 +229,48 @@ async def group_calls_together(
     leave, and a page view's socket joins its new users' groups and its account's. The same
     commands as the layer's own. Each group's error (a server down fails only its groups), or
     None."""
+    return await group_calls_of(layer, [(method, group, channel) for group in groups])
+
+
+#: a call of :func:`group_calls_of`: the layer's method ("group_add" or "group_discard"), the
+#: group and the channel
+GroupCall = tuple[str, str, str]
+
+
+async def group_calls_of(layer: Any, calls: Sequence[GroupCall]) -> list[Exception | None]:
+    """:func:`group_calls_together` of calls of either method and any channel (the joins and
+    leaves of many sockets' moment, presence.hub.groups), in the order given, in one pipeline
+    per layer server; each call's error, or None."""
     by_server: dict[int, list[int]] = {}
-    for n, group in enumerate(groups):
+    for n, (_, group, _) in enumerate(calls):
         by_server.setdefault(layer.consistent_hash(group), []).append(n)
-    adding = method == "group_add"
-    per_group = 2 if adding else 1
-    results: list[Exception | None] = [None] * len(groups)
+    results: list[Exception | None] = [None] * len(calls)
     for index, members in by_server.items():
         try:
             async with layer_slot(), layer.connection(index).pipeline(False) as pipe:
                 now = time.time()
+                sizes = []
                 for n in members:
-                    key = layer._group_key(groups[n])
-                    if adding:
+                    method, group, channel = calls[n]
+                    key = layer._group_key(group)
+                    if method == "group_add":
                         pipe.zadd(key, {channel: now})
                         pipe.expire(key, layer.group_expiry)
+                        sizes.append(2)
                     else:
                         pipe.zrem(key, channel)
+                        sizes.append(1)
                 replies = await pipe.execute(raise_on_error=False)
         except Exception as error:
             for n in members:
                 results[n] = error
             continue
-        for position, n in enumerate(members):
-            for reply in replies[position * per_group : (position + 1) * per_group]:
+        start = 0
+        for n, size in zip(members, sizes, strict=True):
+            for reply in replies[start : start + size]:
                 if isinstance(reply, Exception):
                     results[n] = reply
+            start += size
     return results
 
 

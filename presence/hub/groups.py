@@ -10,8 +10,9 @@ from typing import Any
 
 from presence.announce import group_name, layer_call, note_layer_failure
 from presence.domain import UserId
+from presence.gathering import Gathering
 from presence.hub.registry import Registry
-from presence.layer import group_calls_together, groups_together
+from presence.layer import GroupCall, group_calls_of, groups_together
 
 logger = logging.getLogger("presence")
 
@@ -45,6 +46,11 @@ class Groups:
         #: joined for LINGER in case the next page view needs them again
         self.lingering: dict[str, float] = {}
         self._letting_go: asyncio.Task[None] | None = None
+        #: the calls of one moment of the event loop, of every socket, sent together: a
+        #: storm of openings joins as many account groups, each its own round trip otherwise
+        self._together: Gathering[list[GroupCall], list[Exception | None]] = Gathering(
+            self._send_together
+        )
 
     def in_turns(self) -> bool:
         """Whether any join or leave is still on its way to the layer."""
@@ -187,28 +193,55 @@ class Groups:
     async def _in_turns(self, groups: list[str], method: str, channel: str) -> list[Any]:
         """The layer's ``method`` for each group in its turn, the turns taken in this order
         before any await; the results, exceptions among them. Once every turn before these
-        has reached the layer, all of them go together (one round trip on channels_redis's
-        core layer, :func:`presence.layer.group_calls_together`)."""
+        has reached the layer, all of them go, with the other sockets' calls of that moment
+        (one round trip per server on channels_redis's core layer,
+        :func:`presence.layer.group_calls_of`)."""
         turns = [(group, *self._take_turn(group)) for group in groups]
+        calls: asyncio.Future[list[Any]] | None = None
         try:
             before = [turn for _, turn, _ in turns if turn is not None]
             if before:
                 await asyncio.gather(*(asyncio.shield(turn) for turn in before))
-            return await self._calls(method, groups, channel)
+            calls = self._calls(method, groups, channel)
+            # Shielded: a caller cancelled meanwhile leaves its calls on their way.
+            return await asyncio.shield(calls)
         finally:
-            for group, _, mine in turns:
-                self._end_turn(group, mine)
+            if calls is None or calls.done():
+                self._end_turns(turns)
+            else:
+                # The next call of these groups goes once these reached the layer.
+                calls.add_done_callback(lambda done: self._end_turns(turns, done))
 
-    async def _calls(self, method: str, groups: list[str], channel: str) -> list[Any]:
+    def _calls(self, method: str, groups: list[str], channel: str) -> asyncio.Future[list[Any]]:
         if groups_together(self.layer):
-            results = await group_calls_together(self.layer, method, groups, channel)
-            if any(result is not None for result in results):
-                note_layer_failure()
-            return results
+            # With the other sockets' calls of this moment: a storm of openings joins as many
+            # account groups, a round trip each otherwise. No two calls of one group are in
+            # one batch (the second waits for the first's turn).
+            return self._together.ask([(method, group, channel) for group in groups])
         call = getattr(self.layer, method)
-        return await asyncio.gather(
+        return asyncio.gather(
             *(layer_call(call, group, channel) for group in groups), return_exceptions=True
         )
+
+    async def _send_together(self, batches: list[list[GroupCall]]) -> list[list[Exception | None]]:
+        results = await group_calls_of(self.layer, [call for calls in batches for call in calls])
+        if any(result is not None for result in results):
+            note_layer_failure()
+        answers, start = [], 0
+        for calls in batches:
+            answers.append(results[start : start + len(calls)])
+            start += len(calls)
+        return answers
+
+    def _end_turns(
+        self,
+        turns: list[tuple[str, asyncio.Future[None] | None, asyncio.Future[None]]],
+        done: asyncio.Future[Any] | None = None,
+    ) -> None:
+        if done is not None and not done.cancelled():
+            done.exception()  # its caller is gone: nobody else reads it
+        for group, _, mine in turns:
+            self._end_turn(group, mine)
 
     def _take_turn(self, group: str) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """A place in ``group``'s queue of joins and leaves (taken when decided, before any

@@ -4,6 +4,7 @@ EXPIRE per join, a ZREM per leave), and a server that fails fails only its own g
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -116,3 +117,43 @@ async def test_a_wrapped_layer_gets_its_own_calls(
     assert not groups_together(layer)
     assert await groups.join_users(USERS[:2]) == []
     assert calls == [announce.group_name(uid) for uid in USERS[:2]]
+
+
+async def test_the_calls_of_one_moment_go_together(groups: Groups) -> None:
+    """Sockets opening together (a reconnect storm: each joins its account's group, and its
+    new users') reach the layer in one round trip per layer server, joins and leaves alike."""
+    layer = groups.layer
+    accounts = ["presence-test-account-1", "presence-test-account-2"]
+    left = announce.group_name(USERS[4])
+    assert await groups.join_users(USERS[4:]) == []
+    everything = [*accounts, *(announce.group_name(uid) for uid in USERS[:4]), left]
+    servers = {layer.consistent_hash(group) for group in everything}
+    with count_round_trips() as trips:
+        await asyncio.gather(
+            groups.join(accounts[0]),
+            groups.join_users(USERS[:2]),
+            groups.join(accounts[1]),
+            groups.join_users(USERS[2:4]),
+            groups.leave_users(USERS[4:]),
+        )
+    assert len(group_trips(trips.commands)) == len(servers)
+    for group in everything:
+        assert (await members(layer, group))[0] == ([] if group == left else [groups.channel])
+
+
+async def test_a_cancelled_join_reaches_the_layer_before_the_next_call(groups: Groups) -> None:
+    """A caller cancelled while its join is on its way: the join still lands, and a leave of
+    the same group decided after it goes only once it did (never overtaking it)."""
+    layer, group = groups.layer, "presence-test-cancelled"
+    joining = asyncio.ensure_future(groups.join(group))
+    await asyncio.sleep(0)  # its call asked for, with this moment's others
+    turn = groups.joining(group)
+    assert turn is not None
+    joining.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await joining
+    assert groups.joining(group) is turn  # held until the join reached the layer
+    await asyncio.shield(turn)
+    assert (await members(layer, group))[0] == [groups.channel]
+    await groups.leave(group)
+    assert (await members(layer, group))[0] == []

@@ -224,11 +224,7 @@ async def group_calls_together(
     layer: Any, method: str, groups: list[str], channel: str
 ) -> list[Exception | None]:
     """channels_redis's ``group_add`` (``method``) or ``group_discard`` of ``channel`` for each
-    of ``groups`` (core layer, :func:`groups_together`), in one pipeline per layer server:
-    the layer's own calls cost two round trips per join (a ZADD, then an EXPIRE) and one per
-    leave, and a page view's socket joins its new users' groups and its account's. The same
-    commands as the layer's own. Each group's error (a server down fails only its groups), or
-    None."""
+    of ``groups`` (core layer, :func:`groups_together`): see :func:`group_calls_of`."""
     return await group_calls_of(layer, [(method, group, channel) for group in groups])
 
 
@@ -236,41 +232,50 @@ async def group_calls_together(
 #: group and the channel
 GroupCall = tuple[str, str, str]
 
+#: KEYS the groups' keys; ARGV now, the groups' expiry, then per key "a" (join) or "d"
+#: (leave) and the channel: channels_redis's own commands for each, in order
+_GROUP_CALLS = """
+local now, expiry = ARGV[1], ARGV[2]
+for i, key in ipairs(KEYS) do
+  local channel = ARGV[2 + 2 * i]
+  if ARGV[1 + 2 * i] == 'a' then
+    redis.call('ZADD', key, now, channel)
+    redis.call('EXPIRE', key, expiry)
+  else
+    redis.call('ZREM', key, channel)
+  end
+end
+return #KEYS
+"""
+
 
 async def group_calls_of(layer: Any, calls: Sequence[GroupCall]) -> list[Exception | None]:
-    """:func:`group_calls_together` of calls of either method and any channel (the joins and
-    leaves of many sockets' moment, presence.hub.groups), in the order given, in one pipeline
-    per layer server; each call's error, or None."""
+    """Joins (``group_add``) and leaves (``group_discard``) of channels_redis's core layer
+    (:func:`groups_together`), of any groups and channels, in the order given: one script
+    call per layer server, which runs the layer's own commands for each (a ZADD and an
+    EXPIRE per join, a ZREM per leave). The layer's own calls cost two round trips per join
+    and one per leave, and a reconnect storm joins a group per account and per user watched
+    (a pipeline of those commands cost 2.5x the script's client time per call). Each call's
+    error (a server down, or refusing the script, fails its calls only), or None."""
     by_server: dict[int, list[int]] = {}
     for n, (_, group, _) in enumerate(calls):
         by_server.setdefault(layer.consistent_hash(group), []).append(n)
     results: list[Exception | None] = [None] * len(calls)
     for index, members in by_server.items():
+        keys: list[str] = []
+        args: list[Any] = [time.time(), layer.group_expiry]
+        for n in members:
+            method, group, channel = calls[n]
+            keys.append(layer._group_key(group))
+            args += ["a" if method == "group_add" else "d", channel]
         try:
-            async with layer_slot(), layer.connection(index).pipeline(False) as pipe:
-                now = time.time()
-                sizes = []
-                for n in members:
-                    method, group, channel = calls[n]
-                    key = layer._group_key(group)
-                    if method == "group_add":
-                        pipe.zadd(key, {channel: now})
-                        pipe.expire(key, layer.group_expiry)
-                        sizes.append(2)
-                    else:
-                        pipe.zrem(key, channel)
-                        sizes.append(1)
-                replies = await pipe.execute(raise_on_error=False)
+            async with layer_slot():
+                # EVAL, not EVALSHA: Redis caches the script by its text's digest, and a
+                # server that restarted needs no second round trip.
+                await layer.connection(index).eval(_GROUP_CALLS, len(keys), *keys, *args)
         except Exception as error:
             for n in members:
                 results[n] = error
-            continue
-        start = 0
-        for n, size in zip(members, sizes, strict=True):
-            for reply in replies[start : start + size]:
-                if isinstance(reply, Exception):
-                    results[n] = reply
-            start += size
     return results
 
 

@@ -1,10 +1,11 @@
 """The hub's joins and leaves of channel-layer groups go together: on channels_redis's core layer
-one pipeline per layer server carries the same commands as the layer's own calls (a ZADD and an
+one script call per layer server runs the same commands as the layer's own calls (a ZADD and an
 EXPIRE per join, a ZREM per leave), and a server that fails fails only its own groups."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,8 +26,9 @@ USERS = [101, 102, 103, 104, 105]
 
 
 def group_trips(commands: list[list[str]]) -> list[list[str]]:
-    """The round trips of group joins and leaves (not the layer's own receive's)."""
-    return [trip for trip in commands if set(trip) <= {"ZADD", "EXPIRE", "ZREM"}]
+    """The round trips of group joins and leaves (not the layer's own receive's): the script
+    call, or the layer's own commands."""
+    return [trip for trip in commands if set(trip) <= {"EVAL", "ZADD", "EXPIRE", "ZREM"}]
 
 
 @pytest.fixture
@@ -52,22 +54,23 @@ async def test_joins_and_leaves_go_in_one_round_trip_per_layer_server(groups: Gr
     servers = {layer.consistent_hash(announce.group_name(uid)) for uid in USERS}
     with count_round_trips() as trips:
         assert await groups.join_users(USERS) == []
-    joins = group_trips(trips.commands)
-    assert len(joins) == len(servers)
-    sent = sorted(command for trip in joins for command in trip)
-    assert sent == ["EXPIRE"] * len(USERS) + ["ZADD"] * len(USERS)
+    assert len(group_trips(trips.commands)) == len(servers)
     for uid in USERS:
-        channels, ttl = await members(layer, announce.group_name(uid))
+        # As the layer's own group_add leaves it: the channel, scored by the time it joined,
+        # in a key that expires group_expiry after the last join.
+        group = announce.group_name(uid)
+        channels, ttl = await members(layer, group)
         assert channels == [groups.channel]
         assert 0 < ttl <= layer.group_expiry
+        client = layer.connection(layer.consistent_hash(group))
+        joined_at = await client.zscore(layer._group_key(group), groups.channel)
+        assert abs(joined_at - time.time()) < 60
     # Announced to, each group reaches the channel (the layer's own group_send finds it).
     await layer.group_send(announce.group_name(USERS[0]), {"type": "presence.changed"})
     assert (await layer.receive(groups.channel))["type"] == "presence.changed"
     with count_round_trips() as trips:
         assert await groups.leave_users(USERS) == []
-    leaves = group_trips(trips.commands)
-    assert len(leaves) == len(servers)
-    assert [c for trip in leaves for c in trip] == ["ZREM"] * len(USERS)
+    assert len(group_trips(trips.commands)) == len(servers)
     for uid in USERS:
         assert (await members(layer, announce.group_name(uid)))[0] == []
 
@@ -157,3 +160,21 @@ async def test_a_cancelled_join_reaches_the_layer_before_the_next_call(groups: G
     assert (await members(layer, group))[0] == [groups.channel]
     await groups.leave(group)
     assert (await members(layer, group))[0] == []
+
+
+async def test_a_refused_script_fails_its_calls(groups: Groups) -> None:
+    """A server refusing the script (a group's key of another type, written by something
+    else) fails the calls sent to it: reported, and joined again at the next sweep."""
+    layer = groups.layer
+    broken = announce.group_name(USERS[0])
+    client = layer.connection(layer.consistent_hash(broken))
+    await client.set(layer._group_key(broken), "not a sorted set")
+    groups.registry.watchers.add_all(object(), USERS[:2])  # watched: their joins matter
+    try:
+        failed = await groups.join_users(USERS[:2])
+    finally:
+        await client.delete(layer._group_key(broken))
+    same = layer.consistent_hash(announce.group_name(USERS[1])) == layer.consistent_hash(broken)
+    assert failed == (USERS[:2] if same else USERS[:1])
+    assert groups.unjoined == set(failed)
+    assert await groups.join_users(failed) == []

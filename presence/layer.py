@@ -6,7 +6,7 @@
   every process with rooms;
 - :func:`with_members`: which groups have members, asked for by one moment's announcements
   together;
-- :func:`group_calls_together`: joins or leaves of several groups in one round trip;
+- :func:`group_calls_of`: joins and leaves of several groups in one round trip;
 - where sync code's announcements are sent from: made in a database call of an event loop's
   operation (:func:`sent_from_this_loop`, presence.operations), they are held and sent from
   that loop once the call returns, so the database's thread never waits on the channel layer;
@@ -206,7 +206,7 @@ async def with_members(layer: Any, groups: list[str]) -> set[str]:
 def groups_together(layer: Any) -> bool:
     """Whether ``layer`` is channels_redis's core layer with its own ``group_add`` and
     ``group_discard`` (neither overridden nor wrapped): their commands can then be sent together
-    (:func:`group_calls_together`). Any other layer gets its own calls, one per group."""
+    (:func:`group_calls_of`). Any other layer gets its own calls, one per group."""
     if not _counts_members(layer):
         return False
     from channels_redis.core import RedisChannelLayer
@@ -218,14 +218,6 @@ def groups_together(layer: Any) -> bool:
         and "group_add" not in vars(layer)
         and "group_discard" not in vars(layer)
     )
-
-
-async def group_calls_together(
-    layer: Any, method: str, groups: list[str], channel: str
-) -> list[Exception | None]:
-    """channels_redis's ``group_add`` (``method``) or ``group_discard`` of ``channel`` for each
-    of ``groups`` (core layer, :func:`groups_together`): see :func:`group_calls_of`."""
-    return await group_calls_of(layer, [(method, group, channel) for group in groups])
 
 
 #: a call of :func:`group_calls_of`: the layer's method ("group_add" or "group_discard"), the

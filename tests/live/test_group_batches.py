@@ -16,7 +16,7 @@ from channels.layers import channel_layers
 from presence import announce
 from presence.hub.groups import Groups
 from presence.hub.registry import Registry
-from presence.layer import group_calls_together, groups_together
+from presence.layer import group_calls_of, groups_together
 from tests.conftest import on_the_core_layer
 from tests.privacy_cases import count_round_trips
 
@@ -89,7 +89,7 @@ async def test_a_failed_server_fails_its_groups_only(groups: Groups) -> None:
     layer.connection = connection
     failures = announce.layer_failures
     try:
-        results = await group_calls_together(layer, "group_add", names, groups.channel)
+        results = await group_calls_of(layer, [("group_add", n, groups.channel) for n in names])
     finally:
         del layer.connection
     failed = [name for name, result in zip(names, results, strict=True) if result is not None]

@@ -13,6 +13,7 @@ import pytest
 from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import channel_layers
 
+import presence.layer
 from presence import announce
 from presence.hub.groups import Groups
 from presence.hub.registry import Registry
@@ -178,3 +179,28 @@ async def test_a_refused_script_fails_its_calls(groups: Groups) -> None:
     assert failed == (USERS[:2] if same else USERS[:1])
     assert groups.unjoined == set(failed)
     assert await groups.join_users(failed) == []
+
+
+async def test_a_long_batch_goes_in_short_scripts(
+    groups: Groups, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past GROUP_CALLS_AT_ONCE calls to one server, the calls go in several scripts (none
+    holding Redis long), still one round trip; a refused script fails its own calls only."""
+    layer = groups.layer
+    monkeypatch.setattr(presence.layer, "GROUP_CALLS_AT_ONCE", 2)
+    names = [announce.group_name(uid) for uid in USERS]
+    assert len({layer.consistent_hash(name) for name in names}) == 1  # the tests' one server
+    broken = names[2]
+    client = layer.connection(layer.consistent_hash(broken))
+    await client.set(layer._group_key(broken), "not a sorted set")
+    try:
+        with count_round_trips() as trips:
+            results = await group_calls_of(layer, [("group_add", n, groups.channel) for n in names])
+    finally:
+        await client.delete(layer._group_key(broken))
+    assert group_trips(trips.commands) == [["EVAL", "EVAL", "EVAL"]]
+    # The scripts: names[0:2], names[2:4] (refused: broken), names[4:].
+    failed = [name for name, result in zip(names, results, strict=True) if result is not None]
+    assert failed == names[2:4]
+    for name in names:
+        assert (await members(layer, name))[0] == ([] if name in failed else [groups.channel])

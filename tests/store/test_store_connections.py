@@ -821,3 +821,17 @@ def test_a_late_close_never_makes_the_user_online_again(store: PresenceStore, la
     written = store.run(plan)
     assert written is not None and written.made == 0
     assert store.run(store.plans.connection(user, "expire", NOW + 30)).made == 0
+
+
+@on_one_redis
+def test_a_read_begun_on_a_pooled_connection_redis_closed_is_sent_again(
+    store: PresenceStore, redis_client: redis.Redis
+) -> None:
+    # As a plan run: a read sent early (store.begin, a page's read beside its database query)
+    # on a pooled connection that a restarted Redis closed goes again on a new one, once; no
+    # outage is declared and nothing is read offline.
+    conn(store, "beat", NOW, "c1")  # (its connection back in the pool)
+    kill_own_connections(redis_client)
+    states = store.begin(store.plans.read([5]))()
+    assert store.health.available()
+    assert states is not None and states[5].connected

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 Request = TypeVar("Request")
 Reply = TypeVar("Reply")
+T = TypeVar("T")
 
 
 class Gathering(Generic[Request, Reply]):
@@ -57,6 +58,17 @@ class Gathering(Generic[Request, Reply]):
         for (_, future), reply in zip(batch, replies, strict=True):
             if not future.done():  # its caller may have been cancelled meanwhile
                 future.set_result(reply)
+
+
+def split_as(parts: Sequence[Sequence[Any]], flat: Sequence[T]) -> list[list[T]]:
+    """``flat`` (the replies to every part's items, in order, as one batch answers them) cut
+    back into one list per part, each as long as its part."""
+    answers: list[list[T]] = []
+    start = 0
+    for part in parts:
+        answers.append(list(flat[start : start + len(part)]))
+        start += len(part)
+    return answers
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from presence.announce import group_name, layer_call, note_layer_failure
 from presence.domain import UserId
-from presence.gathering import Gathering
+from presence.gathering import Gathering, split_as
 from presence.hub.registry import Registry
 from presence.layer import GroupCall, group_calls_of, groups_together
 
@@ -227,11 +227,7 @@ class Groups:
         results = await group_calls_of(self.layer, [call for calls in batches for call in calls])
         if any(result is not None for result in results):
             note_layer_failure()
-        answers, start = [], 0
-        for calls in batches:
-            answers.append(results[start : start + len(calls)])
-            start += len(calls)
-        return answers
+        return split_as(batches, results)
 
     def _end_turns(
         self,

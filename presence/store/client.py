@@ -31,7 +31,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 
 from presence import metrics
 from presence.conf import PresenceSettings
-from presence.gathering import Gathering
+from presence.gathering import Gathering, split_as
 from presence.store.cluster import NodeUnavailable
 from presence.store.connecting import (
     REDIS_SCHEMES,
@@ -360,11 +360,7 @@ class _Batches(Gathering[Sequence[tuple[Any, ...]], list[Any]]):
         replies = await self.store._aexecute(
             self.client, [command for part in parts for command in part]
         )
-        answers, start = [], 0
-        for part in parts:
-            answers.append(replies[start : start + len(part)])
-            start += len(part)
-        return answers
+        return split_as(parts, replies)
 
 
 #: each event loop's client (redis.asyncio clients belong to one loop) -> its batches

@@ -210,7 +210,7 @@ class Groups:
                 self._end_turns(turns)
             else:
                 # The next call of these groups goes once these reached the layer.
-                calls.add_done_callback(lambda done: self._end_turns(turns, done))
+                calls.add_done_callback(lambda _: self._end_turns(turns))
 
     def _calls(self, method: str, groups: list[str], channel: str) -> asyncio.Future[list[Any]]:
         if groups_together(self.layer):
@@ -230,12 +230,10 @@ class Groups:
         return split_as(batches, results)
 
     def _end_turns(
-        self,
-        turns: list[tuple[str, asyncio.Future[None] | None, asyncio.Future[None]]],
-        done: asyncio.Future[Any] | None = None,
+        self, turns: list[tuple[str, asyncio.Future[None] | None, asyncio.Future[None]]]
     ) -> None:
-        if done is not None and not done.cancelled():
-            done.exception()  # its caller is gone: nobody else reads it
+        # (A failed batch's exception is read by the Gathering; a gather of the layer's own
+        # calls returns its exceptions.)
         for group, _, mine in turns:
             self._end_turn(group, mine)
 

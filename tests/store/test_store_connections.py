@@ -633,8 +633,9 @@ class TestAsyncConnection:
 
 
 def kill_own_connections(redis_client: redis.Redis) -> None:
-    """Redis closes this process's connections to it (as a restart does), not another test
-    process's: by the local ports of this process's sockets to Redis."""
+    """Redis closes this process's connections to it (as a restart does), not another
+    process's (each xdist worker has a Redis of its own, but a live test's daphne processes
+    share it): by the local ports of this process's sockets to Redis."""
     port = redis_client.connection_pool.connection_kwargs["port"]
     ports = {
         c.laddr.port

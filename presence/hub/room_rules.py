@@ -62,7 +62,9 @@ class RoomRules:
         while running():
             await asyncio.sleep(RULES_TICK)
             now = time.time()
-            if now < self.due or not running():
+            # (a pass due further off than a period: the clock was stepped back, and the pass
+            # is taken now rather than the step's length late)
+            if now < self.due <= now + self._period() or not running():
                 continue
             self.due = now + self._period()
             await self.check_all()

@@ -1,4 +1,7 @@
-"""Outage tracking: an outage is logged once, and Redis is left alone for RETRY_INTERVAL."""
+"""Outage tracking: an outage is logged once, and Redis is left alone for RETRY_INTERVAL.
+
+The wait is kept in wall-clock time (tests move it with time_machine), read so that a clock
+stepped back (NTP) cannot stretch it: a wait longer than the interval it was given is over."""
 
 from __future__ import annotations
 
@@ -31,17 +34,23 @@ class Health:
         self.node = node
         metrics.redis_answered(node)
         self.down_until = 0.0
+        #: the RETRY_INTERVAL of the last failure (what the wait can be at most)
+        self.retry_interval = 0.0
         self.in_outage = False
         #: outages that ended so far (the hub resolves its users again after one)
         self.recoveries = 0
         self._lock = threading.Lock()
 
     def available(self) -> bool:
-        return time.time() >= self.down_until
+        wait = self.down_until - time.time()
+        # More than the interval left: the clock was stepped back since the failure, which
+        # would keep Redis unused for the step's length too. Tried again now.
+        return wait <= 0 or wait > self.retry_interval
 
     def failed(self, error: Exception, retry_interval: float) -> None:
         with self._lock:
             self.down_until = time.time() + retry_interval
+            self.retry_interval = retry_interval
             if not self.in_outage:
                 self.in_outage = True
                 metrics.redis_outage(self.node)

@@ -110,6 +110,20 @@ async def test_a_member_refused_later_is_dropped_within_a_heartbeat_interval(
         assert set(fresh["members"]) == {key(alice)} and fresh["count"] == 1
 
 
+async def test_a_clock_stepped_back_does_not_put_off_the_periodic_check(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    # NTP steps the clock an hour back: the pass due within a heartbeat interval is not put
+    # off by the hour (taken at once, as the time since the last one cannot be told).
+    alice, bob = await members_of(sockets, make_user, 2)
+    (a, b), _ = await in_club(sockets, [alice, bob])
+    refuse(bob)
+    with time_machine.travel(time.time() - 3600, tick=False):
+        assert await receive(b) == refused_frame(CLUB)
+        diff = await receive(a)
+        assert diff["leaves"] == [key(bob)] and diff["count"] == 1, diff
+
+
 async def test_recheck_room_drops_at_once(sockets: Sockets, make_user: Callable) -> None:
     alice, bob = await members_of(sockets, make_user, 2)
     (a, b), (seen, _) = await in_club(sockets, [alice, bob])

@@ -428,6 +428,22 @@ class TestFailurePolicy:
         with time_machine.travel(NOW + down_store.conf.RETRY_INTERVAL, tick=False):
             assert down_store.health.available()
 
+    def test_a_clock_stepped_back_during_an_outage_does_not_stretch_it(
+        self, private_redis: Any
+    ) -> None:
+        # NTP steps the clock an hour back while Redis is down: once Redis is back, presence
+        # uses it within RETRY_INTERVAL, not an hour later.
+        store = get_store()
+        with time_machine.travel(NOW, tick=False) as clock:
+            private_redis.stop()
+            assert store.run(store.plans.touch(1, Device.WEB, NOW)) is None
+            assert store.health.in_outage is True
+            private_redis.start()
+            clock.shift(-3600)
+            transition = store.run(store.plans.touch(1, Device.WEB, NOW - 3600))
+        assert transition is not None and transition.after.last_active == NOW - 3600
+        assert store.health.in_outage is False
+
     def test_strict_plans_raise(self, down_store: PresenceStore) -> None:
         with pytest.raises(StoreUnavailable, match="Redis is unavailable"):
             down_store.run(down_store.plans.scan_stale([0], before=NOW))

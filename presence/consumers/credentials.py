@@ -21,7 +21,7 @@ from asgiref.sync import sync_to_async
 from presence import lifecycle, sessions
 from presence.conf import get_settings
 from presence.consumers.limits import CLOSE_UNAUTHENTICATED
-from presence.consumers.state import Socket
+from presence.consumers.state import Socket, passed
 from presence.store import Plan, get_store
 
 logger = logging.getLogger("presence")
@@ -66,7 +66,7 @@ class Credentials:
     def due(self, now: float, after: float) -> bool:
         """Whether it is checkable and was last checked ``after`` seconds or more before
         ``now``."""
-        return self.checkable() and now - self.socket.state.session_checked >= after
+        return self.checkable() and passed(now, self.socket.state.session_checked, after)
 
     async def recheck_session(self) -> None:
         """Check this socket's credential now (closing it if it no longer holds), together

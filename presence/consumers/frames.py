@@ -20,7 +20,7 @@ from presence.consumers.limits import (
     answer_bytes,
 )
 from presence.consumers.sending import ClientGone, SendFailed
-from presence.consumers.state import Socket
+from presence.consumers.state import Socket, passed
 from presence.frames import FRAMES
 from presence.operations import being_cancelled
 
@@ -102,11 +102,11 @@ def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
     state = socket.state
     return (
         (beat.state is domain.HeartbeatState.IDLE) == state.idle
-        and now - state.written_at < state.heartbeat_interval / 2
+        and not passed(now, state.written_at, state.heartbeat_interval / 2)
         and now < state.subscriptions.restamp_at
         and (
             socket.credential is None
-            or now - state.session_checked < get_settings().SESSION_CHECK_INTERVAL
+            or not passed(now, state.session_checked, get_settings().SESSION_CHECK_INTERVAL)
         )
     )
 

@@ -14,7 +14,7 @@ from presence.conf import get_settings
 from presence.consumers import restamping, rooms
 from presence.consumers.frames import afford
 from presence.consumers.limits import CLOSE_TOO_MANY_CONNECTIONS, frame_cost
-from presence.consumers.state import Socket
+from presence.consumers.state import Socket, passed
 from presence.consumers.subscribing import Subscription, read_user_ids
 from presence.consumers.writes import in_writes_thread
 from presence.domain import UserId
@@ -41,13 +41,13 @@ async def beat(socket: Socket, message: domain.Heartbeat) -> bool:
     now = time.time()
     # A session that ended where no announcement reached (deleted sessions, expiry, a
     # password set without saving the user model) ends here, on a heartbeat.
-    if now - state.session_checked >= get_settings().SESSION_CHECK_INTERVAL:
+    if passed(now, state.session_checked, get_settings().SESSION_CHECK_INTERVAL):
         await socket.recheck_session()
         if not socket.attached:
             return False
     # A heartbeat that changes nothing, well within HEARTBEAT_INTERVAL of the last write,
     # costs Redis nothing: the connection is recorded as alive for CONNECTION_TTL anyway.
-    if idle == state.idle and now - state.written_at < state.heartbeat_interval / 2:
+    if idle == state.idle and not passed(now, state.written_at, state.heartbeat_interval / 2):
         return False
     written = await lifecycle.aheartbeat(
         socket.user, socket.connection_id, state.device.value, idle

@@ -164,6 +164,23 @@ async def test_heartbeats_that_change_nothing_are_written_at_most_every_half_int
     ) == (at(interval - 1).timestamp() + 1 + get_settings().CONNECTION_TTL)
 
 
+async def test_a_heartbeat_after_the_clock_stepped_back_is_written(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # NTP steps the clock an hour back: the connection is recorded by the clock as it reads
+    # now, so that a crash is found CONNECTION_TTL after its last heartbeat, not an hour later.
+    user = await new_user(make_user)
+    tab = await sockets.open(user)
+    clock.shift(-3600)
+    await heartbeat(tab)
+    (entry,) = await connections_in_redis(user)
+    assert int(entry.split(":")[4]) - int(at(0).timestamp()) == -3600
+    store = get_store()
+    assert await store.async_client.zscore(
+        store.keys.user_due_key(user.pk), redis_member(user)
+    ) == (at(-3600).timestamp() + 1 + get_settings().CONNECTION_TTL)
+
+
 async def test_a_heartbeat_that_changes_nothing_is_not_even_parsed(
     sockets: Sockets,
     make_user: Callable[..., Any],

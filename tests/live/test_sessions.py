@@ -173,6 +173,21 @@ async def test_a_session_ended_out_of_band_closes_its_socket_at_the_session_chec
     assert await eventually(gone)
 
 
+async def test_a_clock_stepped_back_does_not_put_off_the_session_check(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=40):
+        user = await new_user(make_user)
+        client = await sync_to_async(_logged_in_client)(user)
+        communicator = await _site_socket(sockets, client)
+        await sync_to_async(client.session.delete)()
+        # NTP steps the clock an hour back: the check is not put off by the hour (the time
+        # since the last one cannot be told, so it is taken at once).
+        clock.shift(-3600)
+        await communicator.send_json_to({"type": "heartbeat", "state": "active"})
+        await assert_closed_with(communicator, 4401)
+
+
 async def test_sockets_opened_together_check_their_sessions_at_different_moments(
     sockets: Sockets,
     make_user: Callable[..., Any],

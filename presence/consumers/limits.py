@@ -47,8 +47,7 @@ class RateLimit:
         self._used = 0
 
     def allow(self, now: float, cost: int = 1) -> bool:
-        while self._log and self._log[0][0] <= now - self.seconds:
-            self._used -= self._log.popleft()[1]
+        self._slide(now)
         # A frame heavier than the whole budget may still pass, alone in its window.
         cost = min(cost, self.frames)
         if self._used + cost > self.frames:
@@ -60,12 +59,21 @@ class RateLimit:
     def charge(self, now: float, cost: int) -> None:
         """Count ``cost`` more frames now, as far as the budget goes (what an answer weighed):
         the frames that no longer fit are refused."""
-        while self._log and self._log[0][0] <= now - self.seconds:
-            self._used -= self._log.popleft()[1]
+        self._slide(now)
         cost = min(cost, self.frames - self._used)
         if cost > 0:
             self._log.append((now, cost))
             self._used += cost
+
+    def _slide(self, now: float) -> None:
+        """The frames older than the window leave it. A clock stepped back (NTP) leaves frames
+        logged "after" now, which would hold the window full for the step's length: they are
+        forgiven (at most one window's worth, once)."""
+        if self._log and self._log[-1][0] > now:
+            self._log.clear()
+            self._used = 0
+        while self._log and self._log[0][0] <= now - self.seconds:
+            self._used -= self._log.popleft()[1]
 
 
 def frame_cost(user_ids: int) -> int:

@@ -367,6 +367,26 @@ async def test_rate_limit_is_a_sliding_window(
         }
 
 
+async def test_a_clock_stepped_back_does_not_hold_a_full_window_for_the_step(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    with presence_settings(RATE_LIMIT=(5, 10)):
+        user = await new_user(make_user)
+        communicator = sockets.make(user)
+        assert (await communicator.connect(timeout=TIMEOUT))[0]
+        for _ in range(5):  # the window is full
+            assert await subscribe(communicator) == state({})
+        # NTP steps the clock an hour back: the socket is not refused for the hour.
+        clock.shift(-3600)
+        for _ in range(5):
+            assert await subscribe(communicator) == state({})
+        await communicator.send_json_to({"type": "subscribe", "users": []})  # 6 in the window
+        assert await communicator.receive_output(timeout=TIMEOUT) == {
+            "type": "websocket.close",
+            "code": 4429,
+        }
+
+
 async def test_a_heartbeat_keeps_the_devices_of_recent_page_requests(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

@@ -15,7 +15,7 @@ from presence import api
 from presence.api import anote_guest, note_guest
 from presence.closes import CloseListener
 from presence.conf import get_settings
-from presence.domain import UserId, device_from_user_agent
+from presence.domain import UserId, device_from_user_agent, passed
 from presence.stamps import note_read
 
 logger = logging.getLogger("presence")
@@ -56,9 +56,8 @@ class TouchThrottle:
         entry = self._last.get(user_id)
         if entry is None or entry.epoch != self.epoch:
             return True
-        last = entry.written
-        # A clock that went backwards (now < last) must not stop recording.
-        return now - last >= interval or now < last
+        # (a clock that went backwards must not stop recording: domain.passed)
+        return passed(now, entry.written, interval)
 
     def claim(self, user_id: UserId, now: float, interval: float) -> bool:
         """Whether to write ``user_id`` now; if so, remembers it. Atomic, so concurrent

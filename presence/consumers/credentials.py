@@ -21,7 +21,8 @@ from asgiref.sync import sync_to_async
 from presence import lifecycle, sessions
 from presence.conf import get_settings
 from presence.consumers.limits import CLOSE_UNAUTHENTICATED
-from presence.consumers.state import Socket, passed
+from presence.consumers.state import Socket
+from presence.domain import passed
 from presence.store import Plan, get_store
 
 logger = logging.getLogger("presence")

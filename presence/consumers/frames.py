@@ -20,7 +20,8 @@ from presence.consumers.limits import (
     answer_bytes,
 )
 from presence.consumers.sending import ClientGone, SendFailed
-from presence.consumers.state import Socket, passed
+from presence.consumers.state import Socket
+from presence.domain import passed
 from presence.frames import FRAMES
 from presence.operations import being_cancelled
 

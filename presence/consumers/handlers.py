@@ -14,10 +14,10 @@ from presence.conf import get_settings
 from presence.consumers import restamping, rooms
 from presence.consumers.frames import afford
 from presence.consumers.limits import CLOSE_TOO_MANY_CONNECTIONS, frame_cost
-from presence.consumers.state import Socket, passed
+from presence.consumers.state import Socket
 from presence.consumers.subscribing import Subscription, read_user_ids
 from presence.consumers.writes import in_writes_thread
-from presence.domain import UserId
+from presence.domain import UserId, passed
 from presence.frames import FRAMES
 
 logger = logging.getLogger("presence")

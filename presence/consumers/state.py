@@ -13,13 +13,6 @@ from presence.domain import UserId
 from presence.hub import Connection, Hub, Proof
 
 
-def passed(now: float, since: float, seconds: float) -> bool:
-    """Whether ``seconds`` have passed from ``since`` to ``now`` (both time.time()), or the
-    clock was stepped back past ``since`` (NTP): a wait that cannot be told is taken as over,
-    rather than stretched by the step's length (a heartbeat's write, a session's check)."""
-    return now - since >= seconds or now < since
-
-
 @dataclass(eq=False)
 class Subscriptions:
     """The users a connection subscribed to, as the hub delivers them."""

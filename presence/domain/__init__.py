@@ -13,6 +13,7 @@ By concern:
 - :mod:`~presence.domain.changes`: the kinds of a change and who can see it
   (:meth:`Change.seen_by`);
 - :mod:`~presence.domain.display`: :func:`humanize`;
+- :mod:`~presence.domain.clock`: :func:`passed`, a wait a clock stepped back cannot stretch;
 - :mod:`~presence.domain.validation`: :func:`check_text` and :func:`parse_status_change`;
 - :mod:`~presence.domain.protocol`: the client's WebSocket frames, :func:`parse_frame`.
 
@@ -34,6 +35,7 @@ from presence.domain.changes import (
     levels_change,
     relation_change,
 )
+from presence.domain.clock import passed
 from presence.domain.display import TIME_STRINGS, humanize
 from presence.domain.model import (
     DEVICE_BITS,
@@ -177,6 +179,7 @@ __all__ = [
     "parse_frame",
     "parse_status_change",
     "parse_subscription_query",
+    "passed",
     "permits",
     "relation_change",
     "resolve",

@@ -21,7 +21,7 @@ from typing import Any
 
 from presence import announce
 from presence.conf import get_settings
-from presence.domain import UserId
+from presence.domain import UserId, passed
 from presence.domain.rooms import parse_room
 from presence.hub.registry import Registry
 from presence.rooms.live import ConnectionRooms
@@ -41,8 +41,8 @@ class RoomRules:
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        #: wall-clock time the next periodic pass is due
-        self.due = 0.0
+        #: wall-clock time of the last periodic pass (or of the start)
+        self.checked_at = 0.0
         #: passes asked for by recheck_room, under way
         self.asked: set[asyncio.Task[None]] = set()
 
@@ -58,15 +58,14 @@ class RoomRules:
     async def run(self, running: Callable[[], bool]) -> None:
         """A pass over every room here at least once per HEARTBEAT_INTERVAL, while
         ``running()``."""
-        self.due = time.time() + self._period()
+        self.checked_at = time.time()
         while running():
             await asyncio.sleep(RULES_TICK)
             now = time.time()
-            # (a pass due further off than a period: the clock was stepped back, and the pass
-            # is taken now rather than the step's length late)
-            if now < self.due <= now + self._period() or not running():
+            # (a clock stepped back takes the pass now, not the step's length late)
+            if not passed(now, self.checked_at, self._period()) or not running():
                 continue
-            self.due = now + self._period()
+            self.checked_at = now
             await self.check_all()
 
     async def check_all(self) -> None:

@@ -1,7 +1,7 @@
 """Outage tracking: an outage is logged once, and Redis is left alone for RETRY_INTERVAL.
 
 The wait is kept in wall-clock time (tests move it with time_machine), read so that a clock
-stepped back (NTP) cannot stretch it: a wait longer than the interval it was given is over."""
+stepped back (NTP) cannot stretch it (domain.passed)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from presence import metrics
+from presence.domain import passed
 from presence.store.redact import redact_url
 
 logger = logging.getLogger("presence")
@@ -33,8 +34,8 @@ class Health:
         #: the node in metrics: "redis", or a cluster master's host:port
         self.node = node
         metrics.redis_answered(node)
-        self.down_until = 0.0
-        #: the RETRY_INTERVAL of the last failure (what the wait can be at most)
+        #: when Redis last failed (time.time()), and the RETRY_INTERVAL it is left alone for
+        self.failed_at = 0.0
         self.retry_interval = 0.0
         self.in_outage = False
         #: outages that ended so far (the hub resolves its users again after one)
@@ -42,15 +43,11 @@ class Health:
         self._lock = threading.Lock()
 
     def available(self) -> bool:
-        wait = self.down_until - time.time()
-        # More than the interval left: the clock was stepped back since the failure, which
-        # would keep Redis unused for the step's length too. Tried again now.
-        return wait <= 0 or wait > self.retry_interval
+        return passed(time.time(), self.failed_at, self.retry_interval)
 
     def failed(self, error: Exception, retry_interval: float) -> None:
         with self._lock:
-            self.down_until = time.time() + retry_interval
-            self.retry_interval = retry_interval
+            self.failed_at, self.retry_interval = time.time(), retry_interval
             if not self.in_outage:
                 self.in_outage = True
                 metrics.redis_outage(self.node)
@@ -67,7 +64,7 @@ class Health:
             with self._lock:
                 if self.in_outage:
                     self.in_outage = False
-                    self.down_until = 0.0
+                    self.retry_interval = 0.0
                     self.recoveries += 1
                     metrics.redis_answered(self.node)
                     logger.warning("Presence: %s is reachable again; recording resumed.", self.name)

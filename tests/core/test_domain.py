@@ -209,6 +209,22 @@ class TestHumanize:
             assert domain.humanize(self.seen(days=3), self.now) == "3\xa0days ago"
 
 
+class TestPassed:
+    """A wait in wall-clock time: over once its seconds passed, and at once when the clock was
+    stepped back past its start (it must not last the step's length too)."""
+
+    def test_over_once_its_seconds_passed(self) -> None:
+        assert not domain.passed(NOW + 9.9, NOW, 10)
+        assert domain.passed(NOW + 10, NOW, 10)
+
+    def test_over_at_once_when_the_clock_was_stepped_back(self) -> None:
+        assert domain.passed(NOW - 3600, NOW, 10)
+        assert domain.passed(NOW - 0.1, NOW, 10)
+
+    def test_a_wait_of_nothing_is_always_over(self) -> None:
+        assert domain.passed(NOW, NOW, 0)
+
+
 class TestParseStatusChange:
     def test_valid_change(self) -> None:
         change = domain.parse_status_change(

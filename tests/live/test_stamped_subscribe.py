@@ -90,7 +90,7 @@ async def what_redis_holds(user: Any, shown: Any) -> str:
         "shown": shown,
         "now": time.time(),
         "in_outage": store.health.in_outage,
-        "down_until": store.health.down_until,
+        "failed_at": store.health.failed_at,
         "live": await store.arun(store.plans.read_recent([user.pk], 0)),
     }
     return "\n" + pprint.pformat(held, width=100)

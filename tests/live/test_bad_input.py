@@ -20,6 +20,7 @@ from tests.live.sockets import (
     QUIET,
     TIMEOUT,
     Sockets,
+    assert_closed_with,
     assert_silent,
     connections_in_redis,
     database_state,
@@ -381,10 +382,7 @@ async def test_a_clock_stepped_back_does_not_hold_a_full_window_for_the_step(
         for _ in range(5):
             assert await subscribe(communicator) == state({})
         await communicator.send_json_to({"type": "subscribe", "users": []})  # 6 in the window
-        assert await communicator.receive_output(timeout=TIMEOUT) == {
-            "type": "websocket.close",
-            "code": 4429,
-        }
+        await assert_closed_with(communicator, 4429)
 
 
 async def test_a_heartbeat_keeps_the_devices_of_recent_page_requests(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from presence import consumers
@@ -150,15 +151,23 @@ async def test_frames_share_one_database_tidy_per_interval(
     assert len(tidied) - before == 10
 
 
+async def socket_of_an_ended_session(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> tuple[Any, WebsocketCommunicator]:
+    """A user and their site socket, whose session is then deleted without a logout (an admin,
+    "log out everywhere", ...): nothing announces it."""
+    user = await new_user(make_user)
+    client = await sync_to_async(_logged_in_client)(user)
+    communicator = await _site_socket(sockets, client)
+    await sync_to_async(client.session.delete)()
+    return user, communicator
+
+
 async def test_a_session_ended_out_of_band_closes_its_socket_at_the_session_check_pace(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=40):
-        user = await new_user(make_user)
-        client = await sync_to_async(_logged_in_client)(user)
-        communicator = await _site_socket(sockets, client)
-        # The session is deleted without a logout (an admin, "log out everywhere", ...).
-        await sync_to_async(client.session.delete)()
+        user, communicator = await socket_of_an_ended_session(sockets, make_user)
         # Checked on a heartbeat, at the earliest half an interval after opening: still open.
         clock.shift(10)
         await heartbeat(communicator)
@@ -177,10 +186,7 @@ async def test_a_clock_stepped_back_does_not_put_off_the_session_check(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     with presence_settings(HEARTBEAT_INTERVAL=10, SESSION_CHECK_INTERVAL=40):
-        user = await new_user(make_user)
-        client = await sync_to_async(_logged_in_client)(user)
-        communicator = await _site_socket(sockets, client)
-        await sync_to_async(client.session.delete)()
+        _, communicator = await socket_of_an_ended_session(sockets, make_user)
         # NTP steps the clock an hour back: the check is not put off by the hour (the time
         # since the last one cannot be told, so it is taken at once).
         clock.shift(-3600)

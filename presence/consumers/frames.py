@@ -104,7 +104,7 @@ def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
     return (
         (beat.state is domain.HeartbeatState.IDLE) == state.idle
         and not passed(now, state.written_at, state.heartbeat_interval / 2)
-        and now < state.subscriptions.restamp_at
+        and not state.subscriptions.restamp_due(now)
         and (
             socket.credential is None
             or not passed(now, state.session_checked, get_settings().SESSION_CHECK_INTERVAL)

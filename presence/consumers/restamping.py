@@ -21,6 +21,7 @@ from __future__ import annotations
 from presence import stamps
 from presence.conf import STAMP_SLACK, PresenceSettings, get_settings
 from presence.consumers.state import Socket
+from presence.domain import passed
 
 #: the frame's type
 STAMP = "stamp"
@@ -36,26 +37,30 @@ async def heartbeat(socket: Socket, now: float) -> None:
     :func:`restamp_after` old; send it once proven, at a heartbeat half an interval after the
     proof began."""
     subscriptions = socket.state.subscriptions
-    if now < subscriptions.restamp_at or not socket.attached:
+    if not subscriptions.restamp_due(now) or not socket.attached:
         return
     conf = get_settings()
     if not subscriptions.sent:
-        subscriptions.restamp_at = now + restamp_after(conf)
+        subscriptions.restamp_in(now, restamp_after(conf))
         return  # nothing shown to keep fresh (answers to later subscribes carry their own)
     half_a_beat = socket.state.heartbeat_interval / 2
     proof = subscriptions.proof
+    if proof is not None and now < proof.at:
+        # The clock was stepped back past the proof's start: a stamp of its time would be
+        # from the future, which proves nothing. A new proof.
+        proof = None
     if proof is not None:
         if socket.hub.proven(socket, proof):
             # A margin below the probe: an announcement sent up to STAMP_SLACK after its
             # change stamp still falls after the fresh stamp (read with STAMP_SLACK again).
             at = proof.at - STAMP_SLACK
             subscriptions.proof = None
-            subscriptions.restamp_at = at + restamp_after(conf)
+            subscriptions.restamp_in(at, restamp_after(conf))
             await socket.send_json({"type": STAMP, "stamp": stamps.mint(socket.viewer_id, at)})
             return
-        if now - proof.at < conf.RESUME_WINDOW / 4:
-            subscriptions.restamp_at = proof.at + half_a_beat
+        if not passed(now, proof.at, conf.RESUME_WINDOW / 4):
+            subscriptions.restamp_in(proof.at, half_a_beat)
             return  # still waiting (a delivery held up): a later heartbeat looks again
     # None under way, or one held up too long (an outage, a lost probe): a new one.
     subscriptions.proof = proof = await socket.hub.probe(socket)
-    subscriptions.restamp_at = proof.at + half_a_beat
+    subscriptions.restamp_in(proof.at, half_a_beat)

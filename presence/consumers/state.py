@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from presence import domain
 from presence.consumers.limits import RateLimit
-from presence.domain import UserId
+from presence.domain import UserId, passed
 from presence.hub import Connection, Hub, Proof
 
 
@@ -24,12 +24,22 @@ class Subscriptions:
     snapshotting: set[UserId] = field(default_factory=set)
     #: each subscribed user's id as the client sent it: the keys of the frames it receives
     spelling: dict[UserId, int | str] = field(default_factory=dict)
-    #: the first heartbeat at or after this time looks at the fresh stamp (restamping);
-    #: infinite while the client holds no stamp (it asked for none: docs/websocket.md). Read
-    #: on every heartbeat: one comparison
-    restamp_at: float = math.inf
+    #: the first heartbeat ``restamp_wait`` seconds after ``restamp_from`` looks at the fresh
+    #: stamp (restamping); the wait is infinite while the client holds no stamp (it asked for
+    #: none: docs/websocket.md). Kept as a start and a length, not a due time, so that a clock
+    #: stepped back cannot stretch it (domain.passed)
+    restamp_from: float = 0.0
+    restamp_wait: float = math.inf
     #: the fresh stamp's claim being proven by the hub, if any
     proof: Proof | None = None
+
+    def restamp_due(self, now: float) -> bool:
+        """Whether a heartbeat at ``now`` looks at the fresh stamp (read on every heartbeat)."""
+        return passed(now, self.restamp_from, self.restamp_wait)
+
+    def restamp_in(self, since: float, seconds: float) -> None:
+        """The first heartbeat ``seconds`` after ``since`` looks at the fresh stamp."""
+        self.restamp_from, self.restamp_wait = since, seconds
 
     def forget_spellings(self, user_ids: list[UserId]) -> None:
         for uid in user_ids:

@@ -160,10 +160,10 @@ class Subscription:
                 "unchanged": [ids[uid] for uid in known if uid in unchanged],
             }
         await socket.send_presences("presence_state", presences, extra)
-        if self.stamped and subscriptions.restamp_at == math.inf:
+        if self.stamped and subscriptions.restamp_wait == math.inf:
             # The client holds a stamp from now on: it is sent a fresh one when this one is
             # restamp_after old (presence.consumers.restamping).
-            subscriptions.restamp_at = self.read_at + restamping.restamp_after(get_settings())
+            subscriptions.restamp_in(self.read_at, restamping.restamp_after(get_settings()))
         if unknown:
             await socket.send_error(
                 "unknown_users",

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 import time_machine
+from channels.testing import WebsocketCommunicator
 
 from presence import api
 from tests.ids import missing_id, wire_id
@@ -346,13 +347,21 @@ async def test_flooding_past_the_rate_limit_closes_with_4429(
         assert await watcher.receive_nothing(timeout=QUIET)
 
 
+async def socket_with_an_empty_window(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> WebsocketCommunicator:
+    """A new user's accepted socket that has sent no frame yet (``sockets.open`` spends one of
+    the rate limit's window on its check)."""
+    communicator = sockets.make(await new_user(make_user))
+    assert (await communicator.connect(timeout=TIMEOUT))[0]
+    return communicator
+
+
 async def test_rate_limit_is_a_sliding_window(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     with presence_settings(RATE_LIMIT=(5, 10)):
-        user = await new_user(make_user)
-        communicator = sockets.make(user)
-        assert (await communicator.connect(timeout=TIMEOUT))[0]
+        communicator = await socket_with_an_empty_window(sockets, make_user)
         for _ in range(3):  # t=0: 3 frames
             assert await subscribe(communicator) == state({})
         clock.shift(5)
@@ -372,9 +381,7 @@ async def test_a_clock_stepped_back_does_not_hold_a_full_window_for_the_step(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     with presence_settings(RATE_LIMIT=(5, 10)):
-        user = await new_user(make_user)
-        communicator = sockets.make(user)
-        assert (await communicator.connect(timeout=TIMEOUT))[0]
+        communicator = await socket_with_an_empty_window(sockets, make_user)
         for _ in range(5):  # the window is full
             assert await subscribe(communicator) == state({})
         # NTP steps the clock an hour back: the socket is not refused for the hour.

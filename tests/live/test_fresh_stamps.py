@@ -330,9 +330,7 @@ async def test_a_fresh_stamp_is_sent_again_every_two_heartbeat_intervals(
 async def test_a_clock_stepped_back_does_not_put_off_the_fresh_stamp(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    viewer, (target,) = await people(make_user, 1)
-    communicator = await sockets.open(viewer)
-    await stamped_subscribe(communicator, None, target)
+    viewer, _target, communicator, _hub = await one_stamped_watch(sockets, make_user)
     # The clock steps back an hour (NTP, a resumed VM) before the stamp is due: the wait is
     # taken as over, not stretched by the hour (the client's stamp would outgrow the window).
     stamp = await fresh_stamp(communicator, clock, second=-3600)
@@ -342,14 +340,10 @@ async def test_a_clock_stepped_back_does_not_put_off_the_fresh_stamp(
 async def test_a_proof_begun_before_the_clock_stepped_back_is_begun_again(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    viewer, (target,) = await people(make_user, 1)
-    communicator = await sockets.open(viewer)
-    await stamped_subscribe(communicator, None, target)
+    viewer, _target, communicator, hub = await one_stamped_watch(sockets, make_user)
     clock.move_to(at(RESTAMP_AFTER + 10))
     await beat(communicator)  # the proof begins
     await assert_silent(communicator)
-    hub = Hub.current()
-    assert hub is not None
     assert await eventually(probes_back(hub))
     # Stepped back an hour: a stamp of the proof's time would be from the future, which
     # proves nothing; a new proof is begun at once, and its stamp half a beat later.

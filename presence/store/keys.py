@@ -33,6 +33,10 @@ SCORE_FACTOR = 32
 FLAG_IDLE = 8
 FLAG_CONNECTED = 16
 DEVICE_MASK_LIMIT = domain.DEVICE_MASK_LIMIT
+#: seconds an emptied room keeps ``:z`` (the latest end of a stay its sweep pruned): a join whose
+#: time was taken before the room emptied and that runs within them is still ordered after
+#: those stays (lua/room_common.lua); far past the store's timeouts
+ROOM_Z_KEEP = 120
 
 
 def decode_score(score: float | str | None) -> domain.LiveState:

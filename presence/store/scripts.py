@@ -16,7 +16,13 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from presence.store.keys import DEVICE_MASK_LIMIT, FLAG_CONNECTED, FLAG_IDLE, SCORE_FACTOR
+from presence.store.keys import (
+    DEVICE_MASK_LIMIT,
+    FLAG_CONNECTED,
+    FLAG_IDLE,
+    ROOM_Z_KEEP,
+    SCORE_FACTOR,
+)
 
 #: the constants every script sees as Lua locals
 CONSTANTS = {
@@ -24,6 +30,7 @@ CONSTANTS = {
     "FLAG_IDLE": FLAG_IDLE,
     "FLAG_CONNECTED": FLAG_CONNECTED,
     "DEVICE_MASK_LIMIT": DEVICE_MASK_LIMIT,
+    "ROOM_Z_KEEP": ROOM_Z_KEEP,
 }
 HEADER = "".join(f"local {name} = {value}\n" for name, value in CONSTANTS.items())
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from presence.store.keys import KeyScheme
+from presence.store.keys import ROOM_Z_KEEP, KeyScheme
 from tools.loadtest import rooms as loadtest_rooms
 from tools.loadtest.rooms import BIG, KIND, RoomViews, assign, leftover_keys
 
@@ -77,3 +77,8 @@ def test_room_keys_left_in_redis_are_found_by_the_key_schemes_names(
     redis_client.zadd(scheme.room_schedules()[0], {"lobby:big": 1})
     redis_client.set(f"{get_settings().KEY_PREFIX}:{{7}}:seen", "1")  # not a room's
     assert leftover_keys([redis_client]) == {"room keys": 1, "room schedule entries": 1}
+    # An emptied room's kept z expires by itself; one that would stay is counted.
+    redis_client.set(scheme.room_key("lobby:small-1", "z"), "5", ex=ROOM_Z_KEEP)
+    assert leftover_keys([redis_client])["room keys"] == 1
+    redis_client.set(scheme.room_key("lobby:small-2", "z"), "5")
+    assert leftover_keys([redis_client])["room keys"] == 2

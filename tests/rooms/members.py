@@ -10,6 +10,7 @@ from typing import Any
 
 from presence import api
 from presence.store import get_store
+from presence.store.keys import ROOM_Z_KEEP
 
 
 def claimed(result: Any) -> Any:
@@ -30,3 +31,15 @@ def enter(user: Any, room: str, meta: dict[str, Any] | None = None) -> None:
     text = None if meta is None else json.dumps(meta, separators=(",", ":"))
     plan = store.plans.join_room(room, user.pk, f"conn-{user.pk}", time.time(), meta=text)
     assert store.run(plan) is not None
+
+
+def lasting_room_keys(redis_client: Any, match: str = "*room*") -> list[str]:
+    """The room keys matching ``match`` that stay: every one but an emptied room's kept ``z``
+    (``:z``), which must expire by itself within ROOM_Z_KEEP seconds."""
+    lasting = []
+    for key in redis_client.scan_iter(match, count=1000):
+        if key.endswith(":z") and ":{room:" in key:
+            assert 0 < redis_client.ttl(key) <= ROOM_Z_KEEP, key
+            continue
+        lasting.append(key)
+    return lasting

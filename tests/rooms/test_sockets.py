@@ -35,6 +35,7 @@ from tests.live.sockets import (
     send_frame,
 )
 from tests.live.sockets import sockets as sockets
+from tests.rooms.members import lasting_room_keys
 from tests.rooms.rules import ROOMS
 
 pytestmark = [
@@ -235,7 +236,7 @@ async def test_bad_input_is_refused_and_changes_nothing(
     await socket.send_json_to(frame)
     reply = await receive(socket)
     assert reply["type"] == "error" and reply["code"] == code, reply
-    assert [k for k in redis_client.scan_iter("*room*")] == []
+    assert lasting_room_keys(redis_client) == []
     # The connection goes on.
     assert (await join(socket))["type"] == "room_state"
 

@@ -12,7 +12,7 @@ from redis.crc import key_slot
 from presence import outbox
 from presence.store import get_store
 from tests.ids import uid as u
-from tests.rooms.members import claimed
+from tests.rooms.members import claimed, lasting_room_keys
 
 pytestmark = [pytest.mark.cluster, pytest.mark.uuid_site]
 
@@ -177,7 +177,7 @@ def test_no_key_is_left_behind(redis_client: Any) -> None:
     join(u(2), "x", meta='{"a":1}', invisible=True)
     leave(u(1), at=T + 1)
     sweep(T + 500)
-    assert [key for key in redis_client.scan_iter("*room*")] == []
+    assert lasting_room_keys(redis_client) == []
     assert redis_client.zcard(get_store().keys.room_schedule_key(ROOM)) == 0
 
 
@@ -293,3 +293,27 @@ def test_a_join_run_late_enters_no_earlier_than_the_stay_the_sweep_pruned() -> N
     claimed(run(store.plans.prune_room(ROOM, T + 40, 1000)))
     again = join(u(1), at=T + 50)
     assert [(each.made, each.at) for each in again.made] == [(1, T + 50)]
+
+
+def test_a_join_run_late_into_the_room_the_sweep_emptied_enters_no_earlier(
+    redis_client: Any,
+) -> None:
+    """As above with the member the room's last: the sweep that prunes its stay empties the
+    room (its keys go), and the join run late is still ordered after that room_left; then the
+    room's own again, and gone from Redis a while after it emptied."""
+    join(u(1))
+    leave(u(1), at=T + 10)
+    store = get_store()
+    pruned = claimed(run(store.plans.prune_room(ROOM, T + 20, 1000)))
+    [left] = pruned.made
+    assert left.made == -1 and left.at > T + 12
+    base = store.keys.room_key(ROOM, "")
+    assert not redis_client.exists(base + "n")  # the room is empty
+    late = join(u(1), at=T + 12)
+    assert late.joined and [(each.made, each.at) for each in late.made] == [(1, left.at)]
+    assert not redis_client.exists(base + "z")  # back in the room's summary
+    # Emptied again: what is kept of it expires by itself.
+    leave(u(1), at=T + 30)
+    claimed(run(store.plans.prune_room(ROOM, T + 40, 1000)))
+    assert 0 < redis_client.ttl(base + "z") <= 120
+    assert redis_client.keys(base.replace("{", "?") + "*") == [base + "z"]

@@ -5,6 +5,9 @@
 --   :n     hash: n = members recorded, t = the tail segment, L / p = the index's level and
 --          split pointer (linear hashing), z = the latest end of a stay the sweep pruned (a
 --          member entering anew enters no earlier: its signals keep their order)
+--   :z     string: z, kept ROOM_Z_KEEP seconds once the room is empty (its other keys deleted), so
+--          that a join run late into the emptied room is ordered after the stays pruned; moved
+--          back into :n when a member enters
 --   :s:<k> hash, segment k of at most SEGMENT members in join order: user -> entry (below)
 --   :u:<b> hash, index bucket b (by a hash of the user): user -> its segment
 --   :g     sorted set: segments by number (the listing order)
@@ -34,6 +37,7 @@ local BASE = string.sub(KEYS[1], 1, -3)
 local N_KEY, E_KEY, G_KEY, W_KEY = KEYS[1], BASE .. ':e', BASE .. ':g', BASE .. ':w'
 local T_KEY, I_KEY, O_KEY = BASE .. ':t', BASE .. ':v', BASE .. ':o'
 local P_KEY, OPEN_SHIFT = BASE .. ':p', 256
+local Z_KEY = BASE .. ':z'
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 
 local function seg_key(k) return BASE .. ':s:' .. k end
@@ -63,11 +67,16 @@ local function digest(s) return string.sub(redis.sha1hex(s), 1, 8) end
 local index
 local function index_state()
   if not index then
-    local v = redis.call('HMGET', N_KEY, 'L', 'p', 't', 'z')
+    local v = redis.call('HMGET', N_KEY, 'L', 'p', 't', 'z', 'n')
     index = {
       L = tonumber(v[1]) or 0, p = tonumber(v[2]) or 0, t = tonumber(v[3]) or 0,
       z = tonumber(v[4]) or 0,
     }
+    if not v[5] then
+      -- an empty room: z as kept when it emptied (room_emptied), if lately
+      index.z = tonumber(redis.call('GET', Z_KEY)) or 0
+      index.kept = index.z > 0
+    end
   end
   return index
 end
@@ -239,6 +248,19 @@ local function room_add(uid, e)
   if size == 0 then redis.call('ZADD', G_KEY, t, e.k) end
   room_store(uid, e, 0, 0, 0)
   maybe_split(redis.call('HINCRBY', N_KEY, 'n', 1))
+  if index.kept then
+    -- the room's first member since it emptied: z is the room's again
+    redis.call('HSET', N_KEY, 'z', int(index.z))
+    redis.call('DEL', Z_KEY)
+    index.kept = false
+  end
+end
+
+-- the room's last member gone: its keys deleted (not its outbox), z kept a while (:z)
+local function room_emptied(z)
+  redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY, P_KEY)
+  if z > 0 then redis.call('SET', Z_KEY, int(z), 'EX', ROOM_Z_KEEP) end
+  index = nil
 end
 
 -- the member and its meta removed (``e`` as recorded); the room's last takes its keys along
@@ -257,8 +279,7 @@ local function room_remove(uid, e)
   end
   -- the last segment gone: the room's last member (what n says too)
   if redis.call('HINCRBY', N_KEY, 'n', -1) <= 0 and redis.call('EXISTS', G_KEY) == 0 then
-    redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY, P_KEY)
-    index = nil
+    room_emptied(index_state().z)
   end
 end
 

@@ -141,11 +141,11 @@ if gone > 0 then
     groups[#groups + 1] = {int(s), left[s]}
   end
   -- the latest end pruned: a join made late enters no earlier (room_join.lua)
-  local latest = ends[#ends]
+  local latest = math.max(ends[#ends], index_state().z)
   if latest > index_state().z then redis.call('HSET', N_KEY, 'z', int(latest)) end
   -- the last segment gone: the room's last member (what n says too)
   if redis.call('HINCRBY', N_KEY, 'n', -gone) <= 0 and redis.call('EXISTS', G_KEY) == 0 then
-    redis.call('DEL', N_KEY, E_KEY, W_KEY, T_KEY, I_KEY, P_KEY)
+    room_emptied(latest)
   end
   -- their leaves, one outbox entry for the batch (claimed whole: each sent once)
   MADE[#MADE + 1] = record_batch(O_KEY, -1, 0, groups, now)

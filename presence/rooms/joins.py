@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -79,6 +79,10 @@ class Joining:
     entry: RoomEntry
     #: the user shows their online status to everyone (the rooms' index of public members)
     public: bool = True
+    #: when the join was asked (its joined time): the joins of a batch keep their own moments,
+    #: not one for all (a read takes the members of one millisecond together, so a thousand
+    #: joins dated alike would be read, and resolved, by every read of the room after them)
+    at: float = field(default_factory=resolution.now)
 
 
 #: what a join of a batch is answered: its room_state, how many members' facts were read for
@@ -209,6 +213,7 @@ async def ajoin_many(
             joining.meta,
             joining.invisible,
             public=joining.public,
+            joined_at=joining.at,
         )
         for joining in joins
     ]

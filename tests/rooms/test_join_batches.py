@@ -315,3 +315,25 @@ async def test_a_batch_of_joins_whose_users_are_in_the_room_already_is_answered(
     # Still answering: a join of another room is answered too.
     await again[0].send_json_to({"type": "join", "room": "post:3", "meta": None})
     assert (await receive(again[0]))["type"] == "room_state"
+
+
+async def test_the_joins_of_a_batch_keep_their_own_moments(settings: Any, clock: Any) -> None:
+    """Each join of a batch is dated when it was asked, not all by the batch's one moment: a
+    read takes the members of one millisecond together, so a live event's thousand joins
+    dated alike would be read, and resolved, by every read of the room after them."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
+    _, joiners = await population(True)
+    room = parse_room(ROOM)
+    batch = []
+    for n, user in enumerate(joiners):
+        entry = await aroom_entry(user, room, True)
+        batch.append(joins.Joining(user, f"j{n}", None, False, entry))
+        clock.shift(0.004)  # the next frame a few milliseconds later
+    asked = [round(joining.at * 1000) for joining in batch]
+    assert len(set(asked)) == len(batch)
+    answers = await joins.ajoin_many(room, batch)
+    assert not [a for a in answers if isinstance(a, BaseException)]
+    store = get_store()
+    read = await store.arun(store.plans.read_room(ROOM, time.time(), 0, [u.pk for u in joiners]))
+    joined = {uid: round(entry.joined_at) for uid, entry in read.members.items()}
+    assert joined == {user.pk: ms for user, ms in zip(joiners, asked, strict=True)}

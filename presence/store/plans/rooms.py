@@ -231,8 +231,10 @@ class RoomPlans(PlanArea):
         invisible: bool = False,
         renew: bool = False,
         public: bool = True,
+        joined_at: float | None = None,
     ) -> Plan[RoomWrite | None]:
-        """A connection joins ``room`` with ``meta`` (compact JSON or None); ``renew``: a
+        """A connection joins ``room`` with ``meta`` (compact JSON or None); ``joined_at``: when
+        the join was asked, if before ``now`` (a batch's joins, each dated by its own); ``renew``: a
         heartbeat of a connection in the room, which keeps its place and meta (and joins it
         again if its stay ended meanwhile). ``public``: the user's online status may be shown
         to everyone (their level is "everyone"), so the member is in the room's index of the
@@ -251,7 +253,7 @@ class RoomPlans(PlanArea):
             "beat" if renew else "join",
             seconds,
             _b36_seconds(expiry),
-            b36(int(now * 1000)),
+            b36(int((now if joined_at is None else min(joined_at, now)) * 1000)),
             meta or "",
             int(meta is not None),
             int(invisible),

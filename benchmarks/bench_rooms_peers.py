@@ -46,7 +46,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from benchmarks.bench_fanout import make_users
-from benchmarks.bench_rooms import connection_id, fill_room, room_bytes
+from benchmarks.bench_rooms import JOIN_STEP, connection_id, fill_room, room_bytes
 from benchmarks.common import (
     Report,
     Sizes,
@@ -74,8 +74,6 @@ SETTINGS = {
 }
 #: what each read lists
 LIST = 100
-#: seconds between two members' joins in the fills
-JOIN_STEP = 0.001
 #: one operation each, per sample
 SAMPLES = 200
 

@@ -29,9 +29,10 @@ to all their watchers (signals, fan-out, resumed views no longer unchanged) whil
 was busiest. It costs one write per waiting socket, and per HEARTBEAT_INTERVAL of its wait
 (with a read of the credential's recent logouts: a logged-out socket keeps nobody online).
 
-A slot is given back once the socket's first subscribe or join was answered (its snapshot or
-room_state sent), when it closes or is refused, or OPENING_HOLD seconds after it was admitted (a
-client that sends neither), whichever comes first.
+A slot is given back once the socket's first subscribe was answered (its snapshot sent) or its
+first join arrived (the join goes on in its room's batch, presence.rooms.joins, whose work grows
+little with each joiner more), when it closes or is refused, or OPENING_HOLD seconds after it
+was admitted (a client that sends neither), whichever comes first.
 """
 
 from __future__ import annotations

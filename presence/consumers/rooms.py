@@ -24,13 +24,13 @@ from presence.store import StoreUnavailable
 
 @FRAMES.handles(Join)
 async def join_frame(socket: Socket, message: Join) -> None:
-    try:
-        resolved = await socket.hub.rooms.rooms_of(socket).join(message.room, message.meta)
-    finally:
-        # Its room_state is out (or the join was answered otherwise): its opening is done, as
-        # a subscribe's snapshot ends it. A socket that only joins rooms (a live event's page)
-        # held its place for OPENING_HOLD: a process let 1,000 of them in 24 per 2 s.
-        socket.snapshot_sent()
+    # Its opening is done once it joins: the join goes in its room's batch (presence.rooms.joins),
+    # whose work grows little with each joiner more, so the next socket opens meanwhile. A
+    # socket that only joins rooms (a live event's page) held its place for OPENING_HOLD (a
+    # process let 1,000 of them in 24 per 2 s), then until its room_state (each batch of joins
+    # as small as the places, a window's delivery to every viewer each).
+    socket.snapshot_sent()
+    resolved = await socket.hub.rooms.rooms_of(socket).join(message.room, message.meta)
     # Charged by the work its read did: a viewer who may see few members makes it resolve
     # up to 32 x ROOM_LIST_LIMIT members (docs/rooms.md).
     if (cost := join_cost(resolved)) > 1 and socket.attached:

@@ -16,6 +16,7 @@ import pytest
 from channels.testing import WebsocketCommunicator
 
 from presence import admission
+from presence.rooms.joins import JoinBatches
 from presence.store import get_store
 from tests.ids import wire_id
 from tests.live.sockets import (
@@ -248,6 +249,32 @@ async def test_sockets_that_only_join_rooms_give_their_places_back_with_their_ro
     assert (await late.connect(timeout=TIMEOUT))[0]
     await late.send_json_to({"type": "join", "room": "nowhere:1", "meta": None})
     assert (await receive(late))["type"] == "error"
+    assert admission.gate().in_use == 0
+
+
+async def test_a_socket_that_joins_a_room_gives_its_place_back_while_its_join_is_under_way(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A live event's page: the join goes in its room's batch, whose work grows little with each
+    # joiner more; the next socket opens meanwhile (held until the room_state, each batch was
+    # as small as the places: a window's delivery to every viewer each).
+    admit_one_at_a_time(settings, hold=3600.0, ROOMS={"lobby": None})
+    under_way = asyncio.Event()
+    go_on = asyncio.Event()
+    join = JoinBatches.join
+
+    async def slow_join(self: JoinBatches, room: Any, joining: Any) -> Any:
+        under_way.set()
+        await go_on.wait()
+        return await join(self, room, joining)
+
+    monkeypatch.setattr(JoinBatches, "join", slow_join)
+    first, second = await second_behind_first(sockets, make_user)
+    await first.send_json_to({"type": "join", "room": "lobby:live", "meta": None})
+    await asyncio.wait_for(under_way.wait(), TIMEOUT)
+    assert await receive(second) == state({})  # opened while the join waits in its batch
+    go_on.set()
+    assert (await receive(first))["type"] == "room_state"
     assert admission.gate().in_use == 0
 
 

@@ -152,11 +152,13 @@ JOIN_STEP = 0.001
 
 
 def fill_room(
-    room: str, user_ids: list[int], now: float, public: bool = True, step: float = 0.0
+    room: str, user_ids: list[int], now: float, public: bool = True, step: float = JOIN_STEP
 ) -> None:
-    """Each user joins ``room`` with one connection, through the store's join plan (pipelined);
-    ``public``: their online status shown to everyone (the room's index of such members);
-    ``step``: seconds between joins (0: all in the same millisecond)."""
+    """Each user joins ``room`` with one connection, through the store's join plan (pipelined),
+    the first at ``now``; ``public``: their online status shown to everyone (the room's index of
+    such members); ``step``: seconds between joins (0: all in the same millisecond). Each
+    join's room_entered is claimed as its process does at once (presence.outbox): the room's
+    outbox holds nothing after the fill."""
     s = store()
     first = user_ids[0]
     s.run(s.plans.join_room(room, first, connection_id(first), now, public=public))  # the scripts
@@ -165,6 +167,7 @@ def fill_room(
         at = now + n * step
         commands += s.plans.join_room(room, uid, connection_id(uid), at, public=public).commands
     _execute(commands)
+    raw_client().delete(s.keys.room_key(room, "o"))
 
 
 def room_bytes(room: str) -> dict[str, int]:
@@ -220,10 +223,7 @@ def redis_parts(report: Report, members: int, viewer: Any) -> None:
     # Online (seen in the last minute), so that every member may be listed: the read resolves
     # as many as it would in a busy room.
     fill_buckets(raw_client(), s, activity_scores(ids, int(now), 60))
-    fill_room(ROOM, ids, now - members * JOIN_STEP, step=JOIN_STEP)
-    # Each join's room_entered is claimed by its process at once (presence.outbox): the
-    # room's outbox holds nothing between joins.
-    raw_client().delete(s.keys.room_key(ROOM, "o"))
+    fill_room(ROOM, ids, now - members * JOIN_STEP)
     parts = room_bytes(ROOM)
     per_member = sum(parts.values()) / members
     say(

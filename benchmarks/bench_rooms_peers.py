@@ -114,12 +114,8 @@ class Ours:
         # joined a millisecond apart, as joins come (not all in one millisecond, whose members
         # a read takes together), the earliest a while ago
         start = now - self.size * JOIN_STEP
-        fill_room(self.hidden, self.ids, start, public=False, step=JOIN_STEP)
-        fill_room(self.public, self.ids, start, public=True, step=JOIN_STEP)
-        # Each join's room_entered is claimed by its process at once (presence.outbox): the
-        # room's outbox holds nothing between joins.
-        for room in (self.hidden, self.public):
-            raw_client().delete(store().keys.room_key(room, "o"))
+        fill_room(self.hidden, self.ids, start, public=False)
+        fill_room(self.public, self.ids, start, public=True)
 
     def join(self, n: int) -> Any:
         s, uid = store(), self.extra[n].pk
@@ -148,9 +144,8 @@ class Ours:
         """Seconds per member to empty a room of ``size`` members whose stays ended."""
         room, s = f"lobby:expired-{size}", store()
         past = time.time() - 3 * 7200
-        fill_room(room, self.ids[:size], past, public=False, step=JOIN_STEP)
-        # their room_entered claimed at their joins, as in fill(): the sweep claims none
-        raw_client().delete(s.keys.room_key(room, "o"))
+        # their room_entered claimed at their joins (fill_room): the sweep claims none
+        fill_room(room, self.ids[:size], past, public=False)
         now, gone = time.time(), 0
         start = time.perf_counter()
         while True:

@@ -30,6 +30,9 @@ class Ties(NamedTuple):
     #: who have the viewer among their contacts, and those with an "always share" exception
     #: of their online status for the viewer (the resolver still decides)
     admitting: set[UserId]
+    #: the owners of any privacy exception naming the viewer (any setting, allow or not):
+    #: what they show the viewer may differ from what they show a stranger
+    excepting: set[UserId]
 
 
 #: Django's integer fields, whose values the database gives as Python ints
@@ -102,8 +105,8 @@ class Statement:
 
 
 def viewer_ties(viewer_id: Any) -> Ties:
-    """The viewer's :class:`Ties`: one query of five index lookups (:func:`ties_of`)."""
-    ties = Ties(set(), set(), set())
+    """The viewer's :class:`Ties`: one query of six index lookups (:func:`ties_of`)."""
+    ties = Ties(set(), set(), set(), set())
     for kind, _, user_id in _ties_rows([viewer_id]):
         ties[kind].add(user_id)
     return ties
@@ -111,7 +114,7 @@ def viewer_ties(viewer_id: Any) -> Ties:
 
 def ties_of(viewers: Collection[UserId]) -> dict[UserId, Ties]:
     """:func:`viewer_ties` of many viewers (a batch of a room's joins), in one query."""
-    found = {viewer: Ties(set(), set(), set()) for viewer in viewers}
+    found = {viewer: Ties(set(), set(), set(), set()) for viewer in viewers}
     if found:
         for kind, viewer, user_id in _ties_rows(list(found)):
             found[viewer][kind].add(user_id)
@@ -133,7 +136,7 @@ def _ties_rows(viewers: list[Any]) -> list[tuple[int, Any, Any]]:
         sql = _ties_sql[key] = _build_ties_sql(connection, len(viewers))
     prep = Contact._meta.get_field("owner").get_db_prep_value
     params = [prep(viewer, connection) for viewer in viewers]
-    return contact.rows(sql, [*params * 5, "online_visibility", True], ids=(1, 2))
+    return contact.rows(sql, [*params * 5, "online_visibility", True, *params], ids=(1, 2))
 
 
 #: the SQL of _ties_rows, by database alias and number of viewers
@@ -142,8 +145,9 @@ _ties_sql: dict[tuple[str, int], str] = {}
 
 def _build_ties_sql(connection: Any, count: int) -> str:
     """For each of ``count`` viewers: their contacts (0), the other side of each block either
-    way (1), and the owners of a contact row of the viewer or of an "always share" exception
-    of their online status for the viewer (2), from the models' tables and columns."""
+    way (1), the owners of a contact row of the viewer or of an "always share" exception
+    of their online status for the viewer (2), and the owners of any exception for the viewer
+    (3), from the models' tables and columns."""
     quote = connection.ops.quote_name
     contact, block, exception = Contact._meta, Block._meta, PrivacyException._meta
 
@@ -163,7 +167,9 @@ def _build_ties_sql(connection: Any, count: int) -> str:
         f"UNION ALL SELECT 2, {of}, {owner} FROM {contacts} WHERE {of} {among} "
         f"UNION ALL SELECT 2, {viewer}, {column(exception, 'owner')} FROM {exceptions} "
         f"WHERE {viewer} {among} AND {column(exception, 'setting')} = %s "
-        f"AND {column(exception, 'allow')} = %s"
+        f"AND {column(exception, 'allow')} = %s "
+        f"UNION ALL SELECT 3, {viewer}, {column(exception, 'owner')} FROM {exceptions} "
+        f"WHERE {viewer} {among}"
     )
 
 

@@ -173,8 +173,11 @@ async def add_cards(members_maps: Sequence[dict[str, dict[str, Any]]]) -> None:
     dict shared by several maps (one frame's joins sent to many viewers) stays shared: its
     copy with the card is made once. Cards that cannot be read (the database failing) are
     logged and left out: the frames still go, and presence.js names the members from the
-    room's endpoint as it does for a frame without cards."""
-    keys = {key for members in members_maps for key in members}
+    room's endpoint as it does for a frame without cards. A member dict with its card already
+    (a room's shared listing's, presence.rooms.shared) is left as it is."""
+    keys = {
+        key for members in members_maps for key, member in members.items() if "card" not in member
+    }
     if not keys:
         return
     try:
@@ -185,6 +188,8 @@ async def add_cards(members_maps: Sequence[dict[str, dict[str, Any]]]) -> None:
     copies: dict[tuple[str, int], dict[str, Any]] = {}
     for members in members_maps:
         for key, member in members.items():
+            if "card" in member:
+                continue
             carded = copies.get((key, id(member)))
             if carded is None:
                 card = cards.get(key) or unknown_card(key)

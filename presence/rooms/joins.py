@@ -29,11 +29,12 @@ import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from presence import announce, domain, relations, resolution
+from presence import announce, domain, lifecycle, outbox, relations, resolution
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import (
@@ -44,6 +45,7 @@ from presence.domain.rooms import (
     order_listed,
 )
 from presence.operations import arun
+from presence.relations.facts import reciprocal
 from presence.rooms.batches import Batches
 from presence.rooms.candidates import Resolved
 from presence.rooms.cards import add_cards
@@ -60,6 +62,7 @@ from presence.rooms.reading import (
     room_entry,
 )
 from presence.rooms.rule import room_rule
+from presence.rooms.shared import SharedListing, SharedListings
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import MemberEntry, RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -98,7 +101,9 @@ class JoinBatches:
 
     def __init__(self) -> None:
         self._entries: Batches[Any, RoomEntry] = Batches(_entries, MAX_BATCH)
-        self._joins: Batches[Joining, Answer] = Batches(_joins, MAX_BATCH)
+        #: each room's first members as strangers see them, for the next batches
+        self.shared = SharedListings()
+        self._joins: Batches[Joining, Answer] = Batches(partial(_joins, self.shared), MAX_BATCH)
 
     async def entry(self, viewer: Any, room: Room, own: bool) -> RoomEntry:
         """:func:`~presence.rooms.reading.aroom_entry`: one trip to the database's thread for
@@ -123,21 +128,31 @@ async def _entries(key: tuple[Room, bool], viewers: list[Any]) -> list[RoomEntry
     return await sync_to_async(room_entries)(room, viewers, own)
 
 
-async def _joins(room: Room, joins: list[Joining]) -> list[Answer | BaseException]:
-    answers = await ajoin_many(room, joins)
+async def _joins(
+    shared: SharedListings, room: Room, joins: list[Joining]
+) -> list[Answer | BaseException]:
+    served: dict[int, SharedListing] = {}
+    answers = await ajoin_many(room, joins, shared, served)
     # The frames, each listed member's dict made once for every frame listing it, and the
-    # cards of all of them read at once (presence.rooms.cards).
+    # cards of all of them read at once (presence.rooms.cards); the members of a shared
+    # listing with the cards and JSON its first frame gave them (presence.rooms.shared).
     encoded: dict[int, dict[str, Any]] = {}
     frames: list[dict[str, Any]] = []
-    for answer in answers:
+    fragments: dict[tuple[str, int], str] = {}
+    for listing in {id(listing): listing for listing in served.values()}.values():
+        fragments.update(listing.fragments)
+    for n, answer in enumerate(answers):
         if isinstance(answer, BaseException):
             continue
         state = answer[0]
+        kept = served.get(n)
         members = {}
         for uid, member in state.members.items():
-            found = encoded.get(id(member))
+            found = None if kept is None else kept.card(uid, member)
             if found is None:
-                found = encoded[id(member)] = member.as_dict()
+                found = encoded.get(id(member))
+                if found is None:
+                    found = encoded[id(member)] = member.as_dict()
             members[str(uid)] = found
         frames.append(
             {
@@ -150,16 +165,39 @@ async def _joins(room: Room, joins: list[Joining]) -> list[Answer | BaseExceptio
             }
         )
     await add_cards([frame["members"] for frame in frames])
-    fragments: dict[tuple[str, int], str] = {}
     framed = iter(frames)
     answered: list[Answer | BaseException] = []
-    for answer in answers:
+    for n, answer in enumerate(answers):
         if isinstance(answer, BaseException):
             answered.append(answer)
-        else:
-            frame = next(framed)
-            answered.append((*answer, frame, frame_text(frame, fragments)))
+            continue
+        frame = next(framed)
+        answered.append((*answer, frame, frame_text(frame, fragments)))
+        kept = served.get(n)
+        if kept is not None:
+            _keep_cards(kept, answer[0], frame["members"], fragments, viewer_pk(joins[n].user))
     return answered
+
+
+def _keep_cards(
+    kept: SharedListing,
+    state: RoomState,
+    members: dict[str, dict[str, Any]],
+    fragments: dict[tuple[str, int], str],
+    viewer_id: UserId,
+) -> None:
+    """Keep with a shared listing the first members' dicts with their cards and their JSON as a
+    frame showed them (each with the member it shows: a later frame showing the member alike
+    uses them; the joiner's own entry, as it sees itself, is not kept)."""
+    for uid, member in state.members.items():
+        if uid == viewer_id or uid in kept.carded or uid not in kept.page.members:
+            continue
+        key = str(uid)
+        carded = members[key]
+        kept.carded[uid] = (member, carded)
+        text = fragments.get((key, id(carded)))
+        if text is not None:
+            kept.fragments[(key, id(carded))] = text
 
 
 def frame_text(frame: dict[str, Any], fragments: dict[tuple[str, int], str]) -> str:
@@ -184,11 +222,18 @@ def _dumps(value: Any) -> str:
 
 
 async def ajoin_many(
-    room: Room, joins: Sequence[Joining]
+    room: Room,
+    joins: Sequence[Joining],
+    shared: SharedListings | None = None,
+    served: dict[int, SharedListing] | None = None,
 ) -> list[tuple[RoomState, int] | BaseException]:
     """Each join written, announced, and answered its room_state (see the module's doc).
-    StoreUnavailable when Redis cannot be written or read: nothing is guessed."""
-    if len(joins) == 1:
+    StoreUnavailable when Redis cannot be written or read: nothing is guessed. ``shared``: the
+    process's shared listings (presence.rooms.shared), used and kept where last seen is not
+    reciprocal (a join alone then goes as a batch of one, so that it uses and makes them too);
+    ``served`` is told which joins were answered from which."""
+    sharing = shared is not None and not reciprocal()
+    if len(joins) == 1 and not sharing:
         one = joins[0]
         return [
             await ajoin_room_state(
@@ -225,18 +270,62 @@ async def ajoin_many(
         for indexed in kinds
     ]
     plans.append(store.plans.read_room(room.name, now, 0, everyone))
-    replies = await store.arun(merge(plans), live=True)
-    if replies is None or any(reply is None for reply in replies):
+    # A shared listing of a kind is proven unchanged in the same round trip: its members'
+    # change stamps since it was made, and the joiners' own live state to list them first.
+    kept: dict[bool, SharedListing] = {}
+    if sharing and shared is not None:
+        for indexed in kinds:
+            listing = shared.get(room.name, indexed, _first_of(indexed, limit), now)
+            if listing is not None:
+                kept[indexed] = listing
+    probe = viewer_pk(joins[0].user)
+    proofs = [
+        lifecycle.changes_plan(list(listing.page.members), probe, listing.made_at)
+        for listing in kept.values()
+    ]
+    replies = await store.arun(merge([*plans, *proofs]), live=True)
+    if replies is not None:
+        # Each user who entered the room is sent room_entered (presence.outbox).
+        outbox.send_made(replies[: len(joins)])
+    if replies is None or any(reply is None for reply in replies[: len(plans)]):
         raise StoreUnavailable("Redis is unavailable: the joins were not written or read")
     writes: list[RoomWrite] = replies[: len(joins)]
-    pages: dict[bool, RoomRead] = dict(zip(kinds, replies[len(joins) : -1], strict=True))
-    looked_up: RoomRead = replies[-1]
+    pages: dict[bool, RoomRead] = dict(
+        zip(kinds, replies[len(joins) : len(joins) + len(kinds)], strict=True)
+    )
+    looked_up: RoomRead = replies[len(plans) - 1]
+    valid: dict[bool, SharedListing] = {}
+    if kept and shared is not None:
+        proven = replies[len(plans) :]
+        for (indexed, listing), changed in zip(kept.items(), proven, strict=True):
+            if changed == {} and listing.same_page(pages[indexed]):
+                valid[indexed] = listing
+            else:
+                shared.forget(room.name, indexed, _first_of(indexed, limit))
     changed = [viewer_pk(j.user) for j, write in zip(joins, writes, strict=True) if write.changed]
     announcing = asyncio.ensure_future(announce.aannounce_room(room.name, changed))
     try:
-        return await _answers(room, joins, now, pages, looked_up, lookups)
+        return await _answers(
+            room,
+            joins,
+            now,
+            pages,
+            looked_up,
+            lookups,
+            _Shared(shared if sharing else None, valid, served),
+        )
     finally:
         await asyncio.shield(announcing)
+
+
+@dataclass
+class _Shared:
+    """A batch's shared listings: the process's (None: not shared here), those proven
+    unchanged by the batch's read, and the listing of each join's kind (to be told)."""
+
+    listings: SharedListings | None = None
+    valid: dict[bool, SharedListing] = field(default_factory=dict)
+    served: dict[int, SharedListing] | None = None
 
 
 def _looked_up(joining: Joining) -> list[UserId]:
@@ -258,22 +347,58 @@ async def _answers(
     pages: dict[bool, RoomRead],
     looked_up: RoomRead,
     lookups: dict[int, list[UserId]],
+    shared: _Shared | None = None,
 ) -> list[tuple[RoomState, int] | BaseException]:
+    shared = shared or _Shared()
     store = get_store()
     conf = get_settings()
+    limit = conf.ROOM_LIST_LIMIT
     viewers = list(dict.fromkeys(viewer_pk(joining.user) for joining in joins))
-    read_first = [uid for page in pages.values() for uid in page.members]
-    targets = list(dict.fromkeys([*read_first, *looked_up.found]))
+    # What is read for the joiners: the first members of their kind, but those a shared
+    # listing holds that a joiner has no tie with; and their looked-up users found.
+    targets: dict[UserId, None] = {}
+    for joining in joins:
+        found = looked_up.found.intersection(lookups[id(joining)])
+        kept = shared.valid.get(joining.entry.indexed)
+        if kept is None:
+            targets.update(dict.fromkeys(pages[joining.entry.indexed].members))
+        else:
+            targets.update(dict.fromkeys(kept.tied(joining.entry, viewer_pk(joining.user), found)))
+        targets.update(dict.fromkeys(found))
+    # The joiners' own choices were read with their entries: not read again.
+    own = {uid: facts[1] for joining in joins for uid, facts in joining.entry.own.items()}
     pairs, live = await asyncio.gather(
-        relations.aload_pairs(viewers, targets),
-        store.arun(store.plans.read_recent(targets, 0), live=True),
+        relations.aload_pairs(viewers, [uid for uid in targets if uid not in own]),
+        store.arun(store.plans.read_recent(list(targets), 0), live=True),
     )
     if live is None:
         raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
-    listings = {
-        indexed: _Listing(page, pairs, live, now, _first_of(indexed, conf.ROOM_LIST_LIMIT))
-        for indexed, page in pages.items()
-    }
+    for uid, choices in own.items():
+        if uid in targets:
+            pairs.choices.setdefault(uid, choices)
+    for kept in shared.valid.values():
+        # Proven unchanged: what was read of the first members is theirs now.
+        for uid, choices in kept.choices.items():
+            pairs.choices.setdefault(uid, choices)
+        for uid, live_state in kept.live.items():
+            live.setdefault(uid, live_state)
+    kinds = sorted({joining.entry.indexed for joining in joins})
+    listings: dict[bool, _Listing] = {}
+    for indexed in kinds:
+        listing = listings[indexed] = _Listing(
+            pages[indexed], pairs, live, now, _first_of(indexed, limit)
+        )
+        kept = shared.valid.get(indexed)
+        if kept is not None:
+            listing.reuse(kept)
+        elif shared.listings is not None and listing.shares:
+            # What the next batches are answered from, while it holds.
+            kept = listing.keep(now)
+            shared.listings.keep(room.name, indexed, listing.first, kept)
+        if kept is not None and shared.served is not None:
+            for n, joining in enumerate(joins):
+                if joining.entry.indexed == indexed:
+                    shared.served[n] = kept
     answers: list[tuple[RoomState, int] | BaseException] = []
     for joining in joins:
         viewer_id = viewer_pk(joining.user)
@@ -288,7 +413,7 @@ async def _answers(
         charged = len(members) - (viewer_id in joining.entry.own)
         # (the rule of reading._widened: done unless a member further down could be listed)
         if scanned_all or _full(dict(state.ranks), viewer_id, page.horizon):
-            complete = scanned_all and len(state.members) < conf.ROOM_LIST_LIMIT
+            complete = scanned_all and len(state.members) < limit
             answers.append((with_next(state, viewer_id, complete), charged))
             continue
         # Few of the first members are this joiner's to see: its read goes further, alone,
@@ -334,11 +459,36 @@ class _Listing:
         # The first members as a stranger sees them, once for every joiner with no tie to any
         # of them (with reciprocity every viewer's own choices count: no viewer is a stranger).
         self._strangers = pairs.viewer_choices is None
+        #: whether its strangers' listing may be shared with the next batches (no reciprocity)
+        self.shares = self._strangers
         self._tied = {viewer for _, viewer in pairs.contacts}
         self._tied.update(viewer for _, viewer in pairs.exceptions)
         self._tied.update(uid for pair in pairs.blocks for uid in pair)
         self._page = page
         self._shared: tuple[list[tuple[UserId, Member, Rank]], set[UserId]] | None = None
+
+    def reuse(self, kept: SharedListing) -> None:
+        """Start from what a shared listing resolved of the same first members, proven
+        unchanged (presence.rooms.shared): their presences per relation and the strangers'
+        listing (whom a stranger may not count: the fresh read's invisible members too)."""
+        for key, presence in kept.presences.items():
+            self._presences.setdefault(key, presence)
+        self._shared = (kept.strangers, set(self._page.invisible) | kept.unseen)
+
+    def keep(self, now: float) -> SharedListing:
+        """What this batch read and resolved of its first members, for the next batches
+        (presence.rooms.shared): made before any joiner's own members are resolved."""
+        strangers, unseen = self._stranger_listing()
+        members = self._page.members
+        return SharedListing(
+            self._page,
+            {uid: choices for uid, choices in self.pairs.choices.items() if uid in members},
+            {uid: state for uid, state in self.live.items() if uid in members},
+            {key: found for key, found in self._presences.items() if key[0] in members},
+            strangers,
+            frozenset(unseen.intersection(members)),
+            now,
+        )
 
     def presence(self, uid: UserId, relation: domain.Relation) -> domain.Presence:
         key = (uid, relation)

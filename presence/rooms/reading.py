@@ -78,6 +78,9 @@ class RoomEntry:
     #: the users who may show the viewer their online status beyond "everyone"
     #: (relations.Ties); None: not read (the read goes down every member's join order)
     admitting: set[UserId] | None = None
+    #: the owners of any privacy exception naming the viewer (relations.Ties): a viewer with
+    #: none among a room's first members sees them as a stranger does (presence.rooms.shared)
+    excepting: set[UserId] = field(default_factory=set)
 
     def invisible(self, viewer_id: UserId) -> bool:
         """Whether the viewer chose to be invisible (from their own facts)."""
@@ -107,7 +110,7 @@ def room_entry(viewer: Any, room: Room | None, own: bool = False) -> RoomEntry:
     viewer_id = viewer_pk(viewer)
     ties = relations.viewer_ties(viewer_id)
     mine = relations.load(viewer, [viewer_id]) if own and viewer_id is not None else {}
-    return RoomEntry(True, ties.contacts, ties.blocked, mine, ties.admitting)
+    return RoomEntry(True, ties.contacts, ties.blocked, mine, ties.admitting, ties.excepting)
 
 
 def room_entries(room: Room, viewers: list[Any], own: bool) -> list[RoomEntry | BaseException]:
@@ -131,10 +134,10 @@ def room_entries(room: Room, viewers: list[Any], own: bool) -> list[RoomEntry | 
             found.append(verdict if isinstance(verdict, BaseException) else RoomEntry(False))
             continue
         viewer_id = viewer_pk(viewer)
-        contacts, blocked, admitting = ties[viewer_id]
+        contacts, blocked, admitting, excepting = ties[viewer_id]
         facts = mine.get(viewer_id)
         own_facts = {viewer_id: (SELF, facts[1])} if facts is not None else {}
-        found.append(RoomEntry(True, contacts, blocked, own_facts, admitting))
+        found.append(RoomEntry(True, contacts, blocked, own_facts, admitting, excepting))
     return found
 
 

@@ -416,8 +416,9 @@ def test_ties_of_each_viewer_in_one_query(
     """A viewer's ties (what a room's read lists first, leaves out and looks up): their
     contacts, whoever a block stands between either way, and whoever may show them more (a
     contact row naming them, an "always share" exception of the online status; not a
-    refusing one, nor one of another setting). Many viewers' in one query, each the same as
-    its own."""
+    refusing one, nor one of another setting), and the owners of any exception naming them
+    (whatever they show the viewer may differ from a stranger's view). Many viewers' in one
+    query, each the same as its own."""
     a, b, c, d, e, f, g = [make_user() for _ in range(7)]
     Contact.objects.create(owner=a, contact=b)
     Contact.objects.create(owner=a, contact=c, close_friend=True)
@@ -429,10 +430,10 @@ def test_ties_of_each_viewer_in_one_query(
     PrivacyException.objects.create(owner=e, viewer=a, setting="last_seen_visibility", allow=True)
     PrivacyException.objects.create(owner=c, viewer=b, setting="online_visibility", allow=False)
     expected = {
-        a.pk: relations.Ties({b.pk, c.pk}, {e.pk, f.pk}, {d.pk, g.pk}),
-        b.pk: relations.Ties({c.pk}, set(), {a.pk}),
-        c.pk: relations.Ties(set(), set(), {a.pk, b.pk}),
-        g.pk: relations.Ties(set(), set(), set()),
+        a.pk: relations.Ties({b.pk, c.pk}, {e.pk, f.pk}, {d.pk, g.pk}, {g.pk, e.pk}),
+        b.pk: relations.Ties({c.pk}, set(), {a.pk}, {c.pk}),
+        c.pk: relations.Ties(set(), set(), {a.pk, b.pk}, set()),
+        g.pk: relations.Ties(set(), set(), set(), set()),
     }
     with django_assert_num_queries(1):
         assert relations.ties_of(list(expected)) == expected

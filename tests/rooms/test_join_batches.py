@@ -149,9 +149,9 @@ async def test_a_burst_of_joins_on_one_process_leaves_every_view_fresh(
     batches: list[int] = []
     real_many = joins.ajoin_many
 
-    async def counted(room: Any, batch: Any) -> Any:
+    async def counted(room: Any, batch: Any, *shared: Any) -> Any:
         batches.append(len(batch))
-        return await real_many(room, batch)
+        return await real_many(room, batch, *shared)
 
     monkeypatch.setattr(joins, "ajoin_many", counted)
     for view in views:

@@ -102,9 +102,9 @@ async def test_joins_of_a_big_room_that_resolve_many_members_are_charged(
 
 
 class Loads:
-    """Every id whose privacy facts (``relations.load``) or live state (``read_recent``) is
-    read, and every read of a room's first members (``read_room``), from when :meth:`count`
-    was called."""
+    """Every id whose privacy facts (``relations.load``, or ``relations.aload_pairs``'s
+    targets: a batch of joins') or live state (``read_recent``) is read, and every read of a
+    room's first members (``read_room``), from when :meth:`count` was called."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.monkeypatch = monkeypatch
@@ -125,6 +125,12 @@ class Loads:
             self.facts.update(ids)
             return await aload(viewer, ids)
 
+        aload_pairs = relations.aload_pairs
+
+        async def counted_pairs(viewers: Any, ids: Any) -> Any:
+            self.facts.update(ids)
+            return await aload_pairs(viewers, ids)
+
         def counted_recent(ids: Any, *args: Any, **kwargs: Any) -> Any:
             self.live.update(ids)
             return read_recent(ids, *args, **kwargs)
@@ -136,6 +142,7 @@ class Loads:
 
         self.monkeypatch.setattr(relations, "load", counted_load)
         self.monkeypatch.setattr(relations, "aload", counted_aload)
+        self.monkeypatch.setattr(relations, "aload_pairs", counted_pairs)
         self.monkeypatch.setattr(store.plans, "read_recent", counted_recent)
         self.monkeypatch.setattr(store.plans, "read_room", counted_room)
 

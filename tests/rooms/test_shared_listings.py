@@ -1,0 +1,263 @@
+"""A room's first members as a stranger sees them, kept for the batches of joins that follow
+(presence.rooms.shared): a stranger is answered from it exactly what its own read answers; a
+joiner with any tie to the first members (a contact, a block, a privacy exception either way,
+its ties in the room) is resolved for as before; a change stamped for a first member, a change
+of the first members, other settings or age make the next batch resolve them again.
+
+Real Redis, real channel layer; time controlled (the change stamps are compared with it)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+
+from presence import api, relations
+from presence.domain.rooms import Room, parse_room
+from presence.models import PrivacyException, PrivacySettings
+from presence.rooms import joins, shared
+from presence.rooms.reading import aroom_entry
+from presence.rooms.shared import SharedListings
+from presence.store import get_store, merge
+from tests.live.sockets import BASE, Sockets, receive
+from tests.live.sockets import sockets as sockets
+from tests.rooms.rules import ROOMS
+from tests.rooms.test_join_batches import ROOM, cursor_place, population
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_async_db_connections"),
+    pytest.mark.uuid_site,
+]
+
+
+@sync_to_async
+def strangers(count: int) -> list[Any]:
+    User = get_user_model()
+    return [User.objects.create_user(username=f"s{n}") for n in range(count)]
+
+
+@sync_to_async
+def excepting(members: list[Any], joiners: list[Any]) -> None:
+    """joiner 9: the first public member never shows them its online status; joiner 10: the
+    second always shows them its last seen (whatever shows them more or less than a stranger
+    is no stranger's view)."""
+    PrivacyException.objects.create(
+        owner=members[0], viewer=joiners[9], setting="online_visibility", allow=False
+    )
+    PrivacyException.objects.create(
+        owner=members[2], viewer=joiners[10], setting="last_seen_visibility", allow=True
+    )
+
+
+async def in_room(members: list[Any], others: list[Any], now: float, clock: Any) -> None:
+    """Every user with an open connection; the members in the room, in order. Then the clock
+    moves past the stamps of their coming online (a listing is proven by their absence)."""
+    store = get_store()
+    everyone = members + others
+    await store.arun(merge([store.plans.connection(u.pk, "open", now, "c") for u in everyone]))
+    # a millisecond apart: a read takes the members who joined in one millisecond together
+    joins = [
+        store.plans.join_room(ROOM, u.pk, "c", now, None, u == members[1], joined_at=now - n / 1000)
+        for n, u in enumerate(reversed(members))
+    ]
+    await store.arun(merge(joins))
+    clock.shift(5)
+
+
+async def batch(room: Room, users: list[Any], tag: str) -> list[joins.Joining]:
+    found = []
+    for n, user in enumerate(users):
+        entry = await aroom_entry(user, room, True)
+        found.append(joins.Joining(user, f"{tag}{n}", None, entry.invisible(user.pk), entry))
+    return found
+
+
+async def assert_as_own_read(users: list[Any], answers: list[Any]) -> None:
+    """Each answer is what the user's own read of the room gives now."""
+    for user, answer in zip(users, answers, strict=True):
+        assert not isinstance(answer, BaseException), answer
+        answered = answer[0].as_dict()
+        fresh = await api.aroom_presence(ROOM, user)
+        # Cursors are sealed with a fresh nonce each time: the same place, not the same text.
+        places = [await sync_to_async(cursor_place)(d.pop("next")) for d in (answered, fresh)]
+        assert places[0] == places[1], user.username
+        assert answered == fresh, user.username
+
+
+class Reads:
+    """The users whose facts (with their relations to the joiners) each batch reads."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.batches: list[set[Any]] = []
+        load_pairs = relations.aload_pairs
+
+        async def counted(viewers: Any, targets: Any) -> Any:
+            self.batches.append(set(targets))
+            return await load_pairs(viewers, targets)
+
+        monkeypatch.setattr(relations, "aload_pairs", counted)
+
+    def last(self) -> set[Any]:
+        return self.batches[-1]
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
+    return Reads(monkeypatch)
+
+
+async def joined(
+    room: Room, users: list[Any], tag: str, listings: SharedListings, reads: Reads
+) -> tuple[set[Any], list[Any]]:
+    """The users' joins as one batch: whose facts it read, and the answers (each checked
+    against the user's own read)."""
+    answers = await joins.ajoin_many(room, await batch(room, users, tag), listings)
+    await assert_as_own_read(users, answers)
+    return reads.last(), answers
+
+
+def pks(users: list[Any]) -> set[Any]:
+    return {user.pk for user in users}
+
+
+async def first_members(room: Room) -> set[Any]:
+    """The room's first members a read through its index takes (its first public ones)."""
+    store = get_store()
+    read = await store.arun(store.plans.read_room(ROOM, time.time(), 5, (), True))
+    return set(read.members)
+
+
+async def test_a_batch_after_another_reads_only_the_first_members_its_joiners_are_tied_to(
+    settings: Any, clock: Any, reads: Reads
+) -> None:
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
+    members, joiners = await population(public_first=True)
+    await excepting(members, joiners)
+    others = await strangers(2)
+    clock.shift(10)  # the population's own change stamps are past
+    await in_room(members, joiners + others, time.time(), clock)
+    room, listings = parse_room(ROOM), SharedListings()
+    first = await first_members(room)
+    assert first == pks(members[:5])
+
+    read, _ = await joined(room, [others[0]], "a", listings, reads)
+    assert first <= read and len(listings) == 1  # resolved, and kept
+
+    read, _ = await joined(room, [*joiners, others[1]], "b", listings, reads)
+    # Of the first members, only those a joiner is tied to: m0 blocks j2 and never shows j9
+    # its online status, m2 always shows j10 its last seen, m3 has j0 among its contacts.
+    # Each joiner's other ties are read as before (its contacts and those who may show it
+    # more, found in the room).
+    assert read & first == pks([members[0], members[2], members[3]])
+    assert pks([members[25], members[22], members[3]]) <= read
+
+
+async def test_a_change_of_a_first_member_or_of_the_first_members_is_read_again(
+    settings: Any, clock: Any, reads: Reads
+) -> None:
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
+    members, joiners = await population(public_first=True)
+    others = await strangers(7)
+    clock.shift(10)
+    await in_room(members, joiners + others, time.time(), clock)
+    room, listings = parse_room(ROOM), SharedListings()
+    first = await first_members(room)
+    await joined(room, [others[0]], "a", listings, reads)
+    assert (await joined(room, [others[1]], "b", listings, reads))[0] == set()
+
+    @sync_to_async
+    def hide(member: Any) -> None:
+        privacy = PrivacySettings.objects.get(user=member)
+        privacy.online_visibility = "nobody"
+        privacy.save()
+
+    await hide(members[2])  # a first member: its change is stamped
+    clock.shift(1)
+    read, answers = await joined(room, [others[2]], "c", listings, reads)
+    assert first <= read
+    assert str(members[2].pk) not in answers[0][0].as_dict()["members"]
+    # A listing made within the clocks' slack (2 s) of a stamp proves nothing past it; one
+    # made later holds.
+    clock.shift(3)
+    assert first <= (await joined(room, [others[3]], "d", listings, reads))[0]
+    assert (await joined(room, [others[4]], "e", listings, reads))[0] == set()
+
+    # The first member leaves at once: the first members are others now.
+    store = get_store()
+    await store.arun(store.plans.leave_room(ROOM, members[0].pk, "c", time.time(), at_once=True))
+    read, answers = await joined(room, [others[5]], "f", listings, reads)
+    assert (first - pks([members[0]])) <= read
+    assert str(members[0].pk) not in answers[0][0].as_dict()["members"]
+    assert (await joined(room, [others[6]], "g", listings, reads))[0] == set()
+
+
+async def test_a_listing_too_old_or_made_under_other_settings_is_read_again(
+    settings: Any, clock: Any, reads: Reads
+) -> None:
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
+    members, joiners = await population(public_first=True)
+    others = await strangers(5)
+    clock.shift(10)
+    await in_room(members, joiners + others, time.time(), clock)
+    room, listings = parse_room(ROOM), SharedListings()
+    first = await first_members(room)
+    await joined(room, [others[0]], "a", listings, reads)
+    clock.shift(shared.MAX_AGE + 0.5)
+    assert first <= (await joined(room, [others[1]], "b", listings, reads))[0]
+    assert (await joined(room, [others[2]], "c", listings, reads))[0] == set()
+
+    # Everyone shows their online status to everyone now: strangers see every member.
+    settings.PRESENCE = {
+        "ROOMS": ROOMS,
+        "ROOM_LIST_LIMIT": 5,
+        "DEFAULT_PRIVACY": {"online_visibility": "everyone"},
+    }
+    read, answers = await joined(room, [others[3]], "d", listings, reads)
+    assert answers[0][0].members and read  # read again: its first members are all public now
+    assert (await joined(room, [others[4]], "e", listings, reads))[0] == set()
+
+
+async def test_with_reciprocal_last_seen_nothing_is_shared(
+    settings: Any, clock: Any, reads: Reads
+) -> None:
+    """A viewer's own choices then count for every member: no two viewers share a listing."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5, "RECIPROCAL_LAST_SEEN": True}
+    members, joiners = await population(public_first=True)
+    others = await strangers(4)
+    clock.shift(10)
+    await in_room(members, joiners + others, time.time(), clock)
+    room, listings = parse_room(ROOM), SharedListings()
+    first = await first_members(room)
+    # (batches of two: a join alone is then read as before batches)
+    await joined(room, others[:2], "a", listings, reads)
+    assert first <= (await joined(room, others[2:], "b", listings, reads))[0]
+    assert len(listings) == 0
+
+
+async def test_sockets_joining_after_one_another_read_the_first_members_once(
+    settings: Any, clock: Any, sockets: Sockets, reads: Reads
+) -> None:
+    """A reconnect storm's rejoins, one after another on one process: the first reads and
+    resolves the room's first members, the next are answered from it, each room_state as
+    its own read."""
+    settings.PRESENCE = {**BASE, "ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5, "CONNECTION_TTL": 3600}
+    members, _ = await population(public_first=True)
+    joiners = await strangers(4)
+    clock.shift(10)
+    await in_room(members, [], time.time(), clock)
+    first = await first_members(parse_room(ROOM))
+    for n, user in enumerate(joiners):
+        socket = await sockets.open(user)
+        await socket.send_json_to({"type": "join", "room": ROOM, "meta": None})
+        state = await receive(socket)
+        assert state["type"] == "room_state", state
+        fresh = await api.aroom_presence(ROOM, user)
+        assert state["members"].keys() == fresh["members"].keys(), n
+        assert (state["others"], state["count"]) == (fresh["others"], fresh["count"]), n
+        assert reads.batches[0] == first
+        assert reads.batches[1:] == [set()] * n  # (the first members' cards too: one query)
+        clock.shift(0.1)

@@ -294,12 +294,14 @@ async def ajoin_many(
         zip(kinds, replies[len(joins) : len(joins) + len(kinds)], strict=True)
     )
     looked_up: RoomRead = replies[len(plans) - 1]
-    valid: dict[bool, SharedListing] = {}
+    valid: dict[bool, tuple[SharedListing, set[UserId]]] = {}
     if kept and shared is not None:
         proven = replies[len(plans) :]
-        for (indexed, listing), changed in zip(kept.items(), proven, strict=True):
-            if changed == {} and listing.same_page(pages[indexed]):
-                valid[indexed] = listing
+        for (indexed, listing), since in zip(kept.items(), proven, strict=True):
+            # The members who may have changed since it was made are read again (a member who
+            # has not reconnected yet in a storm has its turn offline due about then).
+            if since is not None and listing.same_page(pages[indexed]):
+                valid[indexed] = (listing, set(since))
             else:
                 shared.forget(room.name, indexed, _first_of(indexed, limit))
     changed = [viewer_pk(j.user) for j, write in zip(joins, writes, strict=True) if write.changed]
@@ -324,7 +326,8 @@ class _Shared:
     unchanged by the batch's read, and the listing of each join's kind (to be told)."""
 
     listings: SharedListings | None = None
-    valid: dict[bool, SharedListing] = field(default_factory=dict)
+    #: by kind of read: the listing, and its members who may have changed since (read again)
+    valid: dict[bool, tuple[SharedListing, set[UserId]]] = field(default_factory=dict)
     served: dict[int, SharedListing] | None = None
 
 
@@ -357,13 +360,16 @@ async def _answers(
     # What is read for the joiners: the first members of their kind, but those a shared
     # listing holds that a joiner has no tie with; and their looked-up users found.
     targets: dict[UserId, None] = {}
+    for _, changed in shared.valid.values():
+        targets.update(dict.fromkeys(changed))
     for joining in joins:
         found = looked_up.found.intersection(lookups[id(joining)])
-        kept = shared.valid.get(joining.entry.indexed)
-        if kept is None:
+        valid = shared.valid.get(joining.entry.indexed)
+        if valid is None:
             targets.update(dict.fromkeys(pages[joining.entry.indexed].members))
         else:
-            targets.update(dict.fromkeys(kept.tied(joining.entry, viewer_pk(joining.user), found)))
+            tied = valid[0].tied(joining.entry, viewer_pk(joining.user), found)
+            targets.update(dict.fromkeys(tied))
         targets.update(dict.fromkeys(found))
     # The joiners' own choices were read with their entries: not read again.
     own = {uid: facts[1] for joining in joins for uid, facts in joining.entry.own.items()}
@@ -376,29 +382,35 @@ async def _answers(
     for uid, choices in own.items():
         if uid in targets:
             pairs.choices.setdefault(uid, choices)
-    for kept in shared.valid.values():
-        # Proven unchanged: what was read of the first members is theirs now.
+    for kept, _ in shared.valid.values():
+        # Proven unchanged: what was read of the other first members is theirs now.
         for uid, choices in kept.choices.items():
-            pairs.choices.setdefault(uid, choices)
+            if uid not in targets:
+                pairs.choices[uid] = choices
         for uid, live_state in kept.live.items():
-            live.setdefault(uid, live_state)
+            if uid not in targets:
+                live[uid] = live_state
     kinds = sorted({joining.entry.indexed for joining in joins})
     listings: dict[bool, _Listing] = {}
     for indexed in kinds:
         listing = listings[indexed] = _Listing(
             pages[indexed], pairs, live, now, _first_of(indexed, limit)
         )
-        kept = shared.valid.get(indexed)
-        if kept is not None:
-            listing.reuse(kept)
-        elif shared.listings is not None and listing.shares:
-            # What the next batches are answered from, while it holds.
-            kept = listing.keep(now)
-            shared.listings.keep(room.name, indexed, listing.first, kept)
-        if kept is not None and shared.served is not None:
+        valid = shared.valid.get(indexed)
+        made: SharedListing | None = None
+        stale: set[UserId] = set()
+        if valid is not None:
+            made, stale = valid
+            listing.reuse(made, stale)
+        if shared.listings is not None and listing.shares and (made is None or stale):
+            # What the next batches are answered from, while it holds (its members who may
+            # have changed read again: it holds as of now).
+            made = listing.keep(now)
+            shared.listings.keep(room.name, indexed, listing.first, made)
+        if made is not None and shared.served is not None:
             for n, joining in enumerate(joins):
                 if joining.entry.indexed == indexed:
-                    shared.served[n] = kept
+                    shared.served[n] = made
     answers: list[tuple[RoomState, int] | BaseException] = []
     for joining in joins:
         viewer_id = viewer_pk(joining.user)
@@ -467,13 +479,16 @@ class _Listing:
         self._page = page
         self._shared: tuple[list[tuple[UserId, Member, Rank]], set[UserId]] | None = None
 
-    def reuse(self, kept: SharedListing) -> None:
+    def reuse(self, kept: SharedListing, stale: set[UserId]) -> None:
         """Start from what a shared listing resolved of the same first members, proven
-        unchanged (presence.rooms.shared): their presences per relation and the strangers'
-        listing (whom a stranger may not count: the fresh read's invisible members too)."""
+        unchanged but for ``stale`` (presence.rooms.shared, read again): their presences per
+        relation and, with none stale, the strangers' listing (whom a stranger may not count:
+        the fresh read's invisible members too)."""
         for key, presence in kept.presences.items():
-            self._presences.setdefault(key, presence)
-        self._shared = (kept.strangers, set(self._page.invisible) | kept.unseen)
+            if key[0] not in stale:
+                self._presences.setdefault(key, presence)
+        if not stale:
+            self._shared = (kept.strangers, set(self._page.invisible) | kept.unseen)
 
     def keep(self, now: float) -> SharedListing:
         """What this batch read and resolved of its first members, for the next batches

@@ -167,24 +167,32 @@ def _default_cards(model: Any, columns: tuple[str, ...], pks: dict[Any, str]) ->
     return cards
 
 
-async def add_cards(members_maps: Sequence[dict[str, dict[str, Any]]]) -> None:
+async def add_cards(
+    members_maps: Sequence[dict[str, dict[str, Any]]], known: Mapping[str, Card] | None = None
+) -> None:
     """Give each member of these ``{key: member}`` maps (a room_state's members, room_diff
     joins) its ``card``, in place, computing each user's card once for all the maps. A member
     dict shared by several maps (one frame's joins sent to many viewers) stays shared: its
     copy with the card is made once. Cards that cannot be read (the database failing) are
     logged and left out: the frames still go, and presence.js names the members from the
     room's endpoint as it does for a frame without cards. A member dict with its card already
-    (a room's shared listing's, presence.rooms.shared) is left as it is."""
+    is left as it is, and ``known`` cards (by key: a room's shared listing's,
+    presence.rooms.shared) are not read again."""
+    known = known or {}
     keys = {
-        key for members in members_maps for key, member in members.items() if "card" not in member
+        key
+        for members in members_maps
+        for key, member in members.items()
+        if "card" not in member and key not in known
     }
-    if not keys:
-        return
-    try:
-        cards = await sync_to_async(cards_for_keys)(list(keys))
-    except Exception:
-        logger.exception("Presence: reading members' cards failed; frames go without them")
-        return
+    cards: dict[str, Card] = dict(known)
+    if keys:
+        try:
+            cards.update(await sync_to_async(cards_for_keys)(list(keys)))
+        except Exception:
+            logger.exception("Presence: reading members' cards failed; frames go without them")
+            if not known:
+                return
     copies: dict[tuple[str, int], dict[str, Any]] = {}
     for members in members_maps:
         for key, member in members.items():

@@ -164,7 +164,10 @@ async def _joins(
                 "next": state.next,
             }
         )
-    await add_cards([frame["members"] for frame in frames])
+    known: dict[str, dict[str, Any]] = {}
+    for listing in {id(listing): listing for listing in served.values()}.values():
+        known.update(listing.cards)
+    await add_cards([frame["members"] for frame in frames], known)
     framed = iter(frames)
     answered: list[Answer | BaseException] = []
     for n, answer in enumerate(answers):
@@ -190,10 +193,12 @@ def _keep_cards(
     frame showed them (each with the member it shows: a later frame showing the member alike
     uses them; the joiner's own entry, as it sees itself, is not kept)."""
     for uid, member in state.members.items():
-        if uid == viewer_id or uid in kept.carded or uid not in kept.page.members:
-            continue
         key = str(uid)
         carded = members[key]
+        if "card" in carded:
+            kept.cards.setdefault(key, carded["card"])
+        if uid == viewer_id or uid in kept.carded or uid not in kept.page.members:
+            continue
         kept.carded[uid] = (member, carded)
         text = fragments.get((key, id(carded)))
         if text is not None:

@@ -7,15 +7,16 @@ state (a round trip), the resolver for each (member, relation), their cards (a q
 their JSON, though mostly nothing of them had changed since the batch before. Here the process
 keeps, per room, kind of read and depth, what the last batch read and resolved of its first
 members (their choices, live state, presences per relation, the strangers' listing, cards and
-JSON), and the batches that follow use it while it provably is what reading them again would
+JSON), and the batches that follow use it where it provably is what reading them again would
 give:
 
 - the batch's own read of the room's first members (in the round trip of its writes, as every
   batch reads them) finds the same members with the same entries and invisible flags;
-- none of them has a change stamped since it was made, nor a turn offline or a custom status's
-  end fallen due (the change stamps a resume proves with: presence.lifecycle.changes_plan);
 - it was made under the presence settings in force, at most :data:`MAX_AGE` seconds ago (a
-  member's card, a name changed in the user table, is the one thing no stamp follows).
+  member's card, a name changed in the user table, is the one thing no stamp follows);
+- the members with a change stamped since it was made, or a turn offline or a custom status's
+  end falling due (the change stamps a resume proves with: presence.lifecycle.changes_plan),
+  are read again; the batch then keeps what it holds anew.
 
 A joiner's relation to each first member is still its own: only the members it has a tie with
 (a contact either way, a block, a privacy exception naming it, any of them found among its
@@ -66,7 +67,8 @@ class SharedListing:
     ``choices`` and ``live`` state, their ``presences`` per relation, the ``strangers``'
     listing (in the listing order with their places) and the members a stranger may not count
     among them (``unseen``); ``carded``: each member's dict with its card as a frame showed it
-    (with the member it shows), and ``fragments`` their JSON (by key and the dict's id)."""
+    (with the member it shows), ``fragments`` their JSON (by key and the dict's id), and
+    ``cards`` the cards of every user a frame of it showed."""
 
     page: RoomRead
     choices: dict[UserId, Choices]
@@ -77,6 +79,8 @@ class SharedListing:
     made_at: float
     generation: int = field(default_factory=lambda: _generation)
     carded: dict[UserId, tuple[Member, dict[str, Any]]] = field(default_factory=dict)
+    #: the cards frames showed, by member key (a card is the user's, whoever sees them)
+    cards: dict[str, dict[str, Any]] = field(default_factory=dict)
     fragments: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def same_page(self, read: RoomRead) -> bool:

@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from presence import api, relations
 from presence.domain.rooms import Room, parse_room
 from presence.models import PrivacyException, PrivacySettings
-from presence.rooms import joins, shared
+from presence.rooms import cards, joins, shared
 from presence.rooms.reading import aroom_entry
 from presence.rooms.shared import SharedListings
 from presence.store import get_store, merge
@@ -239,11 +239,19 @@ async def test_with_reciprocal_last_seen_nothing_is_shared(
 
 
 async def test_sockets_joining_after_one_another_read_the_first_members_once(
-    settings: Any, clock: Any, sockets: Sockets, reads: Reads
+    settings: Any, clock: Any, sockets: Sockets, reads: Reads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reconnect storm's rejoins, one after another on one process: the first reads and
-    resolves the room's first members, the next are answered from it, each room_state as
-    its own read."""
+    resolves the room's first members and their cards, the next are answered from it (only
+    the joiner's own card read), each room_state as its own read, every member with a card."""
+    cards_read: list[set[str]] = []
+    cards_for_keys = cards.cards_for_keys
+
+    def counted(keys: Any) -> Any:
+        cards_read.append(set(keys))
+        return cards_for_keys(keys)
+
+    monkeypatch.setattr(cards, "cards_for_keys", counted)
     settings.PRESENCE = {**BASE, "ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5, "CONNECTION_TTL": 3600}
     members, _ = await population(public_first=True)
     joiners = await strangers(4)
@@ -259,5 +267,8 @@ async def test_sockets_joining_after_one_another_read_the_first_members_once(
         assert state["members"].keys() == fresh["members"].keys(), n
         assert (state["others"], state["count"]) == (fresh["others"], fresh["count"]), n
         assert reads.batches[0] == first
-        assert reads.batches[1:] == [set()] * n  # (the first members' cards too: one query)
+        assert reads.batches[1:] == [set()] * n
+        assert all("card" in member for member in state["members"].values())
+        # the first frame's members' cards read once; then only each joiner's own
+        assert cards_read[-1] == (set(state["members"]) if n == 0 else {str(user.pk)})
         clock.shift(0.1)

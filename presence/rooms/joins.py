@@ -34,7 +34,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from presence import announce, domain, lifecycle, outbox, relations, resolution
+from presence import announce, domain, outbox, relations, resolution
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import (
@@ -62,7 +62,7 @@ from presence.rooms.reading import (
     room_entry,
 )
 from presence.rooms.rule import room_rule
-from presence.rooms.shared import SharedListing, SharedListings
+from presence.rooms.shared import SharedListing, SharedListings, changed_plan
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import MemberEntry, RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -285,7 +285,7 @@ async def ajoin_many(
                 kept[indexed] = listing
     probe = viewer_pk(joins[0].user)
     proofs = [
-        lifecycle.changes_plan(list(listing.page.members), probe, listing.made_at)
+        changed_plan(listing.page.members.keys(), probe, listing.made_at, now)
         for listing in kept.values()
     ]
     replies = await store.arun(merge([*plans, *proofs]), live=True)
@@ -376,8 +376,11 @@ async def _answers(
             tied = valid[0].tied(joining.entry, viewer_pk(joining.user), found)
             targets.update(dict.fromkeys(tied))
         targets.update(dict.fromkeys(found))
-    # The joiners' own choices were read with their entries: not read again.
-    own = {uid: facts[1] for joining in joins for uid, facts in joining.entry.own.items()}
+    # A joiner alone: its own choices were read with its entry, not read again. (With other
+    # joiners, its relations to them are read with its facts: one may be another's contact.)
+    own: dict[UserId, domain.Choices] = {}
+    if len(viewers) == 1:
+        own = {uid: facts[1] for joining in joins for uid, facts in joining.entry.own.items()}
     pairs, live = await asyncio.gather(
         relations.aload_pairs(viewers, [uid for uid in targets if uid not in own]),
         store.arun(store.plans.read_recent(list(targets), 0), live=True),

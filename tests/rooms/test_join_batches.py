@@ -337,3 +337,39 @@ async def test_the_joins_of_a_batch_keep_their_own_moments(settings: Any, clock:
     read = await store.arun(store.plans.read_room(ROOM, time.time(), 0, [u.pk for u in joiners]))
     joined = {uid: round(entry.joined_at) for uid, entry in read.members.items()}
     assert joined == {user.pk: ms for user, ms in zip(joiners, asked, strict=True)}
+
+
+async def test_joiners_of_one_batch_tied_to_each_other_see_each_other_as_their_own_reads(
+    settings: Any, clock: Any
+) -> None:
+    """Two users who show each other their online status (contacts either way, at default
+    privacy) join in one batch, with a stranger: each is answered what its own read lists
+    (the other one first, as a contact; the stranger sees neither)."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
+
+    @sync_to_async
+    def people() -> list[Any]:
+        User = get_user_model()
+        ann, ben, cy = (User.objects.create_user(username=name) for name in ("ann", "ben", "cy"))
+        Contact.objects.create(owner=ann, contact=ben)
+        Contact.objects.create(owner=ben, contact=ann)
+        return [ann, ben, cy]
+
+    users = await people()
+    store = get_store()
+    await store.arun(merge([store.plans.connection(u.pk, "open", time.time(), "c") for u in users]))
+    room = parse_room(ROOM)
+    batch = [
+        joins.Joining(user, f"j{n}", None, False, await aroom_entry(user, room, True))
+        for n, user in enumerate(users)
+    ]
+    answers = await joins.ajoin_many(room, batch, joins.SharedListings())
+    for user, answer in zip(users, answers, strict=True):
+        assert not isinstance(answer, BaseException), answer
+        answered = answer[0].as_dict()
+        fresh = await api.aroom_presence(ROOM, user)
+        answered.pop("next"), fresh.pop("next")
+        assert answered == fresh, user.username
+    ann, ben, _ = users
+    assert list(answers[0][0].members) == [ann.pk, ben.pk]
+    assert list(answers[1][0].members) == [ben.pk, ann.pk]

@@ -31,6 +31,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("close_async_db_connections"),
     pytest.mark.uuid_site,
+    pytest.mark.cluster,
 ]
 
 

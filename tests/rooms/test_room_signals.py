@@ -21,8 +21,10 @@ from asgiref.sync import sync_to_async
 
 from presence import api, outbox, signals
 from presence.conf import get_settings
-from presence.domain.rooms import Room
+from presence.domain.rooms import Room, parse_room
+from presence.rooms import joins
 from presence.rooms import writes as events
+from presence.rooms.reading import aroom_entry
 from presence.store import Plan, get_store, merge
 from presence.users import pk_kind
 from tests.clock import at
@@ -300,3 +302,26 @@ async def test_a_sweeps_batch_of_leaves_is_sent_once_each(
     again = await store.arun(store.plans.join_room(ROOM, users[0], "c", now))
     assert again is not None and again.joined
     assert await store.arun(store.plans.room_count(ROOM, now)) == 61
+
+
+async def test_a_batch_of_joins_sends_its_room_entered_at_once(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    room_signals: list[Got],
+) -> None:
+    """Joins of one room written together (presence.rooms.joins: a live event's page opening
+    on many screens) send each joiner's room_entered as a join alone does: at once, not left
+    to the room's sweep past the outbox's deadline."""
+    users = [await new_user(make_user) for _ in range(3)]
+    room = parse_room(ROOM)
+    batch = [
+        joins.Joining(user, f"c{n}", None, False, await aroom_entry(user, room, True))
+        for n, user in enumerate(users)
+    ]
+    answers = await joins.ajoin_many(room, batch)
+    assert all(not isinstance(answer, BaseException) for answer in answers), answers
+    got = await sent(room_signals)
+    assert sorted(got, key=lambda each: str(each[1])) == sorted(
+        (("entered", user.pk, ROOM, at(0)) for user in users), key=lambda each: str(each[1])
+    )
+    assert outbox_size() == 0

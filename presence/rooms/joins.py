@@ -275,8 +275,9 @@ async def ajoin_many(
         for indexed in kinds
     ]
     plans.append(store.plans.read_room(room.name, now, 0, everyone))
-    # A shared listing of a kind is proven unchanged in the same round trip: its members'
-    # change stamps since it was made, and the joiners' own live state to list them first.
+    # A shared listing of a kind is proven in the same round trip: which of its members have a
+    # change stamped (or a turn offline due) since it was made; the batch's page read is
+    # compared with its own after.
     kept: dict[bool, SharedListing] = {}
     if sharing and shared is not None:
         for indexed in kinds:

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from presence import announce, domain, outbox, relations, resolution
+from presence import announce, domain, outbox, relations, resolution, stamps
 from presence.conf import STAMP_SLACK, get_settings
 from presence.domain import Presence, UserId
 from presence.models import LastSeen
@@ -413,20 +413,15 @@ def changes_plan(
     """:func:`achanged_since`'s read as a plan, its answer the same: a socket that subscribes
     in its opening request reads it in the round trip of its opening write (aconnect_checking).
     No commands when there is nothing to ask."""
-    store = get_store()
-    low = since - STAMP_SLACK
     reciprocal = get_settings().RECIPROCAL_LAST_SEEN is True
     asked = [*targets, viewer_id] if reciprocal else list(targets)
-    if not asked:
-        return Plan(commands=[], parse=lambda replies: {}, fallback={})
-    read = store.plans.changed_since(asked, viewer_id, low, resolution.now() + STAMP_SLACK)
+    read = stamps.changed_since_plan(asked, viewer_id, since, resolution.now() + STAMP_SLACK)
+    if not read.commands:
+        return read
 
     def parse(replies: list[Any]) -> dict[UserId, domain.Kind] | None:
-        found = read.parse(replies)
-        if found is None:
-            return None
-        kept_since, changed = found
-        if kept_since > low:
+        changed = read.parse(replies)
+        if changed is None:
             return None
         if reciprocal and changed.get(viewer_id, domain.Kind(0)) & _OWN_SHAPING:
             return None

@@ -18,13 +18,14 @@ from __future__ import annotations
 import hmac
 import json
 import time
+from collections.abc import Collection
 from typing import Any
 
 from django.utils.crypto import salted_hmac
 
 from presence.conf import STAMP_SLACK, PresenceSettings, get_settings
-from presence.domain import DAY
-from presence.store import get_store
+from presence.domain import DAY, Kind
+from presence.store import Plan, get_store
 from presence.users import UserId, encode_id, viewer_pk
 
 _SALT = "presence.stamps"
@@ -118,3 +119,25 @@ def page_stamp(request: Any) -> str | None:
         stamp = mint(viewer, since)
         setattr(request, _STAMP_ATTR, stamp)
     return str(stamp)
+
+
+def changed_since_plan(
+    user_ids: Collection[UserId], viewer_id: UserId, since: float, high: float
+) -> Plan[dict[UserId, Kind] | None]:
+    """The users among ``user_ids`` who may look different now than at ``since`` (a stamp's
+    time), as the change stamps prove it: each with the kinds of its changes since ``since``
+    less STAMP_SLACK (the clocks' slack), a schedule due up to ``high`` counting as one (a turn
+    offline, a custom status's end). None where Redis cannot prove it: unavailable, flushed,
+    or its stamps not kept that far back. No commands for no users."""
+    if not user_ids:
+        return Plan(commands=[], parse=lambda replies: {}, fallback={})
+    low = since - STAMP_SLACK
+    read = get_store().plans.changed_since(user_ids, viewer_id, low, high)
+
+    def parse(replies: list[Any]) -> dict[UserId, Kind] | None:
+        found = read.parse(replies)
+        if found is None or found[0] > low:
+            return None
+        return found[1]
+
+    return Plan(commands=read.commands, parse=parse, fallback=None)

@@ -34,8 +34,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from presence import announce, domain, outbox, relations, resolution
-from presence.conf import get_settings
+from presence import announce, domain, outbox, relations, resolution, stamps
+from presence.conf import STAMP_SLACK, get_settings
 from presence.domain import UserId
 from presence.domain.rooms import (
     Candidate,
@@ -62,7 +62,7 @@ from presence.rooms.reading import (
     room_entry,
 )
 from presence.rooms.rule import room_rule
-from presence.rooms.shared import SharedListing, SharedListings, changed_plan
+from presence.rooms.shared import SharedListing, SharedListings
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import MemberEntry, RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -139,8 +139,10 @@ async def _joins(
     encoded: dict[int, dict[str, Any]] = {}
     frames: list[dict[str, Any]] = []
     fragments: dict[tuple[str, int], str] = {}
+    known: dict[str, dict[str, Any]] = {}
     for listing in {id(listing): listing for listing in served.values()}.values():
         fragments.update(listing.fragments)
+        known.update(listing.cards)
     for n, answer in enumerate(answers):
         if isinstance(answer, BaseException):
             continue
@@ -164,9 +166,6 @@ async def _joins(
                 "next": state.next,
             }
         )
-    known: dict[str, dict[str, Any]] = {}
-    for listing in {id(listing): listing for listing in served.values()}.values():
-        known.update(listing.cards)
     await add_cards([frame["members"] for frame in frames], known)
     framed = iter(frames)
     answered: list[Answer | BaseException] = []
@@ -286,7 +285,7 @@ async def ajoin_many(
                 kept[indexed] = listing
     probe = viewer_pk(joins[0].user)
     proofs = [
-        changed_plan(listing.page.members.keys(), probe, listing.made_at, now)
+        stamps.changed_since_plan(listing.page.members, probe, listing.made_at, now + STAMP_SLACK)
         for listing in kept.values()
     ]
     replies = await store.arun(merge([*plans, *proofs]), live=True)
@@ -399,9 +398,8 @@ async def _answers(
         for uid, live_state in kept.live.items():
             if uid not in targets:
                 live[uid] = live_state
-    kinds = sorted({joining.entry.indexed for joining in joins})
     listings: dict[bool, _Listing] = {}
-    for indexed in kinds:
+    for indexed in pages:
         listing = listings[indexed] = _Listing(
             pages[indexed], pairs, live, now, _first_of(indexed, limit)
         )
@@ -411,7 +409,7 @@ async def _answers(
         if valid is not None:
             made, stale = valid
             listing.reuse(made, stale)
-        if shared.listings is not None and listing.shares and (made is None or stale):
+        if shared.listings is not None and (made is None or stale):
             # What the next batches are answered from, while it holds (its members who may
             # have changed read again: it holds as of now).
             made = listing.keep(now)
@@ -480,8 +478,6 @@ class _Listing:
         # The first members as a stranger sees them, once for every joiner with no tie to any
         # of them (with reciprocity every viewer's own choices count: no viewer is a stranger).
         self._strangers = pairs.viewer_choices is None
-        #: whether its strangers' listing may be shared with the next batches (no reciprocity)
-        self.shares = self._strangers
         self._tied = {viewer for _, viewer in pairs.contacts}
         self._tied.update(viewer for _, viewer in pairs.exceptions)
         self._tied.update(uid for pair in pairs.blocks for uid in pair)

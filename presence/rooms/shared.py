@@ -15,7 +15,7 @@ give:
 - it was made under the presence settings in force, at most :data:`MAX_AGE` seconds ago (a
   member's card, a name changed in the user table, is the one thing no stamp follows);
 - the members with a change stamped since it was made, or a turn offline or a custom status's
-  end falling due (the change stamps a resume proves with, :func:`changed_plan`),
+  end falling due (the change stamps a resume proves with, presence.stamps.changed_since_plan),
   are read again; the batch then keeps what it holds anew.
 
 A joiner's relation to each first member is still its own: only the members it has a tie with
@@ -34,9 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
 
-from presence.conf import STAMP_SLACK
 from presence.domain import UserId
-from presence.store import Plan, get_store
 
 if TYPE_CHECKING:
     from presence.domain import Choices, LiveState, Presence, Relation
@@ -107,31 +105,6 @@ class SharedListing:
         if kept is None or not (kept[0] is member or kept[0] == member):
             return None
         return kept[1]
-
-
-def changed_plan(
-    members: Set[UserId], probe: UserId, since: float, now: float
-) -> Plan[set[UserId] | None]:
-    """The read of which of ``members`` may look different now than at ``since`` (a change
-    stamped, a turn offline or a status's end due, within the clocks' slack: what a resume
-    proves with, presence.lifecycle.changes_plan, for any viewer: ``probe`` is one joiner);
-    None where Redis cannot prove it (its stamps were flushed, or are not kept that far back).
-    No commands for no members."""
-    if not members:
-        return Plan(commands=[], parse=lambda replies: set(), fallback=set())
-    low = since - STAMP_SLACK
-    read = get_store().plans.changed_since(list(members), probe, low, now + STAMP_SLACK)
-
-    def parse(replies: list[Any]) -> set[UserId] | None:
-        found = read.parse(replies)
-        if found is None:
-            return None
-        kept_since, changed = found
-        if kept_since > low:
-            return None
-        return {uid for uid in changed if uid in members}
-
-    return Plan(commands=read.commands, parse=parse, fallback=None)
 
 
 class SharedListings:

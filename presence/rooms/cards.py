@@ -191,12 +191,11 @@ async def add_cards(
             cards.update(await sync_to_async(cards_for_keys)(list(keys)))
         except Exception:
             logger.exception("Presence: reading members' cards failed; frames go without them")
-            if not known:
-                return
+            keys = set()  # those members are left without a card, the known ones get theirs
     copies: dict[tuple[str, int], dict[str, Any]] = {}
     for members in members_maps:
         for key, member in members.items():
-            if "card" in member:
+            if "card" in member or not (key in keys or key in known):
                 continue
             carded = copies.get((key, id(member)))
             if carded is None:

@@ -9,7 +9,8 @@ Real Redis, real channel layer; time controlled (the change stamps are compared 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -132,17 +133,42 @@ async def first_members(room: Room) -> set[Any]:
     return set(read.members)
 
 
+class Scene(NamedTuple):
+    """The population of test_join_batches in the room, with strangers beside it."""
+
+    members: list[Any]
+    joiners: list[Any]
+    others: list[Any]
+    room: Room
+    listings: SharedListings
+    first: set[Any]
+
+
+async def scene(
+    settings: Any,
+    clock: Any,
+    others: int,
+    before: Callable[[list[Any], list[Any]], Awaitable[None]] | None = None,
+    **presence: Any,
+) -> Scene:
+    """``others`` strangers more; ``before`` writes what must be stamped before the listing's
+    time (the clock moves past the population's own stamps after it)."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5, **presence}
+    members, joiners = await population(public_first=True)
+    if before is not None:
+        await before(members, joiners)
+    extra = await strangers(others)
+    clock.shift(10)
+    await in_room(members, joiners + extra, time.time(), clock)
+    room = parse_room(ROOM)
+    return Scene(members, joiners, extra, room, SharedListings(), await first_members(room))
+
+
 async def test_a_batch_after_another_reads_only_the_first_members_its_joiners_are_tied_to(
     settings: Any, clock: Any, reads: Reads
 ) -> None:
-    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
-    members, joiners = await population(public_first=True)
-    await excepting(members, joiners)
-    others = await strangers(2)
-    clock.shift(10)  # the population's own change stamps are past
-    await in_room(members, joiners + others, time.time(), clock)
-    room, listings = parse_room(ROOM), SharedListings()
-    first = await first_members(room)
+    at = await scene(settings, clock, 2, excepting)
+    members, joiners, others, room, listings, first = at
     assert first == pks(members[:5])
 
     read, _ = await joined(room, [others[0]], "a", listings, reads)
@@ -160,13 +186,7 @@ async def test_a_batch_after_another_reads_only_the_first_members_its_joiners_ar
 async def test_a_first_member_who_changed_is_read_again_and_other_first_members_all(
     settings: Any, clock: Any, reads: Reads
 ) -> None:
-    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
-    members, joiners = await population(public_first=True)
-    others = await strangers(7)
-    clock.shift(10)
-    await in_room(members, joiners + others, time.time(), clock)
-    room, listings = parse_room(ROOM), SharedListings()
-    first = await first_members(room)
+    members, _, others, room, listings, first = await scene(settings, clock, 7)
     await joined(room, [others[0]], "a", listings, reads)
     assert (await joined(room, [others[1]], "b", listings, reads))[0] == set()
 
@@ -199,13 +219,7 @@ async def test_a_first_member_who_changed_is_read_again_and_other_first_members_
 async def test_a_listing_too_old_or_made_under_other_settings_is_read_again(
     settings: Any, clock: Any, reads: Reads
 ) -> None:
-    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5}
-    members, joiners = await population(public_first=True)
-    others = await strangers(5)
-    clock.shift(10)
-    await in_room(members, joiners + others, time.time(), clock)
-    room, listings = parse_room(ROOM), SharedListings()
-    first = await first_members(room)
+    _, _, others, room, listings, first = await scene(settings, clock, 5)
     await joined(room, [others[0]], "a", listings, reads)
     clock.shift(shared.MAX_AGE + 0.5)
     assert first <= (await joined(room, [others[1]], "b", listings, reads))[0]
@@ -226,13 +240,8 @@ async def test_with_reciprocal_last_seen_nothing_is_shared(
     settings: Any, clock: Any, reads: Reads
 ) -> None:
     """A viewer's own choices then count for every member: no two viewers share a listing."""
-    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 5, "RECIPROCAL_LAST_SEEN": True}
-    members, joiners = await population(public_first=True)
-    others = await strangers(4)
-    clock.shift(10)
-    await in_room(members, joiners + others, time.time(), clock)
-    room, listings = parse_room(ROOM), SharedListings()
-    first = await first_members(room)
+    at = await scene(settings, clock, 4, RECIPROCAL_LAST_SEEN=True)
+    _, _, others, room, listings, first = at
     # (batches of two: a join alone is then read as before batches)
     await joined(room, others[:2], "a", listings, reads)
     assert first <= (await joined(room, others[2:], "b", listings, reads))[0]
@@ -273,3 +282,23 @@ async def test_sockets_joining_after_one_another_read_the_first_members_once(
         # the first frame's members' cards read once; then only each joiner's own
         assert cards_read[-1] == (set(state["members"]) if n == 0 else {str(user.pk)})
         clock.shift(0.1)
+
+
+async def test_cards_that_cannot_be_read_are_left_out_the_known_ones_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database failing while a frame's cards are read: the members whose card a shared
+    listing knows get it, the others go without one (presence.js names them from the room's
+    endpoint), not a made-up card."""
+
+    def failing(keys: Any) -> Any:
+        raise OSError("the database is gone")
+
+    monkeypatch.setattr(cards, "cards_for_keys", failing)
+    ann = {"name": "Ann", "avatar": None}
+    frame = {"1": {"meta": None}, "2": {"meta": None}}
+    await cards.add_cards([frame], {"1": ann})
+    assert frame == {"1": {"meta": None, "card": ann}, "2": {"meta": None}}
+    alone = {"2": {"meta": None}}
+    await cards.add_cards([alone])
+    assert alone == {"2": {"meta": None}}

@@ -13,6 +13,7 @@ from presence import signals
 from presence import store as store_module
 from presence.conf import get_settings
 from presence.middleware import throttle
+from presence.rooms.shared import KNOWN
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -184,6 +185,7 @@ def _clean_presence_state(
     get_settings.cache_clear()
     store_module.reset_clients()
     throttle.clear()
+    KNOWN.clear()  # what an earlier test's reads of rooms resolved (presence.rooms.shared)
     yield
     store_module.reset_clients()
     throttle.clear()

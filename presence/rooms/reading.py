@@ -38,19 +38,21 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext
 
-from presence import announce, outbox, relations, resolution
-from presence.conf import get_settings
-from presence.domain import SELF, UserId, Visibility
+from presence import announce, outbox, relations, resolution, stamps
+from presence.conf import STAMP_SLACK, get_settings
+from presence.domain import SELF, STRANGER, Choices, LiveState, Presence, UserId, Visibility
 from presence.domain.rooms import (
     Room,
     RoomState,
     parse_room,
 )
 from presence.operations import Call, Operation, Redis, arun, both, redis, redis_then, run
+from presence.relations.facts import reciprocal
 from presence.rooms.candidates import Resolved, read_candidates
 from presence.rooms.cursors import with_next
 from presence.rooms.listing import listable, listed_state
 from presence.rooms.rule import may_enter, room_rule
+from presence.rooms.shared import KNOWN, KnownMembers
 from presence.store import Plan, StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead, RoomWrite
 from presence.users import viewer_pk
@@ -167,14 +169,29 @@ def _room_state(
     first = get_settings().ROOM_LIST_LIMIT
     mine = [viewer_id] if viewer_id is not None else []  # (an anonymous viewer is refused)
     guess = get_store().plans.read_room(room.name, now, first, mine, True)  # its public ones
-    entry, read = yield from both(
-        Call(room_entry, (viewer, room if check else None)), Redis(guess, waits)
-    )
+    entry_step = Call(room_entry, (viewer, room if check else None))
+    # What an earlier read of the room resolved of members it had no tie with, proven in
+    # the same round trip: which of them have a change stamped since (presence.rooms.shared).
+    sharing = viewer_id is not None and not reciprocal()
+    known = KNOWN.get(room.name, now) if sharing else None
+    changed: dict[UserId, Any] | None = None
+    if known is None:
+        entry, read = yield from both(entry_step, Redis(guess, waits))
+    else:
+        proof = stamps.changed_since_plan(
+            list(known.choices), viewer_id, known.made_at, now + STAMP_SLACK
+        )
+        entry, (read, changed) = yield from both(entry_step, Redis(merge([guess, proof]), waits))
     if not entry.allowed:
         raise PermissionDenied(gettext("You may not see who is in this room."))
     resolved = Resolved.of(entry.own)
+    # Only an indexed read knows every user who may show the viewer more than a stranger.
+    lookups = _read_plan_lookups(viewer, entry)
+    ties = {*lookups, *entry.excepting} if entry.indexed else None
+    if ties is not None and known is not None and changed is not None:
+        _known_to(resolved, known, ties | set(changed))
     if entry.indexed and read is not None:
-        looked_up = [uid for uid in _read_plan_lookups(viewer, entry) if uid != viewer_id]
+        looked_up = [uid for uid in lookups if uid != viewer_id]
         if looked_up:
             more = yield from redis(
                 get_store().plans.read_room(room.name, now, 0, looked_up), waits
@@ -190,7 +207,65 @@ def _room_state(
         if strict:
             raise StoreUnavailable("Redis is unavailable: the room could not be read")
         return RoomState(room, {}, 0)  # Redis is unavailable: nobody can be told present
-    return (yield from _widened(room, viewer, now, first, entry, resolved, waits, *state, strict))
+    result = yield from _widened(room, viewer, now, first, entry, resolved, waits, *state, strict)
+    if sharing and ties is not None and resolved.read:
+        # (members read afresh: kept with the others, proven unchanged as of now)
+        proven = known if changed is not None else None
+        _keep_known(room, resolved, ties, now, proven, set(changed or ()))
+    return result
+
+
+def _known_to(resolved: Resolved, known: KnownMembers, ties: set[UserId]) -> None:
+    """What ``known`` holds of members but ``ties`` (the viewer's ties and the members
+    changed since), as the viewer sees them: a stranger's view, proven unchanged."""
+    for uid, choices in known.choices.items():
+        if uid in ties or uid in resolved.asked:
+            continue
+        resolved.facts[uid] = (STRANGER, choices)
+        live = known.live.get(uid)
+        if live is not None:
+            resolved.live[uid] = live
+        presence = known.presences.get(uid)
+        if presence is not None:
+            resolved.presences[uid] = presence
+        resolved.asked.add(uid)
+
+
+def _keep_known(
+    room: Room,
+    resolved: Resolved,
+    ties: set[UserId],
+    now: float,
+    proven: KnownMembers | None,
+    changed: set[UserId],
+) -> None:
+    """Keep for the next reads what this one resolved of the members it read that are no tie
+    of the viewer's (strangers to it), and what ``proven`` (the known members this read took,
+    proven unchanged but ``changed``) holds of the others, as of ``now`` (before any of it was
+    read)."""
+    if resolved.live_unread:
+        return  # some read offline for want of Redis: not what they are
+    choices: dict[UserId, Choices] = {}
+    live: dict[UserId, LiveState] = {}
+    presences: dict[UserId, Presence] = {}
+    for uid, facts in resolved.facts.items():
+        if uid in ties or facts[0] != STRANGER:
+            continue
+        choices[uid] = facts[1]
+        if uid in resolved.live:
+            live[uid] = resolved.live[uid]
+        if uid in resolved.presences:
+            presences[uid] = resolved.presences[uid]
+    if proven is not None:
+        for uid, member_choices in proven.choices.items():
+            if uid in choices or uid in changed:
+                continue
+            choices[uid] = member_choices
+            if uid in proven.live:
+                live[uid] = proven.live[uid]
+            if uid in proven.presences:
+                presences[uid] = proven.presences[uid]
+    KNOWN.keep(room.name, KnownMembers(choices, live, presences, now))
 
 
 def _widened(

@@ -24,10 +24,18 @@ looked-up users; :meth:`SharedListing.tied`) are read for it, with its looked-up
 before; every other first member is a stranger to it, resolved once for all. Last seen must not
 be reciprocal (then a viewer's own choices count for every member: nothing is kept). The
 room's count, its invisible members and whether a list is full are the batch's fresh read's.
+
+A page's read of a room (presence.rooms.reading: the JSON endpoint, the template tag, a
+socket's ``room_state``) shares the same way, more simply (:class:`KnownMembers`): what it read
+of the members it had no tie with (their choices, live state and presence as a stranger sees
+them) is kept per room, and the next read, by any viewer, takes from it the members who are no
+tie of its own and have no change stamped since (proven in the round trip of its room read),
+reading the rest as before. Its listing, order and count are its own, from its fresh read.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -136,3 +144,54 @@ class SharedListings:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+@dataclass(frozen=True)
+class KnownMembers:
+    """What a page's read of a room resolved of members it had no tie with, as of ``made_at``:
+    each one's ``choices``, ``live`` state (none: it had none) and ``presences`` as a stranger
+    sees them (none: not resolved, an invisible member's say)."""
+
+    choices: dict[UserId, Choices]
+    live: dict[UserId, LiveState]
+    presences: dict[UserId, Presence]
+    made_at: float
+    generation: int = field(default_factory=lambda: _generation)
+
+
+class KnownRooms:
+    """One process's known members, by room, for its reads (from any thread)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, KnownMembers] = {}
+        self._lock = threading.Lock()
+
+    def get(self, room: str, now: float) -> KnownMembers | None:
+        """The room's known members, unless too old or made under other settings (which of
+        them changed since is the read's to prove)."""
+        with self._lock:
+            kept = self._kept.get(room)
+            if kept is None:
+                return None
+            if kept.generation != _generation or not (0 <= now - kept.made_at <= MAX_AGE):
+                del self._kept[room]
+                return None
+            return kept
+
+    def keep(self, room: str, known: KnownMembers) -> None:
+        with self._lock:
+            self._kept.pop(room, None)
+            if len(self._kept) >= MAX_ROOMS:
+                del self._kept[next(iter(self._kept))]  # the oldest kept
+            self._kept[room] = known
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+#: the process's known members of rooms, for its reads (presence.rooms.reading)
+KNOWN = KnownRooms()

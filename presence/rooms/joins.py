@@ -412,7 +412,9 @@ async def _answers(
         if shared.listings is not None and (made is None or stale):
             # What the next batches are answered from, while it holds (its members who may
             # have changed read again: it holds as of now).
-            made = listing.keep(now)
+            # (as of when the listing used was made, if one was: nothing is kept past
+            # MAX_AGE however often the room's joins come)
+            made = listing.keep(now if made is None else made.made_at)
             shared.listings.keep(room.name, indexed, listing.first, made)
         if made is not None and shared.served is not None:
             for n, joining in enumerate(joins):

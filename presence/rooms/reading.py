@@ -35,7 +35,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
+from django.db import connections, router
 from django.utils.translation import gettext
 
 from presence import announce, outbox, relations, resolution, stamps
@@ -172,7 +174,7 @@ def _room_state(
     entry_step = Call(room_entry, (viewer, room if check else None))
     # What an earlier read of the room resolved of members it had no tie with, proven in
     # the same round trip: which of them have a change stamped since (presence.rooms.shared).
-    sharing = viewer_id is not None and not reciprocal()
+    sharing = viewer_id is not None and not reciprocal() and not _in_snapshot()
     known = KNOWN.get(room.name, now) if sharing else None
     changed: dict[UserId, Any] | None = None
     if known is None:
@@ -215,6 +217,14 @@ def _room_state(
     return result
 
 
+def _in_snapshot() -> bool:
+    """Whether this thread reads the users' database inside a transaction (ATOMIC_REQUESTS, a
+    view's atomic block), which may show it as it was when the transaction began: what such a
+    read resolved is not the state as of its time, and what is known is not that snapshot's
+    either, so the read neither takes nor keeps."""
+    return connections[router.db_for_read(get_user_model())].in_atomic_block
+
+
 def _known_to(resolved: Resolved, known: KnownMembers, ties: set[UserId]) -> None:
     """What ``known`` holds of members but ``ties`` (the viewer's ties and the members
     changed since), as the viewer sees them: a stranger's view, proven unchanged."""
@@ -241,8 +251,10 @@ def _keep_known(
 ) -> None:
     """Keep for the next reads what this one resolved of the members it read that are no tie
     of the viewer's (strangers to it), and what ``proven`` (the known members this read took,
-    proven unchanged but ``changed``) holds of the others, as of ``now`` (before any of it was
-    read)."""
+    proven unchanged but ``changed``) holds of the others: as of ``now`` (before any of it was
+    read), or of when ``proven`` was made if it was used, so that nothing is kept longer than
+    MAX_AGE however often the room is read (a heartbeat, which stamps no change, moves a
+    member's last seen; the approximate last seen turns at midnight)."""
     if resolved.live_unread:
         return  # some read offline for want of Redis: not what they are
     choices: dict[UserId, Choices] = {}
@@ -265,7 +277,8 @@ def _keep_known(
                 live[uid] = proven.live[uid]
             if uid in proven.presences:
                 presences[uid] = proven.presences[uid]
-    KNOWN.keep(room.name, KnownMembers(choices, live, presences, now))
+    made_at = now if proven is None else proven.made_at
+    KNOWN.keep(room.name, KnownMembers(choices, live, presences, made_at))
 
 
 def _widened(

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 MAX_AGE = 2.0
 #: rooms (per kind and depth) a process keeps a listing of at most
 MAX_ROOMS = 256
+DAY = 86400
 
 _generation = 0
 
@@ -67,6 +68,15 @@ def _bump(*, setting: str, **kwargs: object) -> None:
 
 
 setting_changed.connect(_bump)
+
+
+def _fresh(made_at: float, generation: int, now: float) -> bool:
+    """Whether what was made at ``made_at`` under that generation of the settings may be used
+    at ``now``: at most MAX_AGE old, on the same UTC day (the approximate last seen turns at
+    midnight, which no change stamp follows), under the settings in force."""
+    if generation != _generation or not (0 <= now - made_at <= MAX_AGE):
+        return False
+    return made_at // DAY == now // DAY
 
 
 @dataclass
@@ -127,7 +137,7 @@ class SharedListings:
         kept = self._kept.get((room, indexed, first))
         if kept is None:
             return None
-        if kept.generation != _generation or not (0 <= now - kept.made_at <= MAX_AGE):
+        if not _fresh(kept.made_at, kept.generation, now):
             del self._kept[(room, indexed, first)]
             return None
         return kept
@@ -173,7 +183,7 @@ class KnownRooms:
             kept = self._kept.get(room)
             if kept is None:
                 return None
-            if kept.generation != _generation or not (0 <= now - kept.made_at <= MAX_AGE):
+            if not _fresh(kept.made_at, kept.generation, now):
                 del self._kept[room]
                 return None
             return kept

@@ -8,16 +8,21 @@ Real Redis; time controlled (the change stamps are compared with it)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection, transaction
 
 from presence import api, relations
 from presence.models import PrivacySettings
 from presence.rooms import reading, shared
 from presence.rooms.shared import KnownRooms
+from presence.store import get_store
 from tests.rooms.rules import ROOMS
 from tests.rooms.test_join_batches import ROOM
 from tests.rooms.test_shared_listings import excepting, read_afresh, scene
@@ -46,7 +51,8 @@ class Reads:
         aload = relations.aload
 
         async def counted(viewer: Any, targets: Any) -> Any:
-            self.reads[-1].update(targets)
+            if self.reads:  # (a read of its own: not counted)
+                self.reads[-1].update(targets)
             return await aload(viewer, targets)
 
         monkeypatch.setattr(relations, "aload", counted)
@@ -148,3 +154,88 @@ async def test_with_reciprocal_last_seen_nothing_is_kept(
     await reads.read(others[0])
     assert first <= (await reads.read(others[1]))[0]
     assert len(known) == 0
+
+
+async def shows_last_seen(members: list[Any], joiners: list[Any]) -> None:
+    """m0 shows everyone its last seen (which a heartbeat moves without a change stamped)."""
+    await sync_to_async(PrivacySettings.objects.filter(user=members[0]).update)(
+        last_seen_visibility="everyone"
+    )
+
+
+async def test_nothing_is_taken_past_max_age_however_often_the_room_is_read(
+    settings: Any, clock: Any, reads: Reads
+) -> None:
+    """Reads that each read something afresh (a viewer with contacts in the room) keep again,
+    but as of the listing they took: a member's last seen, which its heartbeats move without a
+    change stamped, is at most MAX_AGE (and a heartbeat's interval) behind, however long the
+    room is read every 1.5 s."""
+    members, joiners, others, *_ = await scene(settings, clock, 2, shows_last_seen)
+    store = get_store()
+    await reads.read(others[0])
+    for _ in range(20):  # 30 s
+        clock.shift(1.5)
+        await store.arun(store.plans.connection(members[0].pk, "beat", time.time(), "c"))
+        await api.aroom_presence(ROOM, joiners[0])
+    shown = await api.aroom_presence(ROOM, others[1])
+    fresh = await read_afresh(others[1])
+
+    def last_seen(answer: dict[str, Any]) -> datetime:
+        return datetime.fromisoformat(
+            answer["members"][str(members[0].pk)]["presence"]["last_seen"]
+        )
+
+    behind = (last_seen(fresh) - last_seen(shown)).total_seconds()
+    assert 0 <= behind <= shared.MAX_AGE + 1.5
+
+
+async def test_what_was_kept_before_midnight_is_not_taken_after_it(
+    settings: Any, clock: Any, reads: Reads
+) -> None:
+    """The approximate last seen turns at UTC midnight, which no change stamp follows."""
+    midnight = datetime(2030, 1, 8, tzinfo=UTC)
+    clock.move_to(midnight - timedelta(seconds=20))  # the scene takes 15 s of the clock
+    _, _, others, *_ = await scene(settings, clock, 2, APPROXIMATE_LAST_SEEN=True)
+    await reads.read(others[0])
+    clock.shift(1)
+    assert (await reads.read(others[1]))[0] == set()  # the same day: taken
+    clock.shift(2.5)
+    assert (await reads.read(others[0]))[0]  # past MAX_AGE: read again, and kept...
+    assert datetime.fromtimestamp(time.time(), UTC) < midnight
+    clock.shift(1.6)
+    assert (await reads.read(others[1]))[0]  # ... but not taken after midnight
+
+
+async def test_a_read_in_a_transaction_neither_takes_nor_keeps(
+    settings: Any, clock: Any, known: KnownRooms
+) -> None:
+    """A read inside an atomic block may see the database as it was when it began: a change
+    committed meanwhile, stamped before the read's time, would be kept as if it were not."""
+    members, _, others, *_ = await scene(settings, clock, 2)
+    hidden = str(members[2].pk)
+
+    def hide() -> None:
+        try:
+            privacy = PrivacySettings.objects.get(user=members[2])
+            privacy.online_visibility = "nobody"
+            privacy.save()  # committed, announced and stamped
+        finally:
+            connection.close()
+
+    @sync_to_async(thread_sensitive=False)
+    def page_in_a_transaction() -> dict[str, Any]:
+        try:
+            with transaction.atomic():
+                list(PrivacySettings.objects.all()[:1])  # the snapshot begins
+                other = threading.Thread(target=hide)  # another request commits meanwhile
+                other.start()
+                other.join()
+                clock.shift(3)  # past the clocks' slack
+                return reading.room_presence(ROOM, others[0])
+        finally:
+            connection.close()
+
+    await page_in_a_transaction()
+    assert len(known) == 0
+    answer = await api.aroom_presence(ROOM, others[1])
+    assert hidden not in answer["members"]

@@ -181,15 +181,19 @@ class KnownRooms:
         them changed since is the read's to prove)."""
         with self._lock:
             kept = self._kept.get(room)
-            if kept is None:
-                return None
+            if kept is None or now < kept.made_at:
+                return None  # (kept by a read begun later: not this one's to drop)
             if not _fresh(kept.made_at, kept.generation, now):
                 del self._kept[room]
                 return None
             return kept
 
     def keep(self, room: str, known: KnownMembers) -> None:
+        """Keep ``known`` for the room, unless a read begun later kept its own already."""
         with self._lock:
+            kept = self._kept.get(room)
+            if kept is not None and kept.made_at > known.made_at:
+                return
             self._kept.pop(room, None)
             if len(self._kept) >= MAX_ROOMS:
                 del self._kept[next(iter(self._kept))]  # the oldest kept

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from presence import api, relations
 from presence.models import PrivacySettings
 from presence.rooms import reading, shared
-from presence.rooms.shared import KnownRooms
+from presence.rooms.shared import KnownMembers, KnownRooms
 from presence.store import get_store
 from tests.rooms.rules import ROOMS
 from tests.rooms.test_join_batches import ROOM
@@ -239,3 +239,21 @@ async def test_a_read_in_a_transaction_neither_takes_nor_keeps(
     assert len(known) == 0
     answer = await api.aroom_presence(ROOM, others[1])
     assert hidden not in answer["members"]
+
+
+def test_reads_begun_at_other_times_keep_the_latest_and_drop_nothing_newer() -> None:
+    """Reads of one room run at once in a process's threads: the kept members are those of the
+    read begun last, and a read begun before they were made neither takes nor drops them."""
+    rooms = KnownRooms()
+
+    def made(at: float) -> KnownMembers:
+        return KnownMembers({}, {}, {}, at)
+
+    rooms.keep(ROOM, made(1000.0))
+    rooms.keep(ROOM, made(999.0))  # a read begun earlier, finishing later
+    assert rooms.get(ROOM, 1000.5) == made(1000.0)
+    assert rooms.get(ROOM, 999.5) is None  # begun before they were made
+    assert rooms.get(ROOM, 1001.0) == made(1000.0)
+    rooms.keep(ROOM, made(1001.0))
+    assert rooms.get(ROOM, 1001.5) == made(1001.0)
+    assert rooms.get(ROOM, 1001.0 + shared.MAX_AGE + 0.1) is None and len(rooms) == 0

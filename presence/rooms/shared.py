@@ -31,6 +31,10 @@ of the members it had no tie with (their choices, live state and presence as a s
 them) is kept per room, and the next read, by any viewer, takes from it the members who are no
 tie of its own and have no change stamped since (proven in the round trip of its room read),
 reading the rest as before. Its listing, order and count are its own, from its fresh read.
+
+What a batch or a read keeps again after taking a listing is dated by that listing, not by its
+own time, so nothing is used more than MAX_AGE after it was read, however often the room is
+read or joined (a heartbeat moves a member's last seen without a change stamped).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
 MAX_AGE = 2.0
 #: rooms (per kind and depth) a process keeps a listing of at most
 MAX_ROOMS = 256
+#: seconds in a UTC day (nothing made before midnight is used after it)
 DAY = 86400
 
 _generation = 0

@@ -176,14 +176,15 @@ def _room_state(
     # the same round trip: which of them have a change stamped since (presence.rooms.shared).
     sharing = viewer_id is not None and not reciprocal() and not _in_snapshot()
     known = KNOWN.get(room.name, now) if sharing else None
-    changed: dict[UserId, Any] | None = None
+    changed: set[UserId] | None = None  # (None: what is known is not proven, not taken)
     if known is None:
         entry, read = yield from both(entry_step, Redis(guess, waits))
     else:
         proof = stamps.changed_since_plan(
             list(known.choices), viewer_id, known.made_at, now + STAMP_SLACK
         )
-        entry, (read, changed) = yield from both(entry_step, Redis(merge([guess, proof]), waits))
+        entry, (read, kinds) = yield from both(entry_step, Redis(merge([guess, proof]), waits))
+        changed = None if kinds is None else set(kinds)
     if not entry.allowed:
         raise PermissionDenied(gettext("You may not see who is in this room."))
     resolved = Resolved.of(entry.own)
@@ -191,7 +192,7 @@ def _room_state(
     lookups = _read_plan_lookups(viewer, entry)
     ties = {*lookups, *entry.excepting} if entry.indexed else None
     if ties is not None and known is not None and changed is not None:
-        _known_to(resolved, known, ties | set(changed))
+        _known_to(resolved, known, ties | changed)
     if entry.indexed and read is not None:
         looked_up = [uid for uid in lookups if uid != viewer_id]
         if looked_up:
@@ -213,7 +214,7 @@ def _room_state(
     if sharing and ties is not None and resolved.read:
         # (members read afresh: kept with the others, proven unchanged as of now)
         proven = known if changed is not None else None
-        _keep_known(room, resolved, ties, now, proven, set(changed or ()))
+        _keep_known(room, resolved, ties, now, proven, changed or set())
     return result
 
 

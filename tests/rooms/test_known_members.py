@@ -25,7 +25,14 @@ from presence.rooms.shared import KnownMembers, KnownRooms
 from presence.store import get_store
 from tests.rooms.rules import ROOMS
 from tests.rooms.test_join_batches import ROOM
-from tests.rooms.test_shared_listings import excepting, read_afresh, scene
+from tests.rooms.test_shared_listings import (
+    aset_online_visibility,
+    excepting,
+    read_afresh,
+    scene,
+    set_online_visibility,
+    shows_last_seen,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -120,13 +127,8 @@ async def test_a_member_who_changed_is_read_again_and_an_old_or_other_settings_a
     await reads.read(others[0])
     assert (await reads.read(others[1]))[0] == set()
 
-    @sync_to_async
-    def hide(member: Any) -> None:
-        privacy = PrivacySettings.objects.get(user=member)
-        privacy.online_visibility = "nobody"
-        privacy.save()
-
-    await hide(members[2])  # a member read: its change is stamped, it alone is read again
+    # a member read: its change is stamped, it alone is read again
+    await aset_online_visibility(members[2], "nobody")
     clock.shift(1)
     read, answer = await reads.read(others[2])
     assert read == pks([members[2]])
@@ -154,13 +156,6 @@ async def test_with_reciprocal_last_seen_nothing_is_kept(
     await reads.read(others[0])
     assert first <= (await reads.read(others[1]))[0]
     assert len(known) == 0
-
-
-async def shows_last_seen(members: list[Any], joiners: list[Any]) -> None:
-    """m0 shows everyone its last seen (which a heartbeat moves without a change stamped)."""
-    await sync_to_async(PrivacySettings.objects.filter(user=members[0]).update)(
-        last_seen_visibility="everyone"
-    )
 
 
 async def test_nothing_is_taken_past_max_age_however_often_the_room_is_read(
@@ -216,9 +211,7 @@ async def test_a_read_in_a_transaction_neither_takes_nor_keeps(
 
     def hide() -> None:
         try:
-            privacy = PrivacySettings.objects.get(user=members[2])
-            privacy.online_visibility = "nobody"
-            privacy.save()  # committed, announced and stamped
+            set_online_visibility(members[2], "nobody")
         finally:
             connection.close()
 

@@ -56,6 +56,23 @@ def excepting(members: list[Any], joiners: list[Any]) -> None:
     )
 
 
+def set_online_visibility(member: Any, visibility: str) -> None:
+    """The member's online visibility saved as the site does it: committed, announced and
+    stamped (the next listing or read reads the member again)."""
+    privacy = PrivacySettings.objects.get(user=member)
+    privacy.online_visibility = visibility
+    privacy.save()
+
+
+aset_online_visibility = sync_to_async(set_online_visibility)
+
+
+@sync_to_async
+def shows_last_seen(members: list[Any], joiners: list[Any]) -> None:
+    """m0 shows everyone its last seen (which a heartbeat moves without a change stamped)."""
+    PrivacySettings.objects.filter(user=members[0]).update(last_seen_visibility="everyone")
+
+
 async def in_room(members: list[Any], others: list[Any], now: float, clock: Any) -> None:
     """Every user with an open connection; the members in the room, in order. Then the clock
     moves past the stamps of their coming online (a listing is proven by their absence)."""
@@ -200,13 +217,8 @@ async def test_a_first_member_who_changed_is_read_again_and_other_first_members_
     await joined(room, [others[0]], "a", listings, reads)
     assert (await joined(room, [others[1]], "b", listings, reads))[0] == set()
 
-    @sync_to_async
-    def hide(member: Any) -> None:
-        privacy = PrivacySettings.objects.get(user=member)
-        privacy.online_visibility = "nobody"
-        privacy.save()
-
-    await hide(members[2])  # a first member: its change is stamped, it alone is read again
+    # a first member: its change is stamped, it alone is read again
+    await aset_online_visibility(members[2], "nobody")
     clock.shift(1)
     read, answers = await joined(room, [others[2]], "c", listings, reads)
     assert read == pks([members[2]])
@@ -324,23 +336,14 @@ async def test_a_listing_kept_again_holds_no_longer_than_max_age(
     stamped, is at most MAX_AGE (and a heartbeat's interval) behind, however long a member
     changes between batches."""
 
-    @sync_to_async
-    def shows_last_seen(members: list[Any], joiners: list[Any]) -> None:
-        PrivacySettings.objects.filter(user=members[0]).update(last_seen_visibility="everyone")
-
-    @sync_to_async
-    def toggle(member: Any, visibility: str) -> None:
-        privacy = PrivacySettings.objects.get(user=member)
-        privacy.online_visibility = visibility
-        privacy.save()  # stamped: the member is read again by the next batch
-
     members, _, others, room, listings, _ = await scene(settings, clock, 22, shows_last_seen)
     store = get_store()
     await joined(room, [others[0]], "a", listings, reads)
     for n in range(20):  # 30 s of batches, each 1.5 s after the last
         clock.shift(1.5)
         await store.arun(store.plans.connection(members[0].pk, "beat", time.time(), "c"))
-        await toggle(members[2], "nobody" if n % 2 else "everyone")
+        # stamped: the member is read again by the next batch
+        await aset_online_visibility(members[2], "nobody" if n % 2 else "everyone")
         await joins.ajoin_many(room, await batch(room, [others[n + 1]], f"b{n}"), listings)
     answers = await joins.ajoin_many(room, await batch(room, [others[21]], "c"), listings)
     fresh = await read_afresh(others[21])

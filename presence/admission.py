@@ -29,6 +29,12 @@ to all their watchers (signals, fan-out, resumed views no longer unchanged) whil
 was busiest. It costs one write per waiting socket, and per HEARTBEAT_INTERVAL of its wait
 (with a read of the credential's recent logouts: a logged-out socket keeps nobody online).
 
+While sockets wait for their turn, the process is busy with openings: a room's joins then
+gather for GATHER_WHILE_WAITING before each batch (:func:`gather_while_waiting`, the hub's rooms'
+joins, presence.rooms.joins), so that a batch reads the room, its members' facts and the rule
+once for many joiners instead of one or two (a batch's work grows little with each joiner
+more). A join waits that long more, only then; without sockets waiting no delay is added.
+
 A slot is given back once the socket's first subscribe was answered (its snapshot sent) or its
 first join arrived (the join goes on in its room's batch, presence.rooms.joins, whose work grows
 little with each joiner more), when it closes or is refused, or OPENING_HOLD seconds after it
@@ -46,6 +52,8 @@ from presence.domain import UserId
 
 #: the places one user's openings may hold at once (of OPENINGS_AT_ONCE)
 PLACES_PER_USER = 3
+#: seconds a room's joins gather before each batch while sockets wait for their turn
+GATHER_WHILE_WAITING = 0.4
 
 #: each event loop's gate (a process's sockets share one loop)
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gate] = weakref.WeakKeyDictionary()
@@ -125,6 +133,11 @@ class Gate:
         count = self.sockets.pop(user_id) - 1
         if count:
             self.sockets[user_id] = count
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any socket waits for its turn (a user's queue goes once it is empty)."""
+        return bool(self.queues)
 
     def must_wait(self, user_id: UserId) -> bool:
         self._serve()
@@ -210,6 +223,24 @@ def gate() -> Gate:
     if found is None:
         found = _gates[loop] = Gate()
     return found
+
+
+def openings_waiting() -> bool:
+    """Whether sockets of the running event loop wait for their turn to open (a reconnect
+    storm, a burst of page views)."""
+    found = _gates.get(asyncio.get_running_loop())
+    return found is not None and found.waiting
+
+
+async def gather_while_waiting() -> None:
+    """Wait GATHER_WHILE_WAITING while sockets wait for their turn to open, else return at once:
+    what a room's join batches await before each batch (see the module's doc)."""
+    if openings_waiting():
+        await _pause(GATHER_WHILE_WAITING)
+
+
+#: what gather_while_waiting waits with (tests wait for an event of theirs instead of the clock)
+_pause = asyncio.sleep
 
 
 def enter(user_id: UserId) -> Entry | None:

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from presence import announce
+from presence import admission, announce
 from presence.announce import rooms_group_name
 from presence.conf import get_settings
 from presence.domain import UserId
@@ -64,7 +64,8 @@ class RoomViews:
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
         self.rules = RoomRules(registry)
         #: the joins of each room made at about the same time, written and read together
-        self.joins = JoinBatches()
+        #: (gathered a while when sockets wait for their turn: presence.admission)
+        self.joins = JoinBatches(admission.gather_while_waiting)
 
     # --- membership ---
 

@@ -1,6 +1,8 @@
 """Batches: work of one key (a room's joins, presence.rooms.joins) done once for all the
-items submitted while the key's previous batch was under way. No delay is added: an item
-alone goes at once, and items arriving meanwhile wait only for the batch before theirs."""
+items submitted while the key's previous batch was under way. No delay is added unless the
+owner gives a ``gather`` (awaited before each batch, the items arriving meanwhile going with
+it): an item alone goes at once, and items arriving meanwhile wait only for the batch before
+theirs."""
 
 from __future__ import annotations
 
@@ -21,10 +23,14 @@ class Batches(Generic[T, R]):
     for it, then goes with every item that waited with it (at most ``limit``)."""
 
     def __init__(
-        self, run: Callable[[Any, list[T]], Awaitable[list[R | BaseException]]], limit: int
+        self,
+        run: Callable[[Any, list[T]], Awaitable[list[R | BaseException]]],
+        limit: int,
+        gather: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._run = run
         self._limit = limit
+        self._gather = gather
         self._queued: dict[Any, list[tuple[T, asyncio.Future[R]]]] = {}
         self._running: dict[Any, asyncio.Future[None]] = {}
 
@@ -52,7 +58,12 @@ class Batches(Generic[T, R]):
 
     async def _drain(self, key: Any) -> None:
         try:
-            while queued := self._queued.pop(key, None):
+            while self._queued.get(key):
+                if self._gather is not None:
+                    await self._gather()
+                queued = self._queued.pop(key, None)
+                if not queued:
+                    break
                 batch, rest = queued[: self._limit], queued[self._limit :]
                 if rest:
                     self._queued[key] = rest

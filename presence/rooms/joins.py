@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -99,8 +99,11 @@ class JoinBatches:
     the joiner's ties and own facts), then its write and read, each done once for all the
     joins of the room made meanwhile."""
 
-    def __init__(self) -> None:
-        self._entries: Batches[Any, RoomEntry] = Batches(_entries, MAX_BATCH)
+    def __init__(self, gather: Callable[[], Awaitable[None]] | None = None) -> None:
+        # ``gather``: awaited before each batch of a room's entries, the joins arriving
+        # meanwhile going with it (the hub's: presence.admission.gather_while_waiting); their
+        # writes and reads then go together too.
+        self._entries: Batches[Any, RoomEntry] = Batches(_entries, MAX_BATCH, gather)
         #: each room's first members as strangers see them, for the next batches
         self.shared = SharedListings()
         self._joins: Batches[Joining, Answer] = Batches(partial(_joins, self.shared), MAX_BATCH)

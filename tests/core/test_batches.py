@@ -46,3 +46,32 @@ async def test_a_cancelled_error_from_below_reaches_callers_as_an_error() -> Non
     with pytest.raises(RuntimeError, match="cancelled below"):
         await asyncio.wait_for(batches.submit("k", 1), 5)
     assert await asyncio.wait_for(batches.submit("k", 2), 5) == 2
+
+
+async def test_a_gather_is_awaited_before_each_batch_and_items_arriving_meanwhile_go_with_it() -> (
+    None
+):
+    ran: list[list[int]] = []
+    gathers = 0
+    gathered = asyncio.Event()
+
+    async def gather() -> None:
+        nonlocal gathers
+        gathers += 1
+        await gathered.wait()
+
+    async def run(key: str, items: list[int]) -> list[int | BaseException]:
+        ran.append(items)
+        return items
+
+    batches: Batches[int, int] = Batches(run, 100, gather)
+    first = asyncio.ensure_future(batches.submit("k", 1))
+    await asyncio.sleep(0.01)
+    later = [asyncio.ensure_future(batches.submit("k", n)) for n in (2, 3)]
+    await asyncio.sleep(0.01)
+    assert ran == [] and gathers == 1  # the first waits for the gather, not for more items
+    gathered.set()
+    assert await asyncio.wait_for(asyncio.gather(first, *later), 5) == [1, 2, 3]
+    assert ran == [[1, 2, 3]]
+    assert await asyncio.wait_for(batches.submit("k", 4), 5) == 4
+    assert ran == [[1, 2, 3], [4]] and gathers == 2

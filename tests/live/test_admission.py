@@ -335,3 +335,36 @@ async def test_a_socket_the_store_refuses_while_it_would_wait_is_closed_before_i
     assert await refused(sockets.make(crowded))
     assert len(await connections_in_redis(crowded)) == 1  # the other process's only
     assert admission.gate().queues == {}
+
+
+@pytest.mark.usefixtures("one_at_a_time")
+async def test_joins_gather_only_while_sockets_wait_for_their_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paused: list[float] = []
+    resume = asyncio.Event()
+
+    async def pause(seconds: float) -> None:
+        paused.append(seconds)
+        await resume.wait()
+
+    monkeypatch.setattr(admission, "_pause", pause)
+    await asyncio.wait_for(admission.gather_while_waiting(), TIMEOUT)
+    assert paused == []  # no socket waits: no delay
+    slot = await admission.admit(USER)
+    await asyncio.wait_for(admission.gather_while_waiting(), TIMEOUT)
+    assert paused == []  # one opening under way, none waiting
+    waiting = asyncio.ensure_future(admission.admit(OTHER))
+    await asyncio.sleep(0)
+    assert admission.openings_waiting()
+    gathering = asyncio.ensure_future(admission.gather_while_waiting())
+    await asyncio.sleep(0)
+    assert paused == [admission.GATHER_WHILE_WAITING] and not gathering.done()
+    resume.set()
+    await asyncio.wait_for(gathering, TIMEOUT)
+    slot.release()
+    (await asyncio.wait_for(waiting, TIMEOUT)).release()
+    assert not admission.openings_waiting()
+    resume.clear()
+    await asyncio.wait_for(admission.gather_while_waiting(), TIMEOUT)
+    assert paused == [admission.GATHER_WHILE_WAITING]

@@ -14,8 +14,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
-from presence import api, domain, resolution
+from presence import admission, api, domain, resolution
 from presence.domain.rooms import parse_room
+from presence.hub import Hub
 from presence.models import Block, Contact, PrivacySettings
 from presence.rooms import cursors, joins
 from presence.rooms.reading import aroom_entry
@@ -373,3 +374,57 @@ async def test_joiners_of_one_batch_tied_to_each_other_see_each_other_as_their_o
     ann, ben, _ = users
     assert list(answers[0][0].members) == [ann.pk, ben.pk]
     assert list(answers[1][0].members) == [ben.pk, ann.pk]
+
+
+async def test_while_sockets_wait_for_their_turn_a_rooms_joins_gather_into_one_batch(
+    settings: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconnect storm: the hub's joins of a room gather (presence.admission) before their
+    batch, so joins arriving apart read the rule and the joiners' ties in one trip to the
+    database's thread; each is answered what its own entry is. Without sockets waiting, a
+    join goes at once, alone."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "OPENINGS_AT_ONCE": 1}
+    _, joiners = await population(True)
+    room = parse_room(ROOM)
+    trips: list[int] = []
+    one, many = joins.room_entry, joins.room_entries
+
+    def entry_alone(viewer: Any, room: Any, own: bool) -> Any:
+        trips.append(1)
+        return one(viewer, room, own)
+
+    def entries(room: Any, viewers: list[Any], own: bool) -> Any:
+        trips.append(len(viewers))
+        return many(room, viewers, own)
+
+    monkeypatch.setattr(joins, "room_entry", entry_alone)
+    monkeypatch.setattr(joins, "room_entries", entries)
+    paused: list[float] = []
+    resume = asyncio.Event()
+
+    async def pause(seconds: float) -> None:
+        paused.append(seconds)
+        await resume.wait()
+
+    monkeypatch.setattr(admission, "_pause", pause)
+    batches = Hub.get().rooms.joins
+    # Alone: at once, without a pause.
+    alone = await asyncio.wait_for(batches.entry(joiners[0], room, True), 5)
+    assert trips == [1] and paused == []
+    assert alone == await aroom_entry(joiners[0], room, True)
+    # One opening under way, another waiting: joins a loop turn apart go together.
+    slot = await admission.admit(joiners[0].pk)
+    waiting = asyncio.ensure_future(admission.admit(joiners[1].pk))
+    await asyncio.sleep(0)
+    first = asyncio.ensure_future(batches.entry(joiners[2], room, True))
+    await asyncio.sleep(0.01)
+    later = [asyncio.ensure_future(batches.entry(j, room, True)) for j in joiners[3:6]]
+    await asyncio.sleep(0.01)
+    assert paused == [admission.GATHER_WHILE_WAITING] and not first.done()
+    resume.set()
+    answered = await asyncio.wait_for(asyncio.gather(first, *later), 5)
+    assert trips == [1, 4]
+    for joiner, entry in zip(joiners[2:6], answered, strict=True):
+        assert entry == await aroom_entry(joiner, room, True), joiner.username
+    slot.release()
+    (await asyncio.wait_for(waiting, 5)).release()

@@ -29,11 +29,13 @@ to all their watchers (signals, fan-out, resumed views no longer unchanged) whil
 was busiest. It costs one write per waiting socket, and per HEARTBEAT_INTERVAL of its wait
 (with a read of the credential's recent logouts: a logged-out socket keeps nobody online).
 
-While sockets wait for their turn, the process is busy with openings: a room's joins then
-gather for GATHER_WHILE_WAITING before each batch (:func:`gather_while_waiting`, the hub's rooms'
-joins, presence.rooms.joins), so that a batch reads the room, its members' facts and the rule
-once for many joiners instead of one or two (a batch's work grows little with each joiner
-more). A join waits that long more, only then; without sockets waiting no delay is added.
+While sockets wait for a place (every one of OPENINGS_AT_ONCE taken), the process is busy with
+openings: a room's joins then gather for GATHER_WHILE_WAITING before each batch
+(:func:`gather_while_waiting`, the hub's rooms' joins, presence.rooms.joins), so that a batch
+reads the room, its members' facts and the rule once for many joiners instead of one or two (a
+batch's work grows little with each joiner more). A join waits that long more, only then;
+without sockets waiting for a place (one account's sockets past its own places do not count)
+no delay is added.
 
 A slot is given back once the socket's first subscribe was answered (its snapshot sent) or its
 first join arrived (the join goes on in its room's batch, presence.rooms.joins, whose work grows
@@ -136,8 +138,10 @@ class Gate:
 
     @property
     def waiting(self) -> bool:
-        """Whether any socket waits for its turn (a user's queue goes once it is empty)."""
-        return bool(self.queues)
+        """Whether sockets wait for the process's places (every place taken): a user in a line
+        of ``turns`` could take a free one. Sockets waiting only because their user holds
+        PLACES_PER_USER places (one account's tabs) do not count."""
+        return any(self.turns)
 
     def must_wait(self, user_id: UserId) -> bool:
         self._serve()
@@ -226,8 +230,8 @@ def gate() -> Gate:
 
 
 def openings_waiting() -> bool:
-    """Whether sockets of the running event loop wait for their turn to open (a reconnect
-    storm, a burst of page views)."""
+    """Whether sockets of the running event loop wait for a place to open (a reconnect storm,
+    a burst of page views: every place among OPENINGS_AT_ONCE taken)."""
     found = _gates.get(asyncio.get_running_loop())
     return found is not None and found.waiting
 

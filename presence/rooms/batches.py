@@ -58,8 +58,9 @@ class Batches(Generic[T, R]):
 
     async def _drain(self, key: Any) -> None:
         try:
-            while self._queued.get(key):
-                if self._gather is not None:
+            while queued := self._queued.get(key):
+                if self._gather is not None and len(queued) < self._limit:
+                    # (a full batch waiting already goes at once)
                     await self._gather()
                 queued = self._queued.pop(key, None)
                 if not queued:

@@ -75,3 +75,33 @@ async def test_a_gather_is_awaited_before_each_batch_and_items_arriving_meanwhil
     assert ran == [[1, 2, 3]]
     assert await asyncio.wait_for(batches.submit("k", 4), 5) == 4
     assert ran == [[1, 2, 3], [4]] and gathers == 2
+
+
+async def test_a_caller_cancelled_during_the_gather_is_not_run_and_a_full_batch_goes_at_once() -> (
+    None
+):
+    ran: list[list[int]] = []
+    gathers = 0
+    gathered = asyncio.Event()
+
+    async def gather() -> None:
+        nonlocal gathers
+        gathers += 1
+        await gathered.wait()
+
+    async def run(key: str, items: list[int]) -> list[int | BaseException]:
+        ran.append(items)
+        return items
+
+    batches: Batches[int, int] = Batches(run, 3, gather)
+    first = asyncio.ensure_future(batches.submit("k", 1))
+    gone = asyncio.ensure_future(batches.submit("k", 2))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    more = [asyncio.ensure_future(batches.submit("k", n)) for n in range(3, 9)]
+    await asyncio.sleep(0.01)
+    gathered.set()
+    assert await asyncio.wait_for(asyncio.gather(first, *more), 5) == [1, *range(3, 9)]
+    assert gone.cancelled()
+    # After the gather, a full batch left waiting goes at once; the one item after it gathers.
+    assert ran == [[1, 3, 4], [5, 6, 7], [8]] and gathers == 2

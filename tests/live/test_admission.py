@@ -368,3 +368,25 @@ async def test_joins_gather_only_while_sockets_wait_for_their_turn(
     resume.clear()
     await asyncio.wait_for(admission.gather_while_waiting(), TIMEOUT)
     assert paused == [admission.GATHER_WHILE_WAITING]
+
+
+async def test_one_users_sockets_past_their_places_do_not_make_joins_gather(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Places free for others: one account's tabs waiting for its own places are no storm.
+    paused: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        paused.append(seconds)
+
+    monkeypatch.setattr(admission, "_pause", pause)
+    slots = [await admission.admit(USER) for _ in range(admission.PLACES_PER_USER)]
+    waiting = asyncio.ensure_future(admission.admit(USER))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert not admission.openings_waiting()
+    await asyncio.wait_for(admission.gather_while_waiting(), TIMEOUT)
+    assert paused == []
+    slots[0].release()
+    for slot in [*slots[1:], await asyncio.wait_for(waiting, TIMEOUT)]:
+        slot.release()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import Callable, Iterator
@@ -9,7 +10,7 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 
-from presence import signals
+from presence import admission, signals
 from presence import store as store_module
 from presence.conf import get_settings
 from presence.middleware import throttle
@@ -340,3 +341,24 @@ def clock() -> Iterator[Any]:
 
     with time_machine.travel(T0, tick=False) as traveller:
         yield traveller
+
+
+class GatherPauses:
+    """presence.admission's pauses, held: each asked pause recorded in ``asked``, and waiting
+    for ``resume`` instead of the clock."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+        self.resume = asyncio.Event()
+
+    async def pause(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        await self.resume.wait()
+
+
+@pytest.fixture
+def gather_pauses(monkeypatch: pytest.MonkeyPatch) -> GatherPauses:
+    """The joins' gathers (presence.admission.gather_while_waiting) paused until the test says."""
+    pauses = GatherPauses()
+    monkeypatch.setattr(admission, "_pause", pauses.pause)
+    return pauses

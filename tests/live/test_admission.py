@@ -18,6 +18,7 @@ from channels.testing import WebsocketCommunicator
 from presence import admission
 from presence.rooms.joins import JoinBatches
 from presence.store import get_store
+from tests.conftest import GatherPauses
 from tests.ids import wire_id
 from tests.live.sockets import (
     TIMEOUT,
@@ -339,16 +340,9 @@ async def test_a_socket_the_store_refuses_while_it_would_wait_is_closed_before_i
 
 @pytest.mark.usefixtures("one_at_a_time")
 async def test_joins_gather_only_while_sockets_wait_for_their_turn(
-    monkeypatch: pytest.MonkeyPatch,
+    gather_pauses: GatherPauses,
 ) -> None:
-    paused: list[float] = []
-    resume = asyncio.Event()
-
-    async def pause(seconds: float) -> None:
-        paused.append(seconds)
-        await resume.wait()
-
-    monkeypatch.setattr(admission, "_pause", pause)
+    paused, resume = gather_pauses.asked, gather_pauses.resume
     await asyncio.wait_for(admission.gather_while_waiting(), TIMEOUT)
     assert paused == []  # no socket waits: no delay
     slot = await admission.admit(USER)
@@ -371,22 +365,16 @@ async def test_joins_gather_only_while_sockets_wait_for_their_turn(
 
 
 async def test_one_users_sockets_past_their_places_do_not_make_joins_gather(
-    monkeypatch: pytest.MonkeyPatch,
+    gather_pauses: GatherPauses,
 ) -> None:
     # Places free for others: one account's tabs waiting for its own places are no storm.
-    paused: list[float] = []
-
-    async def pause(seconds: float) -> None:
-        paused.append(seconds)
-
-    monkeypatch.setattr(admission, "_pause", pause)
     slots = [await admission.admit(USER) for _ in range(admission.PLACES_PER_USER)]
     waiting = asyncio.ensure_future(admission.admit(USER))
     await asyncio.sleep(0)
     assert not waiting.done()
     assert not admission.openings_waiting()
     await asyncio.wait_for(admission.gather_while_waiting(), TIMEOUT)
-    assert paused == []
+    assert gather_pauses.asked == []
     slots[0].release()
     for slot in [*slots[1:], await asyncio.wait_for(waiting, TIMEOUT)]:
         slot.release()

@@ -21,6 +21,7 @@ from presence.models import Block, Contact, PrivacySettings
 from presence.rooms import cursors, joins
 from presence.rooms.reading import aroom_entry
 from presence.store import get_store, merge
+from tests.conftest import GatherPauses
 from tests.live.sockets import BASE, Sockets, receive
 from tests.live.sockets import sockets as sockets
 from tests.rooms.rules import ROOMS
@@ -377,7 +378,7 @@ async def test_joiners_of_one_batch_tied_to_each_other_see_each_other_as_their_o
 
 
 async def test_while_sockets_wait_for_their_turn_a_rooms_joins_gather_into_one_batch(
-    settings: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+    settings: Any, clock: Any, monkeypatch: pytest.MonkeyPatch, gather_pauses: GatherPauses
 ) -> None:
     """A reconnect storm: the hub's joins of a room gather (presence.admission) before their
     batch, so joins arriving apart read the rule and the joiners' ties in one trip to the
@@ -399,14 +400,7 @@ async def test_while_sockets_wait_for_their_turn_a_rooms_joins_gather_into_one_b
 
     monkeypatch.setattr(joins, "room_entry", entry_alone)
     monkeypatch.setattr(joins, "room_entries", entries)
-    paused: list[float] = []
-    resume = asyncio.Event()
-
-    async def pause(seconds: float) -> None:
-        paused.append(seconds)
-        await resume.wait()
-
-    monkeypatch.setattr(admission, "_pause", pause)
+    paused = gather_pauses.asked
     batches = Hub.get().rooms.joins
     # Alone: at once, without a pause.
     alone = await asyncio.wait_for(batches.entry(joiners[0], room, True), 5)
@@ -421,7 +415,7 @@ async def test_while_sockets_wait_for_their_turn_a_rooms_joins_gather_into_one_b
     later = [asyncio.ensure_future(batches.entry(j, room, True)) for j in joiners[3:6]]
     await asyncio.sleep(0.01)
     assert paused == [admission.GATHER_WHILE_WAITING] and not first.done()
-    resume.set()
+    gather_pauses.resume.set()
     answered = await asyncio.wait_for(asyncio.gather(first, *later), 5)
     assert trips == [1, 4]
     for joiner, entry in zip(joiners[2:6], answered, strict=True):

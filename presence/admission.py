@@ -54,7 +54,7 @@ from presence.domain import UserId
 
 #: the places one user's openings may hold at once (of OPENINGS_AT_ONCE)
 PLACES_PER_USER = 3
-#: seconds a room's joins gather before each batch while sockets wait for their turn
+#: seconds a room's joins gather before each batch while sockets wait for a place
 GATHER_WHILE_WAITING = 0.4
 
 #: each event loop's gate (a process's sockets share one loop)
@@ -237,7 +237,7 @@ def openings_waiting() -> bool:
 
 
 async def gather_while_waiting() -> None:
-    """Wait GATHER_WHILE_WAITING while sockets wait for their turn to open, else return at once:
+    """Wait GATHER_WHILE_WAITING while sockets wait for a place to open, else return at once:
     what a room's join batches await before each batch (see the module's doc)."""
     if openings_waiting():
         await _pause(GATHER_WHILE_WAITING)

@@ -64,7 +64,7 @@ class RoomViews:
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
         self.rules = RoomRules(registry)
         #: the joins of each room made at about the same time, written and read together
-        #: (gathered a while when sockets wait for their turn: presence.admission)
+        #: (gathered a while when sockets wait for a place: presence.admission)
         self.joins = JoinBatches(admission.gather_while_waiting)
 
     # --- membership ---

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -128,6 +129,10 @@ class Connections:
         except ImproperlyConfigured as error:
             self._target = error  # raised when a client is asked for (presence.E004)
         self._client: redis.Redis | None = None
+        #: one client per store, whatever the threads asking for it first (a second one, lost
+        #: as soon as made, would close its pool as it is collected: whatever had used it, the
+        #: closes listener's subscription say, has its connection shut under it)
+        self._client_lock = threading.Lock()
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
         ] = weakref.WeakKeyDictionary()
@@ -187,13 +192,17 @@ class Connections:
         """The Redis client (on a cluster, redis-py's RedisCluster: the same commands)."""
         if self.cluster is not None:
             return self.cluster.client  # type: ignore[return-value]
-        if self._client is None:
-            location, kwargs = self.connection_kwargs()
-            kwargs["retry"] = stale_connection_retry(Retry)
-            client = redis.Redis.from_url(location, **kwargs)
-            _pack_in_c(client.connection_pool)
-            self._client = client
-        return self._client
+        client = self._client
+        if client is None:
+            with self._client_lock:
+                client = self._client
+                if client is None:
+                    location, kwargs = self.connection_kwargs()
+                    kwargs["retry"] = stale_connection_retry(Retry)
+                    client = redis.Redis.from_url(location, **kwargs)
+                    _pack_in_c(client.connection_pool)
+                    self._client = client
+        return client
 
     @property
     def async_client(self) -> redis.asyncio.Redis:
@@ -231,9 +240,10 @@ class Connections:
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.close()
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     async def aclose(self) -> None:
         if self.cluster is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -129,6 +130,8 @@ class ClusterNodes:
         #: answers followed: "moved", "ask", "tryagain", "noscript" (tests and monitoring)
         self.redirects: Counter[str] = Counter()
         self._sync: redis.cluster.RedisCluster | None = None
+        #: one sync client, whatever the threads asking for it first (see Connections.client)
+        self._sync_lock = threading.Lock()
         self._async: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.cluster.RedisCluster
         ] = weakref.WeakKeyDictionary()
@@ -138,14 +141,20 @@ class ClusterNodes:
 
     @property
     def client(self) -> redis.cluster.RedisCluster:
-        if self._sync is None:
-            self._sync = _RedisCluster(
-                startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in self.nodes],
-                retry=Retry(NoBackoff(), 0),
-                require_full_coverage=False,
-                **self.kwargs,
-            )
-        return self._sync
+        client = self._sync
+        if client is None:
+            with self._sync_lock:
+                client = self._sync
+                if client is None:
+                    client = self._sync = _RedisCluster(
+                        startup_nodes=[
+                            redis.cluster.ClusterNode(host, port) for host, port in self.nodes
+                        ],
+                        retry=Retry(NoBackoff(), 0),
+                        require_full_coverage=False,
+                        **self.kwargs,
+                    )
+        return client
 
     def async_client(self) -> redis.asyncio.cluster.RedisCluster:
         """This event loop's client (it reads the slot table at its first command)."""
@@ -174,9 +183,10 @@ class ClusterNodes:
         return client
 
     def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
+        with self._sync_lock:
+            client, self._sync = self._sync, None
+        if client is not None:
+            client.close()
 
     async def aclose(self) -> None:
         client = self._async.pop(asyncio.get_running_loop(), None)

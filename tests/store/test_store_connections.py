@@ -6,6 +6,8 @@ Helpers: tests/store/stores.py.
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from typing import Any
 
 import psutil
@@ -15,7 +17,7 @@ from django.test import override_settings
 from redis.cluster import key_slot
 
 from presence import domain
-from presence.conf import PresenceSettings
+from presence.conf import PresenceSettings, get_settings
 from presence.domain import Device
 from presence.store import (
     CLAIM_DUE,
@@ -28,11 +30,13 @@ from presence.store import (
     PresenceStore,
     StoreUnavailable,
     Transition,
+    connecting,
     get_store,
     merge,
+    nodes,
 )
 from presence.store.keys import shard_tags
-from tests.conftest import on_one_redis
+from tests.conftest import cluster_urls, on_one_redis
 from tests.ids import member, uid
 from tests.privacy_cases import count_round_trips
 from tests.store.stores import KEYS, NOW, SEEN, entries, live
@@ -836,3 +840,50 @@ def test_a_read_begun_on_a_pooled_connection_redis_closed_is_sent_again(
     states = store.begin(store.plans.read([5]))()
     assert store.health.available()
     assert states is not None and states[5].connected
+
+
+def test_threads_asking_a_new_store_for_its_client_at_once_share_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A second client, made by a thread that lost the race and dropped at once, closes its pool
+    # as it is collected: whatever had used it (the closes listener's subscription) is cut off.
+    # Making a client is slowed down here, so that the threads ask while it is being made.
+    made: list[object] = []
+    if cluster_urls():
+        original = nodes._RedisCluster
+
+        class SlowCluster(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                time.sleep(0.05)
+                super().__init__(*args, **kwargs)
+                made.append(self)
+
+        monkeypatch.setattr(nodes, "_RedisCluster", SlowCluster)
+    else:
+        pack_in_c = connecting._pack_in_c
+
+        def slowly(pool: Any) -> None:
+            time.sleep(0.05)
+            pack_in_c(pool)
+            made.append(pool)
+
+        monkeypatch.setattr(connecting, "_pack_in_c", slowly)
+    store = PresenceStore(get_settings())
+    start = threading.Barrier(4)
+    clients: list[object] = []
+
+    def ask() -> None:
+        start.wait(timeout=10)
+        clients.append(store.client)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert len(clients) == 4
+        assert len(made) == 1
+        assert all(client is clients[0] for client in clients)
+    finally:
+        store.close()

@@ -24,6 +24,7 @@ from redis.retry import Retry
 
 from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner
+from presence.store.sharing import publish_once
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -129,9 +130,8 @@ class Connections:
         except ImproperlyConfigured as error:
             self._target = error  # raised when a client is asked for (presence.E004)
         self._client: redis.Redis | None = None
-        #: one client per store, whatever the threads asking for it first (a second one, lost
-        #: as soon as made, would close its pool as it is collected: whatever had used it, the
-        #: closes listener's subscription say, has its connection shut under it)
+        #: one client handed out at a time, whatever the threads asking for it first (see
+        #: publish_once)
         self._client_lock = threading.Lock()
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.Redis
@@ -194,14 +194,11 @@ class Connections:
             return self.cluster.client  # type: ignore[return-value]
         client = self._client
         if client is None:
-            with self._client_lock:
-                client = self._client
-                if client is None:
-                    location, kwargs = self.connection_kwargs()
-                    kwargs["retry"] = stale_connection_retry(Retry)
-                    client = redis.Redis.from_url(location, **kwargs)
-                    _pack_in_c(client.connection_pool)
-                    self._client = client
+            location, kwargs = self.connection_kwargs()
+            kwargs["retry"] = stale_connection_retry(Retry)
+            made = redis.Redis.from_url(location, **kwargs)
+            _pack_in_c(made.connection_pool)
+            client = publish_once(self, "_client", made, self._client_lock)
         return client
 
     @property

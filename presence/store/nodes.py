@@ -25,6 +25,7 @@ from redis.retry import Retry
 
 from presence.store.health import Health
 from presence.store.redact import redact_url
+from presence.store.sharing import publish_once
 
 logger = logging.getLogger("presence")
 
@@ -130,7 +131,7 @@ class ClusterNodes:
         #: answers followed: "moved", "ask", "tryagain", "noscript" (tests and monitoring)
         self.redirects: Counter[str] = Counter()
         self._sync: redis.cluster.RedisCluster | None = None
-        #: one sync client, whatever the threads asking for it first (see Connections.client)
+        #: one sync client handed out at a time (see presence.store.sharing.publish_once)
         self._sync_lock = threading.Lock()
         self._async: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, redis.asyncio.cluster.RedisCluster
@@ -143,17 +144,13 @@ class ClusterNodes:
     def client(self) -> redis.cluster.RedisCluster:
         client = self._sync
         if client is None:
-            with self._sync_lock:
-                client = self._sync
-                if client is None:
-                    client = self._sync = _RedisCluster(
-                        startup_nodes=[
-                            redis.cluster.ClusterNode(host, port) for host, port in self.nodes
-                        ],
-                        retry=Retry(NoBackoff(), 0),
-                        require_full_coverage=False,
-                        **self.kwargs,
-                    )
+            made = _RedisCluster(
+                startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in self.nodes],
+                retry=Retry(NoBackoff(), 0),
+                require_full_coverage=False,
+                **self.kwargs,
+            )
+            client = publish_once(self, "_sync", made, self._sync_lock)
         return client
 
     def async_client(self) -> redis.asyncio.cluster.RedisCluster:

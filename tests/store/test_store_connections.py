@@ -30,7 +30,6 @@ from presence.store import (
     PresenceStore,
     StoreUnavailable,
     Transition,
-    connecting,
     get_store,
     merge,
     nodes,
@@ -845,10 +844,12 @@ def test_a_read_begun_on_a_pooled_connection_redis_closed_is_sent_again(
 def test_threads_asking_a_new_store_for_its_client_at_once_share_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A second client, made by a thread that lost the race and dropped at once, closes its pool
-    # as it is collected: whatever had used it (the closes listener's subscription) is cut off.
-    # Making a client is slowed down here, so that the threads ask while it is being made.
-    made: list[object] = []
+    # A client made by a thread and dropped closes its pool as it is collected: whatever had
+    # used it (the closes listener's subscription) is cut off. Every thread is handed the one
+    # client the store keeps. Making it is slowed down here, so that the threads ask while it
+    # is being made.
+    store = PresenceStore(get_settings())
+    made: list[Any] = []
     if cluster_urls():
         original = nodes._RedisCluster
 
@@ -860,15 +861,14 @@ def test_threads_asking_a_new_store_for_its_client_at_once_share_one(
 
         monkeypatch.setattr(nodes, "_RedisCluster", SlowCluster)
     else:
-        pack_in_c = connecting._pack_in_c
+        where = store._connections.connection_kwargs
 
-        def slowly(pool: Any) -> None:
+        def slowly() -> tuple[str, dict[str, Any]]:
             time.sleep(0.05)
-            pack_in_c(pool)
-            made.append(pool)
+            made.append(None)
+            return where()
 
-        monkeypatch.setattr(connecting, "_pack_in_c", slowly)
-    store = PresenceStore(get_settings())
+        monkeypatch.setattr(store._connections, "connection_kwargs", slowly)
     start = threading.Barrier(4)
     clients: list[object] = []
 
@@ -876,14 +876,19 @@ def test_threads_asking_a_new_store_for_its_client_at_once_share_one(
         start.wait(timeout=10)
         clients.append(store.client)
 
-    threads = [threading.Thread(target=ask) for _ in range(4)]
+    threads = [threading.Thread(target=ask, daemon=True) for _ in range(4)]
     try:
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=10)
+        assert not any(thread.is_alive() for thread in threads)
+        assert len(made) > 1  # the threads did ask at once
         assert len(clients) == 4
-        assert len(made) == 1
         assert all(client is clients[0] for client in clients)
+        assert store.client is clients[0]
     finally:
         store.close()
+        for client in made:
+            if client is not None:
+                client.close()  # (the one handed out, closed again: nothing to do)

@@ -316,6 +316,27 @@ def _python_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _threads_let_go_of_the_database() -> None:
+    """Close the connections Django opened in the sync_to_async worker thread and in presence's
+    writes' thread (a thread's connections are its own: only it can close them)."""
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    from presence.consumers.writes import close_connections
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
+    close_connections()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # The process's last test: before its session's fixtures drop the test database, the
+    # threads let go of it (a test that used them without close_async_db_connections left a
+    # connection open: PostgreSQL refused to drop a database "accessed by other users").
+    if nextitem is None:
+        _threads_let_go_of_the_database()
+
+
 @pytest.fixture
 async def close_async_db_connections() -> Any:
     """For async tests using the database: close the connections Django opened in the

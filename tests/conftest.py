@@ -343,14 +343,8 @@ async def close_async_db_connections() -> Any:
     sync_to_async worker thread and in presence's writes' thread, so the test database can be
     flushed and dropped."""
     yield
-    from asgiref.sync import sync_to_async
-    from django.db import connections
-
-    await sync_to_async(connections.close_all)()
-    # ... and the one a socket's writes opened in theirs (presence.consumers.writes).
-    from presence.consumers.writes import close_connections
-
-    close_connections()
+    # From a thread of its own: the loop stays free for whatever those threads still await.
+    await asyncio.to_thread(_threads_let_go_of_the_database)
 
 
 @pytest.fixture

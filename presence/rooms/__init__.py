@@ -15,7 +15,13 @@ The pure rules (a room's name, who is listed and counted) are :mod:`presence.dom
 
 from __future__ import annotations
 
-from presence.rooms.cards import amember_card, display_name, member_card, with_names
+from presence.rooms.cards import (
+    amember_card,
+    awith_names,
+    display_name,
+    member_card,
+    with_names,
+)
 from presence.rooms.paging import aroom_page, room_page
 from presence.rooms.reading import aroom_presence, room_presence, room_state
 from presence.rooms.rule import UnknownRoom, arecheck_room, recheck_room
@@ -26,6 +32,7 @@ __all__ = [
     "arecheck_room",
     "aroom_page",
     "aroom_presence",
+    "awith_names",
     "display_name",
     "member_card",
     "recheck_room",

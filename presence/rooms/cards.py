@@ -210,9 +210,18 @@ def with_names(state: dict[str, Any]) -> dict[str, Any]:
     up to ``count``), read in one query. The members listed are those the viewer may see, so
     a name or a card reveals nothing the list does not."""
     members: dict[str, Any] = state.get("members") or {}
-    cards = cards_for_keys(members)
+    return _named(state, cards_for_keys(members))
+
+
+async def awith_names(state: dict[str, Any]) -> dict[str, Any]:
+    """:func:`with_names` on this event loop (its query in the database's thread)."""
+    members: dict[str, Any] = state.get("members") or {}
+    return _named(state, await sync_to_async(cards_for_keys)(list(members)))
+
+
+def _named(state: dict[str, Any], cards: Mapping[str, Card]) -> dict[str, Any]:
     named = {}
-    for key, member in members.items():
+    for key, member in (state.get("members") or {}).items():
         card = cards.get(key) or unknown_card(key)
         named[key] = {**member, "name": card["name"], "card": card}
     return {**state, "members": named}

@@ -1,5 +1,5 @@
 """Rooms' rules (``ROOMS``): who may enter a room, and the rules asked again for members
-already inside (docs/rooms.md, "Who stays").
+already inside (docs/rooms.md, "When access is taken away").
 
 A join asks the room's rule; a member refused later (kicked from a group, lost access to a
 post) must not keep their live view. Each process asks the rules again for the members of its

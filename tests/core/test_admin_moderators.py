@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, Permission
 from django.template import Context, Template
@@ -135,6 +136,7 @@ def test_a_moderator_granted_true_presence_still_sees_privacy_outside_the_admin(
         presence = api.get_presence(target, moderator)
         assert presence.status == "offline" and presence.last_seen is None
     assert api.online_now(moderator) == [hidden["public"].pk]
+    assert async_to_sync(api.aonline_now)(moderator) == [hidden["public"].pk]
     request = RequestFactory().get("/")
     request.user = moderator
     html = Template("{% load presence %}{% presence_dot a %}{% presence_dot b %}").render(

@@ -1,4 +1,5 @@
-"""System checks presence.E001..E008 and W001: each fails on a bad config, passes on a good one."""
+"""System checks presence.E001..E009 and W001..W006 (the rooms' and the default privacy's
+elsewhere): each fails on a bad config, passes on a good one."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ INT_KEYS = [
     "EMOJI_MAX_LENGTH",
     "MAX_STATUS_EXPIRY",
     "CLEANUP_BATCH",
+    "RESUME_WINDOW",
 ]
 
 
@@ -97,9 +99,11 @@ def test_e002_counts_and_seconds_must_be_positive_ints(settings: Any, key: str, 
 
 @pytest.mark.parametrize("key", INT_KEYS)
 def test_e002_absent_for_small_positive_ints(settings: Any, key: str) -> None:
-    # Small values (1-3 s) are valid and used by tests.
+    # Small values (1-3 s) are valid and used by tests (a resume window that short is warned
+    # about as too short for the heartbeats: W006, not E002).
     settings.PRESENCE = {key: 2}
-    assert ids(checks.check_settings) == []
+    expected = ["presence.W006"] if key == "RESUME_WINDOW" else []
+    assert ids(checks.check_settings) == expected
 
 
 def test_e002_connection_ttl_must_be_a_positive_int(settings: Any) -> None:
@@ -389,6 +393,35 @@ def test_e008_absent_for_integer_uuid_and_string_pks(
 
 def test_e008_absent_for_the_real_user_model() -> None:
     assert ids(checks.check_user_model) == []
+
+
+# --- W002: no channels_redis layer -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "layers",
+    [
+        None,
+        {},
+        {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}},
+        {"other": {"BACKEND": "channels_redis.core.RedisChannelLayer"}},
+    ],
+)
+def test_w002_without_a_default_channels_redis_layer(settings: Any, layers: Any) -> None:
+    settings.CHANNEL_LAYERS = layers
+    (warning,) = checks.check_channel_layer()
+    assert warning.id == "presence.W002"
+    assert "one process" in warning.msg or "the process" in warning.msg
+    assert "channels_redis" in (warning.hint or "")
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["channels_redis.core.RedisChannelLayer", "channels_redis.pubsub.RedisPubSubChannelLayer"],
+)
+def test_w002_absent_for_a_channels_redis_layer(settings: Any, backend: str) -> None:
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": backend, "CONFIG": {"hosts": []}}}
+    assert checks.check_channel_layer() == []
 
 
 # --- W006: a resume window too short for fresh stamps -------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.template import Context, Template
 from django.test import Client, RequestFactory
 
@@ -169,6 +170,21 @@ def test_the_json_carries_custom_cards_of_listed_members_only(
     assert cy.pk not in cards.calls and "Cy" not in str(body)
     # One card per listed user for this read.
     assert sorted(cards.calls, key=str) == sorted([ann.pk, ben.pk], key=str)
+
+
+def test_with_names_and_its_async_twin_name_the_listed_members_only(
+    settings: Any, make_user: Callable[..., Any]
+) -> None:
+    with_card(settings)
+    ann, ben, cy = a_room(make_user)
+    state = api.room_presence("post:42", ben)
+    named = api.with_names(state)
+    assert named == async_to_sync(api.awith_names)(state)
+    assert {key: (m["name"], m["card"]) for key, m in named["members"].items()} == {
+        str(ann.pk): ("Ann Card", {"name": "Ann Card", "avatar": "/media/ann.png"})
+    }
+    assert (named["count"], named["others"]) == (state["count"], state["others"])
+    assert cy.pk not in cards.calls
 
 
 # --- {% online_friends_list %} and {% member_card %} ------------------------------------------

@@ -1,7 +1,8 @@
-"""A room's rule asked again for members already inside (docs/rooms.md, "Who stays"): at least
-once per HEARTBEAT_INTERVAL by each process, batched, and at once on ``recheck_room``; a member
-refused leaves at once, is told, and every other view drops them. And the invisible flag of a
-join, which must not overwrite a change made while the join was under way.
+"""A room's rule asked again for members already inside (docs/rooms.md, "When access is taken
+away"): at least once per HEARTBEAT_INTERVAL by each process, batched, and at once on
+``recheck_room``; a member refused leaves at once, is told, and every other view drops them.
+And the invisible flag of a join, which must not overwrite a change made while the join was
+under way.
 
 Real Redis, real channels_redis layer, WebsocketCommunicator; the periodic check follows the
 wall clock, moved with time_machine (never slept past)."""

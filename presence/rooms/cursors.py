@@ -13,7 +13,9 @@ A place is ``(phase, joined ms, id as text)``, phase 0 the viewer, 1 a contact, 
 A cursor is "after this place", except the ids it has seen: a room's first read may stop
 inside a millisecond of joins (presence.rooms.reading reads by join time, not by id), so its
 cursor starts at that millisecond and leaves out the members it listed there (by a short
-digest of their ids).
+digest of their ids). A first read also lists, wherever they joined, the members it looked up
+by a tie (those who show the viewer their online status beyond "everyone"): its cursor starts
+where its read by join time stopped, and leaves those out of every page after it (``ahead``).
 """
 
 from __future__ import annotations
@@ -49,27 +51,36 @@ _TAG = 16
 _DIGEST = 6
 #: phase, joined ms, the id's length in bytes
 _HEAD = struct.Struct(">Bqh")
+#: set in the phase's byte when the id is followed by the count of digests ahead (``>H``), the
+#: digests ahead, then those seen (without it, as cursors were before: those seen only)
+_AHEAD_FLAG = 0x80
+_AHEAD_COUNT = struct.Struct(">H")
 #: the longest id a place holds (domain.protocol.MAX_USER_ID_LENGTH characters of UTF-8)
 _MAX_ID_BYTES = 4 * 255
 
 
 @dataclass(frozen=True)
 class Cursor:
-    """After ``place``, but for the ids seen (digests) in its phase and millisecond."""
+    """After ``place``, but for the ids seen (digests) in its phase and millisecond, and for
+    the ids listed ``ahead`` of it (wherever they are)."""
 
     place: Place
     seen: frozenset[bytes] = frozenset()
+    ahead: frozenset[bytes] = frozenset()
 
     def passes(self, place: Place) -> bool:
         """Whether a member at ``place`` comes after the cursor."""
         if place <= self.place:
             return False
+        if self.ahead and digest(place[2]) in self.ahead:
+            return False
         return not (place[:2] == self.place[:2] and digest(place[2]) in self.seen)
 
     def following(self, place: Place) -> Cursor:
         """The cursor after ``place`` (a place past this one): the ids seen still count while
-        it is in their millisecond."""
-        return Cursor(place, self.seen if place[:2] == self.place[:2] else frozenset())
+        it is in their millisecond, those listed ahead on every page."""
+        seen = self.seen if place[:2] == self.place[:2] else frozenset()
+        return Cursor(place, seen, self.ahead)
 
 
 @bounded_memo(16384)
@@ -87,16 +98,22 @@ def place_of(user_id: UserId, rank: tuple[bool, float, str], viewer_id: UserId |
 
 
 def after_listed(
-    ranks: Mapping[UserId, tuple[bool, float, str]], viewer_id: UserId | None
+    ranks: Mapping[UserId, tuple[bool, float, str]],
+    viewer_id: UserId | None,
+    read_to: float = math.inf,
 ) -> Cursor:
-    """The cursor after a list read by join time (a room's state, first read or live): from
-    the millisecond of its last member, without those it lists there."""
+    """The cursor after a list read by join time (a room's state, first read or live) up to
+    the join time ``read_to``: from the millisecond of its last member, without those it lists
+    there; members it lists from further down (looked up by a tie) are left out of the pages
+    after it wherever they come, and the cursor does not pass the members it did not read."""
     places = [place_of(uid, rank, viewer_id) for uid, rank in ranks.items()]
-    if not places:
-        return Cursor(START)
-    last = max(places)
-    seen = frozenset(digest(p[2]) for p in places if p[:2] == last[:2])
-    return Cursor((last[0], last[1], ""), seen)
+    within = [p for p in places if p[0] != PHASE_OTHER or p[1] <= read_to]
+    ahead = frozenset(digest(p[2]) for p in places if p[0] == PHASE_OTHER and p[1] > read_to)
+    if not within:
+        return Cursor(START, frozenset(), ahead)
+    last = max(within)
+    seen = frozenset(digest(p[2]) for p in within if p[:2] == last[:2])
+    return Cursor((last[0], last[1], ""), seen, ahead)
 
 
 # --- the opaque text ---
@@ -144,7 +161,13 @@ def encode(room: Room, cursor: Cursor) -> str:
     """The cursor as the opaque text clients send back (URL-safe base64, no padding)."""
     phase, joined, ident = cursor.place
     raw = ident.encode("utf-8", "surrogatepass")
-    plain = _HEAD.pack(phase, int(joined), len(raw)) + raw + b"".join(sorted(cursor.seen))
+    seen = b"".join(sorted(cursor.seen))
+    if cursor.ahead:
+        head = _HEAD.pack(phase | _AHEAD_FLAG, int(joined), len(raw))
+        ahead = _AHEAD_COUNT.pack(len(cursor.ahead)) + b"".join(sorted(cursor.ahead))
+        plain = head + raw + ahead + seen
+    else:
+        plain = _HEAD.pack(phase, int(joined), len(raw)) + raw + seen
     nonce = secrets.token_bytes(_NONCE)
     secret = _xor(plain, _stream(nonce, len(plain)))
     body = nonce + secret
@@ -153,7 +176,8 @@ def encode(room: Room, cursor: Cursor) -> str:
 
 def max_length() -> int:
     """The longest cursor this server gives: the longest id, and a digest per member listed."""
-    size = _NONCE + _HEAD.size + _MAX_ID_BYTES + _DIGEST * get_settings().ROOM_LIST_LIMIT + _TAG
+    digests = _AHEAD_COUNT.size + _DIGEST * get_settings().ROOM_LIST_LIMIT
+    size = _NONCE + _HEAD.size + _MAX_ID_BYTES + digests + _TAG
     return math.ceil(size * 4 / 3)
 
 
@@ -189,20 +213,36 @@ def decode(room: Room, text: object) -> Cursor:
     plain = _xor(secret, _stream(nonce, len(secret)))
     phase, joined, size = _HEAD.unpack_from(plain)
     rest = plain[_HEAD.size :]
-    seen = rest[size:]
-    if not (0 <= size <= len(rest) and len(seen) % _DIGEST == 0):
+    if not 0 <= size <= len(rest):
         raise refused  # pragma: no cover - authenticated: only this server's own text
-    ident = rest[:size].decode("utf-8", "surrogatepass")
-    digests = frozenset(seen[n : n + _DIGEST] for n in range(0, len(seen), _DIGEST))
-    return Cursor((phase, float(joined), ident), digests)
+    ident, rest = rest[:size].decode("utf-8", "surrogatepass"), rest[size:]
+    ahead: frozenset[bytes] = frozenset()
+    if phase & _AHEAD_FLAG:
+        phase &= ~_AHEAD_FLAG
+        if len(rest) < _AHEAD_COUNT.size:
+            raise refused  # pragma: no cover - authenticated
+        (count,) = _AHEAD_COUNT.unpack_from(rest)
+        rest = rest[_AHEAD_COUNT.size :]
+        ahead, rest = _digests(rest[: count * _DIGEST]), rest[count * _DIGEST :]
+    if len(rest) % _DIGEST:
+        raise refused  # pragma: no cover - authenticated
+    return Cursor((phase, float(joined), ident), _digests(rest), ahead)
 
 
-def with_next(state: RoomState, viewer_id: UserId | None, complete: bool) -> RoomState:
+def _digests(data: bytes) -> frozenset[bytes]:
+    return frozenset(data[n : n + _DIGEST] for n in range(0, len(data), _DIGEST))
+
+
+def with_next(
+    state: RoomState, viewer_id: UserId | None, complete: bool, read_to: float = math.inf
+) -> RoomState:
     """``state`` (a room's first read or a live view) with the cursor of its next page; none
-    where ``complete`` (it lists every member the viewer may see)."""
+    where ``complete`` (it lists every member the viewer may see). ``read_to``: the join time
+    its read by join time reached (:func:`after_listed`)."""
     if complete:
         return state
-    return replace(state, next=encode(state.room, after_listed(state.ranks, viewer_id)))
+    cursor = after_listed(state.ranks, viewer_id, read_to)
+    return replace(state, next=encode(state.room, cursor))
 
 
 def encoded(room: Room, cursor: Cursor | None) -> str | None:

@@ -56,6 +56,7 @@ from presence.rooms.reading import (
     RoomEntry,
     _full,
     _lookups,
+    _read_to,
     _widened,
     ajoin_room_state,
     room_entries,
@@ -456,6 +457,7 @@ async def _answers(
                     True,
                     state,
                     True,  # more may be listed further down
+                    _read_to(page),
                     True,
                 )
             )

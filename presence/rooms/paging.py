@@ -72,7 +72,7 @@ def _page(
         if page is None:
             raise StoreUnavailable("Redis is unavailable: the room could not be read")
         read, end, done = _after(page, after, entry, viewer_id, first)
-        state, _ = yield from _listing(room, viewer, now, first, read, entry, resolved, waits)
+        state, _, _ = yield from _listing(room, viewer, now, first, read, entry, resolved, waits)
         if resolved.live_unread:
             raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
         further = wider(first, limit)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -292,12 +293,13 @@ def _widened(
     waits: bool,
     result: RoomState,
     more: bool,
+    read_to: float,
     strict: bool,
 ) -> Operation[RoomState]:
     """``result``, read from the room's first ``first`` members (public ones, where
-    ``entry.indexed``); where the listing may still take members further down (``more``),
-    read further down the join order, so that a fresh read lists whom a live view listing
-    newcomers while it has room lists."""
+    ``entry.indexed``) up to the join time ``read_to``; where the listing may still take
+    members further down (``more``), read further down the join order, so that a fresh read
+    lists whom a live view listing newcomers while it has room lists."""
     conf = get_settings()
     while more and (further := wider(first, conf.ROOM_LIST_LIMIT)) is not None:
         first = further
@@ -306,13 +308,13 @@ def _widened(
             if strict:
                 raise StoreUnavailable("Redis is unavailable: the room could not be read")
             return RoomState(room, {}, 0)
-        result, more = state
+        result, more, read_to = state
     if strict and resolved.live_unread:
         # Its members would read offline, and be left out of the list: nothing is guessed.
         raise StoreUnavailable("Redis is unavailable: the room's members could not be read")
     # Paging: no next page where the read found every member this viewer may be listed.
     complete = not more and len(result.members) < conf.ROOM_LIST_LIMIT
-    return with_next(result, viewer_pk(viewer), complete)
+    return with_next(result, viewer_pk(viewer), complete, read_to)
 
 
 def _widest(conf: Any) -> int:
@@ -375,10 +377,10 @@ def _read_first(
     entry: RoomEntry,
     resolved: Resolved,
     waits: bool,
-) -> Operation[tuple[RoomState, bool] | None]:
+) -> Operation[tuple[RoomState, bool, float] | None]:
     """The room as ``viewer`` sees it from its first ``first`` members by join time and the
-    looked-up users, and whether reading further down could list more; None when Redis is
-    unavailable."""
+    looked-up users, whether reading further down could list more, and the join time its read
+    reached (:func:`_listing`); None when Redis is unavailable."""
     read = yield from redis(_read_plan(room, viewer, now, first, entry), waits)
     if read is None:
         return None
@@ -394,10 +396,12 @@ def _listing(
     entry: RoomEntry,
     resolved: Resolved,
     waits: bool,
-) -> Operation[tuple[RoomState, bool]]:
-    """The room as ``viewer`` sees it from ``read``, and whether reading further down could
-    list more, by the privacy facts and live state of its candidates (those ``resolved`` holds
-    already, from the viewer's entry or an earlier pass of this read, are not read again)."""
+) -> Operation[tuple[RoomState, bool, float]]:
+    """The room as ``viewer`` sees it from ``read``, whether reading further down could list
+    more, by the privacy facts and live state of its candidates (those ``resolved`` holds
+    already, from the viewer's entry or an earlier pass of this read, are not read again),
+    and the join time its read by join time reached (infinite: the whole room; the members
+    it lists from further down were looked up by a tie, presence.rooms.cursors)."""
     conf = get_settings()
     viewer_id = viewer_pk(viewer)
     # Neither listed nor counted: invisible members and members blocked either way.
@@ -412,7 +416,15 @@ def _listing(
         read.members, excluded, entry.contacts, facts.get, lambda uid, _: presences[uid]
     )
     state = listed_state(room, found, conf.ROOM_LIST_LIMIT, read.present, excluded)
-    return state, not (read.complete or _full(dict(state.ranks), viewer_id, read.horizon))
+    more = not (read.complete or _full(dict(state.ranks), viewer_id, read.horizon))
+    return state, more, _read_to(read)
+
+
+def _read_to(read: RoomRead) -> float:
+    """The join time a read by join time reached: the whole room's where it read to the end."""
+    if read.complete:
+        return math.inf
+    return -math.inf if read.horizon is None else read.horizon
 
 
 def _full(ranks: dict[UserId, tuple[bool, float, str]], viewer_id: UserId, horizon: Any) -> bool:

@@ -61,15 +61,30 @@ def users(count: int, visibility: str | None = "everyone") -> list[Any]:
     return made
 
 
-def enter(members: list[Any], room: str = ROOM, same_ms: bool = False) -> None:
+def enter(
+    members: list[Any],
+    room: str = ROOM,
+    same_ms: bool = False,
+    *,
+    public: bool = True,
+    invisible: bool = False,
+) -> None:
     """Each member seen now and in ``room``, a millisecond after the one before (all in one
-    millisecond with ``same_ms``)."""
+    millisecond with ``same_ms``); ``public`` and ``invisible`` as a socket's join writes them
+    (the member shows their online status to everyone; chose to be invisible)."""
     for user in members:
         api.touch(user)
     store = get_store()
     now = time.time()
     plans = [
-        store.plans.join_room(room, user.pk, f"c{user.pk}", now if same_ms else later(now))
+        store.plans.join_room(
+            room,
+            user.pk,
+            f"c{user.pk}",
+            now if same_ms else later(now),
+            invisible=invisible,
+            public=public,
+        )
         for user in members
     ]
     for start in range(0, len(plans), 200):
@@ -237,6 +252,31 @@ def test_a_stranger_reads_on_past_members_hidden_from_them(
     assert len(pages) <= 1 + 400 // (WIDEST_FACTOR * 2) + 3
 
 
+def test_a_member_found_by_their_tie_far_down_the_room_skips_no_one_before_them(
+    make_user: Callable[..., Any], settings: Any
+) -> None:
+    """A first read lists a member who shows the viewer their online status (they have the
+    viewer among their contacts) wherever they joined, past the public members it read: the
+    cursor still starts where that read stopped, so a public member who joined in between
+    comes on a later page, and the member found by their tie is not listed again."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 2, "HTTP_READ_LIMIT": (10_000, 60)}
+    viewer = make_user()
+    # As many public members as the widest first read reads, none of them listed (invisible)
+    unlisted = users(WIDEST_FACTOR * 2)
+    PrivacySettings.objects.filter(user__in=unlisted).update(invisible=True)
+    public, admitting = users(1)[0], users(1, None)[0]
+    Contact.objects.create(owner=admitting, contact=viewer)
+    enter(unlisted, invisible=True)
+    enter([public])
+    enter([admitting], public=False)
+    client = as_user(viewer)
+    state = first_page(client)
+    assert list(state["members"]) == [key(admitting)] and state["next"] is not None
+    listed = page_through(client)
+    assert sorted(listed) == sorted([key(public), key(admitting)])
+    assert len(listed) == 2
+
+
 def test_a_page_asks_the_rule_and_needs_a_login(make_user: Callable[..., Any]) -> None:
     user = make_user()
     enter(users(15), room="group:2")
@@ -300,6 +340,23 @@ def test_cursors_are_opaque_and_bound_to_their_room() -> None:
     for wrong_type in (None, 5, ["x"], {"a": 1}):
         with pytest.raises(InvalidInput):
             cursors.decode(room, wrong_type)
+
+
+def test_a_cursor_leaves_out_the_members_listed_ahead_of_it_on_every_page() -> None:
+    listed_ahead = frozenset({cursors.digest("90"), cursors.digest("91")})
+    cursor = cursors.Cursor(
+        (cursors.PHASE_OTHER, 1234.0, ""), frozenset({cursors.digest("7")}), listed_ahead
+    )
+    room = parse_room("post:1")
+    assert cursors.decode(room, cursors.encode(room, cursor)) == cursor
+    other = cursors.PHASE_OTHER
+    assert not cursor.passes((other, 1234.0, "7"))  # seen in its millisecond
+    assert cursor.passes((other, 1234.0, "8"))
+    assert not cursor.passes((other, 9999.0, "90"))  # listed ahead, wherever it comes
+    assert cursor.passes((other, 1233.0 + 2, "7"))  # a later millisecond: not the one seen
+    following = cursor.following((other, 2000.0, "12"))
+    assert following.seen == frozenset() and following.ahead == listed_ahead
+    assert not following.passes((other, 9999.0, "91")) and following.passes((other, 9999.0, "92"))
 
 
 def test_pages_count_against_the_read_limit(make_user: Callable[..., Any], settings: Any) -> None:

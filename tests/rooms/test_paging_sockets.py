@@ -103,6 +103,67 @@ async def test_paging_a_room_over_the_socket(sockets: Sockets, make_user: Callab
     assert list(page["members"]) == ids[4:9]
 
 
+async def test_a_member_found_by_their_tie_far_down_skips_no_one_before_them(
+    sockets: Sockets, make_user: Callable, settings: Any
+) -> None:
+    """As over HTTP (test_paging.py): a join's room_state lists a member who has the joiner
+    among their contacts wherever they joined; its cursor starts where its read by join time
+    stopped, so the public member who joined in between comes on a page, the other once."""
+    settings.PRESENCE = {**SETTINGS, "ROOM_LIST_LIMIT": 2}
+    viewer = await new_user(make_user)
+    public, admitting = await _far_apart(viewer)
+    socket = await sockets.open(viewer)
+    await socket.send_json_to({"type": "join", "room": ROOM, "meta": None})
+    page = await receive(socket)
+    assert list(page["members"]) == [str(viewer.pk), admitting]
+    listed = list(page["members"])
+    for _ in range(10):
+        if page["next"] is None:
+            break
+        page = await more(socket, page["next"])
+        listed += list(page["members"])
+    assert page["next"] is None
+    assert sorted(listed) == sorted([str(viewer.pk), public, admitting])
+
+
+@sync_to_async
+def _far_apart(viewer: Any) -> tuple[str, str]:
+    """64 public members who chose to be invisible (as many as a first read of 2 reads at its
+    widest), then a public member, then one who shows the viewer only (a contact of theirs)."""
+    from presence import api
+    from presence.models import Contact
+
+    model = get_user_model()
+    names = [f"far-{n}" for n in range(66)]
+    model.objects.bulk_create([model(username=name, password="!") for name in names])
+    users = list(model.objects.filter(username__in=names).order_by("pk"))
+    *unlisted, public, admitting = users
+    PrivacySettings.objects.bulk_create(
+        [
+            PrivacySettings(user=user, online_visibility="everyone", invisible=True)
+            for user in unlisted
+        ]
+        + [PrivacySettings(user=public, online_visibility="everyone")]
+    )
+    Contact.objects.create(owner=admitting, contact=viewer)
+    store, now = get_store(), time.time()
+    for user in users:
+        api.touch(user)
+    plans = [
+        store.plans.join_room(
+            ROOM,
+            user.pk,
+            f"far{n}",
+            now + n / 1000,
+            invisible=user in unlisted,
+            public=user is not admitting,
+        )
+        for n, user in enumerate(users)
+    ]
+    assert all(store.run(merge(plans)))
+    return str(public.pk), str(admitting.pk)
+
+
 async def test_a_room_never_joined_may_be_paged(sockets: Sockets, make_user: Callable) -> None:
     """As over HTTP: the room's rule is asked, the connection need not be in the room."""
     ids = await fill(ROOM, 8, "sock-nojoin-")

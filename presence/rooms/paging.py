@@ -108,11 +108,16 @@ def _after(
 
     # The viewer and their contacts are looked up wherever they are; the others are the
     # page's (the looked-up users past it are not: its end is where it stopped reading).
+    # Members never listed nor counted (invisible, a block between them) take no place on a
+    # page: where a page ends never tells of them.
+    uncounted = (read.invisible | entry.blocked) - {viewer_id}
     places = {uid: place(uid) for uid in read.members}
     passing = sorted(
         (places[uid], uid)
         for uid in read.members
-        if (uid in page.page or places[uid][0] != PHASE_OTHER) and after.passes(places[uid])
+        if (uid in page.page or places[uid][0] != PHASE_OTHER)
+        and uid not in uncounted
+        and after.passes(places[uid])
     )
     kept = passing[:first]
     trimmed = len(passing) > first

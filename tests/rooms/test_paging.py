@@ -261,12 +261,13 @@ def test_a_member_found_by_their_tie_far_down_the_room_skips_no_one_before_them(
     comes on a later page, and the member found by their tie is not listed again."""
     settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 2, "HTTP_READ_LIMIT": (10_000, 60)}
     viewer = make_user()
-    # As many public members as the widest first read reads, none of them listed (invisible)
-    unlisted = users(WIDEST_FACTOR * 2)
-    PrivacySettings.objects.filter(user__in=unlisted).update(invisible=True)
+    # As many members in the room's index of public ones as the widest first read reads,
+    # none of them listed: each showed everyone their online status when they joined, and
+    # nobody since (the index holds them until they join again; the resolver decides)
+    unlisted = users(WIDEST_FACTOR * 2, "nobody")
     public, admitting = users(1)[0], users(1, None)[0]
     Contact.objects.create(owner=admitting, contact=viewer)
-    enter(unlisted, invisible=True)
+    enter(unlisted)
     enter([public])
     enter([admitting], public=False)
     client = as_user(viewer)
@@ -275,6 +276,36 @@ def test_a_member_found_by_their_tie_far_down_the_room_skips_no_one_before_them(
     listed = page_through(client)
     assert sorted(listed) == sorted([key(public), key(admitting)])
     assert len(listed) == 2
+
+
+def test_where_pages_end_tells_nothing_of_an_invisible_member(
+    make_user: Callable[..., Any], settings: Any
+) -> None:
+    """Two rooms alike but for an invisible member (neither listed nor counted) just before
+    the last visible one: a stranger's pages list the same members on the same pages, with
+    the same counts, wherever a read's reach ends (each read reads 64 members at its widest)."""
+    settings.PRESENCE = {"ROOMS": ROOMS, "ROOM_LIST_LIMIT": 2, "HTTP_READ_LIMIT": (10_000, 60)}
+    stranger = make_user()
+    client = as_user(stranger)
+    reach = WIDEST_FACTOR * 2
+    for hidden in range(reach - 3, reach + 1):
+        pages = []
+        for room, with_invisible in ((f"post:{hidden}0", False), (f"post:{hidden}1", True)):
+            shown, nobody, last = users(2), users(hidden, "nobody"), users(1)
+            enter(shown, room)
+            enter(nobody, room)
+            if with_invisible:
+                invisible = users(1)
+                PrivacySettings.objects.filter(user__in=invisible).update(invisible=True)
+                enter(invisible, room, invisible=True)
+            enter(last, room)
+            body = first_page(client, room)
+            order = [(len(body["members"]), body["count"], body["next"] is None)]
+            while body["next"] is not None and len(order) < 10:
+                body = next_page(client, body["next"], room)
+                order.append((len(body["members"]), body["count"], body["next"] is None))
+            pages.append(order)
+        assert pages[0] == pages[1], hidden
 
 
 def test_a_page_asks_the_rule_and_needs_a_login(make_user: Callable[..., Any]) -> None:

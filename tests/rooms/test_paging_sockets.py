@@ -128,8 +128,9 @@ async def test_a_member_found_by_their_tie_far_down_skips_no_one_before_them(
 
 @sync_to_async
 def _far_apart(viewer: Any) -> tuple[str, str]:
-    """64 public members who chose to be invisible (as many as a first read of 2 reads at its
-    widest), then a public member, then one who shows the viewer only (a contact of theirs)."""
+    """64 members in the room's index of public ones who show nobody their online status since
+    they joined (as many as a first read of 2 reads at its widest), then a public member, then
+    one who shows the viewer only (a contact of theirs)."""
     from presence import api
     from presence.models import Contact
 
@@ -139,10 +140,7 @@ def _far_apart(viewer: Any) -> tuple[str, str]:
     users = list(model.objects.filter(username__in=names).order_by("pk"))
     *unlisted, public, admitting = users
     PrivacySettings.objects.bulk_create(
-        [
-            PrivacySettings(user=user, online_visibility="everyone", invisible=True)
-            for user in unlisted
-        ]
+        [PrivacySettings(user=user, online_visibility="nobody") for user in unlisted]
         + [PrivacySettings(user=public, online_visibility="everyone")]
     )
     Contact.objects.create(owner=admitting, contact=viewer)
@@ -155,7 +153,6 @@ def _far_apart(viewer: Any) -> tuple[str, str]:
             user.pk,
             f"far{n}",
             now + n / 1000,
-            invisible=user in unlisted,
             public=user is not admitting,
         )
         for n, user in enumerate(users)

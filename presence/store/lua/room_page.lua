@@ -2,7 +2,8 @@
 -- page starts at (-1: the room's start), then the users to look up (the viewer's contacts and
 -- blocks). Reads, never writes: members whose stay ended count as gone. A page of the room
 -- (docs/rooms.md, "Paging"): the members present who joined at or after ``after``, at least
--- ``first`` of them unless the room ends first, and every member who joined in the same
+-- ``first`` of them unless the room ends first (invisible members returned as read, not
+-- counted: room_reading.lua's INVISIBLE), and every member who joined in the same
 -- millisecond as the last one returned (the caller orders ties by id: a page never splits a
 -- millisecond it did not read whole). The segment to start from is found by bisection (the
 -- segments are in join order), so a page deep in the room costs what the first does.
@@ -37,6 +38,7 @@ if after >= 0 then
   end
 end
 local uids, parsed, js, done = {}, {}, {}, 1
+local counted = {} -- the join times of the members read that count towards ``first``
 while true do
   local k = redis.call('ZRANGE', G_KEY, from, from)[1]
   if not k then break end
@@ -48,15 +50,14 @@ while true do
     if j > last then last = j end
     if s > now and j >= after then
       uids[#uids + 1], parsed[#parsed + 1], js[#js + 1] = all[i], {f, st, d}, j
+      if not INVISIBLE[f] then counted[#counted + 1] = j end
     end
   end
-  if #js >= first then
-    local sorted = {}
-    for n = 1, #js do sorted[n] = js[n] end
-    table.sort(sorted)
+  if #counted >= first then
+    table.sort(counted)
     -- Later segments hold members who joined at ``last`` or later: once the first-th join
     -- time is earlier, no later member comes before it or shares its millisecond.
-    local cut = sorted[first]
+    local cut = counted[first]
     if cut < last then
       done = 0
       local kept_u, kept_p, kept_j = {}, {}, {}

@@ -13,8 +13,9 @@ local page, found = {}, {}
 -- join order unless a merge or a late join mixed them (then it is sorted)
 -- Once ``first`` are found, the rest of the last one's millisecond is read too (members who
 -- joined in one millisecond are listed by id: a read that stopped inside it could list the
--- wrong ones of them).
+-- wrong ones of them). Invisible members are returned as read but not counted in ``first``.
 local from, rest, edge = 0, false, nil -- rest: a segment visited has members left unread
+local counted = 0
 if first == 0 then rest = redis.call('ZRANGE', order, 0, 0)[1] ~= nil end
 while not rest do
   local k = redis.call('ZRANGE', order, from, from)[1]
@@ -35,12 +36,13 @@ while not rest do
   for n = 1, #uids do ranks[n] = n end
   if not sorted then table.sort(ranks, function(a, b) return js[a] < js[b] end) end
   for _, n in ipairs(ranks) do
-    if not edge and #page >= 2 * first then edge = page[#page] end
     if edge and js[n] > edge then
       rest = true
       break
     end
     keep(page, uids[n], js[n], fs[n], sts[n], ds[n])
+    if not INVISIBLE[fs[n]] then counted = counted + 1 end
+    if not edge and counted >= first then edge = js[n] end
   end
 end
 local complete = 0

@@ -19,6 +19,9 @@ local function scan(raw)
 end
 -- whether a flag is a public member's (":" or ";")
 local PUBLIC = {[':'] = true, [';'] = true}
+-- whether a flag is an invisible member's ("!" or ";"): never listed nor counted, so a read's
+-- reach (its ``first``) counts only the others, and whom it lists where never depends on them
+local INVISIBLE = {['!'] = true, [';'] = true}
 -- a member as listed (from scan: joined ms, flag, its last connection's state and digest):
 -- joined ms, invisible 0/1, meta (the last joined connection's) or ''
 local function keep(list, uid, j, f, st, d)

@@ -326,3 +326,53 @@ def test_a_foreign_origin_close_stops_the_client(
     assert len(server.sockets) == connections
     assert a.http_requests == []
     assert a.page.evaluate("() => window.presence.state") == "forbidden"
+
+
+def test_a_page_read_before_a_fresh_room_state_is_dropped(
+    browser: Browser, live_server: Any, people: dict[str, Any], settings: Any
+) -> None:
+    """A room_state that arrives while more() waits for a page (a reconnect, a recovery)
+    replaces the list and its cursor; the page, which follows the old list, is not merged,
+    so the fresh state's cursor pages on from its own list (none skipped)."""
+    from presence.feed import api as feed
+
+    settings.PRESENCE = {"ROOMS": {"post": "siteproject.demo.rooms.can_read_post"}}
+    ann = people["ann"]
+    post = feed.post(ann, "Paged")
+    room = f"post:{post.pk}"
+    server = ScriptedServer()
+    a = browser.open(ann, live_server.url, server=server)
+    a.page.goto(a.url("demo:post", post.pk))
+    a.wait_connected()
+    server.wait_for(a.page, lambda f: f == {"type": "join", "room": room, "meta": None})
+
+    def member(name: str) -> dict[str, Any]:
+        return {"meta": None, "presence": presence("online"), "card": {"name": name}}
+
+    def state(cursor: str) -> dict[str, Any]:
+        members = {str(ann.pk): member("Ann")}
+        frame = {"type": "room_state", "room": room, "members": members, "others": 2}
+        return {**frame, "count": 3, "next": cursor}
+
+    server.send(state("first-cursor"))
+    a.page.wait_for_function(f"() => window.presence.room({room!r})?.next === 'first-cursor'")
+    a.page.evaluate(
+        f"""() => {{ window.__page = null;
+            window.presence.room({room!r}).more().then((page) => {{ window.__page = page; }}); }}"""
+    )
+    server.wait_for(
+        a.page, lambda f: f == {"type": "room_more", "room": room, "after": "first-cursor"}
+    )
+    server.send(state("fresh-cursor"))
+    page = {"888881": member("Old Page")}
+    frame = {"type": "room_page", "room": room, "members": page, "others": 1, "count": 3}
+    server.send({**frame, "next": "old-chain"})
+    a.page.wait_for_function("() => window.__page !== null")
+    assert a.page.evaluate("() => window.__page") == {}
+    view = a.page.evaluate(f"() => window.presence.room({room!r})")
+    assert view["next"] == "fresh-cursor" and list(view["members"]) == [str(ann.pk)]
+    # The next more() pages from the fresh state's list.
+    a.page.evaluate(f"() => {{ window.presence.room({room!r}).more(); }}")
+    server.wait_for(
+        a.page, lambda f: f == {"type": "room_more", "room": room, "after": "fresh-cursor"}
+    )

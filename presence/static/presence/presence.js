@@ -466,7 +466,9 @@
     } else if (message.type === "room_state" || message.type === "room_diff") {
       applyRoom(message);
     } else if (message.type === "room_page") {
-      settlePage(message.room, (pending) => pending.resolve(mergePage(message.room, message)));
+      settlePage(message.room, (pending) =>
+        pending.resolve(mergePage(message.room, message, pending.view))
+      );
     } else if (message.type === "online_count") {
       showCount(message.count);
     } else if (message.type === "activity") {
@@ -734,7 +736,7 @@
   const names = new Map(); // user id -> display name
   const avatars = new Map(); // user id -> avatar URL (absent: initials)
   const nameFetches = new Map(); // room -> time of its last fetch of names
-  const roomPages = new Map(); // room -> its more() waiting: {promise, resolve, reject, timer}
+  const roomPages = new Map(); // room -> its more() waiting: {promise, resolve, reject, timer, view}
   let roomsTimer = null;
 
   const roomBoxes = (room) => document.querySelectorAll(byId(ROOM, room));
@@ -825,9 +827,13 @@
 
   // A page of the room (room_page, or the endpoint's answer ?after=): its members join the
   // list after those shown (the state's order); what it lists is what more() resolves to.
-  function mergePage(room, body) {
+  // asked: the view whose cursor it was read from; a fresh room_state replaced it meanwhile
+  // (a reconnect): the page follows the old list, so it is dropped (more() resolves to {}) and
+  // the fresh state's "next" pages from its own list.
+  function mergePage(room, body, asked) {
     const page = {};
     const view = roomViews.get(room);
+    if (view !== asked) return page;
     Object.entries(body.members || {}).forEach(([id, member]) => {
       if (member && typeof member.name === "string") names.set(id, member.name);
       learnCard(id, member);
@@ -864,6 +870,7 @@
       pending.resolve = resolve;
       pending.reject = reject;
     });
+    pending.view = view;
     roomPages.set(room, pending);
     if (isOpen()) {
       pending.timer = setTimeout(
@@ -875,7 +882,7 @@
       fetchRoom(room, view.next)
         .then((body) => {
           if (!body) throw failure("unavailable", `presence: no endpoint for ${room}.`);
-          settlePage(room, (p) => p.resolve(mergePage(room, body)));
+          settlePage(room, (p) => p.resolve(mergePage(room, body, p.view)));
         })
         .catch((error) => settlePage(room, (p) => p.reject(error)));
     }

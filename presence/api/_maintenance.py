@@ -146,8 +146,11 @@ def _fix_invisible(dry_run: bool) -> int:
     ``PrivacySettings.invisible`` kept on each save: recomputed here from the database, so a
     drift (an update that sent no signal, a Redis restored from elsewhere) cannot persist."""
     store = get_store()
-    truth = set(PrivacySettings.objects.filter(invisible=True).values_list("user_id", flat=True))
+    # Redis first: a save writes the database, then Redis (presence.receivers), so a save
+    # between the two reads is in the database's answer, and is written again here as it is;
+    # read the other way round, it was in Redis only, and undone.
     known = store.run(store.plans.invisible_members())
+    truth = set(PrivacySettings.objects.filter(invisible=True).values_list("user_id", flat=True))
     changes: list[tuple[UserId, bool]] = [(user_id, True) for user_id in truth - known]
     changes += [(user_id, False) for user_id in known - truth]
     if changes and not dry_run:

@@ -7,6 +7,7 @@ makes each transition" under racing writers of several processes.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -152,6 +153,41 @@ def test_presence_cleanup_puts_a_drift_of_invisibility_right(
     assert api.online_count() == 1
     assert store.run(store.plans.invisible_members()) == {hidden.pk}
     assert api.cleanup().invisible_fixed == 0
+
+
+@pytest.mark.parametrize("saved", ["before", "after"])
+def test_a_user_turning_invisible_while_presence_cleanup_runs_stays_invisible(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+    saved: str,
+) -> None:
+    """The user saves invisible=True while cleanup compares the database with Redis: just
+    before or just after its read of Redis's invisible members, whichever it reads first."""
+    user = make_user()
+    api.touch(user)
+    store = get_store()
+    plans = store.plans
+    read = plans.invisible_members
+
+    def save() -> None:
+        # The save and its commit: the database, then Redis's copy (presence.receivers).
+        with django_capture_on_commit_callbacks(execute=True):
+            PrivacySettings.objects.update_or_create(user=user, defaults={"invisible": True})
+
+    def invisible_members() -> Any:
+        if saved == "before":
+            save()
+            return read()
+        plan = read()
+        return replace(plan, parse=lambda replies: (plan.parse(replies), save())[0])
+
+    monkeypatch.setattr(plans, "invisible_members", invisible_members)
+    api.cleanup()
+    monkeypatch.undo()
+    assert store.run(store.plans.invisible_members()) == {user.pk}
+    assert api.online_count() == 0
 
 
 def test_presence_cleanup_makes_the_users_nobody_swept_offline_once(

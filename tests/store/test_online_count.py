@@ -7,8 +7,8 @@ makes each transition" under racing writers of several processes.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest

@@ -79,7 +79,7 @@ def heaviest_commands(
         for _ in range(25):
             client.execute_command("ZADD", key, *(a for m, sc in members.items() for a in (sc, m)))
             entries = s.run(s.plans.scan_stale([bucket], now - s.conf.ONLINE_WINDOW))
-            if s.run(s.plans.remove_unchanged(entries)) != size:
+            if s.run(s.plans.remove_unchanged(entries, now)) != size:
                 raise RuntimeError("the probe bucket was not emptied")
     for entry in log:
         name = entry.command.split(" ")[0].upper()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import partial
 
 import redis
 from django.utils import timezone
@@ -68,11 +69,14 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         for entry in entries:
             seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
         report.persisted += LastSeen.objects.record_many(seen)
-        removal = store.run(store.plans.remove_stale(entries))
+        removal = store.run(store.plans.remove_stale(entries, now))
         report.removed += removal.removed
-        # Nobody swept these (a site without live processes): their transition is made here.
-        for user_id, invisible, at in removal.offline:
-            signals.send_transition(user_id, -1, at, invisible)
+        # Nobody swept these (a site without live processes): their transition is made here,
+        # sent once its outbox entry is claimed (a reply lost on the way leaves it to the
+        # next cleanup or sweep: presence.outbox).
+        for user_id, invisible, at, made in removal.offline:
+            claim = partial(store.run, store.plans.claim_entry(user_id, made))
+            signals.send_if_claimed(claim, user_id, -1, at, invisible)
     if not dry_run:
         store.run(store.plans.prune_schedules(now - conf.ONLINE_WINDOW))
         _prune_rooms(report, now)

@@ -169,7 +169,7 @@ def load(name: str, *fragments: str) -> Script:
 TOUCH = load("touch", "aggregate", "outbox", "ledger", "prior")
 SIGN_OFF = load("sign_off", "outbox", "ledger", "prior")
 CONNECTION = load("connection", "aggregate", "connections", "outbox", "ledger", "prior")
-REMOVE_IF_UNCHANGED = load("remove_if_unchanged")
+REMOVE_IF_UNCHANGED = load("remove_if_unchanged", "outbox")
 ERASE = load("erase", "outbox", "ledger")
 DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")

@@ -185,7 +185,7 @@ def test_an_entry_touched_between_scan_and_removal_is_kept(
     assert {e.user_id for e in entries} == {user.pk, other.pk}
 
     api.touch(user)  # back, after the scan
-    removed = store.run(store.plans.remove_unchanged(entries))
+    removed = store.run(store.plans.remove_unchanged(entries, time.time()))
 
     assert removed == 1
     assert in_redis(user) and not in_redis(other)
@@ -204,7 +204,7 @@ def test_an_entry_signed_off_between_scan_and_removal_is_kept(
         store.plans.scan_stale([store.keys.bucket_of(user.pk)], before=time.time() - 300)
     )
     api.sign_off(user)
-    assert store.run(store.plans.remove_unchanged(entries)) == 0
+    assert store.run(store.plans.remove_unchanged(entries, time.time())) == 0
     assert in_redis(user)
 
 
@@ -339,9 +339,9 @@ def test_two_interleaved_cleanups_persist_once_and_remove_once(
     first = store.run(store.plans.scan_stale(buckets, before))
     second = store.run(store.plans.scan_stale(buckets, before))
     LastSeen.objects.record_many({e.user_id: e.seen_at for e in first})
-    assert store.run(store.plans.remove_unchanged(first)) == 5
+    assert store.run(store.plans.remove_unchanged(first, time.time())) == 5
     LastSeen.objects.record_many({e.user_id: e.seen_at for e in second})
-    assert store.run(store.plans.remove_unchanged(second)) == 0
+    assert store.run(store.plans.remove_unchanged(second, time.time())) == 0
 
     assert LastSeen.objects.count() == 5
     for i, user in enumerate(users):
@@ -415,8 +415,8 @@ def test_removal_counts_stay_exact_when_redis_loses_its_scripts_mid_pipeline(
     entries = store.run(store.plans.scan_stale(buckets, time.time() - get_settings().ONLINE_WINDOW))
     by_user = {e.user_id: e for e in entries}
     redis_client.script_flush()
-    removal = store.plans.remove_unchanged([by_user[first.pk]])
-    other_removal = store.plans.remove_unchanged([by_user[second.pk]])
+    removal = store.plans.remove_unchanged([by_user[first.pk]], time.time())
+    other_removal = store.plans.remove_unchanged([by_user[second.pk]], time.time())
     source = REMOVE_IF_UNCHANGED.source
     # (lowercase: a raw command, not one of the store's script calls)
     plan = Plan(

@@ -20,7 +20,7 @@ from presence import api, signals
 from presence.conf import get_settings
 from presence.domain import Device
 from presence.models import PrivacySettings
-from presence.store import PresenceStore, get_store, merge
+from presence.store import PresenceStore, StoreUnavailable, get_store, merge
 from tests.clock import T0
 from tests.conftest import RedisCommandCounter
 from tests.store.stores import down_store as down_store
@@ -206,6 +206,43 @@ def test_presence_cleanup_makes_the_users_nobody_swept_offline_once(
     signals.wait_sent()
     assert offline_sent == [user.pk]
     assert store.run(store.plans.ledger_sizes())["online"] == 0
+
+
+def test_presence_cleanup_whose_removal_reply_is_lost_still_sends_the_offline_once(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    offline_sent: list[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis ran cleanup's removal (the user left the ledger) but its reply never came back
+    (late past SOCKET_TIMEOUT, a connection cut): the offline it made is in the outbox, so a
+    later cleanup sends it, once."""
+    user = make_user()
+    api.touch(user)
+    clock.shift(2 * get_settings().ONLINE_WINDOW)
+    store = get_store()
+    plans = store.plans
+    remove = plans.remove_stale
+
+    def reply_lost(entries: Any, now: float) -> Any:
+        plan = remove(entries, now)
+
+        def parse(replies: list[Any]) -> Any:
+            raise StoreUnavailable("Redis is too slow: no reply within SOCKET_TIMEOUT")
+
+        return replace(plan, parse=parse)
+
+    monkeypatch.setattr(plans, "remove_stale", reply_lost)
+    with pytest.raises(StoreUnavailable):
+        api.cleanup()
+    monkeypatch.undo()
+    assert store.run(store.plans.ledger_sizes())["online"] == 0  # Redis did run it
+    assert api.cleanup().removed == 0  # (nothing left to remove)
+    clock.shift(get_settings().LIVE_SOCKET_TIMEOUT + 2)  # past the outbox's deadline
+    api.cleanup()
+    api.cleanup()
+    signals.wait_sent()
+    assert offline_sent == [user.pk]
 
 
 def test_racing_writers_of_many_processes_make_each_transition_once(

@@ -242,15 +242,15 @@ class TestStale:
         store.run(
             store.plans.touch(uid(2), Device.WEB, NOW)
         )  # active again between scan and removal
-        assert store.run(store.plans.remove_unchanged(entries)) == 1
+        assert store.run(store.plans.remove_unchanged(entries, NOW)) == 1
         assert live(store, uid(1)) == domain.LiveState()
         assert live(store, uid(2)).last_active == NOW
 
     def test_removing_twice_is_harmless(self, store: PresenceStore) -> None:
         store.run(store.plans.touch(uid(1), Device.WEB, NOW - 1000))
         entries = store.run(store.plans.scan_stale([store.keys.bucket_of(uid(1))], before=NOW))
-        assert store.run(store.plans.remove_unchanged(entries)) == 1
-        assert store.run(store.plans.remove_unchanged(entries)) == 0
+        assert store.run(store.plans.remove_unchanged(entries, NOW)) == 1
+        assert store.run(store.plans.remove_unchanged(entries, NOW)) == 0
 
     def test_stale_entry_seen_at(self) -> None:
         assert StaleEntry(1, 1, str(-(NOW * SCORE_FACTOR + 1))).seen_at == NOW

@@ -1,12 +1,16 @@
 -- KEYS[1] bucket's seen, KEYS[2] bucket's connections, KEYS[3] bucket's expiries, KEYS[4..5]
--- the shard's ledger (online, hidden; see LEDGER); ARGV member1, score1, member2, score2...
+-- the shard's ledger (online, hidden; see LEDGER), KEYS[6] the shard's outbox; ARGV now (s),
+-- then member1, score1, member2, score2...
 -- Removes each member whose score is still the one read (so a user active again since is
 -- kept), with everything left of its connections; one still in the ledger (no sweep made it
--- offline: a site without live processes) leaves it. Returns {how many were removed, {member,
--- invisible (0/1), offline since, ...} of those that left the ledger}.
+-- offline: a site without live processes) leaves it, its offline recorded in the outbox (so
+-- it is sent once even if this reply is lost: presence.outbox). Returns {how many were
+-- removed, {member, invisible (0/1), offline since, outbox entry, ...} of those that left the
+-- ledger}.
+local now = tonumber(ARGV[1])
 local removed = 0
 local left = {}
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if s and tonumber(s) == tonumber(ARGV[i + 1]) then
     local prefix = ARGV[i] .. ':'
@@ -25,6 +29,7 @@ for i = 1, #ARGV, 2 do
         left[#left + 1] = ARGV[i]
         left[#left + 1] = k - 4
         left[#left + 1] = was
+        left[#left + 1] = record(KEYS[6], -1, k - 4, was, ARGV[i], now)
       end
     end
   end

@@ -43,10 +43,11 @@ class StaleEntry:
 @dataclass
 class Removal:
     """What :meth:`ScanPlans.remove_unchanged` did: entries removed, and the users it made
-    offline in the ledger, as (user id, invisible, offline since)."""
+    offline in the ledger, as (user id, invisible, offline since, outbox entry: whoever
+    claims it sends ``user_offline``, presence.outbox)."""
 
     removed: int = 0
-    offline: list[tuple[UserId, bool, float]] = field(default_factory=list)
+    offline: list[tuple[UserId, bool, float, str]] = field(default_factory=list)
 
 
 class ScanPlans(PlanArea):
@@ -96,17 +97,18 @@ class ScanPlans(PlanArea):
             commands.append(("ZRANGEBYSCORE", key, "-inf", -low, "WITHSCORES"))
         return Plan(commands=commands, parse=parse, fallback=RAISE)
 
-    def remove_unchanged(self, entries: Iterable[StaleEntry]) -> Plan[int]:
+    def remove_unchanged(self, entries: Iterable[StaleEntry], now: float) -> Plan[int]:
         """Removes these entries unless they changed since read; how many were removed (see
         :meth:`remove_stale`)."""
-        plan = self.remove_stale(entries)
+        plan = self.remove_stale(entries, now)
         read = plan.parse
         return Plan(plan.commands, lambda replies: read(replies).removed, RAISE)
 
-    def remove_stale(self, entries: Iterable[StaleEntry]) -> Plan[Removal]:
+    def remove_stale(self, entries: Iterable[StaleEntry], now: float) -> Plan[Removal]:
         """Removes these entries unless they changed since read; those still in the online
         ledger (nobody swept them: a site without live processes) leave it there and then,
-        and :attr:`Removal.offline` says so, for ``user_offline``."""
+        their offline recorded in the shard's outbox at ``now``, and :attr:`Removal.offline`
+        says so, for ``user_offline``."""
         grouped: dict[int, list[Any]] = defaultdict(list)
         for entry in entries:
             grouped[entry.bucket] += [encode_id(entry.user_id), entry.score]
@@ -116,9 +118,11 @@ class ScanPlans(PlanArea):
             removal = Removal()
             for removed, left in replies:
                 removal.removed += int(removed)
-                for i in range(0, len(left), 3):
-                    user_id = decode(left[i])
-                    removal.offline.append((user_id, bool(int(left[i + 1])), float(left[i + 2])))
+                for i in range(0, len(left), 4):
+                    user_id, invisible = decode(left[i]), bool(int(left[i + 1]))
+                    entry = left[i + 3]
+                    entry = entry.decode() if isinstance(entry, bytes) else str(entry)
+                    removal.offline.append((user_id, invisible, float(left[i + 2]), entry))
             return removal
 
         return Plan(
@@ -130,8 +134,9 @@ class ScanPlans(PlanArea):
                         self.keys.conns_key(bucket),
                         self.keys.expiries_key(bucket),
                         *self.keys.ledger_keys(self.keys.shard_of(bucket))[:2],
+                        self.keys.outbox_key(self.keys.shard_of(bucket)),
                     ],
-                    args,
+                    [int(now), *args],
                 )
                 for bucket, args in grouped.items()
             ],

@@ -27,6 +27,8 @@ SPLIT_FRAME_BYTES = 256 * 1024
 #: before taking more (uvicorn drains its transport) hold the send of a client that never reads;
 #: daphne never waits, so its sends are not timed
 SEND_TIMEOUT = 10.0
+#: the leavings of connections closed as too slow, under way (referenced until done)
+_LEAVING: set[asyncio.Future[None]] = set()
 
 
 class ClientGone(Exception):
@@ -215,7 +217,13 @@ class Sender:
                 await self.socket.close(code=CLOSE_TOO_SLOW)
         except Exception:  # a server that waits, or one that refuses: it is closing anyway
             logger.debug("Presence: closing a slow connection failed", exc_info=True)
-        await self.socket.disconnect(CLOSE_TOO_SLOW)
+        # In a task of its own: the send that found the client too slow may be one of the
+        # hub's tasks (a delivery, the online count's), which leaving the hub stops, and the
+        # leaving (the user signed off, the watchers told) must not be cancelled with it.
+        leaving = asyncio.ensure_future(self.socket.disconnect(CLOSE_TOO_SLOW))
+        _LEAVING.add(leaving)
+        leaving.add_done_callback(_LEAVING.discard)
+        await asyncio.shield(leaving)
 
     async def send_json(self, content: dict[str, Any]) -> None:
         metrics.frame_sent(content.get("type", "other"))

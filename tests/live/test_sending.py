@@ -20,7 +20,7 @@ from autobahn.exception import PayloadExceededError
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 
-from presence import consumers
+from presence import api, consumers
 from presence.hub import Hub
 from presence.models import Contact, UserStatus
 from tests.live.sockets import (
@@ -28,6 +28,8 @@ from tests.live.sockets import (
     TIMEOUT,
     Sockets,
     assert_silent,
+    connections_in_redis,
+    eventually,
     new_user,
     open_sockets,
     presence_settings,
@@ -223,3 +225,75 @@ async def test_a_server_that_takes_no_more_gets_the_connection_closed_with_4408(
         await asyncio.sleep(0.05)
     assert closes == [{"type": "websocket.close", "code": consumers.CLOSE_TOO_SLOW}]
     assert await subscribe(fine) == state({})
+
+
+def _stuck_app(stuck: list[bool], closes: list[dict[str, Any]]) -> Any:
+    """The test app behind a server that holds every send once ``stuck[0]`` (a client that
+    reads nothing, on a server that waits for it), recording its closes."""
+
+    async def app(scope: Any, receive_: Any, send: Any) -> None:
+        async def server_send(message: dict[str, Any]) -> None:
+            if stuck[0] and message["type"] == "websocket.send":
+                await asyncio.Event().wait()
+            if message["type"] == "websocket.close":
+                closes.append(message)
+            await send(message)
+
+        await APP(scope, receive_, server_send)
+
+    return app
+
+
+async def test_the_last_connection_closed_as_too_slow_by_a_diff_signs_its_user_off(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The diff that finds the process's last connection too slow is sent by one of the hub's
+    tasks, which the connection's leaving stops: the leaving still ends its presence at once."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 0.3)
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await sync_to_async(Contact.objects.create)(owner=target, contact=viewer)
+    stuck, closes = [False], []
+    slow = sockets.make(viewer, app=_stuck_app(stuck, closes))
+    assert (await slow.connect(timeout=TIMEOUT))[0]
+    await subscribe(slow, target)
+    assert await connections_in_redis(viewer)
+    stuck[0] = True
+    await api.atouch(target, "web")  # online: a diff for the slow connection
+    assert await eventually(lambda: closes)
+    assert closes == [{"type": "websocket.close", "code": consumers.CLOSE_TOO_SLOW}]
+    assert await eventually(lambda: _none(connections_in_redis(viewer)))
+
+
+async def _none(found: Any) -> bool:
+    return not await found
+
+
+async def test_a_connection_closed_as_too_slow_by_the_online_count_tells_its_watchers(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The online count's task finds a watcher too slow; its leaving stops that task (its last
+    watcher): the user's other devices' watchers are still told it left."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 0.3)
+    user, watcher, newcomer = [await new_user(make_user) for _ in range(3)]
+    await sync_to_async(Contact.objects.create)(owner=user, contact=watcher)
+    watching = await sockets.open(watcher)
+    await sockets.open(user, "?device=mobile")
+    stuck, closes = [False], []
+    slow = sockets.make(user, app=_stuck_app(stuck, closes))
+    assert (await slow.connect(timeout=TIMEOUT))[0]
+    await subscribe(watching, user)
+    await slow.send_json_to({"type": "watch_count"})
+    assert (await receive(slow))["type"] == "online_count"
+    stuck[0] = True
+    await api.atouch(newcomer, "web")  # the count changes: sent to the slow connection
+    assert await eventually(lambda: closes)
+    # Its watcher is shown the web device gone, as after any close.
+    for _ in range(10):
+        diff = await receive(watching)
+        if diff.get("type") == "presence_diff":
+            devices = diff["presences"][str(user.pk)]["devices"]
+            if "web" not in devices:
+                break
+    else:
+        raise AssertionError("the watcher was never told the web device left")
+    assert devices == ["mobile"]

@@ -79,12 +79,15 @@ def _changed(
     transaction.on_commit(lambda: announce.changed(user_ids, reason, sender, reordered, change))
 
 
-def _between(one: UserId, other: UserId, both: bool) -> dict[UserId, domain.Change]:
+def _between(
+    one: UserId, other: UserId, both: bool, block: bool = False
+) -> dict[UserId, domain.Change]:
     """A change of the relation of ``one`` with ``other`` (``both``: and of ``other``'s with
-    ``one``): no one else's view of them changes."""
-    changes = {one: domain.relation_change((other,))}
+    ``one``; ``block``: a block between them made or lifted): no one else's view of them
+    changes."""
+    changes = {one: domain.relation_change((other,), block)}
     if both:
-        changes[other] = domain.relation_change((one,))
+        changes[other] = domain.relation_change((one,), block)
     return changes
 
 
@@ -147,7 +150,7 @@ def _on_exception_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 
 def _on_block_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
-    changes = _between(instance.blocker_id, instance.blocked_id, True)
+    changes = _between(instance.blocker_id, instance.blocked_id, True, block=True)
     _changed(sender, tuple(changes), "block", change=changes)
 
 

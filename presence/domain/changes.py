@@ -54,12 +54,21 @@ class Kind(enum.IntFlag):
     ACTIVITY_FOR_STRANGERS = 4096
     ACTIVITY_FOR_CONTACTS = 8192
     ACTIVITY_FOR_CLOSE_FRIENDS = 16384
+    #: a block between the user and the users named (RELATION's) was made or lifted: the one
+    #: relation change a viewer blocked either way before or after it can see
+    BLOCK = 32768
 
 
 #: every kind's bits (a message or a stamp of more is not one of this version's)
 ALL_KINDS = sum(kind.value for kind in Kind)
 #: the kinds that say a privacy level changed for some class of viewers
-LEVELS = Kind(sum(kind.value for kind in Kind if kind.value >= Kind.ONLINE_FOR_STRANGERS))
+LEVELS = Kind(
+    sum(
+        kind.value
+        for kind in Kind
+        if Kind.ONLINE_FOR_STRANGERS <= kind.value <= Kind.ACTIVITY_FOR_CLOSE_FRIENDS
+    )
+)
 
 #: the classes of viewers a privacy level tells apart, each with one relation of its class
 _CLASSES = (
@@ -118,10 +127,12 @@ class Change:
         kinds = self.kinds
         if kinds & Kind.UNKNOWN or relation.is_self:
             return True
+        if relation.blocked:
+            # A block hides everything, whatever the levels, status, state or any other
+            # relation change between them: only the block made (or one of two lifted) is news.
+            return bool(kinds & Kind.BLOCK) and viewer in self.between
         if kinds & Kind.RELATION and viewer in self.between:
             return True
-        if relation.blocked:
-            return False  # a block hides everything, whatever the levels, status or state
         if kinds & Kind.RULES:
             return True
         may_see_online = permits(choices.online_visibility, relation, "online_visibility")
@@ -134,22 +145,28 @@ class Change:
             choices.activity_visibility, relation, "activity_visibility"
         ):
             return True
-        if kinds >= Kind.ONLINE_FOR_STRANGERS:
-            return self._levels_seen_by(relation, shows_online)
+        if kinds & LEVELS:
+            return self._levels_seen_by(relation, choices, shows_online)
         return False
 
-    def _levels_seen_by(self, relation: Relation, shows_online: bool) -> bool:
+    def _levels_seen_by(self, relation: Relation, choices: Choices, shows_online: bool) -> bool:
         """Whether a change of levels changed a permission of ``relation``'s viewer that alters
-        what it sees (the last seen only where the online status is shown)."""
+        what it sees: the online status not while the user is invisible (hidden either way),
+        the last seen only where the online status is shown, the custom status only where
+        there is one."""
         viewers = _class_of(relation)
         for setting in VISIBILITY_SETTINGS:
             if not self.kinds & _level_kind(setting, viewers):
                 continue
             if relation.exceptions >> EXCEPTION_SHIFT[setting] & (EXCEPTION_ALLOW | EXCEPTION_DENY):
                 continue  # its exception beats the level, before and after
-            if setting != "last_seen_visibility":
-                return True
-            if shows_online and not relation.hides_own_last_seen:
+            if setting == "online_visibility":
+                if not choices.invisible:
+                    return True
+            elif setting == "activity_visibility":
+                if choices.text or choices.emoji or choices.activity:
+                    return True
+            elif shows_online and not relation.hides_own_last_seen:
                 return True
         return False
 
@@ -161,9 +178,10 @@ ACTIVITY_CHANGE = Change(Kind.ACTIVITY)
 RULES_CHANGE = Change(Kind.RULES | Kind.INVISIBLE)
 
 
-def relation_change(others: Iterable[UserId]) -> Change:
-    """The relation of a user with ``others`` changed (and nobody else's view of them)."""
-    return Change(Kind.RELATION, frozenset(others))
+def relation_change(others: Iterable[UserId], block: bool = False) -> Change:
+    """The relation of a user with ``others`` changed (and nobody else's view of them);
+    ``block``: a block between them was made or lifted."""
+    return Change(Kind.RELATION | Kind.BLOCK if block else Kind.RELATION, frozenset(others))
 
 
 def add_change(changes: dict[UserId, Change], user_id: UserId, change: Change) -> None:

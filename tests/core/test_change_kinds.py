@@ -19,6 +19,7 @@ from presence.domain import (
     EXCEPTION_ALLOW,
     EXCEPTION_DENY,
     EXCEPTION_SHIFT,
+    LEVELS,
     Change,
     Choices,
     Device,
@@ -109,21 +110,47 @@ def test_a_change_judged_unseen_never_alters_what_the_viewer_is_shown(kind: str)
 
 @pytest.mark.parametrize("relation", list(relations()))
 def test_a_change_of_relation_with_someone_else_is_nobody_else_s(relation: Relation) -> None:
-    change = domain.relation_change([VIEWER + 1])
-    assert not change.seen_by(VIEWER, Choices(), relation)
-    assert domain.relation_change([VIEWER]).seen_by(VIEWER, Choices(), relation)
+    for block in (False, True):
+        change = domain.relation_change([VIEWER + 1], block)
+        assert not change.seen_by(VIEWER, Choices(), relation)
+    # With the viewer: theirs, but across a block (as it stands after it) only the block's.
+    assert domain.relation_change([VIEWER], block=True).seen_by(VIEWER, Choices(), relation)
+    seen = domain.relation_change([VIEWER]).seen_by(VIEWER, Choices(), relation)
+    assert seen is not relation.blocked
 
 
 def test_a_block_hides_every_change_but_one_of_the_block_itself() -> None:
+    """Across a block nothing is told, not even that the other changed something about the
+    viewer (unfollowed them, made an exception for them): only a block made or lifted between
+    them changes what they see of each other."""
     blocked = Relation(is_contact=True, blocked=True)
     everyone = Choices(
         online_visibility=Visibility.EVERYONE,
         last_seen_visibility=Visibility.EVERYONE,
         activity_visibility=Visibility.EVERYONE,
     )
-    for kinds in (Kind.LIVE, Kind.ACTIVITY, Kind.INVISIBLE, Kind.RULES, Kind.RELATION):
+    kinds_of_change = (Kind.LIVE, Kind.ACTIVITY, Kind.INVISIBLE, Kind.RULES, Kind.RELATION)
+    for kinds in kinds_of_change:
         assert not Change(kinds, frozenset({VIEWER + 1})).seen_by(VIEWER, everyone, blocked)
-    assert domain.relation_change([VIEWER]).seen_by(VIEWER, everyone, blocked)
+        assert not Change(kinds, frozenset({VIEWER})).seen_by(VIEWER, everyone, blocked)
+    assert not domain.relation_change([VIEWER]).seen_by(VIEWER, everyone, blocked)
+    assert domain.relation_change([VIEWER], block=True).seen_by(VIEWER, everyone, blocked)
+    assert not domain.relation_change([VIEWER + 1], block=True).seen_by(VIEWER, everyone, blocked)
+
+
+def test_a_level_changed_while_it_alters_nothing_shown_is_no_one_s() -> None:
+    """The online level of an invisible user (hidden either way), the activity level of one
+    without a custom status: the viewers whose permission it changed see nothing new."""
+    stranger = Relation()
+    for setting, shown in (("online_visibility", "invisible"), ("activity_visibility", "text")):
+        before = Choices(**{setting: Visibility.NOBODY})
+        after = replace(before, **{setting: Visibility.EVERYONE})
+        hidden = replace(after, invisible=True) if shown == "invisible" else after
+        visible = after if shown == "invisible" else replace(after, text="at lunch")
+        change = domain.levels_change(before, after)
+        assert change.kinds & LEVELS
+        assert not change.seen_by(VIEWER, hidden, stranger), setting
+        assert change.seen_by(VIEWER, visible, stranger), setting
 
 
 def test_levels_changed_in_a_way_not_known_and_unknown_changes_are_every_unblocked_viewer_s() -> (

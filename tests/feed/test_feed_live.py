@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from presence import domain, extensions
+from presence import api, domain, extensions
 from presence.domain import InvalidInput
 from presence.feed import api as feed
 from presence.feed import live
@@ -126,6 +126,36 @@ async def test_privacy_and_blocks_decide_who_sees_a_post(
     await sync_to_async(PrivacySettings.objects.create)(user=author, activity_visibility="nobody")
     await post(author, "nobody")
     await assert_silent(*sockets_by_viewer.values())
+
+
+async def test_exceptions_for_the_activity_decide_who_sees_a_post_live(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    """A "never share" exception for the activity beats the contacts level, an "always share"
+    admits a stranger: live as on the timelines (feed.visible_to) and in can_see."""
+    author = await new_user(make_user, username="author")
+    denied = await new_user(make_user, username="denied")
+    admitted = await new_user(make_user, username="admitted")
+    for viewer in (denied, admitted):
+        await follow(viewer, author)
+    await follow(author, denied)  # a contact: the default level would admit them
+    share = sync_to_async(api.share_with)
+    await share(author, denied, "activity_visibility", allow=False)
+    await share(author, admitted, "activity_visibility", allow=True)
+    by_viewer = {viewer: await sockets.open(viewer) for viewer in (denied, admitted)}
+    for socket in by_viewer.values():
+        await watch(socket, "following", f"user:{author.pk}")
+
+    posted = await post(author, "for some")
+
+    assert await activity_frame(by_viewer[admitted]) == (
+        sorted(["following", f"user:{author.pk}"]),
+        "author",
+        "for some",
+    )
+    await assert_silent(by_viewer[denied])
+    assert not await feed.acan_see(denied, posted)
+    assert await feed.acan_see(admitted, posted)
 
 
 async def test_unwatching_stops_and_bad_feeds_are_errors(

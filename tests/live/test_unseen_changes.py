@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from presence import api
-from presence.models import Block, Contact, PrivacySettings
+from presence.models import Block, Contact, PrivacyException, PrivacySettings
 from tests.ids import wire_id
 from tests.live.sockets import TIMEOUT, Sockets, lets_see, new_user
 from tests.live.sockets import _base_settings as _base_settings
@@ -94,6 +94,24 @@ CHANGES: dict[str, Callable[[Any, Any], Awaitable[None]]] = {
 
 async def _nothing(target: Any, other: Any) -> None:
     return None
+
+
+async def _unfollows(target: Any, other: Any) -> None:
+    await sync_to_async(Contact.objects.filter(owner=target, contact=other).delete)()
+
+
+async def _never_shares_activity_with(target: Any, other: Any) -> None:
+    await sync_to_async(PrivacyException.objects.create)(
+        owner=target, viewer=other, setting="activity_visibility", allow=False
+    )
+
+
+#: what the target does about the blocked viewer itself, which a block still hides: only the
+#: block made or lifted changes what either sees of the other
+ACROSS_THE_BLOCK: dict[str, Callable[[Any, Any], Awaitable[None]]] = {
+    "unfollows the viewer": _unfollows,
+    "never shares activity with the viewer": _never_shares_activity_with,
+}
 
 
 async def cast(
@@ -170,6 +188,76 @@ async def test_no_diff_tells_a_page_s_socket_of_a_change_it_may_not_see(
     frame = await communicator.receive_json_from(timeout=TIMEOUT)
     assert frame["type"] == "presence_diff"
     assert list(frame["presences"]) == [str(wire_id(friend))]
+
+
+@pytest.mark.parametrize("path", ["resume", "live"])
+@pytest.mark.parametrize("change", list(ACROSS_THE_BLOCK))
+async def test_a_change_about_a_blocked_viewer_itself_is_not_told_to_it(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    change: str,
+    path: str,
+) -> None:
+    viewer, target, friend, _ = await cast(make_user, clock, "blocked", False)
+    stamp, _ = await render_page(viewer, target, friend)
+    clock.shift(1)
+    if path == "resume":
+        await ACROSS_THE_BLOCK[change](target, viewer)
+        clock.shift(4)
+        resumed = await sockets.open(viewer)
+        frame = await subscribe_since(resumed, stamp, target, friend)
+        assert frame["presences"] == {} and frame["unchanged"] == ids(target, friend)
+        return
+    # A page's socket subscribed before the change.
+    live = await sockets.open(viewer)
+    assert (await subscribe_since(live, stamp, target, friend))["presences"] == {}
+    await ACROSS_THE_BLOCK[change](target, viewer)
+    await api.atouch(friend)  # the witness: a diff of the target would come first or with it
+    frame = await live.receive_json_from(timeout=TIMEOUT)
+    assert frame["type"] == "presence_diff"
+    assert list(frame["presences"]) == [str(wire_id(friend))]
+
+
+async def test_an_invisible_user_changing_its_online_level_tells_no_one(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    """Invisible hides the online status whatever the level: a stranger the new level admits
+    sees nothing new (and so learns nothing of the invisible user being active)."""
+    viewer, target, friend, _ = await cast(make_user, clock, "stranger", False)
+    clock.shift(-60)
+    await _invisible(target, None)
+    await api.atouch(target)  # online, invisible
+    clock.shift(60)
+    stamp, _ = await render_page(viewer, target, friend)
+    clock.shift(1)
+
+    @sync_to_async
+    def shares_with_everyone() -> None:
+        settings = PrivacySettings.objects.get(user=target)
+        settings.online_visibility = "everyone"
+        settings.save()
+
+    await shares_with_everyone()
+    clock.shift(4)
+    communicator = await sockets.open(viewer)
+    frame = await subscribe_since(communicator, stamp, target, friend)
+    assert frame["presences"] == {} and frame["unchanged"] == ids(target, friend)
+
+
+async def test_a_page_s_socket_is_told_when_the_target_blocks_it(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, target, _, _ = await cast(make_user, clock, "stranger")
+    clock.shift(-60)
+    await lets_see(target, viewer)
+    await api.atouch(target)
+    clock.shift(60)
+    communicator = await page_s_socket(sockets, clock, viewer, target, shows="online")
+
+    await sync_to_async(Block.objects.create)(blocker=target, blocked=viewer)
+
+    assert await diffed_status(communicator, target) == "offline"
 
 
 async def test_a_viewer_who_may_see_the_change_is_still_told(

@@ -68,7 +68,9 @@ def live_audience(
         return None, {}
     audience: dict[UserId, list[str]] = {}
     for viewer, feeds in watching.items():
-        if not domain.permits(choices.activity_visibility, pairs.relation(viewer, author)):
+        if not domain.permits(
+            choices.activity_visibility, pairs.relation(viewer, author), "activity_visibility"
+        ):
             continue
         matched = [
             feed

@@ -39,7 +39,7 @@ def can_see(viewer: Any, activity: Activity) -> bool:
     if activity.author_id not in facts:
         return False
     relation, choices = facts[activity.author_id]
-    return domain.permits(choices.activity_visibility, relation)
+    return domain.permits(choices.activity_visibility, relation, "activity_visibility")
 
 
 async def acan_see(viewer: Any, activity: Activity) -> bool:

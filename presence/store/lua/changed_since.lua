@@ -4,8 +4,9 @@
 -- the users who may look different now than at ARGV[1], each with what kind of change since
 -- (presence.domain.Kind's bits): a stamp since then, or a schedule (turning offline, a custom
 -- status expiring) that fell due in between and may not be announced yet, or a claim by a
--- sweep under way. A user's stamp of any kind is its id; each kind's is '<bit>:<id>', and a
--- change of relation with a viewer 'p:<length of id>:<id><viewer>' (stamp_changes.lua).
+-- sweep under way. A user's stamp of any kind is its id; each kind's is '<bit>:<id>', a change
+-- of relation with a viewer 'p:<length of id>:<id><viewer>', and a block made or lifted
+-- between them 'b:<length of id>:<id><viewer>' (stamp_changes.lua).
 local low, high, viewer = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local found = {redis.call('GET', KEYS[2])}
 local ids = {}
@@ -20,9 +21,10 @@ local function within(score)
   return at >= low and at <= high
 end
 -- presence.domain.Kind's bits: live, activity, invisible, rules, relation, unknown, then a
--- permission changed per setting and class of viewers (64 to 16384)
+-- permission changed per setting and class of viewers (64 to 16384), then a block (32768)
 local BITS = {}
-for b = 0, 14 do BITS[#BITS + 1] = 2 ^ b end
+for b = 0, 15 do BITS[#BITS + 1] = 2 ^ b end
+local RELATION, BLOCK = 16, 32768
 local function has(kinds, bit) return kinds % (bit * 2) >= bit end
 for i, id in ipairs(ids) do
   local kinds = 0
@@ -31,14 +33,18 @@ for i, id in ipairs(ids) do
     local members = {}
     for _, bit in ipairs(BITS) do members[#members + 1] = string.format('%d', bit) .. ':' .. id end
     members[#members + 1] = 'p:' .. #id .. ':' .. id .. viewer
-    local pair = #members
+    members[#members + 1] = 'b:' .. #id .. ':' .. id .. viewer
+    local pair, block = #members - 1, #members
     local scores = redis.call('ZMSCORE', KEYS[1], unpack(members))
+    local function since(n) return scores[n] and tonumber(scores[n]) >= low end
     local kinded = false
     for b, bit in ipairs(BITS) do
-      if scores[b] and tonumber(scores[b]) >= low then
+      if since(b) then
         kinded = true
-        -- A change of relation is the viewer's only if it was with them.
-        if bit ~= 16 or (scores[pair] and tonumber(scores[pair]) >= low) then kinds = kinds + bit end
+        -- A change of relation (a block) is the viewer's only if it was with them.
+        if (bit ~= RELATION or since(pair)) and (bit ~= BLOCK or since(block)) then
+          kinds = kinds + bit
+        end
       end
     end
     if not kinded then kinds = 32 end -- stamped without its kind: everyone's

@@ -18,18 +18,22 @@ from presence.users import UserId, encode_id, id_decoder
 _KINDS = tuple(Kind)
 
 
-def _pair_member(target: int | str, viewer: int | str) -> str:
-    """The stamp of a change of relation between ``target`` and ``viewer`` (encoded ids): the
-    target's length first, so that no two pairs of ids spell the same member."""
+def _pair_member(target: int | str, viewer: int | str, prefix: str = "p") -> str:
+    """The stamp of a change of relation between ``target`` and ``viewer`` (encoded ids; prefix
+    "b": of a block between them): the target's length first, so that no two pairs of ids
+    spell the same member."""
     spelt = str(target)
-    return f"p:{len(spelt.encode())}:{spelt}{viewer}"
+    return f"{prefix}:{len(spelt.encode())}:{spelt}{viewer}"
 
 
 def _members(encoded: int | str, change: Change) -> list[int | str]:
     """The members a change of ``change``'s kinds stamps for one user: its id, its kinds."""
     members: list[int | str] = [encoded]
     members.extend(f"{kind.value}:{encoded}" for kind in _KINDS if change.kinds & kind)
-    members.extend(_pair_member(encoded, encode_id(other)) for other in change.between)
+    others = [encode_id(other) for other in change.between]
+    members.extend(_pair_member(encoded, other) for other in others)
+    if change.kinds & Kind.BLOCK:
+        members.extend(_pair_member(encoded, other, "b") for other in others)
     return members
 
 

@@ -78,6 +78,8 @@ def accepted_time(stamp: str, viewer_id: UserId, now: float | None = None) -> fl
     digits, _, signature = stamp.partition(".")
     if not digits.isascii() or not digits.isdigit() or len(digits) > 16:
         return None
+    if not signature.isascii():
+        return None  # (a lone surrogate would not even encode)
     millis = int(digits)
     if not hmac.compare_digest(signature.encode(), _signature(viewer_id, millis).encode()):
         return None

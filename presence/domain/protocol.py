@@ -260,8 +260,12 @@ def parse_frame(
         raise _nests_too_deeply()
     try:
         data = json.loads(text)
-    except ValueError:
+    except json.JSONDecodeError:
         raise InvalidInput("invalid_json", gettext("The frame is not valid JSON.")) from None
+    except ValueError:  # valid JSON, but a number longer than Python converts (4,300 digits)
+        raise InvalidInput(
+            "invalid_value", gettext("A number in the frame has too many digits.")
+        ) from None
     except RecursionError:  # pragma: no cover - nests_too_deeply refuses far shallower
         raise _nests_too_deeply() from None
     if not isinstance(data, dict):

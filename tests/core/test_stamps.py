@@ -69,3 +69,13 @@ def test_a_stamp_is_accepted_within_resume_window_and_the_same_utc_day() -> None
     # Within STAMP_SLACK of midnight the clocks may disagree on the day.
     assert stamps.accepted_time(stamps.mint(7, midnight + 1), 7, midnight + 10) is None
     assert stamps.accepted_time(stamps.mint(7, midnight + 5), 7, midnight + 10) == midnight + 5
+
+
+@pytest.mark.parametrize(
+    "garbled", ["1.\ud800", "1.é", "", ".", "x.y", "1" * 17 + ".abc", "١٢.abc"]
+)
+def test_a_garbled_stamp_proves_nothing_and_never_raises(garbled: str) -> None:
+    now = T0.timestamp()
+    assert stamps.accepted_time(garbled, 7, now) is None
+    real = stamps.mint(7, now - 1)
+    assert stamps.accepted_time(real[:-1] + "\ud800", 7, now) is None

@@ -65,6 +65,12 @@ BAD_FRAMES = [
     ("not json", "invalid_json", "The frame is not valid JSON."),
     ("", "invalid_json", "The frame is not valid JSON."),
     ('{"type": "subscribe", "users": [1]', "invalid_json", "The frame is not valid JSON."),
+    # valid JSON, a number longer than Python converts
+    (
+        '{"type": "subscribe", "users": [' + "9" * 5000 + "]}",
+        "invalid_value",
+        "A number in the frame has too many digits.",
+    ),
     ("[1, 2]", "invalid_message", "Expected a JSON object."),
     ("42", "invalid_message", "Expected a JSON object."),
     ('"subscribe"', "invalid_message", "Expected a JSON object."),

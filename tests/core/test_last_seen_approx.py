@@ -196,6 +196,27 @@ def test_the_database_keeps_the_last_seen_of_an_earlier_day(
     assert expected[0] == (at(new[0]), at(stored[0][0]))  # the sign-off's case
 
 
+@pytest.mark.parametrize("persisted", [None, "yesterday", "today"])
+def test_presence_cleanup_persists_the_last_seen_of_an_earlier_day_redis_kept(
+    make_user: Callable[..., Any], persisted: str | None
+) -> None:
+    """Seen late one day and just after midnight: Redis keeps the first as the second's prior;
+    cleanup writes both, so the approximate last seen holds after Redis forgets them (a flush,
+    the entry removed) whatever the row held before."""
+    user = make_user()
+    late, early = MIDNIGHT - 120, MIDNIGHT + 60
+    if persisted is not None:
+        seen = late - 3600 if persisted == "yesterday" else early - 30
+        LastSeen.objects.create(user=user, seen_at=datetime.fromtimestamp(seen, tz=UTC))
+    for moment in (late, early):
+        with time_machine.travel(moment, tick=False):
+            api.touch(user)
+    with time_machine.travel(early + 3600, tick=False):
+        assert api.cleanup().removed == 1
+    row = LastSeen.objects.get(user=user)
+    assert (row.seen_at.timestamp(), row.prior_seen_at.timestamp()) == (early, late)
+
+
 def test_null_where_last_seen_shows_nothing_is_known_or_a_block_stands() -> None:
     # Last seen yesterday: "recently" for a stranger, unless one of these holds.
     now, live = NOW.timestamp(), domain.LiveState(last_active=NOW.timestamp() - 86_400)

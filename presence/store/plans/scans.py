@@ -75,6 +75,31 @@ class ScanPlans(PlanArea):
             fallback=RAISE,
         )
 
+    def stale_priors(self, entries: Iterable[StaleEntry]) -> Plan[dict[UserId, float]]:
+        """The last seen of an earlier UTC day that each entry's user's last seen replaced
+        (the bucket's prior set, lua/prior.lua), where there is one: one ZMSCORE per bucket."""
+        grouped: dict[int, list[UserId]] = defaultdict(list)
+        for entry in entries:
+            grouped[entry.bucket].append(entry.user_id)
+        buckets = list(grouped.items())
+
+        def parse(replies: list[Any]) -> dict[UserId, float]:
+            return {
+                user_id: float(score)
+                for (_, users), scores in zip(buckets, replies, strict=True)
+                for user_id, score in zip(users, scores, strict=True)
+                if score is not None
+            }
+
+        return Plan(
+            commands=[
+                ("ZMSCORE", self.keys.prior_key(bucket), *map(encode_id, users))
+                for bucket, users in buckets
+            ],
+            parse=parse,
+            fallback=RAISE,
+        )
+
     def scan_recent(
         self, buckets: Sequence[int], since: float
     ) -> Plan[list[tuple[UserId, domain.LiveState]]]:

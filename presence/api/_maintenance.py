@@ -70,7 +70,8 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
             seen[entry.user_id] = max(seen.get(entry.user_id, 0.0), entry.seen_at)
         # The last seen of an earlier day that Redis keeps beside it (the approximate last
         # seen's base) first: the later one then keeps it as the row's prior (record_many).
-        LastSeen.objects.record_many(store.run(store.plans.stale_priors(entries)))
+        priors: dict[UserId, float] = store.run(store.plans.stale_priors(entries))
+        LastSeen.objects.record_many(priors)
         report.persisted += LastSeen.objects.record_many(seen)
         removal = store.run(store.plans.remove_stale(entries, now))
         report.removed += removal.removed

@@ -87,8 +87,18 @@ def mention_candidates(text: str) -> list[MentionCandidate]:
 
 
 def candidate_names(text: str) -> list[str]:
-    """All names the mentions of ``text`` may stand for, without repeats (in text order)."""
-    return list(dict.fromkeys(name for c in mention_candidates(text) for name in c.names))
+    """All names the mentions of ``text`` may stand for, without repeats: every mention's
+    longest name (in text order), then every mention's next one, and so on. A caller that
+    looks up only the first N looks up each mention's likeliest names before any mention's
+    shorter ones: a long run of separators (``@a.a.a.a...``, a prefix per dot) cannot crowd
+    out the mentions after it."""
+    candidates = [c.names for c in mention_candidates(text)]
+    deepest = max((len(names) for names in candidates), default=0)
+    return list(
+        dict.fromkeys(
+            names[rank] for rank in range(deepest) for names in candidates if rank < len(names)
+        )
+    )
 
 
 @dataclass(frozen=True)

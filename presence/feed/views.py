@@ -77,11 +77,20 @@ def _group_or_404(slug: str) -> Group | HttpResponse:
     return group
 
 
+#: the values ``?include_self=`` takes
+_FLAGS = {"0": False, "false": False, "1": True, "true": True}
+
+
 @_feed_view("GET")
 def following_view(request: HttpRequest) -> HttpResponse:
-    """``GET ?cursor=``: ``{"activities": [ACTIVITY...], "next_cursor"}`` of the people the
-    caller follows."""
-    return _page(feed.following_timeline(request.user, cursor=_cursor(request)))
+    """``GET ?cursor=&include_self=1``: ``{"activities": [ACTIVITY...], "next_cursor"}`` of
+    the people the caller follows (``include_self``: and the caller's own, as a live
+    ``following`` timeline sends them)."""
+    flag = request.GET.get("include_self", "0")
+    if flag not in _FLAGS:
+        raise InvalidInput("invalid_value", _("'include_self' must be 0 or 1."))
+    page = feed.following_timeline(request.user, cursor=_cursor(request), include_self=_FLAGS[flag])
+    return _page(page)
 
 
 @_feed_view("GET")

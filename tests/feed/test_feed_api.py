@@ -102,6 +102,14 @@ def test_mention_parsing_with_real_users(
     assert [m.user.username for m in feed.mentions_of(activity)] == mentioned
 
 
+def test_a_mention_after_long_runs_of_dots_is_still_found(make_user: Callable[..., Any]) -> None:
+    # Two runs of 150 characters make more names than a post looks up (MAX_MENTION_NAMES).
+    make_user("bob")
+    author = make_user("author")
+    activity = feed.post(author, f"@{'a.' * 70} @{'b.' * 70} hi @bob")
+    assert [m.user.username for m in feed.mentions_of(activity)] == ["bob"]
+
+
 @pytest.mark.parametrize(
     ("text", "code"),
     [

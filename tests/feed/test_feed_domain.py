@@ -119,7 +119,14 @@ def test_overlong_names_are_cut_at_the_username_limit() -> None:
 
 
 def test_candidate_names_are_unique_in_text_order() -> None:
-    assert candidate_names("@bob @carol. @bob @Bob") == ["bob", "carol.", "carol", "Bob"]
+    assert candidate_names("@bob @carol. @bob @Bob") == ["bob", "carol.", "Bob", "carol"]
+
+
+def test_a_long_run_of_separators_does_not_crowd_out_later_mentions() -> None:
+    # Each dot makes a prefix a name: 70 names a run; every mention's longest first.
+    first, second = "a." * 70, "b." * 70
+    names = candidate_names(f"@{first} @{second} hi @bob")
+    assert names[:3] == [first, second, "bob"] and len(names) > 100
 
 
 # --- resolving mentions ---------------------------------------------------------------------

@@ -79,6 +79,28 @@ def test_urls_are_named() -> None:
 # --- answers --------------------------------------------------------------------------------
 
 
+def test_following_includes_the_callers_own_activities_when_asked(
+    clock: Any, client: Client, alice: Any, make_user: Callable[..., Any]
+) -> None:
+    bob = make_user("bob")
+    PrivacySettings.objects.create(user=bob, activity_visibility="everyone")
+    Contact.objects.create(owner=alice, contact=bob)
+    theirs = feed.post(bob, "theirs")
+    clock.move_to(at(1))
+    mine = feed.post(alice, "mine")
+
+    def ids(**query: str) -> list[int]:
+        response = client.get(FOLLOWING, query)
+        assert response.status_code == 200, response.content
+        return [a["id"] for a in response.json()["activities"]]
+
+    assert ids() == ids(include_self="0") == [theirs.pk]
+    assert ids(include_self="1") == ids(include_self="true") == [mine.pk, theirs.pk]
+    response = client.get(FOLLOWING, {"include_self": "yes"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_value"
+
+
 def test_following_answers_exact_json_and_pages_by_cursor(
     clock: Any, client: Client, alice: Any, make_user: Callable[..., Any]
 ) -> None:

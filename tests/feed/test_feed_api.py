@@ -632,6 +632,22 @@ def test_render_text_escapes_and_links_mentions(
     )
 
 
+def test_rendering_links_no_name_the_post_did_not_resolve_to_the_stored_user(
+    make_user: Callable[..., Any],
+) -> None:
+    """``Ann`` is mentioned as written; ``@ANN`` named nobody (``Ann`` and ``ann`` both match
+    it ignoring case) and ``@ann`` names ``ann``, who blocked the author (not stored): neither
+    is linked to ``Ann``."""
+    ann, other_ann = make_user("Ann"), make_user("ann")
+    author = make_user("author")
+    Block.objects.create(blocker=other_ann, blocked=author)
+    activity = feed.post(author, "hi @Ann, @ANN and @ann")
+    assert [m.user for m in feed.mentions_of(activity)] == [ann]
+    assert feed.render_text(Activity.objects.get(pk=activity.pk), "demo:profile") == (
+        'hi <a class="mention" href="/u/Ann/">@Ann</a>, @ANN and @ann'
+    )
+
+
 def test_rendering_uses_the_mentions_stored_when_posted(make_user: Callable[..., Any]) -> None:
     author = make_user("author")
     activity = feed.post(author, "hi @later")

@@ -41,6 +41,31 @@ def profile_url(user: Any, url_name: str | None = None) -> str | None:
     return absolute() if callable(absolute) else None
 
 
+def _as_posted(users: dict[str, Any]) -> Any:
+    """A lookup of the stored mentions' users by name as the post resolved them: a name spelt
+    as a user's handle is theirs; one that differs only in case was theirs only if no other
+    user's handle matches it ignoring case (posting's rule, feed_domain.case_insensitive_lookup,
+    over every user: asked of the database, once per such name, none for names spelt exactly).
+    Otherwise ``@ANN`` beside a stored ``Ann`` would name her though ``ann`` exists too (or
+    blocked the author, and was never stored)."""
+    folded = feed_domain.case_insensitive_lookup(users)
+    manager = get_user_model()._default_manager
+    field = handle_field()
+    alone: dict[str, bool] = {}
+
+    def lookup(name: str) -> Any:
+        if name in users:
+            return users[name]
+        user = folded(name)
+        if user is None:
+            return None
+        if name not in alone:
+            alone[name] = manager.filter(**{f"{field}__iexact": name}).count() == 1
+        return user if alone[name] else None
+
+    return lookup
+
+
 def render_text(activity: Activity, url_name: str | None = None) -> SafeString:
     """The activity's text as HTML: escaped, each stored mention linked to its user's profile
     (``<a class="mention" href="...">@name</a>``, or a ``<span class="mention">`` when there
@@ -51,7 +76,7 @@ def render_text(activity: Activity, url_name: str | None = None) -> SafeString:
         for mention in mentions_of(activity)
         if (handle := handle_of(mention.user)) is not None
     }
-    spans = feed_domain.resolve_mentions(text, feed_domain.case_insensitive_lookup(users))
+    spans = feed_domain.resolve_mentions(text, _as_posted(users))
     parts: list[str] = []
     start = 0
     for span in spans:

@@ -262,7 +262,11 @@ def parse_frame(
         data = json.loads(text)
     except json.JSONDecodeError:
         raise InvalidInput("invalid_json", gettext("The frame is not valid JSON.")) from None
-    except ValueError:  # valid JSON, but a number longer than Python converts (4,300 digits)
+    except ValueError:  # a number longer than Python converts (4,300 digits): valid JSON?
+        try:
+            json.loads(text, parse_int=len)  # (its syntax alone, each integer left unconverted)
+        except json.JSONDecodeError:
+            raise InvalidInput("invalid_json", gettext("The frame is not valid JSON.")) from None
         raise InvalidInput(
             "invalid_value", gettext("A number in the frame has too many digits.")
         ) from None

@@ -90,6 +90,10 @@ class PresenceStore:
         #: users this process claimed from the due schedule but could neither check nor put
         #: back (Redis failed in between): its next sweep checks them, so an outage loses nobody
         self.unswept: set[UserId] = set()
+        #: each event loop's PING after a page's call was cut short, while under way
+        self._asking: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # --- its clients and health -------------------------------------------------------------
 
@@ -121,6 +125,10 @@ class PresenceStore:
         self._connections.close()
 
     async def aclose(self) -> None:
+        asking = [future for future in self._asking.values() if not future.done()]
+        for future in asking:
+            future.cancel()
+        await asyncio.gather(*asking, return_exceptions=True)
         await self._connections.aclose()
 
     # --- executing plans --------------------------------------------------------------------
@@ -301,7 +309,23 @@ class PresenceStore:
                 return await self._arun(plan)
         except TimeoutError as error:
             # The wait was cut short here; the connection it left is dropped by redis-py.
+            self._ask_as_the_live_paths_do()
             return self._late(plan, error)
+
+    def _ask_as_the_live_paths_do(self) -> None:
+        """A page's call was cut short, maybe while it waited for a connection that cannot
+        be made (this loop's client waits the live paths' LIVE_SOCKET_TIMEOUT to connect,
+        longer than a page waits): one PING at a time per event loop asks Redis as a live call
+        does, so an unreachable Redis is an outage (the failure policy: logged once, pages
+        answered at once for RETRY_INTERVAL) and a merely busy one is not."""
+        if self.cluster is not None:
+            return  # (each master's health is its own, presence.store.cluster)
+        loop = asyncio.get_running_loop()
+        asking = self._asking.get(loop)
+        if asking is not None and not asking.done():
+            return
+        ping = Plan(commands=[("PING",)], parse=lambda replies: True, fallback=False)
+        self._asking[loop] = asyncio.ensure_future(self.arun(ping, live=True))
 
     async def _arun(self, plan: Plan[T], batched: bool = False) -> T:
         if self.cluster is not None:

@@ -158,11 +158,15 @@ def expected(payload: str | bytes, connection: ConnectionModel, site: Site) -> E
     if len(payload.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
         return error("frame_too_large")
     try:
-        data = json.loads(payload)
+        json.loads(payload, parse_int=str)  # its syntax: JSON's own rules
     except ValueError:
         return error("invalid_json")
     except RecursionError:
         return error("invalid_message")
+    try:
+        data = json.loads(payload)
+    except ValueError:  # valid JSON, a number of more digits than Python converts
+        return error("invalid_value")
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         return error("invalid_message")
     kind = data["type"]

@@ -71,6 +71,12 @@ BAD_FRAMES = [
         "invalid_value",
         "A number in the frame has too many digits.",
     ),
+    # ... and not valid JSON past such a number: not JSON is what it is told
+    (
+        '{"type": "subscribe", "users": [' + "9" * 5000,
+        "invalid_json",
+        "The frame is not valid JSON.",
+    ),
     ("[1, 2]", "invalid_message", "Expected a JSON object."),
     ("42", "invalid_message", "Expected a JSON object."),
     ('"subscribe"', "invalid_message", "Expected a JSON object."),

@@ -6,8 +6,11 @@ Live connections, schedules and merged plans: tests/store/test_store_connections
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -277,6 +280,29 @@ class TestAsyncFace:
         await store.aclose()
 
 
+@contextlib.contextmanager
+def unreachable_port() -> Iterator[int]:
+    """A port on 127.0.0.1 whose listener's accept queue is full: a new connection is neither
+    refused nor made (its SYN dropped), as with a host that went away."""
+    listener = socket.socket()
+    fillers: list[socket.socket] = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        yield port
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
 class TestSlownessIsNotAnOutage:
     """A busy Redis (here: paused with CLIENT PAUSE) is waited for on the live paths and cut
     short on pages; neither declares an outage, so the others keep using Redis."""
@@ -369,6 +395,32 @@ class TestSlownessIsNotAnOutage:
         self.pause(private_redis, 600)
         assert store.run(store.plans.read([1])) is None
         assert store.health.available() and not store.health.in_outage
+
+    async def test_an_async_page_cut_short_by_a_redis_it_cannot_reach_starts_an_outage(
+        self, settings: Any, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A page's call gives up after SOCKET_TIMEOUT, sooner than a connection is given up
+        on (LIVE_SOCKET_TIMEOUT, for a busy process): a Redis that cannot be reached at all
+        is still an outage, found by one live PING, and the pages after it are answered at
+        once without waiting."""
+        with unreachable_port() as port:
+            caches = {alias: dict(conf) for alias, conf in settings.CACHES.items()}
+            caches["default"]["LOCATION"] = f"redis://127.0.0.1:{port}/0"
+            settings.CACHES = caches
+            settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1, "LIVE_SOCKET_TIMEOUT": 0.3}
+            store = get_store()
+            with caplog.at_level(logging.INFO, logger="presence"):
+                assert await store.arun(store.plans.read([1])) is None  # late: its fallback
+                for _ in range(40):  # bounded: the PING gives up after LIVE_SOCKET_TIMEOUT
+                    if store.known_down():
+                        break
+                    await asyncio.sleep(0.05)
+                assert store.known_down() and store.health.in_outage
+                started = time.perf_counter()
+                assert await store.arun(store.plans.read([1])) is None
+                assert time.perf_counter() - started < 0.05  # answered at once
+            assert sum("unavailable" in r.getMessage() for r in caplog.records) == 1
+            await store.aclose()
 
     async def test_a_redis_that_stays_silent_past_live_socket_timeout_is_an_outage(
         self, private_redis: Any, settings: Any

@@ -131,11 +131,60 @@ def _levels(row: Any) -> domain.Choices:
     )
 
 
+#: the attribute a Contact being saved keeps its row's close_friend in until then (None: new)
+_CLOSE_BEFORE = "_presence_close_friend_before"
+
+
+def _on_contact_saving(sender: Any, instance: Any, **kwargs: Any) -> None:
+    row = (
+        sender._default_manager.using(kwargs.get("using"))
+        .filter(pk=instance.pk)
+        .values_list("close_friend", flat=True)
+        .first()
+        if instance.pk is not None
+        else None
+    )
+    setattr(instance, _CLOSE_BEFORE, row)
+
+
+def _close_friend_shows_nothing(instance: Any) -> bool:
+    """Whether the save only marked or unmarked a close friend, where the owner's levels show
+    close friends what they show contacts (for every setting the contact has no exception
+    for): nothing the contact sees changes, so no viewer is told (not even that it happened).
+    With RECIPROCAL_LAST_SEEN what the owner sees of them may change: told."""
+    before = getattr(instance, _CLOSE_BEFORE, None)
+    setattr(instance, _CLOSE_BEFORE, None)
+    if before is None or before == instance.close_friend:
+        return False
+    if get_settings().RECIPROCAL_LAST_SEEN is not False:
+        return False
+    row = PrivacySettings.objects.filter(user_id=instance.owner_id).first()
+    levels = privacy_defaults() if row is None else _levels(row)
+    excepted = set(
+        PrivacyException.objects.filter(
+            owner_id=instance.owner_id, viewer_id=instance.contact_id
+        ).values_list("setting", flat=True)
+    )
+    contact = domain.Relation(is_contact=True)
+    close = domain.Relation(is_contact=True, is_close_friend=True)
+    return all(
+        domain.permits(getattr(levels, setting), contact)
+        == domain.permits(getattr(levels, setting), close)
+        for setting in domain.VISIBILITY_SETTINGS
+        if setting not in excepted
+    )
+
+
 def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # Only the owner's presence changes for someone: who may see it depends on its contacts
     # (with RECIPROCAL_LAST_SEEN, what the owner sees of the contact too).
     # The contact's place in the owner's room lists changes either way (a list puts its
     # viewer's contacts first): the rooms look at the contact again too (announce.room_users).
+    if kwargs.get("signal") is post_save and _close_friend_shows_nothing(instance):
+        # Announced (presence_changed's receivers hear of it) as a change no viewer sees.
+        unseen = {instance.owner_id: domain.relation_change(())}
+        _changed(sender, (instance.owner_id,), "contacts", (), unseen)
+        return
     both = get_settings().RECIPROCAL_LAST_SEEN is True
     changes = _between(instance.owner_id, instance.contact_id, both)
     _changed(sender, tuple(changes), "contacts", (instance.contact_id,), changes)
@@ -205,6 +254,7 @@ def connect() -> None:
             sender=PrivacySettings,
             dispatch_uid=f"presence_privacy_before_{signal is pre_save}",
         )
+    pre_save.connect(_on_contact_saving, sender=Contact, dispatch_uid="presence_contact_before")
     for signal in (post_save, post_delete):
         signal.connect(
             _on_privacy_saved,

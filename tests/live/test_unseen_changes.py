@@ -245,6 +245,32 @@ async def test_an_invisible_user_changing_its_online_level_tells_no_one(
     assert frame["presences"] == {} and frame["unchanged"] == ids(target, friend)
 
 
+@pytest.mark.parametrize("level", ["contacts", "close_friends"])
+async def test_a_contact_marked_a_close_friend_is_told_only_where_it_shows_them_more(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates, level: str
+) -> None:
+    """Where the user's levels show close friends what they show contacts, being marked one
+    changes nothing the contact sees: its resume lists the user unchanged (it cannot tell it
+    happened). Where the activity is for close friends only, it is told (it sees more)."""
+    viewer, target, friend, _ = await cast(make_user, clock, "stranger", False)
+    clock.shift(-60)
+    await lets_see(target, viewer)
+    await sync_to_async(PrivacySettings.objects.update_or_create)(
+        user=target, defaults={"activity_visibility": level}
+    )
+    clock.shift(60)
+    stamp, _ = await render_page(viewer, target, friend)
+    clock.shift(1)
+    await sync_to_async(api.set_close_friend)(target, viewer)
+    clock.shift(4)
+    communicator = await sockets.open(viewer)
+    frame = await subscribe_since(communicator, stamp, target, friend)
+    if level == "contacts":
+        assert frame["presences"] == {} and frame["unchanged"] == ids(target, friend)
+    else:
+        assert frame["presences"][str(wire_id(target))]["text"] == "setting up"
+
+
 async def test_a_page_s_socket_is_told_when_the_target_blocks_it(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

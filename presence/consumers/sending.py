@@ -135,6 +135,12 @@ class Sender:
             self._timed = connection is None or hasattr(transport, "get_write_buffer_size")
         return self._server
 
+    @property
+    def waits(self) -> bool:
+        """Whether the server may hold a send until the client reads (timed sends)."""
+        self._server_connection()
+        return self._timed
+
     async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
         """websocket.close, as channels sends it; nothing goes out after it."""
         self.closing = True

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from presence.api import COUNT_INTERVAL, alive_online_count
+from presence.hub import sends
 from presence.hub.registry import Connection
 
 logger = logging.getLogger("presence")
@@ -109,12 +110,12 @@ class OnlineCounts:
             return
         count = await self.current()
         now = time.time()
+        told: list[Connection] = []
         for connection in due:
             sent = self.watchers.get(connection)
             if sent is None or sent.count is None or sent.count == count:
                 continue  # gone, its first answer on its way, or nothing new
             self.watchers[connection] = _Sent(count, now)
-            try:
-                await connection.send_json({"type": "online_count", "count": count})
-            except Exception:  # a connection closing under us must not stop the others
-                logger.debug("Presence: a connection closed while sent the online count")
+            told.append(connection)
+        frame = {"type": "online_count", "count": count}
+        await sends.to_each(told, lambda c: c.send_json(frame), "the online count")

@@ -25,6 +25,7 @@ from presence.domain import (
     add_change,
     visibly_differs,
 )
+from presence.hub import sends
 from presence.hub.registry import Connection, Registry
 
 logger = logging.getLogger("presence")
@@ -300,11 +301,9 @@ class Delivery:
                     outbox.setdefault(connection, {})[uid] = presence
         if self.after_snapshots:
             self._wake.set()  # the delivery loop looks for the end of those reads
-        for connection, presences in outbox.items():
-            try:
-                await connection.send_presences("presence_diff", presences)
-            except Exception:  # a connection closing under us must not stop the others
-                logger.debug("Presence: could not send a diff", exc_info=True)
+        await sends.to_each(
+            outbox, lambda c: c.send_presences("presence_diff", outbox[c]), "a diff"
+        )
         if settled:
             # After the diffs went out: a fresh stamp is sent behind them.
             self._settled(round_, settled)

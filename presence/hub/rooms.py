@@ -29,6 +29,7 @@ from presence.announce import rooms_group_name
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.domain.rooms import Member, RoomState, parse_room
+from presence.hub import sends
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry, View
 from presence.hub.room_diffs import diff, outranked, refill, send_frame
@@ -278,14 +279,17 @@ class RoomViews:
             # The cards of the members joining some list: each user's once for all viewers.
             await add_cards([frame["joins"] for *_, frame in frames])
             texts: dict[Any, str] = {}  # identical frames are serialized once
+            ready_frames: dict[Connection, dict[str, Any]] = {}
             for connection, view, generation, frame in frames:
                 if view.generation != generation or view.reading:
                     again.add(connection)
-                    continue
-                try:
-                    await send_frame(connection, frame, texts)
-                except Exception:  # a connection closing must not stop the others
-                    logger.debug("Presence: could not send a room diff", exc_info=True)
+                else:
+                    ready_frames[connection] = frame
+            await sends.to_each(
+                ready_frames,
+                lambda c: send_frame(c, ready_frames[c], texts),
+                "a room diff",
+            )
         if everyone or again:
             only = None if everyone else again
             self._again(room, user_ids, get_settings().COALESCE_WINDOW, only)

@@ -297,3 +297,33 @@ async def test_a_connection_closed_as_too_slow_by_the_online_count_tells_its_wat
     else:
         raise AssertionError("the watcher was never told the web device left")
     assert devices == ["mobile"]
+
+
+@pytest.mark.parametrize("slow_first", [True, False])
+async def test_a_client_that_reads_nothing_holds_up_no_other_connection_s_diff(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    slow_first: bool,
+) -> None:
+    """On a server that waits for its client (uvicorn), the fan-out's send to a client that
+    reads nothing waits up to SEND_TIMEOUT: the other connections of the same diff get theirs
+    meanwhile, whichever was opened and subscribed first."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 5.0)
+    slow_user, fine_user, target = [await new_user(make_user) for _ in range(3)]
+    for viewer in (slow_user, fine_user):
+        await sync_to_async(Contact.objects.create)(owner=target, contact=viewer)
+    stuck, closes = [False], []
+    slow = sockets.make(slow_user, app=_stuck_app(stuck, closes))
+    if not slow_first:
+        fine = await sockets.open(fine_user)
+        await subscribe(fine, target)
+    assert (await slow.connect(timeout=TIMEOUT))[0]
+    await subscribe(slow, target)
+    if slow_first:
+        fine = await sockets.open(fine_user)
+        await subscribe(fine, target)
+    stuck[0] = True
+    await api.atouch(target, "web")
+    diff = await fine.receive_json_from(timeout=1.0)  # not after the slow one's SEND_TIMEOUT
+    assert diff["type"] == "presence_diff" and str(target.pk) in str(diff["presences"])

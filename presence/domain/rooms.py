@@ -14,6 +14,7 @@ A room is ``kind:id`` (``post:42``): the kind is one the site declares (``ROOMS`
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,6 +180,10 @@ class RoomState:
     ranks: Mapping[UserId, tuple[bool, float, str]] = field(default_factory=dict)
     #: the cursor of the next page (opaque text, presence.rooms.cursors), None at the end
     next: str | None = None
+    #: the join time its read by join time reached (infinite: the whole room; the members it
+    #: lists from further down were looked up by a tie): a cursor made later from the same
+    #: list starts no further (presence.rooms.cursors.after_listed)
+    read_to: float = math.inf
 
     @property
     def count(self) -> int:

@@ -14,6 +14,7 @@ with the others.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -157,6 +158,9 @@ class View:
     reading: bool = True
     #: bumped at each room_state: a delta read before it must not be applied to it
     generation: int = 0
+    #: how far the room_state's read by join time went (RoomState.read_to): a cursor made
+    #: from this view starts no further
+    read_to: float = math.inf
 
     def show(self, state: RoomState, viewer_id: UserId) -> None:
         """The room_state just read for its connection: what it is sent from now on."""
@@ -164,6 +168,7 @@ class View:
         # every listed member's place but the viewer's, who is never taken out
         self.ranks = {uid: r for uid, r in state.ranks.items() if uid != viewer_id}
         self.others = state.others
+        self.read_to = state.read_to
         self.reading = False
 
 

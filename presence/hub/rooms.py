@@ -124,7 +124,7 @@ class RoomViews:
         view.reading, view.generation = True, view.generation + 1
         members = {**view.listed, connection.viewer_id: Member(meta, own.presence)}
         state = RoomState(parse_room(room), members, view.others, dict(view.ranks))
-        return with_next(state, connection.viewer_id, complete=not view.others)
+        return with_next(state, connection.viewer_id, not view.others, view.read_to)
 
     def resume(self, connection: Connection, room: str) -> None:
         """A join again failed: the view is delivered to again, as it was."""

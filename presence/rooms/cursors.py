@@ -45,6 +45,9 @@ Place = tuple[int, float, str]
 #: before every member: a cursor from a first read that listed no one
 START: Place = (PHASE_SELF, -1.0, "")
 
+#: a join time (ms) later than any: the place after every member of a phase
+_AFTER_ANY_JOIN = float(2**62)
+
 _SALT = "presence.rooms.cursors"
 _NONCE = 12
 _TAG = 16
@@ -240,9 +243,13 @@ def with_next(
     where ``complete`` (it lists every member the viewer may see). ``read_to``: the join time
     its read by join time reached (:func:`after_listed`)."""
     if complete:
-        return state
-    cursor = after_listed(state.ranks, viewer_id, read_to)
-    return replace(state, next=encode(state.room, cursor))
+        return replace(state, read_to=read_to)
+    ranks = state.ranks
+    if viewer_id in state.members and viewer_id not in ranks:
+        # (a live view keeps no place for its viewer, always listed first: past it)
+        ranks = {**ranks, viewer_id: (False, _AFTER_ANY_JOIN, "")}
+    cursor = after_listed(ranks, viewer_id, read_to)
+    return replace(state, next=encode(state.room, cursor), read_to=read_to)
 
 
 def encoded(room: Room, cursor: Cursor | None) -> str | None:

@@ -439,7 +439,7 @@ async def _answers(
         # (the rule of reading._widened: done unless a member further down could be listed)
         if scanned_all or _full(dict(state.ranks), viewer_id, page.horizon):
             complete = scanned_all and len(state.members) < limit
-            answers.append((with_next(state, viewer_id, complete), charged))
+            answers.append((with_next(state, viewer_id, complete, _read_to(page)), charged))
             continue
         # Few of the first members are this joiner's to see: its read goes further, alone,
         # from what the batch read for it.

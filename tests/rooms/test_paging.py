@@ -308,6 +308,21 @@ def test_where_pages_end_tells_nothing_of_an_invisible_member(
         assert pages[0] == pages[1], hidden
 
 
+def test_a_run_of_invisible_members_cannot_make_a_read_take_the_whole_room() -> None:
+    """Invisible members take no place in a read's reach, up to as many again: a read or a
+    page of ``first`` reads at most twice as many members, however many invisible ones come
+    first."""
+    hidden, shown = users(100), users(3)
+    PrivacySettings.objects.filter(user__in=hidden).update(invisible=True)
+    enter(hidden, invisible=True)
+    enter(shown)
+    store, now = get_store(), time.time()
+    first = store.run(store.plans.read_room(ROOM, now, 4, (), True))
+    assert first is not None and len(first.members) == 8 and not first.complete
+    page = store.run(store.plans.read_room_page(ROOM, now, 4, None))
+    assert page is not None and len(page.read.members) == 8 and not page.done
+
+
 def test_a_page_asks_the_rule_and_needs_a_login(make_user: Callable[..., Any]) -> None:
     user = make_user()
     enter(users(15), room="group:2")

@@ -124,6 +124,18 @@ async def test_a_member_found_by_their_tie_far_down_skips_no_one_before_them(
         listed += list(page["members"])
     assert page["next"] is None
     assert sorted(listed) == sorted([str(viewer.pk), public, admitting])
+    # A join again (answered from the connection's view): its cursor starts no further.
+    await socket.send_json_to({"type": "join", "room": ROOM, "meta": {"mode": "x"}})
+    again = await receive(socket)
+    assert again["type"] == "room_state", again
+    assert list(again["members"]) == [str(viewer.pk), admitting]
+    paged, cursor = [], again["next"]
+    for _ in range(10):
+        if cursor is None:
+            break
+        page = await more(socket, cursor)
+        paged, cursor = paged + list(page["members"]), page["next"]
+    assert paged == [public]
 
 
 @sync_to_async

@@ -3,7 +3,8 @@
 -- blocks). Reads, never writes: members whose stay ended count as gone. A page of the room
 -- (docs/rooms.md, "Paging"): the members present who joined at or after ``after``, at least
 -- ``first`` of them unless the room ends first (invisible members returned as read, not
--- counted: room_reading.lua's INVISIBLE), and every member who joined in the same
+-- counted: room_reading.lua's INVISIBLE, up to as many again: a page never reads more than
+-- twice ``first``), and every member who joined in the same
 -- millisecond as the last one returned (the caller orders ties by id: a page never splits a
 -- millisecond it did not read whole). The segment to start from is found by bisection (the
 -- segments are in join order), so a page deep in the room costs what the first does.
@@ -53,11 +54,21 @@ while true do
       if not INVISIBLE[f] then counted[#counted + 1] = j end
     end
   end
-  if #counted >= first then
-    table.sort(counted)
-    -- Later segments hold members who joined at ``last`` or later: once the first-th join
+  if #counted >= first or #js >= 2 * first then
+    -- the first-th counted member's join time, or the (2 first)-th member's, the earlier
+    local cut
+    if #counted >= first then
+      table.sort(counted)
+      cut = counted[first]
+    end
+    if #js >= 2 * first then
+      local all = {}
+      for n = 1, #js do all[n] = js[n] end
+      table.sort(all)
+      if not cut or all[2 * first] < cut then cut = all[2 * first] end
+    end
+    -- Later segments hold members who joined at ``last`` or later: once the cut's join
     -- time is earlier, no later member comes before it or shares its millisecond.
-    local cut = counted[first]
     if cut < last then
       done = 0
       local kept_u, kept_p, kept_j = {}, {}, {}

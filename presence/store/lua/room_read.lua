@@ -13,7 +13,9 @@ local page, found = {}, {}
 -- join order unless a merge or a late join mixed them (then it is sorted)
 -- Once ``first`` are found, the rest of the last one's millisecond is read too (members who
 -- joined in one millisecond are listed by id: a read that stopped inside it could list the
--- wrong ones of them). Invisible members are returned as read but not counted in ``first``.
+-- wrong ones of them). Invisible members are returned as read but not counted in ``first``,
+-- up to as many again: a read never takes more than twice ``first`` (a run of invisible
+-- joins cannot make it read the whole room).
 local from, rest, edge = 0, false, nil -- rest: a segment visited has members left unread
 local counted = 0
 if first == 0 then rest = redis.call('ZRANGE', order, 0, 0)[1] ~= nil end
@@ -42,7 +44,7 @@ while not rest do
     end
     keep(page, uids[n], js[n], fs[n], sts[n], ds[n])
     if not INVISIBLE[fs[n]] then counted = counted + 1 end
-    if not edge and counted >= first then edge = js[n] end
+    if not edge and (counted >= first or #page >= 4 * first) then edge = js[n] end
   end
 end
 local complete = 0

@@ -245,7 +245,7 @@ def with_next(
     if complete:
         return replace(state, read_to=read_to)
     ranks = state.ranks
-    if viewer_id in state.members and viewer_id not in ranks:
+    if viewer_id is not None and viewer_id in state.members and viewer_id not in ranks:
         # (a live view keeps no place for its viewer, always listed first: past it)
         ranks = {**ranks, viewer_id: (False, _AFTER_ANY_JOIN, "")}
     cursor = after_listed(ranks, viewer_id, read_to)

@@ -325,7 +325,9 @@ class PresenceStore:
         if asking is not None and not asking.done():
             return
         ping = Plan(commands=[("PING",)], parse=lambda replies: True, fallback=False)
-        self._asking[loop] = asyncio.ensure_future(self.arun(ping, live=True))
+        asking = self._asking[loop] = asyncio.ensure_future(self.arun(ping, live=True))
+        # (a finished PING lets go of its loop: the task refers to it)
+        asking.add_done_callback(lambda _: self._asking.pop(loop, None))
 
     async def _arun(self, plan: Plan[T], batched: bool = False) -> T:
         if self.cluster is not None:

@@ -364,15 +364,25 @@ def test_a_page_read_before_a_fresh_room_state_is_dropped(
         a.page, lambda f: f == {"type": "room_more", "room": room, "after": "first-cursor"}
     )
     server.send(state("fresh-cursor"))
+    # A more() of the fresh list while the old page is still on its way: asked for after it.
+    a.page.wait_for_function(f"() => window.presence.room({room!r})?.next === 'fresh-cursor'")
+    a.page.evaluate(
+        f"""() => {{ window.__fresh = null;
+            window.presence.room({room!r}).more().then((page) => {{ window.__fresh = page; }}); }}"""
+    )
     page = {"888881": member("Old Page")}
     frame = {"type": "room_page", "room": room, "members": page, "others": 1, "count": 3}
     server.send({**frame, "next": "old-chain"})
     a.page.wait_for_function("() => window.__page !== null")
     assert a.page.evaluate("() => window.__page") == {}
-    view = a.page.evaluate(f"() => window.presence.room({room!r})")
-    assert view["next"] == "fresh-cursor" and list(view["members"]) == [str(ann.pk)]
-    # The next more() pages from the fresh state's list.
-    a.page.evaluate(f"() => {{ window.presence.room({room!r}).more(); }}")
+    # The fresh list's page is asked for from its own cursor, and merged.
     server.wait_for(
         a.page, lambda f: f == {"type": "room_more", "room": room, "after": "fresh-cursor"}
     )
+    assert a.page.evaluate("() => window.__fresh") is None
+    fresh = {"888882": member("Fresh Page")}
+    server.send({**frame, "members": fresh, "next": None})
+    a.page.wait_for_function("() => window.__fresh !== null")
+    assert list(a.page.evaluate("() => window.__fresh")) == ["888882"]
+    view = a.page.evaluate(f"() => window.presence.room({room!r})")
+    assert view["next"] is None and list(view["members"]) == [str(ann.pk), "888882"]

@@ -863,7 +863,11 @@
   function moreOf(room) {
     const view = roomViews.get(room);
     if (!view) return Promise.reject(failure("not_joined", `presence: ${room} is not shown.`));
-    if (roomPages.has(room)) return roomPages.get(room).promise;
+    const asked = roomPages.get(room);
+    if (asked && asked.view === view) return asked.promise;
+    // A page asked for from a list a fresh room_state replaced: its answer comes first (frames
+    // keep their order) and is dropped; this page is asked for after it, from the fresh list.
+    if (asked) return asked.promise.catch(() => ({})).then(() => moreOf(room));
     if (!view.next) return Promise.resolve({});
     const pending = {};
     pending.promise = new Promise((resolve, reject) => {

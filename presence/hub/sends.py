@@ -34,14 +34,16 @@ async def to_each(
 ) -> None:
     """``send(connection)`` for each; one that fails (a connection closing under us) is logged
     at debug level as ``what`` and does not stop the others."""
-    waiting: list[Awaitable[None]] = []
+    waiting: list[C] = []
     for connection in connections:
         if sends_wait(connection):
-            waiting.append(_guarded(send(connection), what))
+            waiting.append(connection)
         else:
             await _guarded(send(connection), what)
-    if waiting:
-        await asyncio.gather(*waiting)
+    if len(waiting) == 1:
+        await _guarded(send(waiting[0]), what)  # (alone: no one to hold up, no task)
+    elif waiting:
+        await asyncio.gather(*(_guarded(send(connection), what) for connection in waiting))
 
 
 async def _guarded(sending: Awaitable[None], what: str) -> None:

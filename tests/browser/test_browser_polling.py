@@ -367,8 +367,8 @@ def test_a_page_read_before_a_fresh_room_state_is_dropped(
     # A more() of the fresh list while the old page is still on its way: asked for after it.
     a.page.wait_for_function(f"() => window.presence.room({room!r})?.next === 'fresh-cursor'")
     a.page.evaluate(
-        f"""() => {{ window.__fresh = null;
-            window.presence.room({room!r}).more().then((page) => {{ window.__fresh = page; }}); }}"""
+        f"""() => {{ window.__fresh = null; window.presence.room({room!r}).more()
+            .then((page) => {{ window.__fresh = page; }}); }}"""
     )
     page = {"888881": member("Old Page")}
     frame = {"type": "room_page", "room": room, "members": page, "others": 1, "count": 3}

@@ -643,8 +643,8 @@ def test_rendering_links_no_name_the_post_did_not_resolve_to_the_stored_user(
     Block.objects.create(blocker=other_ann, blocked=author)
     activity = feed.post(author, "hi @Ann, @ANN and @ann")
     assert [m.user for m in feed.mentions_of(activity)] == [ann]
-    assert feed.render_text(Activity.objects.get(pk=activity.pk), "demo:profile") == (
-        'hi <a class="mention" href="/u/Ann/">@Ann</a>, @ANN and @ann'
+    assert feed.render_text(Activity.objects.get(pk=activity.pk)) == (
+        'hi <span class="mention">@Ann</span>, @ANN and @ann'
     )
 
 

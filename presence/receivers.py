@@ -160,19 +160,10 @@ def _close_friend_shows_nothing(instance: Any) -> bool:
         return False
     row = PrivacySettings.objects.filter(user_id=instance.owner_id).first()
     levels = privacy_defaults() if row is None else _levels(row)
-    excepted = set(
-        PrivacyException.objects.filter(
-            owner_id=instance.owner_id, viewer_id=instance.contact_id
-        ).values_list("setting", flat=True)
-    )
-    contact = domain.Relation(is_contact=True)
-    close = domain.Relation(is_contact=True, is_close_friend=True)
-    return all(
-        domain.permits(getattr(levels, setting), contact)
-        == domain.permits(getattr(levels, setting), close)
-        for setting in domain.VISIBILITY_SETTINGS
-        if setting not in excepted
-    )
+    excepted = PrivacyException.objects.filter(
+        owner_id=instance.owner_id, viewer_id=instance.contact_id
+    ).values_list("setting", flat=True)
+    return not domain.close_friend_shows_more(levels, excepted)
 
 
 def _on_contact_changed(sender: Any, instance: Any, **kwargs: Any) -> None:

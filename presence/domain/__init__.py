@@ -32,6 +32,7 @@ from presence.domain.changes import (
     Change,
     Kind,
     add_change,
+    close_friend_shows_more,
     levels_change,
     relation_change,
 )
@@ -166,6 +167,7 @@ __all__ = [
     "approximate_from",
     "carry_last_seen",
     "check_text",
+    "close_friend_shows_more",
     "default_choices",
     "device_from_user_agent",
     "devices_from_mask",

@@ -106,6 +106,19 @@ def levels_change(before: Choices, after: Choices) -> Change:
     return Change(kinds)
 
 
+def close_friend_shows_more(levels: Choices, excepted: Iterable[str] = ()) -> bool:
+    """Whether a contact marked (or unmarked) a close friend sees more (or less) under these
+    levels: some setting, but those ``excepted`` (the contact has an exception for them,
+    which beats the level), shows close friends what it does not show contacts."""
+    skip = set(excepted)
+    contact, close = _CLASSES[1], _CLASSES[2]
+    return any(
+        permits(getattr(levels, setting), contact) != permits(getattr(levels, setting), close)
+        for setting in VISIBILITY_SETTINGS
+        if setting not in skip
+    )
+
+
 @dataclass(frozen=True)
 class Change:
     """A change of a user's presence: its kinds and, for RELATION, the other users of it."""

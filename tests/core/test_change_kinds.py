@@ -138,6 +138,18 @@ def test_a_block_hides_every_change_but_one_of_the_block_itself() -> None:
     assert not domain.relation_change([VIEWER + 1], block=True).seen_by(VIEWER, everyone, blocked)
 
 
+def test_a_close_friend_sees_more_only_where_a_level_is_for_close_friends() -> None:
+    for levels in choices():
+        for_close_friends = [
+            setting
+            for setting in ("online_visibility", "last_seen_visibility", "activity_visibility")
+            if getattr(levels, setting) is Visibility.CLOSE_FRIENDS
+        ]
+        assert domain.close_friend_shows_more(levels) is bool(for_close_friends)
+        # an exception for a setting beats its level, before and after the marking
+        assert not domain.close_friend_shows_more(levels, for_close_friends)
+
+
 def test_a_level_changed_while_it_alters_nothing_shown_is_no_one_s() -> None:
     """The online level of an invisible user (hidden either way), the activity level of one
     without a custom status: the viewers whose permission it changed see nothing new."""

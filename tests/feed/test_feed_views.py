@@ -79,12 +79,18 @@ def test_urls_are_named() -> None:
 # --- answers --------------------------------------------------------------------------------
 
 
-def test_following_includes_the_callers_own_activities_when_asked(
-    clock: Any, client: Client, alice: Any, make_user: Callable[..., Any]
-) -> None:
+def followed_by(alice: Any, make_user: Callable[..., Any]) -> Any:
+    """bob, who shares his activity with everyone, followed by alice."""
     bob = make_user("bob")
     PrivacySettings.objects.create(user=bob, activity_visibility="everyone")
     Contact.objects.create(owner=alice, contact=bob)
+    return bob
+
+
+def test_following_includes_the_callers_own_activities_when_asked(
+    clock: Any, client: Client, alice: Any, make_user: Callable[..., Any]
+) -> None:
+    bob = followed_by(alice, make_user)
     theirs = feed.post(bob, "theirs")
     clock.move_to(at(1))
     mine = feed.post(alice, "mine")
@@ -105,9 +111,7 @@ def test_following_answers_exact_json_and_pages_by_cursor(
     clock: Any, client: Client, alice: Any, make_user: Callable[..., Any]
 ) -> None:
     # (clock first: the session is made at the frozen time)
-    bob = make_user("bob")
-    PrivacySettings.objects.create(user=bob, activity_visibility="everyone")
-    Contact.objects.create(owner=alice, contact=bob)
+    bob = followed_by(alice, make_user)
     posted = []
     for n in range(51):
         clock.move_to(at(n))

@@ -92,8 +92,10 @@ def accepted_time(stamp: str, viewer_id: UserId, now: float | None = None) -> fl
     return at
 
 
-#: the request's attributes: when its presences began to be resolved, and its stamp
+#: the request's attributes: when its presences began to be resolved, the store's count of
+#: guesses then (PresenceStore.guesses), and its stamp
 _SINCE_ATTR = "_presence_since"
+_GUESSES_ATTR = "_presence_guesses"
 _STAMP_ATTR = "_presence_stamp"
 
 
@@ -102,15 +104,20 @@ def note_read(request: Any) -> None:
     first one (the middleware notes it before the view, whose transaction may see the database
     as it was when it began)."""
     if request is not None and getattr(request, _SINCE_ATTR, None) is None:
+        setattr(request, _GUESSES_ATTR, get_store().guesses)
         setattr(request, _SINCE_ATTR, time.time())
 
 
 def page_stamp(request: Any) -> str | None:
     """The stamp of the presences this request's tags rendered (``data-presence-since``): the
-    viewer's, as of the request's first read. None for an anonymous viewer or no request."""
+    viewer's, as of the request's first read. None for an anonymous viewer or no request,
+    and from the moment a read answered with its fallback (Redis unavailable or too slow for
+    the page): what the page shows then is the database's guess (offline), which a change
+    stamp would never correct. (The store's count is the process's: a guess in another
+    thread meanwhile costs this page a full snapshot, never a wrong dot.)"""
     if request is None or get_store().known_down():
-        # Read while Redis was unavailable: what the page shows is the database's guess
-        # (offline), which a change stamp would never correct.
+        return None
+    if getattr(request, _GUESSES_ATTR, None) != get_store().guesses:
         return None
     stamp = getattr(request, _STAMP_ATTR, None)
     if stamp is None:

@@ -90,6 +90,10 @@ class PresenceStore:
         #: users this process claimed from the due schedule but could neither check nor put
         #: back (Redis failed in between): its next sweep checks them, so an outage loses nobody
         self.unswept: set[UserId] = set()
+        #: how many calls were answered with their fallback (or partly, a cluster's master
+        #: unavailable) so far: a page whose reads met one shows guesses, and carries no stamp
+        #: (presence.stamps.page_stamp)
+        self.guesses = 0
         #: each event loop's PING after a page's call was cut short, while under way
         self._asking: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[Any]] = (
             weakref.WeakKeyDictionary()
@@ -157,11 +161,11 @@ class PresenceStore:
         self.health.failed(error, self.conf.RETRY_INTERVAL)
         return self._fallback(plan, error)
 
-    @staticmethod
-    def _fallback(plan: Plan[T], error: Exception | None = None) -> T:
+    def _fallback(self, plan: Plan[T], error: Exception | None = None) -> T:
         if isinstance(plan.fallback, Raise):
             reason = redact_url(str(error)) if error else "in an outage, retrying shortly"
             raise StoreUnavailable(f"Redis is unavailable: {reason}") from error
+        self.guesses += 1
         return plan.fallback
 
     # When Redis has lost its scripts (restart, SCRIPT FLUSH, or another client loading them
@@ -207,6 +211,7 @@ class PresenceStore:
             if isinstance(reply, Exception) and not isinstance(reply, NodeUnavailable):
                 raise reply
         if plan.partial is not None and len(unavailable) < len(replies):
+            self.guesses += 1  # (what the unavailable masters hold is guessed)
             return plan.partial(replies)
         return self._fallback(plan, unavailable[0])
 
@@ -291,6 +296,7 @@ class PresenceStore:
         )
         if isinstance(plan.fallback, Raise):
             raise StoreUnavailable(f"Redis is too slow: {late}") from error
+        self.guesses += 1
         return plan.fallback
 
     async def arun(self, plan: Plan[T], *, live: bool = False) -> T:

@@ -13,7 +13,10 @@ from django.contrib.auth.models import AnonymousUser
 from django.template import RequestContext, Template
 from django.test import RequestFactory, override_settings
 
-from presence import stamps
+import redis
+
+from presence import api, stamps
+from presence.store import get_store
 from tests.clock import T0
 from tests.conftest import UNREACHABLE
 
@@ -55,6 +58,25 @@ def test_dots_read_while_redis_is_down_carry_no_stamp(make_user: Callable[..., A
     viewer, a, b = make_user(), make_user(), make_user()
     with override_settings(CACHES=DOWN):
         assert dots(viewer, a, b) == []
+
+
+def test_dots_read_while_redis_is_too_slow_for_the_page_carry_no_stamp(
+    make_user: Callable[..., Any], private_redis: Any, settings: Any
+) -> None:
+    # Late replies are not an outage (the store stays up), but the page shows the database's
+    # guess all the same: a stamp would make a stamped subscribe call it unchanged.
+    settings.PRESENCE = {"SOCKET_TIMEOUT": 0.1}
+    viewer, a, b = make_user(), make_user(), make_user()
+    api.touch(a)
+    client = redis.Redis.from_url(private_redis.url)
+    client.client_pause(1000)
+    try:
+        assert dots(viewer, a, b) == []
+        assert not get_store().known_down()
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
+        client.close()
+    assert len(dots(viewer, a, b)) == 2  # answered in time again: stamped
 
 
 def test_a_stamp_is_accepted_within_resume_window_and_the_same_utc_day() -> None:

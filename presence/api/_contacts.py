@@ -45,6 +45,14 @@ def _unfollow(owner: Any, target: Any) -> bool:
 
 def _set_close_friend(owner: Any, target: Any, close_friend: bool) -> bool:
     owner_pk, target_pk = _two_users(owner, target, "befriend")
+    if not close_friend:
+        # Unmarking follows no one: a stranger stays a stranger (a contact would see more).
+        found = Contact.objects.filter(owner_id=owner_pk, contact_id=target_pk).first()
+        if found is None or not found.close_friend:
+            return False
+        found.close_friend = False
+        found.save(update_fields=["close_friend"])
+        return True
     contact, created = Contact.objects.get_or_create(
         owner_id=owner_pk, contact_id=target_pk, defaults={"close_friend": close_friend}
     )
@@ -89,8 +97,9 @@ async def aunfollow(owner: Any, target: Any) -> bool:
 
 
 def set_close_friend(owner: Any, target: Any, close_friend: bool = True) -> bool:
-    """Mark (or unmark) ``target`` as one of ``owner``'s close friends, following it if needed.
-    True if that changed anything."""
+    """Mark ``target`` as one of ``owner``'s close friends, following it if needed; with
+    ``close_friend=False`` unmark it (it stays a contact; a user who is not one stays not
+    one). True if that changed anything."""
     return run(call(_set_close_friend, owner, target, close_friend))
 
 

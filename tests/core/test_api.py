@@ -616,6 +616,20 @@ def test_set_close_friend_follows_first_when_needed(make_user: Callable[..., Any
     assert Contact.objects.get(owner=ann, contact=ben).close_friend is True
 
 
+def test_unmarking_a_close_friend_keeps_the_contact_and_follows_no_one(
+    make_user: Callable[..., Any],
+) -> None:
+    ann, ben, cat = make_user("ann"), make_user("ben"), make_user("cat")
+    api.set_close_friend(ann, ben)
+    assert api.set_close_friend(ann, ben, False) is True
+    assert Contact.objects.get(owner=ann, contact=ben).close_friend is False
+    # A stranger stays a stranger: under the default level a contact would see ann online.
+    api.touch(ann)
+    assert api.set_close_friend(ann, cat, False) is False
+    assert not Contact.objects.filter(owner=ann, contact=cat).exists()
+    assert api.get_presence(ann, cat).status == "offline"
+
+
 @pytest.mark.parametrize("call", ["follow", "set_close_friend", "block"])
 def test_the_contacts_api_refuses_self_and_unknown_users(
     make_user: Callable[..., Any], call: str

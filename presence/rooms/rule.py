@@ -29,6 +29,9 @@ logger = logging.getLogger("presence")
 
 RoomRule = Callable[[Any, str], Any]
 
+#: rules' paths that did not import, logged once each
+_TOLD: set[str] = set()
+
 
 class UnknownRoom(LookupError):
     """A room of a kind the site did not declare in ``ROOMS`` (404 over HTTP, ``unknown_room``
@@ -54,8 +57,26 @@ def room_rule(room: Room) -> RoomRule | None:
     path = kinds[room.kind]
     if path is None:
         return None
-    rule: RoomRule = path if callable(path) else import_string(path)
+    if callable(path):
+        return path  # type: ignore[no-any-return]
+    try:
+        rule: RoomRule = import_string(path)
+    except ImportError:
+        if path not in _TOLD:
+            _TOLD.add(path)
+            logger.error(
+                "Presence: the rule %r of room kind %r does not import; its rooms refuse "
+                "everyone (see the system check presence.E012).",
+                path,
+                room.kind,
+            )
+        return _refuse
     return rule
+
+
+def _refuse(user: Any, room_id: str) -> bool:
+    """A kind whose rule does not import: nobody enters (until the setting is fixed)."""
+    return False
 
 
 def may_enter(user: Any, room: Room) -> bool:

@@ -38,3 +38,6 @@ ROOMS = {
     "group": "tests.rooms.rules.even_ids_only",
     "broken": "tests.rooms.rules.raises",
 }
+
+#: ROOMS with a kind whose rule does not import (presence.E012): its rooms refuse everyone
+WITH_A_MISSING_RULE = {**ROOMS, "missing": "tests.rooms.rules.no_such_rule"}

@@ -14,7 +14,7 @@ from django.urls import reverse
 from presence.models import Block, Contact, PrivacySettings
 from tests.privacy_cases import quiet_login
 from tests.rooms.members import enter
-from tests.rooms.rules import ROOMS
+from tests.rooms.rules import ROOMS, WITH_A_MISSING_RULE
 
 pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site]
 
@@ -82,6 +82,17 @@ def test_where_the_rule_refuses_or_raises_403(make_user: Callable[..., Any]) -> 
     assert client.get(url("group:2")).status_code == 200  # even ids only
     assert_error(client.get(url("group:3")), 403, "forbidden")
     assert_error(client.get(url("broken:1")), 403, "forbidden")
+
+
+def test_where_the_rule_does_not_import_403(
+    make_user: Callable[..., Any], settings: Any, caplog: Any
+) -> None:
+    settings.PRESENCE = {"ROOMS": WITH_A_MISSING_RULE}
+    client = as_user(make_user())
+    assert_error(client.get(url("missing:1")), 403, "forbidden")
+    assert_error(client.get(url("missing:2")), 403, "forbidden")
+    assert client.get(url("post:1")).status_code == 200  # the other kinds are as they were
+    assert caplog.text.count("does not import") == 1  # told once, not per request
 
 
 def test_a_refused_room_tells_nothing_of_its_members(make_user: Callable[..., Any]) -> None:

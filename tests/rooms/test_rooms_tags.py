@@ -15,7 +15,7 @@ from django.utils import translation
 
 from presence.models import Contact
 from tests.rooms.members import enter
-from tests.rooms.rules import ROOMS
+from tests.rooms.rules import ROOMS, WITH_A_MISSING_RULE
 
 pytestmark = [pytest.mark.django_db, pytest.mark.uuid_site]
 
@@ -109,6 +109,13 @@ def test_a_room_the_viewer_may_not_see_renders_nothing(
     Contact.objects.create(owner=ann, contact=ben)
     enter(ann, "group:3")
     assert render(source, ben) == ""
+
+
+def test_a_room_whose_rule_does_not_import_renders_nothing(
+    make_user: Callable[..., Any], settings: Any
+) -> None:
+    settings.PRESENCE = {"ROOMS": WITH_A_MISSING_RULE}
+    assert render('{% room_presence "missing:1" %}', make_user("ann")) == ""
 
 
 def test_nothing_for_an_anonymous_visitor(make_user: Callable[..., Any]) -> None:

@@ -35,7 +35,7 @@ from tests.live.sockets import (
     send_frame,
 )
 from tests.live.sockets import sockets as sockets
-from tests.rooms.rules import ROOMS
+from tests.rooms.rules import ROOMS, WITH_A_MISSING_RULE
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -265,6 +265,15 @@ async def test_a_rule_that_raises_refuses_and_is_logged(
     assert reply["code"] == "forbidden"
     assert "RuntimeError" in caplog.text
     assert (await join(socket, "group:2"))["type"] == "room_state"
+
+
+async def test_a_rule_that_does_not_import_refuses(
+    sockets: Sockets, make_user: Callable, settings: Any
+) -> None:
+    settings.PRESENCE = {**SETTINGS, "ROOMS": WITH_A_MISSING_RULE}
+    socket = await sockets.open(await new_user(make_user))
+    assert (await join(socket, "missing:1"))["code"] == "forbidden"
+    assert (await join(socket, "group:2"))["type"] == "room_state"  # the socket goes on
 
 
 async def test_a_cancelled_error_below_a_frame_is_an_internal_error_not_a_dead_socket(

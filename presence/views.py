@@ -231,14 +231,15 @@ def status_view(request: HttpRequest) -> HttpResponse:
     """``POST`` a JSON object with the fields of the WebSocket ``set_status`` message; answers
     ``{"presence": {...}}``, the caller's own presence (with ``invisible``)."""
     data, refused = json_body(request, MAX_BODY_BYTES)
-    if refused is None:
-        refused = over_rate_limit(request)
     if refused is not None:
         return refused
     try:
         change = domain.parse_status_change(data, resolution.limits())
     except InvalidInput as exc:
-        return error(exc.code, exc.message)
+        return error(exc.code, exc.message)  # (saves nothing: not a write to count)
+    refused = over_rate_limit(request)
+    if refused is not None:
+        return refused
     presence = api.apply_change(request.user, change)
     return JsonResponse({"presence": presence.as_dict()})
 

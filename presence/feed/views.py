@@ -163,14 +163,15 @@ def post_view(request: HttpRequest) -> HttpResponse:
     """``POST`` a JSON object ``{"text": "..."}`` (CSRF-protected); answers 201
     ``{"activity": ACTIVITY}``."""
     data, refused = json_body(request, max_post_bytes())
-    if refused is None:
-        refused = over_rate_limit(request)
     if refused is not None:
         return refused
     if not isinstance(data, dict):
         return error("invalid_message", _("Expected a JSON object."))
     if "text" not in data:
         return error("invalid_message", _("'text' is required."))
+    refused = over_rate_limit(request)  # (a malformed request above saves nothing: not counted)
+    if refused is not None:
+        return refused
     activity = feed.post(request.user, data["text"])
     return JsonResponse({"activity": feed.activity_as_dict(activity)}, status=201)
 

@@ -64,6 +64,26 @@ WRITES = {"status": status_write, "feed-post": post_write, "join-leave": join_le
 
 
 @pytest.mark.usefixtures("limited")
+@pytest.mark.parametrize(
+    ("path", "bad"),
+    [
+        (STATUS, {"status": "busy"}),
+        (STATUS, {"status": "auto", "expires_in": 0}),
+        (POST, {"txt": "a typo"}),
+        (POST, ["not", "an", "object"]),
+    ],
+)
+def test_refused_input_saves_nothing_and_is_not_counted_as_a_write(
+    client: Client, path: str, bad: Any
+) -> None:
+    for _ in range(3):
+        assert _json(client, path, bad).status_code == 400
+    assert status_write(client, 0).status_code == 200
+    assert post_write(client, 1).status_code == 201
+    _assert_rate_limited(status_write(client, 2), retry_after=60)
+
+
+@pytest.mark.usefixtures("limited")
 @pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
 def test_past_the_limit_answers_429_with_retry_after_until_the_window_ends(
     client: Client, clock: time_machine.Coordinates, write: Callable[[Client, int], Any]

@@ -229,7 +229,10 @@ def live_friends(request: Any, limit: int) -> dict[str, Any]:
     """The context of a live online-friends list: the viewer's friends it watches, each with
     the presence the viewer may see and whether it is shown now (online, within ``limit``),
     in the order of :func:`presence.api.watched_friends`. Three queries and two Redis round
-    trips, whatever the number of friends."""
+    trips, whatever the number of friends. ``limit``: a non-negative int (else ValueError,
+    as ``{% online_friends %}`` says)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be a non-negative int, got {limit!r}.")
     viewer = _viewer(request)
     if viewer is None or not viewer.is_authenticated:
         return {"friends": [], "limit": limit, "shown_count": 0}

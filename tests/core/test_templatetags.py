@@ -599,6 +599,17 @@ def test_online_friends_list_shows_at_most_limit_and_nothing_to_strangers(
     assert "<li " not in render("{% online_friends_list %}", request)
 
 
+@pytest.mark.parametrize("tag", ["online_friends", "online_friends_list"])
+@pytest.mark.parametrize("limit", ['"5"', "-1", "True"])
+def test_both_friends_tags_refuse_a_limit_that_is_not_a_count(
+    tag: str, limit: str, make_user: Callable[..., Any]
+) -> None:
+    request = RequestFactory().get("/")
+    request.user = make_user("ann")
+    with pytest.raises(ValueError, match="limit must be a non-negative int"):
+        render(f"{{% {tag} limit={limit} %}}", request)
+
+
 def _friends(viewer: Any, *friends: Any) -> None:
     for friend in friends:
         Contact.objects.create(owner=viewer, contact=friend)

@@ -6,7 +6,8 @@ registers them all (presence.apps). Ids are stable; each has a hint (docs/checks
   ``check_settings`` (E011-E013);
 - :mod:`~presence.checks.connections` -- Redis, Redis Cluster and the channel layer (E004, E005,
   E009, W002);
-- :mod:`~presence.checks.site` -- middleware, user model, templates (E006-E008, W004).
+- :mod:`~presence.checks.site` -- middleware, user model, time zone support, templates
+  (E006-E008, E014, W004).
 
 The database's checks are :mod:`presence.database_checks`.
 """
@@ -19,6 +20,7 @@ from presence.checks.site import (
     REQUEST_CONTEXT_PROCESSOR,
     check_middleware,
     check_request_context_processor,
+    check_time_zone_support,
     check_user_model,
 )
 
@@ -30,5 +32,6 @@ __all__ = [
     "check_redis_cluster",
     "check_request_context_processor",
     "check_settings",
+    "check_time_zone_support",
     "check_user_model",
 ]

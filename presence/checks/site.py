@@ -1,5 +1,5 @@
-"""System checks of the site around presence: its middleware, user model and templates
-(presence.E006-E008, W004). Ids are stable; each has a hint."""
+"""System checks of the site around presence: its middleware, user model, time zone and
+templates (presence.E006-E008, E014, W004). Ids are stable; each has a hint."""
 
 from __future__ import annotations
 
@@ -52,6 +52,23 @@ def check_user_model(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             hint="Presence names users in Redis, URLs and WebSocket frames by one primary key "
             "value: use an AutoField/BigAutoField, a UUIDField or a CharField as the pk.",
             id="presence.E008",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_time_zone_support(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """presence.E014: ``USE_TZ = False``. Presence's times are UTC instants (Redis, the last
+    seen it saves, "5 minutes ago"); the database refuses such times without time zone
+    support, and naive local times cannot be compared with them."""
+    if getattr(settings, "USE_TZ", True):
+        return []
+    return [
+        Error(
+            "USE_TZ is False; presence stores and compares times as UTC instants.",
+            hint="Set USE_TZ = True (Django's default since 5.0); TIME_ZONE still sets the "
+            "time zone pages show times in.",
+            id="presence.E014",
         )
     ]
 

@@ -296,6 +296,19 @@ def test_e007_absent_when_after_authentication(settings: Any) -> None:
     assert ids(checks.check_middleware) == []
 
 
+# --- E014: time zone support ------------------------------------------------------------------
+
+
+def test_e014_without_time_zone_support(settings: Any) -> None:
+    settings.USE_TZ = False
+    assert ids(checks.check_time_zone_support) == ["presence.E014"]
+
+
+def test_e014_absent_with_time_zone_support(settings: Any) -> None:
+    settings.USE_TZ = True
+    assert ids(checks.check_time_zone_support) == []
+
+
 # --- E008: the user model's primary key --------------------------------------------------------
 # Models in an isolated registry stand in for AUTH_USER_MODEL: the check reads the model that
 # get_user_model() returns, and swapping the real user model needs migrations of its own.

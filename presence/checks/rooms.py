@@ -62,8 +62,8 @@ def _not_a_function(path: str) -> str | None:
     """Why the dotted ``path`` names no function (it does not import, or is not callable)."""
     try:
         found = import_string(path)
-    except ImportError as error:
-        return f"does not import ({error})"
+    except Exception as error:  # (".x" is a ValueError; a module may raise anything)
+        return f"does not import ({type(error).__name__}: {error})"
     return None if callable(found) else f"names a {type(found).__name__}, not a function"
 
 

@@ -55,7 +55,7 @@ def default_card(user: Any) -> Card:
 def _imported(path: str) -> Callable[[Any], Any] | None:
     try:
         found = import_string(path)
-    except ImportError:
+    except Exception:  # (not only ImportError: ".card" is a ValueError, a module may raise)
         found = None
     if not callable(found):
         # presence.E013 reports it; members are shown by their default cards meanwhile.

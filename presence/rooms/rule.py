@@ -61,7 +61,7 @@ def room_rule(room: Room) -> RoomRule | None:
         return path  # type: ignore[no-any-return]
     try:
         rule: RoomRule = import_string(path)
-    except ImportError:
+    except Exception:  # (not only ImportError: ".x" is a ValueError, a module may raise)
         if path not in _TOLD:
             _TOLD.add(path)
             logger.error(

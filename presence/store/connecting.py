@@ -111,9 +111,13 @@ def redis_location(cache_conf: dict[str, Any]) -> str | None:
         location = location[0] if location else None
     if isinstance(location, str):
         location = location.split(",")[0]
-    if not isinstance(location, str) or urlsplit(location).scheme not in REDIS_SCHEMES:
+    if not isinstance(location, str):
         return None
-    return location
+    try:
+        scheme = urlsplit(location).scheme
+    except ValueError:  # (an unparsable URL, "redis://[::1:6379/0": presence.E005 says so)
+        return None
+    return location if scheme in REDIS_SCHEMES else None
 
 
 class Connections:

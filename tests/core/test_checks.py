@@ -248,7 +248,9 @@ def test_e005_cache_is_not_django_redis(settings: Any, backend: str) -> None:
     assert backend in messages_with("presence.E005")[0].msg
 
 
-@pytest.mark.parametrize("location", ["127.0.0.1:6379", "", None, [], "memcached://x:11211"])
+@pytest.mark.parametrize(
+    "location", ["127.0.0.1:6379", "", None, [], "memcached://x:11211", "redis://[::1:6379/0"]
+)
 def test_e005_location_is_not_a_redis_url(settings: Any, location: Any) -> None:
     # The store builds its own clients from this URL; anything else fails on every request.
     settings.CACHES = {"default": redis_cache(location)}

@@ -39,5 +39,10 @@ ROOMS = {
     "broken": "tests.rooms.rules.raises",
 }
 
-#: ROOMS with a kind whose rule does not import (presence.E012): its rooms refuse everyone
-WITH_A_MISSING_RULE = {**ROOMS, "missing": "tests.rooms.rules.no_such_rule"}
+#: ROOMS with kinds whose rules do not import (presence.E012): their rooms refuse everyone
+WITH_A_MISSING_RULE = {
+    **ROOMS,
+    "missing": "tests.rooms.rules.no_such_rule",
+    "relative": ".can_enter",
+    "raising": "tests.rooms.raises_on_import.can_enter",
+}

@@ -240,6 +240,8 @@ def test_member_card_tag_once_per_user_per_request(
         ("tests.rooms.cards.no_such_card", "does not import"),
         ("no.such.module.card", "does not import"),
         ("tests.rooms.cards.NOT_CALLABLE", "not a function"),
+        (".card", "does not import"),
+        ("tests.rooms.raises_on_import.card", "does not import"),
         (42, "not a dotted path"),
         ("", "not a dotted path"),
     ],

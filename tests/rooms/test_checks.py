@@ -55,6 +55,9 @@ def test_e011_rooms_of_the_wrong_shape(settings: Any, rooms: Any) -> None:
         ("no.such.module.rule", "does not import"),
         ("norule", "does not import"),
         ("tests.rooms.rules.NOT_CALLABLE", "not a function"),
+        (".can_enter", "does not import (ValueError"),
+        ("..x.y", "does not import (TypeError"),
+        ("tests.rooms.raises_on_import.can_enter", "does not import (RuntimeError"),
     ],
 )
 def test_e012_a_rule_that_does_not_import_or_call(settings: Any, path: str, said: str) -> None:

@@ -91,8 +91,10 @@ def test_where_the_rule_does_not_import_403(
     client = as_user(make_user())
     assert_error(client.get(url("missing:1")), 403, "forbidden")
     assert_error(client.get(url("missing:2")), 403, "forbidden")
+    assert_error(client.get(url("relative:1")), 403, "forbidden")
+    assert_error(client.get(url("raising:1")), 403, "forbidden")
     assert client.get(url("post:1")).status_code == 200  # the other kinds are as they were
-    assert caplog.text.count("does not import") == 1  # told once, not per request
+    assert caplog.text.count("does not import") == 3  # once per path, not per request
 
 
 def test_a_refused_room_tells_nothing_of_its_members(make_user: Callable[..., Any]) -> None:

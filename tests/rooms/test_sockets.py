@@ -273,6 +273,7 @@ async def test_a_rule_that_does_not_import_refuses(
     settings.PRESENCE = {**SETTINGS, "ROOMS": WITH_A_MISSING_RULE}
     socket = await sockets.open(await new_user(make_user))
     assert (await join(socket, "missing:1"))["code"] == "forbidden"
+    assert (await join(socket, "raising:1"))["code"] == "forbidden"
     assert (await join(socket, "group:2"))["type"] == "room_state"  # the socket goes on
 
 

@@ -3,8 +3,9 @@
 - login and logout record presence (and logout closes that session's open sockets);
 - a password change or deactivation makes open sockets check their sessions;
 - deleting a user erases their presence after commit and closes their sockets;
-- saving or deleting PrivacySettings, PrivacyException, Contact or Block is announced to the
-  live processes after commit, then ``presence_changed`` sent (the hook for sites);
+- saving or deleting PrivacySettings, PrivacyException, Contact, Block or UserStatus (a row
+  the site or the admin saves; the API announces its own) is announced to the live processes
+  after commit, then ``presence_changed`` sent (the hook for sites);
 - a ``presence_changed`` a site sends itself is announced too.
 """
 
@@ -20,10 +21,18 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
 from presence import announce, api, domain, lifecycle
+from presence.api._status import saving_through_the_api, status_row_changed
 from presence.conf import get_settings
 from presence.domain import UserId, device_from_user_agent
 from presence.middleware import listener, throttle
-from presence.models import Block, Contact, PrivacyException, PrivacySettings, privacy_defaults
+from presence.models import (
+    Block,
+    Contact,
+    PrivacyException,
+    PrivacySettings,
+    UserStatus,
+    privacy_defaults,
+)
 from presence.signals import presence_changed
 from presence.users import user_pk
 
@@ -194,6 +203,39 @@ def _on_block_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     _changed(sender, tuple(changes), "block", change=changes)
 
 
+#: the attribute a UserStatus being saved keeps its row's fields in until then (None: no row)
+_STATUS_BEFORE = "_presence_status_before"
+
+
+def _status_fields(row: Any) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in domain.STATUS_FIELDS}
+
+
+def _on_status_saving(sender: Any, instance: Any, **kwargs: Any) -> None:
+    if saving_through_the_api() or kwargs.get("raw"):
+        return
+    row = (
+        sender._default_manager.using(kwargs.get("using"))
+        .filter(pk=instance.pk)
+        .values(*domain.STATUS_FIELDS)
+        .first()
+    )
+    setattr(instance, _STATUS_BEFORE, row)
+
+
+def _on_status_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # A moderator clearing an abusive text in the admin, a site's own row.save(): watchers'
+    # sockets are told as set_status tells them (only those who may see what changed).
+    if saving_through_the_api() or kwargs.get("raw"):
+        return
+    if kwargs["signal"] is post_delete:
+        before, after = _status_fields(instance), None
+    else:
+        before, after = getattr(instance, _STATUS_BEFORE, None), _status_fields(instance)
+        setattr(instance, _STATUS_BEFORE, None)
+    status_row_changed(instance.user_id, before, after)
+
+
 _SESSION_FIELDS = {"password", "is_active"}
 
 
@@ -246,6 +288,7 @@ def connect() -> None:
             dispatch_uid=f"presence_privacy_before_{signal is pre_save}",
         )
     pre_save.connect(_on_contact_saving, sender=Contact, dispatch_uid="presence_contact_before")
+    pre_save.connect(_on_status_saving, sender=UserStatus, dispatch_uid="presence_status_before")
     for signal in (post_save, post_delete):
         signal.connect(
             _on_privacy_saved,
@@ -259,6 +302,11 @@ def connect() -> None:
         )
         signal.connect(
             _on_block_changed, sender=Block, dispatch_uid=f"presence_block_{signal is post_save}"
+        )
+        signal.connect(
+            _on_status_changed,
+            sender=UserStatus,
+            dispatch_uid=f"presence_status_{signal is post_save}",
         )
         signal.connect(
             _on_exception_changed,

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,6 +49,37 @@ def _change(
     return change, expires_at
 
 
+#: set while the API saves a status row: the row's receivers leave its announcement to it
+_saving_through_the_api: ContextVar[bool] = ContextVar("presence_saving_status", default=False)
+
+
+def saving_through_the_api() -> bool:
+    """Whether the UserStatus row being saved is the API's (:func:`set_status`), which
+    announces the change itself; else a row saved by the site or the admin."""
+    return _saving_through_the_api.get()
+
+
+def status_row_changed(
+    user_id: Any, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> None:
+    """A UserStatus row saved or deleted by the site or the admin (``before``/``after``: its
+    fields, None for no row): announced after commit with what it changed, and its custom
+    status's end scheduled as :func:`set_status` schedules it (the live layer clears it then)."""
+    change = domain.status_change(before, after)
+    if not change.kinds:
+        return
+    row = after or domain.NO_STATUS
+    custom = any(row[name] for name in ("text", "emoji", "activity"))
+    ends = row["expires_at"].timestamp() if custom and row["expires_at"] is not None else None
+
+    def announce_it() -> None:
+        store = get_store()
+        store.run(store.plans.schedule_expiry(user_id, ends))  # (fails open: logged)
+        announce.changed([user_id], "status", sender=UserStatus, change=change)
+
+    transaction.on_commit(announce_it)
+
+
 def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> None:
     """The rows of a status change, in one transaction; announced after commit (the caller's
     commit, inside its ``atomic``; from the event loop that called, for an async caller), with
@@ -64,10 +96,14 @@ def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> No
         before = (
             UserStatus.objects.select_for_update()
             .filter(user_id=user_id)
-            .values("dnd", "text", "emoji", "activity", "expires_at")
+            .values(*domain.STATUS_FIELDS)
             .first()
         )
-        UserStatus.objects.update_or_create(user_id=user_id, defaults=fields)
+        saving = _saving_through_the_api.set(True)  # (announced below, not by the receivers)
+        try:
+            UserStatus.objects.update_or_create(user_id=user_id, defaults=fields)
+        finally:
+            _saving_through_the_api.reset(saving)
         # Without signals (a saved PrivacySettings announces "privacy"): this change's own
         # announcement below covers it, so viewers are told once.
         was = (
@@ -83,13 +119,7 @@ def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> No
         elif was != invisible:
             PrivacySettings.objects.filter(user_id=user_id).update(invisible=invisible)
         invisible_changed = bool(was) != invisible  # no row: visible
-        kinds = domain.Kind(0)
-        defaults = {"dnd": False, "text": "", "emoji": "", "activity": "", "expires_at": None}
-        old = before or defaults
-        if old["dnd"] != fields["dnd"]:
-            kinds |= domain.Kind.LIVE
-        if any(old[name] != fields[name] for name in ("text", "emoji", "activity", "expires_at")):
-            kinds |= domain.Kind.ACTIVITY
+        kinds = domain.status_change(before, fields).kinds
         if invisible_changed:
             kinds |= domain.Kind.INVISIBLE
         what = domain.Change(kinds)

@@ -28,13 +28,16 @@ from presence.domain.changes import (
     ANY_CHANGE,
     LEVELS,
     LIVE_CHANGE,
+    NO_STATUS,
     RULES_CHANGE,
+    STATUS_FIELDS,
     Change,
     Kind,
     add_change,
     close_friend_shows_more,
     levels_change,
     relation_change,
+    status_change,
 )
 from presence.domain.clock import passed
 from presence.domain.display import TIME_STRINGS, humanize
@@ -128,9 +131,11 @@ __all__ = [
     "LIVE_CHANGE",
     "MAX_USER_ID",
     "MAX_USER_ID_LENGTH",
+    "NO_STATUS",
     "RULES_CHANGE",
     "SECOND",
     "SELF",
+    "STATUS_FIELDS",
     "STATUS_LABELS",
     "STRANGER",
     "TIME_STRINGS",
@@ -186,5 +191,6 @@ __all__ = [
     "relation_change",
     "resolve",
     "shows_last_seen",
+    "status_change",
     "visibly_differs",
 ]

@@ -11,8 +11,9 @@ changed since its stamp (docs/websocket.md, "Stamps").
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from presence.domain.model import (
     EXCEPTION_ALLOW,
@@ -103,6 +104,30 @@ def levels_change(before: Choices, after: Choices) -> Change:
                 kinds |= _level_kind(setting, viewers)
     if before.invisible != after.invisible:
         kinds |= Kind.INVISIBLE
+    return Change(kinds)
+
+
+#: a UserStatus row's fields that shape what viewers see, and their values without a row
+STATUS_FIELDS = ("dnd", "text", "emoji", "activity", "expires_at")
+NO_STATUS: dict[str, Any] = {
+    "dnd": False,
+    "text": "",
+    "emoji": "",
+    "activity": "",
+    "expires_at": None,
+}
+
+
+def status_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> Change:
+    """The change of a user's status row from ``before`` to ``after`` (None: no row): do not
+    disturb is the live state's; text, emoji, activity and their expiry are the custom
+    status's (seen by those who may see activity)."""
+    old, new = before or NO_STATUS, after or NO_STATUS
+    kinds = Kind(0)
+    if old["dnd"] != new["dnd"]:
+        kinds |= Kind.LIVE
+    if any(old[name] != new[name] for name in STATUS_FIELDS[1:]):
+        kinds |= Kind.ACTIVITY
     return Change(kinds)
 
 

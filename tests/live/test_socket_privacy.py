@@ -281,6 +281,41 @@ async def test_the_contacts_api_reaches_open_sockets(watched: dict[str, Any]) ->
     await assert_silent(watcher)
 
 
+async def test_a_status_row_saved_by_the_site_or_the_admin_reaches_open_sockets(
+    watched: dict[str, Any],
+) -> None:
+    """A moderator clearing an abusive text in the admin (a row saved, not set_status): the
+    watchers see it at once, told only what they may see of it; set_status is told once."""
+    target, watcher, tab = watched["target"], watched["watcher"], watched["tab"]
+    row = await sync_to_async(UserStatus.objects.get)(user=target)
+    row.text = ""
+    await sync_to_async(row.save)()
+    assert await receive(watcher) == diff({target.pk: online(emoji="👋")})
+    assert await receive(tab) == diff({target.pk: online(emoji="👋", invisible=False)})
+    row.dnd = True
+    await sync_to_async(row.save)()
+    dnd = presence("dnd", iso(0), ["web"], emoji="👋")
+    assert await receive(watcher) == diff({target.pk: dnd})
+    assert await receive(tab) == diff({target.pk: {**dnd, "invisible": False}})
+    # A viewer who may not see the custom status is not told it changed.
+    await sync_to_async(PrivacySettings.objects.create)(user=target, activity_visibility="nobody")
+    assert await receive(watcher) == diff({target.pk: presence("dnd", iso(0), ["web"])})
+    row.emoji = "🔥"
+    await sync_to_async(row.save)()
+    assert await receive(tab) == diff({target.pk: {**dnd, "emoji": "🔥", "invisible": False}})
+    await assert_silent(watcher)
+    # Deleting the row clears do not disturb; set_status is announced once, not per receiver.
+    await sync_to_async(row.delete)()
+    assert await receive(watcher) == diff({target.pk: online()})
+    assert await receive(tab) == diff({target.pk: online(invisible=False)})
+    await api.aset_status(target, "dnd")
+    assert await receive(watcher) == diff({target.pk: presence("dnd", iso(0), ["web"])})
+    assert await receive(tab) == diff(
+        {target.pk: presence("dnd", iso(0), ["web"], invisible=False)}
+    )
+    await assert_silent(watcher, tab)
+
+
 async def test_privacy_settings_take_effect_at_once(watched: dict[str, Any]) -> None:
     target, watcher = watched["target"], watched["watcher"]
     privacy = await sync_to_async(PrivacySettings.objects.create)(

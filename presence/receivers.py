@@ -228,6 +228,8 @@ def _on_status_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # sockets are told as set_status tells them (only those who may see what changed).
     if saving_through_the_api() or kwargs.get("raw"):
         return
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
     if kwargs["signal"] is post_delete:
         before, after = _status_fields(instance), None
     else:

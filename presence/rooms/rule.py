@@ -58,7 +58,7 @@ def room_rule(room: Room) -> RoomRule | None:
     if path is None:
         return None
     if callable(path):
-        return path  # type: ignore[no-any-return]
+        return path
     try:
         rule: RoomRule = import_string(path)
     except Exception:  # (not only ImportError: ".x" is a ValueError, a module may raise)

@@ -63,7 +63,10 @@ def _database(uid: Any) -> dict[str, Any]:
             defaults.activity_visibility.value,
         )
     status = UserStatus.objects.filter(user_id=uid).first()
-    seen = LastSeen.objects.filter(user_id=uid).values_list("seen_at", flat=True).first()
+    seen, prior = (
+        LastSeen.objects.filter(user_id=uid).values_list("seen_at", "prior_seen_at").first()
+        or (None, None)
+    )
     return {
         "privacy": {
             "online_visibility": str(levels[0]),
@@ -100,6 +103,7 @@ def _database(uid: Any) -> dict[str, Any]:
             .order_by("blocked_id")
         ],
         "saved_last_seen": iso_time(seen),
+        "saved_before_today": iso_time(prior),
         "saved_status": None
         if status is None
         else {
@@ -215,7 +219,11 @@ def _export(user: Any) -> Operation[dict[str, Any]]:
         "exceptions": database["exceptions"],
         "contacts": database["contacts"],
         "blocks": database["blocks"],
-        "last_seen": {"latest": iso_time(own.last_seen), "saved": database["saved_last_seen"]},
+        "last_seen": {
+            "latest": iso_time(own.last_seen),
+            "saved": database["saved_last_seen"],
+            "saved_before_today": database["saved_before_today"],
+        },
         "status": {
             "status": own.status.value,
             "invisible": database["privacy"]["invisible"],

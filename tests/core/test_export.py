@@ -61,7 +61,7 @@ def people(make_user: Callable[..., Any], settings: Any, clock: time_machine.Coo
         owner=carol, viewer=alice, setting="online_visibility", allow=False
     )
     PrivacySettings.objects.create(user=dave, invisible=True)
-    LastSeen.objects.create(user=alice, seen_at=at(-3600))
+    LastSeen.objects.create(user=alice, seen_at=at(-3600), prior_seen_at=at(-86400))
     api.set_status(alice, "dnd", text="Focus", emoji="🎧", expires_at=at(3600))
     async_to_sync(lifecycle.aconnect)(alice, "c0ffee0000000001", "mobile")
     api.touch(bob)  # someone else online: nothing of Bob's state is in Alice's export
@@ -91,7 +91,7 @@ def expected(alice: Any, bob: Any, carol: Any, dave: Any) -> dict[str, Any]:
             "added_by": [{**other(u), "at": iso(0)} for u in added_by],
         },
         "blocks": [{**other(dave), "at": iso(0)}],
-        "last_seen": {"latest": iso(0), "saved": iso(-3600)},
+        "last_seen": {"latest": iso(0), "saved": iso(-3600), "saved_before_today": iso(-86400)},
         "status": {
             "status": "dnd",
             "invisible": False,
@@ -157,7 +157,7 @@ def test_a_user_presence_never_saw(make_user: Callable[..., Any], settings: Any)
         "exceptions": [],
         "contacts": {"added": [], "added_by": []},
         "blocks": [],
-        "last_seen": {"latest": None, "saved": None},
+        "last_seen": {"latest": None, "saved": None, "saved_before_today": None},
         "status": {
             "status": "offline",
             "invisible": False,

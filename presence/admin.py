@@ -5,7 +5,7 @@ from functools import cache, partial
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.checks import InlineModelAdminChecks
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename, get_user_model
@@ -27,7 +27,7 @@ from presence.models import (
     PrivacySettings,
     UserStatus,
 )
-from presence.store import get_store
+from presence.store import StoreUnavailable, get_store
 from presence.users import user_pk
 
 
@@ -209,6 +209,13 @@ def _dot(presence: domain.Presence) -> SafeString:
 PRESENCE_MEDIA = forms.Media(css={"all": ("presence/presence.css",)})
 
 
+#: the "online now" filter's warning while Redis cannot be reached
+ONLINE_NOW_UNAVAILABLE = _(
+    "Who is online now is unavailable: presence cannot reach Redis. No one is listed; "
+    "try again later."
+)
+
+
 class OnlineNowFilter(admin.SimpleListFilter):
     """Users online now, as the moderator may see them (api.online_now: a scan of every
     bucket, O(users online)); every user online, invisible ones too, for a moderator granted
@@ -225,7 +232,14 @@ class OnlineNowFilter(admin.SimpleListFilter):
     def queryset(self, request: Any, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         if self.value() != "now":
             return None
-        online = live_user_ids() if sees_true_presence(request) else api.online_now(request.user)
+        try:
+            online = (
+                live_user_ids() if sees_true_presence(request) else api.online_now(request.user)
+            )
+        except StoreUnavailable:
+            # A Redis outage never breaks a page: the list is empty, and says why.
+            messages.warning(request, ONLINE_NOW_UNAVAILABLE, fail_silently=True)
+            return queryset.none()
         return queryset.filter(**{f"{self.user_field}__in": online})
 
 

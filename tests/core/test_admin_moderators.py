@@ -195,3 +195,29 @@ def test_true_presence_lets_a_moderator_sort_by_last_seen(
     # ... and the column shows the true last seen it sorts by.
     row = _row(listed, early)
     assert 'presence-dot--offline"' in row and re.search(r">3\sdays ago</td>", row), row
+
+
+# --- the "online now" filter while Redis is down ----------------------------------------------
+
+
+@pytest.mark.parametrize("true_presence", [True, False], ids=["true presence", "privacy allows"])
+def test_the_online_now_filter_lists_no_one_and_says_why_while_redis_is_down(
+    private_redis: Any, clock: Any, make_user: Callable[..., Any], true_presence: bool
+) -> None:
+    """A Redis outage never breaks a page: who is online cannot be known, so the filtered lists
+    (users, last seen) are empty and a warning says why, instead of a 500."""
+    public = make_user("public")
+    PrivacySettings.objects.create(user=public, **dict.fromkeys(_FIELDS, "everyone"))
+    LastSeen.objects.create(user=public, seen_at=timezone.now() - timedelta(days=1))
+    api.touch(public)
+    granted = ("view_true_presence",) if true_presence else ()
+    client = _client(_staff(make_user, "moderator", "view_lastseen", *granted))
+    lists = (_user_admin_url("changelist"), reverse("admin:presence_lastseen_changelist"))
+    for url in lists:  # listed while Redis is up
+        assert client.get(url, {"online": "now"}).context["cl"].result_count == 1
+    private_redis.stop()
+    for url in lists:
+        response = client.get(url, {"online": "now"})
+        assert response.status_code == 200
+        assert response.context["cl"].result_count == 0
+        assert [message.level_tag for message in response.context["messages"]] == ["warning"]

@@ -32,7 +32,6 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 from presence import metrics
 from presence.conf import PresenceSettings
 from presence.gathering import Gathering, split_as
-from presence.store.cluster import NodeUnavailable
 from presence.store.connecting import (
     REDIS_SCHEMES,
     Connections,
@@ -202,18 +201,16 @@ class PresenceStore:
 
     def _cluster_result(self, plan: Plan[T], replies: list[Any]) -> T:
         """A plan's result from the masters' replies: read in full, read partly (a master
-        unavailable, the plan reads what the others hold), or its fallback."""
-        unavailable = [r for r in replies if isinstance(r, NodeUnavailable)]
-        if not unavailable:
-            self._raise_first_error(replies)
+        unavailable, the plan reads what the others hold), or its fallback. A command a master
+        refused is that master's outage (presence.store.rounds), or this plan's alone (a slot
+        still moving): never the cluster's, whose other masters go on answering."""
+        failed = [reply for reply in replies if isinstance(reply, Exception)]
+        if not failed:
             return plan.parse(replies)
-        for reply in replies:
-            if isinstance(reply, Exception) and not isinstance(reply, NodeUnavailable):
-                raise reply
-        if plan.partial is not None and len(unavailable) < len(replies):
+        if plan.partial is not None and len(failed) < len(replies):
             self.guesses += 1  # (what the unavailable masters hold is guessed)
             return plan.partial(replies)
-        return self._fallback(plan, unavailable[0])
+        return self._fallback(plan, failed[0])
 
     def _replies(
         self, commands: Sequence[tuple[Any, ...]]

@@ -17,7 +17,10 @@ What the cluster answers on the way is handled here, command by command:
 - a master that cannot be reached (or a slot no master serves): its commands' replies are
   :class:`NodeUnavailable`; the outage is logged once per node, the node is left alone for
   ``RETRY_INTERVAL``, and the slot table is read again before it is tried again (a replica may
-  have taken over). The store reads what the other masters answered (``Plan.partial``).
+  have taken over). The store reads what the other masters answered (``Plan.partial``);
+- any other error a master answers (out of memory, loading, read-only, busy) is that master's
+  outage as well, never the cluster's; a command still redirected after ``MAX_REDIRECTS``
+  rounds is unknown to its plan alone.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from redis.exceptions import (
     NoScriptError,
     RedisClusterException,
     RedisError,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -138,6 +139,10 @@ class ClusterRounds(ClusterNodes):
                 again.append(position)
             elif isinstance(reply, ClusterDownError):
                 replies[position] = NodeUnavailable(f"{node_name}: {reply}")
+            elif isinstance(reply, ResponseError):
+                # The master refused the command (out of memory, loading, read-only, busy): an
+                # outage of that master, as of one Redis that refuses, not of the cluster.
+                replies[position] = self._node_failed(node_name, reply)
         return again, moved
 
     # --- the rounds, written once -------------------------------------------------------------
@@ -177,9 +182,27 @@ class ClusterRounds(ClusterNodes):
                 node = manager.get_node(node_name=name)
                 if node is None:
                     continue  # the node left the cluster: the next round routes elsewhere
-                yield LoadScripts(node, scripts)
+                try:
+                    yield LoadScripts(node, scripts)
+                except (RedisError, OSError) as error:
+                    # The master went away while loading them: its commands are unavailable.
+                    unavailable = self._node_failed(name, error)
+                    sent_there = set(groups[name][1])
+                    for position in [
+                        p
+                        for p in pending
+                        if p in sent_there and isinstance(replies[p], NoScriptError)
+                    ]:
+                        replies[position] = unavailable
+                        pending.remove(position)
             if not pending:
                 break
             if any_tryagain and attempt < MAX_REDIRECTS - 1:
                 yield Pause()
+        for position in pending:
+            # Still redirected after MAX_REDIRECTS rounds (a slot moving): unknown to this
+            # plan alone; no master is in an outage.
+            replies[position] = NodeUnavailable(
+                f"still redirected after {MAX_REDIRECTS} rounds: {replies[position]}"
+            )
         return replies

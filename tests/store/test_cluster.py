@@ -188,6 +188,45 @@ def test_a_late_reply_to_a_page_is_not_an_outage_of_its_master(cluster: RedisClu
         store.close()
 
 
+def test_a_master_refusing_writes_is_its_own_outage_not_the_clusters(
+    cluster: RedisCluster, store: PresenceStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One Redis that refuses commands (out of memory) is in an outage; on a cluster that is the
+    # refusing master's alone: the other masters' users are still recorded and read.
+    caplog.set_level(logging.WARNING, logger="presence")
+    master_of_user = masters_of_buckets(cluster, store)
+    refusing = master_of_user(1)
+    elsewhere = next(u for u in USERS if master_of_user(u) != refusing)
+    with redis.Redis(port=refusing) as client:
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 1)
+    try:
+        assert store.run(store.plans.touch(1, Device.WEB, NOW)) is None
+        assert store.run(store.plans.touch(elsewhere, Device.WEB, NOW + 1)) is not None
+        states = store.run(store.plans.read([1, elsewhere]))
+        assert states is not None and states[elsewhere].last_active == NOW + 1
+        assert not store.known_down()
+
+        async def on_the_event_loop() -> tuple[Any, Any]:
+            fresh = PresenceStore(store.conf)  # (its masters' health its own: none down yet)
+            try:
+                refused = await fresh.arun(fresh.plans.touch(1, Device.WEB, NOW + 2), live=True)
+                other = await fresh.arun(
+                    fresh.plans.touch(elsewhere, Device.WEB, NOW + 2), live=True
+                )
+                return refused, other
+            finally:
+                await fresh.aclose()
+
+        refused, other = asyncio.run(on_the_event_loop())
+        assert refused is None and other is not None
+        outages = [r.getMessage() for r in caplog.records if "is unavailable" in r.getMessage()]
+        assert outages and all(f"node 127.0.0.1:{refusing} " in o for o in outages), outages
+    finally:
+        with redis.Redis(port=refusing) as client:
+            client.config_set("maxmemory", 0)
+
+
 def masters_of_buckets(cluster: RedisCluster, store: PresenceStore) -> Callable[[int], int]:
     """The port of the master holding each user's bucket, from one read of CLUSTER SLOTS."""
     owners = _slot_owner(cluster)

@@ -136,6 +136,28 @@ def test_a_page_throttled_before_the_close_was_heard_is_written_when_it_is(
     assert online_to(target, friend, 4)
 
 
+def test_another_sessions_logout_elsewhere_leaves_this_session_online(
+    pair: tuple[Any, Any], clock: time_machine.Coordinates
+) -> None:
+    # Two sessions of one user, pages served by two processes: session A logs out through
+    # the other process (its receiver signs the user off; only its own throttle forgets
+    # them). Session B's next page here, throttled until then, is written at once.
+    target, friend = pair
+    grace = get_settings().OFFLINE_GRACE
+    session_b = Client()
+    session_b.force_login(target)  # written at T0
+    clock.shift(2)
+    assert session_b.get("/ok/").status_code == 200  # throttled
+    clock.shift(1)
+    api.sign_off(target)  # session A's logout, at T0+3, in the other process
+    heard_close_of(target)
+    clock.shift(1)
+    assert session_b.get("/ok/").status_code == 200  # T0+4: written at once
+    clock.shift(grace + 1)
+    assert async_to_sync(lifecycle.asweep)().offline == []
+    assert online_to(target, friend, 4)
+
+
 def test_a_close_with_no_page_after_it_lets_the_user_go_offline(
     pair: tuple[Any, Any], clock: time_machine.Coordinates, redis_commands: RedisCommandCounter
 ) -> None:

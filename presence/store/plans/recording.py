@@ -46,16 +46,31 @@ class Transition:
     #: of the crashed connections, those whose last write changed what the user shows: their
     #: process may have died before announcing it (the others' last write was no news)
     unsettled: int = field(default=0, compare=False)
+    #: this write also made the user offline, before its online (they were still in the ledger
+    #: past their time: no sweep since): that offline's moment and outbox entry, sent first
+    ended_at: float | None = field(default=None, compare=False)
+    ended_entry: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_reply(
-        cls, user_id: UserId, reply: list[Any], ledger_at: int = 5, stamped: bool = False
+        cls,
+        user_id: UserId,
+        reply: list[Any],
+        ledger_at: int = 5,
+        stamped: bool = False,
+        ended_from: int | None = None,
     ) -> Transition:
         """A script's reply: old and new score, for connections (live connections, refused,
-        crashed), then the ledger's verdict from ``ledger_at`` on (made, invisible, at)."""
+        crashed), then the ledger's verdict from ``ledger_at`` on (made, invisible, at, entry),
+        and the offline made before it from ``ended_from`` on (its at and entry; by default
+        right after the verdict)."""
         core = reply[:ledger_at]
         made: list[Any] = (
             reply[ledger_at : ledger_at + 4] if len(reply) >= ledger_at + 4 else [0, 0, None, None]
+        )
+        ended_from = ledger_at + 4 if ended_from is None else ended_from
+        ended: list[Any] = (
+            reply[ended_from : ended_from + 2] if len(reply) >= ended_from + 2 else [None, None]
         )
         return cls(
             user_id,
@@ -70,6 +85,8 @@ class Transition:
             entry=_text(made[3]),
             stamped=stamped,
             unsettled=int(reply[10]) if len(reply) > 10 else 0,
+            ended_at=float(ended[0]) if ended[0] not in (None, False) else None,
+            ended_entry=_text(ended[1]),
         )
 
 
@@ -142,6 +159,7 @@ class RecordingPlans(PlanArea):
                         domain.DEVICE_BITS[device],
                         self._ttl_start(seconds),
                         *self._timing(),
+                        keys.closes_channel(),
                     ],
                 ),
                 (
@@ -240,7 +258,10 @@ class RecordingPlans(PlanArea):
         return Plan(
             commands=commands,
             parse=lambda replies: Transition.from_reply(
-                user_id, replies[0], stamped=len(replies[0]) > 9 and replies[0][9] == 1
+                user_id,
+                replies[0],
+                stamped=len(replies[0]) > 9 and replies[0][9] == 1,
+                ended_from=11,
             ),
             fallback=None,
         )

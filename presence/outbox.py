@@ -37,10 +37,17 @@ def send_made(result: Any) -> None:
     entries of several users' transitions (a sweep's) are claimed together, in one round trip."""
     store = get_store()
     transitions = list(_transitions(result))
-    claims = _user_claims(store, transitions)
+    made = [
+        (transition, signal)
+        for transition in transitions
+        for signal in (
+            [transition] if isinstance(transition, RoomTransition) else _user_signals(transition)
+        )
+    ]
+    claims = _user_claims(store, made)
     # a room's entry per claim: a sweep's batch of leaves shares one, claimed once for all
     room_claims: dict[tuple[str, str], Callable[[], bool]] = {}
-    for position, transition in enumerate(transitions):
+    for position, (transition, signal) in enumerate(made):
         if isinstance(transition, RoomTransition):
             room, entry = transition.room, transition.entry
             if entry is not None and (room, entry) not in room_claims:
@@ -54,41 +61,51 @@ def send_made(result: Any) -> None:
                 transition.at,
                 None if entry is None else room_claims[room, entry],
             )
-        elif not transition.made or transition.at is None:
             continue
-        elif transition.entry is None:
-            signals.send_transition(
-                transition.user_id, transition.made, transition.at, transition.invisible
-            )
+        kind, at, entry = cast(_UserSignal, signal)
+        if entry is None:
+            signals.send_transition(transition.user_id, kind, at, transition.invisible)
         else:
             signals.send_if_claimed(
-                claims[position],
-                transition.user_id,
-                transition.made,
-                transition.at,
-                transition.invisible,
+                claims[position], transition.user_id, kind, at, transition.invisible
             )
+
+
+#: a user's transition to send: made (1 online, -1 offline), at, its outbox entry (None:
+#: claimed already)
+_UserSignal = tuple[int, float, str | None]
+
+
+def _user_signals(transition: Transition) -> list[_UserSignal]:
+    """The signals a user's transition earned, in order: the offline the write made first (the
+    user was still in the ledger past their time), then its own."""
+    if not transition.made or transition.at is None:
+        return []
+    own = (transition.made, transition.at, transition.entry)
+    if transition.ended_at is None:
+        return [own]
+    return [(-1, transition.ended_at, transition.ended_entry), own]
 
 
 def _user_claims(
-    store: Any, transitions: list[Transition | RoomTransition]
+    store: Any, made: list[tuple[Transition | RoomTransition, Any]]
 ) -> dict[int, Callable[[], bool]]:
-    """The claim of each user transition's outbox entry, by its position in ``transitions``:
-    on the receivers' thread, the first one run claims them all in one round trip (a sweep's
-    users turning offline together), and each answers for its own entry (an entry listed
-    twice is won once)."""
-    made = [
-        (position, t)
-        for position, t in enumerate(transitions)
-        if isinstance(t, Transition) and t.made and t.at is not None and t.entry is not None
+    """The claim of each user signal's outbox entry, by its position in ``made`` (pairs of a
+    transition and what it sends; a room's are left alone): on the receivers' thread, the first
+    one run claims them all in one round trip (a sweep's users turning offline together), and
+    each answers for its own entry (an entry listed twice is won once)."""
+    users = [
+        (position, transition.user_id, signal[2])
+        for position, (transition, signal) in enumerate(made)
+        if isinstance(transition, Transition) and signal[2] is not None
     ]
-    if not made:
+    if not users:
         return {}
-    plans = [store.plans.claim_entry(t.user_id, t.entry) for _, t in made]
+    plans = [store.plans.claim_entry(user_id, entry) for _, user_id, entry in users]
     if len(plans) == 1:
-        return {made[0][0]: partial(store.run, plans[0])}
+        return {users[0][0]: partial(store.run, plans[0])}
     together = _once(partial(store.run, merge(plans)))
-    return {position: partial(_nth, together, n) for n, (position, _) in enumerate(made)}
+    return {position: partial(_nth, together, n) for n, (position, _, _) in enumerate(users)}
 
 
 def _nth(claims: Callable[[], list[bool]], n: int) -> bool:

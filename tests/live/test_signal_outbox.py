@@ -17,11 +17,12 @@ import time_machine
 from asgiref.sync import sync_to_async
 
 from presence import api, domain, lifecycle, outbox, signals
+from presence.conf import get_settings
 from presence.store import get_store
 from tests.clock import at
 from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import new_user
-from tests.live.test_signals import Sent, received, sent
+from tests.live.test_signals import Sent, later, received, sent
 from tests.privacy_cases import count_round_trips
 
 pytestmark = [
@@ -143,3 +144,28 @@ async def test_the_entries_of_a_sweeps_transitions_are_claimed_together_and_sent
     received.clear()
     outbox.send_made(made)
     assert await sent(received) == []
+
+
+async def test_a_user_back_before_anyone_made_their_offline_gets_both_signals_in_order(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, received: list[Sent]
+) -> None:
+    # A site without live processes: nobody swept between the user's leaving (the online
+    # window passed; every reader showed them offline) and their next page view.
+    window = get_settings().ONLINE_WINDOW
+    user = await new_user(make_user)
+    await api.atouch(user)
+    await later(clock, window + 120)
+    await api.atouch(user)
+    expected = [
+        ("online", user.pk, at(0), False),
+        ("offline", user.pk, at(window), False),
+        ("online", user.pk, at(window + 120), False),
+    ]
+    assert await sent(received) == expected
+    assert await outbox_size() == 0
+    # The cleanup (cron) and a sweep after it find nothing more to send.
+    await later(clock, 60)
+    await sync_to_async(api.cleanup)()
+    await later(clock, outbox.deadline())
+    await lifecycle.asweep()
+    assert await sent(received) == expected

@@ -28,7 +28,8 @@
 -- being retried by the writing process: the connection stays unsettled.
 -- Returns {old score or false, new score or false, live connections, refused (0/1), connections
 -- dropped as crashed, made, invisible, at, outbox entry (see settle), stamped (0/1), crashed
--- connections dropped that were unsettled}.
+-- connections dropped that were unsettled, the offline made first: its at and entry (see
+-- settle)}.
 local uid = ARGV[1]
 local entry = false -- a beat's or an open's entry, written once its news is known
 local op = ARGV[2]
@@ -172,4 +173,5 @@ if op == 'open' and KEYS[10] and news then
   redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[16])
   stamped = 1
 end
-return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4], stamped, unsettled}
+return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4], stamped, unsettled,
+        made[5] or false, made[6] or false}

@@ -17,7 +17,9 @@ end
 -- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}; ``old``
 -- (optional) the score before the write (a write making the user online comes no earlier than
 -- its end). Returns {made (1 online, -1 offline, 0 neither),
--- invisible (0/1), at (when, as text), outbox entry}.
+-- invisible (0/1), at (when, as text), outbox entry}, then, when this write also made the
+-- offline before that online (the user was still in the ledger past their time), that
+-- offline's at and outbox entry (the caller sends it first).
 local function settle(keys, uid, score, now, grace, ttl, window, old)
   grace, ttl, window = tonumber(grace), tonumber(ttl), tonumber(window)
   local until_ = offline_time(score, grace, ttl, window)
@@ -37,12 +39,22 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
       redis.call('ZADD', key, 'XX', until_, uid)
       return {0, invisible, false, false}
     end
+    -- (asked only when the user's last state had ended: a heartbeat's path is unchanged)
+    local past = was and was <= now and redis.call('ZSCORE', key, uid)
+    if past and tonumber(past) <= now then
+      -- Still in the ledger past their time: nobody made them offline since (no sweep ran:
+      -- a site without live processes). This write makes that offline, at its time, then the
+      -- online, so the user's signals alternate (readers showed the user offline meanwhile).
+      redis.call('ZADD', key, until_, uid)
+      local off = record(keys[4], -1, invisible, past, uid, now)
+      local at = tostring(now)
+      return {1, invisible, at, record(keys[4], 1, invisible, at, uid, now), past, off}
+    end
     if redis.call('ZADD', key, until_, uid) == 1 then
       -- A write whose time was taken before a sweep elsewhere made the user offline (a busy
       -- process) comes no earlier than that offline, whose moment is old's end: a user's
       -- signals keep their order.
-      local ended = offline_time(old, grace, ttl, window)
-      local at = tostring(math.max(now, ended or now))
+      local at = tostring(math.max(now, was or now))
       return {1, invisible, at, record(keys[4], 1, invisible, at, uid, now)}
     end
     return {0, invisible, false, false}

@@ -3,9 +3,10 @@
 -- start is already past it, as in domain.live_status: online while now < activity + window).
 -- KEYS[3..6] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[6..8] offline
 -- grace, connection TTL, online window. Returns {old score or false, new score, made, invisible,
--- at, outbox entry} (see settle). Never moves activity backwards; keeps the device
--- kinds of the current online stretch and the "connected" flag of live connections; a request is
--- input, so it clears "idle". KEYS[7] the bucket's prior set (lua/prior.lua).
+-- at, outbox entry, the offline made first: its at and entry} (see settle). Never moves activity
+-- backwards; keeps the device kinds of the current online stretch and the "connected" flag of
+-- live connections; a request is input, so it clears "idle". KEYS[7] the bucket's prior set
+-- (lua/prior.lua).
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local mask = tonumber(ARGV[3])
@@ -35,4 +36,5 @@ local score = ts * SCORE_FACTOR + connected + mask
 redis.call('ZADD', KEYS[1], score, ARGV[1])
 keep_prior(KEYS[7], ARGV[1], old, ts)
 local made = settle({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, ARGV[1], score, now, ARGV[6], ARGV[7], ARGV[8], old)
-return {old or false, tostring(score), made[1], made[2], made[3], made[4]}
+return {old or false, tostring(score), made[1], made[2], made[3], made[4], made[5] or false,
+  made[6] or false}

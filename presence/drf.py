@@ -10,15 +10,19 @@ may see it (the one privacy resolver).
         author_presence = PresenceField(source="author_id")  # a user id, no query for it
 
 Serializing a page (``many=True``) loads the presence of every user on it at once, on the first
-field: one query and one Redis round trip for the page, never one per row. The request comes from
-the serializer's context (``context={"request": request}``, which DRF's views pass); without
-one, users are seen as a stranger sees them. Install with ``django-live-presence[drf]``.
+field: one query and one Redis round trip for the page, never one per row; also where the field
+sits in a nested serializer (a post's ``author = AuthorSerializer()``, a group's
+``members = MemberSerializer(many=True)``). The request comes from the serializer's context
+(``context={"request": request}``, which DRF's views pass); without one, users are seen as a
+stranger sees them. Install with ``django-live-presence[drf]``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from django.db.models import Manager
 from rest_framework import serializers
 
 from presence import api, domain
@@ -48,25 +52,52 @@ class PresenceField(serializers.Field):
             cache.update({uid: found.get(uid, domain.HIDDEN) for uid in ids})
         return cache[pk].as_dict()
 
-    @staticmethod
-    def _cache(request: Any) -> dict[UserId, domain.Presence]:
-        if request is None:
-            return {}
-        cache = getattr(request, _CACHE_ATTR, None)
+    def _cache(self, request: Any) -> dict[UserId, domain.Presence]:
+        """The presences read for this request (or, without one, for this serialization:
+        kept on the outermost serializer)."""
+        holder = self.root if request is None else request
+        cache = getattr(holder, _CACHE_ATTR, None)
         if cache is None:
             cache = {}
-            setattr(request, _CACHE_ATTR, cache)
+            setattr(holder, _CACHE_ATTR, cache)
         return cache
 
     def _page_ids(self) -> list[UserId]:
-        """The users of every row of the list being serialized (``many=True``), if any."""
-        rows = getattr(self.root, "instance", None)
-        if rows is None or not isinstance(self.root, serializers.ListSerializer):
+        """The users this field will show for every row being serialized: the outermost
+        serializer's instance (a page, or one object with nested lists), followed down through
+        the nested serializers to this field's source."""
+        path: list[serializers.Field] = []
+        node: Any = self
+        while node is not None:
+            path.append(node)
+            node = node.parent
+        path.reverse()
+        root = path[0]
+        if root is self or getattr(root, "instance", None) is None:
             return []
-        ids = []
-        for row in rows:
-            try:
-                ids.append(user_pk(self.get_attribute(row)))
-            except (TypeError, AttributeError):
-                continue
+        ids: list[UserId] = []
+        try:
+            values = (
+                _each(root.instance)
+                if isinstance(root, serializers.ListSerializer)
+                else [root.instance]
+            )
+            for node, parent in zip(path[1:], path, strict=False):
+                if isinstance(parent, serializers.ListSerializer) and node is parent.child:
+                    continue  # (a list's child serializes each item itself)
+                got = (node.get_attribute(value) for value in values)
+                if isinstance(node, serializers.ListSerializer):
+                    values = [item for many in got if many is not None for item in _each(many)]
+                elif node is self:
+                    ids = [user_pk(value) for value in got if value is not None]
+                else:
+                    values = [value for value in got if value is not None]
+        except Exception:  # (a row this cannot follow: that row's field reads on its own)
+            return ids
         return ids
+
+
+def _each(many: Any) -> Iterable[Any]:
+    """A nested list's items, as DRF's ListSerializer iterates them (a related manager's
+    ``all()``)."""
+    return many.all() if isinstance(many, Manager) else many

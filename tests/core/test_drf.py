@@ -44,6 +44,26 @@ class ActivitySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["id", "author_presence"]
 
 
+class PostSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    author = UserSerializer()
+
+    class Meta:
+        model = Activity
+        fields = ["id", "author"]
+
+
+class ContactSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    presence = PresenceField(source="contact_id")
+
+    class Meta:
+        model = Contact
+        fields = ["id", "presence"]
+
+
+class GroupOfPeopleSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    people = UserSerializer(many=True)
+
+
 def _request(user: Any) -> Any:
     request = RequestFactory().get("/api/people")
     request.user = user
@@ -106,3 +126,47 @@ def test_a_user_id_source_reads_no_user_row(
         data = serializer.data
     assert len(queries) == 1  # the privacy facts; the authors' rows are never loaded
     assert {row["author_presence"]["status"] for row in data} == {"online"}
+
+
+@pytest.mark.parametrize("with_request", [True, False], ids=["request", "no request"])
+def test_nested_and_requestless_pages_cost_one_read_too(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, with_request: bool
+) -> None:
+    viewer = make_user("viewer")
+    authors = [make_user(f"a{n}") for n in range(5)]
+    for author in authors:
+        Contact.objects.create(owner=author, contact=viewer)
+        api.touch(author)
+    posts = [feed.post(author, "hi") for author in authors]
+    rows = list(Activity.objects.filter(pk__in=[p.pk for p in posts]).select_related("author"))
+    context = {"request": _request(viewer)} if with_request else {}
+    with count_round_trips() as trips:
+        data = PostSerializer(rows, many=True, context=context).data
+    assert len(trips.commands) == 1
+    # what each viewer may see: the contact sees them online, no request is a stranger
+    want = "online" if with_request else "offline"
+    assert [row["author"]["presence"]["status"] for row in data] == [want] * 5
+
+
+def test_a_related_manager_and_a_nested_list_are_read_at_once(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, owner = make_user("viewer"), make_user("owner")
+    people = [make_user(f"p{n}") for n in range(4)]
+    for person in people:
+        Contact.objects.create(owner=owner, contact=person)
+        Contact.objects.create(owner=person, contact=viewer)
+        api.touch(person)
+    followed = get_user_model().objects.filter(pk__in=[p.pk for p in people]).order_by("pk")
+    with count_round_trips() as trips:
+        data = ContactSerializer(
+            owner.presence_contacts, many=True, context={"request": _request(viewer)}
+        ).data
+    assert len(trips.commands) == 1
+    assert [row["presence"]["status"] for row in data] == ["online"] * 4
+    with count_round_trips() as trips:
+        nested = GroupOfPeopleSerializer(
+            {"people": followed}, context={"request": _request(viewer)}
+        ).data
+    assert len(trips.commands) == 1
+    assert [row["presence"]["status"] for row in nested["people"]] == ["online"] * 4

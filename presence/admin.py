@@ -9,8 +9,10 @@ from django.contrib import admin, messages
 from django.contrib.admin.checks import InlineModelAdminChecks
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename, get_user_model
+from django.core.exceptions import ValidationError
 from django.db.models import F, QuerySet
-from django.forms.models import inlineformset_factory
+from django.forms.formsets import DELETION_FIELD_NAME
+from django.forms.models import BaseInlineFormSet, inlineformset_factory
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -73,11 +75,38 @@ class _ExceptionsOfTheUserChecks(InlineModelAdminChecks):
         return []
 
 
+class PrivacyExceptionFormSet(BaseInlineFormSet):
+    """Django compares the page's rows with one another, and skips the database's unique
+    constraint for an inline's rows (their owner is the page's): a new row repeating one of
+    the owner's exceptions that the page does not show (an add page shows none) is refused
+    here rather than by the database on save."""
+
+    def clean(self) -> None:
+        super().clean()
+        if not self.instance._is_pk_set():
+            return
+        shown = [form.instance.pk for form in self.initial_forms]
+        taken = set(
+            PrivacyException.objects.filter(owner=self.instance)
+            .exclude(pk__in=shown)
+            .values_list("viewer_id", "setting")
+        )
+        for form in self.extra_forms:
+            if not form.has_changed() or not form.is_valid():
+                continue
+            if form.cleaned_data.get(DELETION_FIELD_NAME):
+                continue
+            if (form.instance.viewer_id, form.instance.setting) in taken:
+                fields = ("owner", "viewer", "setting")
+                form.add_error(None, form.instance.unique_error_message(PrivacyException, fields))
+
+
 class PrivacyExceptionInline(UserFieldsMixin, admin.TabularInline):
     """The user's "always share with" / "never share with" exceptions, on their privacy
     settings' page; saved like any row, so open sockets see the change at once."""
 
     model = PrivacyException
+    formset = PrivacyExceptionFormSet
     fk_name = "owner"
     checks_class = _ExceptionsOfTheUserChecks
     fields = ("viewer", "setting", "allow")
@@ -126,10 +155,23 @@ class PrivacySettingsAdmin(UserFieldsMixin, admin.ModelAdmin):
         if isinstance(inline, PrivacyExceptionInline):
             # The exceptions belong to the settings' user (an unsaved user on an empty add page).
             user_id = getattr(obj, "user_id", None)
+            if user_id is None and request.method == "POST":
+                user_id = _posted_user_id(request)
             kwargs["instance"] = get_user_model()(pk=user_id) if user_id else None
             if user_id:
                 kwargs["instance"]._state.adding = False
         return kwargs
+
+
+def _posted_user_id(request: Any) -> Any:
+    """The pk of the existing user an add page's form names, else None. The formsets are
+    built before the page's form is validated: without it an add page's exceptions would have
+    no owner to be checked against (oneself, a duplicate of one the user has) or saved with."""
+    user_field = forms.ModelChoiceField(get_user_model()._default_manager.all())
+    try:
+        return user_field.clean(request.POST.get("user")).pk
+    except ValidationError:
+        return None  # the page's form says why
 
 
 @admin.register(UserStatus)

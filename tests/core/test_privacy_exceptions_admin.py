@@ -78,3 +78,50 @@ def test_the_exceptions_list_searches_by_either_user(
     assert "activity_visibility" in by_owner or "custom status" in by_owner
     assert admin_client.get(url, {"q": "ben"}).context["cl"].result_count == 1
     assert admin_client.get(url, {"q": "ann"}).context["cl"].result_count == 2
+
+
+def _add_page_values(admin_client: Client, owner: Any, viewer: Any) -> dict[str, Any]:
+    """The add page of privacy settings for ``owner``, as a browser submits it, with one
+    exception naming ``viewer``."""
+    values = form_values(admin_client.get("/admin/presence/privacysettings/add/").content.decode())
+    values.update(
+        {
+            "user": str(owner.pk),
+            f"{PREFIX}-0-viewer": str(viewer.pk),
+            f"{PREFIX}-0-setting": "online_visibility",
+            f"{PREFIX}-0-allow": "on",
+        }
+    )
+    return values
+
+
+def test_the_add_page_of_privacy_settings_saves_its_exceptions(
+    admin_client: Client, make_user: Callable[..., Any]
+) -> None:
+    owner, viewer = make_user("ann"), make_user("ben")
+    values = _add_page_values(admin_client, owner, viewer)
+    values["online_visibility"] = "nobody"
+    response = admin_client.post("/admin/presence/privacysettings/add/", values)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert PrivacySettings.objects.get(user=owner).online_visibility == "nobody"
+    row = PrivacyException.objects.get()
+    assert (row.owner, row.viewer, row.setting, row.allow) == (
+        owner,
+        viewer,
+        "online_visibility",
+        True,
+    )
+
+
+def test_the_add_page_refuses_an_exception_the_user_already_has(
+    admin_client: Client, make_user: Callable[..., Any]
+) -> None:
+    # Exceptions belong to the user, who may have some before any privacy settings row.
+    owner, viewer = make_user("ann"), make_user("ben")
+    PrivacyException.objects.create(owner=owner, viewer=viewer, setting="online_visibility")
+    values = _add_page_values(admin_client, owner, viewer)
+    response = admin_client.post("/admin/presence/privacysettings/add/", values)
+    assert response.status_code == 200
+    assert "already exists" in response.content.decode()
+    assert not PrivacySettings.objects.exists()
+    assert PrivacyException.objects.count() == 1

@@ -36,6 +36,10 @@ class Groups:
         #: watched users whose group this process could not join (the layer's Redis was down):
         #: joined again at each sweep, then resolved again (changes meanwhile went unheard)
         self.unjoined: set[UserId] = set()
+        #: the other groups (accounts', topics', rooms') whose join this process could not
+        #: make, or that the layer may have lost: joined again at each sweep while still wanted
+        #: (a topic's group is joined once, by its kind's first connection here)
+        self.unjoined_groups: set[str] = set()
         #: group -> channel: leaves the layer refused (its Redis was down), left again at each
         #: sweep unless wanted again meanwhile (a server that comes back with its data would
         #: otherwise keep sending this process what it no longer wants)
@@ -136,8 +140,12 @@ class Groups:
             logger.warning("Presence: channel layer %s failed (%s).", method, result)
             if method == "group_discard":
                 self.undiscarded[group] = channel
+            else:
+                self.unjoined_groups.add(group)
         elif isinstance(result, BaseException):
             raise result  # a cancellation
+        elif method == "group_add":
+            self.unjoined_groups.discard(group)
 
     async def join_users(self, user_ids: list[UserId]) -> list[UserId]:
         """Join these users' groups; the users whose join failed."""
@@ -250,6 +258,29 @@ class Groups:
             mine.set_result(None)
         if self._turns.get(group) is mine:
             del self._turns[group]
+
+    async def join_again(self) -> None:
+        """Join the other groups whose join failed (or that the layer may have lost), those
+        this process still wants; a join that fails again is kept for the next sweep."""
+        channel = self.channel
+        if not self.unjoined_groups or self.layer is None or channel is None:
+            return
+        wanted = set(self.registry.other_groups())
+        retry = [group for group in self.unjoined_groups if group in wanted]
+        self.unjoined_groups.clear()
+        if not retry:
+            return
+        results = await self._in_turns(retry, "group_add", channel)
+        failed: list[str] = []
+        for group, result in zip(retry, results, strict=True):
+            if isinstance(result, Exception):
+                failed.append(group)
+            elif isinstance(result, BaseException):
+                self.unjoined_groups.update(retry)  # not known to have landed
+                raise result  # a cancellation
+        if failed:
+            logger.warning("Presence: channel layer group_add failed for %d groups.", len(failed))
+            self.unjoined_groups.update(failed)
 
     async def leave_again(self) -> None:
         """Leave the groups whose leave failed, unless this channel wants them again."""

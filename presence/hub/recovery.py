@@ -77,19 +77,26 @@ class Recovery:
 
     def after_layer_failures(self, now: float) -> None:
         """RETRY_INTERVAL after the last failed channel-layer call of this process, every
-        watched user's group is joined again and resolved again: a layer server that failed may
-        have lost messages, or come back empty (the core layer's groups are keys in it)."""
+        group it wants is joined again (every watched user's, then resolved again, and the
+        accounts', topics' and rooms'): a layer server that failed may have lost messages, or
+        come back empty (the core layer's groups are keys in it)."""
         if announce.layer_failures != self._failures_seen:
             self._failures_seen = announce.layer_failures
             self._rejoin_all_at = now + get_settings().RETRY_INTERVAL
         elif self._rejoin_all_at is not None and now >= self._rejoin_all_at:
             self._rejoin_all_at = None
             self.groups.unjoined.update(self.registry.watchers.members)
+            # A topic's group, say the feed's, is joined by its kind's first connection only:
+            # lost with the server, nothing else would ever join it again here.
+            self.groups.unjoined_groups.update(self.registry.other_groups())
             self.groups.forget_lingering()
 
     async def rejoin(self) -> None:
         """Join the groups a failed group_add left out, and resolve those users again: their
-        changes meanwhile did not reach this process."""
+        changes meanwhile did not reach this process. (What a topic's or room's group missed
+        meanwhile is not sent again: the rooms' views are read again after a layer failure,
+        presence.hub.rooms.RoomViews.sweep.)"""
+        await self.groups.join_again()
         watchers = self.registry.watchers.members
         retry = [uid for uid in self.groups.unjoined if uid in watchers]
         self.groups.unjoined.clear()

@@ -179,7 +179,7 @@ class Tasks:
                 self.recovery.after_outages()
                 self.recovery.after_layer_failures(loop.time())
                 self.recovery.after_lag(loop.time())
-                if self.groups.unjoined:
+                if self.groups.unjoined or self.groups.unjoined_groups:
                     await self.recovery.rejoin()
                 await self._leave_again_and_sweep()
             except asyncio.CancelledError:

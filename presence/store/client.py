@@ -235,7 +235,7 @@ class PresenceStore:
             return self._fallback(plan)
         if self.cluster is not None:
             try:
-                result = self._cluster_result(plan, self.cluster.execute(plan.commands))
+                result = self._cluster_result(plan, self.cluster.execute(plan.commands, plan.needs))
             except (RedisError, RedisClusterException, OSError) as error:
                 return self._failed(plan, error)
             self.health.succeeded()
@@ -335,7 +335,9 @@ class PresenceStore:
     async def _arun(self, plan: Plan[T], batched: bool = False) -> T:
         if self.cluster is not None:
             try:
-                result = self._cluster_result(plan, await self.cluster.aexecute(plan.commands))
+                result = self._cluster_result(
+                    plan, await self.cluster.aexecute(plan.commands, plan.needs)
+                )
             except (RedisError, RedisClusterException, OSError) as error:
                 return self._failed(plan, error)
             self.health.succeeded()

@@ -14,6 +14,8 @@ What the cluster answers on the way is handled here, command by command:
 - ``TRYAGAIN`` (a script's keys half-migrated): re-sent shortly after, a few times;
 - ``NOSCRIPT`` (a master restarted or flushed its scripts): the script is loaded there and the
   command re-sent; none of these ran the first time, so nothing runs twice;
+- a command that needs another's success first (``Plan.needs``: a room's write, its schedule
+  first) is sent in a round after it, only once it succeeded;
 - a master that cannot be reached (or a slot no master serves): its commands' replies are
   :class:`NodeUnavailable`; the outage is logged once per node, the node is left alone for
   ``RETRY_INTERVAL``, and the slot table is read again before it is tried again (a replica may
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from presence.steps import Steps
@@ -60,11 +62,13 @@ class ClusterRunner(ClusterRounds, MasterPipelines):
 
     # --- sync -------------------------------------------------------------------------------
 
-    def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def execute(
+        self, commands: Sequence[tuple[Any, ...]], needs: Mapping[int, int] | None = None
+    ) -> list[Any]:
         """:meth:`_rounds` in this thread: each master's pipeline written before any is read."""
         client = self.client
         manager = client.nodes_manager
-        steps = Steps(self._rounds(manager, commands))
+        steps = Steps(self._rounds(manager, commands, needs))
         for io in steps:
             try:
                 if type(io) is Exchange:
@@ -85,12 +89,14 @@ class ClusterRunner(ClusterRounds, MasterPipelines):
 
     # --- async ------------------------------------------------------------------------------
 
-    async def aexecute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    async def aexecute(
+        self, commands: Sequence[tuple[Any, ...]], needs: Mapping[int, int] | None = None
+    ) -> list[Any]:
         """:meth:`_rounds` on this event loop: the masters' pipelines gathered."""
         client = self.async_client()
         await client.initialize()  # once; later calls return at once
         manager = client.nodes_manager
-        steps = Steps(self._rounds(manager, commands))
+        steps = Steps(self._rounds(manager, commands, needs))
         for io in steps:
             try:
                 if type(io) is Exchange:

@@ -7,7 +7,7 @@ and the next round, as a generator of the I/O steps they need. No I/O here:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,13 +148,17 @@ class ClusterRounds(ClusterNodes):
     # --- the rounds, written once -------------------------------------------------------------
 
     def _rounds(
-        self, manager: Any, commands: Sequence[tuple[Any, ...]]
+        self,
+        manager: Any,
+        commands: Sequence[tuple[Any, ...]],
+        needs: Mapping[int, int] | None = None,
     ) -> Generator[Any, Any, list[Any]]:
         """Each command's reply, or the exception it raised (NodeUnavailable for an
         unreachable master), in order: the rounds of one plan, as a generator of the I/O they
         need (:class:`Refresh`, :class:`Exchange`, :class:`Moved`, :class:`LoadScripts`,
         :class:`Pause`), which :meth:`execute` does in this thread and :meth:`aexecute` on the
-        event loop."""
+        event loop. ``needs`` (``Plan.needs``): a command sent only once an earlier one
+        succeeded, in a later round."""
         if self._stale_topology:
             self._stale_topology = False
             try:
@@ -162,7 +166,29 @@ class ClusterRounds(ClusterNodes):
             except (RedisError, RedisClusterException, OSError):
                 self._stale_topology = True
         replies: list[Any] = [None] * len(commands)
-        pending = list(range(len(commands)))
+        needs = needs or {}
+        for phase in _phases(commands, needs):
+            pending = []
+            for position in phase:
+                first = needs.get(position)
+                if first is not None and isinstance(replies[first], Exception):
+                    replies[position] = NodeUnavailable(
+                        f"not sent: the command it needs first failed ({replies[first]})"
+                    )
+                else:
+                    pending.append(position)
+            if pending:
+                yield from self._redirected(manager, commands, pending, replies)
+        return replies
+
+    def _redirected(
+        self,
+        manager: Any,
+        commands: Sequence[tuple[Any, ...]],
+        pending: list[int],
+        replies: list[Any],
+    ) -> Generator[Any, Any, None]:
+        """The rounds of these commands, each re-sent where the cluster redirects it."""
         asking: dict[int, tuple[str, int]] = {}
         for attempt in range(MAX_REDIRECTS):
             groups = self._route(manager, commands, pending, asking, replies)
@@ -205,4 +231,26 @@ class ClusterRounds(ClusterNodes):
             replies[position] = NodeUnavailable(
                 f"still redirected after {MAX_REDIRECTS} rounds: {replies[position]}"
             )
-        return replies
+
+
+def _phases(commands: Sequence[tuple[Any, ...]], needs: Mapping[int, int]) -> list[list[int]]:
+    """The commands' positions by the round they may go in: a command that needs another goes
+    in a round after it, and every later command of its slot with it (Redis runs a slot's
+    commands in the plan's order: a read after a write reads it)."""
+    if not needs:
+        return [list(range(len(commands)))]
+    phase_of: list[int] = []
+    slot_phase: dict[int, int] = {}
+    for position, command in enumerate(commands):
+        slot = key_slot(first_key(command).encode())
+        phase = slot_phase.get(slot, 0)
+        first = needs.get(position)
+        if first is not None:
+            assert first < position, "a command needs an earlier one"
+            phase = max(phase, phase_of[first] + 1)
+        phase_of.append(phase)
+        slot_phase[slot] = phase
+    phases: list[list[int]] = [[] for _ in range(max(phase_of) + 1)]
+    for position, phase in enumerate(phase_of):
+        phases[phase].append(position)
+    return phases

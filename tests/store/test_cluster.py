@@ -227,6 +227,49 @@ def test_a_master_refusing_writes_is_its_own_outage_not_the_clusters(
             client.config_set("maxmemory", 0)
 
 
+def test_a_room_is_written_only_once_its_schedule_is(
+    cluster: RedisCluster, store: PresenceStore
+) -> None:
+    # A room's keys and its schedule are on two masters: with the schedule's down, a join or a
+    # leave writes nothing (it fails), so no room is ever left without a due time.
+    room = next(
+        f"post:{n}"
+        for n in range(1, 1000)
+        if master_of(cluster, store.keys.room_schedule_key(f"post:{n}"))
+        != master_of(cluster, store.keys.room_key(f"post:{n}", "n"))
+    )
+    room_port = master_of(cluster, store.keys.room_key(room, "n"))
+    victim = cluster.node_by_port(master_of(cluster, store.keys.room_schedule_key(room)))
+
+    def room_keys() -> list[Any]:
+        with redis.Redis(port=room_port) as client:
+            return list(client.scan_iter(match=f"*{{room:{room}}}*"))
+
+    victim.stop(kill=True)
+    try:
+        assert store.run(store.plans.join_room(room, 7, "c1", NOW)) is None
+        assert store.run(merge([store.plans.join_room(room, 8, "c2", NOW)])) == [None]
+
+        async def join_on_the_event_loop() -> Any:
+            try:
+                return await store.arun(store.plans.join_room(room, 9, "c3", NOW), live=True)
+            finally:
+                await store.aclose()
+
+        assert asyncio.run(join_on_the_event_loop()) is None
+        assert room_keys() == []  # no member, no outbox entry: nothing unscheduled
+    finally:
+        victim.start()
+    cluster.wait_ok()
+    deadline = time.monotonic() + 10
+    while (written := store.run(store.plans.join_room(room, 7, "c1", NOW))) is None:
+        assert time.monotonic() < deadline, "the join did not succeed again"
+        time.sleep(0.1)
+    assert written.joined and room_keys()
+    assert store.run(store.plans.leave_room(room, 7, "c1", NOW + 1)) is not None
+    assert room in store.run(store.plans.claim_rooms(NOW + 3600, 100))
+
+
 def masters_of_buckets(cluster: RedisCluster, store: PresenceStore) -> Callable[[int], int]:
     """The port of the master holding each user's bucket, from one read of CLUSTER SLOTS."""
     owners = _slot_owner(cluster)

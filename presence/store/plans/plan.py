@@ -6,7 +6,7 @@ answer when Redis is unavailable; several plans merged into one round trip; and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from presence.store.keys import KeyScheme
@@ -34,16 +34,17 @@ class Plan(Generic[T]):
     #: on a cluster with a master unavailable: reads the replies of the other masters (the
     #: unavailable ones' replies are the exceptions); None: the whole plan falls back
     partial: Callable[[list[Any]], T] | None = None
+    #: {command: an earlier command}: on a cluster, the command is sent only once the earlier
+    #: one succeeded (a round trip later; its reply otherwise an exception), and so is every
+    #: later command of its slot, which Redis would have run after it. One Redis runs a
+    #: pipeline in order: a plan for it needs none (its failure there is the whole Redis's).
+    needs: dict[int, int] = field(default_factory=dict)
 
 
 def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
     """Several plans as one (one round trip); falls back to each plan's fallback, or raises
     if any plan must not fail silently."""
-    bounds: list[tuple[int, int]] = []
-    commands: list[tuple[Any, ...]] = []
-    for plan in plans:
-        bounds.append((len(commands), len(commands) + len(plan.commands)))
-        commands += plan.commands
+    commands, needs, bounds = _together(plans)
 
     def parse(replies: list[Any]) -> list[T]:
         return [plan.parse(replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)]
@@ -55,18 +56,36 @@ def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
 
         def partial(replies: list[Any]) -> list[T]:
             # Each plan whose commands all ran is read; the others fall back (or read partly).
-            results: list[T] = []
-            for plan, (a, b) in zip(plans, bounds, strict=True):
-                part = replies[a:b]
-                if not any(isinstance(reply, Exception) for reply in part):
-                    results.append(plan.parse(part))
-                elif plan.partial is not None:
-                    results.append(plan.partial(part))
-                else:
-                    results.append(plan.fallback)  # type: ignore[arg-type]
-            return results
+            return [
+                _read_partly(plan, replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)
+            ]
 
-    return Plan(commands=commands, parse=parse, fallback=fallback, partial=partial)
+    return Plan(commands=commands, parse=parse, fallback=fallback, partial=partial, needs=needs)
+
+
+def _together(
+    plans: Sequence[Plan[Any]],
+) -> tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int]]]:
+    """The plans' commands in one list, what they need first, and each plan's bounds in it."""
+    bounds: list[tuple[int, int]] = []
+    commands: list[tuple[Any, ...]] = []
+    needs: dict[int, int] = {}
+    for plan in plans:
+        start = len(commands)
+        needs.update({start + later: start + first for later, first in plan.needs.items()})
+        bounds.append((start, start + len(plan.commands)))
+        commands += plan.commands
+    return commands, needs, bounds
+
+
+def _read_partly(plan: Plan[T], replies: list[Any]) -> Any:
+    """A plan's part of a merged plan's replies, some of them failed: read if its commands all
+    ran, partly if it can be, else its fallback (None for RAISE)."""
+    if not any(isinstance(reply, Exception) for reply in replies):
+        return plan.parse(replies)
+    if plan.partial is not None:
+        return plan.partial(replies)
+    return None if isinstance(plan.fallback, Raise) else plan.fallback
 
 
 def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:

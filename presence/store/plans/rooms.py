@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
@@ -259,22 +260,43 @@ class RoomPlans(PlanArea):
             int(invisible),
             int(public),
         ]
-        return Plan(
-            commands=self._scheduled(ROOM_JOIN, room, args, due),
-            parse=lambda replies: _room_write(room, bool(replies[-1][0]), *replies[-1][1:3]),
-            fallback=None,
+        return self._scheduled(
+            ROOM_JOIN,
+            room,
+            args,
+            due,
+            lambda reply: _room_write(room, bool(reply[0]), *reply[1:3]),
         )
 
     def _scheduled(
-        self, script: Script, room: str, args: list[Any], due: int
-    ) -> list[tuple[Any, ...]]:
-        """A write of the room (its script last) with the room scheduled for its sweep at
-        ``due`` or earlier, first: in the script on one Redis (one command: no pipeline of
-        two), by a ZADD of its own before it on a cluster (the schedule is another slot's)."""
+        self,
+        script: Script,
+        room: str,
+        args: list[Any],
+        due: int,
+        parse: Callable[[Any], RoomWrite],
+    ) -> Plan[RoomWrite | None]:
+        """A write of the room (``parse`` reads its script's reply) with the room scheduled for
+        its sweep at ``due`` or earlier, first: in the script on one Redis (one command: no
+        pipeline of two); on a cluster (the schedule is another slot's) by a ZADD of its own,
+        and the script only once it succeeded (a round trip later), so a room is never written
+        unscheduled (the write then fails: None)."""
         summary, schedule = self._write_keys(room)
         if self.keys.clustered:
-            return [("ZADD", schedule, "LT", due, room), script_call(script, (summary,), args)]
-        return [script_call(script, (summary, schedule), [*args, due, room])]
+            return Plan(
+                commands=[
+                    ("ZADD", schedule, "LT", due, room),
+                    script_call(script, (summary,), args),
+                ],
+                parse=lambda replies: parse(replies[1]),
+                fallback=None,
+                needs={1: 0},
+            )
+        return Plan(
+            commands=[script_call(script, (summary, schedule), [*args, due, room])],
+            parse=lambda replies: parse(replies[0]),
+            fallback=None,
+        )
 
     def leave_room(
         self, room: str, user_id: UserId, connection_id: str, now: float, at_once: bool = False
@@ -287,10 +309,8 @@ class RoomPlans(PlanArea):
         seconds = int(now)
         grace_end = seconds if at_once else seconds + domain.SECOND + self.conf.OFFLINE_GRACE
         args = [encode_id(user_id), connection_id, seconds, _b36_seconds(grace_end), int(at_once)]
-        return Plan(
-            commands=self._scheduled(ROOM_LEAVE, room, args, grace_end),
-            parse=lambda replies: _room_write(room, False, *replies[-1][0:2]),
-            fallback=None,
+        return self._scheduled(
+            ROOM_LEAVE, room, args, grace_end, lambda reply: _room_write(room, False, *reply[0:2])
         )
 
     def read_room(

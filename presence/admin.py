@@ -75,6 +75,23 @@ class _ExceptionsOfTheUserChecks(InlineModelAdminChecks):
         return []
 
 
+#: why an exception naming its owner as the viewer is refused (the database refuses it too)
+EXCEPTION_FOR_ONESELF = _("An exception is for someone else: the viewer cannot be the owner.")
+
+
+class PrivacyExceptionForm(forms.ModelForm):
+    """An exception whose viewer is its owner is a form error, not the database's CHECK
+    constraint failing on save (the inline's rows carry no owner field of their own, so
+    Django's model validation skips that constraint there)."""
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean()
+        owner, viewer = self.cleaned_data.get("owner"), self.cleaned_data.get("viewer")
+        if owner is not None and viewer is not None and owner.pk == viewer.pk:
+            self.add_error("viewer", EXCEPTION_FOR_ONESELF)
+        return cleaned
+
+
 class PrivacyExceptionFormSet(BaseInlineFormSet):
     """Django compares the page's rows with one another, and skips the database's unique
     constraint for an inline's rows (their owner is the page's): a new row repeating one of
@@ -106,6 +123,7 @@ class PrivacyExceptionInline(UserFieldsMixin, admin.TabularInline):
     settings' page; saved like any row, so open sockets see the change at once."""
 
     model = PrivacyException
+    form = PrivacyExceptionForm
     formset = PrivacyExceptionFormSet
     fk_name = "owner"
     checks_class = _ExceptionsOfTheUserChecks
@@ -129,6 +147,7 @@ class PrivacyExceptionInline(UserFieldsMixin, admin.TabularInline):
 
 @admin.register(PrivacyException)
 class PrivacyExceptionAdmin(UserFieldsMixin, admin.ModelAdmin):
+    form = PrivacyExceptionForm
     list_display = ("owner", "viewer", "setting", "allow")
     list_filter = ("setting", "allow")
     search_fields = user_search_fields("owner", "viewer")

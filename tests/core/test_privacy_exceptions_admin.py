@@ -125,3 +125,35 @@ def test_the_add_page_refuses_an_exception_the_user_already_has(
     assert "already exists" in response.content.decode()
     assert not PrivacySettings.objects.exists()
     assert PrivacyException.objects.count() == 1
+
+
+ONESELF = "the viewer cannot be the owner"
+
+
+def test_an_exception_for_oneself_is_a_form_error(
+    admin_client: Client, make_user: Callable[..., Any]
+) -> None:
+    """The database refuses it (a CHECK constraint): the inline, on the change and add pages,
+    and the exceptions' own admin say why instead."""
+    owner = make_user("ann")
+    settings_row = PrivacySettings.objects.create(user=owner)
+    change = f"/admin/presence/privacysettings/{settings_row.pk}/change/"
+    values = form_values(admin_client.get(change).content.decode())
+    values.update({f"{PREFIX}-0-viewer": str(owner.pk), f"{PREFIX}-0-setting": "online_visibility"})
+    on_the_change_page = admin_client.post(change, values)
+    assert on_the_change_page.status_code == 200
+    assert ONESELF in on_the_change_page.content.decode()
+    settings_row.delete()
+    on_the_add_page = admin_client.post(
+        "/admin/presence/privacysettings/add/", _add_page_values(admin_client, owner, owner)
+    )
+    assert on_the_add_page.status_code == 200
+    assert ONESELF in on_the_add_page.content.decode()
+    assert not PrivacySettings.objects.exists()
+    standalone = admin_client.post(
+        "/admin/presence/privacyexception/add/",
+        {"owner": owner.pk, "viewer": owner.pk, "setting": "online_visibility"},
+    )
+    assert standalone.status_code == 200
+    assert ONESELF in standalone.content.decode()
+    assert not PrivacyException.objects.exists()

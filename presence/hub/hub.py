@@ -231,8 +231,13 @@ class Hub:
         what is announced to ``kind`` (presence.extensions)."""
         if connection not in self.registry.connections:
             return  # detached: a handler still running must not add anything for it
+        group = self.registry.topics.group(kind)
         if self.registry.topics.add(connection, kind, key):
-            await self.groups.join(self.registry.topics.group(kind))
+            await self.groups.join(group)
+        elif (joining := self.groups.joining(group)) is not None:
+            # Another connection's join is still on its way to the layer: what is announced
+            # to the kind before it lands does not reach this process.
+            await asyncio.shield(joining)
 
     async def leave_topic(self, connection: Connection, kind: str, key: str) -> None:
         if self.registry.topics.discard(connection, kind, key):

@@ -29,6 +29,8 @@ class Person:
     is_contact: bool
     #: setting -> ALWAYS or NEVER, for the owner's exceptions for this person
     current: dict[str, str] = field(default_factory=dict)
+    #: what the search (?q=) matches, one per line: the page's filter (settings.js) matches it too
+    searched: str = ""
 
     @property
     def key(self) -> str:
@@ -48,23 +50,36 @@ def _candidates(owner: Any) -> QuerySet[Any]:
     )
 
 
-def _search(queryset: QuerySet[Any], query: str) -> QuerySet[Any]:
-    """Users whose username (the model's USERNAME_FIELD) or first or last name holds
-    ``query``: the fields the user model has."""
-    model = queryset.model
-    names = [model.USERNAME_FIELD, "first_name", "last_name"]
-    matches = Q(pk__in=[])
-    for name in names:
+def _searched_fields(model: Any) -> list[str]:
+    """The username (the model's USERNAME_FIELD) and first and last name: those the user model
+    has."""
+    names = []
+    for name in [model.USERNAME_FIELD, "first_name", "last_name"]:
         try:
             model._meta.get_field(name)
         except FieldDoesNotExist:
             continue
+        names.append(name)
+    return names
+
+
+def _search(queryset: QuerySet[Any], query: str) -> QuerySet[Any]:
+    """Users whose username or first or last name holds ``query``."""
+    matches = Q(pk__in=[])
+    for name in _searched_fields(queryset.model):
         matches |= Q(**{f"{name}__icontains": query})
     return queryset.filter(matches)
 
 
+def _searched(user: Any) -> str:
+    values = (getattr(user, name, None) for name in _searched_fields(type(user)))
+    return "\n".join(str(value) for value in values if value)
+
+
 def _people(owner: Any, users: Iterable[Any]) -> list[Person]:
-    people = [Person(u.pk, display_name(u), bool(u.is_contact)) for u in users]
+    people = [
+        Person(u.pk, display_name(u), bool(u.is_contact), searched=_searched(u)) for u in users
+    ]
     by_pk = {person.pk: person for person in people}
     rows = PrivacyException.objects.filter(owner=owner, viewer__in=list(by_pk))
     for row in rows:

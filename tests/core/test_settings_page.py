@@ -8,6 +8,7 @@ The browser's side (every field saved through a real page): tests/browser/test_b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -170,6 +171,22 @@ def test_the_search_narrows_the_people_listed(ann_client: Client, people: dict[s
         response.status_code == 200
         and "Null characters are not allowed" in response.content.decode()
     )
+
+
+@pytest.mark.django_db
+def test_each_person_carries_what_the_search_matches(
+    ann_client: Client, people: dict[str, Any]
+) -> None:
+    # The page's filter (presence/settings.js) matches what ?q= matches: the username and the
+    # first and last names, beside the name shown.
+    bob = people["bob"]
+    bob.first_name, bob.last_name = "Robert", "Stone"
+    bob.save()
+    html = ann_client.get(URL).content.decode()
+    rows = re.findall(r"<fieldset[^>]*data-presence-person=[^>]*>", html)
+    bob_row = next(row for row in rows if 'data-presence-person="Robert Stone"' in row)
+    assert f'data-presence-person-search="{bob.get_username()}\nRobert\nStone"' in bob_row
+    assert "Robert Stone" in ann_client.get(URL + "?q=bob").content.decode()
 
 
 # --- POST -------------------------------------------------------------------------------------

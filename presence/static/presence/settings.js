@@ -1,5 +1,7 @@
 // The settings page's contact search, filtering the listed people as one types. Without
 // JavaScript the search is a GET form (?q=) that the server answers with the matching contacts.
+// Each person matches by the name shown (data-presence-person) or by what the server's search
+// matches (data-presence-person-search: the username and first and last names, one per line).
 (function () {
   "use strict";
   function setUp(input) {
@@ -11,8 +13,12 @@
       var wanted = input.value.trim().toLowerCase();
       var shown = 0;
       people.forEach(function (person) {
-        var name = person.getAttribute("data-presence-person").toLowerCase();
-        var match = name.indexOf(wanted) !== -1;
+        var names = [person.getAttribute("data-presence-person")].concat(
+          (person.getAttribute("data-presence-person-search") || "").split("\n")
+        );
+        var match = names.some(function (name) {
+          return name.toLowerCase().indexOf(wanted) !== -1;
+        });
         person.hidden = !match;
         if (match) shown += 1;
       });

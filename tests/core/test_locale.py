@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ast
 import gettext
+import shutil
 from pathlib import Path
 
 import django
 import pytest
 from django.apps import apps
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
@@ -103,6 +105,24 @@ def test_the_compiled_catalog_matches_its_source(po: Path) -> None:
         else:
             assert tuple(catalog.get((key, n)) for n in range(len(texts))) == texts, key
     assert len({k if isinstance(k, str) else k[0] for k in catalog if k}) == len(entries)
+
+
+def test_every_message_of_the_code_is_in_presences_catalogs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """makemessages, run on a copy of the package as `make messages` runs it, finds no message
+    the shipped catalogs lack (a new string left untranslated in every language)."""
+    if shutil.which("xgettext") is None:
+        pytest.skip("GNU gettext's xgettext is not installed (Debian: gettext)")
+    copy = tmp_path / "presence"
+    shutil.copytree(ROOT / "presence", copy, ignore=shutil.ignore_patterns("__pycache__", "*.mo"))
+    monkeypatch.chdir(copy)
+    languages = sorted(path.parts[-2] for path in (copy / "locale").glob("*/LC_MESSAGES"))
+    call_command("makemessages", locale=languages, no_obsolete=True, no_location=True, verbosity=0)
+    for language in languages:
+        found = parse_po(copy / "locale" / language / "LC_MESSAGES" / "django.po")[0]
+        shipped = parse_po(LOCALES["presence"] / language / "LC_MESSAGES" / "django.po")[0]
+        assert sorted(set(found) - set(shipped)) == [], f"run `make messages` ({language})"
 
 
 @pytest.mark.parametrize("language", ["ja", "zh_Hans", "vi"])

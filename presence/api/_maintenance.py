@@ -139,12 +139,13 @@ def _prune_rooms(report: CleanupReport, now: float) -> None:
             store.run(
                 store.plans.schedule_rooms(due)
             )  # a room with more to remove comes round again
-        for room, (users, *_) in zip(rooms, pruned, strict=True):
-            if users:
+        for room, each in zip(rooms, pruned, strict=True):
+            if each.gone:
                 swept.add(room)
-                report.room_members += len(users)
-                announce.run_from_sync(announce.aannounce_room(room, users), "a room's leaves")
-            if room not in due:
+                report.room_members += len(each.gone)
+                announce.run_from_sync(announce.aannounce_room(room, each.gone), "a room's leaves")
+            # (a room emptied stays due while its outbox holds the leaves: its due says nothing)
+            if each.emptied:
                 emptied.add(room)
     report.rooms, report.rooms_emptied = len(swept), len(emptied)
 

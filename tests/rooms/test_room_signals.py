@@ -11,6 +11,7 @@ Real Redis, real channels_redis layer, WebsocketCommunicator; time controlled wi
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -230,7 +231,7 @@ async def test_a_left_whose_sweeper_died_is_sent_once(
     now = at(get_settings().OFFLINE_GRACE + 2).timestamp()
     assert await store.arun(store.plans.claim_rooms(now, 10)) == [ROOM]
     pruned = await store.arun(store.plans.prune_room(ROOM, now, 100))
-    assert sorted(pruned.gone) == sorted([ann.pk, ben.pk]) and pruned.due == float("inf")
+    assert sorted(pruned.gone) == sorted([ann.pk, ben.pk])
     # ... and the sweeper is killed here: nothing claimed, the room not scheduled again.
     await events.asweep_rooms()
     assert len(await sent(room_signals)) == 2
@@ -242,6 +243,37 @@ async def test_a_left_whose_sweeper_died_is_sent_once(
     assert {user for kind, user, *_ in got if kind == "left"} == {ann.pk, ben.pk}
     assert outbox_size() == 0
     assert events_made  # the writes' replies, claimed by their callers above
+
+
+async def test_a_room_emptied_by_a_sweep_stays_due_while_its_leaves_are_unclaimed(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    room_signals: list[Got],
+) -> None:
+    """A sweep that removes the room's last member puts the room back in its schedule (as
+    the sweeper does with its prune's due) while the batch of leaves it made is in the room's
+    outbox: its claim never made (it failed, or the receivers' thread never got to it), a
+    later sweep anywhere sends each room_left, once, past the outbox's deadline."""
+    ann = await new_user(make_user)
+    store = get_store()
+    outbox.send_made(await store.arun(store.plans.join_room(ROOM, ann.pk, "c", at(0).timestamp())))
+    await store.arun(store.plans.leave_room(ROOM, ann.pk, "c", at(0).timestamp()))
+    await later(clock, get_settings().OFFLINE_GRACE + 2)
+    now = at(get_settings().OFFLINE_GRACE + 2).timestamp()
+    assert await store.arun(store.plans.claim_rooms(now, 10)) == [ROOM]
+    pruned = await store.arun(store.plans.prune_room(ROOM, now, 100))
+    assert pruned.gone == [ann.pk]
+    if pruned.due != math.inf:  # put back as the sweeper does
+        await store.arun(store.plans.schedule_rooms({ROOM: pruned.due}))
+    # ... the batch's claim never made. Sweeps before its deadline leave it to its claimer.
+    await later(clock, outbox.deadline() - 1)
+    await events.asweep_rooms()
+    assert [kind for kind, *_ in await sent(room_signals)] == ["entered"]
+    await later(clock, 1)
+    await events.asweep_rooms()
+    await events.asweep_rooms()
+    assert [kind for kind, *_ in await sent(room_signals)] == ["entered", "left"]
+    assert outbox_size() == 0
 
 
 async def test_a_sweeps_batch_of_leaves_is_sent_once_each(

@@ -292,19 +292,15 @@ local function room_made(made, at, uid, now)
 end
 
 -- the next time the room must be swept (false: the room is empty and its outbox too): a
--- member's stay may end, or an outbox entry is left to the sweep ``deadline`` s after it (not
--- one this script made: its caller claims them, and reschedules the room)
+-- member's stay may end, or an outbox entry is left to the sweep ``deadline`` s after it, one
+-- this script made too (its caller claims it at once, but may never get to: the room stays due
+-- while its outbox holds one)
 local function room_next_due(deadline)
   local first = redis.call('ZRANGE', W_KEY, 0, 0, 'WITHSCORES')[2]
-  local mine = {}
-  for _, entry in ipairs(MADE) do mine[entry] = true end
-  local oldest = redis.call('ZRANGE', O_KEY, 0, #MADE, 'WITHSCORES')
-  for i = 1, #oldest, 2 do
-    if not mine[oldest[i]] then
-      local due = tonumber(oldest[i + 1]) + deadline
-      if not first or due < tonumber(first) then return int(due) end
-      break
-    end
+  local oldest = redis.call('ZRANGE', O_KEY, 0, 0, 'WITHSCORES')[2]
+  if oldest then
+    local due = tonumber(oldest) + deadline
+    if not first or due < tonumber(first) then return int(due) end
   end
   return first or false
 end

@@ -7,8 +7,9 @@
 -- sets each segment's exact next due time, and merges a segment left under a quarter full
 -- into a neighbour that has room, so the listing order's segments stay full. Claims the
 -- outbox entries nobody claimed by their deadline (outbox.lua). Returns {the room's next due
--- time (an entry left in the outbox keeps the room due), the outbox entries made (the batch
--- of leaves: its users are the users removed), the entries claimed}.
+-- time (an entry left in the outbox keeps the room due, the batch made here too), the outbox
+-- entries made (the batch of leaves: its users are the users removed), the entries claimed,
+-- 1 if the room's last member was removed}.
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local stale = claim(O_KEY, ARGV[3], limit)
 
@@ -38,6 +39,8 @@ end
 -- ``by_bucket`` index bucket -> its users, ``ends`` the seconds the stays ended, ``left``
 -- second -> its users
 local by_bucket, hidden, metas, ends, left, gone = {}, {}, {}, {}, {}, 0
+-- 1: this sweep removed the room's last member (its keys gone, the outbox aside)
+local emptied = 0
 local ix = index_state()
 local low, high = 2 ^ ix.L, 2 ^ (ix.L + 1)
 local byte, sub = string.byte, string.sub
@@ -146,8 +149,9 @@ if gone > 0 then
   -- the last segment gone: the room's last member (what n says too)
   if redis.call('HINCRBY', N_KEY, 'n', -gone) <= 0 and redis.call('EXISTS', G_KEY) == 0 then
     room_emptied(latest)
+    emptied = 1
   end
   -- their leaves, one outbox entry for the batch (claimed whole: each sent once)
   MADE[#MADE + 1] = record_batch(O_KEY, -1, 0, groups, now)
 end
-return {room_next_due(tonumber(ARGV[4])), MADE, stale}
+return {room_next_due(tonumber(ARGV[4])), MADE, stale, emptied}

@@ -70,11 +70,14 @@ class Pruned(NamedTuple):
 
     #: the members removed
     gone: list[UserId]
-    #: the room's next due time (infinity: its keys are gone, its outbox empty)
+    #: the room's next due time (infinity: its keys are gone, its outbox empty; an entry in
+    #: its outbox keeps it due, the batch of leaves just made too)
     due: float
     #: their leaves, each to be claimed, then the transitions left past their deadline,
     #: claimed by this sweep (presence.outbox)
     made: list[RoomTransition]
+    #: this sweep removed the room's last member (its keys are gone, its outbox aside)
+    emptied: bool = False
 
 
 class MemberEntry(NamedTuple):
@@ -415,13 +418,14 @@ class RoomPlans(PlanArea):
         never claimed them): see :class:`Pruned`."""
 
         def parse(replies: list[Any]) -> Pruned:
-            due, made, stale = replies[0]
+            due, made, stale, emptied = replies[0]
             # the leaves made are the members removed (one batch entry)
             left = _transitions(room, made)
             return Pruned(
                 [t[1] for t in left],
                 math.inf if not due else float(due),
                 [*left, *_transitions(room, stale, claimed=True)],
+                bool(emptied),
             )
 
         deadline = outbox_deadline(self.conf)

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import router, transaction
 from django.db.models.signals import post_save, pre_save
+from django.utils import timezone
 
 from presence.feed.api import post
 from presence.feed.conf import get_settings
@@ -25,12 +26,23 @@ def _status_before_save(
 ) -> None:
     if raw or not get_settings().RECORD_STATUS_ACTIVITIES:
         return
-    old = (
-        UserStatus.objects.filter(pk=instance.pk).values_list("text", flat=True).first()
-        if instance.pk is not None
+    setattr(instance, _OLD_TEXT, _shown_text(instance.pk))
+
+
+def _shown_text(pk: Any) -> str:
+    """The saved row's custom status text, "" once it cleared: a text past its expiry is shown
+    to nobody, so setting it again is a change (as the resolver sees it)."""
+    row = (
+        UserStatus.objects.filter(pk=pk).values_list("text", "expires_at").first()
+        if pk is not None
         else None
     )
-    setattr(instance, _OLD_TEXT, old or "")
+    if row is None:
+        return ""
+    text, expires_at = row
+    if expires_at is not None and expires_at <= timezone.now():
+        return ""
+    return text or ""
 
 
 def _status_saved(sender: Any, instance: UserStatus, raw: bool = False, **kwargs: Any) -> None:

@@ -23,7 +23,7 @@ from presence.domain import InvalidInput
 from presence.feed import api as feed
 from presence.feed.models import Activity, ActivityKind, Group, Membership, Mention
 from presence.models import Block, Contact, PrivacySettings
-from tests.clock import T0
+from tests.clock import T0, at
 from tests.feed_cases import (
     FEED_CASE_IDS,
     FEED_CASES,
@@ -711,6 +711,30 @@ def test_status_changes_are_recorded_only_when_enabled(
         ("Home", ActivityKind.STATUS),
     ]
     assert Mention.objects.filter(user=bob).count() == 2
+
+
+def test_a_status_set_again_once_it_cleared_by_its_expiry_is_recorded(
+    make_user: Callable[..., Any],
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    clock: Any,
+) -> None:
+    """An expired custom status is shown to nobody: the same text set again is a new text."""
+    user = make_user()
+    settings.PRESENCE_FEED = {"RECORD_STATUS_ACTIVITIES": True}
+
+    def set_status(**fields: Any) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            api.set_status(user, "auto", text="At the gym", **fields)
+
+    set_status(expires_at=at(1800))
+    clock.move_to(at(1799))
+    set_status(expires_at=at(1800))  # still shown: the same text, nothing new
+    clock.move_to(at(1800))
+    assert api.get_presence(user, user).text is None  # cleared
+    set_status()
+    texts = list(Activity.objects.order_by("id").values_list("text", flat=True))
+    assert texts == ["At the gym", "At the gym"]
 
 
 def test_a_status_that_cannot_be_an_activity_is_still_set(

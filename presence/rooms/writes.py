@@ -15,7 +15,7 @@ from presence import announce, outbox, resolution
 from presence.domain import UserId
 from presence.domain.rooms import Room
 from presence.operations import arun, redis_then
-from presence.store import Plan, StoreUnavailable, get_store, merge
+from presence.store import Plan, StoreUnavailable, get_store, merge, merge_apart
 from presence.store.plans.rooms import RoomWrite
 from presence.users import user_pk
 
@@ -123,16 +123,20 @@ async def asweep_rooms(limit: int = ROOMS_PER_SWEEP) -> dict[str, list[UserId]]:
     if not rooms:
         return {}
     try:
-        pruned = await _written(
-            merge([store.plans.prune_room(room, now, PRUNE_BATCH) for room in rooms])
+        # Each room apart: on a cluster with a master unavailable, the others' rooms are
+        # swept and announced; its rooms read None.
+        results = await _written(
+            merge_apart([store.plans.prune_room(room, now, PRUNE_BATCH) for room in rooms])
         )
     except StoreUnavailable:
         _unswept.update(rooms)  # taken out of the schedule: kept here for the next sweep
         return {}
-    due = {room: p.due for room, p in zip(rooms, pruned, strict=True) if p.due != math.inf}
+    pruned = {room: p for room, p in zip(rooms, results, strict=True) if p is not None}
+    _unswept.update(room for room in rooms if room not in pruned)
+    due = {room: p.due for room, p in pruned.items() if p.due != math.inf}
     if due and not await store.arun(store.plans.schedule_rooms(due), live=True):
         _unswept.update(due)
-    gone = {room: p.gone for room, p in zip(rooms, pruned, strict=True) if p.gone}
+    gone = {room: p.gone for room, p in pruned.items() if p.gone}
     for room, users in gone.items():
         await announce.aannounce_room(room, users)
     return gone

@@ -48,6 +48,7 @@ from presence.store.plans import (
     Transition,
     UserRecord,
     merge,
+    merge_apart,
     script_call,
 )
 from presence.store.redact import redact_url
@@ -92,6 +93,7 @@ __all__ = [
     "get_store",
     "is_current",
     "merge",
+    "merge_apart",
     "redact_url",
     "redis_location",
     "reset_clients",

@@ -24,8 +24,9 @@ from django.test import Client
 from redis.crc import key_slot
 
 from presence import api, domain
-from presence.conf import PresenceSettings
+from presence.conf import PresenceSettings, get_settings
 from presence.domain import Device, Status
+from presence.rooms import writes
 from presence.routing import websocket_urlpatterns
 from presence.store import PresenceStore, get_store, merge
 from tools.redis_cluster import RedisCluster
@@ -268,6 +269,50 @@ def test_a_room_is_written_only_once_its_schedule_is(
     assert written.joined and room_keys()
     assert store.run(store.plans.leave_room(room, 7, "c1", NOW + 1)) is not None
     assert room in store.run(store.plans.claim_rooms(NOW + 3600, 100))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_room_sweep_with_a_master_unavailable_sweeps_and_announces_the_others(
+    cluster: RedisCluster, settings: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two rooms due, swept together, one's keys on a master that refuses every write (too few
+    # replicas: unavailable, its data kept). The other is swept and its leaves announced (what
+    # the sweep returns); the first is swept by the next sweep once its master writes again.
+    settings.PRESENCE = {"REDIS_CLUSTER": cluster.urls, "RETRY_INTERVAL": 0.2}
+    monkeypatch.setattr(writes, "_unswept", set())
+    store = get_store()
+    for port in cluster.master_ports():
+        with redis.Redis(port=port) as client:
+            client.flushall()
+    keys_on = {
+        room: master_of(cluster, store.keys.room_key(room, "n"))
+        for room in (f"post:{n}" for n in range(1, 200))
+    }
+    schedule_on = {room: master_of(cluster, store.keys.room_schedule_key(room)) for room in keys_on}
+    refused = next(room for room in keys_on if schedule_on[room] != keys_on[room])
+    refusing = keys_on[refused]
+    swept = next(room for room in keys_on if refusing not in (keys_on[room], schedule_on[room]))
+    now = time.time()
+    for user, room in enumerate((refused, swept), start=1):
+        assert store.run(store.plans.join_room(room, user, "c1", now)) is not None
+        assert store.run(store.plans.leave_room(room, user, "c1", now)) is not None
+    clock.shift(get_settings().OFFLINE_GRACE + 3)
+
+    async def sweep() -> dict[str, list[Any]]:
+        try:
+            return await writes.asweep_rooms()
+        finally:
+            await store.aclose()
+
+    with redis.Redis(port=refusing) as client:
+        client.config_set("min-replicas-to-write", 1)  # it has none: every write refused
+    try:
+        assert asyncio.run(sweep()) == {swept: [2]}
+    finally:
+        with redis.Redis(port=refusing) as client:
+            client.config_set("min-replicas-to-write", 0)
+    clock.shift(1)  # (past RETRY_INTERVAL: the master is asked again)
+    assert asyncio.run(sweep()) == {refused: [1]}
 
 
 def masters_of_buckets(cluster: RedisCluster, store: PresenceStore) -> Callable[[int], int]:

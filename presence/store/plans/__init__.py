@@ -4,8 +4,8 @@ when Redis is unavailable. Building a plan does no I/O; :mod:`presence.store.cli
 
 By concern:
 
-- :mod:`~presence.store.plans.plan`: the :class:`Plan` type, :func:`merge` and
-  :func:`script_call`;
+- :mod:`~presence.store.plans.plan`: the :class:`Plan` type, :func:`merge`,
+  :func:`merge_apart` and :func:`script_call`;
 - :mod:`~presence.store.plans.recording`: requests, sign-offs and connections
   (:class:`Transition`);
 - :mod:`~presence.store.plans.schedules`: the due and expiring schedules;
@@ -29,7 +29,15 @@ from presence.store.plans.changes import ChangePlans
 from presence.store.plans.export import ExportPlans, UserRecord
 from presence.store.plans.guests import GuestPlans
 from presence.store.plans.ledger import LedgerPlans
-from presence.store.plans.plan import RAISE, Plan, PlanArea, Raise, merge, script_call
+from presence.store.plans.plan import (
+    RAISE,
+    Plan,
+    PlanArea,
+    Raise,
+    merge,
+    merge_apart,
+    script_call,
+)
 from presence.store.plans.reads import READ_RECENT_KEYS, ReadPlans
 from presence.store.plans.recording import ConnectionOp, RecordingPlans, Transition
 from presence.store.plans.rooms import (
@@ -61,6 +69,7 @@ __all__ = [
     "Transition",
     "UserRecord",
     "merge",
+    "merge_apart",
     "script_call",
 ]
 

@@ -63,6 +63,24 @@ def merge(plans: Sequence[Plan[T]]) -> Plan[list[T]]:
     return Plan(commands=commands, parse=parse, fallback=fallback, partial=partial, needs=needs)
 
 
+def merge_apart(plans: Sequence[Plan[T]]) -> Plan[list[T | None]]:
+    """:func:`merge`, each plan answered apart: on a cluster with a master unavailable, a plan
+    that must not fail silently (RAISE) whose commands did not all run reads None, and the
+    others' results stand (a batch over every master: a room sweep, cleanup). Raises when no
+    command ran at all (Redis unavailable)."""
+    commands, needs, bounds = _together(plans)
+
+    def parse(replies: list[Any]) -> list[T | None]:
+        return [plan.parse(replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)]
+
+    def partial(replies: list[Any]) -> list[T | None]:
+        return [
+            _read_partly(plan, replies[a:b]) for plan, (a, b) in zip(plans, bounds, strict=True)
+        ]
+
+    return Plan(commands=commands, parse=parse, fallback=RAISE, partial=partial, needs=needs)
+
+
 def _together(
     plans: Sequence[Plan[Any]],
 ) -> tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int]]]:

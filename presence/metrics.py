@@ -80,7 +80,8 @@ def _define() -> dict[str, Any]:
         ),
         "FRAMES_RECEIVED": Counter(
             "presence_frames_received",
-            "WebSocket frames received, by type ('invalid': refused before it had one).",
+            "WebSocket frames handled, by type (frames refused before they had a valid type "
+            "are not counted: their error answers are, in presence_frames_sent).",
             ["type"],
         ),
         "FRAMES_SENT": Counter(

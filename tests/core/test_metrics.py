@@ -5,6 +5,7 @@ moved by real heartbeats, diffs and Redis outages (real Redis, the channels_redi
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -74,6 +75,56 @@ def test_every_metric_is_in_the_default_registry_and_documented(recording: None)
     documented = set(re.findall(r"^\| `(presence_[a-z_]+)`", page, re.M))
     assert len(shown) == 15
     assert shown == documented
+
+
+def test_a_help_text_names_only_label_values_the_docs_name(recording: None) -> None:
+    """A HELP line naming label values ('redis') names values presence produces: those
+    docs/operations.md lists for the metric (a value it never produces would be a series a
+    dashboard waits for in vain)."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    rows = {name: row for name, row in re.findall(r"^\| `(presence_[a-z_]+)`(.*)$", page, re.M)}
+    # A scrape's HELP line is the metric's documentation (a counter's name shown with _total).
+    helps = [
+        (metric.name + "_total" if metric.type == "counter" else metric.name, metric.documentation)
+        for metric in REGISTRY.collect()
+        if metric.name.startswith("presence_")
+    ]
+    assert helps
+    for name, help_text in helps:
+        for label_value in re.findall(r"(?<![A-Za-z])'([a-z_]+)'", help_text):
+            assert f"`{label_value}`" in rows[name] or f'"{label_value}"' in rows[name], (
+                name,
+                label_value,
+            )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections", "recording")
+async def test_frames_refused_before_they_had_a_type_are_not_counted_as_received(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    """As operations.md says: no series of received frames for them, their error answers
+    counted as sent."""
+    socket = await sockets.open(await new_user(make_user))
+    metrics.flush()
+    received, errors = frames_received(), value("presence_frames_sent_total", type="error")
+    for text in ["not json", json.dumps({"type": "nope"}), json.dumps([1])]:
+        await socket.send_to(text_data=text)
+        assert (await receive(socket))["type"] == "error"
+    metrics.flush()
+    assert frames_received() == received
+    assert value("presence_frames_sent_total", type="error") == errors + 3
+
+
+def frames_received() -> dict[str, float]:
+    """Frames received, by type: every series of the counter."""
+    return {
+        sample.labels["type"]: sample.value
+        for metric in REGISTRY.collect()
+        if metric.name == "presence_frames_received"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
 
 
 def test_users_online_is_read_from_the_count_at_each_scrape(recording: None) -> None:

@@ -37,7 +37,8 @@
  *                                                 "forbidden" (4403, a foreign origin: stopped)
  *     Each is also a CustomEvent "presence:EVENT" on document.
  *   refresh() -> Promise of {id: presence}: fetches over HTTP, or, while the socket is open
- *     (presence is pushed then), resolves to what the page shows.
+ *     (presence is pushed then), resolves to what the page shows (users it shows as rendered,
+ *     unchanged since the page's stamp, are read over HTTP once).
  *     "activity"   {feeds, activity}              a new activity on watched timelines
  *   watchFeed(name) / unwatchFeed(name): live timelines ("following", "mentions",
  *     "user:<id>", "group:<slug>"), watched again after every reconnect.
@@ -89,9 +90,15 @@
   const SINCE = "data-presence-since";
   const WATCHED = `[${USER}], [${LAST_SEEN}]`;
   // User ids are opaque strings (integers, UUIDs, any string pk): quoted in selectors, encoded
-  // in URLs, sent as strings (the server echoes each id back as it was sent).
-  const byId = (attribute, id) =>
-    `[${attribute}="${id.replace(/["\\]/g, "\\$&").replace(/\n/g, "\\a ")}"]`;
+  // in URLs, sent as strings (the server echoes each id back as it was sent). Inside a quoted
+  // selector string, a quote and a backslash are escaped, and every control character as a
+  // CSS hex escape ("\d "): CSS reads \r and \f as line breaks, which end the string.
+  const byId = (attribute, id) => {
+    const quoted = id
+      .replace(/["\\]/g, "\\$&")
+      .replace(/[\u0000-\u001f\u007f]/g, (c) => `\\${c.charCodeAt(0).toString(16)} `);
+    return `[${attribute}="${quoted}"]`;
+  };
 
   const socketUrl = (() => {
     if (!config.presenceSocket || typeof WebSocket === "undefined") return null;
@@ -110,6 +117,11 @@
     justNow: "",
   };
   const latest = new Map(); // user id -> presence last rendered
+  // Renders counted, and the count at each user's last render (or confirmation, "unchanged"):
+  // an HTTP answer is dropped for users rendered after its request started (it is older).
+  let renders = 0;
+  const renderedAt = new Map();
+  const markRendered = (id) => renderedAt.set(id, ++renders);
   let state = socketUrl ? "connecting" : "polling";
   let everOpened = false; // whether the socket ever opened on this page
   let toldWhyPolling = false; // the console hears once why the page polls
@@ -229,7 +241,9 @@
     if (!ids.length) return;
     ids.forEach((id) => {
       latest.set(id, presences[id]);
+      markRendered(id);
       render(id, presences[id]);
+      memberPresence(id, presences[id]);
     });
     arrangeFriends();
     emit("update", { presences });
@@ -295,10 +309,13 @@
   // Fetch presence of `ids` (default: every watched user), render and announce it.
   // Resolves to {id: presence}; never rejects: errors (401 once logged out, network, 5xx)
   // only lengthen the polling delay, doubling up to MAX_POLL_DELAY_MS.
+  // A user rendered since the request started (the socket reconnected meanwhile, or a later
+  // request answered first) keeps what is shown: the answer was read before it.
   async function load(ids = watchedIds()) {
     if (!ids.length || !endpoint) return {};
     const chunks = [];
     for (let i = 0; i < ids.length; i += MAX_IDS) chunks.push(ids.slice(i, i + MAX_IDS));
+    const asked = renders;
     let presences;
     try {
       presences = Object.assign({}, ...(await Promise.all(chunks.map(fetchChunk))));
@@ -307,11 +324,22 @@
       return {};
     }
     pollDelay = POLL_MS;
-    apply(presences);
-    return presences;
+    const fresh = {};
+    const answer = {}; // what is shown now
+    Object.keys(presences).forEach((id) => {
+      if ((renderedAt.get(id) || 0) <= asked) fresh[id] = answer[id] = presences[id];
+      else if (latest.has(id)) answer[id] = latest.get(id);
+    });
+    apply(fresh);
+    return answer;
   }
 
   const polling = () => state === "polling" || state === "closed";
+
+  function stopPolling() {
+    clearTimeout(pollTimer);
+    pollTimer = null;
+  }
 
   function schedulePoll() {
     clearTimeout(pollTimer);
@@ -320,7 +348,7 @@
   }
 
   async function poll() {
-    clearTimeout(pollTimer);
+    stopPolling();
     pollRooms();
     pollCount();
     const presences = await load();
@@ -333,6 +361,7 @@
   let socket = null;
   let attempts = 0; // connections in a row that failed or did not last
   let retryTimer = null;
+  let retryNotBefore = 0; // Date.now() before which no connection is tried (4429, 4408)
   let stableTimer = null;
   let beatTimer = null;
   const subscribed = new Set(); // ids subscribed on this connection
@@ -364,7 +393,7 @@
         attempts = 0;
       }, STABLE_MS);
       setState("open");
-      clearTimeout(pollTimer);
+      stopPolling();
       heartbeat();
       beatTimer = setInterval(heartbeat, HEARTBEAT_MS);
       feeds.forEach((feed) => send({ type: "watch_feed", feed }));
@@ -384,10 +413,19 @@
       snapshotted.clear();
       early.clear();
       joinedRooms.clear(); // joined again on the next connection
+      enteredRooms.clear();
+      refusedRooms.clear();
+      roomRetries.forEach((retry) => clearTimeout(retry.timer));
+      roomRetries.clear();
+      // Pages asked over this socket are never answered: resolved unmerged, as a page of a
+      // replaced list is (the fresh room_state's "next" pages from its own list).
+      roomPages.forEach((pending, room) => {
+        if (pending.socket === ws) settlePage(room, (p) => p.resolve({}));
+      });
       // Unanswered status changes are sent again over HTTP (setting a status is idempotent).
       waiting.splice(0).forEach((entry) => {
         clearTimeout(entry.timer);
-        postStatus(entry.change).then(entry.resolve, entry.reject);
+        if (!entry.timedOut) postStatus(entry.change).then(entry.resolve, entry.reject);
       });
       if (event.code === CLOSE_UNAUTHORIZED) {
         // Not logged in (any more): the HTTP endpoint would answer 401 too. Stop.
@@ -410,19 +448,33 @@
             "presence.routing.websocket_urlpatterns in asgi.py? See the docs, Deployment.",
         );
       }
-      schedulePoll();
-      retryTimer = setTimeout(connect, retryDelay(event.code));
+      // A poll already due keeps its time: a server refusing every handshake at once must not
+      // put off polling for as long as the retries come faster than POLL_MS.
+      if (!pollTimer) schedulePoll();
+      const delay = retryDelay(event.code);
+      retryNotBefore = slowDown(event.code) ? Date.now() + delay : 0;
+      retryTimer = setTimeout(connect, delay);
     };
   }
 
   // Exponential backoff with "equal jitter": half the delay fixed, half random, so that the
   // pages of a restarted server do not all come back in the same instant.
+  const backoff = (tries) => {
+    const delay = Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (tries - 1));
+    return delay / 2 + (Math.random() * delay) / 2;
+  };
+  const slowDown = (code) => code === CLOSE_RATE_LIMITED || code === CLOSE_TOO_SLOW;
+
   function retryDelay(code) {
     attempts += 1;
-    const delay = Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (attempts - 1));
-    const jittered = delay / 2 + (Math.random() * delay) / 2;
-    const slowDown = code === CLOSE_RATE_LIMITED || code === CLOSE_TOO_SLOW;
-    return slowDown ? Math.max(RATE_LIMITED_MS, jittered) : jittered;
+    const jittered = backoff(attempts);
+    return slowDown(code) ? Math.max(RATE_LIMITED_MS, jittered) : jittered;
+  }
+
+  // Reconnect now (the tab came back, the network is back) rather than at the end of the
+  // backoff, unless the server asked for the wait (4429, 4408): its retry stays as timed.
+  function reconnectSoon() {
+    if (state === "closed" && Date.now() >= retryNotBefore) connect();
   }
 
   function receive(raw) {
@@ -434,24 +486,28 @@
     }
     const presences = message.presences || {};
     if (message.type === "presence_state") {
+      // Only users still subscribed: the answer of a subscribe whose users left the page
+      // meanwhile (unsubscribed) is no snapshot of their next subscription.
+      const now = {};
       Object.keys(presences).forEach((id) => {
+        if (!subscribed.has(id)) return;
         snapshotted.add(id);
         // A diff cannot be older than the snapshot it overtook: it describes a change made
         // after this subscription began. Keep it.
-        if (early.has(id)) presences[id] = early.get(id);
+        now[id] = early.has(id) ? early.get(id) : presences[id];
         early.delete(id);
+        if (message.stamp) stamps.set(id, message.stamp);
       });
       // Unchanged since the stamp the subscribe sent: the page shows them right already.
       (message.unchanged || []).map(String).forEach((id) => {
+        if (!subscribed.has(id)) return;
         snapshotted.add(id);
-        if (early.has(id)) presences[id] = early.get(id);
+        if (early.has(id)) now[id] = early.get(id);
+        else markRendered(id); // confirmed: an HTTP answer read before is older
         early.delete(id);
+        if (message.stamp) stamps.set(id, message.stamp);
       });
-      if (message.stamp) {
-        Object.keys(presences).forEach((id) => stamps.set(id, message.stamp));
-        (message.unchanged || []).forEach((id) => stamps.set(String(id), message.stamp));
-      }
-      apply(presences);
+      apply(now);
     } else if (message.type === "stamp") {
       // A fresh stamp of all this connection was answered for (sent once the server proved
       // every change before it reached this page): a reconnect after RESUME_WINDOW resumes.
@@ -474,6 +530,7 @@
     } else if (message.type === "activity") {
       emit("activity", { feeds: message.feeds, activity: message.activity });
     } else if (message.type === "status") {
+      // The answer of the oldest set_status (one that timed out takes its own late answer).
       const entry = waiting.shift();
       if (entry) {
         clearTimeout(entry.timer);
@@ -485,9 +542,13 @@
       const refused = failure(message.code, message.message);
       settlePage(message.room, (pending) => pending.reject(refused));
       emit("error", { code: message.code, message: message.message });
+    } else if (message.type === "error" && message.room) {
+      // A join refused (never a set_status's answer: those name no room).
+      refusedJoin(message.room, message.code);
+      emit("error", { code: message.code, message: message.message });
     } else if (message.type === "error") {
       // Errors carry no request id. This client sends only well-formed subscribe and heartbeat
-      // frames, so an error other than these two answers the oldest pending set_status.
+      // frames, so an error other than these answers the oldest pending set_status.
       const subscriptionError = [
         "unknown_users",
         "too_many_subscriptions",
@@ -663,12 +724,15 @@
     return body.presence;
   }
 
+  // Answers come in the order of the changes. One that timed out stays in `waiting` (settled:
+  // its resolve and reject do nothing more), so that its late answer is taken by it and not by
+  // the next change; a close drops it rather than posting it again.
   function setStatus(change = {}) {
     if (!isOpen()) return postStatus(change);
     return new Promise((resolve, reject) => {
       const entry = { change, resolve, reject };
       entry.timer = setTimeout(() => {
-        if (waiting.includes(entry)) waiting.splice(waiting.indexOf(entry), 1);
+        entry.timedOut = true;
         reject(failure("timeout", "The server did not answer."));
       }, STATUS_TIMEOUT_MS);
       waiting.push(entry);
@@ -697,8 +761,11 @@
     send({ type: "watch_count" });
   }
 
+  let countsShown = 0; // an HTTP count read before a later one was shown is dropped
+
   function showCount(count) {
     if (typeof count !== "number" || !Number.isFinite(count)) return;
+    countsShown += 1;
     const text = numbers.format(count);
     countElements().forEach((el) => {
       if (el.textContent !== text) el.textContent = text;
@@ -711,9 +778,10 @@
     const el = countElements()[0];
     const url = el && el.getAttribute(COUNT);
     if (!url) return;
+    const asked = countsShown;
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then((response) => (response.ok ? response.json() : null))
-      .then((body) => body && showCount(body.count))
+      .then((body) => body && countsShown === asked && showCount(body.count))
       .catch(() => {}); // the next poll tries again
   }
 
@@ -730,6 +798,13 @@
   const ROOM_MEMBER = "data-presence-room-member";
   const NAME_RETRY_MS = 5000; // a room's endpoint is asked for names at most this often
   const joinedRooms = new Set(); // rooms joined on this connection
+  const enteredRooms = new Set(); // ... whose room_state came (in the room: a join again keeps it)
+  // Rooms whose join was refused on this connection, not joined again on it: room -> code.
+  // unknown_room, forbidden, invalid_value stay refused until the next connection (or a
+  // joinRoom call); too_many_rooms until the page leaves a room.
+  const refusedRooms = new Map();
+  // Joins refused "unavailable" (Redis is down), joined again with backoff: room -> {tries, timer}
+  const roomRetries = new Map();
   const roomViews = new Map(); // room -> {members: Map(id -> {meta, presence}), others, count}
   const roomMeta = new Map(); // room -> meta given to presence.joinRoom (wins over the attribute)
   const scriptRooms = new Set(); // rooms joined by presence.joinRoom, with or without an element
@@ -767,22 +842,76 @@
     roomsTimer = null;
     if (!isOpen()) return;
     const wanted = pageRooms();
+    refusedRooms.forEach((code, room) => wanted.has(room) || refusedRooms.delete(room));
     wanted.forEach((room) => {
-      if (joinedRooms.has(room)) return;
+      if (joinedRooms.has(room) || refusedRooms.has(room)) return;
+      const retry = roomRetries.get(room);
+      if (retry && retry.timer) return; // joined again when its backoff ends
       joinedRooms.add(room);
       send({ type: "join", room, meta: metaOf(room) });
     });
+    let left = false;
     joinedRooms.forEach((room) => {
       if (wanted.has(room)) return;
       joinedRooms.delete(room);
+      enteredRooms.delete(room);
       roomViews.delete(room);
       send({ type: "leave", room });
+      left = true;
     });
+    if (left) roomLeft();
   }
 
   function leaveRooms() {
     joinedRooms.forEach((room) => send({ type: "leave", room }));
     joinedRooms.clear();
+    enteredRooms.clear();
+    roomLeft();
+  }
+
+  // A room left frees a place: rooms refused as too many may be joined now.
+  function roomLeft() {
+    let freed = false;
+    refusedRooms.forEach((code, room) => {
+      if (code !== "too_many_rooms") return;
+      refusedRooms.delete(room);
+      freed = true;
+    });
+    if (freed) scheduleRooms();
+  }
+
+  // An error naming a room answers its join (or says the connection is out of the room).
+  // "unavailable" (Redis is down; nothing of the join stays): joined again with backoff; a
+  // room the page was in keeps being shown (a join again, with new meta, only was refused).
+  // The others refuse the room on this connection (no retry loop).
+  function refusedJoin(room, code) {
+    if (!joinedRooms.has(room)) return; // left since
+    if (code === "unavailable") {
+      if (!enteredRooms.has(room)) joinedRooms.delete(room);
+      const retry = roomRetries.get(room) || { tries: 0, timer: null };
+      retry.tries += 1;
+      clearTimeout(retry.timer);
+      retry.timer = setTimeout(() => {
+        retry.timer = null;
+        if (!isOpen() || !pageRooms().has(room)) return;
+        if (joinedRooms.has(room)) send({ type: "join", room, meta: metaOf(room) });
+        else joinRooms();
+      }, backoff(retry.tries));
+      roomRetries.set(room, retry);
+      return;
+    }
+    joinedRooms.delete(room);
+    enteredRooms.delete(room);
+    refusedRooms.set(room, code);
+  }
+
+  // A member's live presence (its dot's presence_state, diff or poll) is what the room shows
+  // from then on: paged members get no room_diff, and the next showRoom repaints every member.
+  function memberPresence(id, presence) {
+    roomViews.forEach((view) => {
+      const member = view.members.get(id);
+      if (member) view.members.set(id, Object.assign({}, member, { presence }));
+    });
   }
 
   function scheduleRooms() {
@@ -805,6 +934,9 @@
     let view = roomViews.get(room);
     Object.entries(message.members || message.joins || {}).forEach(([id, m]) => learnCard(id, m));
     if (message.type === "room_state") {
+      enteredRooms.add(room);
+      // In: a later outage starts its backoff afresh (unless a join again waits for its retry).
+      if (roomRetries.has(room) && !roomRetries.get(room).timer) roomRetries.delete(room);
       // It replaces the pages read so far too: its "next" pages from its list.
       view = {
         members: new Map(Object.entries(message.members || {})),
@@ -877,6 +1009,7 @@
     pending.view = view;
     roomPages.set(room, pending);
     if (isOpen()) {
+      pending.socket = socket; // its close settles the page
       pending.timer = setTimeout(
         () => settlePage(room, (p) => p.reject(failure("timeout", "The server did not answer."))),
         STATUS_TIMEOUT_MS
@@ -1113,6 +1246,7 @@
     const name = String(room);
     scriptRooms.add(name);
     roomMeta.set(name, meta);
+    refusedRooms.delete(name); // asked for again: tried again
     if (joinedRooms.has(name)) send({ type: "join", room: name, meta });
     else scheduleRooms();
   }
@@ -1158,16 +1292,19 @@
     document.addEventListener("visibilitychange", () => {
       if (!document.hidden) lastInput = Date.now(); // coming back counts as input
       checkActivity();
-      if (document.hidden) clearTimeout(pollTimer);
-      else if (state === "closed") connect(); // try now rather than at the end of a backoff
-      else if (state === "polling") poll();
+      if (document.hidden) stopPolling();
+      else if (state === "closed") {
+        if (!pollTimer) schedulePoll(); // hidden, it stopped polling
+        reconnectSoon();
+      } else if (state === "polling") poll();
     });
-    window.addEventListener("online", () => state === "closed" && connect());
+    window.addEventListener("online", reconnectSoon);
     // A page restored from the back/forward cache shows old presence.
     window.addEventListener("pageshow", (event) => {
       if (!event.persisted) return;
-      if (socketUrl) connect();
-      else poll();
+      if (!socketUrl) poll();
+      else if (state === "closed") reconnectSoon();
+      else connect();
     });
     setInterval(() => latest.forEach((p, id) => renderText(id, p)), CLOCK_MS);
     checkActivity();
@@ -1181,9 +1318,15 @@
   window.presence = {
     refresh() {
       if (!isOpen()) return poll();
-      const shown = {};
-      watchedIds().forEach((id) => latest.has(id) && (shown[id] = latest.get(id)));
-      return Promise.resolve(shown);
+      // What is shown: the presence last rendered. Users the page shows as it was rendered
+      // (left out of their snapshot as unchanged, or not answered yet) are read once over HTTP.
+      const ids = watchedIds();
+      const unread = ids.filter((id) => !latest.has(id));
+      return (unread.length ? load(unread) : Promise.resolve({})).then(() => {
+        const shown = {};
+        ids.forEach((id) => latest.has(id) && (shown[id] = latest.get(id)));
+        return shown;
+      });
     },
     setStatus,
     watchFeed(feed) {

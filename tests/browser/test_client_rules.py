@@ -1,0 +1,585 @@
+"""presence.js's rules against scripted frames: the real script in headless Chromium, with a
+stand-in WebSocket that the test drives frame by frame, a fetch that the test answers when it
+wants, and the page's clock (Playwright's) moved by the test. No server and no Redis: what is
+tested is how the script reconciles what reaches it out of order (a late HTTP answer, a frame
+of a request it gave up on, a socket that closes under a pending request) and how long it
+waits. Also the settings page's filter (presence/settings.js).
+
+One Chromium for the module (tests/browser/pages.py's, skipped without it), a fresh context
+and page per test. The end-to-end tests against daphne are the other test_browser_*.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.pages import CHROMIUM, CHROMIUM_ARGS, presence
+from tests.clock import T0, at
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
+
+STATIC = Path(__file__).resolve().parents[2] / "presence" / "static" / "presence"
+ORIGIN = "http://presence.test"
+ENDPOINT = "/presence/api/presence"
+COUNT_ENDPOINT = "/presence/api/online_count"
+#: the page's clock stands still from here (a moment after T0, where it was installed: pausing
+#: at T0 itself could be in its past already)
+PAGE_START = at(60)
+
+#: a WebSocket the test drives (window.__ws(): the latest; _open, _recv, _close) and a fetch
+#: held until the test answers it (window.__fetches[i].answer(status, body)), or answered at
+#: once by window.__answerFetch(url) -> [status, body] where the test set one
+FAKES = r"""
+(() => {
+  window.__sockets = [];
+  window.__fetches = [];
+  class ScriptedSocket {
+    constructor(url) {
+      this.url = url; this.readyState = 0; this.sent = [];
+      window.__sockets.push(this);
+    }
+    send(data) { this.sent.push(JSON.parse(data)); }
+    close() {}
+    _open() { this.readyState = 1; this.onopen && this.onopen({}); }
+    _recv(frame) { this.onmessage && this.onmessage({data: JSON.stringify(frame)}); }
+    _close(code) { this.readyState = 3; this.onclose && this.onclose({code}); }
+  }
+  Object.assign(ScriptedSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+  window.WebSocket = ScriptedSocket;
+  window.__ws = () => window.__sockets[window.__sockets.length - 1];
+  window.fetch = (url, init) => new Promise((resolve, reject) => {
+    const request = {
+      url: String(url), at: Date.now(), body: init && init.body,
+      answer(status, body) {
+        resolve({ok: status >= 200 && status < 300, status, statusText: "",
+                 json: async () => JSON.parse(JSON.stringify(body))});
+      },
+      fail() { reject(new TypeError("network")); },
+    };
+    window.__fetches.push(request);
+    if (window.__answerFetch) request.answer(...window.__answerFetch(request.url));
+  });
+})();
+"""
+
+DOT = "<span class='presence-dot presence-dot--offline' data-presence-user='2'></span>"
+ROOM = (
+    "<div data-presence-room='doc:7'><ul data-presence-room-members></ul>"
+    "<span data-presence-room-count>0</span></div>"
+)
+
+
+def member(name: str, status: str = "online") -> dict[str, Any]:
+    return {"meta": None, "presence": presence(status), "card": {"name": name}}
+
+
+def room_state(cursor: str | None, room: str = "doc:7") -> dict[str, Any]:
+    return {
+        "type": "room_state",
+        "room": room,
+        "members": {"1": member("Ann")},
+        "others": 2,
+        "count": 3,
+        "next": cursor,
+    }
+
+
+def snapshot(
+    presences: dict[str, dict[str, Any]], unchanged: list[str] | None = None, stamp: str = "S1"
+) -> dict[str, Any]:
+    return {
+        "type": "presence_state",
+        "presences": presences,
+        "stamp": stamp,
+        "unchanged": unchanged or [],
+    }
+
+
+class Client:
+    """A page running presence.js; the page's time stands still until ``tick``."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def js(self, expression: str, arg: Any = None) -> Any:
+        return self.page.evaluate(expression, arg)
+
+    def tick(self, ms: int) -> None:
+        """Moves the page's clock, firing its timers on the way."""
+        self.page.clock.run_for(ms)
+
+    def open_socket(self) -> None:
+        self.js("() => window.__ws()._open()")
+
+    def close_socket(self, code: int) -> None:
+        self.js("(code) => window.__ws()._close(code)", code)
+
+    def receive(self, frame: dict[str, Any]) -> None:
+        self.js("(frame) => window.__ws()._recv(frame)", frame)
+
+    def sockets(self) -> int:
+        result: int = self.js("() => window.__sockets.length")
+        return result
+
+    def sent(self, kind: str, every_socket: bool = False) -> list[dict[str, Any]]:
+        """The frames of type ``kind`` sent on the latest socket (or on every one)."""
+        result: list[dict[str, Any]] = self.js(
+            "([kind, every]) => (every ? window.__sockets : [window.__ws()])"
+            ".flatMap((s) => s.sent).filter((f) => f.type === kind)",
+            [kind, every_socket],
+        )
+        return result
+
+    def fetches(self, path: str = ENDPOINT) -> list[str]:
+        result: list[str] = self.js(
+            "(path) => window.__fetches.map((f) => f.url).filter((u) => u.startsWith(path))", path
+        )
+        return result
+
+    def answer(self, url_start: str, body: dict[str, Any], nth: int = 0) -> None:
+        """Answers (200) the ``nth`` pending request whose URL starts with ``url_start``."""
+        self.js(
+            """([start, nth, body]) => {
+                const pending = window.__fetches.filter((f) => !f.done && f.url.startsWith(start));
+                pending[nth].done = true;
+                pending[nth].answer(200, body);
+            }""",
+            [url_start, nth, body],
+        )
+
+    def classes(self, selector: str) -> list[str]:
+        result: list[str] = self.js(
+            "(s) => Array.from(document.querySelectorAll(s)).map((el) => el.className)", selector
+        )
+        return result
+
+    def add_element(self, html: str) -> None:
+        self.js(
+            "(html) => document.querySelector('main').insertAdjacentHTML('beforeend', html)", html
+        )
+
+
+@pytest.fixture(scope="module")
+def chromium_browser() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"Chromium not found at {CHROMIUM}: apt-get install chromium (CI installs it)")
+    playwright = sync_api.sync_playwright().start()
+    try:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+    finally:
+        playwright.stop()
+
+
+@pytest.fixture
+def client(chromium_browser: Any) -> Iterator[Callable[..., Client]]:
+    """Opens a page of ``body`` with presence.js (its configuration as ``{% presence_script %}``
+    renders it); ``init`` runs before the script. No page may throw."""
+    contexts: list[Any] = []
+    clients: list[Client] = []
+
+    def open_page(body: str, init: str = "") -> Client:
+        context = chromium_browser.new_context()
+        contexts.append(context)
+        page = context.new_page()
+        script = (
+            "<script src='/static/presence.js' data-presence-socket='/ws/presence/'"
+            f" data-presence-endpoint='{ENDPOINT}'"
+            " data-presence-status-endpoint='/presence/api/status'"
+            " data-presence-heartbeat='30' data-presence-idle-after='300'></script>"
+        )
+        html = f"<!doctype html><html lang='en'><body><main>{body}</main>{script}</body></html>"
+        page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=html, content_type="text/html"))
+        page.route(
+            f"{ORIGIN}/static/presence.js",
+            lambda route: route.fulfill(
+                body=(STATIC / "presence.js").read_text(), content_type="text/javascript"
+            ),
+        )
+        page.add_init_script(FAKES + init)
+        page.clock.install(time=T0)
+        page.clock.pause_at(PAGE_START)
+        page.goto(f"{ORIGIN}/")
+        page.wait_for_function("() => window.presence && window.presence.refresh")
+        opened = Client(page)
+        clients.append(opened)
+        return opened
+
+    yield open_page
+    for context in contexts:
+        context.close()
+    errors = [error for opened in clients for error in opened.errors]
+    assert not errors, f"the page threw: {errors}"
+
+
+# --- HTTP answers and the socket ----------------------------------------------------------------
+
+
+def test_an_http_answer_read_before_the_socket_rendered_is_dropped(
+    client: Callable[..., Client],
+) -> None:
+    c = client(DOT)
+    c.open_socket()
+    c.receive(snapshot({"2": presence("offline")}))
+    c.close_socket(1006)  # a network drop: refresh() reads over HTTP meanwhile
+    c.js("() => { window.__refresh = presence.refresh(); }")
+    assert len(c.fetches()) == 1
+    c.tick(1000)  # the first retry: within 1 s
+    assert c.sockets() == 2
+    c.open_socket()
+    c.receive(snapshot({"2": presence("online")}, stamp="S2"))
+    c.receive({"type": "presence_diff", "presences": {"2": presence("dnd")}})
+    # The HTTP answer, read while user 2 was offline, arrives last.
+    c.answer(ENDPOINT, {"presences": {"2": presence("offline")}})
+    assert "presence-dot--dnd" in c.classes("[data-presence-user='2']")[0]
+    # refresh() resolves to what is shown.
+    assert c.js("() => window.__refresh")["2"]["status"] == "dnd"
+
+
+def test_an_http_answer_overtaken_by_a_later_one_is_dropped(client: Callable[..., Client]) -> None:
+    c = client(DOT)
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")
+    c.js("() => { presence.refresh(); }")
+    assert len(c.fetches()) == 2
+    c.answer(ENDPOINT, {"presences": {"2": presence("idle")}}, nth=1)  # the later one first
+    c.answer(ENDPOINT, {"presences": {"2": presence("online")}})
+    assert "presence-dot--idle" in c.classes("[data-presence-user='2']")[0]
+
+
+def test_an_http_count_read_before_the_socket_count_is_dropped(
+    client: Callable[..., Client],
+) -> None:
+    c = client(DOT + f"<span data-presence-online-count='{COUNT_ENDPOINT}'>1</span>")
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")  # a poll reads the count too
+    c.tick(1000)
+    c.open_socket()
+    assert c.sent("watch_count")
+    c.receive({"type": "online_count", "count": 7})
+    c.answer(COUNT_ENDPOINT, {"count": 3})
+    assert c.js("() => document.querySelector('[data-presence-online-count]').textContent") == "7"
+
+
+def test_the_answer_of_an_unsubscribed_user_is_no_snapshot_of_the_next_subscription(
+    client: Callable[..., Client],
+) -> None:
+    dot_of_9 = "<span id='u9' class='presence-dot' data-presence-user='9'></span>"
+    c = client(DOT)
+    c.open_socket()
+    c.add_element(dot_of_9)
+    c.tick(100)
+    assert [f["users"] for f in c.sent("subscribe")] == [["9"]]
+    c.js("() => document.getElementById('u9').remove()")
+    c.tick(100)
+    assert c.sent("unsubscribe")
+    c.receive(snapshot({"9": presence("online")}))  # the first subscribe's answer, late
+    c.add_element(dot_of_9)  # back on the page
+    c.tick(100)
+    assert len(c.sent("subscribe")) == 2
+    # User 9 goes dnd while the second snapshot is read: the diff overtakes it and wins.
+    c.receive({"type": "presence_diff", "presences": {"9": presence("dnd")}})
+    c.receive(snapshot({"9": presence("online")}, stamp="S2"))
+    assert "presence-dot--dnd" in c.classes("#u9")[0]
+
+
+def test_refresh_while_open_includes_the_users_the_page_shows_unchanged(
+    client: Callable[..., Client],
+) -> None:
+    c = client(
+        "<span class='presence-dot presence-dot--online' data-presence-user='2'"
+        " data-presence-since='P1'></span>"
+        "<span class='presence-dot presence-dot--offline' data-presence-user='3'"
+        " data-presence-since='P1'></span>"
+    )
+    c.open_socket()
+    c.receive(snapshot({"3": presence("idle")}, unchanged=["2"]))
+    c.js("() => { window.__shown = presence.refresh(); }")
+    assert c.fetches() == [f"{ENDPOINT}?users=2"]  # only the user shown as rendered
+    c.answer(ENDPOINT, {"presences": {"2": presence("online")}})
+    shown = c.js("() => window.__shown")
+    assert {id: p["status"] for id, p in shown.items()} == {"2": "online", "3": "idle"}
+    # Read once: a second refresh() is answered from what is shown.
+    assert set(c.js("() => presence.refresh()")) == {"2", "3"}
+    assert len(c.fetches()) == 1
+
+
+@pytest.mark.parametrize("odd", ["a\rb", "a\fb", "a\x01b", "a\x7fb", 'q"\\ \n'])
+def test_any_string_id_is_subscribed_and_rendered(client: Callable[..., Client], odd: str) -> None:
+    c = client(DOT)
+    c.open_socket()
+    c.js(
+        """(id) => { const dot = document.createElement('span'); dot.className = 'presence-dot';
+           dot.setAttribute('data-presence-user', id);
+           document.querySelector('main').append(dot); }""",
+        odd,
+    )
+    c.tick(100)
+    assert [f["users"] for f in c.sent("subscribe")] == [[odd]]
+    c.receive(snapshot({"2": presence("online"), odd: presence("online")}))
+    assert all("presence-dot--online" in cls for cls in c.classes(".presence-dot"))
+
+
+# --- the connection: waits and polling ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [4429, 4408])
+def test_the_tab_coming_back_keeps_the_wait_the_server_asked_for(
+    client: Callable[..., Client], code: int
+) -> None:
+    c = client(DOT)
+    c.open_socket()
+    c.close_socket(code)
+    c.tick(300)
+    c.js("() => document.dispatchEvent(new Event('visibilitychange'))")
+    c.js("() => window.dispatchEvent(new Event('online'))")
+    c.tick(9_000)
+    assert c.sockets() == 1  # still waiting
+    c.tick(800)  # the retry: 10 s after the close (the first backoff is shorter)
+    assert c.sockets() == 2
+
+
+def test_the_tab_coming_back_reconnects_at_once_after_a_network_drop(
+    client: Callable[..., Client],
+) -> None:
+    c = client(DOT)
+    c.open_socket()
+    c.tick(10_000)  # a connection that lasted: the backoff starts afresh
+    c.close_socket(1006)
+    c.js("() => document.dispatchEvent(new Event('visibilitychange'))")
+    assert c.sockets() == 2
+
+
+def test_failed_handshakes_do_not_put_off_polling(client: Callable[..., Client]) -> None:
+    # Every handshake fails 20 ms after it was tried (no ASGI server: a 404, close 1006).
+    refuse = """(() => { const Scripted = window.WebSocket;
+      window.WebSocket = class extends Scripted {
+        constructor(url) { super(url); setTimeout(() => this._close(1006), 20); } };
+      Object.assign(window.WebSocket, {OPEN: 1}); })();"""
+    c = client(DOT, init=refuse)
+    c.js("() => { window.__answerFetch = () => [200, {presences: {}}]; }")
+    c.tick(40_000)
+    assert c.sockets() >= 5
+    polled = c.js(
+        f"() => window.__fetches.filter((f) => f.url.startsWith('{ENDPOINT}')).map((f) => f.at)"
+    )
+    start = int(PAGE_START.timestamp() * 1000)
+    # Every 15 s from the first close.
+    assert [round((at - start) / 1000) for at in polled] == [15, 30]
+
+
+# --- set_status ----------------------------------------------------------------------------------
+
+
+def test_a_rooms_error_never_answers_a_status_change(client: Callable[..., Client]) -> None:
+    c = client(DOT + ROOM)
+    c.open_socket()
+    assert c.sent("join")
+    c.js(
+        """() => { window.__r = [];
+        presence.setStatus({status: 'dnd'}).then((p) => __r.push(['ok1', p.status]),
+                                                 (e) => __r.push(['err1', e.code])); }"""
+    )
+    c.receive({"type": "error", "code": "unavailable", "room": "doc:7", "message": "Down."})
+    c.receive({"type": "status", "presence": presence("dnd", invisible=False)})
+    c.js(
+        """() => { presence.setStatus({status: 'auto'}).then((p) => __r.push(['ok2', p.status]),
+                                                          (e) => __r.push(['err2', e.code])); }"""
+    )
+    c.receive({"type": "error", "code": "invalid_value", "room": "doc:8", "message": "Bad room."})
+    c.receive({"type": "status", "presence": presence("online", invisible=False)})
+    assert c.js("() => __r") == [["ok1", "dnd"], ["ok2", "online"]]
+
+
+def test_the_late_answer_of_a_timed_out_change_settles_nothing_else(
+    client: Callable[..., Client],
+) -> None:
+    c = client(DOT)
+    c.open_socket()
+    c.js(
+        """() => { window.__r = [];
+        presence.setStatus({status: 'dnd', text: 'Focus'}).then(
+            (p) => __r.push(['ok1', p.status]), (e) => __r.push(['err1', e.code])); }"""
+    )
+    c.tick(10_000)
+    assert c.js("() => __r") == [["err1", "timeout"]]
+    c.js(
+        """() => { presence.setStatus({status: 'auto', text: null}).then(
+            (p) => __r.push(['ok2', p.status]), (e) => __r.push(['err2', e.code])); }"""
+    )
+    c.receive({"type": "status", "presence": presence("dnd", text="Focus", invisible=False)})
+    assert c.js("() => __r") == [["err1", "timeout"]]
+    c.receive({"type": "status", "presence": presence("online", invisible=False)})
+    assert c.js("() => __r") == [["err1", "timeout"], ["ok2", "online"]]
+    # A close sends again over HTTP the change still unanswered, not one that timed out.
+    c.js("() => { presence.setStatus({status: 'dnd'}).catch(() => {}); }")
+    c.tick(10_000)
+    c.js("() => { presence.setStatus({status: 'auto'}).catch(() => {}); }")
+    c.close_socket(1006)
+    posted = c.js("() => window.__fetches.filter((f) => f.url === '/presence/api/status')")
+    assert [json.loads(f["body"]) for f in posted] == [{"status": "auto"}]
+
+
+# --- rooms ---------------------------------------------------------------------------------------
+
+
+def test_a_join_refused_as_unavailable_is_joined_again_with_backoff(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM)
+    c.open_socket()
+    c.tick(100)
+    assert len(c.sent("join")) == 1
+    unavailable = {"type": "error", "code": "unavailable", "room": "doc:7", "message": "Down."}
+    c.receive(unavailable)
+    c.tick(1_000)  # the first retry: within 1 s
+    assert len(c.sent("join")) == 2
+    c.receive(unavailable)
+    c.tick(999)
+    assert len(c.sent("join")) == 2  # the second: 1 to 2 s later
+    c.tick(1_001)
+    assert len(c.sent("join")) == 3
+    c.receive(room_state(None))
+    assert c.js("() => presence.room('doc:7').count") == 3
+    c.tick(60_000)
+    assert len(c.sent("join")) == 3
+
+
+def test_a_join_refused_for_good_is_not_joined_again_on_that_connection(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive({"type": "error", "code": "forbidden", "room": "doc:7", "message": "No."})
+    c.add_element("<div data-presence-room='doc:8'></div>")  # the rooms are looked at again
+    c.tick(60_000)
+    assert [f["room"] for f in c.sent("join")] == ["doc:7", "doc:8"]
+    assert not c.sent("leave")  # never in doc:7: nothing to leave
+
+
+def test_a_room_refused_as_too_many_is_joined_once_the_page_leaves_one(
+    client: Callable[..., Client],
+) -> None:
+    c = client("<div id='first' data-presence-room='doc:1'></div>" + ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive({"type": "error", "code": "too_many_rooms", "room": "doc:7", "message": "Full."})
+    c.tick(60_000)
+    assert [f["room"] for f in c.sent("join")] == ["doc:1", "doc:7"]
+    c.js("() => document.getElementById('first').remove()")
+    c.tick(200)
+    assert [f["room"] for f in c.sent("leave")] == ["doc:1"]
+    assert [f["room"] for f in c.sent("join")] == ["doc:1", "doc:7", "doc:7"]
+
+
+def test_a_paged_members_live_dot_is_kept_when_the_room_changes(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive({**room_state("c1"), "others": 1, "count": 2})
+    c.js("() => { presence.room('doc:7').more(); }")
+    assert c.sent("room_more")
+    c.receive(
+        {
+            "type": "room_page",
+            "room": "doc:7",
+            "members": {"5": member("Eve")},
+            "others": 1,
+            "count": 2,
+            "next": None,
+        }
+    )
+    c.tick(100)  # the members' dots are subscribed
+    assert any("5" in f["users"] for f in c.sent("subscribe"))
+    c.receive(snapshot({"5": presence("online")}))
+    c.receive({"type": "presence_diff", "presences": {"5": presence("dnd")}})
+    # Someone else arrives: the room is shown again.
+    c.receive(
+        {
+            "type": "room_diff",
+            "room": "doc:7",
+            "joins": {"6": member("Fay")},
+            "leaves": [],
+            "others": 1,
+            "count": 3,
+        }
+    )
+    assert "presence-dot--dnd" in c.classes("[data-presence-room-member='5'] .presence-dot")[0]
+    assert c.js("() => presence.room('doc:7').members['5'].presence.status") == "dnd"
+
+
+def test_a_page_asked_over_a_socket_that_closed_resolves_empty(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive(room_state("c1"))
+    c.js(
+        """() => { window.__r = []; presence.room('doc:7').more().then(
+            (p) => __r.push(['first', p]), (e) => __r.push(['first', e.code])); }"""
+    )
+    assert c.sent("room_more")
+    c.close_socket(1006)
+    assert c.js("() => __r") == [["first", {}]]  # at once, unmerged
+    c.tick(1_000)
+    c.open_socket()
+    c.tick(100)
+    c.receive(room_state("c2"))
+    c.js(
+        """() => { presence.room('doc:7').more().then(
+            (p) => __r.push(['second', p]), (e) => __r.push(['second', e.code])); }"""
+    )
+    assert c.sent("room_more") == [{"type": "room_more", "room": "doc:7", "after": "c2"}]
+    c.tick(9_000)
+    assert c.js("() => __r") == [["first", {}]]  # no timer of the first page left
+
+
+# --- the settings page's filter (presence/settings.js) ------------------------------------------
+
+
+def test_the_settings_filter_matches_what_the_server_search_matches(
+    chromium_browser: Any,
+) -> None:
+    # As presence/templates/presence/settings.html renders a contact "jsmith" named John Smith.
+    html = (
+        "<input type='search' id='q' data-presence-filter='people'><div id='people'>"
+        "<fieldset data-presence-person='John Smith'"
+        " data-presence-person-search='jsmith&#10;John&#10;Smith'><legend>John Smith</legend>"
+        "</fieldset><fieldset data-presence-person='ann' data-presence-person-search='ann'>"
+        "<legend>ann</legend></fieldset>"
+        "<p data-presence-filter-empty hidden>None of the people listed matches.</p></div>"
+        f"<script>{(STATIC / 'settings.js').read_text()}</script>"
+    )
+    context = chromium_browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_content(html)
+        shown = "() => Array.from(document.querySelectorAll('fieldset')).map((f) => !f.hidden)"
+        empty = "() => !document.querySelector('[data-presence-filter-empty]').hidden"
+        for typed, expected in [
+            ("JSMI", [True, False]),  # the username, any case
+            ("john smith", [True, False]),  # the name shown
+            ("mith", [True, False]),
+            ("an", [False, True]),
+            ("jsmith ann", [False, False]),
+        ]:
+            page.fill("#q", typed)
+            assert page.evaluate(shown) == expected, typed
+            assert page.evaluate(empty) is (expected == [False, False]), typed
+    finally:
+        context.close()

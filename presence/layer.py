@@ -357,6 +357,13 @@ class _AnnouncerLoop:
 _announcer = _AnnouncerLoop()
 
 
+def sync_loop() -> asyncio.AbstractEventLoop:
+    """The process's one event loop thread for sync code's async calls: its announcements
+    (:func:`run_from_sync`), and the signals' outbox claims, which wait for a busy Redis as
+    the live paths do (presence.outbox.run_live)."""
+    return _announcer.loop()
+
+
 def run_from_sync(coroutine: Coroutine[Any, Any, None], what: str) -> None:
     """Send an announcement from sync code: held for the event loop whose database call this
     is (:func:`sent_from_this_loop`), or else run on the announcer loop and waited for (at most

@@ -8,21 +8,27 @@ thread, right before its receivers run) and sends the signal only if it removed 
 nobody claimed within :func:`deadline` (its caller gave up waiting for Redis, was killed, or
 could not reach Redis to claim) is claimed by the next sweep anywhere (a room's: the sweep of
 that room, which its outbox keeps due), or by ``presence_cleanup``, with one script that
-removes what it returns. Removal is atomic, so exactly one party sends each transition; the
-one window left is a claimer killed between its claim and its receivers (the signal is lost,
-never doubled).
+removes what it returns. Removal is atomic, so exactly one party sends each transition.
+
+A claim waits for a busy Redis as the write that made the transition did (a live path's
+``LIVE_SOCKET_TIMEOUT``, :func:`run_live`): a claimer that gave up on a late reply would take
+the entry for "not mine" while Redis still removes it. The windows left lose a signal, never
+double one: a claimer killed between its claim and its receivers, and a claim whose reply
+never comes back though Redis ran it (later than ``LIVE_SOCKET_TIMEOUT``, or its connection
+lost on the way).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from presence import signals
+from presence import layer, signals
 from presence.conf import get_settings
-from presence.operations import Operation, redis
-from presence.store import get_store, merge
+from presence.operations import Operation, call
+from presence.store import Plan, get_store, merge
 from presence.store.plans import Pruned, RoomTransition, RoomWrite, Transition
 from presence.store.plans.outbox import outbox_deadline
 
@@ -52,7 +58,7 @@ def send_made(result: Any) -> None:
             room, entry = transition.room, transition.entry
             if entry is not None and (room, entry) not in room_claims:
                 room_claims[room, entry] = _once(
-                    partial(store.run, store.plans.claim_room_entry(room, entry))
+                    partial(run_live, store.plans.claim_room_entry(room, entry))
                 )
             signals.send_room_transition(
                 transition.user_id,
@@ -103,8 +109,8 @@ def _user_claims(
         return {}
     plans = [store.plans.claim_entry(user_id, entry) for _, user_id, entry in users]
     if len(plans) == 1:
-        return {users[0][0]: partial(store.run, plans[0])}
-    together = _once(partial(store.run, merge(plans)))
+        return {users[0][0]: partial(run_live, plans[0])}
+    together = _once(partial(run_live, merge(plans)))
     return {position: partial(_nth, together, n) for n, (position, _, _) in enumerate(users)}
 
 
@@ -142,6 +148,21 @@ def _transitions(result: Any) -> Iterator[Transition | RoomTransition]:
             yield from _transitions(each)
 
 
+def run_live(plan: Plan[T]) -> T:
+    """``plan``'s result, from sync code (the receivers' thread, ``presence_cleanup``), run as
+    the live paths run theirs (``store.arun(plan, live=True)``, on the process's loop for sync
+    code): it waits for a busy Redis up to ``LIVE_SOCKET_TIMEOUT``, where the sync client gives
+    up after ``SOCKET_TIMEOUT``. For the outboxes' claims, whose late reply must not be taken
+    for "not mine" while Redis removes the entry all the same."""
+    running = asyncio.run_coroutine_threadsafe(arun_live(plan), layer.sync_loop())
+    return running.result()
+
+
+async def arun_live(plan: Plan[T]) -> T:
+    """:func:`run_live` on this event loop."""
+    return await get_store().arun(plan, live=True)
+
+
 def deadline() -> float:
     """How long an entry is left to its caller: LIVE_SOCKET_TIMEOUT (the longest a write waits
     for Redis), plus a second as entries are scored in whole seconds."""
@@ -152,9 +173,8 @@ def claim_stale(now: float) -> Operation[int]:
     """``yield from claim_stale(now)``: claim the entries left past the deadline and send their
     signals (the sweep). Returns how many."""
     store = get_store()
-    entries = yield from redis(
-        store.plans.claim_stale_entries(now - deadline(), get_settings().SWEEP_BATCH), live=True
-    )
+    plan = store.plans.claim_stale_entries(now - deadline(), get_settings().SWEEP_BATCH)
+    entries = yield from call(partial(run_live, plan), afunction=partial(arun_live, plan))
     for entry in entries:
         signals.send_transition(entry.user_id, entry.made, entry.at, entry.invisible)
     return len(entries)

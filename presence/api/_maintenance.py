@@ -14,7 +14,7 @@ from presence import announce, domain, outbox, resolution, signals
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
-from presence.operations import redis_then, run
+from presence.operations import run
 from presence.store import StoreUnavailable, get_store, merge
 from presence.store.redact import redact_url
 
@@ -79,7 +79,7 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         # sent once its outbox entry is claimed (a reply lost on the way leaves it to the
         # next cleanup or sweep: presence.outbox).
         for user_id, invisible, at, made in removal.offline:
-            claim = partial(store.run, store.plans.claim_entry(user_id, made))
+            claim = partial(outbox.run_live, store.plans.claim_entry(user_id, made))
             signals.send_if_claimed(claim, user_id, -1, at, invisible)
     if not dry_run:
         store.run(store.plans.prune_schedules(now - conf.ONLINE_WINDOW))
@@ -132,8 +132,10 @@ def _prune_rooms(report: CleanupReport, now: float) -> None:
     emptied: set[str] = set()
     while rooms := store.run(store.plans.claim_rooms(now, ROOMS_PER_ROUND)):
         plans = [store.plans.prune_room(room, now, MEMBERS_PER_PRUNE) for room in rooms]
-        # The leaves are sent as room_left (presence.outbox), with what was left unclaimed.
-        pruned = run(redis_then(merge(plans), outbox.send_made))
+        # The leaves are sent as room_left (presence.outbox), with what was left unclaimed:
+        # the prune claims those, so it waits for a busy Redis as a live sweep's does.
+        pruned = outbox.run_live(merge(plans))
+        outbox.send_made(pruned)
         due = {room: p.due for room, p in zip(rooms, pruned, strict=True) if p.due != math.inf}
         if due:
             store.run(

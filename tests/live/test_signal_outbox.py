@@ -20,8 +20,9 @@ from presence import api, domain, lifecycle, outbox, signals
 from presence.conf import get_settings
 from presence.store import get_store
 from tests.clock import at
+from tests.conftest import on_one_redis
 from tests.live.sockets import _base_settings as _base_settings
-from tests.live.sockets import new_user
+from tests.live.sockets import new_user, presence_settings
 from tests.live.test_signals import Sent, later, received, sent
 from tests.privacy_cases import count_round_trips
 
@@ -169,3 +170,26 @@ async def test_a_user_back_before_anyone_made_their_offline_gets_both_signals_in
     await later(clock, outbox.deadline())
     await lifecycle.asweep()
     assert await sent(received) == expected
+
+
+@on_one_redis
+async def test_a_claim_answered_late_waits_for_its_reply_and_sends_once(
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    received: list[Sent],
+    redis_client: Any,
+) -> None:
+    # Redis busy past a page's SOCKET_TIMEOUT (another client's long command) when the caller
+    # claims: Redis removes the entry once it is free, so a claimer that gave up on the reply
+    # (taken for "not mine") would leave the transition to nobody. The claim waits as the
+    # write did (LIVE_SOCKET_TIMEOUT).
+    with presence_settings(SOCKET_TIMEOUT=0.5, LIVE_SOCKET_TIMEOUT=5):
+        user = await new_user(make_user)
+        transition = await made_unheard(user)
+        redis_client.client_pause(800)
+        outbox.send_made(transition)
+        assert await sent(received) == [("online", user.pk, at(0), False)]
+        assert await outbox_size() == 0
+        clock.shift(outbox.deadline())
+        await lifecycle.asweep()
+        assert await sent(received) == [("online", user.pk, at(0), False)]

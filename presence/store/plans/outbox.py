@@ -25,7 +25,8 @@ def outbox_deadline(conf: Any) -> float:
 def claim(outbox: str, entry: str) -> Plan[bool]:
     """Claims an outbox entry (lua/outbox.lua): True for exactly one claimer (the caller that
     made it, or a sweep), who sends its signal. False when Redis fails: a sweep claims it
-    after its deadline."""
+    after its deadline if Redis never ran it; if Redis ran it and its reply was lost, the
+    signal is lost (run it as the live paths do: presence.outbox.run_live)."""
     return Plan(
         commands=[("ZREM", outbox, entry)],
         parse=lambda replies: int(replies[0]) == 1,

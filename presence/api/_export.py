@@ -63,10 +63,9 @@ def _database(uid: Any) -> dict[str, Any]:
             defaults.activity_visibility.value,
         )
     status = UserStatus.objects.filter(user_id=uid).first()
-    seen, prior = (
-        LastSeen.objects.filter(user_id=uid).values_list("seen_at", "prior_seen_at").first()
-        or (None, None)
-    )
+    seen, prior = LastSeen.objects.filter(user_id=uid).values_list(
+        "seen_at", "prior_seen_at"
+    ).first() or (None, None)
     return {
         "privacy": {
             "online_visibility": str(levels[0]),

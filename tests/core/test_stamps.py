@@ -8,12 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 import time_machine
 from django.contrib.auth.models import AnonymousUser
 from django.template import RequestContext, Template
 from django.test import RequestFactory, override_settings
-
-import redis
 
 from presence import api, stamps
 from presence.store import get_store

@@ -42,7 +42,7 @@ from presence.api._counting import (
 )
 from presence.api._export import aexport_user_data, export_user_data
 from presence.api._guests import aguest_count, guest_count
-from presence.api._maintenance import CleanupReport, cleanup
+from presence.api._maintenance import CleanupIncomplete, CleanupReport, cleanup
 from presence.api._reading import (
     abulk_presence,
     aget_presence,
@@ -76,6 +76,7 @@ from presence.rooms import (
 )
 
 __all__ = [
+    "CleanupIncomplete",
     "CleanupReport",
     "InvalidInput",
     "Presence",

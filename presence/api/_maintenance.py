@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
-import redis
 from django.utils import timezone
 
 from presence import announce, domain, outbox, resolution, signals
@@ -15,8 +14,7 @@ from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
 from presence.operations import run
-from presence.store import StoreUnavailable, get_store, merge
-from presence.store.redact import redact_url
+from presence.store import StoreUnavailable, get_store, merge_apart
 
 
 @dataclass
@@ -36,6 +34,24 @@ class CleanupReport:
     rooms: int = 0
     rooms_emptied: int = 0
     dry_run: bool = False
+    #: the Redis Cluster masters that were unavailable: their buckets and rooms were left for
+    #: the next run (the other masters' were cleaned up)
+    unavailable: list[str] = field(default_factory=list)
+
+
+class CleanupIncomplete(StoreUnavailable):
+    """Cleanup did what the other masters of a Redis Cluster hold, but these were unavailable
+    (``report.unavailable``): their share is left for the next run. ``report``: what was done."""
+
+    def __init__(self, report: CleanupReport) -> None:
+        masters = ", ".join(report.unavailable)
+        several = len(report.unavailable) > 1
+        super().__init__(
+            f"Redis Cluster master{'s' if several else ''} {masters} "
+            f"{'were' if several else 'was'} unavailable: {'their' if several else 'its'} "
+            "users and rooms were left for the next run; the other masters' were cleaned up"
+        )
+        self.report = report
 
 
 def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
@@ -43,7 +59,9 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
 
     Works through the buckets ``batch`` at a time (one round trip each), so no Redis command
     touches more than one small bucket. Idempotent and safe to run concurrently: an entry is
-    removed only if unchanged since it was persisted. Raises StoreUnavailable if Redis is down.
+    removed only if unchanged since it was persisted. Raises StoreUnavailable if Redis is down;
+    on a Redis Cluster with a master unavailable, cleans up what the others hold, then raises
+    :class:`CleanupIncomplete`, which names it.
     """
     conf = get_settings()
     store = get_store()
@@ -52,16 +70,28 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     before = now - conf.ONLINE_WINDOW
     timing = resolution.timing()
     report = CleanupReport(dry_run=dry_run)
+    #: keys of what an unavailable cluster master left undone (to name it)
+    skipped: list[str] = []
     for start in range(0, conf.BUCKETS, batch):
         buckets = list(range(start, min(start + batch, conf.BUCKETS)))
+        # Each bucket apart: an unavailable cluster master's buckets (None) are left for later.
+        scans = store.run(
+            merge_apart([store.plans.scan_stale([bucket], before) for bucket in buckets])
+        )
+        skipped += [
+            store.keys.seen_key(bucket)
+            for bucket, found in zip(buckets, scans, strict=True)
+            if found is None
+        ]
         # The scan's bound catches every signed-off entry; the same rule as every read decides
         # which of those are still within OFFLINE_GRACE, so cleanup never cuts a grace short.
         entries = [
             entry
-            for entry in store.run(store.plans.scan_stale(buckets, before))
+            for found in scans
+            for entry in found or ()
             if domain.live_status(entry.state, now, timing) is domain.Status.OFFLINE
         ]
-        report.buckets += len(buckets)
+        report.buckets += sum(found is not None for found in scans)
         report.stale += len(entries)
         if dry_run or not entries:
             continue
@@ -81,19 +111,28 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
         for user_id, invisible, at, made in removal.offline:
             claim = partial(outbox.run_live, store.plans.claim_entry(user_id, made))
             signals.send_if_claimed(claim, user_id, -1, at, invisible)
+    unreachable: list[str] = []
     if not dry_run:
         store.run(store.plans.prune_schedules(now - conf.ONLINE_WINDOW))
-        _prune_rooms(report, now)
+        unreachable = _prune_rooms(report, now, skipped)
     expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
     if dry_run:
         report.expired_statuses = expired.count()
     else:
         report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
-    report.invisible_fixed = _fix_invisible(dry_run)
+    try:
+        report.invisible_fixed = _fix_invisible(dry_run)
+    except StoreUnavailable:
+        if not (skipped or unreachable):
+            raise
+        # (an unavailable master's share of the ledger unknown: compared at the next run)
     if not dry_run:
         # Transitions whose caller never claimed their signal (presence.outbox).
         run(outbox.claim_stale(now))
         signals.wait_sent()
+    if skipped or unreachable:
+        report.unavailable = sorted({*store.masters_of(skipped), *unreachable})
+        raise CleanupIncomplete(report)
     return report
 
 
@@ -106,42 +145,46 @@ def _glob(text: str) -> str:
     return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
-def _schedule_lost_rooms(now: float) -> None:
+def _schedule_lost_rooms(now: float) -> list[str]:
     """Rooms whose keys outlived their schedule entry (a process stopped between claiming a
     room and putting it back) are scheduled now: their summary keys (and outboxes: a room's
     last leave not yet claimed) found by SCAN on every master, each room added to its
-    schedule only if it is not there."""
+    schedule only if it is not there. Returns the cluster masters that could not be scanned."""
     store = get_store()
     head, tail = f"{get_settings().KEY_PREFIX}:{{room:", len("}:n")
     pattern = f"{_glob(head)}*{_glob('}:')}[no]"
-    try:
-        keys = store.client.scan_iter(match=pattern, count=1000)
-        rooms = list({str(key)[len(head) : -tail] for key in keys})
-    except redis.RedisError as error:
-        raise StoreUnavailable(f"Redis is unavailable: {redact_url(str(error))}") from error
+    keys, unavailable = store.scan_keys(pattern)
+    rooms = list({str(key)[len(head) : -tail] for key in keys})
     for start in range(0, len(rooms), ROOMS_PER_ROUND):
         store.run(store.plans.schedule_missing_rooms(rooms[start : start + ROOMS_PER_ROUND], now))
+    return unavailable
 
 
-def _prune_rooms(report: CleanupReport, now: float) -> None:
+def _prune_rooms(report: CleanupReport, now: float, skipped: list[str]) -> list[str]:
     """Sweep every room due now, in rounds, until none is left: the members whose stay ended
-    are removed (and announced to the room), and with a room's last member its last key."""
+    are removed (and announced to the room), and with a room's last member its last key. A
+    room on an unavailable cluster master goes back on its schedule for later, its key added
+    to ``skipped``. Returns the masters the search for lost rooms could not scan."""
     store = get_store()
-    _schedule_lost_rooms(now)
+    unreachable = _schedule_lost_rooms(now)
     swept: set[str] = set()
     emptied: set[str] = set()
+    left: list[str] = []
     while rooms := store.run(store.plans.claim_rooms(now, ROOMS_PER_ROUND)):
         plans = [store.plans.prune_room(room, now, MEMBERS_PER_PRUNE) for room in rooms]
         # The leaves are sent as room_left (presence.outbox), with what was left unclaimed:
-        # the prune claims those, so it waits for a busy Redis as a live sweep's does.
-        pruned = outbox.run_live(merge(plans))
-        outbox.send_made(pruned)
-        due = {room: p.due for room, p in zip(rooms, pruned, strict=True) if p.due != math.inf}
+        # the prune claims those, so it waits for a busy Redis as a live sweep's does. Each
+        # room apart: one on an unavailable cluster master reads None.
+        results = outbox.run_live(merge_apart(plans))
+        outbox.send_made(results)
+        pruned = {room: p for room, p in zip(rooms, results, strict=True) if p is not None}
+        left += [room for room in rooms if room not in pruned]
+        due = {room: p.due for room, p in pruned.items() if p.due != math.inf}
         if due:
             store.run(
                 store.plans.schedule_rooms(due)
             )  # a room with more to remove comes round again
-        for room, each in zip(rooms, pruned, strict=True):
+        for room, each in pruned.items():
             if each.gone:
                 swept.add(room)
                 report.room_members += len(each.gone)
@@ -149,7 +192,13 @@ def _prune_rooms(report: CleanupReport, now: float) -> None:
             # (a room emptied stays due while its outbox holds the leaves: its due says nothing)
             if each.emptied:
                 emptied.add(room)
+    if left:
+        # Claimed, not swept: back on their schedules once no more is claimed (the loop would
+        # claim them again), else found by the next run's SCAN.
+        store.run(store.plans.schedule_rooms(dict.fromkeys(left, now)))
+        skipped.extend(store.keys.room_key(room, "n") for room in left)
     report.rooms, report.rooms_emptied = len(swept), len(emptied)
+    return unreachable
 
 
 def _fix_invisible(dry_run: bool) -> int:

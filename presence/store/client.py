@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -123,6 +123,25 @@ class PresenceStore:
         return self.health.recoveries + sum(
             health.recoveries for health in self.cluster.node_health.values()
         )
+
+    def scan_keys(self, pattern: str, count: int = 1000) -> tuple[list[Any], list[str]]:
+        """The keys matching ``pattern`` (SCAN, ``COUNT count``), and on a cluster the masters
+        that could not be read, whose keys are left out (each master's outage its own).
+        StoreUnavailable when Redis (every master) cannot be read."""
+        try:
+            if self.cluster is None:
+                return list(self.client.scan_iter(match=pattern, count=count)), []
+            keys, unavailable = self.cluster.scan_masters(pattern, count)
+        except (RedisError, RedisClusterException, OSError) as error:
+            raise StoreUnavailable(f"Redis is unavailable: {redact_url(str(error))}") from error
+        return keys, unavailable
+
+    def masters_of(self, keys: Iterable[str]) -> list[str]:
+        """The cluster masters holding these keys, by the slot table as last read (to name
+        what an unavailable master left undone); [] on one Redis."""
+        if self.cluster is None:
+            return []
+        return sorted({self.cluster.master_of(key) for key in keys})
 
     def close(self) -> None:
         self._connections.close()

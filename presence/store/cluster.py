@@ -32,6 +32,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException, RedisError, SlotNotCoveredError
+
 from presence.steps import Steps
 from presence.store.nodes import NodeUnavailable, first_key, startup_nodes, wire_args
 from presence.store.pipelines import MasterPipelines
@@ -86,6 +89,39 @@ class ClusterRunner(ClusterRounds, MasterPipelines):
             except Exception as failed:
                 steps.failed = failed
         return steps.result
+
+    # --- the keyspace, master by master ----------------------------------------------------
+
+    def scan_masters(self, pattern: str, count: int) -> tuple[list[Any], list[str]]:
+        """The keys matching ``pattern`` on every master (SCAN), and the masters that could not
+        be read, whose keys are left out (each one's outage its own, as for a plan); raises
+        when none could."""
+        client = self.client
+        keys: list[Any] = []
+        unavailable: list[str] = []
+        primaries = client.get_primaries()
+        for node in primaries:
+            if not self.health_of(node.name).available():
+                unavailable.append(node.name)
+                continue
+            try:
+                keys += client.get_redis_connection(node).scan_iter(match=pattern, count=count)
+            except (RedisError, OSError) as error:
+                self._node_failed(node.name, error)
+                unavailable.append(node.name)
+            else:
+                self._node_succeeded(node.name)
+        if len(unavailable) == len(primaries):
+            raise RedisClusterException(f"no master answered ({', '.join(unavailable)})")
+        return keys, unavailable
+
+    def master_of(self, key: str) -> str:
+        """The master holding ``key``'s slot, by the slot table as last read (to name it)."""
+        slot = key_slot(key.encode())
+        try:
+            return str(self.client.nodes_manager.get_node_from_slot(slot).name)
+        except SlotNotCoveredError:
+            return f"slot {slot} (served by no master)"
 
     # --- async ------------------------------------------------------------------------------
 

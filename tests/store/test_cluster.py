@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from io import StringIO
 from typing import Any
 
 import pytest
@@ -20,12 +21,14 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.core.management import CommandError, call_command
 from django.test import Client
 from redis.crc import key_slot
 
 from presence import api, domain
 from presence.conf import PresenceSettings, get_settings
 from presence.domain import Device, Status
+from presence.models import LastSeen
 from presence.rooms import writes
 from presence.routing import websocket_urlpatterns
 from presence.store import PresenceStore, get_store, merge
@@ -602,3 +605,51 @@ def test_a_store_started_while_the_first_master_is_down_serves_the_others(
     finally:
         cluster.node_by_port(first).start()
     cluster.wait_ok()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cleanup_with_a_master_down_cleans_up_the_others_and_names_it(
+    cluster: RedisCluster, settings: Any, clock: Any, make_user: Callable[..., Any]
+) -> None:
+    settings.PRESENCE = {"REDIS_CLUSTER": cluster.urls, "RETRY_INTERVAL": 0.2}
+    store = get_store()
+    for port in cluster.master_ports():
+        with redis.Redis(port=port) as client:
+            client.flushall()
+    users = [make_user() for _ in range(12)]
+    for user in users:
+        assert store.run(store.plans.touch(user.pk, Device.WEB, time.time())) is not None
+    placed = _on_master(cluster, store, users)
+    victim_port = sorted(placed)[0]
+    healthy = {user.pk for port, on in placed.items() if port != victim_port for user in on}
+    assert healthy
+    # A room all of whose keys are on the healthy masters, its member's stay to end.
+    room = next(
+        room
+        for room in (f"post:{n}" for n in range(1, 200))
+        if victim_port
+        not in (
+            master_of(cluster, store.keys.room_key(room, "n")),
+            master_of(cluster, store.keys.room_schedule_key(room)),
+        )
+    )
+    assert store.run(store.plans.join_room(room, users[0].pk, "c1", time.time())) is not None
+    assert store.run(store.plans.leave_room(room, users[0].pk, "c1", time.time())) is not None
+    clock.shift(get_settings().ONLINE_WINDOW + 1)
+    victim = cluster.node_by_port(victim_port)
+    said = StringIO()
+    victim.stop(kill=True)
+    try:
+        with pytest.raises(CommandError) as error:
+            call_command("presence_cleanup", stdout=said)
+    finally:
+        victim.start()
+    cluster.wait_ok()
+    # The healthy masters' users persisted and removed, their room swept; the master named.
+    persisted = LastSeen.objects.filter(user_id__in=[user.pk for user in users])
+    assert set(persisted.values_list("user_id", flat=True)) == healthy
+    assert store.run(store.plans.read(list(healthy))) == {}
+    assert "1 room members whose stay ended removed from 1 rooms" in said.getvalue()
+    named = str(error.value)
+    assert f"127.0.0.1:{victim_port} was unavailable" in named, named
+    assert all(str(port) not in named for port in placed if port != victim_port), named

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from presence import api
+from presence.api import CleanupIncomplete, CleanupReport
 from presence.store import StoreUnavailable
 
 
@@ -32,6 +33,13 @@ class Command(BaseCommand):
             raise CommandError("--batch must be a positive number.")
         try:
             report = api.cleanup(dry_run=dry_run, batch=batch)
+        except CleanupIncomplete as exc:
+            # A cluster master was unavailable: what the others hold was done (said), and the
+            # exit status says the rest was not.
+            self._say(exc.report, done=False)
+            raise CommandError(
+                f"{str(exc).rstrip('.')}. Run it again when every master answers."
+            ) from exc
         except StoreUnavailable as exc:
             # Each batch is persisted before it is removed, so stopping half-way loses nothing.
             # The reason may end with its own period (redis-py's "... Connection refused.").
@@ -40,20 +48,22 @@ class Command(BaseCommand):
                 f"{reason}. Cleanup stopped; entries leave Redis only after their last seen is "
                 "saved, so nothing was lost. Run it again when Redis answers."
             ) from exc
-        if dry_run:
+        self._say(report, done=True)
+
+    def _say(self, report: CleanupReport, done: bool) -> None:
+        if report.dry_run:
             self.stdout.write(
                 f"Dry run: {report.stale} stale entries in {report.buckets} buckets would be "
                 f"persisted and removed; {report.expired_statuses} expired custom statuses "
                 "would be cleared."
             )
-        else:
-            self.stdout.write(
-                self.style.SUCCESS(
-                    f"Scanned {report.buckets} buckets: {report.stale} stale entries, "
-                    f"{report.persisted} last seen times persisted, {report.removed} removed "
-                    f"from Redis; {report.expired_statuses} expired custom statuses cleared; "
-                    f"{report.room_members} room members whose stay ended removed from "
-                    f"{report.rooms} rooms ({report.rooms_emptied} rooms left empty, their "
-                    "keys removed)."
-                )
-            )
+            return
+        said = (
+            f"Scanned {report.buckets} buckets: {report.stale} stale entries, "
+            f"{report.persisted} last seen times persisted, {report.removed} removed "
+            f"from Redis; {report.expired_statuses} expired custom statuses cleared; "
+            f"{report.room_members} room members whose stay ended removed from "
+            f"{report.rooms} rooms ({report.rooms_emptied} rooms left empty, their "
+            "keys removed)."
+        )
+        self.stdout.write(self.style.SUCCESS(said) if done else said)

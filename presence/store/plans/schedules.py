@@ -106,13 +106,19 @@ class SchedulePlans(PlanArea):
         return Plan(commands=[command], parse=lambda replies: True, fallback=False)
 
     def prune_schedules(self, before: float) -> Plan[int]:
-        """Forget due times long past (sites without a live process never sweep them)."""
+        """Forget due times long past (sites without a live process never sweep them). On a
+        cluster with a master unavailable, the others' are forgotten (its own, next time)."""
+
+        def parse(replies: list[Any]) -> int:
+            return sum(int(reply) for reply in replies if not isinstance(reply, Exception))
+
         return Plan(
             commands=[
                 ("ZREMRANGEBYSCORE", key, "-inf", f"({int(before)}")
                 for keys in self.keys.schedules()
                 for key in keys
             ],
-            parse=lambda replies: sum(int(reply) for reply in replies),
+            parse=parse,
             fallback=RAISE,
+            partial=parse,
         )

@@ -98,6 +98,16 @@ def parse_room(value: Any, room_id: Any = None) -> Room:
     return Room(kind, rest)
 
 
+def _is_json_but_for_non_finite_numbers(value: Any) -> bool:
+    """Whether ``value``, refused as JSON, would be JSON but for an infinite or NaN number."""
+    try:
+        # allow_nan: those numbers alone let through
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
 def parse_meta(value: Any) -> str | None:
     """A member's meta as its compact JSON text (None for null): a JSON object of at most
     MAX_META_BYTES bytes, without lone surrogates; InvalidInput otherwise."""
@@ -109,6 +119,11 @@ def parse_meta(value: Any) -> str | None:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         size = len(text.encode("utf-8"))
     except (ValueError, TypeError, RecursionError):  # a lone surrogate, NaN, not JSON
+        if _is_json_but_for_non_finite_numbers(value):  # 1e400 is valid JSON, read as inf
+            raise InvalidInput(
+                "invalid_value",
+                gettext("'meta' holds a number out of range (such as 1e400) or NaN."),
+            ) from None
         raise InvalidInput(
             "invalid_value", gettext("'meta' must be valid JSON text without lone surrogates.")
         ) from None

@@ -104,6 +104,23 @@ def test_meta_with_lone_surrogates_or_nan(meta: object) -> None:
     assert error.value.code == "invalid_value"
 
 
+@pytest.mark.parametrize(
+    "meta", [{"k": float("inf")}, {"k": [1, {"n": -float("inf")}]}, {"k": float("nan")}]
+)
+def test_meta_with_a_number_out_of_range_is_told_so(meta: object) -> None:
+    # {"k": 1e400} is valid JSON, which Python reads as inf: not a lone surrogate
+    with pytest.raises(domain.InvalidInput) as error:
+        parse_meta(meta)
+    assert error.value.code == "invalid_value"
+    assert "out of range" in error.value.message and "surrogate" not in error.value.message
+
+
+def test_meta_with_a_lone_surrogate_is_told_so_beside_a_number_in_range() -> None:
+    with pytest.raises(domain.InvalidInput) as error:
+        parse_meta({"k": "\ud800", "n": 1e300})
+    assert "surrogate" in error.value.message
+
+
 def test_who_is_counted_and_listed() -> None:
     stranger = domain.STRANGER
     blocked = domain.Relation(blocked=True)

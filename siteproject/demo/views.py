@@ -27,7 +27,7 @@ from presence.conf import get_settings
 from presence.domain import InvalidInput, check_text
 from presence.models import Block, Contact
 from siteproject.demo import seed
-from siteproject.demo.forms import StatusForm
+from siteproject.demo.forms import StatusForm, current_expiry
 
 User = get_user_model()
 
@@ -261,7 +261,11 @@ def _field_named_in(error: api.InvalidInput, form: StatusForm) -> str | None:
 def status(request: HttpRequest) -> HttpResponse:
     me = request.user
     presence = api.get_presence(me, me)
-    form = StatusForm(request.POST or None, initial=_initial_status(presence))
+    form = StatusForm(
+        request.POST or None,
+        initial=_initial_status(presence),
+        current_expiry=current_expiry(me) if presence.text or presence.emoji else None,
+    )
     wait = None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data

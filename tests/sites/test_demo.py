@@ -471,6 +471,33 @@ def test_status_form_sets_status_through_the_api(client: Any, demo: dict[str, An
         assert expired.text is None and expired.emoji is None
 
 
+def test_saving_the_status_again_keeps_when_the_custom_status_clears(
+    client: Any, demo: dict[str, Any]
+) -> None:
+    alice = demo["alice"]
+    login(client, alice)
+    start = datetime.now(tz=UTC).replace(microsecond=0)
+    with time_machine.travel(start, tick=False):
+        client.post(
+            reverse("demo:status"),
+            {"status": "auto", "emoji": "", "text": "Lunch", "expires": "30m"},
+        )
+        clears = start + timedelta(minutes=30)
+        assert UserStatus.objects.get(user=alice).expires_at == clears
+        # The page and the header's menu offer the time as set, chosen.
+        page = client.get(reverse("demo:status"))
+        assert page.context["form"]["expires"].value() == "keep"
+        assert f'data-keep-until="{clears.isoformat()}"' in page.content.decode()
+    with time_machine.travel(start + timedelta(minutes=5), tick=False):
+        response = client.post(
+            reverse("demo:status"),
+            {"status": "dnd", "emoji": "", "text": "Lunch", "expires": "keep"},
+        )
+        assert response.status_code == 302
+        assert UserStatus.objects.get(user=alice).expires_at == clears
+        assert api.get_presence(alice, alice).status == "dnd"
+
+
 def test_status_form_too_long_text_shows_error_and_saves_nothing(
     client: Any, demo: dict[str, Any]
 ) -> None:

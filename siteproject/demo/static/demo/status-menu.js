@@ -6,9 +6,14 @@
 
   const SECONDS = { "30m": 30 * 60, "1h": 3600, "4h": 4 * 3600 };
 
-  // The menu's expiry choice as seconds from now; "today" ends at the browser's midnight.
-  function expiresIn(choice) {
+  // The menu's expiry choice as seconds from now; "today" ends at the browser's midnight,
+  // "keep" when the custom status clears now (the form's data-keep-until).
+  function expiresIn(choice, form) {
     if (choice === "never") return null;
+    if (choice === "keep") {
+      const left = Math.round((Date.parse(form.dataset.keepUntil || "") - Date.now()) / 1000);
+      return left >= 1 ? left : null;
+    }
     if (choice === "today") {
       const midnight = new Date();
       midnight.setHours(24, 0, 0, 0);
@@ -42,7 +47,7 @@
           status: data.get("status"),
           text: text || null,
           emoji: emoji || null,
-          expires_in: text || emoji ? expiresIn(data.get("expires")) : null,
+          expires_in: text || emoji ? expiresIn(data.get("expires"), form) : null,
         });
         showSummary(presence);
         menu.open = false;

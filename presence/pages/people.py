@@ -10,7 +10,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Concat
 
 from presence.api import display_name
 from presence.models import Contact, PrivacyException
@@ -64,10 +65,18 @@ def _searched_fields(model: Any) -> list[str]:
 
 
 def _search(queryset: QuerySet[Any], query: str) -> QuerySet[Any]:
-    """Users whose username or first or last name holds ``query``."""
+    """Users whose username, first or last name, or full name ("first last", the name the
+    page shows) holds ``query``: the page's filter (settings.js) matches the name shown, and
+    "John Smith" typed there must find John Smith once submitted too."""
+    searched = _searched_fields(queryset.model)
     matches = Q(pk__in=[])
-    for name in _searched_fields(queryset.model):
+    for name in searched:
         matches |= Q(**{f"{name}__icontains": query})
+    if "first_name" in searched and "last_name" in searched:
+        # As AbstractUser.get_full_name spells it.
+        full_name = Concat("first_name", Value(" "), "last_name", output_field=CharField())
+        queryset = queryset.alias(presence_full_name=full_name)
+        matches |= Q(presence_full_name__icontains=query)
     return queryset.filter(matches)
 
 

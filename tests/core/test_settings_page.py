@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import time_machine
@@ -187,6 +188,23 @@ def test_each_person_carries_what_the_search_matches(
     bob_row = next(row for row in rows if 'data-presence-person="Robert Stone"' in row)
     assert f'data-presence-person-search="{bob.get_username()}\nRobert\nStone"' in bob_row
     assert "Robert Stone" in ann_client.get(URL + "?q=bob").content.decode()
+
+
+@pytest.mark.django_db
+def test_the_search_finds_a_person_by_the_full_name_shown(
+    ann_client: Client, people: dict[str, Any]
+) -> None:
+    # The page's filter matches the name shown ("Robert Stone"): submitted, the same words
+    # must find the same person.
+    bob = people["bob"]
+    bob.first_name, bob.last_name = "Robert", "Stone"
+    bob.save()
+    for query in ("Robert Stone", "robert stone", "ert sto"):
+        values = page(ann_client, "?" + urlencode({"q": query}))
+        assert values["share-TOTAL_FORMS"] == "1", query
+        assert values["share-0-viewer"] == str(bob.pk), query
+    nobody = ann_client.get(URL, {"q": "Stone Robert"}).content.decode()
+    assert "None of your contacts matches" in nobody
 
 
 # --- POST -------------------------------------------------------------------------------------

@@ -41,11 +41,12 @@ def diff(
             # Its stay ended and it joined anew (in one window): its place is its new join
             # time. Past a full list's last member while others wait, it leaves the list, and
             # the place freed is refilled as a fresh read fills it (refill), with it if it
-            # ranks. (A list with room lists every member the viewer may see: it stays.)
+            # ranks. (A list with room lists every member the viewer may see: it stays.) No
+            # ranks left: every other listed member moved out before it, and so does it.
             moved = _rank_of(delta, user_id, delta.contacts.get(viewer, set()))
             if moved != view.ranks[user_id]:
                 del view.ranks[user_id]
-                if waiting and view.ranks and moved > max(view.ranks.values()):
+                if waiting and (not view.ranks or moved > max(view.ranks.values())):
                     member = None
                     moved_out.add(user_id)
                 else:

@@ -262,6 +262,24 @@ async def test_two_listed_members_who_join_anew_in_one_window_both_leave_a_full_
     assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
 
 
+async def test_every_listed_member_who_joins_anew_in_one_window_leaves_a_full_list(
+    settings: Any,
+) -> None:
+    # The whole list's stays ended and they joined again, in one window, while members wait:
+    # the last one looked at must leave as the others did (the list it would be measured
+    # against is empty by then), and the members who waited are listed, as a fresh read does.
+    members, viewer_user, viewer, rooms, view = await one_viewer(settings, LIMIT + 3, LIMIT + 3)
+    listed = members[:LIMIT]
+    assert set(view.listed) == {m.pk for m in listed} and view.others == 3
+    for moved in listed:
+        await join_anew(moved)
+    await rooms.deliver(ROOM, {m.pk for m in listed})
+    fresh = await api.aroom_presence(ROOM, viewer_user)
+    (frame,) = viewer.frames
+    assert {str(uid) for uid in view.listed} == set(fresh["members"])
+    assert (frame["count"], frame["others"]) == (fresh["count"], fresh["others"])
+
+
 async def test_a_place_left_in_a_full_list_goes_to_the_member_waiting_not_a_newcomer(
     settings: Any,
 ) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
+from contextvars import ContextVar
 from typing import Any
 
 from django.utils.translation import gettext
@@ -22,10 +23,16 @@ from presence.consumers.limits import (
 from presence.consumers.sending import ClientGone, SendFailed
 from presence.consumers.state import Socket
 from presence.domain import passed
+from presence.domain.protocol import Join, Leave, RoomMore
 from presence.frames import FRAMES
 from presence.operations import being_cancelled
 
 logger = logging.getLogger("presence")
+
+#: the room of the join, leave or room_more frame being answered: each error answering it
+#: names the room ("room"), so that a client tells it from the answer of a set_status (errors
+#: carry no request id). Set by _handle once the frame is parsed, in the task _answer runs in.
+_answered_room: ContextVar[str | None] = ContextVar("presence_answered_room", default=None)
 
 #: heartbeat frames as clients spell them (presence.js' JSON.stringify, Python's json.dumps),
 #: parsed once: most frames a process handles are these, and most change nothing
@@ -79,6 +86,8 @@ async def answer(socket: Socket, arrived: float, work: Coroutine[Any, Any, None]
 async def _handle(socket: Socket, text_data: str | None) -> None:
     message = FRAMES.parse(text_data, socket.state.limits)
     metrics.frame_received(message)
+    if isinstance(message, Join | Leave | RoomMore):
+        _answered_room.set(message.room.name)
     await FRAMES.handle(socket, message)
 
 
@@ -113,10 +122,24 @@ def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
 
 
 async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
+    answering = _answered_room.set(None)
+    try:
+        await _answer_naming_room(socket, work)
+    finally:
+        _answered_room.reset(answering)
+
+
+def _named_room(error: domain.InvalidInput | None = None) -> dict[str, str]:
+    """The ``room`` of an error answering a room's frame (none for other frames)."""
+    room = error.room if error is not None and error.room is not None else _answered_room.get()
+    return {} if room is None else {"room": room}
+
+
+async def _answer_naming_room(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
     try:
         await work
     except domain.InvalidInput as error:
-        await socket.send_error(error.code, error.message)
+        await socket.send_error(error.code, error.message, **_named_room(error))
     except ClientGone:
         raise
     except asyncio.CancelledError:
@@ -133,6 +156,7 @@ async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
             await socket.send_error(
                 "internal_error",
                 gettext("The server failed to handle this frame; try again later."),
+                **_named_room(),
             )
     except SendFailed:
         # The server refused an answer (logged in send): the client must not wait for it.
@@ -140,6 +164,7 @@ async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
             await socket.send_error(
                 "internal_error",
                 gettext("The server failed to handle this frame; try again later."),
+                **_named_room(),
             )
     except Exception:
         # A bug or a failure below (database, ...) must not end the connection: it is logged,
@@ -150,6 +175,7 @@ async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
             await socket.send_error(
                 "internal_error",
                 gettext("The server failed to handle this frame; try again later."),
+                **_named_room(),
             )
 
 

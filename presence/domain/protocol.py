@@ -223,6 +223,14 @@ def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave | RoomMore:
         raise InvalidInput(
             "invalid_message", gettext("'room' is required and must be a string (kind:id).")
         )
+    try:
+        return _parse_room_frame(kind, room, data)
+    except InvalidInput as error:
+        # Named: a client tells the refusal of its join from the answer of a set_status.
+        raise InvalidInput(error.code, error.message, room=room) from None
+
+
+def _parse_room_frame(kind: str, room: str, data: Mapping[str, Any]) -> Join | Leave | RoomMore:
     if kind == "leave":
         return Leave(parse_room(room))
     if kind == "room_more":

@@ -14,12 +14,15 @@ from presence.domain.model import StatusChoice
 
 
 class InvalidInput(ValueError):
-    """Bad input from a client; ``code`` is one of the contract's error codes."""
+    """Bad input from a client; ``code`` is one of the contract's error codes. ``room``: the
+    room (as the client sent it) of the join, leave or room_more frame it answers, which the
+    error frame names so that a client can tell it from the answer of another request."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, room: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.room = room
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,6 +235,9 @@ async def test_bad_input_is_refused_and_changes_nothing(
     await socket.send_json_to(frame)
     reply = await receive(socket)
     assert reply["type"] == "error" and reply["code"] == code, reply
+    # Named by the room as sent, where it is a string: the client tells it from other answers.
+    sent_room = frame.get("room")
+    assert reply.get("room") == (sent_room if isinstance(sent_room, str) else None), reply
     assert [k for k in redis_client.scan_iter("*room*")] == []
     # The connection goes on.
     assert (await join(socket))["type"] == "room_state"
@@ -294,7 +297,7 @@ async def test_a_cancelled_error_below_a_frame_is_an_internal_error_not_a_dead_s
     socket = await sockets.open(await new_user(make_user))
     with caplog.at_level(logging.ERROR, logger="presence"):
         reply = await join(socket, "group:2")
-    assert reply == {**reply, "type": "error", "code": "internal_error"}
+    assert reply == {**reply, "type": "error", "code": "internal_error", "room": "group:2"}
     assert "cancelled below it" in caplog.text
     assert (await join(socket, "group:2"))["type"] == "room_state"
 
@@ -306,12 +309,48 @@ async def test_too_many_rooms(sockets: Sockets, make_user: Callable, settings: A
     await join(socket, "post:2")
     reply = await join(socket, "post:3")
     assert reply == error(
-        "too_many_rooms", "A connection may be in at most 2 rooms; leave one first."
+        "too_many_rooms",
+        "A connection may be in at most 2 rooms; leave one first.",
+        room="post:3",
     )
     # Joining a room it is in again is no new room; leaving one makes room.
     assert (await join(socket, "post:2"))["type"] == "room_state"
     await leave(socket, "post:1")
     assert (await join(socket, "post:3"))["type"] == "room_state"
+
+
+async def test_errors_answering_a_rooms_frame_name_the_room_and_no_others_do(
+    sockets: Sockets, make_user: Callable, settings: Any
+) -> None:
+    """Errors carry no request id: a client tells a join's refusal from the answer of its
+    set_status by the room the error names (presence.js rejected a pending setStatus with a
+    refused join's error, and could not record the refusal)."""
+    settings.PRESENCE = {**SETTINGS, "MAX_ROOMS": 1}
+    socket = await sockets.open(await new_user(make_user))
+    assert (await join(socket, "post:1"))["type"] == "room_state"
+    answers: list[tuple[dict[str, Any], str]] = [
+        ({"type": "join", "room": "post:2"}, "too_many_rooms"),
+        ({"type": "join", "room": "post:1", "meta": {"note": "x" * 600}}, "invalid_value"),
+        ({"type": "join", "room": "post:1", "meta": "editing"}, "invalid_message"),
+        ({"type": "leave", "room": "post:a b"}, "invalid_value"),
+        ({"type": "room_more", "room": "post:1", "after": 5}, "invalid_message"),
+        ({"type": "room_more", "room": "Post:1", "after": "x"}, "invalid_value"),
+    ]
+    for frame, code in answers:
+        await socket.send_json_to(frame)
+        reply = await receive(socket)
+        assert (reply["type"], reply["code"], reply.get("room")) == (
+            "error",
+            code,
+            frame["room"],
+        ), reply
+    await leave(socket, "post:1")
+    for room, code in [("group:3", "forbidden"), ("nope:1", "unknown_room")]:
+        reply = await join(socket, room)
+        assert (reply["type"], reply["code"], reply.get("room")) == ("error", code, room), reply
+    # A set_status's error names no room.
+    await socket.send_json_to({"type": "set_status", "status": "away"})
+    assert "room" not in await receive(socket)
 
 
 async def test_leaving_a_room_never_joined_is_a_no_op(

@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from presence.domain import InvalidInput, check_text
 from presence.feed import api as feed
+from presence.feed import domain as feed_domain
 from presence.feed.conf import get_settings
 from presence.feed.models import Group
 from presence.users import parse_user_id
@@ -169,7 +170,9 @@ def post_view(request: HttpRequest) -> HttpResponse:
         return error("invalid_message", _("Expected a JSON object."))
     if "text" not in data:
         return error("invalid_message", _("'text' is required."))
-    refused = over_rate_limit(request)  # (a malformed request above saves nothing: not counted)
+    # (checked before counting: a refused post saves nothing, so it is not a write)
+    feed_domain.clean_text(data["text"], get_settings().ACTIVITY_MAX_LENGTH)
+    refused = over_rate_limit(request)
     if refused is not None:
         return refused
     activity = feed.post(request.user, data["text"])

@@ -70,6 +70,9 @@ WRITES = {"status": status_write, "feed-post": post_write, "join-leave": join_le
         (STATUS, {"status": "busy"}),
         (STATUS, {"status": "auto", "expires_in": 0}),
         (POST, {"txt": "a typo"}),
+        (POST, {"text": 5}),
+        (POST, {"text": ""}),
+        (POST, {"text": None}),
         (POST, ["not", "an", "object"]),
     ],
 )

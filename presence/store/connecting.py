@@ -114,10 +114,17 @@ def redis_location(cache_conf: dict[str, Any]) -> str | None:
     if not isinstance(location, str):
         return None
     try:
-        scheme = urlsplit(location).scheme
-    except ValueError:  # (an unparsable URL, "redis://[::1:6379/0": presence.E005 says so)
+        parts = urlsplit(location)
+        if parts.scheme in ("redis", "rediss"):
+            # Read now, not at the first connection (redis-py reads them then, and raises):
+            # a port or database that is not a number is presence.E005, not a failing request.
+            parts.port  # noqa: B018
+            database = parts.path.strip("/")
+            if database and not database.isdigit():
+                return None
+    except ValueError:  # ("redis://[::1:6379/0", "redis://host:abc", a port past 65535)
         return None
-    return location if scheme in REDIS_SCHEMES else None
+    return location if parts.scheme in REDIS_SCHEMES else None
 
 
 class Connections:

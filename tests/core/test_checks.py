@@ -249,7 +249,18 @@ def test_e005_cache_is_not_django_redis(settings: Any, backend: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "location", ["127.0.0.1:6379", "", None, [], "memcached://x:11211", "redis://[::1:6379/0"]
+    "location",
+    [
+        "127.0.0.1:6379",
+        "",
+        None,
+        [],
+        "memcached://x:11211",
+        "redis://[::1:6379/0",
+        "redis://127.0.0.1:abc/7",
+        "redis://127.0.0.1:99999/7",
+        "redis://127.0.0.1:6379/x",
+    ],
 )
 def test_e005_location_is_not_a_redis_url(settings: Any, location: Any) -> None:
     # The store builds its own clients from this URL; anything else fails on every request.

@@ -42,6 +42,8 @@ async def refresh_views(
             )
             frame = {"type": "room_state", **state.as_dict()}
             await add_cards([frame["members"]])
+            if views.view_of(connection, room) is not view:
+                continue  # it left the room meanwhile (joined again: a view read anew)
             views.show(connection, room, state)
             await connection.send_json(frame)
         except Exception as error:

@@ -210,6 +210,12 @@ class RoomViews:
     def view_of(self, connection: Connection, room: str) -> View | None:
         return self.views.get(connection, {}).get(room)
 
+    def _still_shows(self, connection: Connection, room: str, view: View) -> bool:
+        """Whether ``view``, taken before an await, is still the connection's view of the room:
+        not if the connection left it (a leave, a refusal by the rule), though it may have
+        joined it again since (a new view, read after the change being delivered)."""
+        return self.view_of(connection, room) is view
+
     # --- delivery ---
 
     async def deliver(self, room: str, user_ids: set[UserId]) -> None:
@@ -279,17 +285,23 @@ class RoomViews:
             # The cards of the members joining some list: each user's once for all viewers.
             await add_cards([frame["joins"] for *_, frame in frames])
             texts: dict[Any, str] = {}  # identical frames are serialized once
-            ready_frames: dict[Connection, dict[str, Any]] = {}
+            ready_frames: dict[Connection, tuple[View, dict[str, Any]]] = {}
             for connection, view, generation, frame in frames:
+                if not self._still_shows(connection, room, view):
+                    continue  # out of the room meanwhile: its next view is read after this
                 if view.generation != generation or view.reading:
                     again.add(connection)
                 else:
-                    ready_frames[connection] = frame
-            await sends.to_each(
-                ready_frames,
-                lambda c: send_frame(c, ready_frames[c], texts),
-                "a room diff",
-            )
+                    ready_frames[connection] = (view, frame)
+
+            async def send_current(connection: Connection) -> None:
+                view, frame = ready_frames[connection]
+                # Looked at again right before its send: an earlier send of the round may have
+                # let a leave or a refusal take the connection out of the room.
+                if self._still_shows(connection, room, view):
+                    await send_frame(connection, frame, texts)
+
+            await sends.to_each(ready_frames, send_current, "a room diff")
         if everyone or again:
             only = None if everyone else again
             self._again(room, user_ids, get_settings().COALESCE_WINDOW, only)

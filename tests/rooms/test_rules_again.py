@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 
 from presence import api
 from presence.domain.rooms import Room
+from presence.hub import rooms as hub_rooms
 from presence.rooms import writes as events
 from presence.rooms.joins import JoinBatches
 from presence.rooms.live import ConnectionRooms as RoomFrames
@@ -34,7 +35,7 @@ from tests.live.sockets import (
 )
 from tests.live.sockets import sockets as sockets
 from tests.rooms import rules
-from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, public
+from tests.rooms.test_sockets import SETTINGS, ClientView, held_cards, join, key, public
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -169,6 +170,24 @@ async def test_recheck_room_refuses_bad_names(sockets: Sockets, make_user: Calla
         await api.arecheck_room("club")
     with pytest.raises(api.UnknownRoom):
         await sync_to_async(api.recheck_room)("nope:1")
+
+
+async def test_a_room_diff_under_way_is_not_sent_after_a_refusal(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice, bob, carol = await members_of(sockets, make_user, 3)
+    (a, b, c), _ = await in_club(sockets, [alice, bob, carol])
+    reached, let_go = held_cards(monkeypatch, hub_rooms)
+    # Carol's meta changes: the room's delivery to Alice's and Bob's views begins...
+    assert (await join(c, CLUB, meta={"mode": "editing"}))["type"] == "room_state"
+    await asyncio.wait_for(reached.wait(), TIMEOUT)
+    # ...and Bob is refused before it is sent: "no more frames of the room" from then on.
+    refuse(bob)
+    await api.arecheck_room(CLUB, users=[bob])
+    assert await receive(b) == refused_frame(CLUB)
+    let_go.set()
+    assert (await receive(a))["joins"][key(carol)]["meta"] == {"mode": "editing"}
+    await assert_silent(b)
 
 
 async def test_the_refused_socket_stays_open_in_its_other_rooms(

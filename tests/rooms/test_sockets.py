@@ -19,13 +19,16 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from presence import api
+from presence import announce, api
+from presence.hub import Hub, room_refresh
+from presence.hub import rooms as hub_rooms
 from presence.models import Block, PrivacySettings
 from presence.routing import websocket_urlpatterns
 from presence.tokens import TokenAuthMiddleware, issue_token
 from tests.live.sockets import (
     BASE,
     QUIET,
+    TIMEOUT,
     Sockets,
     assert_silent,
     error,
@@ -378,6 +381,87 @@ async def test_joins_count_against_the_rate_limit(
 
 def _json_size(frame: dict[str, Any]) -> int:
     return len(json.dumps(frame))
+
+
+def held_cards(monkeypatch: pytest.MonkeyPatch, module: Any) -> tuple[asyncio.Event, asyncio.Event]:
+    """``module``'s cards lookup (the hub's delivery's, or a refresh's) held until let go, as a
+    busy database thread holds it: (reached, let_go)."""
+    real = module.add_cards
+    reached, let_go = asyncio.Event(), asyncio.Event()
+
+    async def held(frames: Any) -> None:
+        reached.set()
+        await let_go.wait()
+        await real(frames)
+
+    monkeypatch.setattr(module, "add_cards", held)
+    return reached, let_go
+
+
+async def three_in_the_room(
+    sockets: Sockets, make_user: Callable, room: str = ROOM
+) -> tuple[list[Any], list[WebsocketCommunicator]]:
+    """Three users' sockets in ``room``, each shown all three."""
+    users = [await new_user(make_user) for _ in range(3)]
+    await public(*users)
+    opened = [await sockets.open(user) for user in users]
+    views = [ClientView(await join(socket, room)) for socket in opened]
+    for socket, view in zip(opened, views, strict=True):
+        await view.until(socket, {key(user) for user in users}, 0)
+    return users, opened
+
+
+async def test_a_room_diff_under_way_is_not_sent_after_a_leave(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users, (a, b, c) = await three_in_the_room(sockets, make_user)
+    reached, let_go = held_cards(monkeypatch, hub_rooms)
+    # Carol's meta changes: the room's delivery to Alice's and Bob's views begins...
+    assert (await join(c, meta={"mode": "editing"}))["type"] == "room_state"
+    await asyncio.wait_for(reached.wait(), TIMEOUT)
+    # ...and Bob leaves before it is sent: out of the room, no more frames of it.
+    await leave(b)
+    assert (await join(b, "post:2"))["type"] == "room_state"  # (the leave was handled)
+    let_go.set()
+    changed = await receive(a)
+    assert changed["joins"][key(users[2])]["meta"] == {"mode": "editing"}
+    await assert_silent(b)
+
+
+async def test_a_room_diff_under_way_is_not_sent_to_a_view_left_and_joined_again(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users, (a, b, c) = await three_in_the_room(sockets, make_user)
+    reached, let_go = held_cards(monkeypatch, hub_rooms)
+    assert (await join(c, meta={"mode": "editing"}))["type"] == "room_state"
+    await asyncio.wait_for(reached.wait(), TIMEOUT)
+    # Bob leaves and joins again: his new room_state, read after Carol's change, shows it; the
+    # diff made for the view he left must not follow it.
+    await leave(b)
+    state = await join(b)
+    assert state["members"][key(users[2])]["meta"] == {"mode": "editing"}
+    let_go.set()
+    assert (await receive(a))["type"] == "room_diff"
+    await assert_silent(b)
+
+
+async def test_a_refresh_under_way_sends_no_room_state_after_a_leave(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = await new_user(make_user)
+    socket = await sockets.open(alice)
+    await join(socket)
+    hub = Hub.current()
+    assert hub is not None
+    reached, let_go = held_cards(monkeypatch, room_refresh)
+    announce.note_layer_failure()  # announcements may have been lost: every view refreshed
+    refreshing = asyncio.ensure_future(hub.rooms.sweep())
+    await asyncio.wait_for(reached.wait(), TIMEOUT)
+    await leave(socket)
+    assert (await join(socket, "post:2"))["type"] == "room_state"  # (the leave was handled)
+    let_go.set()
+    await asyncio.wait_for(refreshing, TIMEOUT)
+    await assert_silent(socket)
 
 
 async def test_quiet_after_everything(sockets: Sockets, make_user: Callable) -> None:

@@ -228,13 +228,11 @@ def _on_status_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # sockets are told as set_status tells them (only those who may see what changed).
     if saving_through_the_api() or kwargs.get("raw"):
         return
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    if kwargs["signal"] is post_delete:
-        before, after = _status_fields(instance), None
-    else:
-        before, after = getattr(instance, _STATUS_BEFORE, None), _status_fields(instance)
-        setattr(instance, _STATUS_BEFORE, None)
+    # What the row held as it went (read by the pre_ receiver: an instance loaded earlier may
+    # be older than the row).
+    before = getattr(instance, _STATUS_BEFORE, None)
+    setattr(instance, _STATUS_BEFORE, None)
+    after = None if kwargs["signal"] is post_delete else _status_fields(instance)
     status_row_changed(instance.user_id, before, after)
 
 
@@ -290,7 +288,12 @@ def connect() -> None:
             dispatch_uid=f"presence_privacy_before_{signal is pre_save}",
         )
     pre_save.connect(_on_contact_saving, sender=Contact, dispatch_uid="presence_contact_before")
-    pre_save.connect(_on_status_saving, sender=UserStatus, dispatch_uid="presence_status_before")
+    for signal in (pre_save, pre_delete):
+        signal.connect(
+            _on_status_saving,
+            sender=UserStatus,
+            dispatch_uid=f"presence_status_before_{signal is pre_save}",
+        )
     for signal in (post_save, post_delete):
         signal.connect(
             _on_privacy_saved,

@@ -19,7 +19,7 @@ from presence import api, signals
 from presence.conf import get_settings
 from presence.domain import Status
 from presence.middleware import throttle
-from presence.models import Contact, LastSeen, PrivacySettings
+from presence.models import Contact, LastSeen, PrivacySettings, UserStatus
 from tests.clock import T0, at
 from tests.conftest import RedisCommandCounter
 
@@ -323,3 +323,54 @@ def test_set_status_is_announced(
             api.set_status(user, status)
         assert changes == [(user.pk, "status")], status
         assert PrivacySettings.objects.get(user=user).invisible is (status == "invisible")
+
+
+# --- UserStatus rows saved by the site or the admin --------------------------------------------
+
+
+@pytest.fixture
+def status_changes() -> Any:
+    """The (user, reason) of each presence_changed sent."""
+    sent: list[tuple[Any, str]] = []
+
+    def receiver(sender: Any, user_id: Any, reason: str, **kwargs: Any) -> None:
+        sent.append((user_id, reason))
+
+    signals.presence_changed.connect(receiver)
+    yield sent
+    signals.presence_changed.disconnect(receiver)
+
+
+def test_a_status_change_is_told_once_whoever_saves_the_row(
+    make_user: Callable[..., Any],
+    status_changes: list[tuple[Any, str]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    ann = make_user()
+    with django_capture_on_commit_callbacks(execute=True):
+        api.set_status(ann, "dnd", text="Focus")  # the API announces it, not the receivers
+    assert status_changes == [(ann.pk, "status")]
+    status_changes.clear()
+    row = UserStatus.objects.get(user=ann)
+    with django_capture_on_commit_callbacks(execute=True):
+        row.save()  # saved as it was: nothing to tell
+        row.text = "Lunch"
+        row.save()
+    assert status_changes == [(ann.pk, "status")]
+
+
+def test_deleting_a_status_row_loaded_before_a_change_tells_what_the_row_held(
+    make_user: Callable[..., Any],
+    status_changes: list[tuple[Any, str]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    ann = make_user()
+    UserStatus.objects.create(user=ann)  # an empty row, loaded by a view of the site
+    row = UserStatus.objects.get(user=ann)
+    with django_capture_on_commit_callbacks(execute=True):
+        api.set_status(ann, "dnd", text="Focus")  # meanwhile, through the API
+    status_changes.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        row.delete()  # the row held dnd and "Focus": its watchers are told it went
+    assert api.get_presence(ann, ann).text is None
+    assert status_changes == [(ann.pk, "status")]

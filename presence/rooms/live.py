@@ -25,7 +25,7 @@ from presence.domain.rooms import Room, RoomState, parse_room
 from presence.rooms.cards import add_cards
 from presence.rooms.joins import JoinBatches, Joining
 from presence.rooms.rule import UnknownRoom, room_rule
-from presence.rooms.writes import ajoin_room, aleave_rooms, arenew_rooms
+from presence.rooms.writes import ajoin_room, aleave_refused, aleave_rooms, arenew_rooms
 from presence.store import StoreUnavailable
 
 
@@ -121,6 +121,11 @@ class ConnectionRooms:
         except BaseException:
             await asyncio.shield(self._not_entered(entering, name))
             raise
+        if not entry.allowed and not first:
+            # A join again the rule refuses: out of the room, as the rule's periodic pass takes
+            # a refused member out (not left in it, sent its diffs and listed to the others).
+            await self._refused_inside(name)
+            return 0
         if not entry.allowed or not connection.attached:
             await self._not_entered(entering, name)
             if not entry.allowed:
@@ -217,6 +222,17 @@ class ConnectionRooms:
         with contextlib.suppress(Exception):
             await entering
         await self.views.exit(self.connection, name, linger=False)
+
+    async def _refused_inside(self, name: str) -> None:
+        """The rule refused a join of a room the connection is in (the lock held): the room
+        and its view go, the leave is written at once (no OFFLINE_GRACE, the room told) and
+        the client told, as presence.hub.room_rules does for a member refused later."""
+        connection = self.connection
+        del self.rooms[name]
+        await self.views.exit(connection, name)
+        await aleave_refused([(connection.viewer_id, connection.connection_id, name)])
+        if connection.attached:
+            await self.tell_refused(name)
 
     async def _forget(self, room: Room, linger: bool = True) -> None:
         # The view goes and the leave is written at once: neither waits for the other.

@@ -172,6 +172,30 @@ async def test_recheck_room_refuses_bad_names(sockets: Sockets, make_user: Calla
         await sync_to_async(api.recheck_room)("nope:1")
 
 
+async def test_a_join_again_the_rule_refuses_takes_the_connection_out(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    # A join again (a meta change, as the recipes do) asks the rule, as every join does: a
+    # refusal takes the connection out of the room, as the rule's later passes do.
+    alice, bob, carol = await members_of(sockets, make_user, 3)
+    (a, b), (seen, _) = await in_club(sockets, [alice, bob])
+    refuse(bob)
+    answer = await join(b, CLUB, meta={"mode": "editing"})
+    assert (answer["type"], answer["code"], answer["room"]) == ("error", "forbidden", CLUB)
+    await seen.until(a, {key(alice)}, 0)
+    assert seen.count == 1
+    # Out of the room: Carol's join is not told to him, and nobody lists or counts him.
+    c = await sockets.open(carol)
+    await join(c, CLUB)
+    await seen.until(a, {key(alice), key(carol)}, 0)
+    await assert_silent(b)
+    fresh = await api.aroom_presence(CLUB, alice)
+    assert set(fresh["members"]) == {key(alice), key(carol)} and fresh["count"] == 2
+    # Allowed again, he joins as anyone does.
+    rules.refused.clear()
+    assert (await join(b, CLUB))["count"] == 3
+
+
 async def test_a_room_diff_under_way_is_not_sent_after_a_refusal(
     sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -258,6 +258,35 @@ def test_an_http_answer_overtaken_by_a_later_one_is_dropped(client: Callable[...
     assert "presence-dot--idle" in c.classes("[data-presence-user='2']")[0]
 
 
+def test_http_answers_that_come_in_order_each_show(client: Callable[..., Client]) -> None:
+    # The usual case: two reads overlap and are answered in the order they were made.
+    c = client(DOT + f"<span data-presence-online-count='{COUNT_ENDPOINT}'>1</span>")
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")  # read while 2 is offline
+    c.js("() => { window.__second = presence.refresh(); }")  # read once 2 came online
+    assert len(c.fetches()) == 2
+    c.answer(ENDPOINT, {"presences": {"2": presence("offline")}})
+    c.answer(ENDPOINT, {"presences": {"2": presence("online")}})
+    assert "presence-dot--online" in c.classes("[data-presence-user='2']")[0]
+    assert c.js("() => window.__second")["2"]["status"] == "online"
+    c.answer(COUNT_ENDPOINT, {"count": 3})
+    c.answer(COUNT_ENDPOINT, {"count": 5})
+    assert c.js("() => document.querySelector('[data-presence-online-count]').textContent") == "5"
+
+
+def test_the_read_after_an_own_status_change_shows_it(client: Callable[..., Client]) -> None:
+    c = client(DOT)
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")  # a poll in flight, read before the change
+    c.js("() => { presence.setStatus({status: 'dnd'}); }")
+    c.answer("/presence/api/status", {"presence": presence("dnd", invisible=False)})
+    c.tick(10)
+    assert len(c.fetches()) == 2  # the poll, and the read after the change
+    c.answer(ENDPOINT, {"presences": {"2": presence("online")}})
+    c.answer(ENDPOINT, {"presences": {"2": presence("dnd")}})
+    assert "presence-dot--dnd" in c.classes("[data-presence-user='2']")[0]
+
+
 def test_an_http_count_read_before_the_socket_count_is_dropped(
     client: Callable[..., Client],
 ) -> None:
@@ -313,6 +342,41 @@ def test_refresh_while_open_includes_the_users_the_page_shows_unchanged(
     # Read once: a second refresh() is answered from what is shown.
     assert set(c.js("() => presence.refresh()")) == {"2", "3"}
     assert len(c.fetches()) == 1
+
+
+def test_refresh_while_open_asks_for_an_id_of_no_user_once(
+    client: Callable[..., Client],
+) -> None:
+    # The endpoint leaves out ids of no user: asked once, not at every refresh().
+    c = client(DOT.replace("'2'", "'999'"))
+    c.open_socket()
+    c.js("() => { window.__answerFetch = () => [200, {presences: {}}]; }")
+    c.receive(snapshot({}))
+    c.receive({"type": "error", "code": "unknown_users", "users": ["999"], "message": "No."})
+    for _ in range(3):
+        assert c.js("() => presence.refresh()") == {}
+    assert len(c.fetches()) == 1
+
+
+def test_failed_reads_while_open_do_not_put_off_polling(client: Callable[..., Client]) -> None:
+    c = client(
+        "<span class='presence-dot presence-dot--online' data-presence-user='2'"
+        " data-presence-since='P1'></span>"
+    )
+    c.open_socket()
+    c.receive(snapshot({}, unchanged=["2"]))
+    for _ in range(3):  # refresh() reads the user shown unchanged; the endpoint fails (a 503)
+        c.js("() => { presence.refresh(); }")
+        c.js(
+            "() => { const f = window.__fetches.filter((f) => !f.done).pop(); f.done = true;"
+            " f.answer(503, {}); }"
+        )
+        c.tick(10)
+    reads = len(c.fetches())
+    c.close_socket(1006)
+    c.js("() => { window.__answerFetch = () => [200, {presences: {}}]; }")
+    c.tick(15_100)
+    assert len(c.fetches()) == reads + 1  # polled 15 s after the close
 
 
 @pytest.mark.parametrize("odd", ["a\rb", "a\fb", "a\x01b", "a\x7fb", 'q"\\ \n'])
@@ -402,6 +466,23 @@ def test_a_rooms_error_never_answers_a_status_change(client: Callable[..., Clien
     assert c.js("() => __r") == [["ok1", "dnd"], ["ok2", "online"]]
 
 
+def test_a_refused_join_never_answers_a_status_change(client: Callable[..., Client]) -> None:
+    # As the server answers: every error answering a join names its room.
+    c = client(DOT + ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive(room_state(None))
+    c.js(
+        """() => { window.__r = []; presence.joinRoom('doc:7', {note: 'x'.repeat(600)});
+        presence.setStatus({status: 'dnd'}).then((p) => __r.push(['ok', p.status]),
+                                                 (e) => __r.push(['err', e.code])); }"""
+    )
+    assert c.sent("join")[-1]["meta"] == {"note": "x" * 600}
+    c.receive({"type": "error", "code": "invalid_value", "room": "doc:7", "message": "Big."})
+    c.receive({"type": "status", "presence": presence("dnd", invisible=False)})
+    assert c.js("() => __r") == [["ok", "dnd"]]
+
+
 def test_the_late_answer_of_a_timed_out_change_settles_nothing_else(
     client: Callable[..., Client],
 ) -> None:
@@ -482,6 +563,49 @@ def test_a_room_refused_as_too_many_is_joined_once_the_page_leaves_one(
     c.tick(200)
     assert [f["room"] for f in c.sent("leave")] == ["doc:1"]
     assert [f["room"] for f in c.sent("join")] == ["doc:1", "doc:7", "doc:7"]
+
+
+def test_a_join_that_failed_on_the_server_is_joined_again_with_backoff(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive({"type": "error", "code": "internal_error", "room": "doc:7", "message": "Bug."})
+    c.tick(1_000)
+    assert len(c.sent("join")) == 2
+    c.receive(room_state(None))
+    c.tick(60_000)
+    assert len(c.sent("join")) == 2
+
+
+@pytest.mark.parametrize("code", ["invalid_value", "unavailable", "forbidden"])
+def test_the_late_answer_of_a_page_given_up_on_is_no_answer_to_a_join(
+    client: Callable[..., Client], code: str
+) -> None:
+    c = client(ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive(room_state("c1"))
+    c.js("() => { presence.room('doc:7').more().catch(() => {}); }")
+    c.tick(10_000)  # more() gave up
+    c.receive({"type": "error", "code": code, "room": "doc:7", "message": "Late."})
+    c.tick(60_000)
+    assert len(c.sent("join")) == 1  # not joined again, as after a refused join
+    c.receive(
+        {
+            "type": "room_diff",
+            "room": "doc:7",
+            "joins": {"6": member("Fay")},
+            "leaves": [],
+            "others": 2,
+            "count": 4,
+        }
+    )
+    assert c.js("() => presence.room('doc:7').count") == 4  # still in the room
+    c.js("() => document.querySelector('[data-presence-room]').remove()")
+    c.tick(200)
+    assert c.sent("leave") == [{"type": "leave", "room": "doc:7"}]
 
 
 def test_a_paged_members_live_dot_is_kept_when_the_room_changes(

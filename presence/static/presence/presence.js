@@ -117,11 +117,13 @@
     justNow: "",
   };
   const latest = new Map(); // user id -> presence last rendered
-  // Renders counted, and the count at each user's last render (or confirmation, "unchanged"):
-  // an HTTP answer is dropped for users rendered after its request started (it is older).
-  let renders = 0;
+  // Sequence numbers: each HTTP read takes one when it starts, each socket push (or "unchanged"
+  // confirmation) one when it is rendered. A user's renderedAt is the number of what last
+  // rendered them (an HTTP answer: its start's): an answer is applied only to users whose last
+  // render is older than its start (a read that started earlier may answer later).
+  let sequence = 0;
+  const nextSequence = () => ++sequence;
   const renderedAt = new Map();
-  const markRendered = (id) => renderedAt.set(id, ++renders);
   let state = socketUrl ? "connecting" : "polling";
   let everOpened = false; // whether the socket ever opened on this page
   let toldWhyPolling = false; // the console hears once why the page polls
@@ -235,13 +237,14 @@
     renderText(id, p);
   }
 
-  // Render and announce {id: presence}.
-  function apply(presences) {
+  // Render and announce {id: presence}, read at `at` (an HTTP answer: its start's number).
+  function apply(presences, at = nextSequence()) {
     const ids = Object.keys(presences);
     if (!ids.length) return;
     ids.forEach((id) => {
       latest.set(id, presences[id]);
-      markRendered(id);
+      renderedAt.set(id, at);
+      leftOut.delete(id);
       render(id, presences[id]);
       memberPresence(id, presences[id]);
     });
@@ -306,31 +309,38 @@
     return (await response.json()).presences || {};
   }
 
+  // Ids a successful read left out (no such user): refresh() while the socket is open does not
+  // ask for them again.
+  const leftOut = new Set();
+
   // Fetch presence of `ids` (default: every watched user), render and announce it.
   // Resolves to {id: presence}; never rejects: errors (401 once logged out, network, 5xx)
-  // only lengthen the polling delay, doubling up to MAX_POLL_DELAY_MS.
-  // A user rendered since the request started (the socket reconnected meanwhile, or a later
-  // request answered first) keeps what is shown: the answer was read before it.
+  // only lengthen the polling delay, doubling up to MAX_POLL_DELAY_MS (a read made while the
+  // socket is open leaves it: polling starts 15 s after a later close).
+  // A user rendered by what started after this request (a socket push, a later request that
+  // answered first) keeps what is shown: the answer was read before it.
   async function load(ids = watchedIds()) {
     if (!ids.length || !endpoint) return {};
     const chunks = [];
     for (let i = 0; i < ids.length; i += MAX_IDS) chunks.push(ids.slice(i, i + MAX_IDS));
-    const asked = renders;
+    const started = nextSequence();
+    const socketDown = !isOpen();
     let presences;
     try {
       presences = Object.assign({}, ...(await Promise.all(chunks.map(fetchChunk))));
     } catch (e) {
-      pollDelay = Math.min(pollDelay * 2, MAX_POLL_DELAY_MS);
+      if (socketDown) pollDelay = Math.min(pollDelay * 2, MAX_POLL_DELAY_MS);
       return {};
     }
-    pollDelay = POLL_MS;
+    if (socketDown) pollDelay = POLL_MS;
+    ids.forEach((id) => presences[id] === undefined && leftOut.add(id));
     const fresh = {};
     const answer = {}; // what is shown now
     Object.keys(presences).forEach((id) => {
-      if ((renderedAt.get(id) || 0) <= asked) fresh[id] = answer[id] = presences[id];
+      if ((renderedAt.get(id) || 0) < started) fresh[id] = answer[id] = presences[id];
       else if (latest.has(id)) answer[id] = latest.get(id);
     });
-    apply(fresh);
+    apply(fresh, started);
     return answer;
   }
 
@@ -417,6 +427,7 @@
       refusedRooms.clear();
       roomRetries.forEach((retry) => clearTimeout(retry.timer));
       roomRetries.clear();
+      roomAsks.clear(); // never answered now
       // Pages asked over this socket are never answered: resolved unmerged, as a page of a
       // replaced list is (the fresh room_state's "next" pages from its own list).
       roomPages.forEach((pending, room) => {
@@ -503,7 +514,7 @@
         if (!subscribed.has(id)) return;
         snapshotted.add(id);
         if (early.has(id)) now[id] = early.get(id);
-        else markRendered(id); // confirmed: an HTTP answer read before is older
+        else renderedAt.set(id, nextSequence()); // confirmed: an HTTP read before is older
         early.delete(id);
         if (message.stamp) stamps.set(id, message.stamp);
       });
@@ -520,11 +531,18 @@
       });
       apply(now);
     } else if (message.type === "room_state" || message.type === "room_diff") {
+      // A room_state answers the room's oldest join (or comes unprompted: after an outage).
+      if (message.type === "room_state") answeredAsk(message.room, "join");
       applyRoom(message);
     } else if (message.type === "room_page") {
-      settlePage(message.room, (pending) =>
-        pending.resolve(mergePage(message.room, message, pending.view))
-      );
+      const ask = answeredAsk(message.room, "more");
+      // Unless it is the late answer of a page that timed out (a page of a list replaced
+      // since resolves unmerged: mergePage).
+      if (ask && roomPages.get(message.room) === ask.page) {
+        settlePage(message.room, (pending) =>
+          pending.resolve(mergePage(message.room, message, pending.view))
+        );
+      }
     } else if (message.type === "online_count") {
       showCount(message.count);
     } else if (message.type === "activity") {
@@ -537,26 +555,31 @@
         entry.resolve(message.presence);
       }
       emit("status", { presence: message.presence });
-    } else if (message.type === "error" && message.room && roomPages.has(message.room)) {
-      // A room's page was refused (a bad cursor, the rule, an outage): its more() rejects.
-      const refused = failure(message.code, message.message);
-      settlePage(message.room, (pending) => pending.reject(refused));
-      emit("error", { code: message.code, message: message.message });
-    } else if (message.type === "error" && message.room) {
-      // A join refused (never a set_status's answer: those name no room).
-      refusedJoin(message.room, message.code);
+    } else if (message.type === "error" && typeof message.room === "string") {
+      // An error naming a room answers the room's oldest join or room_more (never a
+      // set_status: those name no room), or, unprompted, "forbidden" says the room's rule
+      // took the connection out of the room. Anything else is the late answer of a page that
+      // was given up on: ignored.
+      const room = message.room;
+      const ask = answeredAsk(room);
+      if (ask && ask.kind === "more") {
+        if (roomPages.get(room) === ask.page) {
+          const refused = failure(message.code, message.message);
+          settlePage(room, (pending) => pending.reject(refused));
+        }
+      } else if (ask || message.code === "forbidden") {
+        refusedJoin(room, message.code);
+      }
       emit("error", { code: message.code, message: message.message });
     } else if (message.type === "error") {
-      // Errors carry no request id. This client sends only well-formed subscribe and heartbeat
-      // frames, so an error other than these answers the oldest pending set_status.
+      // Errors carry no request id, and those answering a room's frame name the room. This
+      // client sends only well-formed subscribe and heartbeat frames, so an error other than
+      // these answers the oldest pending set_status.
       const subscriptionError = [
         "unknown_users",
         "too_many_subscriptions",
         "unknown_feed",
         "too_many_feeds",
-        "unknown_room",
-        "forbidden",
-        "too_many_rooms",
       ];
       if (!subscriptionError.includes(message.code) && waiting.length) {
         const entry = waiting.shift();
@@ -593,6 +616,7 @@
           snapshotted.delete(id);
           early.delete(id);
           latest.delete(id); // no longer kept fresh
+          leftOut.delete(id);
           stamps.delete(id);
         });
         send({ type: "unsubscribe", users: gone });
@@ -761,11 +785,13 @@
     send({ type: "watch_count" });
   }
 
-  let countsShown = 0; // an HTTP count read before a later one was shown is dropped
+  // The sequence number of the count shown (see renderedAt): an HTTP count is shown only if
+  // its read started after what showed the count shown.
+  let countShownAt = 0;
 
-  function showCount(count) {
+  function showCount(count, at = nextSequence()) {
     if (typeof count !== "number" || !Number.isFinite(count)) return;
-    countsShown += 1;
+    countShownAt = at;
     const text = numbers.format(count);
     countElements().forEach((el) => {
       if (el.textContent !== text) el.textContent = text;
@@ -778,10 +804,10 @@
     const el = countElements()[0];
     const url = el && el.getAttribute(COUNT);
     if (!url) return;
-    const asked = countsShown;
+    const started = nextSequence();
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then((response) => (response.ok ? response.json() : null))
-      .then((body) => body && countsShown === asked && showCount(body.count))
+      .then((body) => body && countShownAt < started && showCount(body.count, started))
       .catch(() => {}); // the next poll tries again
   }
 
@@ -812,7 +838,33 @@
   const avatars = new Map(); // user id -> avatar URL (absent: initials)
   const nameFetches = new Map(); // room -> time of its last fetch of names
   const roomPages = new Map(); // room -> its more() waiting: {promise, resolve, reject, timer, view}
+  // Requests of each room sent on this connection and not answered yet, in the order sent (the
+  // server answers a connection's frames in order): {kind: "join"} (answered by a room_state
+  // or an error naming the room) and {kind: "more", page} (a room_page or such an error; one
+  // that timed out stays, so that its late answer is not taken for a join's).
+  const roomAsks = new Map();
   let roomsTimer = null;
+
+  function askRoom(room, ask) {
+    if (!roomAsks.has(room)) roomAsks.set(room, []);
+    roomAsks.get(room).push(ask);
+  }
+
+  // The oldest unanswered request of the room (of that kind, if given), taken; or null.
+  function answeredAsk(room, kind = null) {
+    const asks = roomAsks.get(room) || [];
+    const index = kind ? asks.findIndex((ask) => ask.kind === kind) : 0;
+    if (index < 0 || index >= asks.length) return null;
+    const [ask] = asks.splice(index, 1);
+    if (!asks.length) roomAsks.delete(room);
+    return ask;
+  }
+
+  function sendJoin(room) {
+    if (!isOpen()) return;
+    askRoom(room, { kind: "join" });
+    send({ type: "join", room, meta: metaOf(room) });
+  }
 
   const roomBoxes = (room) => document.querySelectorAll(byId(ROOM, room));
 
@@ -848,7 +900,7 @@
       const retry = roomRetries.get(room);
       if (retry && retry.timer) return; // joined again when its backoff ends
       joinedRooms.add(room);
-      send({ type: "join", room, meta: metaOf(room) });
+      sendJoin(room);
     });
     let left = false;
     joinedRooms.forEach((room) => {
@@ -881,12 +933,13 @@
   }
 
   // An error naming a room answers its join (or says the connection is out of the room).
-  // "unavailable" (Redis is down; nothing of the join stays): joined again with backoff; a
-  // room the page was in keeps being shown (a join again, with new meta, only was refused).
-  // The others refuse the room on this connection (no retry loop).
+  // "unavailable" (Redis is down; nothing of the join stays) and "internal_error" (the server
+  // failed; try again later): joined again with backoff; a room the page was in keeps being
+  // shown (a join again, with new meta, only was refused). The others refuse the room on this
+  // connection (no retry loop).
   function refusedJoin(room, code) {
     if (!joinedRooms.has(room)) return; // left since
-    if (code === "unavailable") {
+    if (code === "unavailable" || code === "internal_error") {
       if (!enteredRooms.has(room)) joinedRooms.delete(room);
       const retry = roomRetries.get(room) || { tries: 0, timer: null };
       retry.tries += 1;
@@ -894,7 +947,7 @@
       retry.timer = setTimeout(() => {
         retry.timer = null;
         if (!isOpen() || !pageRooms().has(room)) return;
-        if (joinedRooms.has(room)) send({ type: "join", room, meta: metaOf(room) });
+        if (joinedRooms.has(room)) sendJoin(room);
         else joinRooms();
       }, backoff(retry.tries));
       roomRetries.set(room, retry);
@@ -1014,6 +1067,7 @@
         () => settlePage(room, (p) => p.reject(failure("timeout", "The server did not answer."))),
         STATUS_TIMEOUT_MS
       );
+      askRoom(room, { kind: "more", page: pending });
       send({ type: "room_more", room, after: view.next });
     } else {
       fetchRoom(room, view.next)
@@ -1247,7 +1301,7 @@
     scriptRooms.add(name);
     roomMeta.set(name, meta);
     refusedRooms.delete(name); // asked for again: tried again
-    if (joinedRooms.has(name)) send({ type: "join", room: name, meta });
+    if (joinedRooms.has(name)) sendJoin(name);
     else scheduleRooms();
   }
 
@@ -1319,9 +1373,10 @@
     refresh() {
       if (!isOpen()) return poll();
       // What is shown: the presence last rendered. Users the page shows as it was rendered
-      // (left out of their snapshot as unchanged, or not answered yet) are read once over HTTP.
+      // (left out of their snapshot as unchanged, or not answered yet) are read once over HTTP;
+      // ids the endpoint left out (no such user) are not asked for again.
       const ids = watchedIds();
-      const unread = ids.filter((id) => !latest.has(id));
+      const unread = ids.filter((id) => !latest.has(id) && !leftOut.has(id));
       return (unread.length ? load(unread) : Promise.resolve({})).then(() => {
         const shown = {};
         ids.forEach((id) => latest.has(id) && (shown[id] = latest.get(id)));

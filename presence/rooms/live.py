@@ -246,10 +246,13 @@ class ConnectionRooms:
 
     async def leave(self, room: Room) -> None:
         """The ``leave`` frame (a room never joined, or left already: nothing to do)."""
-        if room.name not in self.rooms:
-            return
-        del self.rooms[room.name]
-        await self._forget(room)
+        # After a join, renewal or recheck_rooms under way is written, as leave_rooms: a
+        # renewal written after the leave would keep the connection its full stay.
+        async with self.lock:
+            if room.name not in self.rooms:
+                return
+            del self.rooms[room.name]
+            await self._forget(room)
 
     async def renew(self) -> None:
         """A heartbeat was written: the connection's stay in its rooms is renewed."""

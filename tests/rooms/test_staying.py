@@ -16,11 +16,15 @@ import time_machine
 from asgiref.sync import sync_to_async
 
 from presence import announce, api
+from presence.conf import get_settings
 from presence.domain.rooms import Room
 from presence.hub import Hub
+from presence.models import PrivacySettings
+from presence.rooms import live
 from presence.rooms import writes as events
 from presence.store import get_store
 from tests.live.sockets import (
+    TIMEOUT,
     Sockets,
     announced_about,
     assert_silent,
@@ -30,7 +34,7 @@ from tests.live.sockets import (
 )
 from tests.live.sockets import sockets as sockets
 from tests.rooms.members import no_room_key_left_once_leaves_are_past
-from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, public
+from tests.rooms.test_sockets import SETTINGS, ClientView, join, key, leave, public
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -98,6 +102,52 @@ async def test_a_member_with_two_connections_stays_while_one_is_open(
     with time_machine.travel(time.time() + 30, tick=False):
         assert await events.asweep_rooms() == {}
     await assert_silent(a)
+
+
+@sync_to_async
+def contacts_only(user: Any) -> None:
+    settings = PrivacySettings.objects.get(user=user)
+    settings.online_visibility = "contacts"
+    settings.save()
+
+
+async def test_a_leave_during_a_renewal_of_its_rooms_is_not_undone(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bob's two sockets rewrite their rooms' flags (he changed his privacy) when one of them
+    # leaves: the leave is written after that socket's renewal, which must not keep it in the
+    # room its full CONNECTION_TTL; once the other leaves, Bob is gone after OFFLINE_GRACE.
+    alice, bob, _, b, _ = await two_in_a_room(sockets, make_user)
+    b2 = await sockets.open(bob)
+    await join(b2)
+    held, leaving = [], asyncio.Event()
+    renewing = asyncio.Event()
+    real_renew, real_leave = live.arenew_rooms, live.ConnectionRooms.leave
+
+    async def held_renewal(user: Any, *args: Any, **kwargs: Any) -> None:
+        if user.pk == bob.pk:
+            held.append(user)
+            if len(held) == 2:  # both sockets' renewals are under way
+                renewing.set()
+            await asyncio.wait_for(leaving.wait(), TIMEOUT)  # a busy Redis, say
+        await real_renew(user, *args, **kwargs)
+
+    async def noted_leave(self: live.ConnectionRooms, room: Room) -> None:
+        leaving.set()
+        await real_leave(self, room)
+
+    monkeypatch.setattr(live, "arenew_rooms", held_renewal)
+    monkeypatch.setattr(live.ConnectionRooms, "leave", noted_leave)
+    await contacts_only(bob)  # announced: each of his sockets rewrites its rooms' flags
+    await asyncio.wait_for(renewing.wait(), TIMEOUT)
+    await leave(b)
+    assert (await join(b, "post:2"))["type"] == "room_state"  # (the leave was handled)
+    await leave(b2)
+    assert (await join(b2, "post:2"))["type"] == "room_state"
+    left = time.time()
+    with time_machine.travel(left + 2 + get_settings().OFFLINE_GRACE, tick=False):
+        assert await events.asweep_rooms() == {ROOM: [bob.pk]}
+        assert (await api.aroom_presence(ROOM, alice))["count"] == 1
 
 
 async def test_a_crashed_connection_leaves_after_the_ttl(

@@ -120,6 +120,33 @@ def test_rejoining_within_the_grace_keeps_the_member() -> None:
     assert count(T + 30) == 1
 
 
+def test_a_renewal_written_after_the_leave_keeps_the_connection_left() -> None:
+    # A heartbeat's or a flag change's renewal under way when the leave was written: the user
+    # still leaves when the grace ends, not a CONNECTION_TTL later.
+    join(u(1), meta='{"m":1}')
+    leave(u(1), at=T + 10)
+    renewed = join(u(1), at=T + 11, invisible=True, renew=True)
+    assert not renewed.joined
+    grace_end = T + 10 + 1 + 5
+    assert count(grace_end - 1) == 1
+    assert read(grace_end - 1).invisible == {u(1)}  # its flag is written all the same
+    assert sweep(grace_end) == [u(1)]
+    assert read(grace_end).present == 0
+
+
+def test_a_renewal_after_the_grace_of_a_left_connection_does_not_enter_again() -> None:
+    join(u(1))
+    join(u(2), "other")
+    leave(u(1), at=T + 10)
+    grace_end = T + 10 + 1 + 5
+    late = join(u(1), at=grace_end + 1, renew=True)  # before the sweep
+    assert not late.joined and late.changed  # its stay ended here: the room is told
+    assert [(each.made, each.at) for each in late.made] == [(-1, grace_end)]
+    assert read(grace_end + 1).present == 1
+    # A join (not a renewal) enters again.
+    assert join(u(1), at=grace_end + 2).joined
+
+
 def test_leaving_a_room_never_joined_changes_nothing(redis_client: Any) -> None:
     assert not leave(u(1)).changed
     assert count() == 0

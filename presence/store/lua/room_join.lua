@@ -5,11 +5,12 @@
 -- room's index of such members), then with KEYS[2] (the rooms' schedule) the room's due time
 -- and name (room_common.lua's schedule).
 -- A member who joins again replaces its connection's meta; a member whose stay ended (not yet
--- swept) joins anew: it left when its stay ended, and enters now. Returns {1 if the user
--- became a member, 1 if what is shown of the member changed (meta, invisible) or who may be
--- shown it (public: a viewer who read the room through the index before the flag was written
--- must be told), the outbox entries made (room_common.lua's room_made: the left, the
--- entered)}.
+-- swept) joins anew: it left when its stay ended, and enters now. A 'beat' of a connection
+-- that left (a renewal under way when the leave was written) keeps it left, until its grace
+-- ends: only a join enters again. Returns {1 if the user became a member, 1 if what is shown of
+-- the member changed (meta, invisible) or who may be shown it (public: a viewer who read the
+-- room through the index before the flag was written must be told), the outbox entries made
+-- (room_common.lua's room_made: the left, the entered)}.
 local uid, conn, op = ARGV[1], ARGV[2], ARGV[3]
 local now, expiry, joined = tonumber(ARGV[4]), from_b36(ARGV[5]), from_b36(ARGV[6])
 local has_meta = ARGV[8] == '1'
@@ -17,9 +18,17 @@ local inv, open = tonumber(ARGV[9]), tonumber(ARGV[10])
 schedule(ARGV[11], ARGV[12])
 local d = digest(conn)
 local e = load(uid)
+local beat_of_left = false
+if e and op == 'beat' then
+  for _, c in ipairs(e.c) do
+    if c.d == d and c.left then beat_of_left = true end
+  end
+end
 if e and stay(e) <= now then
   room_remove(uid, e)
   room_made(-1, stay(e), uid, now)
+  -- its stay ended (swept here, announced): a left connection's renewal enters nothing
+  if beat_of_left then return {0, 1, MADE} end
   e = nil
 end
 local new, old, before, before_inv, before_open = 0, 0, false, inv, 0
@@ -32,7 +41,14 @@ end
 -- connections whose expiry passed are dropped; this one is renewed in place or joins last
 local kept, renewed = {}, false
 for _, c in ipairs(e.c) do
-  if c.d == d and not c.left and c.x > now and op == 'beat' then
+  if c.d == d and c.left and op == 'beat' then
+    renewed = true -- not renewed: it stays left, until its grace ends as any left connection
+    if c.x > now then
+      kept[#kept + 1] = c
+    elseif c.meta then
+      redis.call('HDEL', T_KEY, uid .. '|' .. c.d)
+    end
+  elseif c.d == d and not c.left and c.x > now and op == 'beat' then
     c.x = expiry
     renewed = true
     kept[#kept + 1] = c

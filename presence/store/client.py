@@ -6,7 +6,8 @@ goes through :meth:`PresenceStore.run` / :meth:`PresenceStore.arun`, which send 
 pipeline (one round trip) and apply one failure policy: a Redis error is logged once per outage,
 Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is returned (or
 :class:`StoreUnavailable` raised for plans that must not fail silently). Scripts that Redis lost
-(restart, ``SCRIPT FLUSH``) are loaded again and only their commands re-sent.
+(restart, ``SCRIPT FLUSH``) are loaded again and their commands re-sent, with the reads after
+them (never a write that ran).
 
 Slowness is not an outage. Only a Redis that refuses, drops or cannot make a connection (within
 ``SOCKET_TIMEOUT``) is, or one that leaves the live paths (``arun(plan, live=True)``: consumers,
@@ -41,6 +42,7 @@ from presence.store.connecting import (
 from presence.store.health import Health, is_slow_reply
 from presence.store.keys import KeyScheme
 from presence.store.plans import Plan, Plans, Raise
+from presence.store.plans.plan import reads_only
 from presence.store.redact import redact_url
 from presence.store.scripts import Script
 from presence.users import UserId
@@ -186,9 +188,13 @@ class PresenceStore:
         self.guesses += 1
         return plan.fallback
 
-    # When Redis has lost its scripts (restart, SCRIPT FLUSH, or another client loading them
-    # half-way through our pipeline), the other commands of the pipeline have run already: only
-    # the refused ones are sent again, after loading their scripts, so no command runs twice.
+    # When Redis has lost scripts (restart, failover, SCRIPT FLUSH), the commands it refused
+    # did not run, and those after them did, without their writes: Redis may have lost some of
+    # a plan's scripts and not others (another process loaded those since), and a read after
+    # a refused write (a join's room read after its join) would read the room without it. From
+    # the first refused command on, the plan runs again in its order once the scripts are
+    # loaded: each refused command, and each read (run again, it changes nothing, and now reads
+    # the writes before it). A write that ran is never sent again (no write runs twice).
 
     def _execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         if len(commands) == 1:
@@ -241,8 +247,13 @@ class PresenceStore:
         missing = self._without_script(replies)
         if missing:
             yield from {commands[i][1] for i in missing}
-            retried = yield [commands[i] for i in missing]
-            for i, reply in zip(missing, retried, strict=True):
+            again = [
+                i
+                for i in range(missing[0], len(commands))
+                if isinstance(replies[i], NoScriptError) or reads_only(commands[i])
+            ]
+            retried = yield [commands[i] for i in again]
+            for i, reply in zip(again, retried, strict=True):
                 replies[i] = reply
         self._raise_first_error(replies)
         return replies

@@ -13,7 +13,9 @@ What the cluster answers on the way is handled here, command by command:
 - ``ASK`` (a slot migrating): the command is re-sent to the target node after ``ASKING``;
 - ``TRYAGAIN`` (a script's keys half-migrated): re-sent shortly after, a few times;
 - ``NOSCRIPT`` (a master restarted or flushed its scripts): the script is loaded there and the
-  command re-sent; none of these ran the first time, so nothing runs twice;
+  command re-sent, with the reads of its slot that ran after it (which missed its writes);
+  none of those writes ran the first time, and a read run again changes nothing, so no write
+  runs twice;
 - a command that needs another's success first (``Plan.needs``: a room's write, its schedule
   first) is sent in a round after it, only once it succeeded;
 - a master that cannot be reached (or a slot no master serves): its commands' replies are

@@ -25,6 +25,7 @@ from redis.exceptions import (
 )
 
 from presence.store.nodes import ClusterNodes, NodeUnavailable, first_key
+from presence.store.plans.plan import reads_only
 
 #: rounds of MOVED / ASK / TRYAGAIN / NOSCRIPT answers followed for one plan
 MAX_REDIRECTS = 5
@@ -203,7 +204,8 @@ class ClusterRounds(ClusterNodes):
                 for error in moved:
                     yield Moved(error)
                 any_tryagain |= any(isinstance(replies[p], TryAgainError) for p in again)
-                pending += again
+                pending += again + _reads_after_refused(commands, positions, replies, again)
+            pending.sort()  # (each slot's commands in the plan's order)
             for name, scripts in scripts_to_load.items():
                 node = manager.get_node(node_name=name)
                 if node is None:
@@ -231,6 +233,28 @@ class ClusterRounds(ClusterNodes):
             replies[position] = NodeUnavailable(
                 f"still redirected after {MAX_REDIRECTS} rounds: {replies[position]}"
             )
+
+
+def _reads_after_refused(
+    commands: Sequence[tuple[Any, ...]],
+    positions: Sequence[int],
+    replies: list[Any],
+    again: Sequence[int],
+) -> list[int]:
+    """The reads of one master's pipeline (``positions``, in the plan's order) that ran after a
+    command of their slot the master refused with NOSCRIPT: sent again after it, they read its
+    writes (a join's room read after its join; run again, a read changes nothing). A write
+    that ran is never sent again."""
+    resent = set(again)
+    refused_slots: set[int] = set()
+    reads: list[int] = []
+    for position in positions:
+        slot = key_slot(first_key(commands[position]).encode())
+        if isinstance(replies[position], NoScriptError):
+            refused_slots.add(slot)
+        elif slot in refused_slots and position not in resent and reads_only(commands[position]):
+            reads.append(position)
+    return reads
 
 
 def _phases(commands: Sequence[tuple[Any, ...]], needs: Mapping[int, int]) -> list[list[int]]:

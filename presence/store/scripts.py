@@ -35,13 +35,44 @@ CONSTANTS = {
 HEADER = "".join(f"local {name} = {value}\n" for name, value in CONSTANTS.items())
 
 
+#: Redis commands that only read: one run again changes nothing (a plan's command re-sent after
+#: a script Redis lost, presence.store.client). PFCOUNT may cache its count in the key: the same
+#: count, whenever it runs.
+READ_COMMANDS = frozenset(
+    {
+        "EXISTS", "GET", "HEXISTS", "HGET", "HGETALL", "HKEYS", "HLEN", "HMGET", "HVALS",
+        "LINDEX", "LLEN", "LRANGE", "MGET", "PFCOUNT", "PING", "PTTL", "SCARD", "SISMEMBER",
+        "SMEMBERS", "SMISMEMBER", "STRLEN", "TIME", "TTL", "TYPE", "ZCARD", "ZCOUNT",
+        "ZLEXCOUNT", "ZMSCORE", "ZRANGE", "ZRANGEBYLEX", "ZRANGEBYSCORE", "ZRANK",
+        "ZREVRANGE", "ZREVRANGEBYLEX", "ZREVRANGEBYSCORE", "ZREVRANK", "ZSCORE",
+    }
+)  # fmt: skip
+
+#: a call of Redis from Lua, and one that names its command as a literal
+_REDIS_CALL = re.compile(r"redis\.p?call\(")
+_NAMED_CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]")
+
+
+def _reads_only(source: str) -> bool:
+    """Whether a script only reads: each of its calls of Redis names a command of
+    READ_COMMANDS. Conservative: a command named otherwise than as a literal (or one in a
+    comment) counts as a write."""
+    named = _NAMED_CALL.findall(source)
+    return len(named) == len(_REDIS_CALL.findall(source)) and all(
+        name.upper() in READ_COMMANDS for name in named
+    )
+
+
 @dataclass(frozen=True)
 class Script:
     source: str
     sha: str = field(init=False)
+    #: it only reads (:data:`READ_COMMANDS`): run again, it changes nothing
+    reads_only: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+        object.__setattr__(self, "reads_only", _reads_only(self.source))
 
 
 def read(name: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,8 @@ from presence.hub import Hub, room_refresh
 from presence.hub import rooms as hub_rooms
 from presence.models import Block, PrivacySettings
 from presence.routing import websocket_urlpatterns
+from presence.store.plans import rooms as room_plans
+from presence.store.scripts import Script
 from presence.tokens import TokenAuthMiddleware, issue_token
 from tests.live.sockets import (
     BASE,
@@ -381,6 +384,23 @@ async def test_joins_count_against_the_rate_limit(
 
 def _json_size(frame: dict[str, Any]) -> int:
     return len(json.dumps(frame))
+
+
+async def test_a_joiner_is_in_its_own_room_state_when_redis_lost_the_join_script(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The join's write and its read go in one round trip, the read after the write. Redis lost
+    # the join's script but not the read's (another process read a room since): the read, run
+    # before the join is sent again, must not be the joiner's answer.
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await public(alice, bob)
+    a, b = await sockets.open(alice), await sockets.open(bob)
+    seen = ClientView(await join(a))
+    lost = Script(f"{room_plans.ROOM_JOIN.source}\n-- {uuid.uuid4()}\n")  # a sha Redis lacks
+    monkeypatch.setattr(room_plans, "ROOM_JOIN", lost)
+    state = await join(b)
+    assert members(state) == {key(alice), key(bob)} and state["count"] == 2, state
+    await seen.until(a, {key(alice), key(bob)}, 0)
 
 
 def held_cards(monkeypatch: pytest.MonkeyPatch, module: Any) -> tuple[asyncio.Event, asyncio.Event]:

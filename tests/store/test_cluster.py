@@ -32,6 +32,7 @@ from presence.models import LastSeen
 from presence.rooms import writes
 from presence.routing import websocket_urlpatterns
 from presence.store import PresenceStore, get_store, merge
+from tests.store.test_store import written_then_read
 from tools.redis_cluster import RedisCluster
 
 NOW = 1_800_000_000
@@ -355,6 +356,21 @@ def test_scripts_flushed_on_every_master_are_loaded_again(
         await store.aclose()
 
     asyncio.run(beat())
+
+
+def test_reads_after_a_script_a_master_lost_read_its_writes(
+    cluster: RedisCluster, store: PresenceStore
+) -> None:
+    # The master knows the plan's other commands but not its write's script: the reads after
+    # it in its slot, which ran before it, are sent again after it; no write runs twice.
+    assert store.run(written_then_read()) == [1, 1, 1, 1]
+
+    async def again() -> list[int]:
+        replies = await store.arun(written_then_read(), live=True)
+        await store.aclose()
+        return replies
+
+    assert asyncio.run(again()) == [2, 2, 2, 2]
 
 
 def test_a_slot_range_resharded_under_writes_loses_no_write(

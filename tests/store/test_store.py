@@ -10,6 +10,7 @@ import contextlib
 import logging
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +33,8 @@ from presence.store import (
     get_store,
     merge,
 )
-from presence.store.plans import READ_RECENT_KEYS
+from presence.store.plans import RAISE, READ_RECENT_KEYS, Plan, script_call
+from presence.store.scripts import Script
 from tests.conftest import cluster_urls, on_one_redis
 from tests.ids import uid
 from tests.privacy_cases import count_round_trips
@@ -433,6 +435,46 @@ class TestSlownessIsNotAnOutage:
         self.pause(private_redis, 600)
         assert await store.arun(store.plans.touch(1, Device.WEB, NOW), live=True) is None
         assert store.health.in_outage is True
+        await store.aclose()
+
+
+def lost(lua: str) -> Script:
+    """A script Redis does not know, as one it lost (a restart, a failover, SCRIPT FLUSH) while
+    it kept others: its text made unique."""
+    return Script(f"{lua}\n-- {uuid.uuid4()}\n")
+
+
+#: two keys of one slot (one master on a cluster: Redis runs their commands in the plan's order)
+COUNTED, PLAIN = "presence-test:{lost}:counted", "presence-test:{lost}:plain"
+
+
+def written_then_read() -> Plan[list[Any]]:
+    """A write by a script Redis lost, a write Redis runs (a plain command), then reads of both."""
+    count = lost("return redis.call('INCR', KEYS[1])")
+    return Plan(
+        commands=[
+            script_call(count, [COUNTED], []),
+            ("INCR", PLAIN),
+            ("GET", COUNTED),
+            ("GET", PLAIN),
+        ],
+        parse=lambda replies: [int(reply) for reply in replies],
+        fallback=RAISE,
+    )
+
+
+class TestScriptsRedisLost:
+    """A plan whose script Redis lost (the others' known: another process loaded them since):
+    its reads after the refused command read its writes, and no write runs twice."""
+
+    def test_sync(self, store: PresenceStore, redis_client: Any) -> None:
+        assert store.run(written_then_read()) == [1, 1, 1, 1]
+        assert (redis_client.get(COUNTED), redis_client.get(PLAIN)) == ("1", "1")
+
+    @pytest.mark.parametrize("live", [True, False], ids=["live", "page"])
+    async def test_async(self, store: PresenceStore, redis_client: Any, live: bool) -> None:
+        assert await store.arun(written_then_read(), live=live) == [1, 1, 1, 1]
+        assert (redis_client.get(COUNTED), redis_client.get(PLAIN)) == ("1", "1")
         await store.aclose()
 
 

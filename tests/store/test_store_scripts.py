@@ -32,6 +32,23 @@ def test_lua_sees_the_constants_of_python(redis_client: redis.Redis) -> None:
     assert reply == [keys.SCORE_FACTOR, keys.FLAG_IDLE, keys.FLAG_CONNECTED, keys.DEVICE_MASK_LIMIT]
 
 
+def test_the_scripts_that_only_read_are_told_apart() -> None:
+    # A read is sent again after a script Redis lost (presence.store.client): never a write.
+    reading = {name for name, script in scripts.ALL.items() if script.reads_only}
+    assert reading == {
+        "changed_since",
+        "describe_connections",
+        "read_recent",
+        "room_count",
+        "room_page",
+        "room_read",
+    }
+    assert scripts.Script("return redis.call('GET', KEYS[1])").reads_only
+    assert not scripts.Script("return redis.call('SET', KEYS[1], 1)").reads_only
+    # A command not named as a literal may write.
+    assert not scripts.Script("local c = 'GET'\nreturn redis.call(c, KEYS[1])").reads_only
+
+
 def test_the_flags_sit_above_the_device_mask_and_below_the_factor() -> None:
     assert keys.DEVICE_MASK_LIMIT <= keys.FLAG_IDLE < keys.FLAG_CONNECTED < keys.SCORE_FACTOR
     assert keys.FLAG_IDLE + keys.FLAG_CONNECTED + keys.DEVICE_MASK_LIMIT - 1 < keys.SCORE_FACTOR

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from presence.store.keys import KeyScheme
-from presence.store.scripts import Script
+from presence.store.scripts import READ_COMMANDS, Script
 
 T = TypeVar("T")
 
@@ -108,6 +108,14 @@ def _read_partly(plan: Plan[T], replies: list[Any]) -> Any:
 
 def script_call(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("SCRIPT", script, tuple(keys), tuple(args))
+
+
+def reads_only(command: tuple[Any, ...]) -> bool:
+    """Whether a plan's command only reads (run again, it changes nothing): a script that
+    calls only commands of READ_COMMANDS, or one of those commands."""
+    if command[0] == "SCRIPT":
+        return bool(command[1].reads_only)
+    return str(command[0]).upper() in READ_COMMANDS
 
 
 class PlanArea:

@@ -175,21 +175,32 @@ def redis_of_others(client: Any, actors: list[Any]) -> dict[str, Any]:
     signals.wait_sent()
     own = [str(users.encode_id(actor.pk)) for actor in actors]
 
-    def stamped_user(member: str) -> str:
-        """The user a change stamp's member is of: '<kind>:<id>', 'p:<length>:<id><other>'
-        (presence.store.plans.changes), or the member itself."""
+    def stamped_users(member: str) -> tuple[str, ...]:
+        """The users a change stamp's member is of: '<kind>:<id>', a relation's or a block's
+        pair 'p:<length>:<id><other>' / 'b:...' (both users: an actor's follow or block
+        stamps the other party's view of them; presence.store.plans.changes), or the member
+        itself."""
         kind, _, rest = member.partition(":")
         if kind.isdigit() and rest:
-            return rest
-        if kind == "p":
+            return (rest,)
+        if kind in ("p", "b"):
             length, _, ids = rest.partition(":")
             if length.isdigit():
-                return ids.encode()[: int(length)].decode(errors="replace")
-        return member
+                raw = ids.encode()
+                cut = int(length)
+                return (raw[:cut].decode(errors="replace"), raw[cut:].decode(errors="replace"))
+        return (member,)
+
+    #: the kinds a relation or a block between an actor and another user stamps on the other
+    #: (presence.domain.Kind.RELATION, BLOCK): theirs, but the actor's doing (the other users'
+    #: own rows, Contact and Block, are compared apart and must not change)
+    relation_kinds = ("16:", "32768:")
 
     def mine(member: Any) -> bool:
         text = str(member)
-        return any(text == o or text.startswith(o + ":") or stamped_user(text) == o for o in own)
+        if text.startswith(relation_kinds):
+            return True
+        return any(text == o or text.startswith(o + ":") or o in stamped_users(text) for o in own)
 
     dump: dict[str, Any] = {}
     for key in sorted(client.scan_iter("presence:*")):

@@ -660,11 +660,11 @@ async def test_redis_failing_after_the_claim_loses_nobody(
     else:  # the cluster run: every master fails at once
         original_cluster = ClusterRunner.aexecute
 
-        async def flaky(self: Any, commands: Any) -> list[Any]:  # type: ignore[misc]
+        async def flaky(self: Any, commands: Any, *args: Any) -> list[Any]:  # type: ignore[misc]
             round_trips.append(commands)
             if len(round_trips) == 2:
                 raise redis.ConnectionError("Connection reset by peer")
-            return await original_cluster(self, commands)
+            return await original_cluster(self, commands, *args)
 
         patched = ClusterRunner
 

@@ -111,6 +111,7 @@ async def test_a_non_participant_is_refused_and_not_counted(
         "type": "error",
         "code": "forbidden",
         "message": f"You may not enter the room {room}.",
+        "room": room,
     }
     await assert_silent(a)  # ann's view neither lists nor counts him
     # The public topic's room lets him in, the socket still open.

@@ -4,43 +4,14 @@ E009, W002). Ids are stable; each has a hint."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from presence.conf import user_settings
-from presence.store import redact_url, redis_location
+from presence.store import primary_location, redact_url, redis_location, redis_url_problem
 
 DJANGO_REDIS_BACKENDS = {"django_redis.cache.RedisCache"}
-
-CLUSTER_SCHEMES = frozenset({"redis", "rediss"})
-
-
-def _cluster_url_problem(url: Any) -> str | None:
-    """Why ``url`` is not a Redis Cluster startup node URL, or None (no network I/O)."""
-    # Never the URL itself: it may carry a password (printed by manage.py check, in CI logs).
-    shown = redact_url(repr(url))
-    if not isinstance(url, str):
-        return f"{shown} is not a string"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        # Not the error's text: urlsplit quotes the piece it failed on, maybe of the password.
-        return (
-            f"{shown} is not a URL: its host or port cannot be read (percent-encode any "
-            "/ ? # @ [ ] in a user name or password)"
-        )
-    if parts.scheme not in CLUSTER_SCHEMES:
-        return f"{shown} is not a redis:// or rediss:// URL"
-    if not parts.hostname:
-        return f"{shown} has no host"
-    if port is None:
-        return f"{shown} has no port"
-    if parts.path.strip("/") not in {"", "0"}:
-        return f"{shown} names database {parts.path.strip('/')!r}; a cluster has only database 0"
-    return None
 
 
 @register(Tags.caches)
@@ -52,7 +23,7 @@ def check_redis_cluster(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     if isinstance(urls, str) or not isinstance(urls, list | tuple) or not urls:
         problem = f"it is {redact_url(repr(urls))}"
     else:
-        problem = next(filter(None, map(_cluster_url_problem, urls)), "")
+        problem = next(filter(None, (redis_url_problem(url, cluster=True) for url in urls)), "")
     if not problem:
         return []
     return [
@@ -94,11 +65,10 @@ def check_cache(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         ]
     # The store connects to the first location itself (presence.store), so it must be a URL.
     if redis_location(caches[alias]) is None:
-        location = caches[alias].get("LOCATION")
+        problem = redis_url_problem(primary_location(caches[alias]))
         return [
             Error(
-                f"CACHES[{alias!r}]['LOCATION'] is {redact_url(repr(location))}; presence needs "
-                "a redis://, rediss:// or unix:// URL.",
+                f"CACHES[{alias!r}]['LOCATION'] is not a URL presence can connect to: {problem}.",
                 hint='Set "LOCATION": "redis://HOST:6379/0".',
                 id="presence.E005",
             )

@@ -28,7 +28,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from presence.conf import get_settings
-from presence.store.client import REDIS_SCHEMES, PresenceStore, StoreUnavailable, redis_location
+from presence.store.client import REDIS_SCHEMES, PresenceStore, StoreUnavailable
+from presence.store.connecting import primary_location, redis_location, redis_url_problem
 from presence.store.health import Health
 from presence.store.keys import (
     DEVICE_MASK_LIMIT,
@@ -94,8 +95,10 @@ __all__ = [
     "is_current",
     "merge",
     "merge_apart",
+    "primary_location",
     "redact_url",
     "redis_location",
+    "redis_url_problem",
     "reset_clients",
     "script_call",
 ]

@@ -24,6 +24,7 @@ from redis.retry import Retry
 
 from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner
+from presence.store.redact import redact_url
 from presence.store.sharing import publish_once
 
 try:
@@ -101,30 +102,62 @@ def _pack_in_c(pool: Any) -> None:
 
 
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+CLUSTER_SCHEMES = frozenset({"redis", "rediss"})
 
 
-def redis_location(cache_conf: dict[str, Any]) -> str | None:
-    """The URL presence connects to: a django-redis cache's first (primary) location, or None
-    when it is not a redis://, rediss:// or unix:// URL."""
+def redis_url_problem(url: Any, *, cluster: bool = False) -> str | None:
+    """Why ``url`` is not a URL presence can connect to, or None: one Redis's (redis://,
+    rediss:// or unix://) or, with ``cluster``, a Redis Cluster startup node's (redis:// or
+    rediss://, with host and port, database 0). Read now, without network I/O: redis-py reads
+    the port and database only at the first connection, and raises there, on every request."""
+    # Never the URL itself: it may carry a password (printed by manage.py check, in CI logs).
+    shown = redact_url(repr(url))
+    if not isinstance(url, str):
+        return f"{shown} is not a string"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        # Not the error's text: urlsplit quotes the piece it failed on, maybe of the password.
+        return (
+            f"{shown} is not a URL: its host or port cannot be read (percent-encode any "
+            "/ ? # @ [ ] in a user name or password)"
+        )
+    schemes = CLUSTER_SCHEMES if cluster else REDIS_SCHEMES
+    if parts.scheme not in schemes:
+        *others, last = (f"{scheme}://" for scheme in sorted(schemes))
+        return f"{shown} is not a {', '.join(others)} or {last} URL"
+    if parts.scheme == "unix":
+        return None
+    database = parts.path.strip("/")
+    if cluster:
+        if not parts.hostname:
+            return f"{shown} has no host"
+        if port is None:
+            return f"{shown} has no port"
+        if database not in {"", "0"}:
+            return f"{shown} names database {database!r}; a cluster has only database 0"
+    elif database and not database.isdigit():
+        return f"{shown} names database {database!r}, which is not a number"
+    return None
+
+
+def primary_location(cache_conf: dict[str, Any]) -> Any:
+    """A django-redis cache's first (primary) ``LOCATION``, as given: a list's first item or a
+    comma-separated string's first URL (None when there is none)."""
     location = cache_conf.get("LOCATION")
     if isinstance(location, list | tuple):
         location = location[0] if location else None
     if isinstance(location, str):
         location = location.split(",")[0]
-    if not isinstance(location, str):
-        return None
-    try:
-        parts = urlsplit(location)
-        if parts.scheme in ("redis", "rediss"):
-            # Read now, not at the first connection (redis-py reads them then, and raises):
-            # a port or database that is not a number is presence.E005, not a failing request.
-            parts.port  # noqa: B018
-            database = parts.path.strip("/")
-            if database and not database.isdigit():
-                return None
-    except ValueError:  # ("redis://[::1:6379/0", "redis://host:abc", a port past 65535)
-        return None
-    return location if parts.scheme in REDIS_SCHEMES else None
+    return location
+
+
+def redis_location(cache_conf: dict[str, Any]) -> str | None:
+    """The URL presence connects to: a django-redis cache's primary location, or None when it
+    is not a redis://, rediss:// or unix:// URL (see :func:`redis_url_problem`)."""
+    location = primary_location(cache_conf)
+    return location if redis_url_problem(location) is None else None
 
 
 class Connections:

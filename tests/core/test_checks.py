@@ -269,6 +269,21 @@ def test_e005_location_is_not_a_redis_url(settings: Any, location: Any) -> None:
 
 
 @pytest.mark.parametrize(
+    ("location", "reason"),
+    [
+        ("redis://127.0.0.1:6379/x", "names database 'x', which is not a number"),
+        ("memcached://x:11211", "is not a redis://, rediss:// or unix:// URL"),
+        ("redis://127.0.0.1:abc/7", "its host or port cannot be read"),
+        (["redis://primary:6379/x", "redis://replica:6379/0"], "'redis://primary:6379/x'"),
+    ],
+)
+def test_e005_says_why_the_location_is_refused(settings: Any, location: Any, reason: str) -> None:
+    settings.CACHES = {"default": redis_cache(location)}
+    (message,) = messages_with("presence.E005")
+    assert reason in message.msg
+
+
+@pytest.mark.parametrize(
     "location",
     [
         "redis://127.0.0.1:6379/0",

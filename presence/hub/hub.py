@@ -95,6 +95,9 @@ class Hub:
         #: to join it again (the layer's groups expire)
         self._probe_group: str | None = None
         self._probe_renew_at = 0.0
+        #: announce.layer_failures when the probe group was last joined: a failure since may
+        #: mean its server came back empty (the core layer's groups are keys in it)
+        self._probe_joined_after = announce.layer_failures
         #: re-sends of probes under way (held: a task only the loop refers to may be collected)
         self._probe_resends: set[asyncio.Task[None]] = set()
         self.tasks = Tasks(
@@ -313,15 +316,22 @@ class Hub:
         self._shared_probe = (probe_id, proof)
         group = probe_group_name(channel)
         now = asyncio.get_running_loop().time()
-        if self._probe_group != group or now >= self._probe_renew_at:
+        failures = announce.layer_failures
+        if (
+            self._probe_group != group
+            or now >= self._probe_renew_at
+            or failures != self._probe_joined_after
+        ):
             # The hub's own group, joined at its first probe, renewed before the layer's
-            # group expiry ends it, left when the hub stops (detach).
+            # group expiry ends it and after a layer call failed, left when the hub stops
+            # (detach).
             try:
                 await self.groups.join(group)
             except BaseException:
                 self._probe_failed(probe_id)
                 raise
             self._probe_group = group
+            self._probe_joined_after = failures
             self._probe_renew_at = now + float(getattr(self.layer, "group_expiry", 86400)) / 2
         resends = PROBE_RESENDS if _unconfirmed_subscriptions(layer) else 0
         await self._send_probe(probe_id, group, resends)

@@ -21,10 +21,11 @@ from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from presence import api, stamps
+from presence import announce, api, stamps
 from presence.conf import STAMP_SLACK
 from presence.hub import Hub
 from presence.hub.hub import ordered
+from presence.layer import CORE_LAYER
 from presence.models import PrivacySettings
 from tests.clock import T0, at
 from tests.ids import wire_id
@@ -39,6 +40,7 @@ from tests.live.sockets import (
 )
 from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import sockets as sockets
+from tools.redis_server import RedisServer
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -390,6 +392,38 @@ async def test_a_probe_lost_on_the_pub_sub_layer_is_sent_again(
     await beat(communicator)
     frame = await receive(communicator)
     assert frame["type"] == "stamp"
+
+
+async def test_the_probe_group_is_joined_again_after_the_layer_came_back_empty(
+    settings: Any,
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+) -> None:
+    # The core layer's groups are keys on its server: one restarted empty has lost the hub's
+    # probe group, and a probe sent to it never comes back (no fresh stamp again until the
+    # group's renewal, half the layer's group expiry later). A failed layer call is how a
+    # process learns that its server may have come back empty.
+    with RedisServer() as layer_server:
+        settings.CHANNEL_LAYERS = {
+            "default": {"BACKEND": CORE_LAYER, "CONFIG": {"hosts": [layer_server.url]}}
+        }
+        viewer, (target,) = await people(make_user, 1)
+        communicator = await sockets.open(viewer)
+        await stamped_subscribe(communicator, None, target)
+        first = await fresh_stamp(communicator, clock)
+
+        layer_server.stop()
+        failures = announce.layer_failures
+        await announce.aannounce([target.pk])  # refused: the layer's server is down
+        assert announce.layer_failures > failures
+        layer_server.start()  # back, and empty
+
+        first_at = stamps.accepted_time(first, viewer.pk)
+        assert first_at is not None
+        second = await fresh_stamp(communicator, clock, first_at - T0.timestamp() + 70)
+        assert (stamps.accepted_time(second, viewer.pk) or 0) > first_at
+        await sockets.close_all()
 
 
 # --- every connection, changes or not -------------------------------------------------------------

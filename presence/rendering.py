@@ -85,12 +85,16 @@ def _cache(request: Any) -> dict[UserId, domain.Presence]:
 
 def _pk(target: Any) -> UserId | None:
     """A user's pk from a user, an id, or an id's text (``"7"``, a UUID's text); None for
-    anything else."""
+    anything else, an int outside the ids presence keeps included."""
     if isinstance(target, str):
         try:
             return parse_user_id(target)
         except ValueError:
             return None
+    if isinstance(target, int) and not isinstance(target, bool):
+        # The range parse_user_id allows the same id as text: beyond it the database refuses
+        # the lookup (SQLite's OverflowError) where the id simply names no user.
+        return target if 0 <= target <= domain.MAX_USER_ID else None
     try:
         return user_pk(target)
     except TypeError:

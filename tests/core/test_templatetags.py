@@ -180,6 +180,23 @@ def test_dot_accepts_ids_and_renders_nothing_for_non_users(make_user: Callable[.
     assert html == f"{online}|{online}|||"
 
 
+@pytest.mark.parametrize("big", [2**63, 2**70, -(2**70), -1])
+def test_an_int_beyond_the_ids_names_no_user(big: int, make_user: Callable[..., Any]) -> None:
+    # As its text does ("9223372036854775808" is no id): nothing, never a database error.
+    viewer, target = make_user(), make_user()
+    Contact.objects.create(owner=target, contact=viewer)
+    api.touch(target)
+    html = render(
+        "{% presence_prefetch ids %}{% presence_dot big %}|{% last_seen big %}|"
+        "{% member_card big as card %}{{ card }}|{% presence_dot target %}",
+        request_for(viewer),
+        big=big,
+        ids=[big, target.pk],
+        target=target,
+    )
+    assert html == f"||None|{dot_html(target.pk, 'online')}"
+
+
 def test_dot_of_an_unknown_user_is_offline(make_user: Callable[..., Any]) -> None:
     html = render("{% presence_dot 987654321 %}", request_for(make_user()))
     assert html == dot_html(987654321, "offline")

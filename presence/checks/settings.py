@@ -3,6 +3,7 @@ and member cards' values by :mod:`presence.checks.rooms`). Ids are stable; each 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,8 +86,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             messages.append(_bad_value(key, raw[key], "a positive integer (seconds or a count)"))
     for key in _POSITIVE_NUMBERS:
         value = raw.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            messages.append(_bad_value(key, value, "a positive number of seconds"))
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)  # NaN compares false with anything; inf overflows
+            or value <= 0
+        ):
+            messages.append(_bad_value(key, value, "a positive, finite number of seconds"))
     for key in ("CACHE_ALIAS", "KEY_PREFIX"):
         value = raw.get(key, "x")
         if not isinstance(value, str) or not value or "{" in value or "}" in value:

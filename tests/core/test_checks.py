@@ -520,16 +520,24 @@ def test_e002_live_counts_must_be_positive_ints(
 
 @pytest.mark.parametrize(
     ("key", "default"),
-    [("COALESCE_WINDOW", 0.2), ("SWEEP_INTERVAL", 1.0), ("OPENING_HOLD", 2.0)],
+    [
+        ("COALESCE_WINDOW", 0.2),
+        ("SWEEP_INTERVAL", 1.0),
+        ("OPENING_HOLD", 2.0),
+        ("SOCKET_TIMEOUT", 0.5),
+    ],
 )
-@pytest.mark.parametrize("bad", [0, 0.0, -0.5, "0.2", False, None, [1]])
+# NaN and infinity: float(os.environ[...]) gives them; each made every page a 500.
+@pytest.mark.parametrize("bad", [0, 0.0, -0.5, "0.2", False, None, [1], float("nan"), float("inf")])
 def test_e002_live_intervals_must_be_positive_numbers(
     settings: Any, key: str, default: float, bad: Any
 ) -> None:
     settings.PRESENCE = {key: bad}
     assert ids(checks.check_settings) == ["presence.E002"]
     (message,) = messages_with("presence.E002")
-    assert message.msg == f"PRESENCE[{key!r}] is {bad!r}; it must be a positive number of seconds."
+    assert message.msg == (
+        f"PRESENCE[{key!r}] is {bad!r}; it must be a positive, finite number of seconds."
+    )
     assert message.hint == f"Fix or remove PRESENCE[{key!r}] (default: {default!r})."
 
 

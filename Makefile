@@ -19,11 +19,11 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # MALLOC_ARENA_MAX=2: fewer glibc malloc arenas, as docs/deployment.md advises for ASGI servers.
+# seed_demo writes presence (the users it marks online) into the Redis the server then uses.
 demo: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
 	@echo "Demo users: alice, bob, carol, dave, erin, frank (and admin for /admin/); password: presence-demo"
-	MALLOC_ARENA_MAX=2 $(WITH_REDIS) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application
+	MALLOC_ARENA_MAX=2 $(WITH_REDIS) sh -c '$(PY) manage.py seed_demo && exec $(VENV)/bin/daphne -b $(HOST) -p $(PORT) siteproject.asgi:application'
 
 # The main suite (tests/, by area: core, live, store, feed, sites, load, browser), then each
 # variant on the same Redis, selecting its tests by marker (pyproject.toml; a module's

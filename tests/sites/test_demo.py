@@ -105,6 +105,24 @@ def test_seed_demo_twice_creates_the_same_demo() -> None:
     assert "Demo ready" in second
 
 
+def test_seed_demo_again_keeps_the_demo_users_logged_in(client: Any) -> None:
+    # getting-started suggests `seed_demo --online bob carol` during a demo: a new password
+    # hash would end every demo user's session (and close their sockets).
+    run_seed()
+    client.post(reverse("demo:login"), {"username": "alice", "password": seed.DEMO_PASSWORD})
+    assert client.get(reverse("demo:home")).status_code == 200
+    run_seed("--online", "bob")
+    assert client.get(reverse("demo:home")).status_code == 200
+
+    # A password changed meanwhile is set back to the printed one (which then works).
+    alice = User.objects.get(username="alice")
+    alice.set_password("something-else")
+    alice.save()
+    run_seed()
+    alice.refresh_from_db()
+    assert alice.check_password(seed.DEMO_PASSWORD)
+
+
 def test_seed_demo_statuses_follow_privacy(demo: dict[str, Any]) -> None:
     # carol's status is for contacts (alice is one); bob's for close friends (alice only).
     alice, bob, carol = demo["alice"], demo["bob"], demo["carol"]

@@ -63,8 +63,8 @@ STATUS_CHOICES = [
     ("dnd", _("Do not disturb")),
     ("invisible", _("Invisible — appear offline to everyone")),
 ]
-#: choice -> seconds until the custom status clears ("today" is computed)
-EXPIRY_SECONDS = {"30m": 30 * 60, "1h": 3600, "4h": 4 * 3600, "today": 24 * 3600}
+#: choice -> seconds until the custom status clears ("today": until the next local midnight)
+EXPIRY_SECONDS = {"30m": 30 * 60, "1h": 3600, "4h": 4 * 3600}
 EXPIRY_CHOICES = [
     ("30m", _("in 30 minutes")),
     ("1h", _("in 1 hour")),
@@ -73,6 +73,15 @@ EXPIRY_CHOICES = [
     ("never", _("never")),
 ]
 KEEP = "keep"
+
+
+def next_midnight(now: datetime) -> datetime:
+    """The next midnight in the active time zone: 23 or 25 hours away on a day the clocks
+    change, not always 24."""
+    local = timezone.localtime(now)
+    midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    # Wall-clock arithmetic in the zone: the next day's 00:00, whatever the offset then.
+    return midnight + timedelta(days=1)
 
 
 def _live_custom(row: UserStatus | None, now: datetime) -> UserStatus | None:
@@ -124,11 +133,15 @@ class StatusForm(forms.Form):
         if self.current_expiry is not None:
             when = formats.date_format(timezone.localtime(self.current_expiry), "DATETIME_FORMAT")
             choices.append((KEEP, _("as set: %(when)s") % {"when": when}))
-        # Only what the site allows (MAX_STATUS_EXPIRY).
+        # Only what the site allows (MAX_STATUS_EXPIRY), midnight by the time really left until it.
+        seconds = {
+            **EXPIRY_SECONDS,
+            "today": (next_midnight(self.now) - self.now).total_seconds(),
+        }
         choices += [
             (value, label)
             for value, label in EXPIRY_CHOICES
-            if value == "never" or EXPIRY_SECONDS[value] <= max_expiry
+            if value == "never" or seconds[value] <= max_expiry
         ]
         return choices
 
@@ -158,9 +171,7 @@ class StatusForm(forms.Form):
         if choice == "never":
             return None
         if choice == "today":
-            local = timezone.localtime(self.now)
-            midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
-            return midnight + timedelta(days=1)
+            return next_midnight(self.now)
         return self.now + timedelta(seconds=EXPIRY_SECONDS[choice])
 
     def save_status(self) -> bool:

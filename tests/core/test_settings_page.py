@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
 
 import pytest
 import time_machine
@@ -276,6 +277,46 @@ def test_a_post_saves_each_field(
     assert PrivacySettings.objects.get(user=ann).invisible is False
     status = UserStatus.objects.get(user=ann)
     assert (status.dnd, status.text, status.emoji, status.expires_at) == (False, "", "", None)
+
+
+#: (local time in New York, MAX_STATUS_EXPIRY, the next midnight in UTC if "at midnight" may
+#: be chosen then): the clocks go back on 2025-11-02 (a 25-hour day), forward on 2025-03-09
+MIDNIGHTS = [
+    ("2025-11-02T00:30", 86400, None),  # midnight is 24.5 hours away: more than allowed
+    ("2025-11-02T00:30", 90000, "2025-11-03T05:00"),
+    ("2025-11-02T01:30", 86400, "2025-11-03T05:00"),  # the first 01:30 (EDT): 23.5 hours
+    ("2025-03-09T00:30", 86400, "2025-03-10T04:00"),  # a 23-hour day
+    ("2025-11-03T00:30", 86400, "2025-11-04T05:00"),
+    ("2025-11-03T00:30", 23 * 3600, None),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("local", "max_expiry", "midnight"), MIDNIGHTS)
+def test_at_midnight_is_offered_when_the_next_midnight_is_within_the_max_expiry(
+    make_user: Callable[..., Any], settings: Any, local: str, max_expiry: int, midnight: str | None
+) -> None:
+    # The time really left until midnight decides, not a 24-hour day: offered, it is saved.
+    settings.TIME_ZONE = "America/New_York"
+    settings.PRESENCE = {"MAX_STATUS_EXPIRY": max_expiry}
+    zone = ZoneInfo("America/New_York")
+    client = Client()
+    client.force_login(make_user())
+    with time_machine.travel(datetime.fromisoformat(local).replace(tzinfo=zone), tick=False):
+        values = page(client)
+        html = client.get(URL).content.decode()
+        form = re.search(r"<form[^>]*data-presence-settings.*?</form>", html, re.S)
+        assert form is not None
+        offered = 'value="today"' in form.group()  # the layout's own status menu left out
+        values.update({"text": "Lunch", "expires": "today"})
+        response = client.post(URL, values)
+        saved = UserStatus.objects.filter(text="Lunch").values_list("expires_at", flat=True)
+    assert offered is (midnight is not None)
+    if midnight is None:
+        assert response.status_code == 200 and not saved  # not a choice: a form error
+    else:
+        assert response.status_code == 302
+        assert list(saved) == [datetime.fromisoformat(midnight).replace(tzinfo=UTC)]
 
 
 @pytest.mark.django_db

@@ -4,7 +4,8 @@ clean up.
 
 Every function has an async twin prefixed ``a`` (``touch``/``atouch``, ``get_presence``/
 ``aget_presence``, ...) except :func:`cleanup` (a batch job for ``manage.py presence_cleanup``
-and cron, not for request paths). :func:`apply_change`/:func:`aapply_change` is the step
+and cron, not for request paths) and the package's own sync helpers ``recent_online_count``,
+``watched_friends`` and ``display_name`` (docs/api.md). :func:`apply_change`/:func:`aapply_change` is the step
 ``set_status`` shares with the status endpoint and the WebSocket (sites use ``set_status``/
 ``aset_status``). Targets and viewers are users or user ids; an anonymous viewer (``None`` or
 ``AnonymousUser``) is a stranger.

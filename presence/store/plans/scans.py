@@ -130,7 +130,8 @@ class ScanPlans(PlanArea):
         return Plan(plan.commands, lambda replies: read(replies).removed, RAISE)
 
     def remove_stale(self, entries: Iterable[StaleEntry], now: float) -> Plan[Removal]:
-        """Removes these entries unless they changed since read; those still in the online
+        """Removes these entries unless they changed since read (with their users' last seen
+        of an earlier day, :meth:`stale_priors`, persisted first); those still in the online
         ledger (nobody swept them: a site without live processes) leave it there and then,
         their offline recorded in the shard's outbox at ``now``, and :attr:`Removal.offline`
         says so, for ``user_offline``."""
@@ -160,6 +161,8 @@ class ScanPlans(PlanArea):
                         self.keys.expiries_key(bucket),
                         *self.keys.ledger_keys(self.keys.shard_of(bucket))[:2],
                         self.keys.outbox_key(self.keys.shard_of(bucket)),
+                        # (its user's last seen of an earlier day goes with the entry)
+                        self.keys.prior_key(bucket),
                     ],
                     [int(now), *args],
                 )

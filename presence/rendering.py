@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from typing import Any
+from urllib.parse import quote
 
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
@@ -340,6 +341,20 @@ def room_name(room: Any, room_id: Any = None) -> str:
     return str(room) if room_id is None else f"{room}:{room_id}"
 
 
+#: a name reverse() leaves as it is, to find where the room's name goes in the endpoint's path
+_ROOM_MARKER = "room:0"
+
+
+def room_endpoint(name: str) -> str:
+    """The path of the room's JSON endpoint (``presence:room``), its name percent-encoded, "/"
+    included (docs/http.md, "Rooms"): one path segment, which a browser fetches as it is. With
+    its slashes left as they are (reverse() does), it would resolve the name's "." and ".."
+    segments first and ask for another room ("page:a/./b" as "page:a/b") or none at all. The
+    one segment is never a dot segment: it holds the kind's ":". The server decodes it back."""
+    marker_url = reverse("presence:room", args=[_ROOM_MARKER])
+    return marker_url[: -len(_ROOM_MARKER)] + quote(name, safe=":@")
+
+
 def room(
     request: Any,
     room: Any,
@@ -364,7 +379,7 @@ def room(
     members = [room_member(key, member) for key, member in state["members"].items()]
     context = {
         "room": name,
-        "endpoint": reverse("presence:room", args=[name]),
+        "endpoint": room_endpoint(name),
         # The viewer's own name: their join lists them, and presence.js need not ask for it.
         "viewer_id": viewer.pk,
         "viewer_name": _card(request, viewer)["name"],

@@ -4,13 +4,15 @@ room."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from html import unescape
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.template import Context, Template
-from django.test import RequestFactory
+from django.test import Client, RequestFactory
 from django.utils import translation
 
 from presence.models import Contact
@@ -90,6 +92,57 @@ def test_meta_for_the_pages_join(make_user: Callable[..., Any]) -> None:
     html = render('{% room_presence "post:1" meta=mode %}', viewer, mode={"mode": "edit"})
     meta = ' data-presence-room-meta="{&quot;mode&quot;:&quot;edit&quot;}"'
     assert html == room_html("post:1", viewer, meta=meta)
+
+
+def fetched_path(endpoint: str) -> str:
+    """The path a browser fetches for an endpoint given as an absolute path, as the URL standard
+    parses it: "\\" is a "/", the "." and ".." segments (also spelt "%2e") are resolved, the
+    path ends at a "?" or "#"."""
+    path = re.split(r"[?#]", endpoint, maxsplit=1)[0].replace("\\", "/")
+    segments = path.split("/")[1:]
+    resolved: list[str] = []
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment.lower() in ("..", ".%2e", "%2e.", "%2e%2e"):
+            if resolved:
+                resolved.pop()
+            if last:
+                resolved.append("")
+        elif segment.lower() in (".", "%2e"):
+            if last:
+                resolved.append("")
+        else:
+            resolved.append(segment)
+    return "/" + "/".join(resolved)
+
+
+@pytest.mark.parametrize(
+    "room",
+    [
+        "post:/docs/../../rooms/group:7",
+        "post:..",
+        "post:a/./b",
+        "post:x/..",
+        "post:%2e%2e/%2E",
+        "post:a\\..\\b",
+        "post:q?after=x#y",
+        "post:été/./",
+    ],
+)
+def test_the_endpoint_a_browser_fetches_is_the_rooms(
+    room: str, make_user: Callable[..., Any]
+) -> None:
+    # The room's JSON endpoint, fetched by presence.js as the browser resolves it, answers
+    # that very room: its name is percent-encoded, "/" included (http.md, "Rooms").
+    viewer = make_user()
+    html = render("{% room_presence name %}", viewer, name=room)
+    endpoint = re.search(r'data-presence-room-endpoint="([^"]*)"', html)
+    assert endpoint is not None
+    client = Client()
+    client.force_login(viewer)
+    response = client.get(fetched_path(unescape(endpoint.group(1))))
+    assert response.status_code == 200
+    assert response.json()["room"] == room
 
 
 @pytest.mark.parametrize(

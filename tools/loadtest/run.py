@@ -571,10 +571,16 @@ class Run:
         check = self.oracle.check(sample)
         label = "final" if final else "checkpoint"
         converged = "n/a" if check.converged_in is None else f"{check.converged_in:.1f} s"
+        no_view = (
+            f" (of them {len(check.no_view)} with no view: not ready or closed)"
+            if check.no_view
+            else ""
+        )
         print(
             f"loadtest: {label}: {check.views} views, {check.entries} entries, "
-            f"{check.first_wrong} differing at first, "
-            f"{check.wrong} after {config.CONVERGENCE_BOUND} s "
+            f"{check.first_wrong} differing at first"
+            + (f", {check.first_no_view} with no view" if check.first_no_view else "")
+            + f", {check.wrong} after {config.CONVERGENCE_BOUND} s{no_view} "
             f"(converged in {converged})",
             flush=True,
         )
@@ -956,7 +962,8 @@ class Run:
             (
                 "final check",
                 f"{final.views} views / {final.entries:,} entries, "
-                f"{final.first_wrong} differing at first, {final.wrong} wrong",
+                f"{final.first_wrong} differing at first, {final.wrong} wrong"
+                + (f" ({len(final.no_view)} with no view: not ready)" if final.no_view else ""),
             )
         )
         if self.rooms_row:

@@ -82,3 +82,76 @@ def test_room_keys_left_in_redis_are_found_by_the_key_schemes_names(
     assert leftover_keys([redis_client])["room keys"] == 1
     redis_client.set(scheme.room_key("lobby:small-2", "z"), "5")
     assert leftover_keys([redis_client])["room keys"] == 2
+
+
+# --- the room check, against room_presence ------------------------------------------------------
+
+#: an empty room as room_presence shows it: no member listed, none other, count 0
+EMPTY = (frozenset(), 0, 0)
+#: a view listing a member the room does not have
+WRONG = (frozenset({"99"}), 0, 1)
+SMALL_ROOM = f"{KIND}:small-3"
+
+
+@pytest.fixture
+def lobby_rooms(settings: Any) -> None:
+    settings.PRESENCE = {**settings.PRESENCE, **loadtest_rooms.SETTINGS}
+
+
+@pytest.mark.django_db
+def test_each_tab_of_a_user_is_compared_in_its_own_room(lobby_rooms: None, make_user: Any) -> None:
+    viewer = make_user().pk
+    # Two tabs of one user in different rooms: the first tab's view is wrong.
+    views = [(1, viewer, {BIG: WRONG}), (2, viewer, {SMALL_ROOM: EMPTY})]
+    result = loadtest_rooms.compare(views, hidden=set(), blocked_pairs=set())
+    assert result.views == 2
+    assert result.wrong == 1
+    assert result.wrong_views == [(1, BIG)]
+    assert loadtest_rooms.compare(views[1:], set(), set()).wrong == 0  # the right one alone
+
+
+@pytest.mark.django_db
+def test_a_room_view_the_oracle_gives_no_truth_for_is_wrong(lobby_rooms: None) -> None:
+    nobody = 10**9  # no such user: room_presence cannot be asked for them
+    result = loadtest_rooms.compare([(1, nobody, {BIG: EMPTY})], set(), set())
+    assert (result.views, result.wrong) == (1, 1)
+    assert "the oracle gave no view" in loadtest_rooms.report(result)
+
+
+def test_a_wrong_room_view_stays_wrong_while_its_client_is_not_ready(
+    lobby_rooms: None, transactional_db: None
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    viewer = get_user_model().objects.create_user(username="roomviewer").pk
+    looks: list[int] = []
+
+    def ask_views() -> list[loadtest_rooms.RoomViewsOf]:
+        # Wrong at the first look; then its client reconnected and its room_state never came
+        # (a client not ready sends no view).
+        looks.append(1)
+        return [(1, viewer, {BIG: WRONG})] if len(looks) == 1 else []
+
+    result = loadtest_rooms.check(ask_views, 1.0, set(), set())
+    assert len(looks) > 1
+    assert result.first_wrong == 1
+    assert result.wrong == 1
+    assert result.no_view == 1
+    assert result.converged_in is None
+
+
+def test_a_wrong_room_view_leaves_once_its_client_is_back_and_agrees(
+    lobby_rooms: None, transactional_db: None
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    viewer = get_user_model().objects.create_user(username="roomviewer").pk
+    answers = iter([[(1, viewer, {BIG: WRONG})], []])
+
+    def ask_views() -> list[loadtest_rooms.RoomViewsOf]:
+        return next(answers, [(1, viewer, {BIG: EMPTY})])
+
+    result = loadtest_rooms.check(ask_views, 2.0, set(), set())
+    assert result.first_wrong == 1
+    assert result.wrong == 0
+    assert result.converged_in is not None

@@ -134,7 +134,12 @@ class RoomCheck:
     wrong: int = 0
     #: members listed by the oracle (room_presence) that the viewer may never see
     oracle_leaks: int = 0
-    examples: list[tuple[int, str, RoomTuple, RoomTuple]] = field(default_factory=list)
+    #: (viewer, room, shown, the oracle's; None: it gave none) of views found wrong
+    examples: list[tuple[int, str, RoomTuple, RoomTuple | None]] = field(default_factory=list)
+    #: (connection index, room) of the views found wrong
+    wrong_views: list[tuple[int, str]] = field(default_factory=list)
+    #: of the views wrong at the end, those whose client sent none at the last look (not ready)
+    no_view: int = 0
     converged_in: float | None = None
     #: by room: the members present as the oracle counts them for one viewer (the largest
     #: count any viewer of it saw), for the summary's figures
@@ -145,7 +150,10 @@ def compare(
     views: Iterable[RoomViewsOf], hidden: set[int], blocked_pairs: set[tuple[int, int]]
 ) -> RoomCheck:
     views = list(views)
-    rooms = {viewer: list(shown) for _, viewer, shown in views}
+    # Every room of each viewer: a user's tabs may be in different rooms.
+    rooms: dict[int, list[str]] = {}
+    for _, viewer, shown in views:
+        rooms[viewer] = sorted({*rooms.get(viewer, ()), *shown})
     truth = expected(rooms, rooms)
     result = RoomCheck()
     for (viewer, room), (listed, _others, count) in truth.items():
@@ -153,12 +161,14 @@ def compare(
             1 for member in listed if never_shown(viewer, int(member), hidden, blocked_pairs)
         )
         result.sizes[room] = max(result.sizes.get(room, 0), count)
-    for _, viewer, shown in views:
+    for index, viewer, shown in views:
         for room, view in shown.items():
             result.views += 1
+            # A view the oracle gave no truth for is not right either.
             right = truth.get((viewer, room))
-            if right is not None and view != right:
+            if view != right:
                 result.wrong += 1
+                result.wrong_views.append((index, room))
                 if len(result.examples) < 3:
                     result.examples.append((viewer, room, view, right))
     return result
@@ -179,6 +189,8 @@ def check(
     started = time.monotonic()
     first: RoomCheck | None = None
     chosen: set[int] | None = None
+    #: (connection index, room) of the views found wrong, until each is seen to agree
+    wrong: set[tuple[int, str]] = set()
     while True:
         views = list(ask_views())
         if sample is not None:
@@ -189,6 +201,12 @@ def check(
         reading = time.monotonic()
         result = in_oracle_thread(compare, views, hidden, blocked_pairs)
         pause = max(RECHECK, (time.monotonic() - reading) * (1 - ORACLE_SHARE) / ORACLE_SHARE)
+        # A wrong view leaves only once it came back and agreed: a client not ready meanwhile
+        # (reconnecting, awaiting its room_state) sends none, and it stays wrong until it does.
+        returned = {index for index, _, _ in views}
+        unseen = {key for key in wrong if key[0] not in returned}
+        wrong = unseen | set(result.wrong_views)
+        result.wrong, result.no_view = len(wrong), len(unseen)
         first = first or result
         result.first_wrong = first.wrong
         result.oracle_leaks = max(result.oracle_leaks, first.oracle_leaks)
@@ -207,7 +225,12 @@ def report(result: RoomCheck, label: str = "final") -> str:
         f"at first, {result.wrong} wrong (converged in {converged}), "
         f"{result.oracle_leaks} oracle leaks"
     )
+    if result.no_view:
+        line += f" ({result.no_view} of them with no view at the last look: not ready)"
     for viewer, room, shown, right in result.examples if result.wrong else []:
+        if right is None:
+            line += f"\nloadtest:   wrong: viewer {viewer} room {room}: the oracle gave no view"
+            continue
         line += (
             f"\nloadtest:   wrong: viewer {viewer} room {room}: shown "
             f"{len(shown[0])} listed/{shown[1]} others/{shown[2]}, oracle "
@@ -226,7 +249,7 @@ def diagnose(result: RoomCheck, changes: list[tuple[float, str, int, int]]) -> s
 
     lines = []
     for viewer, room, shown, right in result.examples:
-        for member in sorted(shown[0] ^ right[0]):
+        for member in sorted(shown[0] ^ (right[0] if right else frozenset())):
             uid = int(member)
             presence = api.get_presence(uid, viewer)
             privacy = PrivacySettings.objects.filter(user_id=uid).values_list(
@@ -262,7 +285,8 @@ def reannounced(
 
     targets: dict[str, set[int]] = {}
     for _, room, shown, right in result.examples:
-        targets.setdefault(room, set()).update(int(m) for m in shown[0] ^ right[0])
+        listed = right[0] if right else frozenset()
+        targets.setdefault(room, set()).update(int(m) for m in shown[0] ^ listed)
     if not targets:
         return "loadtest:   (no differing member to announce again)"
     for room, members in targets.items():

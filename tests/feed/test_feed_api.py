@@ -393,6 +393,105 @@ def test_paging_while_activities_arrive_has_no_duplicates_or_gaps(
     assert seen == list(reversed(before))
 
 
+def delete_while_read(monkeypatch: pytest.MonkeyPatch, delete: Callable[[Any], object]) -> None:
+    """Run ``delete(bound)`` each time a many-author timeline has taken the bound of its page and
+    before it reads the page: another request deleting activities meanwhile."""
+    from presence.feed.api import timelines
+
+    take_bound = timelines._lower_bound
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        bound = take_bound(*args, **kwargs)
+        delete(bound)
+        return bound
+
+    monkeypatch.setattr(timelines, "_lower_bound", racing)
+
+
+def test_a_page_whose_activities_were_all_deleted_while_read_goes_on_with_the_rest(
+    make_user: Callable[..., Any], clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    viewer, alice, bob = make_user("viewer"), make_user("alice"), make_user("bob")
+    everyone_sees(alice, bob)
+    for author in (alice, bob):
+        Contact.objects.create(owner=viewer, contact=author)
+    older = []
+    for n in range(3):
+        older.append(feed.post(alice, f"alice {n}").pk)
+        clock.shift(1)
+    clock.shift(3600)
+    for n in range(60):
+        feed.post(bob, f"bob {n}")
+        clock.shift(1)
+    # Bob deletes every activity of his (his account) after the first page took its bound,
+    # which lies among his activities.
+    delete_while_read(monkeypatch, lambda bound: Activity.objects.filter(author=bob).delete())
+    page = feed.following_timeline(viewer)
+    assert ids(page) == list(reversed(older)) and page.next_cursor is None
+
+
+def test_a_page_deleted_under_every_bound_still_shows_what_remains(
+    make_user: Callable[..., Any], clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    viewer = make_user("viewer")
+    authors = [make_user() for _ in range(3)]
+    everyone_sees(*authors)
+    for author in authors:
+        Contact.objects.create(owner=viewer, contact=author)
+    for author in authors:  # the first author's are the oldest, the last's the newest
+        for n in range(30):
+            feed.post(author, f"{n}")
+            clock.shift(1)
+
+    def delete_since(bound: Any) -> None:
+        # Each time a bound is taken, everything since it is deleted at once.
+        if bound.since is not None:
+            Activity.objects.filter(created_at__gte=bound.since).delete()
+
+    delete_while_read(monkeypatch, delete_since)
+    page = feed.following_timeline(viewer, limit=10)
+    remaining = list(Activity.objects.order_by("-created_at", "-id").values_list("pk", flat=True))
+    assert remaining and ids(page) == remaining[:10]
+    monkeypatch.undo()
+    assert page_through(lambda c: feed.following_timeline(viewer, cursor=c, limit=10), 10) == (
+        remaining
+    )
+
+
+def test_include_self_skips_no_followed_activity_when_some_are_deleted_while_read(
+    make_user: Callable[..., Any], clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    viewer, alice, bob = make_user("viewer"), make_user("alice"), make_user("bob")
+    everyone_sees(alice, bob)
+    for author in (alice, bob):
+        Contact.objects.create(owner=viewer, contact=author)
+    own = []
+    for n in range(60):  # the viewer's own, the oldest
+        own.append(feed.post(viewer, f"own {n}").pk)
+        clock.shift(1)
+    followed = []
+    for n in range(3):
+        followed.append(feed.post(alice, f"alice {n}").pk)
+        clock.shift(1)
+    for n in range(60):
+        followed.append(feed.post(bob, f"bob {n}").pk)
+        clock.shift(1)
+    newest_bob = followed[-10:]
+    delete_while_read(
+        monkeypatch, lambda bound: Activity.objects.filter(pk__in=newest_bob).delete()
+    )
+    first = feed.following_timeline(viewer, include_self=True)
+    monkeypatch.undo()
+    seen = ids(first)
+    cursor = first.next_cursor
+    while cursor is not None:
+        page = feed.following_timeline(viewer, include_self=True, cursor=cursor)
+        seen += ids(page)
+        cursor = page.next_cursor
+    # Every activity left, once, newest first: none of alice's skipped by the viewer's own.
+    assert seen == list(reversed(own + followed[:-10]))
+
+
 @pytest.mark.parametrize("timeline", ["user", "following", "group", "mentions"])
 def test_invalid_cursor(timeline: str, make_user: Callable[..., Any]) -> None:
     viewer = make_user()

@@ -143,22 +143,35 @@ class _Rows:
     more: bool = False
 
 
+#: bounds taken for one page before reading it without one (see _authors_rows)
+_BOUND_ATTEMPTS = 2
+
+
 def _authors_rows(
     authors: QuerySet[Any], field: str, position: Position | None, need: int
 ) -> _Rows:
     """Up to ``need`` activities below ``position`` of ``authors`` (rows naming a visible
     author in ``field``), newest first."""
-    bound = _lower_bound(authors, field, position, need)
-    if isinstance(bound.authors, list) and not bound.authors:
-        return _Rows([])
-    rows = Activity.objects.filter(author__in=bound.authors).filter(_below(position))
-    if bound.since is not None:
-        rows = rows.filter(created_at__gte=bound.since)
-    found = list(rows.select_related("author").order_by(*_NEWEST_FIRST)[:need])
-    # Short under a bound only if activities were deleted since the bound was taken: end the
-    # page here and let the next one look further.
-    short = bound.since is not None and 0 < len(found) < need
-    return _Rows(found, more=short)
+    for _ in range(_BOUND_ATTEMPTS):
+        bound = _lower_bound(authors, field, position, need)
+        if isinstance(bound.authors, list) and not bound.authors:
+            return _Rows([])
+        rows = Activity.objects.filter(author__in=bound.authors).filter(_below(position))
+        if bound.since is not None:
+            rows = rows.filter(created_at__gte=bound.since)
+        found = list(rows.select_related("author").order_by(*_NEWEST_FIRST)[:need])
+        if bound.since is None or len(found) == need:
+            return _Rows(found)
+        # Short under a bound only if activities were deleted since the bound was taken: end
+        # the page here and let the next one look further.
+        if found:
+            return _Rows(found, more=True)
+        # Every activity since the bound was deleted: no row to end the page at, so take the
+        # bound again (those deletions are seen now).
+    # Deleted again and again while read: all the authors' activities below the position,
+    # without a bound (as correct, but it may sort many rows).
+    rows = Activity.objects.filter(author__in=authors.values(field)).filter(_below(position))
+    return _Rows(list(rows.select_related("author").order_by(*_NEWEST_FIRST)[:need]))
 
 
 def _user_rows(author_pk: int, viewer: Any, position: Position | None, need: int) -> _Rows:
@@ -216,8 +229,13 @@ def following_timeline(
     followed = Contact.objects.filter(owner=viewer_pk).filter(visible_to(viewer_pk, "contact"))
     rows = _authors_rows(followed, "contact", position, limit + 1)
     if include_self:
-        own = _user_rows(viewer_pk, viewer_pk, position, limit + 1)
-        merged = sorted([*rows.activities, *own.activities], key=_position, reverse=True)
+        own = _user_rows(viewer_pk, viewer_pk, position, limit + 1).activities
+        if rows.more:
+            # The followed activities end early (some were deleted while read): the page ends
+            # at their oldest, or its cursor would pass followed activities not read yet.
+            oldest = _position(rows.activities[-1])
+            own = [activity for activity in own if _position(activity) > oldest]
+        merged = sorted([*rows.activities, *own], key=_position, reverse=True)
         rows = _Rows(merged[: limit + 1], more=rows.more)
     return _page(rows, limit)
 

@@ -63,6 +63,9 @@ class ActivityAdmin(UserFieldsMixin, admin.ModelAdmin):
         mentions = formset.save(commit=False)
         for mention in mentions:
             mention.created_at = formset.instance.created_at
+            # A mention added or pointed at another user here has no recorded places:
+            # rendering finds its user's handle in the text (Mention.spans).
+            mention.spans = None
             mention.save()
         for deleted in formset.deleted_objects:
             deleted.delete()
@@ -74,3 +77,9 @@ class ActivityAdmin(UserFieldsMixin, admin.ModelAdmin):
         Mention.objects.filter(activity=obj).exclude(created_at=obj.created_at).update(
             created_at=obj.created_at
         )
+
+    def save_related(self, request: Any, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        if change and "text" in form.changed_data:
+            # The recorded places of the mentions are offsets into the old text.
+            Mention.objects.filter(activity=form.instance).update(spans=None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db.models import F, UniqueConstraint
 
 from presence.conf import user_settings as presence_settings
 from presence.feed.conf import SETTING_NAMES, FeedSettings, user_settings
@@ -19,19 +20,49 @@ def _bad_value(key: str, value: Any, expected: str) -> Error:
     )
 
 
+def _makes_unique(constraint: Any, name: str) -> bool:
+    """Whether ``constraint`` keeps field ``name`` unique on every row: a unique constraint on
+    it alone, or on one expression of it alone (e.g. ``Lower(name)``)."""
+    if not isinstance(constraint, UniqueConstraint) or constraint.condition is not None:
+        return False
+    if constraint.fields:
+        return tuple(constraint.fields) == (name,)
+    if len(constraint.expressions) != 1:
+        return False
+    [expression] = constraint.expressions
+    flatten = getattr(expression, "flatten", None)
+    parts = list(flatten()) if callable(flatten) else [expression]
+    return {getattr(part, "name", None) for part in parts if isinstance(part, F)} == {name}
+
+
 def _check_handle_field(name: str) -> list[CheckMessage]:
     from django.contrib.auth import get_user_model
 
     user_model = get_user_model()
-    if name in {field.name for field in user_model._meta.concrete_fields}:
+    fields = {field.name: field for field in user_model._meta.concrete_fields}
+    if name not in fields:
+        return [
+            Error(
+                f"PRESENCE_FEED['HANDLE_FIELD'] is {name!r}, which is not a field of "
+                f"{user_model._meta.label}.",
+                hint="Name the user model's field of public handles (e.g. 'username' or "
+                "'display_name'), or remove the key to use USERNAME_FIELD.",
+                id="presence_feed.E003",
+            )
+        ]
+    if fields[name].unique or any(
+        _makes_unique(constraint, name) for constraint in user_model._meta.constraints
+    ):
         return []
     return [
-        Error(
-            f"PRESENCE_FEED['HANDLE_FIELD'] is {name!r}, which is not a field of "
-            f"{user_model._meta.label}.",
-            hint="Name the user model's field of public handles (e.g. 'username' or "
-            "'display_name'), or remove the key to use USERNAME_FIELD.",
-            id="presence_feed.E003",
+        Warning(
+            f"PRESENCE_FEED['HANDLE_FIELD'] is {name!r}, which is not unique on "
+            f"{user_model._meta.label}: users who share a handle cannot be mentioned by it "
+            "(their @handle mentions nobody), and a link to one of their profiles by handle "
+            "may open another's.",
+            hint=f"Make {user_model._meta.label}.{name} unique (unique=True or a "
+            "UniqueConstraint), or name a unique field.",
+            id="presence_feed.W003",
         )
     ]
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Generic, TypeVar
 
 from django.utils.translation import gettext
@@ -50,10 +51,11 @@ def clean_text(text: object, max_length: int) -> str:
 
 #: Characters of a mentionable username: Django's username characters except ``@``.
 _NAME = r"[\w.+-]"
-#: An ``@`` starts a mention at the start of the text or after a character that cannot be part
-#: of an e-mail address, a URL path or another mention (so ``a@b.com``, ``x.org/@bob`` and
-#: ``@@bob`` mention nobody).
-_MENTION_RE = re.compile(rf"(?<![\w.+\-@/=])@({_NAME}+)")
+#: An ``@`` starts a mention at the start of the text or after a character that cannot come
+#: right before the ``@`` of an e-mail address, a URL or another mention (so ``a@b.com``,
+#: ``x.org/@bob``, ``x.org/#@bob``, ``?a=1&@bob`` and ``@@bob`` mention nobody), nor after a
+#: backtick (code: ``@property`` between backticks is no mention).
+_MENTION_RE = re.compile(rf"(?<![\w.+\-@/=#&?`])@({_NAME}+)")
 #: characters at which a name may end early: ``@bob.`` (end of a sentence) mentions bob
 _SEPARATORS = frozenset("._+-")
 #: Django's default username max_length
@@ -110,31 +112,96 @@ class MentionSpan(Generic[T]):
     target: T
 
 
-def case_insensitive_lookup(known: Mapping[str, T]) -> Callable[[str], T | None]:
-    """A resolver over ``known`` (username -> user): an exact match first, else a match
-    ignoring case, if only one known name matches that way."""
-    folded: dict[str, list[T]] = {}
-    for name, target in known.items():
-        folded.setdefault(name.casefold(), []).append(target)
+def _fold_char(char: str) -> str:
+    """``char`` with its case folded, one character for one: an ASCII letter to lower case; any
+    other character to its case fold, or else its lower case, if that is one character and not
+    ASCII (so the Kelvin sign never equals ``k``: a database matching ASCII names ignoring case
+    does not equate them either); else ``char`` itself."""
+    if char.isascii():
+        return char.lower()
+    for folded in (char.casefold(), char.lower()):
+        if len(folded) == 1 and not folded.isascii():
+            return folded
+    return char
 
-    def lookup(name: str) -> T | None:
-        if name in known:
-            return known[name]
-        matches = folded.get(name.casefold(), [])
-        return matches[0] if len(matches) == 1 else None
+
+def fold_case(name: str) -> str:
+    """``name`` with its case folded letter by letter: two handles that fold alike are the same
+    ignoring case (``Émile`` and ``éMILE``; not ``Straße`` and ``STRASSE``)."""
+    return "".join(map(_fold_char, name))
+
+
+@cache
+def _bmp_case_mates() -> dict[str, frozenset[str]]:
+    """Non-ASCII characters of the Basic Multilingual Plane that fold alike, by their fold:
+    the groups that upper and lower case alone do not link (Greek sigma's final form, the
+    symbol forms of theta, Cyrillic's old letter forms)."""
+    mates: dict[str, set[str]] = {}
+    for point in range(0x80, 0x10000):
+        char = chr(point)
+        folded = _fold_char(char)
+        if folded != char:
+            mates.setdefault(folded, {folded}).add(char)
+    return {folded: frozenset(chars) for folded, chars in mates.items()}
+
+
+def case_mates(char: str) -> frozenset[str]:
+    """Every character that folds as ``char`` does (``char`` included)."""
+    folded = _fold_char(char)
+    if char.isascii():
+        return frozenset({folded, folded.upper()})
+    found = _bmp_case_mates().get(folded)
+    if found is not None:
+        return found
+    # Past the BMP, case maps one letter to one: upper and title case find the rest.
+    variants = (char, folded, folded.upper(), folded.title())
+    return frozenset(v for v in variants if len(v) == 1 and _fold_char(v) == folded)
+
+
+def any_case_pattern(name: str) -> str:
+    """A case-sensitive regular expression matching exactly the texts that fold as ``name``
+    does, letter by letter (``^[Éé][Mm]...$``): the same on SQLite (Python's ``re``) and
+    PostgreSQL (``~``), whose own case-insensitive matching of non-ASCII letters differ."""
+    parts = []
+    for char in name:
+        mates = case_mates(char)
+        if len(mates) > 1 or not (char.isalnum() or char in "_-"):
+            parts.append("[" + "".join(sorted(mates)) + "]")
+        else:
+            parts.append(char)
+    return "^" + "".join(parts) + "$"
+
+
+def handle_lookup(users: Iterable[tuple[str, T]]) -> Callable[[str], list[T]]:
+    """A resolver over ``(handle, user)`` pairs: the users whose handle is the name exactly,
+    else those whose handle is the name ignoring case (:func:`fold_case`). More than one user is
+    an ambiguous name (see :func:`resolve_mentions`)."""
+    exact: dict[str, list[T]] = {}
+    folded: dict[str, list[T]] = {}
+    for handle, target in users:
+        exact.setdefault(handle, []).append(target)
+        folded.setdefault(fold_case(handle), []).append(target)
+
+    def lookup(name: str) -> list[T]:
+        return exact.get(name) or folded.get(fold_case(name), [])
 
     return lookup
 
 
-def resolve_mentions(text: str, lookup: Callable[[str], T | None]) -> list[MentionSpan[T]]:
-    """The mentions of ``text`` whose name ``lookup`` knows (its longest known candidate each);
-    unknown names are left as text. A user mentioned twice gives two spans."""
+def resolve_mentions(text: str, lookup: Callable[[str], Sequence[T]]) -> list[MentionSpan[T]]:
+    """The mentions of ``text``: for each ``@``, its longest candidate name that ``lookup``
+    knows decides. Naming one user, it mentions them; naming several (an ambiguous name), it
+    mentions nobody, and no shorter name is tried (``@bob.smith`` never stands for ``bob``
+    when a ``bob.smith`` exists). Unknown names are left as text. A user mentioned twice gives
+    two spans."""
     spans: list[MentionSpan[T]] = []
     for candidate in mention_candidates(text):
         for name in candidate.names:
-            target = lookup(name)
-            if target is not None:
-                spans.append(MentionSpan(candidate.start, candidate.start + 1 + len(name), target))
+            targets = lookup(name)
+            if targets:
+                if len(targets) == 1:
+                    end = candidate.start + 1 + len(name)
+                    spans.append(MentionSpan(candidate.start, end, targets[0]))
                 break
     return spans
 

@@ -128,6 +128,11 @@ class Mention(models.Model):
     #: the activity's created_at, copied once when it is posted, so the mentions timeline pages
     #: through the (user, created_at, activity) index without sorting all of a user's mentions
     created_at = models.DateTimeField(_("created at"))
+    #: where the text names the user, ``[[start, end], ...]`` (``text[start:end]`` is the
+    #: ``@name``), recorded when posted: rendering links exactly these. None for a mention
+    #: recorded otherwise (added in the admin, or before migration 0002, or the text edited
+    #: since): rendering then looks for the user's handle in the text.
+    spans = models.JSONField(_("places in the text"), null=True, default=None, editable=False)
 
     class Meta:
         verbose_name = _("mention")

@@ -140,3 +140,21 @@ def test_activity_change_keeps_mention_times_in_step(
 def test_activity_add_page_renders(admin_client: Client) -> None:
     assert admin_client.get("/admin/presence_feed/activity/add/").status_code == 200
     assert Activity.objects.count() == 0
+
+
+def test_editing_the_text_keeps_mentions_linked_where_the_new_text_names_them(
+    admin_client: Client, content: dict[str, Any], make_user: Callable[..., Any]
+) -> None:
+    activity = content["first"]
+    carol = make_user("carol")
+    url = f"/admin/presence_feed/activity/{activity.pk}/change/"
+    values = form_values(admin_client.get(url).content.decode())
+    # The places recorded when posted were in the old text; carol is added here.
+    values["text"] = "Dune tonight: @carol and @bob"
+    values["mentions-TOTAL_FORMS"] = "2"
+    values["mentions-1-user"] = str(carol.pk)
+    values["mentions-1-activity"] = str(activity.pk)
+    assert admin_client.post(url, values).status_code == 302
+    assert feed.render_text(Activity.objects.get(pk=activity.pk)) == (
+        'Dune tonight: <span class="mention">@carol</span> and <span class="mention">@bob</span>'
+    )

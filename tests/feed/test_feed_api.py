@@ -85,13 +85,16 @@ def test_post_saves_the_activity_and_its_mentions(
         ("@Dave vs @dave", ["Dave", "dave"]),  # exact matches win over case
         ("@DAVE", []),  # matches Dave and dave ignoring case: ambiguous, left as text
         ("https://x.social/@bob", []),
+        ("https://x.social/#@bob and ?a=1&@carol", []),  # in a URL
         ("@@bob @", []),
+        ("@émile, @ÉMILE", ["Émile"]),  # any letter's case, on every database
+        ("@οδυσσευς", ["Οδυσσευς"]),
     ],
 )
 def test_mention_parsing_with_real_users(
     text: str, mentioned: list[str], make_user: Callable[..., Any]
 ) -> None:
-    for name in ("bob", "carol", "dave", "Dave", "john", "john.doe"):
+    for name in ("bob", "carol", "dave", "Dave", "john", "john.doe", "Émile", "Οδυσσευς"):
         make_user(name)
     author = make_user("author")
     activity = feed.post(author, text)
@@ -754,6 +757,75 @@ def test_rendering_uses_the_mentions_stored_when_posted(make_user: Callable[...,
     assert feed.render_text(Activity.objects.get(pk=activity.pk), "demo:profile") == "hi @later"
 
 
+def test_a_longer_name_of_a_user_not_mentioned_is_never_linked_to_a_shorter_one(
+    make_user: Callable[..., Any],
+) -> None:
+    """``@bob.smith`` names bob.smith, who blocked the author (so is not mentioned): it stays
+    plain text, not a mention of bob reaching into it."""
+    bob, bob_smith = make_user("bob"), make_user("bob.smith")
+    author = make_user("author")
+    Block.objects.create(blocker=bob_smith, blocked=author)
+    activity = feed.post(author, "thanks @bob and @bob.smith")
+    assert [m.user for m in feed.mentions_of(activity)] == [bob]
+    assert feed.render_text(Activity.objects.get(pk=activity.pk)) == (
+        'thanks <span class="mention">@bob</span> and @bob.smith'
+    )
+
+
+def test_a_stored_mention_stays_linked_whoever_signs_up_or_renames_later(
+    make_user: Callable[..., Any],
+) -> None:
+    ann = make_user("Ann")
+    author = make_user("author")
+    activity = feed.post(author, "hi @ANN")
+    assert [m.user for m in feed.mentions_of(activity)] == [ann]
+    make_user("ann")  # "@ANN" would be ambiguous now: it was not when posted
+    expected = 'hi <span class="mention">@ANN</span>'
+    assert feed.render_text(Activity.objects.get(pk=activity.pk)) == expected
+    ann.username = "Annie"  # the link follows her, where the post named her
+    ann.save()
+    assert feed.render_text(Activity.objects.get(pk=activity.pk)) == expected
+    shown = feed.activity_as_dict(Activity.objects.get(pk=activity.pk))
+    assert shown["mentions"] == [{"id": wire_id(ann), "username": "Annie"}]
+
+
+def test_rendering_a_page_costs_no_query_whatever_case_its_mentions_use(
+    make_user: Callable[..., Any], clock: Any
+) -> None:
+    viewer, author, bob = make_user("viewer"), make_user("author"), make_user("bob")
+    emile = make_user("Émile")
+    everyone_sees(author)
+    Contact.objects.create(owner=viewer, contact=author)
+    for n in range(30):
+        feed.post(author, f"{n} hi @BOB, @Bob, @bob and @ÉMILE")
+        clock.shift(1)
+    page = feed.following_timeline(viewer)
+    with CaptureQueriesContext(connection) as queries:
+        shown = [feed.activity_as_dict(activity) for activity in page.activities]
+    assert len(queries) == 0
+    assert len(shown) == 30 and all(item["html"].count('class="mention"') == 4 for item in shown)
+    assert shown[0]["mentions"] == [
+        {"id": wire_id(bob), "username": "bob"},
+        {"id": wire_id(emile), "username": "Émile"},
+    ]
+
+
+def test_a_mention_without_recorded_places_is_found_by_its_handle(
+    make_user: Callable[..., Any],
+) -> None:
+    """Mentions from before their places were recorded (or added in the admin) still link:
+    their user's handle where the text names it, among the stored mentions."""
+    bob, carol = make_user("bob"), make_user("carol")
+    author = make_user("author")
+    activity = feed.post(author, "hi @BOB and @carol, @bob.x")
+    Mention.objects.filter(activity=activity).update(spans=None)
+    assert feed.render_text(Activity.objects.get(pk=activity.pk)) == (
+        'hi <span class="mention">@BOB</span> and <span class="mention">@carol</span>, '
+        '<span class="mention">@bob</span>.x'
+    )
+    assert {m.user for m in Mention.objects.filter(activity=activity)} == {bob, carol}
+
+
 def test_activity_as_dict(make_user: Callable[..., Any], clock: Any) -> None:
     bob = make_user("bob")
     author = make_user("author")
@@ -914,6 +986,21 @@ def test_a_handle_that_is_an_email_address_is_never_shown_suggested_or_mentioned
     assert feed.usernames_starting_with("an", author) == []
     shown = feed.activity_as_dict(activity)
     assert "ann@example.com" not in str(shown["mentions"])
+
+
+def test_a_handle_shared_by_several_users_mentions_none_of_them(
+    make_user: Callable[..., Any], settings: Any
+) -> None:
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "first_name"}  # not unique (presence_feed.W003)
+    author = make_user("author", first_name="Author")
+    make_user("sam1", first_name="sam")
+    make_user("sam2", first_name="sam")
+    ann = make_user("ann1", first_name="ann")
+    activity = feed.post(author, "Lunch, @sam, @Sam, @sam.x and @ann?")
+    assert [mention.user for mention in Mention.objects.filter(activity=activity)] == [ann]
+    assert feed.render_text(activity) == (
+        'Lunch, @sam, @Sam, @sam.x and <span class="mention">@ann</span>?'
+    )
 
 
 def test_handle_field_names_the_public_handle(make_user: Callable[..., Any], settings: Any) -> None:

@@ -79,5 +79,40 @@ def test_e003_handle_field_must_name_a_field_of_the_user_model(settings: Any) ->
     [message] = check_settings()
     assert message.id == "presence_feed.E003"
     assert "'nickname'" in message.msg and "USERNAME_FIELD" in message.hint
-    settings.PRESENCE_FEED = {"HANDLE_FIELD": "first_name"}
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "username"}
     assert check_settings() == []
+
+
+def test_w003_a_handle_field_that_is_not_unique_is_reported(settings: Any) -> None:
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "first_name"}
+    [message] = check_settings()
+    assert message.id == "presence_feed.W003"
+    assert "not unique" in message.msg and "unique" in message.hint
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "username"}  # unique: nothing to report
+    assert check_settings() == []
+
+
+def test_w003_a_unique_constraint_on_the_handle_makes_it_unique(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.auth import get_user_model
+    from django.db.models import Q, UniqueConstraint
+    from django.db.models.functions import Lower
+
+    meta = get_user_model()._meta
+    settings.PRESENCE_FEED = {"HANDLE_FIELD": "first_name"}
+    for unique in (
+        UniqueConstraint(fields=["first_name"], name="one_first_name"),
+        UniqueConstraint(Lower("first_name"), name="one_first_name_in_any_case"),
+    ):
+        monkeypatch.setattr(meta, "constraints", [*meta.constraints, unique])
+        assert check_settings() == []
+        monkeypatch.undo()
+    # Unique only with another field, or only on some rows: two users may share a handle.
+    for partial in (
+        UniqueConstraint(fields=["first_name", "last_name"], name="one_full_name"),
+        UniqueConstraint(fields=["first_name"], condition=Q(is_staff=True), name="one_staff"),
+    ):
+        monkeypatch.setattr(meta, "constraints", [*meta.constraints, partial])
+        assert ids(check_settings()) == ["presence_feed.W003"]
+        monkeypatch.undo()

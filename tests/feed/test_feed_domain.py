@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,11 +11,13 @@ from presence.domain import InvalidInput
 from presence.feed.domain import (
     MAX_NAME_LENGTH,
     Position,
+    any_case_pattern,
     candidate_names,
-    case_insensitive_lookup,
     clean_text,
     decode_cursor,
     encode_cursor,
+    fold_case,
+    handle_lookup,
     mention_candidates,
     resolve_mentions,
     unique_targets,
@@ -96,6 +99,10 @@ def test_mention_candidates(text: str, expected: list[tuple[str, ...]]) -> None:
         "https://example.social/@bob",
         "key=@bob",
         "@@bob",
+        "https://example.org/#@bob",  # a URL's fragment
+        "https://example.org/?@bob",
+        "https://example.org/?a=1&@bob",  # a URL's query
+        "`@property`",  # code
         "@",
         "@ bob",
         "a @ b",
@@ -144,7 +151,7 @@ USERS = {
 
 
 def resolved(text: str, known: dict[str, str] = USERS) -> list[tuple[str, str]]:
-    spans = resolve_mentions(text, case_insensitive_lookup(known))
+    spans = resolve_mentions(text, handle_lookup(known.items()))
     return [(text[s.start : s.end], s.target) for s in spans]
 
 
@@ -175,12 +182,64 @@ def test_case_exact_first_else_unique_case_insensitive_match() -> None:
     ]
 
 
+def test_a_name_of_several_users_mentions_nobody_and_no_shorter_name() -> None:
+    # Two users share the handle "sam" (a handle field that is not unique): "@sam" and
+    # "@sam.x" (no "sam.x": "sam" is tried) are ambiguous; so is "@ANN.b" ("ANN" names both Ann
+    # and ann ignoring case), while "@ann.b" names ann exactly.
+    pairs = [("sam", "S1"), ("sam", "S2"), ("bob", "B"), ("Ann", "A1"), ("ann", "A2")]
+    text = "@sam @sam.x @bob @ANN.b @ann.b"
+    spans = resolve_mentions(text, handle_lookup(pairs))
+    assert [(text[s.start : s.end], s.target) for s in spans] == [("@bob", "B"), ("@ann", "A2")]
+
+
+def test_the_longest_name_of_a_user_decides_even_if_it_is_not_mentioned() -> None:
+    # "bob.smith" names a user: "@bob.smith" is theirs, never a mention of "bob" (whether or
+    # not the post may mention bob.smith is the caller's business, not a reason to try "bob").
+    pairs = [("bob", "B"), ("bob.smith", "BS")]
+    text = "thanks @bob and @bob.smith."
+    spans = resolve_mentions(text, handle_lookup(pairs))
+    assert [(text[s.start : s.end], s.target) for s in spans] == [
+        ("@bob", "B"),
+        ("@bob.smith", "BS"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("Bob", "bOB", True),
+        ("Émile", "éMILE", True),
+        ("ΟΔΥΣΣΕΥΣ", "οδυσσευς", True),  # the final sigma folds as the others do
+        ("Ǆemal", "ǆemal", True),
+        ("Straße", "STRASSE", False),  # one letter is never two
+        ("\u212aate", "kate", False),  # the Kelvin sign is not an ASCII k
+        ("\u017fam", "sam", False),  # nor is the long s an ASCII s
+        ("bob", "bob.", False),
+    ],
+)
+def test_fold_case_is_letter_by_letter(a: str, b: str, same: bool) -> None:
+    assert (fold_case(a) == fold_case(b)) is same
+
+
+@pytest.mark.parametrize("name", ["émile", "Ωmega.x+y-z_9", "οδυσσευς", "名前", "bob", "ǅemal"])
+def test_any_case_pattern_matches_what_folds_alike(name: str) -> None:
+    pattern = re.compile(any_case_pattern(name))
+    others = {name.upper(), name.lower(), name.title(), name.swapcase(), name + "x", name[1:]}
+    others |= {"ΟΔΥΣΣΕΥΣ", "Οδυσσευσ", "ÉMILE", "emile", "ΩMEGA.X+Y-Z_9", "ΩmegaXx+y-z_9"}
+    for text in others | {name}:
+        assert bool(pattern.search(text)) is (fold_case(text) == fold_case(name)), text
+
+
+def test_unicode_names_resolve_ignoring_case() -> None:
+    assert resolved("hi @émile and @ÉMILE", {"Émile": "E"}) == [("@émile", "E"), ("@ÉMILE", "E")]
+
+
 def test_email_addresses_resolve_to_nothing_even_for_known_names() -> None:
     assert resolved("write to bob@carol.com or carol@bob") == []
 
 
 def test_repeated_mentions_give_one_target_each() -> None:
-    spans = resolve_mentions("@bob @carol @bob @BOB", case_insensitive_lookup(USERS))
+    spans = resolve_mentions("@bob @carol @bob @BOB", handle_lookup(USERS.items()))
     assert len(spans) == 4
     assert unique_targets(spans, key=lambda target: target) == ["B", "C"]
 

@@ -52,37 +52,40 @@ def handle_of(user: Any) -> str | None:
     return str(value)
 
 
-def _known_users(names: Sequence[str]) -> dict[str, Any]:
-    """Users named (exactly, or ignoring case) by ``names``: handle -> user. One query for
-    the exact names (the unique index); a second one only for names typed in another case."""
+def _known_users(names: Sequence[str]) -> list[Any]:
+    """Users named (exactly, or ignoring case) by ``names``, each once. One query for the exact
+    names (the unique index); a second one only for names no handle spells exactly: ASCII names
+    with ``iexact``, others with a pattern of each letter's cases (SQLite ignores the case of
+    ASCII letters only; feed_domain.handle_lookup folds the rows found alike everywhere)."""
     if not names:
-        return {}
+        return []
     field = handle_field()
     manager = get_user_model()._default_manager
-    known: dict[str, Any] = {}
-
-    def add(users: Any) -> None:
-        for user in users:
-            handle = handle_of(user)
-            if handle is not None:
-                known.setdefault(handle, user)
-
-    add(manager.filter(**{f"{field}__in": names}))
-    others = [name for name in names if name not in known]
+    found = {user.pk: user for user in manager.filter(**{f"{field}__in": names})}
+    spelt = {getattr(user, field) for user in found.values()}
+    others = [name for name in names if name not in spelt]
     if others:
         folded = Q()
         for name in others:
-            folded |= Q(**{f"{field}__iexact": name})
-        add(manager.filter(folded))
-    return known
+            if name.isascii():
+                folded |= Q(**{f"{field}__iexact": name})
+            else:
+                folded |= Q(**{f"{field}__regex": feed_domain.any_case_pattern(name)})
+        for user in manager.filter(folded):
+            found.setdefault(user.pk, user)
+    return list(found.values())
+
+
+def _resolve(text: str) -> list[feed_domain.MentionSpan[Any]]:
+    """Where ``text`` mentions whom (see docs/feed.md, "Mentions")."""
+    names = feed_domain.candidate_names(text)[:MAX_MENTION_NAMES]
+    pairs = [(handle, user) for user in _known_users(names) if (handle := handle_of(user))]
+    return feed_domain.resolve_mentions(text, feed_domain.handle_lookup(pairs))
 
 
 def mentioned_users(text: str) -> list[Any]:
     """The users ``text`` mentions, in text order, each once (see docs/feed.md)."""
-    names = feed_domain.candidate_names(text)[:MAX_MENTION_NAMES]
-    lookup = feed_domain.case_insensitive_lookup(_known_users(names))
-    spans = feed_domain.resolve_mentions(text, lookup)
-    return feed_domain.unique_targets(spans, key=lambda user: user.pk)
+    return feed_domain.unique_targets(_resolve(text), key=lambda user: user.pk)
 
 
 def _not_blocked(author_pk: int, users: list[Any]) -> list[Any]:
@@ -112,13 +115,25 @@ def post(author: Any, text: Any, *, kind: str = ActivityKind.POST) -> Activity:
     text = feed_domain.clean_text(text, get_settings().ACTIVITY_MAX_LENGTH)
     alias = router.db_for_write(Activity)
     with transaction.atomic(using=alias):
-        users = _not_blocked(author_pk, mentioned_users(text))
+        spans = _resolve(text)
+        users = _not_blocked(author_pk, feed_domain.unique_targets(spans, key=lambda u: u.pk))
         activity = Activity(author_id=author_pk, text=text, kind=ActivityKind(kind))
         if not isinstance(author, int | str | UUID):
             activity.author = author
         activity.save(using=alias)
+        # Each mention keeps where the text names its user: rendering links exactly these,
+        # whoever signs up, changes a handle or is blocked later.
+        places: dict[Any, list[list[int]]] = {}
+        for span in spans:
+            places.setdefault(span.target.pk, []).append([span.start, span.end])
         mentions = [
-            Mention(activity=activity, user=user, created_at=activity.created_at) for user in users
+            Mention(
+                activity=activity,
+                user=user,
+                created_at=activity.created_at,
+                spans=places[user.pk],
+            )
+            for user in users
         ]
         Mention.objects.using(alias).bulk_create(mentions)
         # What rendering needs, so listeners and callers do not query again.

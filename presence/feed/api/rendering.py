@@ -41,45 +41,50 @@ def profile_url(user: Any, url_name: str | None = None) -> str | None:
     return absolute() if callable(absolute) else None
 
 
-def _as_posted(users: dict[str, Any]) -> Any:
-    """A lookup of the stored mentions' users by name as the post resolved them: a name spelt
-    as a user's handle is theirs; one that differs only in case was theirs only if no other
-    user's handle matches it ignoring case (posting's rule, feed_domain.case_insensitive_lookup,
-    over every user: asked of the database, once per such name, none for names spelt exactly).
-    Otherwise ``@ANN`` beside a stored ``Ann`` would name her though ``ann`` exists too (or
-    blocked the author, and was never stored)."""
-    folded = feed_domain.case_insensitive_lookup(users)
-    manager = get_user_model()._default_manager
-    field = handle_field()
-    alone: dict[str, bool] = {}
+def _recorded(spans: Any, text: str) -> list[tuple[int, int]]:
+    """The ``[start, end]`` pairs of a mention's ``spans`` that fit ``text`` (an ``@`` and a
+    name inside it); anything else is skipped."""
+    fitting = []
+    for pair in spans if isinstance(spans, list) else []:
+        if isinstance(pair, list) and len(pair) == 2 and all(type(n) is int for n in pair):
+            start, end = pair
+            if 0 <= start < end <= len(text) and text[start] == "@":
+                fitting.append((start, end))
+    return fitting
 
-    def lookup(name: str) -> Any:
-        if name in users:
-            return users[name]
-        user = folded(name)
-        if user is None:
-            return None
-        if name not in alone:
-            alone[name] = manager.filter(**{f"{field}__iexact": name}).count() == 1
-        return user if alone[name] else None
 
-    return lookup
+def _mention_spans(activity: Activity) -> list[feed_domain.MentionSpan[Any]]:
+    """Where the activity's stored mentions are in its text, in text order: the places recorded
+    when it was posted; for a mention without them (see Mention.spans), its user's handle
+    wherever the text names it, among the stored mentions only."""
+    text = activity.text
+    spans: list[feed_domain.MentionSpan[Any]] = []
+    unplaced: list[tuple[str, Any]] = []
+    for mention in mentions_of(activity):
+        if mention.spans is None:
+            if (handle := handle_of(mention.user)) is not None:
+                unplaced.append((handle, mention.user))
+            continue
+        for start, end in _recorded(mention.spans, text):
+            spans.append(feed_domain.MentionSpan(start, end, mention.user))
+    if unplaced:
+        spans += feed_domain.resolve_mentions(text, feed_domain.handle_lookup(unplaced))
+    kept: list[feed_domain.MentionSpan[Any]] = []
+    for span in sorted(spans, key=lambda span: (span.start, -span.end)):
+        if not kept or span.start >= kept[-1].end:  # overlapping places: the first one
+            kept.append(span)
+    return kept
 
 
 def render_text(activity: Activity, url_name: str | None = None) -> SafeString:
     """The activity's text as HTML: escaped, each stored mention linked to its user's profile
     (``<a class="mention" href="...">@name</a>``, or a ``<span class="mention">`` when there
-    is no URL). Names that were unknown when posted stay plain text."""
+    is no URL) where the post named them. Names that named nobody when posted stay plain text.
+    No query beyond the mentions (loaded with the page)."""
     text = activity.text
-    users = {
-        handle: mention.user
-        for mention in mentions_of(activity)
-        if (handle := handle_of(mention.user)) is not None
-    }
-    spans = feed_domain.resolve_mentions(text, _as_posted(users))
     parts: list[str] = []
     start = 0
-    for span in spans:
+    for span in _mention_spans(activity):
         parts.append(escape(text[start : span.start]))
         label = text[span.start : span.end]
         url = profile_url(span.target, url_name)

@@ -8,7 +8,9 @@ thread, right before its receivers run) and sends the signal only if it removed 
 nobody claimed within :func:`deadline` (its caller gave up waiting for Redis, was killed, or
 could not reach Redis to claim) is claimed by the next sweep anywhere (a room's: the sweep of
 that room, which its outbox keeps due), or by ``presence_cleanup``, with one script that
-removes what it returns. Removal is atomic, so exactly one party sends each transition.
+removes what it returns. Removal is atomic, so exactly one party sends each transition. A
+user's transition claimed so is announced too (:func:`claim_stale`): its caller, who never got
+the reply, announced nothing.
 
 A claim waits for a busy Redis as the write that made the transition did (a live path's
 ``LIVE_SOCKET_TIMEOUT``, :func:`run_live`): a claimer that gave up on a late reply would take
@@ -25,8 +27,9 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from presence import layer, signals
+from presence import announce, layer, signals
 from presence.conf import get_settings
+from presence.domain import LIVE_CHANGE
 from presence.operations import Operation, call
 from presence.store import Plan, get_store, merge
 from presence.store.plans import Pruned, RoomTransition, RoomWrite, Transition
@@ -170,11 +173,24 @@ def deadline() -> float:
 
 
 def claim_stale(now: float) -> Operation[int]:
-    """``yield from claim_stale(now)``: claim the entries left past the deadline and send their
-    signals (the sweep). Returns how many."""
+    """``yield from claim_stale(now)``: claim the entries left past the deadline, send their
+    signals, and announce their users (the sweep, ``presence_cleanup``). Returns how many.
+
+    An entry left unclaimed is a transition whose caller never learnt it made it (a page that
+    gave up on a slow Redis that ran its write later, a process killed), so nobody announced
+    it either: open sockets watching the user are told here, and the change stamped, as its
+    caller would have. A user told twice (their offline also announced by this sweep) is
+    resolved again and sent nothing new."""
     store = get_store()
     plan = store.plans.claim_stale_entries(now - deadline(), get_settings().SWEEP_BATCH)
     entries = yield from call(partial(run_live, plan), afunction=partial(arun_live, plan))
     for entry in entries:
         signals.send_transition(entry.user_id, entry.made, entry.at, entry.invisible)
+    if entries:
+        yield from call(
+            announce.announce_change,
+            list(dict.fromkeys(entry.user_id for entry in entries)),
+            LIVE_CHANGE,
+            afunction=announce.aannounce_change,
+        )
     return len(entries)

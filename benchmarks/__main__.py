@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tools.processes import exit_on_sigterm
+
 if TYPE_CHECKING:
     from benchmarks.common import Row
 
@@ -211,4 +213,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # A stopped run (make bench under a timeout, a kill) still stops what it started: each
+    # benchmark's finally blocks stop its daphne and clients, and the database goes.
+    exit_on_sigterm()
     sys.exit(main(sys.argv[1:]))

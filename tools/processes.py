@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import signal
 import subprocess
 from typing import Any
 
@@ -33,3 +34,14 @@ def answers_http(port: int, path: str = "/login/") -> bool:
         return False
     finally:
         conn.close()
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM raises SystemExit (128 + 15) in the main thread: a tool stopped by a timeout or a
+    kill still stops what it started (its finally blocks run), as on Ctrl-C. Python's default
+    ends the process at once, leaving its servers and clients running."""
+    signal.signal(signal.SIGTERM, _exit)
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

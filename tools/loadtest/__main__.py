@@ -18,7 +18,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from tools.loadtest import config
 from tools.loadtest.config import Sizes
 from tools.loadtest.servers import Servers
+from tools.processes import exit_on_sigterm
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -207,13 +207,8 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    # A stopped load test (timeout, kill) still stops what it started: the finally blocks run.
-    raise SystemExit(128 + signum)
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     multiprocessing.set_start_method("spawn")
     random.seed(7)
     sys.exit(main(sys.argv[1:]))

@@ -21,7 +21,7 @@ from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.urls import NoReverseMatch, get_script_prefix, reverse
 from django.utils import timezone
-from django.utils.formats import number_format
+from django.utils.formats import get_format, number_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -29,6 +29,7 @@ from django.utils.translation import gettext
 from presence import api, domain, stamps
 from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
+from presence.domain.display import script_words
 from presence.users import parse_user_id, user_pk
 
 logger = logging.getLogger("presence")
@@ -250,15 +251,24 @@ def live_friends(request: Any, limit: int) -> dict[str, Any]:
     return {"friends": rows, "limit": limit, "shown_count": min(len(online), limit)}
 
 
-def script_labels() -> dict[str, str]:
-    """The words presence.js puts on dots and last-seen texts, in the active language."""
-    labels = {status.value: str(label) for status, label in domain.STATUS_LABELS.items()}
+def script_labels() -> dict[str, Any]:
+    """The words presence.js puts on dots and last-seen texts, in the active language, and
+    how the page writes numbers."""
+    labels: dict[str, Any] = {
+        status.value: str(label) for status, label in domain.STATUS_LABELS.items()
+    }
     labels["onlineText"] = gettext("online")
     labels["justNow"] = gettext("just now")
     # "last seen recently"... by last_seen_approx (presence.js shows no number, no time)
     labels.update(
         {approx.value: str(label) for approx, label in domain.LAST_SEEN_APPROX_LABELS.items()}
     )
+    # "5 minutes ago": the words humanize() writes, for presence.js to write the same.
+    labels.update(script_words())
+    # The online count as {% online_count %} writes it (number_format): presence.js groups
+    # its digits the same way.
+    labels["numberGrouping"] = get_format("NUMBER_GROUPING")
+    labels["thousandSeparator"] = get_format("THOUSAND_SEPARATOR")
     return labels
 
 

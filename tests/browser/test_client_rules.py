@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from html import escape, unescape
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test.utils import override_settings
+from django.utils import translation
 
+from presence import domain, rendering
 from tests.browser.pages import CHROMIUM, CHROMIUM_ARGS, presence
 from tests.clock import T0, at
 
@@ -185,21 +191,25 @@ def chromium_browser() -> Iterator[Any]:
 @pytest.fixture
 def client(chromium_browser: Any) -> Iterator[Callable[..., Client]]:
     """Opens a page of ``body`` with presence.js (its configuration as ``{% presence_script %}``
-    renders it); ``init`` runs before the script. No page may throw."""
+    renders it, with ``labels`` as its data-presence-labels); ``init`` runs before the script.
+    No page may throw."""
     contexts: list[Any] = []
     clients: list[Client] = []
 
-    def open_page(body: str, init: str = "") -> Client:
+    def open_page(
+        body: str, init: str = "", labels: dict[str, Any] | None = None, lang: str = "en"
+    ) -> Client:
         context = chromium_browser.new_context()
         contexts.append(context)
         page = context.new_page()
+        words = f" data-presence-labels='{escape(json.dumps(labels))}'" if labels else ""
         script = (
             "<script src='/static/presence.js' data-presence-socket='/ws/presence/'"
             f" data-presence-endpoint='{ENDPOINT}'"
             " data-presence-status-endpoint='/presence/api/status'"
-            " data-presence-heartbeat='30' data-presence-idle-after='300'></script>"
+            f" data-presence-heartbeat='30' data-presence-idle-after='300'{words}></script>"
         )
-        html = f"<!doctype html><html lang='en'><body><main>{body}</main>{script}</body></html>"
+        html = f"<!doctype html><html lang='{lang}'><body><main>{body}</main>{script}</body></html>"
         page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=html, content_type="text/html"))
         page.route(
             f"{ORIGIN}/static/presence.js",
@@ -393,6 +403,97 @@ def test_any_string_id_is_subscribed_and_rendered(client: Callable[..., Client],
     assert [f["users"] for f in c.sent("subscribe")] == [[odd]]
     c.receive(snapshot({"2": presence("online"), odd: presence("online")}))
     assert all("presence-dot--online" in cls for cls in c.classes(".presence-dot"))
+
+
+# --- the texts the server renders, written again by the script -------------------------------
+
+
+#: the page's moment: February 2025 has 28 days
+TEXTS_AT = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+#: last seens at the edges of each unit, before TEXTS_AT
+LAST_SEENS = [
+    TEXTS_AT - timedelta(seconds=59),
+    TEXTS_AT - timedelta(seconds=59.5),  # whole seconds: a minute (the JSON has no fraction)
+    TEXTS_AT - timedelta(seconds=60),
+    TEXTS_AT - timedelta(minutes=59, seconds=59),
+    TEXTS_AT - timedelta(hours=1),
+    TEXTS_AT - timedelta(days=1),
+    TEXTS_AT - timedelta(days=7) + timedelta(seconds=1),
+    TEXTS_AT - timedelta(days=7),
+    datetime(2025, 2, 1, 12, 0, 1, tzinfo=UTC),  # 27 days: 3 weeks
+    datetime(2025, 2, 1, 12, 0, tzinfo=UTC),  # a calendar month, 28 days
+    datetime(2025, 1, 31, 12, 0, tzinfo=UTC),
+    datetime(2025, 1, 30, 12, 0, tzinfo=UTC),
+    datetime(2024, 3, 6, 12, 0, tzinfo=UTC),  # 360 days: 11 months
+    datetime(2024, 3, 1, 12, 0, 1, tzinfo=UTC),
+    datetime(2024, 3, 1, 12, 0, tzinfo=UTC),  # a calendar year, 365 days
+    datetime(2024, 2, 29, 12, 0, tzinfo=UTC),
+    datetime(2023, 3, 1, 12, 0, tzinfo=UTC),
+    datetime(1901, 5, 1, tzinfo=UTC),  # 123 years
+    datetime(1724, 3, 1, 12, 0, tzinfo=UTC),  # 301 years: words of 101
+]
+
+
+@pytest.mark.parametrize("language", ["en", "ja", "zh-hans", "vi", "de"])
+def test_the_script_writes_the_last_seen_text_the_server_rendered(
+    client: Callable[..., Client], language: str
+) -> None:
+    # One rule on both sides: for the same moment, the text presence.js writes is the one
+    # {% last_seen %} rendered, and 30 s later the one it would render then.
+    def server_texts(now: datetime) -> list[str]:
+        with translation.override(language):
+            return [domain.humanize(domain.Presence(last_seen=seen), now) for seen in LAST_SEENS]
+
+    with translation.override(language):
+        labels = rendering.script_labels()
+    spans = "".join(f"<span data-presence-last-seen='{i}'></span>" for i in range(len(LAST_SEENS)))
+    c = client(spans, labels=labels, lang=language)
+    c.page.clock.set_system_time(TEXTS_AT)
+    c.open_socket()
+    presences = {
+        str(i): presence("offline", last_seen=domain.iso_time(seen))
+        for i, seen in enumerate(LAST_SEENS)
+    }
+    c.receive(snapshot(presences))
+    written = (
+        "() => Array.from(document.querySelectorAll('[data-presence-last-seen]'),"
+        " (el) => el.textContent)"
+    )
+    assert c.js(written) == server_texts(TEXTS_AT)
+    c.tick(30_000)  # the script's clock rewrites them
+    assert c.js(written) == server_texts(TEXTS_AT + timedelta(seconds=30))
+
+
+#: (language, NUMBER_GROUPING of the site where the language has none)
+NUMBER_FORMATS = [
+    ("en", None),
+    ("de", None),
+    ("fr", None),  # a no-break space
+    ("vi", None),  # no grouping
+    ("zh-hans", None),  # groups of 4, no separator
+    ("vi", (3, 2, 0)),  # as in India: 12.34.567
+]
+COUNTS = [0, 7, 999, 1000, 1234, 12345, 123456, 1234567, 1234567890]
+
+
+@pytest.mark.parametrize(("language", "grouping"), NUMBER_FORMATS)
+def test_the_script_writes_the_online_count_as_the_server_rendered_it(
+    client: Callable[..., Client], language: str, grouping: Any
+) -> None:
+    with override_settings(NUMBER_GROUPING=grouping or 0), translation.override(language):
+        labels = rendering.script_labels()
+        rendered = [
+            unescape(re.sub(r"<[^>]+>", "", rendering.online_count(count))) for count in COUNTS
+        ]
+    c = client(f"<span data-presence-online-count='{COUNT_ENDPOINT}'></span>", labels=labels)
+    c.open_socket()
+    written = []
+    for count in COUNTS:
+        c.receive({"type": "online_count", "count": count})
+        written.append(
+            c.js("() => document.querySelector('[data-presence-online-count]').textContent")
+        )
+    assert written == rendered
 
 
 # --- the connection: waits and polling ------------------------------------------------------------

@@ -208,6 +208,24 @@ class TestHumanize:
             assert domain.humanize(self.seen(hours=2, minutes=10), self.now) == "2\xa0hours ago"
             assert domain.humanize(self.seen(days=3), self.now) == "3\xa0days ago"
 
+    @pytest.mark.parametrize(
+        ("seen", "english"),
+        [
+            ("2025-02-01T12:00:01", "3\xa0weeks ago"),  # 27 days: February has 28
+            ("2025-02-01T12:00:00", "1\xa0month ago"),  # the day and the time reached again
+            ("2025-01-31T12:00:00", "1\xa0month ago"),  # 28 February is no month: 1 March is
+            ("2024-03-01T12:00:01", "11\xa0months ago"),
+            ("2024-03-01T12:00:00", "1\xa0year ago"),
+            ("2025-03-01T11:59:00.5", "1\xa0minute ago"),  # whole seconds, as the JSON has
+            ("2025-03-01T11:59:01", "just now"),
+        ],
+    )
+    def test_calendar_months_and_years_in_utc(self, seen: str, english: str) -> None:
+        now = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+        last_seen = datetime.fromisoformat(seen).replace(tzinfo=UTC)
+        with translation.override("en"):
+            assert domain.humanize(Presence(last_seen=last_seen), now) == english
+
 
 class TestPassed:
     """A wait in wall-clock time: over once its seconds passed, and at once when the clock was

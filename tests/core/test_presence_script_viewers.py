@@ -14,6 +14,8 @@ from django.template import RequestContext, Template
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
+from tests.core.test_templatetags import WORDS_EN, quoted
+
 pytestmark = pytest.mark.django_db
 
 LABELS = (
@@ -23,7 +25,7 @@ LABELS = (
     "&quot;recently&quot;:&quot;last seen recently&quot;,"
     "&quot;within_week&quot;:&quot;last seen within a week&quot;,"
     "&quot;within_month&quot;:&quot;last seen within a month&quot;,"
-    "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;}"
+    "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;," + quoted(WORDS_EN) + "}"
 )
 SCRIPT = (
     '<script src="/static/presence/presence.js" '

@@ -388,6 +388,22 @@ def test_prefetch_of_a_queryset(make_user: Callable[..., Any]) -> None:
 # --- presence_script ------------------------------------------------------------------------
 
 
+def quoted(json_text: str) -> str:
+    return json_text.replace('"', "&quot;")
+
+
+#: the words of "5 minutes ago" and how the count is written, in English (presence.js writes
+#: them as the server does: a unit's words for most numbers, then those that differ)
+WORDS_EN = (
+    '"ago":"%(delta)s ago","units":{"year":["%(num)d years",{"1":"%(num)d year"}],'
+    '"month":["%(num)d months",{"1":"%(num)d month"}],'
+    '"week":["%(num)d weeks",{"1":"%(num)d week"}],"day":["%(num)d days",{"1":"%(num)d day"}],'
+    '"hour":["%(num)d hours",{"1":"%(num)d hour"}],'
+    '"minute":["%(num)d minutes",{"1":"%(num)d minute"}]},'
+    '"numberGrouping":3,"thousandSeparator":","'
+)
+
+
 @pytest.mark.parametrize(
     ("language", "labels"),
     [
@@ -399,7 +415,7 @@ def test_prefetch_of_a_queryset(make_user: Callable[..., Any]) -> None:
             "&quot;recently&quot;:&quot;last seen recently&quot;,"
             "&quot;within_week&quot;:&quot;last seen within a week&quot;,"
             "&quot;within_month&quot;:&quot;last seen within a month&quot;,"
-            "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;}",
+            "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;," + quoted(WORDS_EN) + "}",
         ),
         (
             "ja",
@@ -409,7 +425,14 @@ def test_prefetch_of_a_queryset(make_user: Callable[..., Any]) -> None:
             "&quot;recently&quot;:&quot;最近オンライン&quot;,"
             "&quot;within_week&quot;:&quot;1週間以内にオンライン&quot;,"
             "&quot;within_month&quot;:&quot;1か月以内にオンライン&quot;,"
-            "&quot;long_ago&quot;:&quot;長期間オフライン&quot;}",
+            "&quot;long_ago&quot;:&quot;長期間オフライン&quot;,"
+            + quoted(
+                '"ago":"%(delta)s前","units":{"year":["%(num)d年",{}],'
+                '"month":["%(num)dか月",{}],"week":["%(num)d週間",{}],"day":["%(num)d日",{}],'
+                '"hour":["%(num)d時間",{}],"minute":["%(num)d分",{}]},'
+                '"numberGrouping":3,"thousandSeparator":","'
+            )
+            + "}",
         ),
     ],
 )
@@ -433,7 +456,7 @@ SCRIPT_LABELS = (
     "&quot;recently&quot;:&quot;last seen recently&quot;,"
     "&quot;within_week&quot;:&quot;last seen within a week&quot;,"
     "&quot;within_month&quot;:&quot;last seen within a month&quot;,"
-    "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;}"
+    "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;," + quoted(WORDS_EN) + "}"
 )
 
 

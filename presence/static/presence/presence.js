@@ -13,7 +13,7 @@
  * exactly those users, and renders what the server pushes:
  *   - the dot's class presence-dot--STATUS, its title and aria-label,
  *   - the text of [data-presence-last-seen="PK"]: "online", a relative time (refreshed every
- *     30 s), or empty.
+ *     30 s; counted and worded as {% last_seen %} renders it), or empty.
  * It sends a heartbeat every HEARTBEAT_INTERVAL ("active", or "idle" after IDLE_AFTER without
  * input or while the tab is hidden; at once when that changes), reconnects with exponential
  * backoff and jitter, and resubscribes. While the socket is down (or where WebSocket is missing)
@@ -43,7 +43,8 @@
  *   watchFeed(name) / unwatchFeed(name): live timelines ("following", "mentions",
  *     "user:<id>", "group:<slug>"), watched again after every reconnect.
  *   Online count: every [data-presence-online-count] ({% online_count %}) shows the number of
- *     users online, in the page's number format (Intl.NumberFormat, the document's lang): the
+ *     users online, grouped as the server groups it (data-presence-labels; else
+ *     Intl.NumberFormat of the document's lang): the
  *     socket is asked for it ("watch_count": only on pages that show it) and pushes its changes
  *     (at most one "online_count" frame per 5 s); polling reads the attribute's endpoint.
  *     Event "online_count" {count}.
@@ -168,25 +169,63 @@
     });
   }
 
-  const relative = (() => {
+  // Without the server's words (a hand-written script tag): the browser's, in <html lang>.
+  const relativeFormat = (numeric) => {
     try {
-      return new Intl.RelativeTimeFormat(document.documentElement.lang || undefined, {
-        numeric: "auto",
-      });
+      return new Intl.RelativeTimeFormat(document.documentElement.lang || undefined, { numeric });
     } catch (e) {
-      return new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+      return new Intl.RelativeTimeFormat(undefined, { numeric });
     }
-  })();
+  };
+  const relative = relativeFormat("always"); // "1 day ago", as the server says, not "yesterday"
+  const relativeNow = relativeFormat("auto"); // "now"
 
-  // Like the server's "5 minutes ago": the largest whole unit, rounded down.
+  // The units counted in whole seconds, below the calendar's months and years.
   const UNITS = [
-    ["year", 365 * 86400],
-    ["month", 30 * 86400],
     ["week", 7 * 86400],
     ["day", 86400],
     ["hour", 3600],
     ["minute", 60],
   ];
+  const DAY_MS = 86400000;
+
+  // The server's rule (presence.domain.display.elapsed), so that the text written here is the
+  // one the page was rendered with: the largest whole unit, rounded down, or null under a
+  // minute. Years and months on the calendar, in UTC: from 31 January, 28 February is not a
+  // month yet, 1 March is (the day of the month and the time of day must be reached again).
+  // `since` counts in whole seconds, as the server's JSON gives it.
+  function elapsed(sinceMs, nowMs) {
+    const since = new Date(Math.floor(sinceMs / 1000) * 1000);
+    const now = new Date(nowMs);
+    const seconds = Math.floor((now - since) / 1000);
+    if (!(seconds >= 60)) return null;
+    const timeOfDay = (d) => ((d.getTime() % DAY_MS) + DAY_MS) % DAY_MS;
+    let months =
+      (now.getUTCFullYear() - since.getUTCFullYear()) * 12 + now.getUTCMonth() - since.getUTCMonth();
+    const dayDiff = now.getUTCDate() - since.getUTCDate();
+    if (dayDiff < 0 || (dayDiff === 0 && timeOfDay(now) < timeOfDay(since))) months -= 1;
+    if (months >= 12) return ["year", Math.floor(months / 12)];
+    if (months >= 1) return ["month", months];
+    const unit = UNITS.find(([, size]) => seconds >= size);
+    return [unit[0], Math.floor(seconds / unit[1])];
+  }
+
+  // Python's "%(name)s" / "%(name)d" formatting, as the server fills the same words in.
+  const pyFormat = (template, values) =>
+    template.replace(/%(?:\((\w+)\)[sd]|%)/g, (all, name) => (name ? String(values[name]) : "%"));
+
+  // "5 minutes ago" in the server's words (data-presence-labels: presence.domain.display.
+  // script_words): a unit's words for most numbers, and those of the numbers whose plural form
+  // differs; years past 199 take the words of 100 + their last two digits, as the server says.
+  function agoText(unit, num) {
+    const words = labels.units && labels.units[unit];
+    if (!words || typeof labels.ago !== "string") return relative.format(-num, unit);
+    const listed = unit === "year" && num >= 200 ? 100 + (num % 100) : num;
+    const template = (words[1] || {})[String(listed)] || words[0];
+    // As the server's avoid_wrapping: "5 minutes" stays on one line.
+    const delta = pyFormat(template, { num }).replace(/ /g, "\u00a0");
+    return pyFormat(labels.ago, { delta });
+  }
 
   // Where only the approximate last seen shows: "last seen recently"... (no number, no time).
   const APPROX = ["recently", "within_week", "within_month", "long_ago"];
@@ -194,10 +233,9 @@
   function lastSeenText(p) {
     if (p.status !== "offline") return labels.onlineText;
     if (!p.last_seen) return APPROX.includes(p.last_seen_approx) ? labels[p.last_seen_approx] || "" : "";
-    const seconds = Math.max(0, (Date.now() - Date.parse(p.last_seen)) / 1000);
-    const unit = UNITS.find(([, size]) => seconds >= size);
-    if (!unit) return labels.justNow || relative.format(0, "second");
-    return relative.format(-Math.floor(seconds / unit[1]), unit[0]);
+    const found = elapsed(Date.parse(p.last_seen), Date.now());
+    if (!found) return labels.justNow || relativeNow.format(0, "second");
+    return agoText(found[0], found[1]);
   }
 
   function renderText(id, p) {
@@ -776,6 +814,33 @@
     }
   })();
 
+  // The count as the server writes it ({% online_count %}: Django's number_format, from
+  // data-presence-labels' numberGrouping and thousandSeparator): a group size, or the sizes
+  // from the right as Python's locale gives them ([3, 2, 0]: 0 repeats the last one); 0 groups
+  // nothing. Intl.NumberFormat where the page did not say.
+  const reversed = (text) => Array.from(text).reverse().join("");
+  function formatCount(count) {
+    const grouping = labels.numberGrouping;
+    const separator = labels.thousandSeparator;
+    const sizes = Array.isArray(grouping) ? grouping.slice() : [grouping, 0];
+    const known = sizes.length && sizes.every(Number.isInteger) && typeof separator === "string";
+    if (!known || !Number.isSafeInteger(count) || count < 0) return numbers.format(count);
+    if (!grouping) return String(count);
+    let size = sizes.shift();
+    let grouped = "";
+    let inGroup = 0;
+    for (const digit of reversed(String(count))) {
+      if (inGroup && inGroup === size) {
+        if (sizes.length) size = sizes.shift() || size;
+        grouped += reversed(separator);
+        inGroup = 0;
+      }
+      grouped += digit;
+      inGroup += 1;
+    }
+    return reversed(grouped);
+  }
+
   let countWatched = false; // watch_count sent on this connection
 
   // Ask the socket for the count once the page shows one (also an element added later).
@@ -792,7 +857,7 @@
   function showCount(count, at = nextSequence()) {
     if (typeof count !== "number" || !Number.isFinite(count)) return;
     countShownAt = at;
-    const text = numbers.format(count);
+    const text = formatCount(count);
     countElements().forEach((el) => {
       if (el.textContent !== text) el.textContent = text;
     });

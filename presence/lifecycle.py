@@ -262,19 +262,47 @@ def _sweep(limit: int | None) -> Operation[SweepReport]:
     return report
 
 
+#: the live state of a user Redis does not hold: never online, or offline since long
+_NEVER_LIVE = domain.LiveState()
+
+
+def end_news_lag() -> float:
+    """How long after an end (a turn offline, a custom status's end) fell due a view may still
+    show what it ended (domain.END_NEWS_LAG), or longer where the settings make the sweep that
+    announces it slower: two sweeps and a dead sweeper's lease."""
+    conf = get_settings()
+    slowest = 2 * (conf.SWEEP_INTERVAL + conf.LIVE_SOCKET_TIMEOUT) + STAMP_SLACK
+    return max(domain.END_NEWS_LAG, slowest)
+
+
 class ViewersPresence(dict[UserId, dict[UserId, Presence]]):
     """``{target: {viewer: presence}}``, and whether a change of a target can alter what a
     viewer sees (:meth:`sees`): asked for a viewer whose last view the fan-out does not hold."""
 
-    def __init__(self, pairs: relations.PairFacts) -> None:
+    def __init__(
+        self, pairs: relations.PairFacts, states: Mapping[UserId, domain.LiveState], now: float
+    ) -> None:
         super().__init__()
         self.pairs = pairs
+        self.states = states
+        self.now = now
+        #: what of each target no view shows any longer (domain.ended_of), as asked
+        self.ended: dict[UserId, domain.Ended] = {}
 
     def sees(self, target: UserId, viewer: UserId, change: domain.Change) -> bool:
         choices = self.pairs.choices.get(target)
         if choices is None:
             return True  # no such user (deleted meanwhile): shown as no one
-        return change.seen_by(viewer, choices, self.pairs.relation(viewer, target))
+        ended = self.ended.get(target)
+        if ended is None:
+            # The viewer's view is its page's, of a time not known here: an end is known to
+            # it only once the sweep announced it. A user Redis does not hold is offline
+            # since long (or was never online).
+            live = self.states.get(target, _NEVER_LIVE)
+            settled = self.now - end_news_lag()
+            ended = domain.ended_of(live, choices, settled, resolution.timing())
+            self.ended[target] = ended
+        return change.seen_by(viewer, choices, self.pairs.relation(viewer, target), ended)
 
 
 async def apresence_for_viewers(
@@ -307,7 +335,7 @@ def _presence_for_viewers(
         return None
     timing = resolution.timing()
     unknown = domain.LiveState()
-    resolved = ViewersPresence(pairs)
+    resolved = ViewersPresence(pairs, states, now)
     for target, choices in pairs.choices.items():
         live = states.get(target, unknown)
         # Most viewers share a relation (contact, stranger, ...): resolved once per relation,
@@ -334,23 +362,26 @@ async def asnapshot(targets: Iterable[UserId], viewer: Any) -> tuple[dict[UserId
 
 
 async def asnapshot_changed(
-    changed: Mapping[UserId, domain.Kind], viewer: Any
+    changed: Mapping[UserId, domain.Kind], viewer: Any, since: float | None = None
 ) -> tuple[dict[UserId, Presence], bool, set[UserId]]:
     """:func:`asnapshot` of users changed since a stamp (``changed``: each with the kinds of
-    its changes, as :func:`achanged_since` gives them), and those of them whose changes
-    ``viewer`` may not see (domain.Change.seen_by: no kinds, or kinds that cannot alter what
-    ``viewer`` sees of them). Those are left out of the snapshot: a blocked or non-permitted
-    viewer is answered the same whether they changed or not."""
+    its changes, as :func:`achanged_since` gives them; ``since``: the stamp's time), and those
+    of them whose changes ``viewer`` may not see (domain.Change.seen_by: no kinds, or kinds
+    that cannot alter what ``viewer`` sees of them). Those are left out of the snapshot: a
+    blocked or non-permitted viewer is answered the same whether they changed or not."""
     unseen = {uid for uid, kinds in changed.items() if not kinds}
     ids = [uid for uid, kinds in changed.items() if kinds]
     if not ids:
         return {}, False, unseen
-    presences, guessed, hidden = await arun(_snapshot(ids, viewer, changed))
+    presences, guessed, hidden = await arun(_snapshot(ids, viewer, changed, since))
     return presences, guessed, unseen | hidden
 
 
 def _snapshot(
-    targets: Iterable[UserId], viewer: Any, changed: Mapping[UserId, domain.Kind] | None = None
+    targets: Iterable[UserId],
+    viewer: Any,
+    changed: Mapping[UserId, domain.Kind] | None = None,
+    since: float | None = None,
 ) -> Operation[tuple[dict[UserId, Presence], bool, set[UserId]]]:
     ids = resolution.unique(targets)
     store = get_store()
@@ -368,8 +399,17 @@ def _snapshot(
     if changed is not None:
         viewer_id = viewer_pk(viewer)
         between = frozenset(() if viewer_id is None else (viewer_id,))
+        # An end since the stamp is among the kinds (a schedule due since counts as one,
+        # achanged_since); one before it, the view of the stamp's time shows already.
+        settled = now - end_news_lag() if since is None else since - STAMP_SLACK
+        timing = resolution.timing()
         for uid, (relation, choices) in list(facts.items()):
-            if not domain.Change(changed[uid], between).seen_by(viewer_id, choices, relation):
+            # Redis unread: nothing is known to be over; a user it does not hold is offline
+            # since long (read_recent since 0 leaves no one out).
+            state = None if live is None else live.get(uid, _NEVER_LIVE)
+            ended = domain.ended_of(state, choices, settled, timing)
+            change = domain.Change(changed[uid], between)
+            if not change.seen_by(viewer_id, choices, relation, ended):
                 unseen.add(uid)
                 del facts[uid]
     return resolution.resolve_all(facts, live, now), live is None, unseen

@@ -179,15 +179,17 @@ class Subscription:
         as unchanged since the stamp (none where it proves nothing): those who did not change
         since, and those whose changes the viewer may not see (lifecycle.asnapshot_changed)."""
         socket, known = self.socket, self.known
+        at = self.since_time()
         if changed is UNREAD:
-            at = self.since_time()
             changed = None
             if at is not None and known:
                 changed = await lifecycle.achanged_since(known, socket.viewer_id, at)
         if changed is not None:
             read = {uid: changed[uid] for uid in known if uid in changed}
             presences, guessed, unseen = (
-                await lifecycle.asnapshot_changed(read, socket.user) if read else ({}, False, set())
+                await lifecycle.asnapshot_changed(read, socket.user, at)
+                if read
+                else ({}, False, set())
             )
             return presences, guessed, set(known).difference(read).union(unseen)
         presences, guessed = await lifecycle.asnapshot(known, socket.user)

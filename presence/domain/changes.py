@@ -21,11 +21,13 @@ from presence.domain.model import (
     EXCEPTION_SHIFT,
     VISIBILITY_SETTINGS,
     Choices,
+    LiveState,
     Relation,
+    Timing,
     UserId,
     Visibility,
 )
-from presence.domain.resolver import permits
+from presence.domain.resolver import offline_at, permits
 
 
 class Kind(enum.IntFlag):
@@ -35,7 +37,8 @@ class Kind(enum.IntFlag):
     LIVE = 1
     #: the custom status (text, emoji, activity, its end): seen by whoever may see activity
     ACTIVITY = 2
-    #: invisible turned on or off: seen by whoever may see online but for it
+    #: invisible turned on or off: seen by whoever may see online but for it, where that hides
+    #: or shows something (the user online, or the exact last seen)
     INVISIBLE = 4
     #: the privacy levels, changed in a way not known (a change its process may have died
     #: before announcing): may change what any viewer but a blocked one sees
@@ -70,6 +73,9 @@ LEVELS = Kind(
         if Kind.ONLINE_FOR_STRANGERS <= kind.value <= Kind.ACTIVITY_FOR_CLOSE_FRIENDS
     )
 )
+
+#: the kinds that may alter what a viewer of no relation changed sees (Change.seen_by)
+_SHAPING = Kind.LIVE | Kind.ACTIVITY | Kind.INVISIBLE | LEVELS
 
 #: the classes of viewers a privacy level tells apart, each with one relation of its class
 _CLASSES = (
@@ -144,6 +150,46 @@ def close_friend_shows_more(levels: Choices, excepted: Iterable[str] = ()) -> bo
     )
 
 
+#: how long after an end fell due (a turn offline, a custom status's end) a view may not have
+#: been told of it yet: the sweep that announces it runs every SWEEP_INTERVAL, a dead sweeper's
+#: claim lapses after LIVE_SOCKET_TIMEOUT, a storm's users take a few sweeps (a floor:
+#: presence.lifecycle raises it for slower settings)
+END_NEWS_LAG = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """What of a user's presence no view a change may alter shows any longer: what ended
+    before the views were resolved, or long enough before the change (:data:`END_NEWS_LAG`)
+    that each view it altered was told of it then. A change that would hide it (going
+    invisible, a narrower level) shows such a view nothing."""
+
+    #: the user is offline since then (or never was online)
+    offline: bool = False
+    #: the custom status of the user's choices ended by then
+    custom_status: bool = False
+
+
+#: nothing known to be over (the live state not read): a change is judged as if a view might
+#: still show the user online and their custom status
+NOTHING_ENDED = Ended()
+
+
+def ended_of(live: LiveState | None, choices: Choices, settled: float, timing: Timing) -> Ended:
+    """What of a user's presence (``live``: their live state, None if not known; ``choices``:
+    their choices) ended by ``settled``: a time by which every view a change may alter shows
+    its ends. A resolver hides an end at once, but a view resolved before it shows what it
+    ended until the sweep announces it: a change judged meanwhile must not leave that view
+    behind (a stamp's time, less the clocks' slack; else the time of the judging less
+    :data:`END_NEWS_LAG`)."""
+    offline = False
+    if live is not None:
+        deadline = offline_at(live, timing)
+        offline = deadline is None or deadline <= settled
+    expires_at = choices.expires_at
+    return Ended(offline=offline, custom_status=expires_at is not None and expires_at <= settled)
+
+
 @dataclass(frozen=True)
 class Change:
     """A change of a user's presence: its kinds and, for RELATION, the other users of it."""
@@ -158,10 +204,21 @@ class Change:
             return self
         return Change(self.kinds | other.kinds, self.between | other.between)
 
-    def seen_by(self, viewer: UserId | None, choices: Choices, relation: Relation) -> bool:
+    def seen_by(
+        self,
+        viewer: UserId | None,
+        choices: Choices,
+        relation: Relation,
+        ended: Ended = NOTHING_ENDED,
+    ) -> bool:
         """Whether this change can alter what ``viewer`` (of ``relation`` to the user, whose
-        ``choices`` are the ones after it) sees. False only where the view before and after
-        is provably the same: then the viewer is not told, and learns nothing of it."""
+        ``choices`` are the ones after it) sees; ``ended``: what of the user's presence no view
+        shows any longer (:func:`ended_of`). False only where the view before and after is
+        provably the same: then the viewer is not told, and learns nothing of it.
+
+        The change may be several merged (a coalesced delivery, a stamp's span): the choices
+        before are any its kinds leave possible, each permission of the viewer's class that
+        the levels changed and the invisibility, if it changed, either way."""
         kinds = self.kinds
         if kinds & Kind.UNKNOWN or relation.is_self:
             return True
@@ -173,40 +230,43 @@ class Change:
             return True
         if kinds & Kind.RULES:
             return True
-        may_see_online = permits(choices.online_visibility, relation, "online_visibility")
-        shows_online = may_see_online and not choices.invisible
-        if kinds & Kind.INVISIBLE and may_see_online:
+        if not kinds & _SHAPING:
+            return False  # a relation with someone else: nothing of this viewer's
+        online = self._permissions(choices, relation, "online_visibility")
+        activity = self._permissions(choices, relation, "activity_visibility")
+        invisible = (False, True) if kinds & Kind.INVISIBLE else (choices.invisible,)
+        shows_online = {may and not hidden for may in online for hidden in invisible}
+        if kinds & Kind.LIVE and True in shows_online:
             return True
-        if kinds & Kind.LIVE and shows_online:
+        if kinds & Kind.ACTIVITY and True in activity:
             return True
-        if kinds & Kind.ACTIVITY and permits(
-            choices.activity_visibility, relation, "activity_visibility"
-        ):
+        # Below, the user's state and custom status are as they were: only what the viewer may
+        # see of them changed. A set of two: some view before differs from the view after.
+        if len(shows_online) > 1 and not ended.offline:
+            # The online status, of a user who may be (or still be shown) online: an offline
+            # user's is "offline" either way.
             return True
-        if kinds & LEVELS:
-            return self._levels_seen_by(relation, choices, shows_online)
-        return False
+        custom_status = choices.text or choices.emoji or choices.activity
+        if len(activity) > 1 and custom_status and not ended.custom_status:
+            return True
+        if relation.hides_own_last_seen:
+            return False  # the approximate last seen only, either way (it ignores both)
+        last_seen = self._permissions(choices, relation, "last_seen_visibility")
+        # The exact last seen needs the online status shown too; hidden, the approximate one
+        # is shown instead, the same whatever hid it.
+        exact = {shown and may for shown in shows_online for may in last_seen}
+        return len(exact) > 1
 
-    def _levels_seen_by(self, relation: Relation, choices: Choices, shows_online: bool) -> bool:
-        """Whether a change of levels changed a permission of ``relation``'s viewer that alters
-        what it sees: the online status not while the user is invisible (hidden either way),
-        the last seen only where the online status is shown, the custom status only where
-        there is one."""
-        viewers = _class_of(relation)
-        for setting in VISIBILITY_SETTINGS:
-            if not self.kinds & _level_kind(setting, viewers):
-                continue
-            if relation.exceptions >> EXCEPTION_SHIFT[setting] & (EXCEPTION_ALLOW | EXCEPTION_DENY):
-                continue  # its exception beats the level, before and after
-            if setting == "online_visibility":
-                if not choices.invisible:
-                    return True
-            elif setting == "activity_visibility":
-                if choices.text or choices.emoji or choices.activity:
-                    return True
-            elif shows_online and not relation.hides_own_last_seen:
-                return True
-        return False
+    def _permissions(self, choices: Choices, relation: Relation, setting: str) -> tuple[bool, ...]:
+        """Whether ``relation``'s viewer may see ``setting``: after this change, and before it
+        if the change may have turned that permission (its class's, without an exception for
+        the setting, which beats the level before and after)."""
+        after = permits(getattr(choices, setting), relation, setting)
+        if not self.kinds & _level_kind(setting, _class_of(relation)):
+            return (after,)
+        if relation.exceptions >> EXCEPTION_SHIFT[setting] & (EXCEPTION_ALLOW | EXCEPTION_DENY):
+            return (after,)
+        return (after, not after)
 
 
 #: a change of unknown kind: everyone who may see the user is told

@@ -36,6 +36,10 @@ VIEWER = 7
 OFFLINE = LiveState(last_active=NOW - 3 * 86400, prior=NOW - 5 * 86400)
 ONLINE = LiveState(last_active=NOW - 10, devices=(Device.WEB,), prior=NOW - 5 * 86400)
 IDLE = replace(ONLINE, connected=True, idle=True)
+#: offline since ten seconds (its ONLINE_WINDOW over): the sweep may not have announced it yet
+JUST_OFFLINE = replace(ONLINE, last_active=NOW - TIMING.online_window - 10)
+#: views older than this were told of every end before it (a page's socket: the sweep's lag)
+SETTLED = NOW - domain.END_NEWS_LAG
 
 
 def relations() -> Iterator[Relation]:
@@ -45,6 +49,9 @@ def relations() -> Iterator[Relation]:
         yield Relation(is_contact=contact, is_close_friend=close, blocked=blocked)
     for setting, bit in itertools.product(EXCEPTION_SHIFT, (EXCEPTION_ALLOW, EXCEPTION_DENY)):
         yield Relation(exceptions=bit << EXCEPTION_SHIFT[setting])
+    # RECIPROCAL_LAST_SEEN: a viewer who hides its own last seen sees only the approximate one
+    yield Relation(hides_own_last_seen=True)
+    yield Relation(is_contact=True, hides_own_last_seen=True)
 
 
 def choices() -> Iterator[Choices]:
@@ -106,6 +113,156 @@ def test_a_change_judged_unseen_never_alters_what_the_viewer_is_shown(kind: str)
                 assert shown_before == shown_after, (relation, choices_before, choices_after)
     # Both branches are taken: some viewers are spared it, and some that see it are told.
     assert judged and told
+
+
+#: the live state and custom status of a user: offline since long or online; offline since
+#: ten seconds (not announced yet); a custom status without an end, one that ended long ago
+#: (its row stays until presence_cleanup; the resolver hides it), one that ended ten seconds ago
+STATES = (
+    (OFFLINE, {}),
+    (OFFLINE, {"text": "at lunch"}),
+    (OFFLINE, {"text": "at lunch", "expires_at": NOW - 3600}),
+    (JUST_OFFLINE, {"text": "at lunch", "expires_at": NOW - 10}),
+    (ONLINE, {"text": "at lunch"}),
+    (ONLINE, {"text": "at lunch", "expires_at": NOW - 3600}),
+)
+#: the levels of these tests (close friends are the older tests')
+SOME_LEVELS = (Visibility.EVERYONE, Visibility.CONTACTS, Visibility.NOBODY)
+#: the edits two changes merged are made of (a stamp's span, a coalesced delivery)
+EDITS = ({"invisible": None}, *({setting: Visibility.NOBODY} for setting in EXCEPTION_SHIFT))
+EDITS += ({"online_visibility": Visibility.EVERYONE},)
+
+
+def edited(choices: Choices, edit: dict) -> Choices:
+    if "invisible" in edit:
+        return replace(choices, invisible=not choices.invisible)
+    return replace(choices, **edit)
+
+
+def changes_with_ends(kind: str) -> Iterator[tuple[Choices, Choices, Change]]:
+    """Choices before and after, and the change as announced (two merged, for "twice")."""
+    for online, last_seen, activity in itertools.product(SOME_LEVELS, repeat=3):
+        for invisible in (False, True):
+            before = Choices(
+                online_visibility=online,
+                last_seen_visibility=last_seen,
+                activity_visibility=activity,
+                invisible=invisible,
+            )
+            if kind == "twice":
+                for first, second in itertools.product(EDITS, repeat=2):
+                    middle = edited(before, first)
+                    after = edited(middle, second)
+                    merged = domain.levels_change(before, middle)
+                    yield before, after, merged.merged(domain.levels_change(middle, after))
+                continue
+            turned = edited(before, {"invisible": None}) if "invisible" in kind else before
+            for setting, level in itertools.product(domain.VISIBILITY_SETTINGS, SOME_LEVELS):
+                after = replace(turned, **{setting: level}) if "levels" in kind else turned
+                yield before, after, domain.levels_change(before, after)
+                if "levels" not in kind:
+                    break
+
+
+@pytest.mark.parametrize("kind", ["invisible", "levels", "levels and invisible", "twice"])
+def test_a_change_judged_unseen_by_what_ended_never_alters_what_the_viewer_is_shown(
+    kind: str,
+) -> None:
+    """Judged with what ended (a turn offline, a custom status's end) long enough ago that every
+    view shows it, a change told no one alters no view: the online level or invisibility of a
+    user offline since then, the activity level of a custom status over since then."""
+    judged = told = 0
+    for live, status in STATES:
+        cases = [
+            (replace(before, **status), replace(after, **status), change)
+            for before, after, change in changes_with_ends(kind)
+        ]
+        for relation in relations():
+            for before, after, change in cases:
+                shown_before = resolved(live, before, relation)
+                shown_after = resolved(live, after, relation)
+                ended = domain.ended_of(live, after, SETTLED, TIMING)
+                if change.seen_by(VIEWER, after, relation, ended):
+                    told += shown_before != shown_after
+                else:
+                    judged += 1
+                    assert shown_before == shown_after, (relation, live, before, after)
+    assert judged and told
+
+
+def test_what_ended_counts_from_the_time_every_view_shows_it() -> None:
+    assert domain.ended_of(OFFLINE, Choices(), SETTLED, TIMING) == domain.Ended(offline=True)
+    # Never online (Redis holds nothing of the user) is offline since ever.
+    assert domain.ended_of(LiveState(), Choices(), SETTLED, TIMING).offline
+    for live in (ONLINE, IDLE, JUST_OFFLINE):
+        assert not domain.ended_of(live, Choices(), SETTLED, TIMING).offline
+    # The live state not known: nothing is known to have ended of it.
+    assert domain.ended_of(None, Choices(), SETTLED, TIMING) == domain.NOTHING_ENDED
+    for expires_at, over in ((None, False), (NOW + 60, False), (NOW - 10, False), (NOW - 61, True)):
+        texted = Choices(text="at lunch", expires_at=expires_at)
+        assert domain.ended_of(None, texted, SETTLED, TIMING).custom_status is over
+
+
+def test_an_offline_user_going_invisible_is_told_only_where_it_shows_something() -> None:
+    """Invisible hides the online status, the devices and the exact last seen: an offline user
+    shows a stranger who may not see their last seen "offline" either way (and the same
+    approximate last seen), so that stranger is not told they went invisible, nor back."""
+    stranger, hides_own = Relation(), Relation(hides_own_last_seen=True)
+    after = Choices(
+        online_visibility=Visibility.EVERYONE,
+        last_seen_visibility=Visibility.NOBODY,
+        invisible=True,
+    )
+    for before, now in (
+        (replace(after, invisible=False), after),
+        (after, replace(after, invisible=False)),
+    ):
+        change = domain.levels_change(before, now)
+        long_offline = domain.ended_of(OFFLINE, now, SETTLED, TIMING)
+        assert not change.seen_by(VIEWER, now, stranger, long_offline)
+        # Its exact last seen shown (to a viewer not hiding its own): hidden, or shown again.
+        shows_last_seen = replace(now, last_seen_visibility=Visibility.EVERYONE)
+        assert change.seen_by(VIEWER, shows_last_seen, stranger, long_offline)
+        assert not change.seen_by(VIEWER, shows_last_seen, hides_own, long_offline)
+        # Online, or offline so lately that a view may still show it online: told.
+        for live in (ONLINE, JUST_OFFLINE):
+            ended = domain.ended_of(live, now, SETTLED, TIMING)
+            assert change.seen_by(VIEWER, now, stranger, ended)
+        assert change.seen_by(VIEWER, now, stranger)  # nothing known to have ended
+        # A turn online or offline among the kinds (a stamp's span): it was online meanwhile.
+        assert change.merged(domain.LIVE_CHANGE).seen_by(VIEWER, now, stranger, long_offline)
+
+
+def test_a_narrower_activity_level_is_told_only_while_a_custom_status_may_be_shown() -> None:
+    """A custom status that ended (its row kept until presence_cleanup) is shown to no one: a
+    stranger losing the right to see it sees nothing less, and is not told."""
+    stranger = Relation()
+    after = Choices(activity_visibility=Visibility.CONTACTS, text="at lunch", expires_at=NOW - 3600)
+    change = domain.levels_change(replace(after, activity_visibility=Visibility.EVERYONE), after)
+    ended = domain.ended_of(OFFLINE, after, SETTLED, TIMING)
+    assert ended.custom_status
+    assert not change.seen_by(VIEWER, after, stranger, ended)
+    # Ended so lately that a view may still show it, or not ended: told.
+    for expires_at in (NOW - 10, NOW + 60, None):
+        live = replace(after, expires_at=expires_at)
+        assert change.seen_by(
+            VIEWER, live, stranger, domain.ended_of(OFFLINE, live, SETTLED, TIMING)
+        )
+    # A change of the custom status among the kinds (its end, announced in a stamp's span):
+    # a view before it showed it.
+    assert change.merged(domain.ACTIVITY_CHANGE).seen_by(VIEWER, after, stranger, ended)
+
+
+def test_a_save_hiding_the_online_status_both_ways_is_told() -> None:
+    """One save that narrows the online level and turns invisible: a stranger who saw the user
+    online sees them offline (neither alone says so, judged with the levels after it)."""
+    before = Choices(online_visibility=Visibility.EVERYONE)
+    after = replace(before, online_visibility=Visibility.CONTACTS, invisible=True)
+    change = domain.levels_change(before, after)
+    assert resolved(ONLINE, before, Relation()).is_online
+    assert change.seen_by(
+        VIEWER, after, Relation(), domain.ended_of(ONLINE, after, SETTLED, TIMING)
+    )
 
 
 @pytest.mark.parametrize("relation", list(relations()))

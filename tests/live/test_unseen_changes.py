@@ -16,12 +16,14 @@ Helpers: tests/live/sockets.py, tests/live/test_stamped_subscribe.py.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.utils import timezone
 
 from presence import api
 from presence.models import Block, Contact, PrivacyException, PrivacySettings
@@ -29,7 +31,7 @@ from tests.ids import wire_id
 from tests.live.sockets import TIMEOUT, Sockets, lets_see, new_user
 from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import sockets as sockets
-from tests.live.test_stamped_subscribe import ids, render_page, subscribe_since
+from tests.live.test_stamped_subscribe import ids, render_page, resolved, subscribe_since
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -360,3 +362,159 @@ async def test_a_page_s_socket_is_told_when_the_levels_hide_the_user_from_it(
     await _shares_with_close_friends_only(target, None)
 
     assert await diffed_status(communicator, target) == "offline"
+
+
+# --- what ended before the viewer's view ----------------------------------------------------------
+
+
+async def shows_strangers_what_ended(
+    make_user: Callable[..., Any], clock: time_machine.Coordinates, ago: float
+) -> tuple[Any, Any, Any]:
+    """A stranger, a target who shows strangers its online status and custom status but not
+    its last seen, online ``ago`` seconds before the clock's start with a custom status of two
+    minutes, and a contact of the stranger (offline: a witness). The clock is back at its
+    start."""
+    viewer, target, friend = [await new_user(make_user) for _ in range(3)]
+    clock.shift(-ago)
+    await sync_to_async(PrivacySettings.objects.create)(
+        user=target,
+        online_visibility="everyone",
+        last_seen_visibility="nobody",
+        activity_visibility="everyone",
+    )
+    await api.atouch(target)
+    await sync_to_async(api.set_status)(
+        target, "auto", text="at lunch", expires_at=timezone.now() + timedelta(minutes=2)
+    )
+    await lets_see(friend, viewer)
+    clock.shift(ago)
+    return viewer, target, friend
+
+
+@sync_to_async
+def _goes_invisible_in_the_admin(target: Any) -> None:
+    settings = PrivacySettings.objects.get(user=target)
+    settings.invisible = True
+    settings.save()
+
+
+@sync_to_async
+def _shares_activity_with_contacts_only(target: Any) -> None:
+    settings = PrivacySettings.objects.get(user=target)
+    settings.activity_visibility = "contacts"
+    settings.save()
+
+
+#: what hides from the stranger only what ended (a turn offline, a custom status's end) before
+#: its page: it sees the same before and after
+HIDING_WHAT_ENDED: dict[str, Callable[[Any], Awaitable[None]]] = {
+    "goes invisible": _goes_invisible_in_the_admin,
+    "shares activity with contacts only": _shares_activity_with_contacts_only,
+}
+
+
+@pytest.mark.parametrize("path", ["resume", "live"])
+@pytest.mark.parametrize("change", list(HIDING_WHAT_ENDED))
+async def test_a_change_hiding_only_what_ended_is_not_told(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    change: str,
+    path: str,
+) -> None:
+    """An offline user going invisible, whose last seen the stranger may not see anyway; the
+    level of a custom status that ended (its row stays until presence_cleanup) narrowed: the
+    stranger is shown the same before and after, so it is not told. Three hours ago: longer
+    than a page's socket waits for the sweep to announce an end (twice SWEEP_INTERVAL here)."""
+    viewer, target, friend = await shows_strangers_what_ended(make_user, clock, 3 * 3600)
+    stamp, shown = await render_page(viewer, target, friend)
+    seen = shown[str(wire_id(target))]
+    assert (seen["status"], seen["last_seen"], seen["text"]) == ("offline", None, None)
+    clock.shift(1)
+    if path == "resume":
+        await HIDING_WHAT_ENDED[change](target)
+        clock.shift(4)
+        resumed = await sockets.open(viewer)
+        frame = await subscribe_since(resumed, stamp, target, friend)
+        assert frame["presences"] == {} and frame["unchanged"] == ids(target, friend)
+    else:
+        live = await sockets.open(viewer)
+        assert (await subscribe_since(live, stamp, target, friend))["presences"] == {}
+        await HIDING_WHAT_ENDED[change](target)
+        await api.atouch(friend)  # the witness: a diff of the target would come first or with it
+        frame = await live.receive_json_from(timeout=TIMEOUT)
+        assert frame["type"] == "presence_diff"
+        assert list(frame["presences"]) == [str(wire_id(friend))]
+    assert (await resolved(viewer, target))[str(wire_id(target))] == seen
+
+
+@pytest.mark.parametrize("change", list(HIDING_WHAT_ENDED))
+async def test_a_page_s_socket_is_told_a_change_hiding_what_ended_unannounced(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates, change: str
+) -> None:
+    """The page showed the user online with a custom status; both ended since, and the sweep
+    has not announced it yet (when it does, the user is invisible, or the status no longer the
+    stranger's: that announcement is not told to it). The change is what tells the page."""
+    viewer, target, _ = await shows_strangers_what_ended(make_user, clock, 60)
+    stamp, shown = await render_page(viewer, target)
+    seen = shown[str(wire_id(target))]
+    assert (seen["status"], seen["text"]) == ("online", "at lunch")
+    clock.shift(1)
+    live = await sockets.open(viewer)
+    assert (await subscribe_since(live, stamp, target))["presences"] == {}
+    clock.shift(300)  # offline (ONLINE_WINDOW) and the status over; no sweep ran
+
+    await HIDING_WHAT_ENDED[change](target)
+
+    frame = await live.receive_json_from(timeout=TIMEOUT)
+    assert frame["type"] == "presence_diff"
+    diffed = frame["presences"][str(wire_id(target))]
+    assert (diffed["status"], diffed["text"]) == ("offline", None)
+
+
+async def test_an_offline_user_going_invisible_is_told_who_saw_its_last_seen(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    viewer, target, _ = await shows_strangers_what_ended(make_user, clock, 3 * 3600)
+    await sync_to_async(PrivacySettings.objects.filter(user=target).update)(
+        last_seen_visibility="everyone"
+    )
+    stamp, shown = await render_page(viewer, target)
+    assert shown[str(wire_id(target))]["last_seen"] is not None
+    clock.shift(1)
+    await _goes_invisible_in_the_admin(target)
+    clock.shift(4)
+    resumed = await sockets.open(viewer)
+    frame = await subscribe_since(resumed, stamp, target)
+    assert frame["presences"][str(wire_id(target))]["last_seen"] is None
+
+
+@pytest.mark.parametrize("path", ["resume", "live"])
+async def test_one_save_hiding_the_online_status_two_ways_is_told(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates, path: str
+) -> None:
+    """One save narrows the online level and turns invisible: the stranger who saw the user
+    online sees them offline, and is told (judged with the settings after it, either alone
+    would hide nothing more: the other hides it already)."""
+    viewer, target, _ = await shows_strangers_what_ended(make_user, clock, 60)
+
+    @sync_to_async
+    def hides_it_two_ways() -> None:
+        settings = PrivacySettings.objects.get(user=target)
+        settings.online_visibility = "contacts"
+        settings.invisible = True
+        settings.save()
+
+    if path == "live":
+        communicator = await page_s_socket(sockets, clock, viewer, target, shows="online")
+        await hides_it_two_ways()
+        assert await diffed_status(communicator, target) == "offline"
+        return
+    stamp, shown = await render_page(viewer, target)
+    assert shown[str(wire_id(target))]["status"] == "online"
+    clock.shift(1)
+    await hides_it_two_ways()
+    clock.shift(4)
+    resumed = await sockets.open(viewer)
+    frame = await subscribe_since(resumed, stamp, target)
+    assert frame["presences"][str(wire_id(target))]["status"] == "offline"

@@ -12,7 +12,7 @@ the windows; the hub's loops run on the real event loop clock.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -394,8 +394,19 @@ async def test_a_probe_lost_on_the_pub_sub_layer_is_sent_again(
     assert frame["type"] == "stamp"
 
 
+@pytest.fixture
+def layer_server(settings: Any) -> Iterator[RedisServer]:
+    """A channel layer (the core one) on a Redis server of this test's own, which it may stop
+    and start; set up before ``sockets``, so it outlives the hub's teardown."""
+    with RedisServer() as server:
+        settings.CHANNEL_LAYERS = {
+            "default": {"BACKEND": CORE_LAYER, "CONFIG": {"hosts": [server.url]}}
+        }
+        yield server
+
+
 async def test_the_probe_group_is_joined_again_after_the_layer_came_back_empty(
-    settings: Any,
+    layer_server: RedisServer,
     sockets: Sockets,
     make_user: Callable[..., Any],
     clock: time_machine.Coordinates,
@@ -404,26 +415,21 @@ async def test_the_probe_group_is_joined_again_after_the_layer_came_back_empty(
     # probe group, and a probe sent to it never comes back (no fresh stamp again until the
     # group's renewal, half the layer's group expiry later). A failed layer call is how a
     # process learns that its server may have come back empty.
-    with RedisServer() as layer_server:
-        settings.CHANNEL_LAYERS = {
-            "default": {"BACKEND": CORE_LAYER, "CONFIG": {"hosts": [layer_server.url]}}
-        }
-        viewer, (target,) = await people(make_user, 1)
-        communicator = await sockets.open(viewer)
-        await stamped_subscribe(communicator, None, target)
-        first = await fresh_stamp(communicator, clock)
+    viewer, (target,) = await people(make_user, 1)
+    communicator = await sockets.open(viewer)
+    await stamped_subscribe(communicator, None, target)
+    first = await fresh_stamp(communicator, clock)
 
-        layer_server.stop()
-        failures = announce.layer_failures
-        await announce.aannounce([target.pk])  # refused: the layer's server is down
-        assert announce.layer_failures > failures
-        layer_server.start()  # back, and empty
+    layer_server.stop()
+    failures = announce.layer_failures
+    await announce.aannounce([target.pk])  # refused: the layer's server is down
+    assert announce.layer_failures > failures
+    layer_server.start()  # back, and empty
 
-        first_at = stamps.accepted_time(first, viewer.pk)
-        assert first_at is not None
-        second = await fresh_stamp(communicator, clock, first_at - T0.timestamp() + 70)
-        assert (stamps.accepted_time(second, viewer.pk) or 0) > first_at
-        await sockets.close_all()
+    first_at = stamps.accepted_time(first, viewer.pk)
+    assert first_at is not None
+    second = await fresh_stamp(communicator, clock, first_at - T0.timestamp() + 70)
+    assert (stamps.accepted_time(second, viewer.pk) or 0) > first_at
 
 
 # --- every connection, changes or not -------------------------------------------------------------

@@ -7,7 +7,9 @@ pipeline (one round trip) and apply one failure policy: a Redis error is logged 
 Redis is left alone for ``RETRY_INTERVAL`` seconds, and the plan's fallback is returned (or
 :class:`StoreUnavailable` raised for plans that must not fail silently). Scripts that Redis lost
 (restart, ``SCRIPT FLUSH``) are loaded again and their commands re-sent, with the reads after
-them (never a write that ran).
+them (never a write that ran). Nothing else is sent twice: a call whose connection is lost once
+its commands were sent fails (Redis may have run them); a pooled connection Redis closed before
+is replaced when taken, before anything is sent (presence.store.connecting.no_retry).
 
 Slowness is not an outage. Only a Redis that refuses, drops or cannot make a connection (within
 ``SOCKET_TIMEOUT``) is, or one that leaves the live paths (``arun(plan, live=True)``: consumers,

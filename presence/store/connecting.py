@@ -24,6 +24,7 @@ from redis.retry import Retry
 
 from presence.conf import PresenceSettings
 from presence.store.cluster import ClusterRunner
+from presence.store.health import drop_if_closed
 from presence.store.redact import redact_url
 from presence.store.sharing import publish_once
 
@@ -33,12 +34,36 @@ except ImportError:  # pragma: no cover - hiredis is a dependency (redis[hiredis
     _hiredis_pack = None  # type: ignore[assignment]
 
 
+def no_retry(retry_class: Any) -> Any:
+    """redis-py's retry policy for the store's clients: none. A command whose connection was
+    lost after it was sent may have run (Redis ran it, and its reply was lost with the
+    connection): sent again, a write would run twice (a rate limit counting one request twice,
+    a touch whose second run finds the user online already while the first's transition is
+    left unannounced). A pooled connection Redis closed before (a restart, a proxy's idle
+    timeout) is found when it is taken from the pool, before anything is sent on it, and
+    replaced: redis-py's sync pool reads the socket then, :class:`CheckedConnectionPool` polls
+    the asyncio one's, the cluster's pipelines their node's (health.closed_by_peer). Never on
+    a timeout either: a slow command may have run; and a down Redis costs a page one short
+    timeout, not several (our own failure policy)."""
+    return retry_class(NoBackoff(), 0)
+
+
 def stale_connection_retry(retry_class: Any) -> Any:
-    """redis-py's retry policy for presence's clients: once, at once, and only when the
-    connection was lost (a pooled connection that a restarted Redis closed: the next one
-    answers). Never on a timeout: a slow command may have run, and must not run twice; and a
-    down Redis costs a page one short timeout, not several (our own failure policy)."""
+    """A retry policy of once, at once, when the connection was lost: for a command that
+    changes nothing however often it runs (the health check's PING), never for the store's
+    (:func:`no_retry`)."""
     return retry_class(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
+class CheckedConnectionPool(redis.asyncio.BlockingConnectionPool):
+    """redis.asyncio's blocking pool, each connection it hands out checked first for a close
+    Redis made since it was released (health.closed_by_peer): replaced then, before anything
+    is sent on it, as redis-py's sync pool does. The pool's own check reads only what the
+    event loop has seen of the socket so far."""
+
+    async def ensure_connection(self, connection: Any) -> None:
+        await drop_if_closed(connection)
+        await super().ensure_connection(connection)
 
 
 #: connection class -> its subclass packing commands with hiredis (see hiredis_packing)
@@ -239,7 +264,7 @@ class Connections:
         client = self._client
         if client is None:
             location, kwargs = self.connection_kwargs()
-            kwargs["retry"] = stale_connection_retry(Retry)
+            kwargs["retry"] = no_retry(Retry)
             made = redis.Redis.from_url(location, **kwargs)
             _pack_in_c(made.connection_pool)
             client = publish_once(self, "_client", made, self._client_lock)
@@ -257,7 +282,7 @@ class Connections:
             from redis.asyncio.retry import Retry as AsyncRetry
 
             location, kwargs = self.connection_kwargs()
-            kwargs["retry"] = stale_connection_retry(AsyncRetry)
+            kwargs["retry"] = no_retry(AsyncRetry)
             # The live paths wait for a busy Redis (pages cut their own wait short, see arun),
             # and for a busy event loop: a saturated process reaches a new connection's
             # handshake late though Redis answered it at once. A refused connection still
@@ -267,7 +292,7 @@ class Connections:
             kwargs["socket_connect_timeout"] = max(live_timeout, kwargs["socket_connect_timeout"])
             # Many connections of one process write at once: past the pool's size, wait for a
             # connection instead of failing ("Too many connections" would look like an outage).
-            pool = redis.asyncio.BlockingConnectionPool.from_url(
+            pool = CheckedConnectionPool.from_url(
                 location,
                 max_connections=kwargs.pop("max_connections", 100),
                 timeout=live_timeout,

@@ -1,4 +1,5 @@
 """Outage tracking: an outage is logged once, and Redis is left alone for RETRY_INTERVAL.
+And a pooled connection's own health: one Redis closed is found before a command is sent on it.
 
 The wait is kept in wall-clock time (tests move it with time_machine), read so that a clock
 stepped back (NTP) cannot stretch it (domain.passed)."""
@@ -6,8 +7,10 @@ stepped back (NTP) cannot stretch it (domain.passed)."""
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
+from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -23,6 +26,40 @@ def is_slow_reply(error: BaseException) -> bool:
     command sent): slowness, not an outage. redis-py raises TimeoutError for a connection that
     could not be made as well ("Timeout connecting ..."), which is an outage."""
     return isinstance(error, RedisTimeoutError) and "Timeout reading" in str(error)
+
+
+#: select.poll where there is one (any descriptor number, unlike select.select's below 1024)
+_poll = getattr(select, "poll", None)
+
+
+def closed_by_peer(connection: Any) -> bool:
+    """Whether an idle asyncio connection must not carry a command: its socket has something
+    to read though nothing was asked (Redis closed it: end of file, or a reset; or stray bytes).
+    One poll of the socket, no round trip: the event loop learns of a close only at its next
+    turn, and a command sent before that would go out on the closed connection, its fate
+    unknown (presence.store.connecting.no_retry)."""
+    writer = connection._writer
+    if writer is None:
+        return False  # not connected: it connects before sending
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    fd = sock.fileno()
+    if fd < 0:
+        return True  # the transport closed it already
+    if _poll is None:  # pragma: no cover - Windows
+        readable, _, failed = select.select([fd], [], [fd], 0)
+        return bool(readable or failed)
+    poller = _poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))  # (a hang-up or an error is always reported)
+
+
+async def drop_if_closed(connection: Any) -> None:
+    """``connection`` (an idle asyncio one) disconnected if :func:`closed_by_peer`: it
+    connects again when next used, before anything is sent."""
+    if closed_by_peer(connection):
+        await connection.disconnect()
 
 
 class Health:

@@ -13,11 +13,10 @@ from typing import Any
 
 import redis
 import redis.cluster
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from presence import metrics
-from presence.store.health import is_slow_reply
+from presence.store.health import closed_by_peer, is_slow_reply
 from presence.store.nodes import ClusterNodes, NodeUnavailable, wire_args
 from presence.store.rounds import Exchange
 
@@ -130,21 +129,14 @@ class MasterPipelines(ClusterNodes):
             wire.append(PipelineCommand(len(wire), *wire_args(commands[position])))
             owners.append(position)
         try:
+            # A pooled connection a restarted master closed is replaced before anything is
+            # sent on it: once sent, a pipeline whose connection is lost is never sent again
+            # (Redis may have run it: no write runs twice, presence.store.connecting.no_retry).
+            await _drop_the_next_if_closed(node)
             self.round_trips[name] += 1
             started = time.perf_counter()
-            try:
-                await node.execute_pipeline(wire)
-                metrics.redis_round_trip(name, time.perf_counter() - started)
-                lost = bool(wire) and isinstance(wire[0].result, RedisConnectionError)
-            except RedisConnectionError:
-                lost = True
-            if lost:
-                # No reply at all: a restarted master closed the pooled connection before it
-                # read anything. Once more, on a new connection.
-                for command in wire:
-                    command.result = None
-                self.round_trips[name] += 1
-                await node.execute_pipeline(wire)
+            await node.execute_pipeline(wire)
+            metrics.redis_round_trip(name, time.perf_counter() - started)
         except (RedisError, OSError) as error:
             unavailable = self._node_failed(name, error)
             for position in positions:
@@ -169,3 +161,13 @@ class MasterPipelines(ClusterNodes):
                     replies[position] = unavailable
         else:
             self._node_succeeded(name)
+
+
+async def _drop_the_next_if_closed(node: Any) -> None:
+    """The connection ``node`` (a redis.asyncio ClusterNode) hands its next pipeline, its first
+    free one, disconnected if Redis closed it meanwhile (it connects again before sending):
+    the node's connections are no pool's, and nothing else checks them when taken."""
+    free = node._free
+    # (another pipeline may take it meanwhile: then the next one is checked)
+    while free and free[0].is_connected and closed_by_peer(free[0]):
+        await free[0].disconnect()

@@ -832,8 +832,8 @@ def test_a_read_begun_on_a_pooled_connection_redis_closed_is_sent_again(
     store: PresenceStore, redis_client: redis.Redis
 ) -> None:
     # As a plan run: a read sent early (store.begin, a page's read beside its database query)
-    # on a pooled connection that a restarted Redis closed goes again on a new one, once; no
-    # outage is declared and nothing is read offline.
+    # takes a pooled connection that a restarted Redis closed: a new one replaces it before
+    # anything is sent; no outage is declared and nothing is read offline.
     conn(store, "beat", NOW, "c1")  # (its connection back in the pool)
     kill_own_connections(redis_client)
     states = store.begin(store.plans.read([5]))()

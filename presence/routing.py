@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.security.websocket import WebsocketDenier
 from django.urls import path
 
 from presence.consumers import PresenceConsumer
@@ -35,5 +34,15 @@ class PresenceOriginValidator:
         if scope["type"] != "websocket":
             raise ValueError("PresenceOriginValidator guards WebSocket connections only.")
         if foreign_origin(scope):
-            return await WebsocketDenier()(scope, receive, send)
+            return await refuse_handshake(receive, send)
         return await self.application({**scope, ORIGIN_CHECKED: True}, receive, send)
+
+
+async def refuse_handshake(receive: Any, send: Any) -> None:
+    """Refuse a WebSocket at its handshake (the server answers 403) and end at once. Not
+    channels' ``WebsocketDenier``: a consumer, it takes a channel-layer channel and listens on
+    it until a disconnect the refused client never sends (with a Redis layer, a receive that
+    later logs a timeout as an error: any page could fill the logs)."""
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.close"})

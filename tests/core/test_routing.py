@@ -4,6 +4,7 @@ which send no Origin."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -106,6 +107,17 @@ async def test_a_foreign_or_opaque_origin_is_refused_at_the_handshake(
     sockets: Sockets, token: str, origin: bytes
 ) -> None:
     await assert_refused_at_the_handshake(sockets.make(token, origin))
+
+
+async def test_a_refusal_leaves_nothing_waiting(sockets: Sockets, token: str) -> None:
+    # The application ends with the refusal: channels' denier, a consumer, kept listening on
+    # the channel layer for a disconnect the refused client never sends (with a Redis layer,
+    # a receive that later logged a timeout as an error, for any page's attempt).
+    communicator = sockets.make(token, b"http://evil.example")
+    connected, _ = await communicator.connect(timeout=TIMEOUT)
+    assert not connected
+    await asyncio.wait_for(asyncio.shield(communicator.future), TIMEOUT)
+    assert communicator.future.exception() is None
 
 
 @override_settings(DEBUG=True, ALLOWED_HOSTS=[])

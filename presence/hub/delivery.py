@@ -120,6 +120,19 @@ class Proof:
         return not any(uid in sent or uid in reading for uid in waiting)
 
 
+async def _send_diff(connection: Connection, presences: dict[UserId, Presence]) -> None:
+    """Send what the connection was last sent of these users, as its diff; looked at when it
+    goes (a send before it may have waited): a user unsubscribed from meanwhile is left out, and
+    one whose presence was sent anew since (a snapshot of a new subscription, a later round's
+    diff, which goes after this one) is not sent this older reading."""
+    sent = connection.sent
+    if any(sent.get(uid) is not presence for uid, presence in presences.items()):
+        presences = {uid: p for uid, p in presences.items() if sent.get(uid) is p}
+        if not presences:
+            return
+    await connection.send_presences("presence_diff", presences)
+
+
 class Delivery:
     """The users waiting for their coalescing window to end, and the loop that delivers them."""
 
@@ -144,6 +157,12 @@ class Delivery:
         #: deliveries begun so far, and the users of the one under way (see Proof)
         self.rounds = 0
         self.in_flight: dict[UserId, list[Connection]] = {}
+        #: the users of the round under way that a connection subscribed to again meanwhile
+        #: (an unsubscribe, then a subscribe): its snapshot may be newer than the round's read
+        self.rewatched: set[tuple[UserId, Connection]] = set()
+        #: the diffs go out through it: each connection's in order, no round held up by a
+        #: client that reads nothing
+        self.sending = sends.InOrder()
         #: the claims of connections being proven (Proof); few at a time
         self.proofs: dict[Connection, Proof] = {}
         self._wake = asyncio.Event()
@@ -185,9 +204,40 @@ class Delivery:
         """Users to resolve again, in chunks paced below the live work (ResyncPace): after an
         outage, a layer failure or lag, when any of them may have missed a change."""
         watchers = self.registry.watchers.members
-        pending = self.pending
-        self.resyncing.request(uid for uid in user_ids if uid in watchers and uid not in pending)
+        pending, only = self.pending, self.only
+        again: list[UserId] = []
+        for uid in user_ids:
+            if uid not in watchers:
+                continue
+            if uid not in pending:
+                again.append(uid)
+                continue
+            # Due already: that delivery resolves them afresh, for everyone (one due only to
+            # the connections whose snapshot read held it up would leave the others with the
+            # change missed), and for a change of any kind, as a resync's.
+            only.pop(uid, None)
+            add_change(self.changes, uid, ANY_CHANGE)
+        self.resyncing.request(again)
         self._wake.set()
+
+    def watched(self, connection: Connection, user_ids: Iterable[UserId]) -> None:
+        """``connection`` subscribed to these users (Hub.watch, before their snapshot is read):
+        those of the round under way, which it had unsubscribed from meanwhile, are compared
+        with their new snapshot after it, not sent the round's reading (maybe older)."""
+        in_flight = self.in_flight
+        if in_flight:
+            self.rewatched.update((uid, connection) for uid in user_ids if uid in in_flight)
+
+    def forget(self, user_ids: Iterable[UserId]) -> None:
+        """Nobody here watches these users any more: nothing of them is due."""
+        for uid in user_ids:
+            self.pending.pop(uid, None)
+            self.changes.pop(uid, None)
+            # A delivery due only to connections that left them must not take the next one
+            # (a resync's) from those who watch them later.
+            self.only.pop(uid, None)
+            self.after_snapshots.pop(uid, None)
+            self.after_changes.pop(uid, None)
 
     def settle_point(self, connection: Connection, proof: Proof) -> None:
         """``proof``'s probe is back: every announcement sent before it has reached
@@ -234,6 +284,7 @@ class Delivery:
         self.rounds += 1
         round_ = self.rounds
         self.in_flight = watchers
+        self.rewatched.clear()
         try:
             await self._deliver(watchers, round_, changes)
         except BaseException:
@@ -241,6 +292,7 @@ class Delivery:
             raise
         finally:
             self.in_flight = {}
+            self.rewatched.clear()
 
     def _keep(self, changes: dict[UserId, Change]) -> None:
         """Changes taken for a delivery that did not happen: due again with the next."""
@@ -276,9 +328,15 @@ class Delivery:
         outbox: dict[Connection, dict[UserId, Presence]] = {}
         proofs = self.proofs
         settled: list[tuple[Connection, UserId]] = []
+        # Subscribed to again during the read: compared with that snapshot once it is read.
+        rewatched = self.rewatched
         for uid, connections in watchers.items():
             for connection in connections:
-                if (uid, connection) in reading or uid in connection.snapshotting:
+                if (
+                    (uid, connection) in reading
+                    or uid in connection.snapshotting
+                    or (rewatched and (uid, connection) in rewatched)
+                ):
                     self.after_snapshots.setdefault(uid, set()).add(connection)
                     add_change(self.after_changes, uid, changes[uid])
                     continue
@@ -301,11 +359,9 @@ class Delivery:
                     outbox.setdefault(connection, {})[uid] = presence
         if self.after_snapshots:
             self._wake.set()  # the delivery loop looks for the end of those reads
-        await sends.to_each(
-            outbox, lambda c: c.send_presences("presence_diff", outbox[c]), "a diff"
-        )
+        await self.sending.send(outbox, lambda c: _send_diff(c, outbox[c]), "a diff")
         if settled:
-            # After the diffs went out: a fresh stamp is sent behind them.
+            # A fresh stamp goes out once the connection's diffs did (Hub.proven).
             self._settled(round_, settled)
 
     def _snapshots_read(self) -> bool:

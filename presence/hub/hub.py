@@ -137,6 +137,16 @@ class Hub:
     async def attach(self, connection: Connection) -> None:
         """Register ``connection``; once this returns, the process is in its user's account
         group (announcements of logouts reach it), or the join failed and was logged."""
+        try:
+            await self._attach(connection)
+        except BaseException:
+            # Cancelled (the server gave up on the socket) or failed on the way: the connection
+            # is in the registry already, and its consumer, not attached, will not detach it.
+            # Shielded: a second cancellation must not leave it there either.
+            await asyncio.shield(self.detach(connection))
+            raise
+
+    async def _attach(self, connection: Connection) -> None:
         first_socket = False
         joining = None
         accounts = self.registry.accounts
@@ -161,6 +171,8 @@ class Hub:
         # racing the close) can no longer watch anything for it.
         self.registry.connections.discard(connection)
         self.counts.discard(connection)
+        # Diffs still queued for it go nowhere (nor keep a task waiting on a closed client).
+        self.delivery.sending.drop(connection)
         # Its groups linger (Groups.let_go): the next page's socket needs most of them again.
         await self._unwatched(self.registry.watchers.discard_all(connection), linger=True)
         for kind in self.registry.topics.kinds_of(connection):
@@ -186,6 +198,7 @@ class Hub:
             return  # detached meanwhile (closed by the server while its frame was handled)
         watchers = self.registry.watchers
         user_ids = list(user_ids)
+        self.delivery.watched(connection, user_ids)
         first = watchers.add_all(connection, user_ids)
         joining: list[asyncio.Future[None]] = []
         if self.groups.in_turns():
@@ -214,11 +227,9 @@ class Hub:
         """Nobody here watches these users any more: nothing to deliver, nothing to rejoin;
         their groups are left (or linger)."""
         never_joined = []
-        pending, unjoined = self.delivery.pending, self.groups.unjoined
-        changes = self.delivery.changes
+        unjoined = self.groups.unjoined
+        self.delivery.forget(last)
         for user_id in last:
-            pending.pop(user_id, None)
-            changes.pop(user_id, None)
             if user_id in unjoined:
                 unjoined.discard(user_id)
                 never_joined.append(user_id)
@@ -382,6 +393,8 @@ class Hub:
         proofs = self.delivery.proofs
         if proofs.get(connection) is not proof or not proof.proven(connection):
             return False
+        if self.delivery.sending.busy(connection):
+            return False  # a diff of the round that settled it may not be out yet
         if proof.counters != self._counters() or self.recovery.behind:
             return False
         del proofs[connection]

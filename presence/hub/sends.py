@@ -3,16 +3,22 @@ count).
 
 A server that waits for its client before it takes more (uvicorn, while the client's transport
 is full) holds a send up to SEND_TIMEOUT, after which the connection is closed as too slow
-(presence.consumers.sending). Sent one after another, a client that reads nothing would hold up
-every connection after it by that long, and a few of them each round by that long again: those
-sends go at once, side by side, so a round waits one SEND_TIMEOUT at most whatever the number of
-such clients, and the other connections of the round are not held. Sends to a server that never
-waits (daphne) go one after another, as each returns at once (no task made per send).
+(presence.consumers.sending). Sends to a server that never waits (daphne) go one after another,
+as each returns at once (no task made per send). To a server that waits:
+
+- the diffs go through an :class:`InOrder`: each connection's in a task of its own, after the
+  ones asked for it before (its frames keep their order), and the round waits for them
+  ROUND_WAIT at most: a client that reads nothing holds up no other connection's diffs, in its
+  round or any later one (it waits behind its own send alone);
+- the room diffs and the online count go :func:`to_each`: side by side, so that a round waits
+  one SEND_TIMEOUT at most whatever the number of clients that read nothing, and the other
+  connections of the round are not held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -20,6 +26,10 @@ from typing import Any, TypeVar
 logger = logging.getLogger("presence")
 
 C = TypeVar("C")
+
+#: the longest a round waits for the sends it started (InOrder.send): a client that reads has
+#: been handed its frames by then; the sends of one that does not go on in their own tasks
+ROUND_WAIT = 0.05
 
 
 def sends_wait(connection: Any) -> bool:
@@ -51,3 +61,66 @@ async def _guarded(sending: Awaitable[None], what: str) -> None:
         await sending
     except Exception:  # a connection closing must not stop the others
         logger.debug("Presence: could not send %s", what, exc_info=True)
+
+
+class InOrder:
+    """Sends to each connection in the order asked, which the asker does not wait for long."""
+
+    def __init__(self) -> None:
+        #: each connection's sends under way, in order (each goes after the one before it)
+        self._queued: dict[Any, list[asyncio.Future[None]]] = {}
+
+    def busy(self, connection: Any) -> bool:
+        """Whether sends asked for ``connection`` are still under way."""
+        return connection in self._queued
+
+    def drop(self, connection: Any) -> None:
+        """``connection`` closed: what is still to go to it does not (nor waits for it)."""
+        for task in self._queued.pop(connection, ()):
+            task.cancel()
+
+    async def send(
+        self, connections: Iterable[C], send: Callable[[C], Awaitable[None]], what: str
+    ) -> None:
+        """``send(connection)`` for each, as :func:`to_each` does, but each connection's after
+        the sends asked for it before (its frames keep their order), and not waited for past
+        ROUND_WAIT: where the server may wait, each send is a task of its own, and one queued
+        behind an earlier send still under way (a client that reads nothing) is not waited
+        for at all."""
+        started: list[asyncio.Future[None]] = []
+        queued = self._queued
+        for connection in connections:
+            if not sends_wait(connection):
+                await _guarded(send(connection), what)  # returns at once: no task
+                continue
+            before = queued.get(connection)
+            task = asyncio.ensure_future(
+                _after(before[-1] if before else None, send, connection, what)
+            )
+            if before:
+                before.append(task)
+            else:
+                queued[connection] = [task]
+                started.append(task)
+            task.add_done_callback(functools.partial(self._sent, connection))
+        if started:
+            # Not cancelled at the end of the wait, nor with the asker: they go on, in order.
+            await asyncio.wait(started, timeout=ROUND_WAIT)
+
+    def _sent(self, connection: Any, task: asyncio.Future[None]) -> None:
+        tasks = self._queued.get(connection)
+        if tasks is not None and task in tasks:
+            tasks.remove(task)
+            if not tasks:
+                del self._queued[connection]
+
+
+async def _after(
+    before: asyncio.Future[None] | None,
+    send: Callable[[C], Awaitable[None]],
+    connection: C,
+    what: str,
+) -> None:
+    if before is not None:
+        await asyncio.wait({before})  # it raises nothing (guarded), or was cancelled
+    await _guarded(send(connection), what)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from presence import announce, layer, signals
+from presence import announce, copies, layer, signals
 from presence.conf import get_settings
 from presence.domain import LIVE_CHANGE
 from presence.operations import Operation, call
@@ -46,6 +46,10 @@ def send_made(result: Any) -> None:
     entries of several users' transitions (a sweep's) are claimed together, in one round trip."""
     store = get_store()
     transitions = list(_transitions(result))
+    if any(isinstance(each, Transition) and each.guessed for each in transitions):
+        # The store met a shard whose copy of the users' choices Redis lost (lua/ledger.lua):
+        # seeded from the database at once, by a thread of this process.
+        copies.seed_soon()
     made = [
         (transition, signal)
         for transition in transitions
@@ -72,12 +76,16 @@ def send_made(result: Any) -> None:
             )
             continue
         kind, at, entry = cast(_UserSignal, signal)
+        # A choice the store guessed (its copy lost, not seeded yet) is the database's to tell.
+        invisible: signals.Invisible = (
+            partial(copies.chose_invisible, transition.user_id)
+            if transition.guessed
+            else transition.invisible
+        )
         if entry is None:
-            signals.send_transition(transition.user_id, kind, at, transition.invisible)
+            signals.send_transition(transition.user_id, kind, at, invisible)
         else:
-            signals.send_if_claimed(
-                claims[position], transition.user_id, kind, at, transition.invisible
-            )
+            signals.send_if_claimed(claims[position], transition.user_id, kind, at, invisible)
 
 
 #: a user's transition to send: made (1 online, -1 offline), at, its outbox entry (None:

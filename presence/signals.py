@@ -75,7 +75,12 @@ def _executor() -> ThreadPoolExecutor:
     return _worker
 
 
-def send_transition(user_id: Any, made: int, at: float | None, invisible: bool) -> None:
+#: whether the user chose to be invisible, or what tells it on the receivers' thread (a choice
+#: the store could not tell: presence.copies.chose_invisible reads the database there)
+Invisible = bool | Callable[[], bool]
+
+
+def send_transition(user_id: Any, made: int, at: float | None, invisible: Invisible) -> None:
     """Send ``user_online`` (``made`` 1) or ``user_offline`` (-1) for ``user_id`` on the
     receivers' thread; returns at once. ``made`` comes from the store's reply (0: nothing)."""
     if made == 0 or at is None:
@@ -84,7 +89,7 @@ def send_transition(user_id: Any, made: int, at: float | None, invisible: bool) 
 
 
 def send_if_claimed(
-    claim: Callable[[], bool], user_id: Any, made: int, at: float, invisible: bool
+    claim: Callable[[], bool], user_id: Any, made: int, at: float, invisible: Invisible
 ) -> None:
     """Like :func:`send_transition`, once ``claim()`` (run on the receivers' thread, right
     before the receivers) says this process won the transition's outbox entry
@@ -119,6 +124,9 @@ def _submit(
                 return
             if not claimed:
                 return
+        told = arguments.get("invisible")
+        if callable(told):
+            arguments["invisible"] = told()
         _send(signal, user_id, when, arguments)
 
     _executor().submit(claim_and_send)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import Callable, Iterator
@@ -10,7 +11,7 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 
-from presence import admission, signals
+from presence import admission, copies, signals
 from presence import store as store_module
 from presence.conf import get_settings
 from presence.middleware import throttle
@@ -185,11 +186,23 @@ def _clean_presence_state(
     _flush_presence_state(redis_url)
     get_settings.cache_clear()
     store_module.reset_clients()
+    _seed_presence_state()
     throttle.clear()
     KNOWN.clear()  # what an earlier test's reads of rooms resolved (presence.rooms.shared)
+    copies.forget()  # an earlier test's users' choices, waiting for its Redis
     yield
     store_module.reset_clients()
     throttle.clear()
+    copies.forget()
+
+
+def _seed_presence_state() -> None:
+    """A site's Redis holds its copy of the users' choices (presence.copies), seeded from the
+    database once: the flushed one is seeded as from the test's empty database. The tests of
+    a Redis that lost it flush or restart it themselves."""
+    store = store_module.get_store()
+    with contextlib.suppress(store_module.StoreUnavailable):
+        store.run(store.plans.seed(store.keys.shards(), {}, {}))
 
 
 _usernames = itertools.count()

@@ -6,7 +6,7 @@ import time
 import weakref
 from typing import Any
 
-from presence import resolution
+from presence import copies, resolution
 from presence.operations import Operation, arun, redis, run
 from presence.store import PresenceStore, get_store
 from presence.users import user_pk
@@ -79,14 +79,16 @@ def recent_online_count() -> int:
 
 
 def _note_invisible(user: Any, invisible: bool) -> Operation[None]:
-    store = get_store()
-    yield from redis(store.plans.set_invisible(user_pk(user), invisible))
+    # The database's choice is written, whatever the caller read (presence.copies).
+    yield from copies.from_database([user_pk(user)])
 
 
 def note_invisible(user: Any, invisible: bool) -> None:
     """Keep the online count's copy of the user's choice to be invisible (presence.receivers
-    calls it when PrivacySettings is saved or deleted; ``presence_cleanup`` puts any drift
-    right)."""
+    calls it when PrivacySettings is saved or deleted, after commit). The copy written is the
+    database's (``invisible`` what the caller saved), checked against it after and written
+    again later if Redis does not take it now (presence.copies); ``presence_cleanup`` puts any
+    other drift right."""
     run(_note_invisible(user, invisible))
 
 

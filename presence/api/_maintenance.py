@@ -9,7 +9,7 @@ from functools import partial
 
 from django.utils import timezone
 
-from presence import announce, domain, outbox, resolution, signals
+from presence import announce, copies, domain, outbox, resolution, signals
 from presence.conf import get_settings
 from presence.domain import UserId
 from presence.models import LastSeen, PrivacySettings, UserStatus
@@ -23,7 +23,11 @@ class CleanupReport:
     stale: int = 0
     persisted: int = 0
     removed: int = 0
+    #: custom statuses past their end cleared in the database (each announced to open sockets)
     expired_statuses: int = 0
+    #: shards of Redis whose copy of the users' choices it had lost (restarted empty, flushed),
+    #: seeded from the database (presence.copies)
+    shards_seeded: int = 0
     #: users whose invisibility the online count had wrong (set in the database without a save
     #: signal, say a queryset update), put right
     invisible_fixed: int = 0
@@ -115,11 +119,11 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     if not dry_run:
         store.run(store.plans.prune_schedules(now - conf.ONLINE_WINDOW))
         unreachable = _prune_rooms(report, now, skipped)
-    expired = UserStatus.objects.filter(expires_at__lte=timezone.now())
     if dry_run:
-        report.expired_statuses = expired.count()
+        report.expired_statuses = UserStatus.objects.filter(expires_at__lte=timezone.now()).count()
     else:
-        report.expired_statuses = expired.update(text="", emoji="", activity="", expires_at=None)
+        report.expired_statuses = _clear_expired()
+        report.shards_seeded = copies.seed() or 0
     try:
         report.invisible_fixed = _fix_invisible(dry_run)
     except StoreUnavailable:
@@ -201,6 +205,28 @@ def _prune_rooms(report: CleanupReport, now: float, skipped: list[str]) -> list[
     return unreachable
 
 
+#: expired custom statuses cleared (and announced) per query
+CLEAR_BATCH = 500
+
+
+def _clear_expired() -> int:
+    """Clear the custom statuses past their end, and announce them (each a custom status change,
+    as the sweep does): the sweep announced each at its end if Redis held its schedule entry,
+    but one written while Redis was unavailable by a process that ended before writing it
+    again, or lost with Redis's data, was not, and open sockets would show it for ever. A view
+    told of it already is resolved again and sent nothing."""
+    now = timezone.now()
+    ids = list(UserStatus.objects.filter(expires_at__lte=now).values_list("user_id", flat=True))
+    cleared = 0
+    for start in range(0, len(ids), CLEAR_BATCH):
+        batch = ids[start : start + CLEAR_BATCH]
+        cleared += UserStatus.objects.filter(user_id__in=batch, expires_at__lte=now).update(
+            text="", emoji="", activity="", expires_at=None
+        )
+        announce.announce(batch, change=domain.ACTIVITY_CHANGE)
+    return cleared
+
+
 def _fix_invisible(dry_run: bool) -> int:
     """The online count leaves out the users the store takes for invisible, a copy of
     ``PrivacySettings.invisible`` kept on each save: recomputed here from the database, so a
@@ -211,8 +237,9 @@ def _fix_invisible(dry_run: bool) -> int:
     # read the other way round, it was in Redis only, and undone.
     known = store.run(store.plans.invisible_members())
     truth = set(PrivacySettings.objects.filter(invisible=True).values_list("user_id", flat=True))
-    changes: list[tuple[UserId, bool]] = [(user_id, True) for user_id in truth - known]
-    changes += [(user_id, False) for user_id in known - truth]
+    changes = sorted(truth ^ known, key=str)
     if changes and not dry_run:
-        store.run(store.plans.set_invisible_many(changes))
+        # Written as the database holds them now and checked after (presence.copies): a choice
+        # committed since the reads above, whose own write came first, is not undone.
+        run(copies.from_database(changes))
     return len(changes)

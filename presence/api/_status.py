@@ -13,12 +13,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from presence import announce, domain, resolution
+from presence import announce, copies, domain, resolution
 from presence.api._reading import _get_presence
 from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
 from presence.models import PrivacySettings, UserStatus
-from presence.operations import Operation, arun, call, redis, run
-from presence.store import get_store, merge
+from presence.operations import Operation, arun, call, run
 from presence.users import user_pk as _pk
 
 
@@ -68,13 +67,11 @@ def status_row_changed(
     change = domain.status_change(before, after)
     if not change.kinds:
         return
-    row = after or domain.NO_STATUS
-    custom = any(row[name] for name in ("text", "emoji", "activity"))
-    ends = row["expires_at"].timestamp() if custom and row["expires_at"] is not None else None
 
     def announce_it() -> None:
-        store = get_store()
-        store.run(store.plans.schedule_expiry(user_id, ends))  # (fails open: logged)
+        # Redis's copy of the choices, from the database (presence.copies: written again
+        # later if Redis does not take it now).
+        run(copies.from_database([user_id]))
         announce.changed([user_id], "status", sender=UserStatus, change=change)
 
     transaction.on_commit(announce_it)
@@ -135,14 +132,13 @@ def _apply_change(
         expires_at = timezone.now() + timedelta(seconds=change.expires_in)
     has_custom = any((change.text, change.emoji, change.activity))
     yield from call(_save, _pk(user), change, expires_at if has_custom else None)
-    # The live layer announces the custom status clearing by itself when it expires.
-    store = get_store()
-    expiry = store.plans.schedule_expiry(
-        _pk(user), expires_at.timestamp() if has_custom and expires_at else None
-    )
-    # The online count leaves invisible users out (its copy of the choice; one round trip).
-    invisible = store.plans.set_invisible(_pk(user), change.status is StatusChoice.INVISIBLE)
-    yield from redis(merge([expiry, invisible]))
+    # Redis's copy of the choices (one round trip): the online count and the ledger's signals
+    # leave invisible users out, and the live layer announces the custom status clearing by
+    # itself when it expires. Checked against the database after (another device's change
+    # committed meanwhile), and written again later if Redis does not take it (presence.copies).
+    ends = expires_at.timestamp() if has_custom and expires_at else None
+    invisible = change.status is StatusChoice.INVISIBLE
+    yield from copies.write({_pk(user): (invisible, ends)})
     return (yield from _get_presence(user, user))
 
 

@@ -39,6 +39,12 @@ DEVICE_MASK_LIMIT = domain.DEVICE_MASK_LIMIT
 ROOM_Z_KEEP = 120
 
 
+def expiry_score(ends: float) -> int:
+    """A custom status's score in the expiring schedule: the second after it ends (claims compare
+    whole seconds, due <= int(now))."""
+    return int(ends) + 1
+
+
 def decode_score(score: float | str | None) -> domain.LiveState:
     if score is None:
         return domain.LiveState()
@@ -159,6 +165,10 @@ class KeyScheme:
         """The schedule of custom statuses due to expire, for the users of this bucket."""
         return self._schedule_key(self.shard_of(bucket), "expiring")
 
+    def shard_expiring_key(self, shard: int) -> str:
+        """The shard's schedule of custom statuses due to expire."""
+        return self._schedule_key(shard, "expiring")
+
     def lease_key(self, shard: int) -> str:
         """The users a sweeper claimed from the shard's "due" schedule, by when the claim lapses."""
         return self._schedule_key(shard, "leased")
@@ -183,6 +193,15 @@ class KeyScheme:
 
     def user_ledger_keys(self, user_id: UserId) -> tuple[str, str, str]:
         return self.ledger_keys(self.shard_of(self.bucket_of(user_id)))
+
+    def seeded_key(self, shard: int) -> str:
+        """Present once the shard's invisible set and expiring schedule were seeded from the
+        database (lua/seed_ledger.lua); absent after Redis lost them. Named after the invisible
+        set, as the scripts name it (with ``:touched``, the users written while not seeded)."""
+        return f"{self.ledger_keys(shard)[2]}:seeded"
+
+    def shard_of_user(self, user_id: UserId) -> int:
+        return self.shard_of(self.bucket_of(user_id))
 
     def outbox_key(self, shard: int) -> str:
         """The shard's outbox (lua/ledger.lua): the transitions made whose signal nobody has

@@ -207,6 +207,7 @@ CLAIM_DUE = load("claim_due")
 RELEASE = load("release")
 OUTBOX_CLAIM = load("outbox_claim", "outbox")
 SET_INVISIBLE = load("set_invisible")
+SEED_LEDGER = load("seed_ledger")
 READ_RECENT = load("read_recent")
 ROOM_CLAIM = load("room_claim")
 ROOM_COUNT = load("room_count")
@@ -229,6 +230,7 @@ ALL = {
     "release": RELEASE,
     "outbox_claim": OUTBOX_CLAIM,
     "set_invisible": SET_INVISIBLE,
+    "seed_ledger": SEED_LEDGER,
     "read_recent": READ_RECENT,
     "room_claim": ROOM_CLAIM,
     "room_count": ROOM_COUNT,

@@ -47,8 +47,10 @@ ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3}
 # ZADD, a ZREMRANGEBYSCORE of stamps past RESUME_WINDOW).
 FIRST_TOUCH = {
     **ONE_TOUCH,
-    # a user not online yet: the ledger asks whether they are invisible
+    # a user not online yet: the ledger asks whether they are invisible, and whether its copy
+    # of that choice is there (seeded: presence.copies)
     "sismember": 1,
+    "exists": 1,
     "zcard": 1,
     "zadd": 5,
     "time": 1,

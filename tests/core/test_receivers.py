@@ -37,7 +37,10 @@ FIRST_TOUCH = {
     "zremrangebyscore": 1,
     "zscore": 1,
     "zadd": 5,
+    # the ledger asks whether the user is invisible, and whether its copy of that choice is
+    # there (seeded: presence.copies)
     "sismember": 1,
+    "exists": 1,
     "zcard": 1,
     # the outbox: recorded by the script (TIME, ZADD), claimed by the caller (presence.outbox)
     "time": 1,

@@ -17,7 +17,8 @@ end
 -- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}; ``old``
 -- (optional) the score before the write (a write making the user online comes no earlier than
 -- its end). Returns {made (1 online, -1 offline, 0 neither),
--- invisible (0/1), at (when, as text), outbox entry}, then, when this write also made the
+-- invisible (0/1; 2: guessed, the shard not seeded), at (when, as text), outbox entry}, then,
+-- when this write also made the
 -- offline before that online (the user was still in the ledger past their time), that
 -- offline's at and outbox entry (the caller sends it first).
 local function settle(keys, uid, score, now, grace, ttl, window, old)
@@ -31,6 +32,16 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
       return {0, 0, false, false}
     end
     local invisible = redis.call('SISMEMBER', keys[3], uid)
+    -- A shard whose invisible set Redis lost (a restart without persistence, a flush) and that
+    -- is not seeded again from the database yet (lua/seed_ledger.lua): a user it does not
+    -- hold as visible may have chosen to be invisible, so is taken for invisible (hidden, not
+    -- counted) until the seed moves them. ``told`` 2 in the reply: a guess (the signal reads
+    -- the choice from the database; the outbox entry says invisible).
+    local told = invisible
+    if invisible == 0 and redis.call('EXISTS', keys[3] .. ':seeded') == 0
+        and not redis.call('ZSCORE', keys[1], uid) then
+      invisible, told = 1, 2
+    end
     local key = keys[1]
     if invisible == 1 then key = keys[2] end
     if old and tonumber(old) == tonumber(score) then
@@ -48,14 +59,14 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
       redis.call('ZADD', key, until_, uid)
       local off = record(keys[4], -1, invisible, past, uid, now)
       local at = tostring(now)
-      return {1, invisible, at, record(keys[4], 1, invisible, at, uid, now), past, off}
+      return {1, told, at, record(keys[4], 1, invisible, at, uid, now), past, off}
     end
     if redis.call('ZADD', key, until_, uid) == 1 then
       -- A write whose time was taken before a sweep elsewhere made the user offline (a busy
       -- process) comes no earlier than that offline, whose moment is old's end: a user's
       -- signals keep their order.
       local at = tostring(math.max(now, was or now))
-      return {1, invisible, at, record(keys[4], 1, invisible, at, uid, now)}
+      return {1, told, at, record(keys[4], 1, invisible, at, uid, now)}
     end
     return {0, invisible, false, false}
   end

@@ -1,16 +1,25 @@
 -- KEYS the shard's ledger (online, hidden, invisible; see LEDGER); ARGV member, 1 (invisible)
 -- or 0. Records the user's choice for the ledger's count, moving them between "online" and
 -- "hidden" if they are online (keeping the time they turn offline). Returns 1 when it changed.
-local from, to = KEYS[2], KEYS[1]
-if ARGV[2] == '1' then
-  if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then return 0 end
-  from, to = KEYS[1], KEYS[2]
-elseif redis.call('SREM', KEYS[3], ARGV[1]) == 0 then
-  return 0
+-- On a shard not seeded yet (lua/seed_ledger.lua) the user is marked as written here: the
+-- seed, which read the database before this write, leaves their choice as this write made it.
+if redis.call('EXISTS', KEYS[3] .. ':seeded') == 0 then
+  redis.call('SADD', KEYS[3] .. ':touched', ARGV[1])
 end
+local from, to = KEYS[2], KEYS[1]
+local changed
+if ARGV[2] == '1' then
+  changed = redis.call('SADD', KEYS[3], ARGV[1])
+  from, to = KEYS[1], KEYS[2]
+else
+  changed = redis.call('SREM', KEYS[3], ARGV[1])
+end
+-- Moved even when the set held the choice already: a user the ledger took for invisible
+-- while not seeded (lua/ledger.lua) is in "hidden" without being in the set.
 local at = redis.call('ZSCORE', from, ARGV[1])
 if at then
   redis.call('ZREM', from, ARGV[1])
   redis.call('ZADD', to, at, ARGV[1])
+  return 1
 end
-return 1
+return changed

@@ -8,13 +8,21 @@ plans read it and keep its invisible set in step with ``PrivacySettings.invisibl
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from presence.store.keys import expiry_score
 from presence.store.plans.outbox import OutboxEntry, claim, parse_entry
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
-from presence.store.scripts import OUTBOX_CLAIM, SET_INVISIBLE
+from presence.store.scripts import OUTBOX_CLAIM, SEED_LEDGER, SET_INVISIBLE
 from presence.users import UserId, encode_id, id_decoder
+
+#: a user's choices as Redis copies them (presence.copies): whether they chose to be invisible,
+#: and when their custom status expires (None: never, or no custom status)
+Choices = tuple[bool, float | None]
+
+#: users (or expiries) per script call of a seed: a long script would hold Redis up
+SEED_PART = 1000
 
 
 class LedgerPlans(PlanArea):
@@ -82,6 +90,92 @@ class LedgerPlans(PlanArea):
             parse=lambda replies: bool(int(replies[0])),
             fallback=False,
         )
+
+    def copy_choices(self, copies: Mapping[UserId, Choices]) -> Plan[set[UserId]]:
+        """Write Redis's copy of these users' choices (presence.copies): their place in the
+        invisible set (:meth:`set_invisible`) and their custom status's expiry (the expiring
+        schedule). One round trip (one per master on a cluster). Answers the users whose copy
+        could not be written: every one when Redis is unavailable."""
+        users = list(copies)
+        commands: list[tuple[Any, ...]] = []
+        for user_id, (invisible, ends) in copies.items():
+            commands += self.set_invisible(user_id, invisible).commands
+            # (as SchedulePlans.schedule_expiry)
+            key, member = self.keys.user_expiring_key(user_id), encode_id(user_id)
+            commands.append(
+                ("ZREM", key, member) if ends is None else ("ZADD", key, expiry_score(ends), member)
+            )
+
+        def partial(replies: list[Any]) -> set[UserId]:
+            return {
+                user_id
+                for i, user_id in enumerate(users)
+                if any(isinstance(reply, Exception) for reply in replies[2 * i : 2 * i + 2])
+            }
+
+        return Plan(
+            commands=commands,
+            parse=lambda replies: set(),
+            fallback=set(users),
+            partial=partial,
+        )
+
+    def unseeded_shards(self) -> Plan[list[int]]:
+        """The shards whose copy of the choices was not seeded from the database since Redis
+        lost it (lua/seed_ledger.lua): one EXISTS per shard. On a cluster with a master
+        unavailable, the others' (its shards are looked at next time)."""
+        shards = list(self.keys.shards())
+
+        def parse(replies: list[Any]) -> list[int]:
+            return [
+                shard
+                for shard, reply in zip(shards, replies, strict=True)
+                if not isinstance(reply, Exception) and not int(reply)
+            ]
+
+        return Plan(
+            commands=[("EXISTS", self.keys.seeded_key(shard)) for shard in shards],
+            parse=parse,
+            fallback=RAISE,
+            partial=parse,
+        )
+
+    def seed(
+        self,
+        shards: Iterable[int],
+        invisible: Mapping[int, Sequence[UserId]],
+        expiring: Mapping[int, Sequence[tuple[UserId, float]]],
+    ) -> Plan[int]:
+        """Seed these shards with the database's choices, read before (lua/seed_ledger.lua): each
+        shard's users who chose to be invisible (``invisible[shard]``) and its custom statuses'
+        expiries (``expiring[shard]``, their end), :data:`SEED_PART` per script call, the last
+        call marking the shard seeded. One round trip (one per master on a cluster). How many
+        shards this seeded (one seeded meanwhile by another process is left as it is)."""
+        commands: list[tuple[Any, ...]] = []
+        lasts: list[int] = []
+        for shard in shards:
+            keys = [*self.keys.ledger_keys(shard), self.keys.shard_expiring_key(shard)]
+            members = [encode_id(user_id) for user_id in invisible.get(shard, ())]
+            pairs = [
+                (expiry_score(at), encode_id(user_id)) for user_id, at in expiring.get(shard, ())
+            ]
+            while True:
+                part, members = members[:SEED_PART], members[SEED_PART:]
+                room = SEED_PART - len(part)
+                due, pairs = pairs[:room], pairs[room:]
+                last = not members and not pairs
+                args = [int(last), len(part), *part, *(value for pair in due for value in pair)]
+                commands.append(script_call(SEED_LEDGER, keys, args))
+                if last:
+                    lasts.append(len(commands) - 1)
+                    break
+
+        def parse(replies: list[Any]) -> int:
+            return sum(
+                1 for i in lasts if not isinstance(replies[i], Exception) and int(replies[i])
+            )
+
+        return Plan(commands=commands, parse=parse, fallback=RAISE, partial=parse)
 
     def invisible_members(self) -> Plan[set[UserId]]:
         """Every user the ledger takes for invisible (presence_cleanup compares them with the

@@ -35,6 +35,9 @@ class Transition:
     made: int = field(default=0, compare=False)
     #: the user chose to be invisible (as the store knows it, see LedgerPlans.set_invisible)
     invisible: bool = field(default=False, compare=False)
+    #: the store could not tell (its copy of the choices lost, not seeded again yet:
+    #: lua/ledger.lua) and took the user for invisible; the choice is the database's to tell
+    guessed: bool = field(default=False, compare=False)
     #: when the transition happened: the write's time, or the moment the user turned offline
     at: float | None = field(default=None, compare=False)
     #: the transition's entry in the shard's outbox (lua/ledger.lua): whoever removes it sends
@@ -81,6 +84,7 @@ class Transition:
             int(core[4]) if len(core) > 4 else 0,
             made=int(made[0]),
             invisible=bool(int(made[1])),
+            guessed=int(made[1]) == 2 and int(made[0]) == 1,
             at=float(made[2]) if made[2] is not None else None,
             entry=_text(made[3]),
             stamped=stamped,

@@ -8,6 +8,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from presence.store.keys import expiry_score
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
 from presence.store.scripts import CLAIM_DUE, RELEASE
 from presence.users import UserId, encode_id, id_decoder
@@ -99,7 +100,7 @@ class SchedulePlans(PlanArea):
         """Announce the user's custom status clearing at ``at`` (None: it never expires)."""
         key = self.keys.user_expiring_key(user_id)
         command: tuple[Any, ...] = (
-            ("ZADD", key, int(at) + 1, encode_id(user_id))
+            ("ZADD", key, expiry_score(at), encode_id(user_id))
             if at is not None
             else ("ZREM", key, encode_id(user_id))
         )

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from presence.conf import get_settings
 from presence.store import PresenceStore, get_store, is_current
 from presence.users import UserId, decode_id
@@ -127,26 +129,35 @@ class CloseListener:
                 stop.wait(min(store.conf.RETRY_INTERVAL, 1.0))
                 continue
             pubsub = None
+            again_at_once = False
             try:
                 pubsub = store.client.pubsub()
                 pubsub.subscribe(store.keys.closes_channel())
                 self._listen(store, stop, subscribed, pubsub)
                 failed = False
             except Exception as error:  # Redis went away, or pub/sub is refused
-                if not failed and self._current(store, stop):  # not a store closed under it
+                # A standing subscription whose connection Redis closed (a restart, a proxy's
+                # idle cut) subscribes again at once, as redis-py's own retry did: the store's
+                # clients retry nothing (a command may have run), and subscribing twice is
+                # harmless. Anything else (Redis away, pub/sub refused) waits RETRY_INTERVAL.
+                again_at_once = (
+                    isinstance(error, RedisConnectionError) and subscribed.is_set() and not failed
+                )
+                if not again_at_once and not failed and self._current(store, stop):
                     logger.warning(
                         "Presence: not listening for closed connections (%s); page views are "
                         "throttled without them until it is back",
                         type(error).__name__,
                     )
-                failed = True
+                failed = not again_at_once
             finally:
                 if self._store is store:
                     self.on_epoch(0)
                 subscribed.clear()
                 if pubsub is not None:
                     pubsub.close()
-            stop.wait(store.conf.RETRY_INTERVAL)
+            if not again_at_once:
+                stop.wait(store.conf.RETRY_INTERVAL)
 
     def _listen(
         self, store: PresenceStore, stop: threading.Event, subscribed: threading.Event, pubsub: Any

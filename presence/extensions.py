@@ -64,10 +64,13 @@ _frames = FRAMES.added
 _deliveries: dict[str, Deliver] = {}
 
 
-def register_frame(type: str, parse: Parse, handle: Handle) -> None:
+def register_frame(type: str, parse: Parse, handle: Handle, *, named_by: str | None = None) -> None:
     """Accept client frames ``{"type": type, ...}``: ``parse`` validates, ``handle`` acts.
+    ``named_by``: a field of the frame (``"feed"``) that every error answering it repeats,
+    where the frame gave it as a string, as errors answering a room's frame name the room: a
+    client tells them from the answer of its other requests (errors carry no request id).
     Registering a type again replaces it; presence's own types cannot be replaced."""
-    FRAMES.add(type, parse, handle)
+    FRAMES.add(type, parse, handle, named_by)
 
 
 def frame_parsers() -> dict[str, Parse]:

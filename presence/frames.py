@@ -23,10 +23,13 @@ HandleOwn = TypeVar("HandleOwn", bound=Callable[..., Awaitable[None]])
 
 @dataclass(frozen=True)
 class AddedFrame:
-    """A frame type an installed app added: its parser and its handler."""
+    """A frame type an installed app added: its parser and its handler, and the field of the
+    frame every error answering it repeats (``named_by``: the feed's ``"feed"``), so that a
+    client tells that error from the answer of another request (errors carry no request id)."""
 
     parse: Parse
     handle: Handle
+    named_by: str | None = None
 
 
 class FrameRegistry:
@@ -49,22 +52,36 @@ class FrameRegistry:
 
         return register
 
-    def add(self, type: str, parse: Parse, handle: Handle) -> None:
-        """Accept client frames ``{"type": type, ...}``: ``parse`` validates, ``handle`` acts.
-        Adding a type again replaces it; presence's own types cannot be replaced."""
+    def add(self, type: str, parse: Parse, handle: Handle, named_by: str | None = None) -> None:
+        """Accept client frames ``{"type": type, ...}``: ``parse`` validates, ``handle`` acts;
+        every error answering such a frame repeats its field ``named_by``, where the frame gave
+        it as a string. Adding a type again replaces it; presence's own types cannot be
+        replaced."""
         if not isinstance(type, str) or not type:
             raise ValueError(f"A frame type is a non-empty string, got {type!r}.")
         if type in domain.CLIENT_TYPES:
             raise ValueError(f"{type!r} is one of presence's own frame types.")
-        self.added[type] = AddedFrame(parse, handle)
+        if named_by is not None and (not isinstance(named_by, str) or named_by in _ERROR_FIELDS):
+            raise ValueError(f"named_by is the name of a field of the frame, got {named_by!r}.")
+        self.added[type] = AddedFrame(parse, handle, named_by)
 
     def parsers(self) -> dict[str, Parse]:
         """The added types and their parsers (what domain.parse_frame takes)."""
         return {type: frame.parse for type, frame in self.added.items()}
 
-    def parse(self, text: str | None, limits: domain.Limits) -> domain.ClientMessage:
-        """One client frame as a message, or :class:`presence.domain.InvalidInput`."""
-        return domain.parse_frame(text, limits, self.parsers())
+    def parse(
+        self, text: str | None, limits: domain.Limits, named: dict[str, str] | None = None
+    ) -> domain.ClientMessage:
+        """One client frame as a message, or :class:`presence.domain.InvalidInput`. ``named``
+        receives, before the frame is parsed any further, the field its errors repeat (an
+        added type's ``named_by``) where the frame gives it as a string: it names an error of
+        the parse itself too."""
+        parsers = self.parsers()
+        if named is not None:
+            for type, frame in self.added.items():
+                if frame.named_by is not None:
+                    parsers[type] = _naming(frame.parse, frame.named_by, named)
+        return domain.parse_frame(text, limits, parsers)
 
     async def handle(self, connection: Any, message: domain.ClientMessage) -> None:
         """Hand a parsed frame to its type's handler."""
@@ -72,6 +89,20 @@ class FrameRegistry:
             await self.added[message.type].handle(connection, message.message)
         else:
             await self.own[type(message)](connection, message)
+
+
+#: the fields of an error frame itself, which no frame's field may stand for
+_ERROR_FIELDS = frozenset({"type", "code", "message", "room", "users", "retry_after"})
+
+
+def _naming(parse: Parse, field: str, named: dict[str, str]) -> Parse:
+    def parse_naming(data: Mapping[str, Any]) -> Any:
+        value = data.get(field)
+        if isinstance(value, str):
+            named[field] = value
+        return parse(data)
+
+    return parse_naming
 
 
 #: the registry of ``ws/presence/``

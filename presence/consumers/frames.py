@@ -29,10 +29,11 @@ from presence.operations import being_cancelled
 
 logger = logging.getLogger("presence")
 
-#: the room of the join, leave or room_more frame being answered: each error answering it
-#: names the room ("room"), so that a client tells it from the answer of a set_status (errors
-#: carry no request id). Set by _handle once the frame is parsed, in the task _answer runs in.
-_answered_room: ContextVar[str | None] = ContextVar("presence_answered_room", default=None)
+#: what every error answering the frame being answered names: the room of a join, leave or
+#: room_more ("room"), the field an added frame type is named by (the feed's "feed"), so that a
+#: client tells it from the answer of a set_status (errors carry no request id). Filled by
+#: _handle as the frame is parsed, in the task _answer runs in.
+_answered: ContextVar[dict[str, str] | None] = ContextVar("presence_answered", default=None)
 
 #: heartbeat frames as clients spell them (presence.js' JSON.stringify, Python's json.dumps),
 #: parsed once: most frames a process handles are these, and most change nothing
@@ -84,10 +85,11 @@ async def answer(socket: Socket, arrived: float, work: Coroutine[Any, Any, None]
 
 
 async def _handle(socket: Socket, text_data: str | None) -> None:
-    message = FRAMES.parse(text_data, socket.state.limits)
+    named = _answered.get()
+    message = FRAMES.parse(text_data, socket.state.limits, named)
     metrics.frame_received(message)
-    if isinstance(message, Join | Leave | RoomMore):
-        _answered_room.set(message.room.name)
+    if isinstance(message, Join | Leave | RoomMore) and named is not None:
+        named["room"] = message.room.name
     await FRAMES.handle(socket, message)
 
 
@@ -122,24 +124,27 @@ def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
 
 
 async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
-    answering = _answered_room.set(None)
+    answering = _answered.set({})
     try:
-        await _answer_naming_room(socket, work)
+        await _answer_naming(socket, work)
     finally:
-        _answered_room.reset(answering)
+        _answered.reset(answering)
 
 
-def _named_room(error: domain.InvalidInput | None = None) -> dict[str, str]:
-    """The ``room`` of an error answering a room's frame (none for other frames)."""
-    room = error.room if error is not None and error.room is not None else _answered_room.get()
-    return {} if room is None else {"room": room}
+def _named(error: domain.InvalidInput | None = None) -> dict[str, str]:
+    """What an error answering the frame names: its ``room`` (a room's frame), the field of an
+    added type's ``named_by`` (the feed's ``feed``); nothing for other frames."""
+    named = dict(_answered.get() or {})
+    if error is not None and error.room is not None:
+        named["room"] = error.room
+    return named
 
 
-async def _answer_naming_room(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
+async def _answer_naming(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
     try:
         await work
     except domain.InvalidInput as error:
-        await socket.send_error(error.code, error.message, **_named_room(error))
+        await socket.send_error(error.code, error.message, **_named(error))
     except ClientGone:
         raise
     except asyncio.CancelledError:
@@ -156,7 +161,7 @@ async def _answer_naming_room(socket: Socket, work: Coroutine[Any, Any, None]) -
             await socket.send_error(
                 "internal_error",
                 gettext("The server failed to handle this frame; try again later."),
-                **_named_room(),
+                **_named(),
             )
     except SendFailed:
         # The server refused an answer (logged in send): the client must not wait for it.
@@ -164,7 +169,7 @@ async def _answer_naming_room(socket: Socket, work: Coroutine[Any, Any, None]) -
             await socket.send_error(
                 "internal_error",
                 gettext("The server failed to handle this frame; try again later."),
-                **_named_room(),
+                **_named(),
             )
     except Exception:
         # A bug or a failure below (database, ...) must not end the connection: it is logged,
@@ -175,7 +180,7 @@ async def _answer_naming_room(socket: Socket, work: Coroutine[Any, Any, None]) -
             await socket.send_error(
                 "internal_error",
                 gettext("The server failed to handle this frame; try again later."),
-                **_named_room(),
+                **_named(),
             )
 
 

@@ -2,9 +2,10 @@
 
 Client frames ``{"type": "watch_feed", "feed": F}`` and ``{"type": "unwatch_feed", "feed": F}``
 (F: ``following``, ``mentions``, ``user:<id>`` or ``group:<slug>``; at most MAX_FEEDS per
-connection) give a connection the hub topic F of kind ``feed``. A posted activity is announced
-once to the processes with such topics; each resolves, for all its viewers at once, who sees it
-on which timeline with the feed's rules and privacy, and sends them
+connection) give a connection the hub topic F of kind ``feed``; every error answering them
+names the feed (``"feed"``, as the frame sent it, where it was a string). A posted activity is
+announced once to the processes with such topics; each resolves, for all its viewers at once,
+who sees it on which timeline with the feed's rules and privacy, and sends them
 ``{"type": "activity", "feeds": [...], "activity": ACTIVITY}``.
 """
 
@@ -139,7 +140,9 @@ def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
 
 def register() -> None:
     """Called from the feed's AppConfig.ready()."""
-    extensions.register_frame("watch_feed", parse_watch, watch_feed)
-    extensions.register_frame("unwatch_feed", parse_unwatch, unwatch_feed)
+    # Every error answering them names the feed as the frame sent it: a client tells it from
+    # the answer of its set_status.
+    extensions.register_frame("watch_feed", parse_watch, watch_feed, named_by="feed")
+    extensions.register_frame("unwatch_feed", parse_unwatch, unwatch_feed, named_by="feed")
     extensions.register_delivery(KIND, deliver_activity)
     api.activity_posted.connect(_on_activity_posted, dispatch_uid="presence_live_activity")

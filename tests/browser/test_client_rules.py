@@ -584,6 +584,53 @@ def test_a_refused_join_never_answers_a_status_change(client: Callable[..., Clie
     assert c.js("() => __r") == [["ok", "dnd"]]
 
 
+def test_a_feeds_error_never_answers_a_status_change(client: Callable[..., Client]) -> None:
+    # As the server answers: every error answering a watch_feed or unwatch_feed names its feed.
+    c = client(DOT)
+    c.open_socket()
+    c.js(
+        """() => { window.__r = []; window.__errors = [];
+        presence.on('error', (e) => __errors.push(e));
+        presence.watchFeed('user:abc');
+        presence.setStatus({status: 'dnd', text: 'A'}).then((p) => __r.push(['ok1', p.text]),
+                                                            (e) => __r.push(['err1', e.code]));
+        presence.setStatus({status: 'dnd', text: 'B'}).then((p) => __r.push(['ok2', p.text]),
+                                                            (e) => __r.push(['err2', e.code])); }"""
+    )
+    assert c.sent("watch_feed") == [{"type": "watch_feed", "feed": "user:abc"}]
+    bad_name = "Unknown feed 'user:abc': use following, mentions, user:<id> or group:<slug>."
+    c.receive({"type": "error", "code": "invalid_value", "message": bad_name, "feed": "user:abc"})
+    c.receive({"type": "status", "presence": presence("dnd", text="A", invisible=False)})
+    c.receive({"type": "status", "presence": presence("dnd", text="B", invisible=False)})
+    assert c.js("() => __r") == [["ok1", "A"], ["ok2", "B"]]
+    # The page is told, and which feed.
+    assert c.js("() => __errors") == [
+        {"code": "invalid_value", "message": bad_name, "feed": "user:abc"}
+    ]
+
+
+def test_an_unknown_type_never_answers_a_status_change(client: Callable[..., Client]) -> None:
+    # A site without the activity feed answers watch_feed with unknown_type (naming no feed):
+    # set_status is always a known type, so the error answers something else.
+    c = client(DOT)
+    c.open_socket()
+    c.js(
+        """() => { window.__r = []; presence.watchFeed('following');
+        presence.setStatus({status: 'dnd'}).then((p) => __r.push(['ok', p.status]),
+                                                 (e) => __r.push(['err', e.code])); }"""
+    )
+    c.receive({"type": "error", "code": "unknown_type", "message": "Unknown message type."})
+    c.receive({"type": "status", "presence": presence("dnd", invisible=False)})
+    assert c.js("() => __r") == [["ok", "dnd"]]
+    # An error naming nothing still answers the status change it follows.
+    c.js(
+        """() => { presence.setStatus({status: 'dnd', emoji: 'x'.repeat(99)}).then(
+            (p) => __r.push(['ok', p.status]), (e) => __r.push(['err', e.code])); }"""
+    )
+    c.receive({"type": "error", "code": "invalid_value", "message": "Too long."})
+    assert c.js("() => __r") == [["ok", "dnd"], ["err", "invalid_value"]]
+
+
 def test_the_late_answer_of_a_timed_out_change_settles_nothing_else(
     client: Callable[..., Client],
 ) -> None:

@@ -167,6 +167,8 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
     await follow(author, viewer)
     socket = await sockets.open(viewer)
 
+    # Each error names the feed as the frame sent it (where it was a string): errors carry no
+    # request id, and a client tells them from the answer of its set_status so.
     for frame, expected in [
         (
             {"feed": 3},
@@ -180,6 +182,7 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
             error(
                 "invalid_value",
                 "Unknown feed 'everything': use following, mentions, user:<id> or group:<slug>.",
+                feed="everything",
             ),
         ),
         (
@@ -189,22 +192,68 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
             error(
                 "invalid_value",
                 "Unknown feed 'following\\n': use following, mentions, user:<id> or group:<slug>.",
+                feed="following\n",
             ),
         ),
-        ({"feed": "group:nope"}, error("unknown_feed", "No such timeline: group:nope.")),
+        (
+            {"feed": "group:nope"},
+            error("unknown_feed", "No such timeline: group:nope.", feed="group:nope"),
+        ),
         (
             {"feed": f"user:{missing_id()}"},
-            error("unknown_feed", f"No such timeline: user:{missing_id()}."),
+            error(
+                "unknown_feed",
+                f"No such timeline: user:{missing_id()}.",
+                feed=f"user:{missing_id()}",
+            ),
+        ),
+        (
+            # As sent, not as the timeline's canonical name (a UUID in lowercase).
+            {"feed": f"user:{str(missing_id()).upper()}"},
+            error(
+                "unknown_feed",
+                f"No such timeline: user:{missing_id()}.",
+                feed=f"user:{str(missing_id()).upper()}",
+            ),
         ),
     ]:
         await socket.send_json_to({"type": "watch_feed", **frame})
         assert await receive(socket) == expected
 
+    await socket.send_json_to({"type": "unwatch_feed", "feed": "user:abc"})
+    assert await receive(socket) == error(
+        "invalid_value",
+        "Unknown feed 'user:abc': use following, mentions, user:<id> or group:<slug>.",
+        feed="user:abc",
+    )
     await watch(socket, "following")
     await socket.send_json_to({"type": "unwatch_feed", "feed": "following"})
     assert await subscribe(socket) == state({})
     await post(author, "unseen")
     await assert_silent(socket)
+
+
+async def test_a_failed_watch_names_its_feed_and_other_errors_name_none(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    viewer = await new_user(make_user)
+    socket = await sockets.open(viewer)
+
+    def broken(feed_name: str) -> bool:
+        raise RuntimeError("a bug below the handler")
+
+    monkeypatch.setattr(feed, "feed_exists", broken)
+    await socket.send_json_to({"type": "watch_feed", "feed": "mentions"})
+    assert await receive(socket) == error(
+        "internal_error",
+        "The server failed to handle this frame; try again later.",
+        feed="mentions",
+    )
+    monkeypatch.undo()
+    # The next frame's error is its own: no feed.
+    await socket.send_json_to({"type": "set_status", "status": "away"})
+    reply = await receive(socket)
+    assert reply["code"] == "invalid_value" and "feed" not in reply, reply
 
 
 async def test_a_connection_watches_at_most_ten_timelines(
@@ -216,7 +265,7 @@ async def test_a_connection_watches_at_most_ten_timelines(
     await watch(socket, *(f"user:{user.pk}" for user in users))
     await socket.send_json_to({"type": "watch_feed", "feed": "mentions"})
     assert await receive(socket) == error(
-        "too_many_feeds", "At most 10 live timelines per connection."
+        "too_many_feeds", "At most 10 live timelines per connection.", feed="mentions"
     )
 
 

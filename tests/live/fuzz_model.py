@@ -76,9 +76,11 @@ def feed_installed() -> bool:
 
 @dataclass(frozen=True)
 class Error:
-    """One error frame, of one of these codes (a frame with several faults may name any)."""
+    """One error frame, of one of these codes (a frame with several faults may name any),
+    naming what it answers (``named``: the ``feed`` of a watch_feed, as sent)."""
 
     codes: frozenset[str]
+    named: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,8 @@ class StatusReply:
 Expectation = Error | Silent | Unmodelled | Snapshot | StatusReply
 
 
-def error(*codes: str) -> Error:
-    return Error(frozenset(codes))
+def error(*codes: str, **named: str) -> Error:
+    return Error(frozenset(codes), tuple(sorted(named.items())))
 
 
 @dataclass
@@ -295,6 +297,8 @@ def _expected_feed(
     name = data.get("feed")
     if not isinstance(name, str):
         return error("invalid_message")
+    # Every error answering it names the feed as sent (websocket.md, "Errors").
+    named = {"feed": name}
     if name in ("following", "mentions") or re.fullmatch(r"group:[-a-zA-Z0-9_]{1,100}", name):
         canonical: str | None = name
     elif name.startswith("user:"):
@@ -302,14 +306,14 @@ def _expected_feed(
     else:
         canonical = None
     if canonical is None:
-        return error("invalid_value")
+        return error("invalid_value", **named)
     if kind == "unwatch_feed":
         connection.watched.discard(canonical)
         return Silent()
     if canonical in connection.watched:
         return Silent()
     if len(connection.watched) >= MAX_FEEDS:
-        return error("too_many_feeds")
+        return error("too_many_feeds", **named)
     feed_kind, _, key = canonical.partition(":")
     exists = (
         (feed_kind == "user" and site.pk(key) in site.existing)
@@ -317,7 +321,7 @@ def _expected_feed(
         or feed_kind in ("following", "mentions")
     )
     if not exists:
-        return error("unknown_feed")
+        return error("unknown_feed", **named)
     connection.watched.add(canonical)
     return Silent()
 
@@ -601,11 +605,14 @@ def check_unprompted(frame: dict[str, Any]) -> None:
         assert frame["type"] == "activity", frame
 
 
-def check_error(frame: dict[str, Any], codes: frozenset[str]) -> None:
+def check_error(
+    frame: dict[str, Any], codes: frozenset[str], named: tuple[tuple[str, str], ...] = ()
+) -> None:
     assert frame["type"] == "error", frame
     assert frame["code"] in codes, frame
     assert isinstance(frame["message"], str) and frame["message"], frame
-    assert set(frame) == {"type", "code", "message"}, frame
+    assert set(frame) == {"type", "code", "message", *dict(named)}, frame
+    assert all(frame[field] == value for field, value in named), (frame, named)
 
 
 def check_replies(replies: list[dict[str, Any]], expectation: Expectation) -> None:
@@ -617,7 +624,7 @@ def check_replies(replies: list[dict[str, Any]], expectation: Expectation) -> No
                 check_error({k: v for k, v in reply.items() if k != "room"}, ERROR_CODES)
     elif isinstance(expectation, Error):
         assert len(replies) == 1, replies
-        check_error(replies[0], expectation.codes)
+        check_error(replies[0], expectation.codes, expectation.named)
     elif isinstance(expectation, Snapshot):
         assert replies and replies[0]["type"] == "presence_state", replies
         assert set(replies[0]) == {"type", "presences"}, replies

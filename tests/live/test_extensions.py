@@ -138,6 +138,47 @@ async def test_a_bad_added_frame_is_answered_and_the_connection_stays(
     assert await subscribe(socket) == state({})
 
 
+def parse_doc(data: Mapping[str, Any]) -> str:
+    doc = data.get("doc")
+    if not isinstance(doc, str) or not doc.isdigit():
+        raise InvalidInput("invalid_value", "'doc' is a document's number.")
+    return doc
+
+
+async def handle_doc(connection: Any, doc: str) -> None:
+    raise InvalidInput("not_found", f"No document {doc}.")
+
+
+async def test_errors_answering_an_added_frame_name_the_field_it_is_named_by(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    frames = dict(extensions._frames)
+    extensions.register_frame("open_doc", parse_doc, handle_doc, named_by="doc")
+    try:
+        socket = await sockets.open(await new_user(make_user))
+        # As the frame sent it, from its parse and from its handler; nothing where it is no
+        # string, and nothing on the errors of other frames.
+        for frame, expected in [
+            ({"doc": "x"}, error("invalid_value", "'doc' is a document's number.", doc="x")),
+            ({"doc": "7"}, error("not_found", "No document 7.", doc="7")),
+            ({"doc": 7}, error("invalid_value", "'doc' is a document's number.")),
+        ]:
+            await socket.send_json_to({"type": "open_doc", **frame})
+            assert await receive(socket) == expected
+        await socket.send_json_to({"type": "heartbeat", "state": "asleep", "doc": "7"})
+        assert "doc" not in await receive(socket)
+    finally:
+        extensions._frames.clear()
+        extensions._frames.update(frames)
+
+
+@pytest.mark.parametrize("field", ["code", "message", "type", "room", 7])
+def test_an_added_frame_is_named_by_none_of_an_errors_own_fields(field: Any) -> None:
+    with pytest.raises(ValueError):
+        extensions.register_frame("open_doc", parse_doc, handle_doc, named_by=field)
+    assert "open_doc" not in extensions.frame_parsers()
+
+
 def test_presence_frame_types_cannot_be_replaced() -> None:
     with pytest.raises(ValueError):
         extensions.register_frame("subscribe", parse_typing, handle_typing)

@@ -610,21 +610,27 @@
       }
       emit("error", { code: message.code, message: message.message });
     } else if (message.type === "error") {
-      // Errors carry no request id, and those answering a room's frame name the room. This
-      // client sends only well-formed subscribe and heartbeat frames, so an error other than
-      // these answers the oldest pending set_status.
-      const subscriptionError = [
+      // Errors carry no request id: those answering a room's frame name the room (above), and
+      // those answering a watch_feed or unwatch_feed name the feed. This client sends only
+      // well-formed subscribe and heartbeat frames, so an error other than these answers the
+      // oldest pending set_status; never an unknown_type, whichever frame it answers (a site
+      // without the activity feed answers watch_feed so): set_status is always known.
+      const notStatusError = [
         "unknown_users",
         "too_many_subscriptions",
         "unknown_feed",
         "too_many_feeds",
+        "unknown_type",
       ];
-      if (!subscriptionError.includes(message.code) && waiting.length) {
+      const answersFeed = typeof message.feed === "string";
+      if (!answersFeed && !notStatusError.includes(message.code) && waiting.length) {
         const entry = waiting.shift();
         clearTimeout(entry.timer);
         entry.reject(failure(message.code, message.message));
       }
-      emit("error", { code: message.code, message: message.message });
+      const detail = { code: message.code, message: message.message };
+      if (answersFeed) detail.feed = message.feed;
+      emit("error", detail);
     }
   }
 

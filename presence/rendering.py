@@ -210,6 +210,33 @@ def dot_html(pk: Any, status: domain.Status, stamp: str | None = None) -> SafeSt
     )
 
 
+def custom_status(presence: domain.Presence) -> str:
+    """A custom status as one text: its emoji, then its text, with a space between
+    (``"🎧 Focus"``, ``"🎧"``, ``"Focus"``); empty where the viewer may see none (presence.js
+    writes the same)."""
+    return " ".join(part for part in (presence.emoji, presence.text) if part)
+
+
+def status_text(request: Any, target: Any) -> SafeString:
+    """``{% presence_text %}``: the custom status in an element presence.js keeps current,
+    empty where nothing may be shown (hidden, blocked, expired, none), so that a status set
+    later fills it; nothing for what names no user. It carries the page's stamp as the dots
+    do: a custom status changed since then is sent to the page's socket."""
+    pk, presence = presence_for(request, target)
+    if pk is None:
+        return SafeString("")
+    return status_text_html(pk, custom_status(presence), stamps.page_stamp(request))
+
+
+def status_text_html(pk: Any, text: str, stamp: str | None = None) -> SafeString:
+    return format_html(
+        '<span class="presence-text" data-presence-text="{}"{}>{}</span>',
+        pk,
+        format_html(' data-presence-since="{}"', stamp) if stamp else "",
+        text,
+    )
+
+
 def last_seen_text(request: Any, target: Any) -> str:
     _, presence = presence_for(request, target)
     return domain.humanize(presence, timezone.now())

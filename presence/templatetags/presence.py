@@ -38,6 +38,37 @@ def last_seen(context: template.Context, target: Any) -> str:
     return rendering.last_seen_text(rendering.request_of(context), target)
 
 
+class _StatusTextNode(template.Node):
+    def __init__(self, target: template.base.FilterExpression, var: str | None):
+        self.target, self.var = target, var
+
+    def render(self, context: template.Context) -> str:
+        request = rendering.request_of(context)
+        target = self.target.resolve(context)
+        if self.var is None:
+            return rendering.status_text(request, target)
+        # "as text": the text alone, rendered once, for markup of the site's own
+        _, presence = rendering.presence_for(request, target)
+        context[self.var] = rendering.custom_status(presence)
+        return ""
+
+
+@register.tag
+def presence_text(parser: template.base.Parser, token: template.base.Token) -> _StatusTextNode:
+    """A user's custom status (emoji and text), as the viewer may see it, in a
+    ``<span class="presence-text">`` that presence.js keeps current (empty where nothing shows);
+    ``{% presence_text user as text %}`` stores the text alone. Read with the dots (one read
+    per page after ``presence_prefetch``)."""
+    bits = token.split_contents()
+    if len(bits) == 2:
+        return _StatusTextNode(parser.compile_filter(bits[1]), None)
+    if len(bits) == 4 and bits[2] == "as":
+        return _StatusTextNode(parser.compile_filter(bits[1]), bits[3])
+    raise template.TemplateSyntaxError(
+        f"Use {{% {bits[0]} user %}} or {{% {bits[0]} user as name %}}."
+    )
+
+
 @register.simple_tag(takes_context=True)
 def online_friends(context: template.Context, limit: int | None = None) -> list[Any]:
     return rendering.online_friends(rendering.request_of(context), limit)

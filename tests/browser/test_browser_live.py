@@ -153,6 +153,43 @@ def test_status_menu_sets_dnd_over_the_socket(
     expect(b.page.locator("[data-status-summary]")).to_have_text("Set status")
 
 
+def test_a_friends_custom_status_shows_changes_and_clears_without_reload(
+    browser: Browser, live: Daphne, people: dict[str, Any]
+) -> None:
+    """{% presence_text %} on Home (templates/demo/_person.html): ben's custom status as the
+    server rendered it, then as he changes it, clears it, and as it expires, the page never
+    reloaded."""
+    ann, ben = people["ann"], people["ben"]
+    b = browser.open(ben, live.url)
+    b.wait_connected()
+
+    def set_status(change: dict[str, Any]) -> None:
+        b.page.evaluate("(change) => window.presence.setStatus(change)", change)
+
+    set_status({"status": "auto", "text": "Coffee", "emoji": "☕"})
+    a = browser.open(ann, live.url)
+    text = a.page.locator(f'.person .presence-text[data-presence-text="{ben.pk}"]').first
+    expect(text).to_have_text("☕ Coffee")  # rendered by the server
+    a.wait_connected()
+    a.page.evaluate("() => { window.loadedOnce = true; }")
+
+    set_status({"status": "dnd", "text": "<b>Lunch</b>", "emoji": "🍜"})
+    expect(text).to_have_text("🍜 <b>Lunch</b>")
+    expect(text.locator("b")).to_have_count(0)  # text, never markup
+    set_status({"status": "auto"})
+    expect(text).to_have_text("")
+    expect(text).to_be_hidden()  # the demo shows no empty line
+
+    set_at = time.monotonic()
+    set_status({"status": "auto", "text": "Back soon", "expires_in": 2})
+    expect(text).to_have_text("Back soon")
+    expect(text).to_have_text("", timeout=(2 + 1 + MARGIN) * 1000)  # the sweep's diff
+    elapsed = time.monotonic() - set_at
+    assert elapsed >= 1, f"cleared after {elapsed:.2f} s, before its expiry"
+    assert a.page.evaluate("() => window.loadedOnce") is True
+    assert a.http_requests == []  # pushed, not polled
+
+
 def test_a_stranger_never_sees_an_online_user(
     browser: Browser, live: Daphne, people: dict[str, Any]
 ) -> None:

@@ -25,7 +25,7 @@ from django.test.utils import override_settings
 from django.utils import translation
 
 from presence import domain, rendering
-from tests.browser.pages import CHROMIUM, CHROMIUM_ARGS, presence
+from tests.browser.pages import CHROMIUM, CHROMIUM_ARGS, opening_subscription, presence
 from tests.clock import T0, at
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
@@ -210,7 +210,10 @@ def client(chromium_browser: Any) -> Iterator[Callable[..., Client]]:
             f" data-presence-heartbeat='30' data-presence-idle-after='300'{words}></script>"
         )
         html = f"<!doctype html><html lang='{lang}'><body><main>{body}</main>{script}</body></html>"
-        page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=html, content_type="text/html"))
+        page.route(
+            f"{ORIGIN}/",
+            lambda route: route.fulfill(body=html, content_type="text/html; charset=utf-8"),
+        )
         page.route(
             f"{ORIGIN}/static/presence.js",
             lambda route: route.fulfill(
@@ -462,6 +465,66 @@ def test_the_script_writes_the_last_seen_text_the_server_rendered(
     assert c.js(written) == server_texts(TEXTS_AT)
     c.tick(30_000)  # the script's clock rewrites them
     assert c.js(written) == server_texts(TEXTS_AT + timedelta(seconds=30))
+
+
+#: custom statuses as (emoji, text): both, either, none, and text that looks like markup
+CUSTOM_STATUSES = [
+    ("🎧", "Focus"),
+    (None, "Lunch"),
+    ("🌴", None),
+    (None, None),
+    ("'", '<img src="x" onerror="window.__pwned = 1">&amp;'),
+    ("👩‍💻", "Tom & Jerry"),
+]
+
+
+def test_the_script_keeps_the_custom_status_as_the_server_renders_it(
+    client: Callable[..., Client],
+) -> None:
+    # {% presence_text %}'s elements, stamped as the page's dots are: the page's users are
+    # subscribed with that stamp, the text shown stays for users unchanged since, and each
+    # diff's custom status is written as the tag would render it (text, never markup).
+    def server_text(emoji: str | None, text: str | None) -> str:
+        return rendering.custom_status(domain.Presence(text=text, emoji=emoji))
+
+    stamp = "1741953600000.592f939f49105afc8bce"
+    page = (
+        str(rendering.dot_html(2, domain.Status.ONLINE, stamp))
+        + str(rendering.status_text_html(2, server_text("🎧", "Focus"), stamp))
+        + str(rendering.status_text_html(3, "", stamp))  # a text alone names its user too
+    )
+    c = client(page)
+    assert opening_subscription(c.js("() => window.__ws().url")) == {
+        "type": "subscribe",
+        "users": ["2", "3"],
+        "since": stamp,
+    }
+    c.open_socket()
+    assert c.sent("subscribe") == []  # the opening request subscribed them
+    c.receive(snapshot({}, unchanged=["2", "3"]))
+    texts = "() => Array.from(document.querySelectorAll('.presence-text'), (el) => el.textContent)"
+    assert c.js(texts) == ["🎧 Focus", ""]
+    for emoji, text in CUSTOM_STATUSES:
+        c.receive(
+            {
+                "type": "presence_diff",
+                "presences": {
+                    "2": presence("online", text=text, emoji=emoji),
+                    "3": presence("offline", text=text, emoji=emoji),
+                },
+            }
+        )
+        assert c.js(texts) == [server_text(emoji, text)] * 2
+    assert c.js("() => document.querySelectorAll('.presence-text *').length") == 0
+    assert c.js("() => window.__pwned") is None
+    # Polled too, and cleared (an expired status reads as none).
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")
+    c.answer(ENDPOINT, {"presences": {"2": presence("online", text="Back", emoji=None)}})
+    assert c.js(texts)[0] == "Back"
+    c.js("() => { presence.refresh(); }")
+    c.answer(ENDPOINT, {"presences": {"2": presence("online")}})
+    assert c.js(texts)[0] == ""
 
 
 #: (language, NUMBER_GROUPING of the site where the language has none)

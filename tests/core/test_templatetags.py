@@ -11,7 +11,7 @@ import pytest
 import time_machine
 from django.contrib.auth.models import AnonymousUser
 from django.db import connection
-from django.template import Context, Template
+from django.template import Context, Template, TemplateSyntaxError
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import translation
@@ -268,6 +268,162 @@ def test_last_seen_is_empty_for_a_stranger_and_escaped(
         settings.PRESENCE = {**getattr(settings, "PRESENCE", {}), "APPROXIMATE_LAST_SEEN": False}
         assert render("[{% last_seen t %}]", request_for(viewer), t=target) == "[]"
         assert render("[{% last_seen t %}]", request_for(target), t=target) == "[online]"
+
+
+# --- presence_text --------------------------------------------------------------------------
+
+
+def text_html(pk: Any, text: str = "") -> str:
+    return f'<span class="presence-text" data-presence-text="{pk}">{text}</span>'
+
+
+def test_presence_text_markup_escaped(make_user: Callable[..., Any]) -> None:
+    viewer = make_user()
+    both, text_only, emoji_only, markup, none = (make_user() for _ in range(5))
+    for target in (both, text_only, emoji_only, markup, none):
+        Contact.objects.create(owner=target, contact=viewer)
+    api.set_status(both, "auto", text="Focus", emoji="🎧")
+    api.set_status(text_only, "dnd", text="Lunch")
+    api.set_status(emoji_only, "auto", emoji="🌴")
+    api.set_status(markup, "auto", text='<b>"Tom & Jerry"</b>', emoji="'")
+    html = render(
+        "{% for u in users %}{% presence_text u %}|{% endfor %}",
+        request_for(viewer),
+        users=[both, text_only, emoji_only, markup, none],
+    )
+    assert html.split("|") == [
+        text_html(both.pk, "🎧 Focus"),
+        text_html(text_only.pk, "Lunch"),
+        text_html(emoji_only.pk, "🌴"),
+        text_html(markup.pk, "&#x27; &lt;b&gt;&quot;Tom &amp; Jerry&quot;&lt;/b&gt;"),
+        text_html(none.pk),  # nothing to show: empty, for presence.js to fill later
+        "",
+    ]
+
+
+def test_presence_text_is_empty_where_the_viewer_may_not_see_it(
+    make_user: Callable[..., Any],
+) -> None:
+    viewer = make_user()
+    contact, hidden, blocked, blocking, stranger, expired = (make_user() for _ in range(6))
+    for target in (contact, hidden, blocked, blocking, expired):
+        Contact.objects.create(owner=target, contact=viewer)
+    PrivacySettings.objects.create(user=hidden, activity_visibility="nobody")
+    Block.objects.create(blocker=viewer, blocked=blocked)
+    Block.objects.create(blocker=blocking, blocked=viewer)
+    with time_machine.travel(NOW - timedelta(hours=2), tick=False):
+        for target in (contact, hidden, blocked, blocking, stranger):
+            api.set_status(target, "auto", text="Away", emoji="🌴")
+        api.set_status(
+            expired, "auto", text="Away", emoji="🌴", expires_at=NOW - timedelta(hours=1)
+        )
+    users = [contact, hidden, blocked, blocking, stranger, expired]
+    source = "{% for u in users %}{% presence_text u %}|{% endfor %}"
+    with time_machine.travel(NOW, tick=False):
+        html = render(source, request_for(viewer), users=users)
+        # Each sees their own, an expired one excepted.
+        own = [render("{% presence_text u %}", request_for(user), u=user) for user in users]
+    assert html.split("|") == [
+        text_html(contact.pk, "🌴 Away"),
+        text_html(hidden.pk),
+        text_html(blocked.pk),
+        text_html(blocking.pk),
+        text_html(stranger.pk),  # contacts only, by default
+        text_html(expired.pk),
+        "",
+    ]
+    assert own == [text_html(user.pk, "🌴 Away") for user in users[:-1]] + [text_html(expired.pk)]
+
+
+def test_presence_text_of_what_names_no_user_and_without_a_request(
+    make_user: Callable[..., Any],
+) -> None:
+    public, private = make_user(), make_user()
+    PrivacySettings.objects.create(user=public, activity_visibility="everyone")
+    api.set_status(public, "auto", text="Hi")
+    api.set_status(private, "auto", text="Hi")
+    html = render(
+        "{% presence_text none %}|{% presence_text junk %}|{% presence_text a %}|"
+        "{% presence_text b %}|{% presence_text pk %}",
+        none=None,
+        junk="x",
+        a=public,
+        b=private,
+        pk=str(public.pk),
+    )
+    # Without a request, as a stranger sees it.
+    assert html.split("|") == [
+        "",
+        "",
+        text_html(public.pk, "Hi"),
+        text_html(private.pk),
+        text_html(public.pk, "Hi"),
+    ]
+
+
+def test_presence_text_as_a_variable_is_the_text_alone(make_user: Callable[..., Any]) -> None:
+    viewer, friend, hidden = make_user(), make_user(), make_user()
+    Contact.objects.create(owner=friend, contact=viewer)
+    api.set_status(friend, "auto", text="<Focus>", emoji="🎧")
+    api.set_status(hidden, "auto", text="Secret")
+    html = render(
+        "{% presence_text f as s %}[{{ s }}]{% presence_text h as t %}[{{ t }}]"
+        "{% presence_text f as u %}{% if u %}yes{% endif %}",
+        request_for(viewer),
+        f=friend,
+        h=hidden,
+    )
+    assert html == "[🎧 &lt;Focus&gt;][]yes"
+
+
+@pytest.mark.parametrize(
+    "source", ["{% presence_text %}", "{% presence_text a b %}", "{% presence_text a to b %}"]
+)
+def test_presence_text_syntax(source: str) -> None:
+    with pytest.raises(TemplateSyntaxError, match="presence_text user as name"):
+        Template("{% load presence %}" + source)
+
+
+def test_presence_text_carries_the_pages_stamp(make_user: Callable[..., Any]) -> None:
+    # As the dots do: the socket is then sent the custom statuses changed since (websocket.md).
+    viewer, friend = make_user(), make_user()
+    Contact.objects.create(owner=friend, contact=viewer)
+    api.set_status(friend, "auto", text="Focus")
+    request = request_for(viewer)
+    html = Template("{% load presence %}{% presence_dot f %}{% presence_text f %}").render(
+        Context({"request": request, "f": friend})
+    )
+    stamp = stamps.page_stamp(request)
+    assert stamp is not None
+    assert html.endswith(
+        f'<span class="presence-text" data-presence-text="{friend.pk}" '
+        f'data-presence-since="{stamp}">Focus</span>'
+    )
+    assert html.count(f'data-presence-since="{stamp}"') == 2
+
+
+def test_presence_text_after_prefetch_costs_nothing_more(make_user: Callable[..., Any]) -> None:
+    viewer = make_user()
+    users = _page(make_user, viewer)
+    for user in users[::2]:
+        api.set_status(user, "auto", text=f"Hello {user.pk}", emoji="👋")
+    request = request_for(viewer)
+    with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
+        render("{% presence_prefetch users %}", request, users=users)
+    assert (len(queries), trips.count) == (1, 1)
+    with count_round_trips() as trips, CaptureQueriesContext(connection) as queries:
+        html = render(
+            "{% for u in users %}{% presence_dot u %}{% presence_text u %}\n{% endfor %}",
+            request,
+            users=users,
+        )
+    assert (len(queries), trips.count) == (0, 0)
+    lines = html.strip("\n").split("\n")
+    assert lines == [
+        dot_html(u.pk, "online" if i % 2 == 0 else "offline")
+        + text_html(u.pk, f"👋 Hello {u.pk}" if i % 2 == 0 else "")
+        for i, u in enumerate(users)
+    ]
 
 
 # --- online_friends -------------------------------------------------------------------------

@@ -8,21 +8,24 @@
  *   data-presence-idle-after       IDLE_AFTER, seconds
  *   data-presence-labels           {"online": "Online", ..., "onlineText", "justNow"} (localized)
  *
- * It watches every [data-presence-user="PK"] and [data-presence-last-seen="PK"] element (also
- * ones added later; users whose elements all left the page are unsubscribed), subscribes to
- * exactly those users, and renders what the server pushes:
+ * It watches every [data-presence-user="PK"], [data-presence-last-seen="PK"] and
+ * [data-presence-text="PK"] element (also ones added later; users whose elements all left the
+ * page are unsubscribed), subscribes to exactly those users, and renders what the server pushes:
  *   - the dot's class presence-dot--STATUS, its title and aria-label,
  *   - the text of [data-presence-last-seen="PK"]: "online", a relative time (refreshed every
- *     30 s; counted and worded as {% last_seen %} renders it), or empty.
+ *     30 s; counted and worded as {% last_seen %} renders it), or empty,
+ *   - the text of [data-presence-text="PK"] ({% presence_text %}): the custom status, its emoji
+ *     and its text with a space between, or empty (none, hidden from the viewer, expired).
  * It sends a heartbeat every HEARTBEAT_INTERVAL ("active", or "idle" after IDLE_AFTER without
  * input or while the tab is hidden; at once when that changes), reconnects with exponential
  * backoff and jitter, and resubscribes. While the socket is down (or where WebSocket is missing)
  * it polls the JSON endpoint every 15 s instead.
  * Stamps: a user whose every element carries the same data-presence-since (the dots of
- * {% presence_dot %}) is subscribed with that stamp, and the server sends only what changed since
- * the page was rendered; each snapshot's stamp is kept, and a reconnect resubscribes with it, so
- * it is sent only what changed while it was away (or everything, when away too long); a page open
- * longer gets fresh stamps ("stamp" frames) that it keeps the same way. The page's
+ * {% presence_dot %}, the texts of {% presence_text %}) is subscribed with that stamp, and the
+ * server sends only what changed since the page was rendered; each snapshot's stamp is kept, and
+ * a reconnect resubscribes with it, so it is sent only what changed while it was away (or
+ * everything, when away too long); a page open longer gets fresh stamps ("stamp" frames) that it
+ * keeps the same way. The page's
  * users (those sharing a stamp, up to 2,000 characters of ids) are subscribed in the socket's
  * opening request (?users=...&since=...), answered at connect; the others by subscribe frames.
  *
@@ -88,8 +91,10 @@
   const STATUSES = ["online", "idle", "dnd", "offline"];
   const USER = "data-presence-user";
   const LAST_SEEN = "data-presence-last-seen";
+  const STATUS_TEXT = "data-presence-text";
   const SINCE = "data-presence-since";
-  const WATCHED = `[${USER}], [${LAST_SEEN}]`;
+  const NAMING = [USER, LAST_SEEN, STATUS_TEXT]; // the attributes that name a user shown
+  const WATCHED = NAMING.map((attribute) => `[${attribute}]`).join(", ");
   // User ids are opaque strings (integers, UUIDs, any string pk): quoted in selectors, encoded
   // in URLs, sent as strings (the server echoes each id back as it was sent). Inside a quoted
   // selector string, a quote and a backslash are escaped, and every control character as a
@@ -263,7 +268,19 @@
     }, midnight - now + Math.random() * 15 * 60000);
   }
 
+  // The custom status as {% presence_text %} writes it: the emoji, then the text.
+  const customStatus = (p) =>
+    [p.emoji, p.text].filter((part) => typeof part === "string" && part).join(" ");
+
+  function renderStatusText(id, p) {
+    const text = customStatus(p);
+    document.querySelectorAll(byId(STATUS_TEXT, id)).forEach((el) => {
+      if (el.textContent !== text) el.textContent = text; // text, never markup
+    });
+  }
+
   function render(id, p) {
+    renderStatusText(id, p);
     document.querySelectorAll(byId(USER, id)).forEach((el) => {
       STATUSES.forEach((s) => el.classList.toggle(`presence-dot--${s}`, s === p.status));
       if (el.classList.contains("presence-dot")) {
@@ -328,7 +345,8 @@
   function watchedIds(root = document) {
     const found = Array.from(root.querySelectorAll(WATCHED));
     if (root.matches && root.matches(WATCHED)) found.push(root);
-    const ids = found.map((el) => el.getAttribute(USER) || el.getAttribute(LAST_SEEN));
+    const ids = [];
+    found.forEach((el) => NAMING.forEach((attribute) => ids.push(el.getAttribute(attribute))));
     return Array.from(new Set(ids.filter((id) => id)));
   }
 
@@ -716,7 +734,9 @@
   // The stamp every element of this user carries (the server rendered them all at once), or
   // null: an element of the site's own markup shows nothing the server resolved.
   function pageStamp(id) {
-    const found = Array.from(document.querySelectorAll(`${byId(USER, id)}, ${byId(LAST_SEEN, id)}`));
+    const found = Array.from(
+      document.querySelectorAll(NAMING.map((attribute) => byId(attribute, id)).join(", "))
+    );
     const since = found.length ? found[0].getAttribute(SINCE) : null;
     return since && found.every((el) => el.getAttribute(SINCE) === since) ? since : null;
   }

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.utils import formats, timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -91,6 +92,28 @@ def _live_custom(row: UserStatus | None, now: datetime) -> UserStatus | None:
     return row
 
 
+_STATUS_FIELDS = ("dnd", "text", "emoji", "activity", "expires_at")
+
+
+def _own_status(user: Any) -> tuple[UserStatus | None, bool]:
+    """The user's status row (None without one) and whether they are invisible, in one query:
+    the status menu reads them on every page it is on."""
+    columns = [f"presence_status__{name}" for name in ("user", *_STATUS_FIELDS)]
+    found = (
+        get_user_model()
+        ._default_manager.filter(pk=user.pk)
+        .values(*columns, "presence_privacy__invisible")
+        .first()
+    )
+    if found is None:
+        return None, False
+    invisible = bool(found["presence_privacy__invisible"])
+    if found["presence_status__user"] is None:
+        return None, invisible
+    values = {name: found[f"presence_status__{name}"] for name in _STATUS_FIELDS}
+    return UserStatus(user_id=user.pk, **values), invisible
+
+
 class StatusForm(forms.Form):
     """The user's status and custom status; saved with ``api.set_status`` when it changed."""
 
@@ -101,11 +124,19 @@ class StatusForm(forms.Form):
     text = forms.CharField(label=_("Status text"), required=False)
     expires = forms.ChoiceField(label=_("Clear the text and emoji"))
 
-    def __init__(self, data: Any = None, *, user: Any, now: datetime | None = None) -> None:
+    def __init__(
+        self,
+        data: Any = None,
+        *,
+        user: Any,
+        now: datetime | None = None,
+        auto_id: str = "id_%s",
+    ) -> None:
+        """``auto_id``: the ids of its inputs, other than the settings page's where it is shown
+        beside that page's form (the status menu in a site's header)."""
         self.user = user
         self.now = now or timezone.now()
-        row = UserStatus.objects.filter(user=user).first()
-        invisible = PrivacySettings.objects.filter(user=user, invisible=True).exists()
+        row, invisible = _own_status(user)
         custom = _live_custom(row, self.now)
         self.activity = custom.activity if custom else ""
         self.current_expiry = custom.expires_at if custom else None
@@ -115,7 +146,7 @@ class StatusForm(forms.Form):
             "emoji": custom.emoji if custom else "",
             "expires": KEEP if self.current_expiry else "never",
         }
-        super().__init__(data, initial=initial)
+        super().__init__(data, initial=initial, auto_id=auto_id)
         limits = resolution.limits()
         for name, limit in (("text", limits.text_max_length), ("emoji", limits.emoji_max_length)):
             self.fields[name] = forms.CharField(
@@ -134,16 +165,17 @@ class StatusForm(forms.Form):
             when = formats.date_format(timezone.localtime(self.current_expiry), "DATETIME_FORMAT")
             choices.append((KEEP, _("as set: %(when)s") % {"when": when}))
         # Only what the site allows (MAX_STATUS_EXPIRY), midnight by the time really left until it.
-        seconds = {
-            **EXPIRY_SECONDS,
-            "today": (next_midnight(self.now) - self.now).total_seconds(),
-        }
         choices += [
             (value, label)
             for value, label in EXPIRY_CHOICES
-            if value == "never" or seconds[value] <= max_expiry
+            if value == "never" or self._seconds_left(value) <= max_expiry
         ]
         return choices
+
+    def _seconds_left(self, choice: str) -> float:
+        when = self.clears(choice)
+        assert when is not None
+        return (when if isinstance(when, timedelta) else when - self.now).total_seconds()
 
     def _clean_text(self, name: str) -> str:
         value: str = self.cleaned_data[name]
@@ -164,15 +196,21 @@ class StatusForm(forms.Form):
             raise forms.ValidationError(_("That time has passed: choose when to clear again."))
         return choice
 
-    def expires_at(self) -> datetime | None:
-        choice = self.cleaned_data["expires"]
+    def clears(self, choice: str) -> timedelta | datetime | None:
+        """When the custom status clears with ``choice``: a span from its save ("in 1 hour"), a
+        time ("at midnight", as set), or None (never). The status menu's script reads these
+        (presence.pages.menu), so a save through presence.js clears when this form's would."""
         if choice == KEEP:
             return self.current_expiry
         if choice == "never":
             return None
         if choice == "today":
             return next_midnight(self.now)
-        return self.now + timedelta(seconds=EXPIRY_SECONDS[choice])
+        return timedelta(seconds=EXPIRY_SECONDS[choice])
+
+    def expires_at(self) -> datetime | None:
+        when = self.clears(self.cleaned_data["expires"])
+        return self.now + when if isinstance(when, timedelta) else when
 
     def save_status(self) -> bool:
         """``api.set_status`` with the chosen values, if any changed (the user's activity, which

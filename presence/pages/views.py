@@ -1,7 +1,10 @@
 """``presence:settings``: the ready page where a signed-in user sets their privacy levels,
 status (automatic, do not disturb, invisible) with a custom text and emoji, and per-person
 exceptions. Anonymous visitors are sent to ``LOGIN_URL``; a POST needs a CSRF token and counts
-one write against ``HTTP_RATE_LIMIT``; bad input is shown on the form and nothing is saved."""
+one write against ``HTTP_RATE_LIMIT``; bad input is shown on the form and nothing is saved.
+
+The status menu (``{% presence_status_menu %}``) posts its status fields here without
+JavaScript, with ``next``: the page it was on, where a save goes back to."""
 
 from __future__ import annotations
 
@@ -12,10 +15,10 @@ from django import forms
 from django.apps import apps
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
-from django.utils.http import urlencode
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.csrf import csrf_protect
@@ -59,6 +62,16 @@ def _part(data: QueryDict, names: Iterable[str]) -> QueryDict | None:
     return data if any(name in data for name in names) else None
 
 
+def _next_of(request: HttpRequest) -> str | None:
+    """The ``next`` posted (the page of the status menu that posted), if it is on this site:
+    another host's, or another scheme's, would make the page an open redirect."""
+    target = request.POST.get("next", "")
+    safe = url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return target if target and safe else None
+
+
 def _save(user: Any, levels: LevelsForm, status: StatusForm, shares: Any) -> bool:
     """Save the parts posted, all or nothing: the status first (the one step that may still
     refuse, e.g. a clearing time that passed meanwhile). False, with the error on the form, if
@@ -85,7 +98,9 @@ def settings_view(request: HttpRequest) -> HttpResponse:
     search = SearchForm(request.GET)
     limited: str | None = None
     wait: int | None = None
+    back: str | None = None
     if request.method == "POST":
+        back = _next_of(request)
         levels = _own_levels(user, _part(request.POST, VISIBILITY_SETTINGS))
         status = StatusForm(_part(request.POST, StatusForm.base_fields), user=user)
         shares = sharing.posted(user, request.POST)
@@ -99,6 +114,8 @@ def settings_view(request: HttpRequest) -> HttpResponse:
 
                 # fail_silently: a site may install the app without its middleware
                 messages.success(request, _("Your settings are saved."), fail_silently=True)
+            if back is not None:
+                return HttpResponseRedirect(back)
             query = f"?{urlencode({'q': search.query})}" if search.query else ""
             return redirect(request.path + query)
         listed, total = [form.person for form in shares.forms if form.person], len(shares.forms)
@@ -116,6 +133,8 @@ def settings_view(request: HttpRequest) -> HttpResponse:
         "total": total,
         "limited": limited,
         "has_errors": request.method == "POST" and limited is None,
+        # posted again with the corrected form, so that its save still goes back there
+        "next": back,
     }
     response = render(request, TEMPLATE, context, status=200 if wait is None else 429)
     if wait is not None:

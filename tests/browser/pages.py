@@ -186,16 +186,21 @@ class Session:
         )
         return result
 
+    @property
+    def status_menu(self) -> Any:
+        """The header's status menu ({% presence_status_menu %})."""
+        return self.page.locator("[data-presence-status-menu]")
+
     def set_status(self, status: str, text: str = "", emoji: str = "", expires: str = "") -> None:
         """Through the header's status menu."""
-        menu = self.page.locator("[data-status-menu]")
+        menu = self.status_menu
         if not menu.evaluate("(details) => details.open"):
             menu.locator("summary").click()
         menu.get_by_role("radio", name=status).check()
-        menu.get_by_label("Emoji").fill(emoji)
-        menu.get_by_label("What's happening?").fill(text)
+        menu.get_by_label("Emoji", exact=True).fill(emoji)
+        menu.get_by_label("Status text").fill(text)
         if expires:
-            menu.get_by_label("Clear status").select_option(label=expires)
+            menu.get_by_label("Clear the text and emoji").select_option(label=expires)
         menu.get_by_role("button", name="Save status").click()
 
 
@@ -221,15 +226,17 @@ class Browser:
         websocket: bool = True,
         log_in: bool = True,
         server: Callable[[Any], None] | None = None,
+        javascript: bool = True,
     ) -> Session:
         """``websocket=False`` removes WebSocket from the pages; ``server`` answers their
-        WebSockets instead of the real server (Playwright's ``route_web_socket``)."""
+        WebSockets instead of the real server (Playwright's ``route_web_socket``);
+        ``javascript=False``: a browser that runs no script (plain forms and links)."""
         if self.browser is None:
             self.playwright = sync_api.sync_playwright().start()
             self.browser = self.playwright.chromium.launch(
                 executable_path=self.executable, headless=True, args=CHROMIUM_ARGS
             )
-        context = self.browser.new_context(locale="en-US")
+        context = self.browser.new_context(locale="en-US", java_script_enabled=javascript)
         context.set_default_timeout(WAIT_MS)
         context.add_init_script(RECORDER if websocket else NO_WEBSOCKET + RECORDER)
         if server is not None:

@@ -198,10 +198,11 @@ def test_polling_status_menu_posts_without_a_socket(
         "status": "dnd",
         "text": "Focus",
         "emoji": None,
+        "activity": None,
         "expires_in": 1800,
     }
     expect(b.dot(ben)).to_have_class(DND)  # the page refreshed its dots after the change
-    expect(b.page.locator("[data-status-summary]")).to_have_text("Focus")
+    expect(b.page.locator("[data-presence-status-summary]")).to_have_text("Focus")
     assert a.refresh()[str(ben.pk)]["status"] == "dnd"
     expect(a.dot(ben)).to_have_class(DND)
 

@@ -505,7 +505,8 @@ def test_saving_the_status_again_keeps_when_the_custom_status_clears(
         # The page and the header's menu offer the time as set, chosen.
         page = client.get(reverse("demo:status"))
         assert page.context["form"]["expires"].value() == "keep"
-        assert f'data-keep-until="{clears.isoformat()}"' in page.content.decode()
+        keep = f'<option value="keep" data-presence-expires-at="{clears.isoformat()}" selected>'
+        assert keep in page.content.decode()
     with time_machine.travel(start + timedelta(minutes=5), tick=False):
         response = client.post(
             reverse("demo:status"),
@@ -595,8 +596,9 @@ def test_home_costs_the_same_for_few_and_many_friends(
     assert len(re.findall(r'presence-dot--online" data-presence-user', many_html)) >= 20
     assert (many_queries, many_trips) == (few_queries, few_trips)
     # Session, user, friends, followers, own presence, page prefetch, the live online-friends
-    # list (friend ids; the online ones' facts and rows; the others' facts and rows: 3).
-    with django_assert_max_num_queries(9):
+    # list (friend ids; the online ones' facts and rows; the others' facts and rows: 3), the
+    # header's status menu (the user's status and privacy rows, in one).
+    with django_assert_max_num_queries(10):
         client.get(reverse("demo:home"))
     assert many_trips <= 4  # own presence, page prefetch, online friends, watched friends
 

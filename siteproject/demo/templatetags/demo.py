@@ -37,24 +37,3 @@ def avatar(user: Any, size: str = "md") -> SafeString:
 def display_name(user: Any) -> str:
     return user.get_full_name() or user.get_username()
 
-
-@register.inclusion_tag("demo/_status_menu.html", takes_context=True)
-def status_menu(context: template.Context) -> dict[str, Any]:
-    """The header's status menu, filled in with the viewer's own status."""
-    from presence import rendering
-    from siteproject.demo.forms import StatusForm, current_expiry
-    from siteproject.demo.views import _initial_status
-
-    request = context["request"]
-    _, presence = rendering.presence_for(request, request.user)  # cached by the page's prefetch
-    return {
-        "form": StatusForm(
-            initial=_initial_status(presence),
-            auto_id="status-menu-%s",
-            current_expiry=(
-                current_expiry(request.user) if presence.text or presence.emoji else None
-            ),
-        ),
-        "presence": presence,
-        "csrf_token": context.get("csrf_token"),
-    }

@@ -15,6 +15,7 @@ from django.utils.formats import number_format
 from django.utils.safestring import SafeString
 
 from presence import api, rendering
+from presence.pages import menu
 
 register = template.Library()
 
@@ -169,3 +170,13 @@ def member_card(context: template.Context, target: Any) -> dict[str, Any] | None
     """``{% member_card user as card %}``: how ``user`` is shown (MEMBER_CARD): ``card.name``,
     ``card.avatar`` (a URL or None) and ``card.initials``; once per user per request."""
     return rendering.card_of(rendering.request_of(context), target)
+
+
+@register.simple_tag(takes_context=True)
+def presence_status_menu(context: template.Context, template_name: str | None = None) -> SafeString:
+    """The viewer's status (automatic, do not disturb, invisible, a text and emoji and when they
+    clear) in a menu for a site's header, saved through presence.js, else by a plain POST to the
+    settings page; nothing for an anonymous visitor. ``template_name`` replaces
+    presence/status_menu.html."""
+    request = rendering.request_of(context)
+    return menu.status_menu(request, rendering.csp_nonce(context), template_name)

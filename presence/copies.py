@@ -6,17 +6,22 @@ schedule: the sweep announces the clearing to open sockets).
 The database holds the choices (``PrivacySettings.invisible``, ``UserStatus``); the copy follows
 it whatever happens in between, since what it gets wrong is what privacy hides:
 
-- written after commit, then checked against the database (:func:`write`): a change committed
-  meanwhile by someone else whose own write reached Redis first (two devices of one user, an
-  HTTP request and a socket of two processes) is written again, so the last write is of the
-  database's last word;
+- written after commit (the caller's own, for a change made inside its transaction), then
+  checked against the database (:func:`write`): a change committed meanwhile by someone else
+  whose own write reached Redis first (two devices of one user, an HTTP request and a socket
+  of two processes) is written again, so the last write is of the database's last word; a
+  database that cannot be read then (its connection lost right after the commit) leaves the
+  check to :func:`later`, and nothing raises out of the ``on_commit`` hook
+  (:func:`after_commit`);
 - a write Redis did not take (unavailable) is tried again by this process every
   ``RETRY_INTERVAL`` until it does, from the database as it then stands (:func:`later`);
-- a Redis that lost the copy (restarted without persistence, flushed) is seeded from the
-  database again (:func:`seed`, lua/seed_ledger.lua): until then the ledger's scripts take a
-  user they cannot tell for invisible (lua/ledger.lua), the signal of such a transition reads
-  the choice from the database (:func:`chose_invisible`), and the shard is seeded at once by
-  a thread of the process (:func:`seed_soon`);
+- a Redis that lost the copy (restarted without persistence, flushed) or may hold an old one
+  (restarted from a snapshot, a replica promoted: its shards were seeded by another run of the
+  server) is seeded from the database again (:func:`seed`, lua/seed_ledger.lua): until then the
+  ledger's scripts take a user they cannot tell for invisible (lua/ledger.lua), the signal of
+  such a transition reads the choice from the database (:func:`chose_invisible`), whoever
+  sends it, and the shard is seeded at once by a thread of the process whose write met it
+  (:func:`seed_soon`);
 - ``presence_cleanup`` seeds too, and compares the whole invisible set with the database (a
   change made without signals, a process killed before its retry).
 """
@@ -30,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from presence.conf import get_settings
 from presence.models import PrivacySettings, UserStatus
@@ -67,8 +72,8 @@ def read(user_ids: Iterable[UserId]) -> dict[UserId, Choices]:
 def write(copies: Mapping[UserId, Choices]) -> Operation[None]:
     """Write these users' copies (the database's choices, committed), then check them against
     the database: a copy it no longer holds (a change committed meanwhile, whose own write may
-    have come first) is written again. Never raises for Redis: the users it did not take are
-    left to :func:`later`."""
+    have come first) is written again. Never raises for Redis or the database: the users whose
+    copy Redis did not take, or the database could not check, are left to :func:`later`."""
     store = get_store()
     pending = dict(copies)
     for _ in range(CHECKS):
@@ -78,17 +83,66 @@ def write(copies: Mapping[UserId, Choices]) -> Operation[None]:
         written = [user_id for user_id in pending if user_id not in failed]
         if not written:
             return
-        now: dict[UserId, Choices] = yield from call(read, written)
+        now = yield from _read(written)
+        if now is None:
+            return
         pending = {user_id: now[user_id] for user_id in written if now[user_id] != pending[user_id]}
         if not pending:
             return
     later(pending)
 
 
+def write_invisible(user_id: UserId, invisible: bool) -> Operation[None]:
+    """Write the user's choice to be invisible as the caller saved it (committed: a saved
+    PrivacySettings), then check it against the database as :func:`write` does. Written
+    first, before any read: a database that cannot be read now (its connection lost right
+    after the commit) still leaves Redis with the choice, the check left to :func:`later`.
+    Never raises for Redis or the database."""
+    store = get_store()
+    failed: set[UserId] = yield from redis(store.plans.copy_invisible({user_id: invisible}))
+    if failed:
+        later(failed)
+        return
+    now = yield from _read([user_id])
+    if now is not None and now[user_id][0] != invisible:
+        yield from write(now)  # (changed meanwhile: its last word)
+
+
 def from_database(user_ids: Iterable[UserId]) -> Operation[None]:
-    """:func:`write` of these users' choices as the database holds them now."""
-    copies: dict[UserId, Choices] = yield from call(read, list(user_ids))
-    yield from write(copies)
+    """:func:`write` of these users' choices as the database holds them now (left to
+    :func:`later` when it cannot be read). Never raises for Redis or the database."""
+    copies = yield from _read(list(user_ids))
+    if copies is not None:
+        yield from write(copies)
+
+
+def _read(user_ids: list[UserId]) -> Operation[dict[UserId, Choices] | None]:
+    """:func:`read`, or None when the database failed: the users are left to :func:`later`
+    (a copy is written after a commit: the caller's save stands, and must not fail for it)."""
+    try:
+        now: dict[UserId, Choices] = yield from call(read, user_ids)
+    except DatabaseError:
+        logger.warning(
+            "Presence: could not read the choices of %d users to copy them to Redis; retrying.",
+            len(user_ids),
+            exc_info=True,
+        )
+        later(user_ids)
+        return None
+    return now
+
+
+def after_commit(operation: Operation[None], user_ids: Iterable[UserId]) -> None:
+    """Run a copy's ``operation`` from sync code that must not raise: an ``on_commit`` hook,
+    whose exception would fail the caller's save though it was committed, and make Django drop
+    the transaction's later hooks (the site's own). Whatever it raises is logged, and the
+    users (``user_ids``) left to :func:`later`."""
+    ids = list(user_ids)
+    try:
+        run(operation)
+    except Exception:
+        logger.exception("Presence: copying the choices of %d users to Redis failed", len(ids))
+        later(ids)
 
 
 # --- written again later, seeded again --------------------------------------------------------
@@ -164,13 +218,11 @@ def _retry() -> None:
                 with _lock:
                     _seed_wanted = True
             if user_ids:
-                run(from_database(user_ids))
+                run(from_database(user_ids))  # (a database it cannot read: left to later)
         except Exception:
-            # The database failed: all of them again next time.
-            logger.warning(
-                "Presence: could not read the choices of %d users to copy them to Redis; retrying.",
+            logger.exception(
+                "Presence: copying the choices of %d users to Redis failed; retrying.",
                 len(user_ids),
-                exc_info=True,
             )
             with _lock:
                 _pending.update(user_ids)

@@ -47,8 +47,9 @@ def send_made(result: Any) -> None:
     store = get_store()
     transitions = list(_transitions(result))
     if any(isinstance(each, Transition) and each.guessed for each in transitions):
-        # The store met a shard whose copy of the users' choices Redis lost (lua/ledger.lua):
-        # seeded from the database at once, by a thread of this process.
+        # The store met a shard whose copy of the users' choices Redis lost (lua/ledger.lua),
+        # whether or not the write made a transition: seeded from the database at once, by a
+        # thread of this process.
         copies.seed_soon()
     made = [
         (transition, signal)
@@ -192,8 +193,14 @@ def claim_stale(now: float) -> Operation[int]:
     store = get_store()
     plan = store.plans.claim_stale_entries(now - deadline(), get_settings().SWEEP_BATCH)
     entries = yield from call(partial(run_live, plan), afunction=partial(arun_live, plan))
+    if any(entry.guessed for entry in entries):
+        copies.seed_soon()  # (as send_made: the store met a shard that lost its copy)
     for entry in entries:
-        signals.send_transition(entry.user_id, entry.made, entry.at, entry.invisible)
+        # A choice the store guessed is the database's to tell (as send_made).
+        invisible: signals.Invisible = (
+            partial(copies.chose_invisible, entry.user_id) if entry.guessed else entry.invisible
+        )
+        signals.send_transition(entry.user_id, entry.made, entry.at, invisible)
     if entries:
         yield from call(
             announce.announce_change,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 from typing import Any
@@ -10,6 +11,8 @@ from presence import copies, resolution
 from presence.operations import Operation, arun, redis, run
 from presence.store import PresenceStore, get_store
 from presence.users import user_pk
+
+logger = logging.getLogger("presence")
 
 #: how old a count shown live may be: the hub reads it once per this many seconds per process
 #: and sends a socket at most one update per interval; the JSON endpoint answers this
@@ -78,19 +81,21 @@ def recent_online_count() -> int:
     return count
 
 
-def _note_invisible(user: Any, invisible: bool) -> Operation[None]:
-    # The database's choice is written, whatever the caller read (presence.copies).
-    yield from copies.from_database([user_pk(user)])
-
-
 def note_invisible(user: Any, invisible: bool) -> None:
     """Keep the online count's copy of the user's choice to be invisible (presence.receivers
-    calls it when PrivacySettings is saved or deleted, after commit). The copy written is the
-    database's (``invisible`` what the caller saved), checked against it after and written
-    again later if Redis does not take it now (presence.copies); ``presence_cleanup`` puts any
-    other drift right."""
-    run(_note_invisible(user, invisible))
+    calls it when PrivacySettings is saved or deleted, after commit: ``invisible`` what the
+    caller committed). Written as given, then checked against the database (a change
+    committed meanwhile is written again), and written again later if Redis does not take it
+    now or the database cannot be read (presence.copies); ``presence_cleanup`` puts any other
+    drift right. Never raises (an ``on_commit`` hook's failure would fail the committed save)."""
+    user_id = user_pk(user)
+    copies.after_commit(copies.write_invisible(user_id, invisible), [user_id])
 
 
 async def anote_invisible(user: Any, invisible: bool) -> None:
-    await arun(_note_invisible(user, invisible))
+    user_id = user_pk(user)
+    try:
+        await arun(copies.write_invisible(user_id, invisible))
+    except Exception:
+        logger.exception("Presence: copying user %s's choice to Redis failed", user_id)
+        copies.later([user_id])

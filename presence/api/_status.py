@@ -18,6 +18,7 @@ from presence.api._reading import _get_presence
 from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
 from presence.models import PrivacySettings, UserStatus
 from presence.operations import Operation, arun, call, run
+from presence.store.plans.ledger import Choices
 from presence.users import user_pk as _pk
 
 
@@ -70,17 +71,23 @@ def status_row_changed(
 
     def announce_it() -> None:
         # Redis's copy of the choices, from the database (presence.copies: written again
-        # later if Redis does not take it now).
-        run(copies.from_database([user_id]))
+        # later if Redis does not take it now, or the database cannot be read; never raising
+        # out of this hook, so the announcement follows whatever happened to it).
+        copies.after_commit(copies.from_database([user_id]), [user_id])
         announce.changed([user_id], "status", sender=UserStatus, change=change)
 
     transaction.on_commit(announce_it)
 
 
-def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> None:
+def _save(user_id: Any, change: StatusChange, expires_at: datetime | None, copy: Choices) -> bool:
     """The rows of a status change, in one transaction; announced after commit (the caller's
     commit, inside its ``atomic``; from the event loop that called, for an async caller), with
-    what it changed: a viewer who cannot see that is not told (domain.Change.seen_by)."""
+    what it changed: a viewer who cannot see that is not told (domain.Change.seen_by).
+
+    Inside the caller's ``atomic``, Redis's copy of the choices (``copy``) is written once it
+    commits, and True returned: a change rolled back must not reach Redis, and the check after
+    the write must read the committed rows. Else (False) the caller writes it."""
+    in_callers_transaction = transaction.get_connection().in_atomic_block
     fields = {
         "dnd": change.status is StatusChoice.DND,
         "text": change.text or "",
@@ -120,9 +127,14 @@ def _save(user_id: Any, change: StatusChange, expires_at: datetime | None) -> No
         if invisible_changed:
             kinds |= domain.Kind.INVISIBLE
         what = domain.Change(kinds)
+        if in_callers_transaction:
+            transaction.on_commit(
+                lambda: copies.after_commit(copies.write({user_id: copy}), [user_id])
+            )
         transaction.on_commit(
             lambda: announce.changed([user_id], "status", sender=UserStatus, change=what)
         )
+    return in_callers_transaction
 
 
 def _apply_change(
@@ -131,14 +143,17 @@ def _apply_change(
     if expires_at is None and change.expires_in is not None:
         expires_at = timezone.now() + timedelta(seconds=change.expires_in)
     has_custom = any((change.text, change.emoji, change.activity))
-    yield from call(_save, _pk(user), change, expires_at if has_custom else None)
     # Redis's copy of the choices (one round trip): the online count and the ledger's signals
     # leave invisible users out, and the live layer announces the custom status clearing by
     # itself when it expires. Checked against the database after (another device's change
     # committed meanwhile), and written again later if Redis does not take it (presence.copies).
     ends = expires_at.timestamp() if has_custom and expires_at else None
-    invisible = change.status is StatusChoice.INVISIBLE
-    yield from copies.write({_pk(user): (invisible, ends)})
+    copy: Choices = (change.status is StatusChoice.INVISIBLE, ends)
+    left_to_commit = yield from call(
+        _save, _pk(user), change, expires_at if has_custom else None, copy
+    )
+    if not left_to_commit:  # (committed: written now; else once the caller's commit is)
+        yield from copies.write({_pk(user): copy})
     return (yield from _get_presence(user, user))
 
 

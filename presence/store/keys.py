@@ -195,9 +195,12 @@ class KeyScheme:
         return self.ledger_keys(self.shard_of(self.bucket_of(user_id)))
 
     def seeded_key(self, shard: int) -> str:
-        """Present once the shard's invisible set and expiring schedule were seeded from the
-        database (lua/seed_ledger.lua); absent after Redis lost them. Named after the invisible
-        set, as the scripts name it (with ``:touched``, the users written while not seeded)."""
+        """Set once the shard's invisible set and expiring schedule were seeded from the
+        database (lua/seed_ledger.lua), to the run of the server that seeded them (INFO's
+        run_id); absent after Redis lost them, of another run after a restart or a failover
+        (lua/ledger.lua's ``seeded``). Named after the invisible set, as the scripts name it
+        (with ``:touched``, the users written while not seeded, and ``:seeding``, the users a
+        seed under way listed)."""
         return f"{self.ledger_keys(shard)[2]}:seeded"
 
     def shard_of_user(self, user_id: UserId) -> int:

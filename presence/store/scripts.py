@@ -206,8 +206,9 @@ DESCRIBE_CONNECTIONS = load("describe_connections", "aggregate")
 CLAIM_DUE = load("claim_due")
 RELEASE = load("release")
 OUTBOX_CLAIM = load("outbox_claim", "outbox")
-SET_INVISIBLE = load("set_invisible")
-SEED_LEDGER = load("seed_ledger")
+SET_INVISIBLE = load("set_invisible", "ledger")
+SEED_LEDGER = load("seed_ledger", "ledger")
+IS_SEEDED = load("is_seeded", "ledger")
 READ_RECENT = load("read_recent")
 ROOM_CLAIM = load("room_claim")
 ROOM_COUNT = load("room_count")
@@ -231,6 +232,7 @@ ALL = {
     "outbox_claim": OUTBOX_CLAIM,
     "set_invisible": SET_INVISIBLE,
     "seed_ledger": SEED_LEDGER,
+    "is_seeded": IS_SEEDED,
     "read_recent": READ_RECENT,
     "room_claim": ROOM_CLAIM,
     "room_count": ROOM_COUNT,

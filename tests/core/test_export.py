@@ -38,7 +38,12 @@ def other(user: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def people(make_user: Callable[..., Any], settings: Any, clock: time_machine.Coordinates) -> Any:
+def people(
+    make_user: Callable[..., Any],
+    settings: Any,
+    clock: time_machine.Coordinates,
+    django_capture_on_commit_callbacks: Any,
+) -> Any:
     """Alice with a bit of everything; Bob, Carol and Dave around her."""
     settings.PRESENCE = {"ROOMS": {"lobby": None}}
     alice, bob, carol, dave = (make_user() for _ in range(4))
@@ -62,7 +67,8 @@ def people(make_user: Callable[..., Any], settings: Any, clock: time_machine.Coo
     )
     PrivacySettings.objects.create(user=dave, invisible=True)
     LastSeen.objects.create(user=alice, seen_at=at(-3600), prior_seen_at=at(-86400))
-    api.set_status(alice, "dnd", text="Focus", emoji="🎧", expires_at=at(3600))
+    with django_capture_on_commit_callbacks(execute=True):  # (Redis's copy: after commit)
+        api.set_status(alice, "dnd", text="Focus", emoji="🎧", expires_at=at(3600))
     async_to_sync(lifecycle.aconnect)(alice, "c0ffee0000000001", "mobile")
     api.touch(bob)  # someone else online: nothing of Bob's state is in Alice's export
     store = get_store()
@@ -211,11 +217,14 @@ def test_the_command_exports_nothing_half_while_redis_is_down(
 
 
 def test_status_expiry_and_invisibility_show_as_held(
-    make_user: Callable[..., Any], clock: time_machine.Coordinates
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     user = make_user()
     api.touch(user)
-    api.set_status(user, "invisible", text="away", expires_at=at(600))
+    with django_capture_on_commit_callbacks(execute=True):  # (Redis's copy: after commit)
+        api.set_status(user, "invisible", text="away", expires_at=at(600))
     clock.shift(timedelta(minutes=1).total_seconds())
     exported = api.export_user_data(user)
     assert exported["status"]["status"] == "online"  # as she sees herself

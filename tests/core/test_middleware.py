@@ -47,10 +47,12 @@ ONE_TOUCH = {"evalsha": 1, "zscore": 1, "zadd": 3}
 # ZADD, a ZREMRANGEBYSCORE of stamps past RESUME_WINDOW).
 FIRST_TOUCH = {
     **ONE_TOUCH,
-    # a user not online yet: the ledger asks whether they are invisible, and whether its copy
-    # of that choice is there (seeded: presence.copies)
+    # a user not online yet: the ledger asks whether they are invisible, whether they are
+    # online already (ZSCORE), and whether its copy of that choice is there, seeded by this run
+    # of Redis (a GET, and an INFO left out of these counts: presence.copies)
+    "zscore": 2,
     "sismember": 1,
-    "exists": 1,
+    "get": 1,
     "zcard": 1,
     "zadd": 5,
     "time": 1,

@@ -35,12 +35,13 @@ FIRST_TOUCH = {
     "evalsha": 2,
     "set": 1,
     "zremrangebyscore": 1,
-    "zscore": 1,
+    "zscore": 2,
     "zadd": 5,
-    # the ledger asks whether the user is invisible, and whether its copy of that choice is
-    # there (seeded: presence.copies)
+    # the ledger asks whether the user is invisible, whether they are online already (ZSCORE),
+    # and whether its copy of that choice is there, seeded by this run of Redis (a GET, and an
+    # INFO left out of these counts: presence.copies)
     "sismember": 1,
-    "exists": 1,
+    "get": 1,
     "zcard": 1,
     # the outbox: recorded by the script (TIME, ZADD), claimed by the caller (presence.outbox)
     "time": 1,

@@ -6,6 +6,7 @@ and user_online says what the database says.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,11 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
-from presence import api, signals
-from presence.models import PrivacySettings
-from presence.store import PresenceStore
+from presence import api, copies, outbox, signals
+from presence.domain import Device
+from presence.models import PrivacySettings, UserStatus
+from presence.operations import run
+from presence.store import PresenceStore, get_store
 from tests.conftest import _flush_presence_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.uuid_site, pytest.mark.cluster]
@@ -113,3 +117,116 @@ def test_cleanup_seeds_a_redis_that_lost_the_choices(
     assert api.online_count() == 0
     assert told(onlines, user) == [True]
     assert api.cleanup().shards_seeded == 0
+
+
+# --- a database that fails right after the commit -----------------------------------------------
+
+
+@pytest.fixture
+def database_fails(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Makes the next read of the users' choices fail, as a connection the database dropped
+    right after the commit (the copy's reads are the first after it)."""
+    read, failures = copies.read, []
+
+    def flaky(user_ids: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return read(user_ids)
+
+    monkeypatch.setattr(copies, "read", flaky)
+    return lambda: failures.append(OperationalError("server closed the connection unexpectedly"))
+
+
+def test_a_database_failing_after_the_commit_fails_no_save_and_loses_no_choice(
+    make_user: Callable[..., Any],
+    database_fails: Callable[[], None],
+    onlines: list[tuple[Any, bool]],
+) -> None:
+    user = make_user()
+    hooks: list[str] = []
+    database_fails()
+    # A site's form saves the choice, and has a hook of its own run after the commit.
+    with transaction.atomic():
+        PrivacySettings.objects.update_or_create(user=user, defaults={"invisible": True})
+        transaction.on_commit(lambda: hooks.append("the site's"))
+    assert hooks == ["the site's"]
+    api.touch(user)
+    assert api.online_count() == 0
+    assert told(onlines, user) == [True]
+
+
+def test_a_status_row_saved_while_the_database_fails_after_the_commit(
+    make_user: Callable[..., Any], database_fails: Callable[[], None]
+) -> None:
+    user = make_user()
+    PrivacySettings.objects.create(user=user, invisible=True)
+    store = get_store()
+    store.run(store.plans.set_invisible(user.pk, False))  # (a copy gone wrong meanwhile)
+    hooks: list[str] = []
+    database_fails()
+    with transaction.atomic():
+        UserStatus.objects.create(user=user, text="Lunch")  # as the admin would
+        transaction.on_commit(lambda: hooks.append("the site's"))
+    assert hooks == ["the site's"]
+    # Its copy, from the database, once it can be read (by this process, soon after).
+    assert within(10, lambda: store.run(store.plans.invisible_members()) == {user.pk})
+
+
+# --- a change rolled back ------------------------------------------------------------------------
+
+
+def test_a_status_chosen_in_a_transaction_rolled_back_leaves_redis_as_it_was(
+    make_user: Callable[..., Any], onlines: list[tuple[Any, bool]]
+) -> None:
+    user = make_user()
+    api.set_status(user, "invisible")
+    with contextlib.suppress(RuntimeError), transaction.atomic():
+        api.set_status(user, "auto")
+        raise RuntimeError("the caller's request failed after")
+    assert PrivacySettings.objects.get(user=user).invisible is True
+    api.touch(user)
+    assert api.online_count() == 0
+    assert told(onlines, user) == [True]
+
+
+def test_a_status_chosen_in_a_transaction_reaches_redis_when_it_commits(
+    make_user: Callable[..., Any], onlines: list[tuple[Any, bool]]
+) -> None:
+    user = make_user()
+    api.touch(user)
+    with transaction.atomic():
+        api.set_status(user, "invisible")
+        assert api.online_count() == 1  # (not committed yet: nothing chosen)
+    assert api.online_count() == 0
+    assert told(onlines, user) == [False]
+
+
+# --- a transition Redis guessed, its reply never read ---------------------------------------------
+
+
+def test_a_guessed_transition_claimed_by_the_sweep_tells_the_databases_choice(
+    make_user: Callable[..., Any], redis_url: str, onlines: list[tuple[Any, bool]]
+) -> None:
+    shown = make_user()
+    _flush_presence_state(redis_url)  # Redis restarted empty
+    store = get_store()
+    # A page's write that Redis ran after the page gave up on it (its reply never read): its
+    # transition is left in the outbox, for the sweep.
+    store.run(store.plans.touch(shown.pk, Device.WEB, time.time()))
+    assert api.online_count() == 0  # (taken for invisible until the seed)
+    assert run(outbox.claim_stale(time.time() + outbox.deadline() + 1)) == 1
+    assert told(onlines, shown) == [False]
+    # And the shard is seeded from the database: the user is counted.
+    assert within(10, lambda: api.online_count() == 1)
+
+
+def test_a_write_that_makes_no_transition_on_a_redis_that_lost_the_choices_seeds_it(
+    make_user: Callable[..., Any], redis_url: str
+) -> None:
+    shown = make_user()
+    _flush_presence_state(redis_url)
+    store = get_store()
+    now = time.time()
+    store.run(store.plans.touch(shown.pk, Device.WEB, now))  # (its reply never read)
+    api.touch(shown)  # online already: no transition
+    assert within(10, lambda: api.online_count() == 1)

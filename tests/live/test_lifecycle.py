@@ -779,6 +779,7 @@ def test_presence_for_viewers_of_nobody(make_user: Callable[..., Any]) -> None:
     assert len(queries) == 0
 
 
+@live_db  # (Redis's copy of the choices is written once the change is committed)
 def test_set_status_schedules_the_expiry_announcement(
     make_user: Callable[..., Any], redis_client: redis.Redis
 ) -> None:

@@ -7,14 +7,17 @@ invisible users out, and a custom status's end still reaches the views open on i
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 import time_machine
 from asgiref.sync import sync_to_async
 
 from presence import api, copies, lifecycle, signals
+from presence import store as store_module
 from presence.conf import get_settings
 from presence.store import get_store
 from tests.conftest import on_one_redis
@@ -191,3 +194,36 @@ async def test_an_invisible_user_stays_out_when_redis_restarts_empty(
         assert await sent(onlines, target) == [True, True]  # before the restart, and after
         assert await sent(onlines, viewer) == [False, False]
         assert await api.aonline_count() == 1
+
+
+def test_a_choice_made_after_the_snapshot_redis_restarts_from_is_not_lost(
+    make_user: Callable[..., Any], private_redis: Any, onlines: Onlines
+) -> None:
+    user = make_user()
+    copies.seed()  # (this Redis is new: seeded as its first write would have it)
+    snapshots = redis.Redis.from_url(private_redis.url)
+    snapshots.save()  # a periodic snapshot (RDB)
+    snapshots.close()
+    api.set_status(user, "invisible")  # chosen after it
+    private_redis.stop()  # Redis crashes, and restarts from the snapshot
+    private_redis.start()
+    store_module.reset_clients()  # (the process's connections to it, made again)
+    api.touch(user)
+    assert api.online_count() == 0
+    signals.wait_sent()
+    assert [invisible for user_id, invisible in onlines if user_id == user.pk] == [True]
+    # Seeded again from the database meanwhile: the choice stands for good.
+    store = get_store()
+    assert eventually_true(lambda: store.run(store.plans.unseeded_shards()) == [])
+    assert store.run(store.plans.invisible_members()) == {user.pk}
+    assert api.online_count() == 0
+
+
+def eventually_true(check: Callable[[], bool], seconds: float = 10) -> bool:
+    """Whether ``check()`` holds within ``seconds`` (work of a thread of presence's own)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

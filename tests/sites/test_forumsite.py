@@ -242,7 +242,11 @@ def test_the_privacy_page_saves_a_level_and_the_user_list_follows_it(
 # --- the live count, and guests ---------------------------------------------------------------
 
 
-def test_members_and_guests_online(forum: dict[str, Any], clock: time_machine.Coordinates) -> None:
+def test_members_and_guests_online(
+    forum: dict[str, Any],
+    clock: time_machine.Coordinates,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
     ann, ben = forum["ann"], forum["ben"]
     # Three guests (one of them twice), told apart by their addresses: none has a session.
     for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.1"):
@@ -258,8 +262,10 @@ def test_members_and_guests_online(forum: dict[str, Any], clock: time_machine.Co
     answer = guest.get(reverse("presence:online_count"))
     assert answer.json() == {"count": 2}
     assert answer["Cache-Control"] == "public, max-age=5"
-    # Going invisible leaves a member out of the count.
-    api.set_status(ben, "invisible")
+    # Going invisible leaves a member out of the count (once committed: the test's transaction
+    # stands for a request's).
+    with django_capture_on_commit_callbacks(execute=True):
+        api.set_status(ben, "invisible")
     clock.shift(5)
     assert COUNT.format(members=1, guests=3) in without_stamps(
         guest.get(reverse("index")).content.decode()

@@ -5,6 +5,8 @@ it cannot tell is taken for invisible until the shard is seeded from the databas
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from presence.domain import Device
@@ -31,6 +33,13 @@ def shard(store: PresenceStore, user_id: object) -> int:
 
 def count(store: PresenceStore) -> int | None:
     return store.run(store.plans.count_online(NOW))
+
+
+def by_shard(store: PresenceStore, users: list[Any]) -> dict[int, list[Any]]:
+    found: dict[int, list[Any]] = {}
+    for user in users:
+        found.setdefault(shard(store, user), []).append(user)
+    return found
 
 
 def test_a_user_it_cannot_tell_is_taken_for_invisible_until_the_seed(lost: PresenceStore) -> None:
@@ -100,3 +109,41 @@ def test_a_seed_larger_than_one_script_call(lost: PresenceStore) -> None:
     store.run(store.plans.seed(store.keys.shards(), by_shard, ends))
     assert store.run(store.plans.invisible_members()) == set(users)
     assert len(store.run(store.plans.claim_due(NOW + 61, len(users) * 2))[1]) == len(users)
+
+
+def test_a_shard_seeded_by_another_run_of_the_server_is_seeded_again(
+    lost: PresenceStore, redis_client: Any
+) -> None:
+    # Seeded, then Redis restarted from a snapshot (or a replica took over): its copy is the
+    # snapshot's, which the choices made since are missing from, and its markers those of the
+    # run that seeded it, not this one's.
+    store = lost
+    went_visible, went_invisible, chose_again, online = uid(8), uid(9), uid(10), uid(11)
+    store.run(store.plans.seed(store.keys.shards(), by_shard(store, [went_visible]), {}))
+    for each in store.keys.shards():
+        redis_client.set(store.keys.seeded_key(each), "another run")
+    assert store.run(store.plans.unseeded_shards()) == list(store.keys.shards())
+    # Until seeded again, a user it cannot tell is taken for invisible, and says so.
+    made = store.run(store.plans.touch(online, Device.WEB, NOW))
+    assert made is not None and (made.invisible, made.guessed) == (True, True)
+    assert count(store) == 0
+    store.run(store.plans.set_invisible(chose_again, True))  # written since: stands
+    # The seed, with the database's choices: who went visible since the snapshot is taken out.
+    database = by_shard(store, [went_invisible])
+    assert store.run(store.plans.seed(store.keys.shards(), database, {})) == len(
+        store.keys.shards()
+    )
+    assert store.run(store.plans.invisible_members()) == {went_invisible, chose_again}
+    assert store.run(store.plans.unseeded_shards()) == []
+    assert count(store) == 1  # online, visible
+
+
+def test_the_outbox_entry_of_a_guessed_transition_says_it_was_guessed(
+    lost: PresenceStore,
+) -> None:
+    # (the sweep that claims it, its caller having never read the reply, reads the choice
+    # from the database: presence.outbox)
+    store = lost
+    store.run(store.plans.touch(uid(12), Device.WEB, NOW))
+    [entry] = store.run(store.plans.claim_stale_entries(NOW + 100, 10))
+    assert (entry.user_id, entry.made, entry.guessed) == (uid(12), 1, True)

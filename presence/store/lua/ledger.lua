@@ -14,6 +14,22 @@ local function offline_time(score, grace, ttl, window)
   if s % SCORE_FACTOR >= FLAG_CONNECTED then return ts + 1 + ttl end
   return ts + window
 end
+-- This run of the server: INFO's run_id, another after a restart (whatever it loaded: nothing,
+-- or a snapshot older than its last writes) and on a replica promoted; '' where INFO is refused
+-- (an ACL without @dangerous: then the marker alone tells a seeded shard, as a restart that
+-- loaded an older snapshot cannot be told).
+local function server_run()
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then return '' end
+  return string.match(info, 'run_id:(%x+)') or ''
+end
+-- Whether the shard's copy of the choices (its ``invisible`` set, named here; lua/seed_ledger.lua)
+-- was seeded from the database by this run of the server (``run``: server_run(), if known): its
+-- ``:seeded`` marker holds the run that seeded it. A marker of another run (a snapshot loaded,
+-- a replica promoted) says nothing of the choices written since that snapshot: not seeded.
+local function seeded(invisible, run)
+  return redis.call('GET', invisible .. ':seeded') == (run or server_run())
+end
 -- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}; ``old``
 -- (optional) the score before the write (a write making the user online comes no earlier than
 -- its end). Returns {made (1 online, -1 offline, 0 neither),
@@ -32,14 +48,14 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
       return {0, 0, false, false}
     end
     local invisible = redis.call('SISMEMBER', keys[3], uid)
-    -- A shard whose invisible set Redis lost (a restart without persistence, a flush) and that
-    -- is not seeded again from the database yet (lua/seed_ledger.lua): a user it does not
-    -- hold as visible may have chosen to be invisible, so is taken for invisible (hidden, not
-    -- counted) until the seed moves them. ``told`` 2 in the reply: a guess (the signal reads
-    -- the choice from the database; the outbox entry says invisible).
+    -- A shard whose invisible set Redis lost (a restart, a flush) and that is not seeded again
+    -- from the database yet (lua/seed_ledger.lua): a user it does not hold as visible may have
+    -- chosen to be invisible, so is taken for invisible (hidden, not counted) until the seed
+    -- moves them. ``told`` 2 in the reply and the outbox entry: a guess (the signal reads the
+    -- choice from the database; the caller has the shard seeded). (``seeded`` last: it reads
+    -- INFO, only for a user coming online.)
     local told = invisible
-    if invisible == 0 and redis.call('EXISTS', keys[3] .. ':seeded') == 0
-        and not redis.call('ZSCORE', keys[1], uid) then
+    if invisible == 0 and not redis.call('ZSCORE', keys[1], uid) and not seeded(keys[3]) then
       invisible, told = 1, 2
     end
     local key = keys[1]
@@ -48,7 +64,7 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
       -- The score as it was (a close or sign-off run late): the user is where the last write
       -- left them, offline already if a sweep elsewhere made them so meanwhile.
       redis.call('ZADD', key, 'XX', until_, uid)
-      return {0, invisible, false, false}
+      return {0, told, false, false}
     end
     -- (asked only when the user's last state had ended: a heartbeat's path is unchanged)
     local past = was and was <= now and redis.call('ZSCORE', key, uid)
@@ -57,18 +73,18 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
       -- a site without live processes). This write makes that offline, at its time, then the
       -- online, so the user's signals alternate (readers showed the user offline meanwhile).
       redis.call('ZADD', key, until_, uid)
-      local off = record(keys[4], -1, invisible, past, uid, now)
+      local off = record(keys[4], -1, told, past, uid, now)
       local at = tostring(now)
-      return {1, told, at, record(keys[4], 1, invisible, at, uid, now), past, off}
+      return {1, told, at, record(keys[4], 1, told, at, uid, now), past, off}
     end
     if redis.call('ZADD', key, until_, uid) == 1 then
       -- A write whose time was taken before a sweep elsewhere made the user offline (a busy
       -- process) comes no earlier than that offline, whose moment is old's end: a user's
       -- signals keep their order.
       local at = tostring(math.max(now, was or now))
-      return {1, told, at, record(keys[4], 1, invisible, at, uid, now)}
+      return {1, told, at, record(keys[4], 1, told, at, uid, now)}
     end
-    return {0, invisible, false, false}
+    return {0, told, false, false}
   end
   for i = 1, 2 do
     local was = redis.call('ZSCORE', keys[i], uid)

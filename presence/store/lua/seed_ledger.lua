@@ -1,19 +1,26 @@
 -- Seeds a shard's copy of the database's choices (presence.copies) once Redis lost it (a restart
--- without persistence, a flush; or it was never seeded). KEYS the shard's ledger (online,
--- hidden, invisible; see LEDGER) and its expiring schedule; ARGV[1] 1 for the seed's last part,
--- ARGV[2] n, then n users who chose to be invisible, then pairs (second, user) of custom
--- statuses expiring: as the database held them, read before. Each user is added to
--- "invisible" unless written since the shard was lost (set_invisible.lua marked them: their
--- write came after the database was read, and stands); each expiry is added unless one is set.
--- The last part moves each user the ledger holds to the set their choice puts them in ("hidden"
--- held every user it could not tell meanwhile) and marks the shard seeded (``:seeded``, beside
--- "invisible": the ledger's scripts read the set as the database's from then on). Returns 1, or
--- 0 when the shard was seeded already (by another process: this part is left out).
-local seeded, touched = KEYS[3] .. ':seeded', KEYS[3] .. ':touched'
-if redis.call('EXISTS', seeded) == 1 then return 0 end
+-- without persistence, a flush; or it was never seeded) or may hold an old one (a restart that
+-- loaded a snapshot, a replica promoted: its marker is of another run of the server, see
+-- lua/ledger.lua's ``seeded``). KEYS the shard's ledger (online, hidden, invisible; see LEDGER)
+-- and its expiring schedule; ARGV[1] 1 for the seed's last part, ARGV[2] n, then n users who
+-- chose to be invisible, then pairs (second, user) of custom statuses expiring: as the database
+-- held them, read before. Each user is added to "invisible" unless written since the shard was
+-- lost (set_invisible.lua marked them, with this run: their write came after the database was
+-- read, and stands), and listed in ``:seeding``; each expiry is added unless one is set.
+-- The last part takes out of "invisible" each user no part listed (nor another process's seeding
+-- at once) and not written since (one the database no longer holds: made visible after the
+-- snapshot), moves each user the ledger holds to the set their choice puts them in ("hidden"
+-- held every user it could not tell meanwhile) and marks the shard seeded by this run
+-- (``:seeded``, beside "invisible": the ledger's scripts read the set as the database's from
+-- then on). Returns 1, or 0 when the shard was seeded already (by another process: this part
+-- is left out).
+local run = server_run()
+if seeded(KEYS[3], run) then return 0 end
+local mark, touched, listed = KEYS[3] .. ':seeded', KEYS[3] .. ':touched', KEYS[3] .. ':seeding'
 local n = tonumber(ARGV[2])
 for i = 3, n + 2 do
-  if redis.call('SISMEMBER', touched, ARGV[i]) == 0 then
+  redis.call('SADD', listed, ARGV[i])
+  if redis.call('SISMEMBER', touched, run .. ':' .. ARGV[i]) == 0 then
     redis.call('SADD', KEYS[3], ARGV[i])
   end
 end
@@ -21,6 +28,12 @@ for i = n + 3, #ARGV - 1, 2 do
   redis.call('ZADD', KEYS[4], 'NX', ARGV[i], ARGV[i + 1])
 end
 if ARGV[1] ~= '1' then return 1 end
+for _, uid in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  if redis.call('SISMEMBER', listed, uid) == 0
+      and redis.call('SISMEMBER', touched, run .. ':' .. uid) == 0 then
+    redis.call('SREM', KEYS[3], uid)
+  end
+end
 local held = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 for i = 1, #held, 2 do
   if redis.call('SISMEMBER', KEYS[3], held[i]) == 0 then
@@ -35,6 +48,6 @@ for _, uid in ipairs(redis.call('SMEMBERS', KEYS[3])) do
     redis.call('ZADD', KEYS[2], at, uid)
   end
 end
-redis.call('DEL', touched)
-redis.call('SET', seeded, '1')
+redis.call('DEL', touched, listed)
+redis.call('SET', mark, run)
 return 1

@@ -14,7 +14,7 @@ from typing import Any
 from presence.store.keys import expiry_score
 from presence.store.plans.outbox import OutboxEntry, claim, parse_entry
 from presence.store.plans.plan import RAISE, Plan, PlanArea, script_call
-from presence.store.scripts import OUTBOX_CLAIM, SEED_LEDGER, SET_INVISIBLE
+from presence.store.scripts import IS_SEEDED, OUTBOX_CLAIM, SEED_LEDGER, SET_INVISIBLE
 from presence.users import UserId, encode_id, id_decoder
 
 #: a user's choices as Redis copies them (presence.copies): whether they chose to be invisible,
@@ -120,10 +120,35 @@ class LedgerPlans(PlanArea):
             partial=partial,
         )
 
+    def copy_invisible(self, choices: Mapping[UserId, bool]) -> Plan[set[UserId]]:
+        """Write Redis's copy of these users' choice to be invisible alone (a saved
+        PrivacySettings: presence.copies), as :meth:`copy_choices` writes it. Answers the users
+        whose copy could not be written."""
+        users = list(choices)
+        commands: list[tuple[Any, ...]] = []
+        for user_id, invisible in choices.items():
+            commands += self.set_invisible(user_id, invisible).commands
+
+        def partial(replies: list[Any]) -> set[UserId]:
+            return {
+                user_id
+                for user_id, reply in zip(users, replies, strict=True)
+                if isinstance(reply, Exception)
+            }
+
+        return Plan(
+            commands=commands,
+            parse=lambda replies: set(),
+            fallback=set(users),
+            partial=partial,
+        )
+
     def unseeded_shards(self) -> Plan[list[int]]:
-        """The shards whose copy of the choices was not seeded from the database since Redis
-        lost it (lua/seed_ledger.lua): one EXISTS per shard. On a cluster with a master
-        unavailable, the others' (its shards are looked at next time)."""
+        """The shards whose copy of the choices was not seeded from the database by the Redis
+        server's current run (lua/seed_ledger.lua): lost (a flush, a restart without
+        persistence), or maybe old (a restart that loaded a snapshot, a replica promoted). One
+        script call per shard. On a cluster with a master unavailable, the others' (its shards
+        are looked at next time)."""
         shards = list(self.keys.shards())
 
         def parse(replies: list[Any]) -> list[int]:
@@ -134,7 +159,9 @@ class LedgerPlans(PlanArea):
             ]
 
         return Plan(
-            commands=[("EXISTS", self.keys.seeded_key(shard)) for shard in shards],
+            commands=[
+                script_call(IS_SEEDED, [self.keys.ledger_keys(shard)[2]], []) for shard in shards
+            ],
             parse=parse,
             fallback=RAISE,
             partial=parse,

@@ -42,11 +42,15 @@ class OutboxEntry:
     made: int
     invisible: bool
     at: float
+    #: the store could not tell the choice (its copy lost, not seeded again yet: lua/ledger.lua
+    #: records it "2"): ``invisible`` is its guess, the database's to tell
+    guessed: bool = False
 
 
 def parse_entry(entry: Any, decode: Any) -> OutboxEntry:
-    """``made|invisible|at|redis time|uid`` (the uid last: it may hold anything). A room's
-    sweep's batch (``at`` "*") is parsed with its room (plans.rooms ``_transitions``)."""
+    """``made|invisible|at|redis time|uid`` (the uid last: it may hold anything; invisible 0, 1
+    or 2, a guess). A room's sweep's batch (``at`` "*") is parsed with its room (plans.rooms
+    ``_transitions``)."""
     text = entry.decode() if isinstance(entry, bytes) else str(entry)
     made, invisible, at, _, uid = text.split("|", 4)
-    return OutboxEntry(decode(uid), int(made), invisible == "1", float(at))
+    return OutboxEntry(decode(uid), int(made), invisible != "0", float(at), invisible == "2")

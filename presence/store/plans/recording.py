@@ -37,6 +37,7 @@ class Transition:
     invisible: bool = field(default=False, compare=False)
     #: the store could not tell (its copy of the choices lost, not seeded again yet:
     #: lua/ledger.lua) and took the user for invisible; the choice is the database's to tell
+    #: (and the shard is to be seeded: a write that made nothing says so too)
     guessed: bool = field(default=False, compare=False)
     #: when the transition happened: the write's time, or the moment the user turned offline
     at: float | None = field(default=None, compare=False)
@@ -84,7 +85,7 @@ class Transition:
             int(core[4]) if len(core) > 4 else 0,
             made=int(made[0]),
             invisible=bool(int(made[1])),
-            guessed=int(made[1]) == 2 and int(made[0]) == 1,
+            guessed=int(made[1]) == 2,
             at=float(made[2]) if made[2] is not None else None,
             entry=_text(made[3]),
             stamped=stamped,

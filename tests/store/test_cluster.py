@@ -417,16 +417,20 @@ def test_a_slot_range_resharded_under_writes_loses_no_write(
             "--cluster-yes",
             timeout=90,
         )
-        time.sleep(0.3)
+        # A whole round of writes after the reshard, however slow a busy machine makes them.
+        resharded_at = max(written.values(), default=NOW)
+        deadline = time.monotonic() + 60
+        while max(written.values(), default=NOW) < resharded_at + 2 and not failures:
+            assert time.monotonic() < deadline, "the writes stopped"
+            time.sleep(0.05)
     finally:
         stop.set()
         writer.join(timeout=30)
     assert not failures, failures
     assert len(written) == len(users)
     assert store.cluster is not None
-    assert store.cluster.redirects["moved"] + store.cluster.redirects["ask"] > 0  # under way
-    rounds = max(written.values()) - NOW
-    assert rounds >= 3, "the writes did not run during the reshard"
+    # Redirects happen only while slots move: writes ran during the reshard.
+    assert store.cluster.redirects["moved"] + store.cluster.redirects["ask"] > 0
     states = store.run(store.plans.read(users))
     assert states is not None
     # Every write that was acknowledged is there: no user is behind what it was told.

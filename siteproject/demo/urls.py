@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, reverse_lazy
+from django.utils.text import format_lazy
 from django.views.generic import RedirectView
 from django.views.i18n import set_language
 
@@ -23,7 +24,15 @@ urlpatterns = [
         RedirectView.as_view(pattern_name="presence:settings"),
         name="privacy",
     ),
-    path("settings/status/", views.status, name="status"),
+    # So is the status, by presence's one form that decides its choices (presence.pages.forms,
+    # also the header's {% presence_status_menu %}): the old address leads to its section.
+    path(
+        "settings/status/",
+        RedirectView.as_view(
+            url=format_lazy("{}#presence-settings-status", reverse_lazy("presence:settings"))
+        ),
+        name="status",
+    ),
     # The activity feed (siteproject/demo/feed_views.py).
     path("feed/", feed_views.following, name="feed"),
     path("feed/mentions/", feed_views.mentions, name="feed_mentions"),

@@ -23,11 +23,9 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from presence import api, ratelimit
-from presence.conf import get_settings
 from presence.domain import InvalidInput, check_text
 from presence.models import Block, Contact
 from siteproject.demo import seed
-from siteproject.demo.forms import StatusForm, current_expiry
 
 User = get_user_model()
 
@@ -240,58 +238,3 @@ def rate_limited_action(user: Any) -> HttpResponse | None:
         ratelimit.limited_message(wait), content_type="text/plain; charset=utf-8"
     )
     return rate_limited_page(response, wait)
-
-
-def _initial_status(presence: api.Presence) -> dict[str, Any]:
-    if presence.invisible:
-        choice = "invisible"
-    elif presence.status == "dnd":
-        choice = "dnd"
-    else:
-        choice = "auto"
-    return {"status": choice, "text": presence.text or "", "emoji": presence.emoji or ""}
-
-
-def _field_named_in(error: api.InvalidInput, form: StatusForm) -> str | None:
-    # The API names the bad field in its message ("'text' is 150 characters long; ...").
-    return next((name for name in form.fields if f"'{name}'" in error.message), None)
-
-
-@member_view
-def status(request: HttpRequest) -> HttpResponse:
-    me = request.user
-    presence = api.get_presence(me, me)
-    form = StatusForm(
-        request.POST or None,
-        initial=_initial_status(presence),
-        current_expiry=current_expiry(me) if presence.text or presence.emoji else None,
-    )
-    wait = None
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        wait = over_write_limit(me, form)
-        if wait is None:
-            try:
-                api.set_status(
-                    me,
-                    data["status"],
-                    text=data["text"] or None,
-                    emoji=data["emoji"] or None,
-                    expires_at=form.expires_at(),
-                )
-            except api.InvalidInput as error:
-                form.add_error(_field_named_in(error, form), error.message)
-            else:
-                messages.success(request, _("Status updated."))
-                return redirect("demo:home")
-    response = render(
-        request,
-        "demo/status.html",
-        {
-            "form": form,
-            "presence": presence,
-            "text_max": get_settings().TEXT_MAX_LENGTH,
-            "page_users": [me],
-        },
-    )
-    return response if wait is None else rate_limited_page(response, wait)

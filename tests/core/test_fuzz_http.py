@@ -195,7 +195,7 @@ DEMO_ENDPOINTS = [
     Endpoint("relation", "/people/{pk}/{action}/", ("POST",), False),
     Endpoint("profile", "/u/{username}/", ("GET",), False),
     Endpoint("old privacy page", "/settings/privacy/", ("GET",), False),
-    Endpoint("status page", "/settings/status/", ("GET", "POST"), False),
+    Endpoint("old status page", "/settings/status/", ("GET", "POST"), False),
     Endpoint("feed page", "/feed/", ("GET", "POST"), False, params=("cursor",)),
     Endpoint("mentions page", "/feed/mentions/", ("GET",), False, params=("cursor",)),
     Endpoint("user feed page", "/u/{username}/activity/", ("GET",), False, params=("cursor",)),

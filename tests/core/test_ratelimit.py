@@ -19,6 +19,8 @@ pytestmark = pytest.mark.django_db
 
 STATUS = "/presence/api/status"
 POST = "/presence/api/feed/post"
+#: the settings page, where the demo's Status leads (a form post, HTML)
+SETTINGS = "/presence/settings/"
 
 
 def _json(client: Client, url: str, data: Any, **headers: Any) -> Any:
@@ -145,7 +147,7 @@ def test_the_429_message_counts_the_seconds_in_the_callers_language(
         "短時間に変更が多すぎます。1 秒後にもう一度お試しください。"
     )
     form = {"status": "dnd", "emoji": "", "text": "busy", "expires": "never"}
-    assert "try again in 1 second." in client.post("/settings/status/", form).content.decode()
+    assert "try again in 1 second." in client.post(SETTINGS, form).content.decode()
 
 
 @pytest.mark.usefixtures("limited")
@@ -153,9 +155,9 @@ def test_demo_forms_answer_429_with_the_error_on_the_page(
     client: Client, clock: time_machine.Coordinates
 ) -> None:
     form = {"status": "dnd", "emoji": "", "text": "busy", "expires": "never"}
-    assert client.post("/settings/status/", form).status_code == 302
+    assert client.post(SETTINGS, form).status_code == 302
     assert client.post("/feed/", {"text": "hello"}).status_code == 302
-    refused = client.post("/settings/status/", {**form, "text": "again"})
+    refused = client.post(SETTINGS, {**form, "text": "again"})
     assert refused.status_code == 429 and refused["Retry-After"] == "60"
     assert "try again in 60 seconds" in refused.content.decode()
     refused = client.post("/feed/", {"text": "again"})

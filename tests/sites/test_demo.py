@@ -23,10 +23,9 @@ from presence import api, lifecycle
 from presence.middleware import throttle
 from presence.models import Block, Contact, PrivacyException, PrivacySettings, UserStatus
 from siteproject.demo import seed
-from siteproject.demo.forms import StatusForm
 from tests.privacy_cases import count_round_trips
+from tests.privacy_page_cases import controls, row_of
 from tests.privacy_page_cases import page as settings_page
-from tests.privacy_page_cases import row_of
 
 pytestmark = pytest.mark.django_db
 
@@ -182,7 +181,6 @@ def test_logout_is_a_post(client: Any, demo: dict[str, Any]) -> None:
         reverse("demo:people"),
         reverse("demo:profile", args=["alice"]),
         reverse("presence:settings"),
-        reverse("demo:status"),
     ],
 )
 def test_pages_send_anonymous_visitors_to_login(client: Any, url: str) -> None:
@@ -209,7 +207,6 @@ def test_actions_send_anonymous_visitors_to_login(client: Any, demo: dict[str, A
         ("demo:profile", ["bob"]),
         ("demo:profile", ["alice"]),
         ("presence:settings", []),
-        ("demo:status", []),
     ],
 )
 def test_every_page_renders_with_presence_assets(
@@ -462,28 +459,79 @@ def test_follow_and_block_actions_are_rate_limited(
     assert Block.objects.filter(blocker=alice, blocked=erin).exists()
 
 
-# --- status ---------------------------------------------------------------------------------
+# --- status: the settings page's status section (presence's one StatusForm) ----------------
+
+STATUS_SECTION = f"{reverse('presence:settings')}#presence-settings-status"
 
 
-def test_status_form_sets_status_through_the_api(client: Any, demo: dict[str, Any]) -> None:
+def status_page(client: Any) -> Any:
+    """The page the demo's Status (in its header's nav) leads to."""
+    nav = section(client.get(reverse("demo:home")).content.decode(), '<nav class="nav"', "</nav>")
+    link = re.search(r'<a href="([^"]*)"[^>]*>Status</a>', nav)
+    assert link, nav
+    response = client.get(link.group(1), follow=True)
+    assert response.status_code == 200
+    return response
+
+
+def status_form(response: Any) -> str:
+    """The form of the page's content (not the header's status menu) that sets the status."""
+    html = response.content.decode()
+    forms = re.findall(r"<form.*?</form>", html[html.index("<main") :], re.S)
+    return next(form for form in forms if 'name="expires"' in form)
+
+
+def offered(response: Any) -> list[str]:
+    """The clearing times the page's status form offers."""
+    select = re.search(r'<select name="expires".*?</select>', status_form(response), re.S)
+    assert select
+    return re.findall(r'<option value="([^"]*)"', select.group())
+
+
+def post_status(client: Any, **fields: str) -> Any:
+    """The Status page's form, as a browser submits it with ``fields`` changed."""
+    page = status_page(client)
+    return client.post(page.request["PATH_INFO"], {**controls(status_form(page)).values, **fields})
+
+
+def test_the_demos_status_is_the_settings_pages_status_section(
+    client: Any, demo: dict[str, Any]
+) -> None:
+    # The demo has no status form of its own: one form decides the choices (presence.pages).
+    login(client, demo["alice"])
+    for page_url in (reverse("demo:home"), reverse("demo:profile", args=["alice"])):
+        html = client.get(page_url).content.decode()
+        assert f'<a href="{STATUS_SECTION}">Status</a>' in html  # the nav
+        assert f'<a class="btn" href="{STATUS_SECTION}">Set status</a>' in html
+    page = status_page(client)
+    assert page.templates[0].name == "presence/settings.html"
+    html = page.content.decode()
+    assert '<h2 id="presence-settings-status">Your status</h2>' in html
+    assert "<title>Privacy and status · Circle</title>" in html  # in the demo's layout
+    # The demo's former status page leads there.
+    old = client.get("/settings/status/")
+    assert old.status_code == 302 and old.url == STATUS_SECTION
+
+
+def test_status_sets_status_through_the_api(client: Any, demo: dict[str, Any]) -> None:
     alice, bob = demo["alice"], demo["bob"]
     login(client, alice)  # logging in records activity: alice is online
     start = datetime.now(tz=UTC)
     with time_machine.travel(start, tick=False):
-        response = client.post(
-            reverse("demo:status"),
-            {"status": "dnd", "emoji": "🎧", "text": "Focus time", "expires": "1h"},
-        )
-        assert response.status_code == 302 and response.url == reverse("demo:home")
+        response = post_status(client, status="dnd", emoji="🎧", text="Focus time", expires="1h")
+        assert response.status_code == 302 and response.url == reverse("presence:settings")
         seen_by_bob = api.get_presence(alice, bob)
         assert (seen_by_bob.status, seen_by_bob.emoji, seen_by_bob.text) == (
             "dnd",
             "🎧",
             "Focus time",
         )
-        # The form shows the current choice again.
-        form = client.get(reverse("demo:status")).context["form"]
-        assert (form["status"].value(), form["text"].value()) == ("dnd", "Focus time")
+        # The form shows the current choice again, under the saved message.
+        page = client.get(response.url)
+        assert "Your settings are saved." in page.content.decode()
+        form = page.context["status"]
+        shown = [form[name].value() for name in ("status", "emoji", "text", "expires")]
+        assert shown == ["dnd", "🎧", "Focus time", "keep"]
     with time_machine.travel(start + timedelta(hours=1, seconds=1), tick=False):
         expired = api.get_presence(alice, alice)
         assert expired.text is None and expired.emoji is None
@@ -496,64 +544,85 @@ def test_saving_the_status_again_keeps_when_the_custom_status_clears(
     login(client, alice)
     start = datetime.now(tz=UTC).replace(microsecond=0)
     with time_machine.travel(start, tick=False):
-        client.post(
-            reverse("demo:status"),
-            {"status": "auto", "emoji": "", "text": "Lunch", "expires": "30m"},
-        )
+        post_status(client, status="auto", text="Lunch", expires="30m")
         clears = start + timedelta(minutes=30)
         assert UserStatus.objects.get(user=alice).expires_at == clears
-        # The page and the header's menu offer the time as set, chosen.
-        page = client.get(reverse("demo:status"))
-        assert page.context["form"]["expires"].value() == "keep"
-        keep = f'<option value="keep" data-presence-expires-at="{clears.isoformat()}" selected>'
-        assert keep in page.content.decode()
+        # The page offers the time as set, chosen.
+        assert controls(status_form(status_page(client))).values["expires"] == "keep"
     with time_machine.travel(start + timedelta(minutes=5), tick=False):
-        response = client.post(
-            reverse("demo:status"),
-            {"status": "dnd", "emoji": "", "text": "Lunch", "expires": "keep"},
-        )
+        response = post_status(client, status="dnd")
         assert response.status_code == 302
         assert UserStatus.objects.get(user=alice).expires_at == clears
         assert api.get_presence(alice, alice).status == "dnd"
 
 
-def test_status_form_too_long_text_shows_error_and_saves_nothing(
+@pytest.mark.parametrize(
+    ("max_expiry", "choices"),
+    [
+        (2 * 3600, ["30m", "1h", "never"]),
+        (14 * 3600, ["30m", "1h", "4h", "never"]),  # midnight (UTC) is 14.5 hours away
+        (15 * 3600, ["30m", "1h", "4h", "today", "never"]),
+    ],
+)
+def test_the_status_page_offers_only_the_clearing_times_the_site_allows(
+    client: Any,
+    demo: dict[str, Any],
+    settings: Any,
+    clock: time_machine.Coordinates,
+    max_expiry: int,
+    choices: list[str],
+) -> None:
+    settings.PRESENCE = {"MAX_STATUS_EXPIRY": max_expiry}
+    login(client, demo["alice"])
+    assert offered(status_page(client)) == choices
+
+
+def test_at_midnight_clears_at_the_next_midnight_of_the_time_zone(
+    client: Any, demo: dict[str, Any], settings: Any, clock: time_machine.Coordinates
+) -> None:
+    settings.TIME_ZONE = "Asia/Tokyo"  # T0, 09:30 UTC, is 18:30 there
+    settings.PRESENCE = {"MAX_STATUS_EXPIRY": 6 * 3600}
+    alice = demo["alice"]
+    login(client, alice)
+    assert post_status(client, text="Dinner", expires="today").status_code == 302
+    assert UserStatus.objects.get(user=alice).expires_at == datetime(2030, 1, 7, 15, tzinfo=UTC)
+
+
+def test_status_too_long_text_shows_the_error_on_the_field_and_saves_nothing(
     client: Any, demo: dict[str, Any]
 ) -> None:
     alice = demo["alice"]
     login(client, alice)
     limit = lifecycle.limits().text_max_length
-    response = client.post(
-        reverse("demo:status"),
-        {"status": "invisible", "emoji": "", "text": "x" * (limit + 1), "expires": "never"},
-    )
+    response = post_status(client, status="invisible", text="x" * (limit + 1))
     assert response.status_code == 200
-    assert response.context["form"].errors["text"] == [
-        f"'text' is {limit + 1} characters long; at most {limit}."
-    ]
-    assert f"at most {limit}." in response.content.decode()
+    assert list(response.context["status"].errors) == ["text"]
+    assert f"at most {limit} characters" in response.context["status"].errors["text"][0]
+    assert f"at most {limit} characters" in response.content.decode()
     assert not UserStatus.objects.filter(user=alice).exists()
     assert not PrivacySettings.objects.filter(user=alice, invisible=True).exists()
     assert api.get_presence(alice, alice).invisible is False
 
 
-def test_status_form_invisible_hides_from_friends(client: Any, demo: dict[str, Any]) -> None:
+def test_status_invisible_hides_from_friends(client: Any, demo: dict[str, Any]) -> None:
     alice, bob = demo["alice"], demo["bob"]
     login(client, alice)
     assert api.get_presence(alice, bob).status == "online"
-    client.post(reverse("demo:status"), {"status": "invisible", "expires": "never"})
+    post_status(client, status="invisible")
     assert api.get_presence(alice, bob).status == "offline"
     assert api.get_presence(alice, alice).invisible is True
 
 
-def test_status_expiry_today_is_next_local_midnight(settings: Any) -> None:
-    settings.TIME_ZONE = "Asia/Tokyo"
-    now = datetime(2025, 3, 10, 20, 0, tzinfo=UTC)  # 05:00 on the 11th in Tokyo
-    form = StatusForm({"status": "auto", "expires": "today"})
-    assert form.is_valid()
-    assert form.expires_at(now) == datetime(2025, 3, 11, 15, 0, tzinfo=UTC)
-    never = StatusForm({"status": "auto", "expires": "never"})
-    assert never.is_valid() and never.expires_at(now) is None
+def test_status_writes_are_rate_limited(
+    client: Any, demo: dict[str, Any], settings: Any, clock: time_machine.Coordinates
+) -> None:
+    settings.PRESENCE = {"HTTP_RATE_LIMIT": (1, 60)}
+    alice = demo["alice"]
+    login(client, alice)
+    assert post_status(client, status="dnd", text="busy").status_code == 302
+    refused = post_status(client, status="auto", text="again")
+    assert_limited_page(refused, retry_after=60)
+    assert UserStatus.objects.get(user=alice).text == "busy"
 
 
 # --- cost -----------------------------------------------------------------------------------
@@ -624,15 +693,14 @@ def test_profile_url_with_nul_or_controls_is_400(
 
 @pytest.mark.parametrize("field", ["text", "emoji"])
 @pytest.mark.parametrize("bad", ["a\x00b", "x\u202ey"])
-def test_status_form_refuses_nul_and_controls_and_saves_nothing(
+def test_status_refuses_nul_and_controls_and_saves_nothing(
     client: Any, demo: dict[str, Any], field: str, bad: str
 ) -> None:
     alice = demo["alice"]
     login(client, alice)
-    data = {"status": "dnd", "emoji": "", "text": "", "expires": "never", field: bad}
-    response = client.post(reverse("demo:status"), data)
+    response = post_status(client, status="dnd", **{field: bad})
     assert response.status_code == 200
-    assert response.context["form"].errors[field]
+    assert list(response.context["status"].errors) == [field]
     assert not UserStatus.objects.filter(user=alice).exists()
 
 

@@ -118,3 +118,32 @@ def test_a_followed_users_post_appears_live_on_the_feed(
     assert a.page.evaluate("() => window.loadedOnce") is True
     c.page.wait_for_timeout(500)
     expect(c.page.locator(".activity--live")).to_have_count(0)
+
+
+def test_a_feed_named_by_a_number_is_never_taken_for_a_status_answer(
+    browser: Browser,  # noqa: F811
+    live: Any,  # noqa: F811
+    people: dict[str, Any],  # noqa: F811
+) -> None:
+    """watchFeed(5), a name of no timeline, then setStatus: the server's refusal of the feed
+    names it (it names only a feed sent as a string), so the status change is not rejected
+    with the feed's error; it is saved, and the page is told which feed was refused."""
+    ben = people["ben"]
+    b = browser.open(ben, live.url)
+    b.wait_connected()
+    result = b.page.evaluate(
+        """async () => {
+            const errors = [];
+            window.presence.on("error", (e) => errors.push(e));
+            window.presence.watchFeed(5);
+            try {
+                const own = await window.presence.setStatus({status: "dnd", text: "Saved"});
+                return {saved: [own.status, own.text], errors};
+            } catch (e) {
+                return {refused: e.code, errors};
+            }
+        }"""
+    )
+    assert result.get("saved") == ["dnd", "Saved"], result
+    assert [(e["code"], e.get("feed")) for e in result["errors"]] == [("invalid_value", "5")]
+    assert {"type": "watch_feed", "feed": "5"} in b.frames_sent

@@ -1475,11 +1475,15 @@
       });
     },
     setStatus,
-    watchFeed(feed) {
+    // As a string (as joinRoom sends its room): the server names the feed in its errors only
+    // when the frame's feed was one, and an error naming none is taken for a setStatus answer.
+    watchFeed(name) {
+      const feed = String(name);
       feeds.add(feed);
       send({ type: "watch_feed", feed });
     },
-    unwatchFeed(feed) {
+    unwatchFeed(name) {
+      const feed = String(name);
       feeds.delete(feed);
       send({ type: "unwatch_feed", feed });
     },

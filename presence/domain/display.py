@@ -8,9 +8,11 @@ for the same moment are the same.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.utils import translation
 from django.utils.html import avoid_wrapping
 from django.utils.translation import gettext, npgettext
 
@@ -22,11 +24,22 @@ UNITS = ("year", "month", "week", "day", "hour", "minute")
 _SECONDS = (("week", 7 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60))
 
 
-def unit_words(unit: str, num: int) -> str:
-    """The words of ``num`` ``unit`` with the number left to fill in (``"%(num)d minutes"``),
-    in the active language. Presence's own strings: Django's catalogs lack some of them in
-    some languages (vi), which would leave "5 minutes" untranslated inside a translated
-    "... ago"."""
+#: the phrase the units' words go in ("5 minutes ago"), untranslated
+AGO = "%(delta)s ago"
+
+
+def _ago() -> str:
+    return gettext("%(delta)s ago")
+
+
+def speaks_ago() -> bool:
+    """Whether the active language's catalogs translate "%(delta)s ago". Only then are the
+    units' words theirs: a language presence has no catalog for would find them in Django's
+    ("Minuten") and write "5 Minuten ago"; it writes the whole phrase in English instead."""
+    return _ago() != AGO
+
+
+def _catalog_words(unit: str, num: int) -> str:
     if unit == "year":
         return npgettext("last seen", "%(num)d year", "%(num)d years", num)
     if unit == "month":
@@ -40,6 +53,17 @@ def unit_words(unit: str, num: int) -> str:
     if unit == "minute":
         return npgettext("last seen", "%(num)d minute", "%(num)d minutes", num)
     raise ValueError(f"no such unit: {unit!r}")
+
+
+def unit_words(unit: str, num: int) -> str:
+    """The words of ``num`` ``unit`` with the number left to fill in (``"%(num)d minutes"``),
+    in the active language where it speaks the "... ago" they go in (:func:`speaks_ago`), else
+    in English. Presence's own strings: Django's catalogs lack some of them in some languages
+    (vi), which would leave "5 minutes" untranslated inside a translated "... ago"."""
+    if speaks_ago():
+        return _catalog_words(unit, num)
+    with translation.override(None):  # no catalog: the English of the strings themselves
+        return _catalog_words(unit, num)
 
 
 class _UnitWords:
@@ -94,7 +118,7 @@ def humanize(presence: Presence, now: datetime) -> str:
     unit, num = found
     # avoid_wrapping: "5 minutes" stays on one line (no-break spaces), as presence.js writes it.
     delta = avoid_wrapping(unit_words(unit, num) % {"num": num})
-    return gettext("%(delta)s ago") % {"delta": delta}
+    return _ago() % {"delta": delta}
 
 
 #: the numbers of each unit :func:`elapsed` gives, listed for presence.js (years beyond: see
@@ -103,15 +127,19 @@ LISTED_UP_TO = {"year": 199, "month": 11, "week": 5, "day": 6, "hour": 23, "minu
 
 
 def script_words() -> dict[str, Any]:
-    """The words of :func:`humanize` for presence.js, in the active language: ``ago``
+    """The words of :func:`humanize` for presence.js, in the active language (the units in
+    English where it does not speak "... ago", as :func:`unit_words` writes them): ``ago``
     (``"%(delta)s ago"``) and ``units``, for each unit ``[words, {num: words}]``: its words
     for most numbers, and those of the numbers whose words differ (``{"1": "%(num)d
     minute"}``), each number's plural form as this language's catalog chooses it. Years past
     199 take the words of 100 + their last two digits (plural rules look no further)."""
+    ago = _ago()
     units: dict[str, Any] = {}
-    for unit in UNITS:
-        words = {num: unit_words(unit, num) for num in range(1, LISTED_UP_TO[unit] + 1)}
-        values = list(words.values())
-        most = max(dict.fromkeys(values), key=values.count)  # the first, in a tie
-        units[unit] = [most, {str(num): text for num, text in words.items() if text != most}]
-    return {"ago": gettext("%(delta)s ago"), "units": units}
+    # The units in the language of "ago", as humanize() writes them (unit_words).
+    with translation.override(None) if ago == AGO else contextlib.nullcontext():
+        for unit in UNITS:
+            words = {num: _catalog_words(unit, num) for num in range(1, LISTED_UP_TO[unit] + 1)}
+            values = list(words.values())
+            most = max(dict.fromkeys(values), key=values.count)  # the first, in a tie
+            units[unit] = [most, {str(num): text for num, text in words.items() if text != most}]
+    return {"ago": ago, "units": units}

@@ -22,6 +22,7 @@ from presence.domain import (
     Timing,
     Visibility,
 )
+from presence.domain.display import script_words
 from tests.core.domain_cases import BLOCKED_CONTACT, CLOSE, CONTACT, LIMITS, NOW, STRANGER, everyone
 
 TIMING = Timing(online_window=300, offline_grace=5)
@@ -207,6 +208,26 @@ class TestHumanize:
             assert domain.humanize(self.seen(minutes=5), self.now) == "5\xa0minutes ago"
             assert domain.humanize(self.seen(hours=2, minutes=10), self.now) == "2\xa0hours ago"
             assert domain.humanize(self.seen(days=3), self.now) == "3\xa0days ago"
+
+    @pytest.mark.parametrize("language", ["de", "fr", "ru"])
+    def test_a_language_without_presences_words_gets_the_whole_phrase_in_english(
+        self, language: str
+    ) -> None:
+        # Django's catalogs have "5 Minuten", not "... ago": no "5 Minuten ago". The page's
+        # words for presence.js are the same as the server's.
+        with translation.override(language):
+            assert domain.humanize(self.seen(minutes=5), self.now) == "5\xa0minutes ago"
+            assert domain.humanize(self.seen(days=1), self.now) == "1\xa0day ago"
+            words = script_words()
+        assert words["ago"] == "%(delta)s ago"
+        assert words["units"]["minute"] == ["%(num)d minutes", {"1": "%(num)d minute"}]
+
+    def test_a_language_with_presences_words_gets_them_all(self) -> None:
+        with translation.override("ja"):
+            assert domain.humanize(self.seen(minutes=5), self.now) == "5分前"
+            words = script_words()
+        assert words["ago"] == "%(delta)s前"
+        assert words["units"]["minute"] == ["%(num)d分", {}]
 
     @pytest.mark.parametrize(
         ("seen", "english"),

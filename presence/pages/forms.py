@@ -14,6 +14,8 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 from django.utils import formats, timezone
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from presence import api, domain, resolution
@@ -74,6 +76,8 @@ EXPIRY_CHOICES = [
     ("never", _("never")),
 ]
 KEEP = "keep"
+#: the fields of the custom status, saved together
+CUSTOM_FIELDS = ("text", "emoji", "expires")
 
 
 def next_midnight(now: datetime) -> datetime:
@@ -115,7 +119,14 @@ def _own_status(user: Any) -> tuple[UserStatus | None, bool]:
 
 
 class StatusForm(forms.Form):
-    """The user's status and custom status; saved with ``api.set_status`` when it changed."""
+    """The user's status and custom status; saved with ``api.set_status`` when it changed.
+
+    A change is measured against what the page showed, which it posts back in hidden inputs
+    (:meth:`shown_inputs`, ``initial-status``...), not against the rows when it is posted: a
+    status saved meanwhile elsewhere (the status menu on the same page, another tab) is kept
+    unless this page changed that part of it. The mode (automatic, do not disturb, invisible)
+    is one part, the custom status (text, emoji and when they clear) the other. A form posted
+    without them (a site's own template) is measured against the rows."""
 
     status = forms.ChoiceField(
         label=_("Show me as"), choices=STATUS_CHOICES, widget=forms.RadioSelect
@@ -140,12 +151,20 @@ class StatusForm(forms.Form):
         custom = _live_custom(row, self.now)
         self.activity = custom.activity if custom else ""
         self.current_expiry = custom.expires_at if custom else None
-        initial = {
+        #: the user's status as stored now
+        self.stored = {
             "status": "invisible" if invisible else "dnd" if row and row.dnd else "auto",
             "text": custom.text if custom else "",
             "emoji": custom.emoji if custom else "",
             "expires": KEEP if self.current_expiry else "never",
         }
+        initial = dict(self.stored)
+        if data is not None:
+            # What the page showed, where it says so: the changes are measured against it.
+            for name in initial:
+                shown = data.get(f"initial-{name}")
+                if isinstance(shown, str):
+                    initial[name] = shown
         super().__init__(data, initial=initial, auto_id=auto_id)
         limits = resolution.limits()
         for name, limit in (("text", limits.text_max_length), ("emoji", limits.emoji_max_length)):
@@ -190,9 +209,26 @@ class StatusForm(forms.Form):
     def clean_emoji(self) -> str:
         return self._clean_text("emoji")
 
+    def shown_inputs(self) -> SafeString:
+        """The hidden inputs that post back what the page showed (``initial-status``...): one
+        for each field, the values the page was first rendered with (kept when it is shown
+        again with errors)."""
+        return format_html_join(
+            "",
+            '<input type="hidden" name="{}" value="{}">',
+            ((self[name].html_initial_name, self.initial[name]) for name in self.fields),
+        )
+
+    def custom_changed(self) -> bool:
+        """Whether the custom status (text, emoji, when they clear) differs from what the page
+        showed: then it is saved as posted; else it is kept as stored."""
+        return any(name in self.changed_data for name in CUSTOM_FIELDS)
+
     def clean_expires(self) -> str:
         choice: str = self.cleaned_data["expires"]
-        if choice == KEEP and (self.current_expiry is None or self.current_expiry <= self.now):
+        passed = self.current_expiry is None or self.current_expiry <= self.now
+        # (a custom status kept as stored keeps its time, whatever the page showed)
+        if choice == KEEP and passed and self.custom_changed():
             raise forms.ValidationError(_("That time has passed: choose when to clear again."))
         return choice
 
@@ -213,18 +249,29 @@ class StatusForm(forms.Form):
         return self.now + when if isinstance(when, timedelta) else when
 
     def save_status(self) -> bool:
-        """``api.set_status`` with the chosen values, if any changed (the user's activity, which
-        this page does not edit, is kept). True if anything was saved. Raises InvalidInput as
+        """``api.set_status`` with the parts that changed from what the page showed (the mode,
+        the custom status), the other part as stored (the user's activity, which this page
+        does not edit, is kept). True if anything was saved. Raises InvalidInput as
         ``set_status`` does (the view shows it on the form)."""
         if not self.has_changed():
             return False
         data = self.cleaned_data
+        status = data["status"] if "status" in self.changed_data else self.stored["status"]
+        activity = self.activity
+        if self.custom_changed():
+            text, emoji, expires_at = data["text"], data["emoji"], self.expires_at()
+        else:
+            text, emoji, expires_at = self.stored["text"], self.stored["emoji"], self.current_expiry
+            if expires_at is not None and expires_at - timezone.now() < timedelta(seconds=1):
+                # clearing this very moment (set_status takes no time that close): cleared
+                text = emoji = activity = ""
+                expires_at = None
         api.set_status(
             self.user,
-            data["status"],
-            text=data["text"] or None,
-            emoji=data["emoji"] or None,
-            activity=self.activity or None,
-            expires_at=self.expires_at(),
+            status,
+            text=text or None,
+            emoji=emoji or None,
+            activity=activity or None,
+            expires_at=expires_at,
         )
         return True

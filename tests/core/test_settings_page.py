@@ -115,6 +115,11 @@ def test_the_page_shows_exactly_the_fields_with_the_users_values(
         "emoji": "✍️",
         "text": "Writing",
         "expires": "keep",
+        # what the page showed, posted back (a change is measured against it)
+        "initial-status": "dnd",
+        "initial-emoji": "✍️",
+        "initial-text": "Writing",
+        "initial-expires": "keep",
         "online_visibility": "everyone",
         "last_seen_visibility": "close_friends",
         "activity_visibility": "nobody",
@@ -317,6 +322,60 @@ def test_at_midnight_is_offered_when_the_next_midnight_is_within_the_max_expiry(
     else:
         assert response.status_code == 302
         assert list(saved) == [datetime.fromisoformat(midnight).replace(tzinfo=UTC)]
+
+
+def _status_of(user: Any) -> tuple[Any, ...]:
+    row = UserStatus.objects.get(user=user)
+    invisible = PrivacySettings.objects.filter(user=user, invisible=True).exists()
+    return (invisible, row.dnd, row.text, row.emoji, row.expires_at)
+
+
+@pytest.mark.django_db
+def test_a_status_saved_elsewhere_meanwhile_is_kept_unless_changed_here(
+    ann_client: Client, people: dict[str, Any]
+) -> None:
+    """The page measures a change against what it showed, not against the rows when it is
+    posted: the status menu on the same page (or another tab) saved a status after the page
+    was rendered; saving the page for something else must not put back the status it shows."""
+    ann = people["ann"]
+    values = page(ann_client)  # automatic, no custom status
+    in_an_hour = timezone.now() + timedelta(hours=1)
+    api.set_status(ann, "dnd", text="Focus", emoji="🎧", expires_at=in_an_hour)  # the menu's
+    response = ann_client.post(URL, {**values, "online_visibility": "everyone"})
+    assert response.status_code == 302
+    assert PrivacySettings.objects.get(user=ann).online_visibility == "everyone"
+    assert _status_of(ann) == (False, True, "Focus", "🎧", in_an_hour)
+
+    # Only the mode changed here: the custom status saved elsewhere meanwhile is kept.
+    values = page(ann_client)  # do not disturb, "🎧 Focus"
+    in_half_an_hour = timezone.now() + timedelta(minutes=30)
+    api.set_status(ann, "dnd", text="Lunch", expires_at=in_half_an_hour)
+    assert ann_client.post(URL, {**values, "status": "invisible"}).status_code == 302
+    assert _status_of(ann) == (True, False, "Lunch", "", in_half_an_hour)
+
+    # Only the custom status changed here: the mode saved elsewhere meanwhile is kept.
+    values = page(ann_client)  # invisible, "Lunch"
+    api.set_status(ann, "auto", text="Lunch", expires_at=in_half_an_hour)
+    changed = {"text": "Reading", "emoji": "📖", "expires": "1h"}
+    assert ann_client.post(URL, {**values, **changed}).status_code == 302
+    assert _status_of(ann) == (False, False, "Reading", "📖", timezone.now() + timedelta(hours=1))
+
+
+@pytest.mark.django_db
+def test_posted_without_what_the_page_showed_a_change_is_measured_against_the_rows(
+    ann_client: Client, people: dict[str, Any], clock: time_machine.Coordinates
+) -> None:
+    """A site's own template that leaves the hidden inputs out: as stored is unchanged."""
+    ann = people["ann"]
+    api.set_status(ann, "dnd", text="Focus")
+    values = {k: v for k, v in page(ann_client).items() if not k.startswith("initial-")}
+    api.set_status(ann, "auto", text="Lunch")
+    assert ann_client.post(URL, values).status_code == 302
+    assert _status_of(ann) == (False, True, "Focus", "", None)  # the page's, as posted
+    before = UserStatus.objects.get(user=ann).updated_at
+    clock.shift(60)
+    assert ann_client.post(URL, values).status_code == 302  # the same again: nothing saved
+    assert UserStatus.objects.get(user=ann).updated_at == before
 
 
 @pytest.mark.django_db

@@ -116,7 +116,12 @@ EXPECTED = (
     ' data-presence-activity="&lt;i&gt;reading&lt;/i&gt;"'
     ' data-presence-keep-label="as set: %(when)s"'
     ' data-presence-expired="That time has passed: choose when to clear again.">\n'
-    '    <input type="hidden" name="next" value="/feed/?page=2&amp;q=%22x%22">\n'
+    '    <input type="hidden" name="next" value="/feed/?page=2&amp;q=%22x%22">'
+    '<input type="hidden" name="initial-status" value="dnd">'
+    '<input type="hidden" name="initial-emoji" value="🥪">'
+    '<input type="hidden" name="initial-text"'
+    ' value="&lt;b&gt;&quot;Lunch&quot; &amp; co&lt;/b&gt;">'
+    '<input type="hidden" name="initial-expires" value="keep">\n'
     '    <fieldset class="presence-status-menu__group">\n'
     "      <legend>Show me as</legend>\n"
     '      <label class="presence-status-menu__choice" for="presence-status-menu-status_0">'
@@ -185,12 +190,11 @@ def test_a_user_without_a_status_gets_the_defaults(ann: Any) -> None:
         and 'data-presence-activity=""' in html
     )
     form = form_of(html)
+    shown = {"status": "auto", "emoji": "", "text": "", "expires": "never"}
     assert form.values == {
         "next": "/feed/?page=2",
-        "status": "auto",
-        "emoji": "",
-        "text": "",
-        "expires": "never",
+        **shown,
+        **{f"initial-{name}": value for name, value in shown.items()},
     }
     assert form.offered == ["30m", "1h", "4h", "today", "never"]  # nothing "as set"
 
@@ -205,12 +209,11 @@ def test_a_custom_status_that_cleared_is_not_shown(ann: Any, clock: Any) -> None
     clock.shift(30 * 60)
     html = menu(ann)
     assert ">Set status</summary>" in html
+    shown = {"status": "dnd", "emoji": "", "text": "", "expires": "never"}  # dnd stays
     assert form_of(html).values | {"next": ""} == {
         "next": "",
-        "status": "dnd",  # do not disturb stays until changed
-        "emoji": "",
-        "text": "",
-        "expires": "never",
+        **shown,
+        **{f"initial-{name}": value for name, value in shown.items()},
     }
 
 
@@ -320,6 +323,18 @@ def test_saved_again_it_keeps_when_the_text_clears(
         "eating",
         T0 + timedelta(hours=2),
     )
+
+
+def test_posted_it_keeps_a_status_saved_elsewhere_since_it_was_rendered(
+    ann: Any, ann_client: Client
+) -> None:
+    """Measured against what the menu showed: only the mode changed in it, so the custom
+    status another tab saved after the menu was rendered is kept."""
+    values = submitted(ann, status="dnd")  # shown: automatic, no custom status
+    api.set_status(ann, "auto", text="Focus", emoji="🎧", activity="coding")
+    assert ann_client.post(SETTINGS, values).status_code == 302
+    row = UserStatus.objects.get(user=ann)
+    assert (row.dnd, row.text, row.emoji, row.activity) == (True, "Focus", "🎧", "coding")
 
 
 def test_invisible_from_the_menu(ann: Any, ann_client: Client) -> None:

@@ -232,6 +232,8 @@ class Presence:
     invisible: bool | None = field(default=None)
     #: where last_seen is hidden (and no block): how long ago, to the UTC day
     last_seen_approx: LastSeenApprox | None = None
+    #: in a user's own presence only: when their custom status clears (None: never, or none)
+    expires_at: datetime | None = None
 
     @property
     def is_online(self) -> bool:
@@ -249,6 +251,8 @@ class Presence:
         }
         if self.invisible is not None:
             data["invisible"] = self.invisible
+        if self.expires_at is not None:
+            data["expires_at"] = iso_time(self.expires_at)
         return data
 
 

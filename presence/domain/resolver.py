@@ -46,6 +46,7 @@ def visibly_differs(before: Presence | None, after: Presence) -> bool:
             before.invisible,
             before.last_seen_approx,
             before.last_seen is None,
+            before.expires_at,
         ) != (
             after.status,
             after.devices,
@@ -55,6 +56,7 @@ def visibly_differs(before: Presence | None, after: Presence) -> bool:
             after.invisible,
             after.last_seen_approx,
             after.last_seen is None,
+            after.expires_at,
         )
     return before != after
 
@@ -245,6 +247,10 @@ def resolve(
         text = emoji = activity = None
     if relation.is_self:
         online = true_status is not Status.OFFLINE
+        # When the custom status the user sees clears: their status menu keeps it.
+        clears = None
+        if expires_at is not None and (text or emoji or activity):
+            clears = datetime.fromtimestamp(expires_at, tz=UTC)
         return Presence(
             status=true_status,
             last_seen=_timestamp(last_seen_ts),
@@ -253,6 +259,7 @@ def resolve(
             emoji=emoji,
             activity=activity,
             invisible=choices.invisible,
+            expires_at=clears,
         )
 
     # Invisible looks exactly like offline with last seen hidden; it beats an "always share".

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
@@ -59,6 +60,10 @@ def status_menu(
         "activity": form.activity,
         "expiry_options": expiry_options(form),
         "now": iso_time(form.now),
+        # the user's id as presence.js names them: it follows their own presence for the menu
+        "own_id": str(user.pk),
+        # the zone of the server's times ("as set: ..."), for the script to write a time the same
+        "time_zone": timezone.get_current_timezone_name(),
         # the label of a time as set, for the script to name the time a save set ("%(when)s")
         "keep_label": gettext("as set: %(when)s"),
         "next": request.get_full_path(),

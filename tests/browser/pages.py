@@ -227,16 +227,20 @@ class Browser:
         log_in: bool = True,
         server: Callable[[Any], None] | None = None,
         javascript: bool = True,
+        timezone_id: str | None = None,
     ) -> Session:
         """``websocket=False`` removes WebSocket from the pages; ``server`` answers their
         WebSockets instead of the real server (Playwright's ``route_web_socket``);
-        ``javascript=False``: a browser that runs no script (plain forms and links)."""
+        ``javascript=False``: a browser that runs no script (plain forms and links);
+        ``timezone_id``: the browser's time zone (else the machine's)."""
         if self.browser is None:
             self.playwright = sync_api.sync_playwright().start()
             self.browser = self.playwright.chromium.launch(
                 executable_path=self.executable, headless=True, args=CHROMIUM_ARGS
             )
-        context = self.browser.new_context(locale="en-US", java_script_enabled=javascript)
+        context = self.browser.new_context(
+            locale="en-US", java_script_enabled=javascript, timezone_id=timezone_id
+        )
         context.set_default_timeout(WAIT_MS)
         context.add_init_script(RECORDER if websocket else NO_WEBSOCKET + RECORDER)
         if server is not None:

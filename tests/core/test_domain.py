@@ -93,6 +93,19 @@ class TestResolve:
         assert seen.last_seen is not None
         assert seen.as_dict()["invisible"] is True
 
+    def test_self_sees_when_the_custom_status_clears_and_no_one_else_does(self) -> None:
+        """In one's own presence only (the status menu keeps its clearing time from it), and
+        only while the custom status shows."""
+        clears = NOW + 3600
+        choices = everyone(text="Lunch", expires_at=clears)
+        own = resolve(ONLINE, choices, domain.SELF)
+        assert own.as_dict()["expires_at"] == datetime.fromtimestamp(clears, UTC).isoformat()
+        assert "expires_at" not in resolve(ONLINE, choices, CLOSE).as_dict()
+        for none_clears in (everyone(text="Lunch"), everyone(expires_at=clears)):
+            assert "expires_at" not in resolve(ONLINE, none_clears, domain.SELF).as_dict()
+        passed = resolve(ONLINE, everyone(text="Lunch", expires_at=NOW - 1), domain.SELF)
+        assert (passed.text, passed.expires_at) == (None, None)
+
     @pytest.mark.parametrize(
         ("level", "relation", "visible"),
         [

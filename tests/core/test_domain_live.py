@@ -455,6 +455,7 @@ class TestVisiblyDiffers:
             "activity": "reading",
             "invisible": False,
             "last_seen_approx": domain.LastSeenApprox.WITHIN_WEEK,
+            "expires_at": self.later,
         }
         # A field added to Presence must be compared too (or be listed here as exempt).
         assert {f.name for f in fields(Presence)} == {*changed, "last_seen"}

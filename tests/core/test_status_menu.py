@@ -21,7 +21,7 @@ from django.template import Context, Template
 from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from django.utils import translation
+from django.utils import timezone, translation
 
 from presence import api
 from presence.models import PrivacySettings, UserStatus
@@ -113,6 +113,7 @@ EXPECTED = (
     "</summary>\n"
     '  <form class="presence-status-menu__panel" action="/presence/settings/" method="post"'
     ' novalidate aria-label="Your status" data-presence-now="2030-01-07T09:30:00+00:00"'
+    ' data-presence-self="{pk}" data-presence-time-zone="UTC"'
     ' data-presence-activity="&lt;i&gt;reading&lt;/i&gt;"'
     ' data-presence-keep-label="as set: %(when)s"'
     ' data-presence-expired="That time has passed: choose when to clear again.">\n'
@@ -166,6 +167,7 @@ EXPECTED = (
     '      <a class="presence-status-menu__more" href="/presence/settings/">More settings</a>\n'
     "    </div>\n"
     "  </form>\n"
+    '  <span data-presence-text="{pk}" hidden></span>\n'
     "</details>\n"
     '<script src="/static/presence/status-menu.js" defer></script>\n'
 )
@@ -180,7 +182,16 @@ def test_the_menu_is_filled_in_with_the_viewers_status_escaped(ann: Any) -> None
         activity="<i>reading</i>",
         expires_at=T0 + timedelta(hours=2),
     )
-    assert menu(ann, '/feed/?page=2&q="x"') == EXPECTED
+    assert menu(ann, '/feed/?page=2&q="x"') == EXPECTED.replace("{pk}", str(ann.pk))
+
+
+def test_the_menu_names_the_time_zone_its_times_are_written_in(ann: Any) -> None:
+    """The script writes a time it sets as the server wrote this one: in the same zone."""
+    api.set_status(ann, "auto", text="Lunch", expires_at=T0 + timedelta(hours=2))
+    with timezone.override("Asia/Tokyo"):
+        html = menu(ann)
+    assert 'data-presence-time-zone="Asia/Tokyo"' in html
+    assert ">as set: Jan. 7, 2030, 8:30 p.m.</option>" in html  # 11:30 UTC
 
 
 def test_a_user_without_a_status_gets_the_defaults(ann: Any) -> None:

@@ -251,6 +251,7 @@ def test_post_sets_status_and_answers_own_presence(
             "emoji": "🎯",
             "activity": None,
             "invisible": False,
+            "expires_at": (NOW + timedelta(hours=1)).isoformat(),  # in one's own only
         }
         assert response.json() == {"presence": own}
         # The same shape as the user's own entry from GET.

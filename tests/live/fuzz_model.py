@@ -110,6 +110,8 @@ class StatusReply:
     text: str | None
     emoji: str | None
     activity: str | None
+    #: the own presence says when the custom status clears (expires_at)
+    clears: bool = False
 
 
 Expectation = Error | Silent | Unmodelled | Snapshot | StatusReply
@@ -282,12 +284,14 @@ def _expected_status(data: dict[str, Any]) -> Expectation:
     def shown(name: str) -> str | None:
         return (data.get(name) or "").strip() or None
 
+    custom = (shown("text"), shown("emoji"), shown("activity"))
     return StatusReply(
         statuses=frozenset({"dnd"} if status == "dnd" else {"online", "idle"}),
         invisible=status == "invisible",
-        text=shown("text"),
-        emoji=shown("emoji"),
-        activity=shown("activity"),
+        text=custom[0],
+        emoji=custom[1],
+        activity=custom[2],
+        clears=expires_in is not None and any(custom),
     )
 
 
@@ -583,7 +587,9 @@ def outcome(expectation: Expectation) -> str:
 def check_presence(value: Any, own: bool = False) -> None:
     assert isinstance(value, dict), value
     keys = set(value)
-    assert keys == PRESENCE_KEYS or (keys == PRESENCE_KEYS | {"invisible"}), value
+    own_keys = (PRESENCE_KEYS | {"invisible"}, PRESENCE_KEYS | {"invisible", "expires_at"})
+    assert keys == PRESENCE_KEYS or keys in own_keys, value
+    assert "expires_at" not in value or ISO_UTC.match(value["expires_at"]), value
     assert value["status"] in STATUSES, value
     assert value["last_seen"] is None or ISO_UTC.match(value["last_seen"]), value
     assert value["last_seen_approx"] in APPROXIMATIONS, value
@@ -646,6 +652,7 @@ def check_replies(replies: list[dict[str, Any]], expectation: Expectation) -> No
         check_presence(own, own=True)
         assert own["status"] in expectation.statuses, (own, expectation)
         assert own["invisible"] is expectation.invisible, own
+        assert ("expires_at" in own) is expectation.clears, (own, expectation)
         assert (own["text"], own["emoji"], own["activity"]) == (
             expectation.text,
             expectation.emoji,

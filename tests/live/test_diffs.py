@@ -119,7 +119,9 @@ async def test_custom_status_expires_by_itself(
     tab = await sockets.open(target)
     assert await subscribe(watcher, target) == state({target.pk: online()})
     reply = await set_status(tab, status="dnd", text="Focus", emoji="🎧", expires_in=60)
-    assert reply == status_reply(presence("dnd", iso(0), ["web"], "Focus", "🎧", invisible=False))
+    # One's own presence says when its custom status clears (no one else's does).
+    own = presence("dnd", iso(0), ["web"], "Focus", "🎧", invisible=False, expires_at=iso(60))
+    assert reply == status_reply(own)
     assert await receive(watcher) == diff(
         {target.pk: presence("dnd", iso(0), ["web"], "Focus", "🎧")}
     )

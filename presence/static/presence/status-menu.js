@@ -9,7 +9,16 @@
  * midnight", the time as set). A time is counted from the server's clock when it rendered the
  * menu (data-presence-now) with this page's elapsed time, so a browser clock that is off changes
  * nothing. The activity the menu does not edit is kept (data-presence-activity), as the settings
- * page keeps it. No inline script or style: it runs under a strict Content Security Policy. */
+ * page keeps it. No inline script or style: it runs under a strict Content Security Policy.
+ *
+ * It keeps itself current with the user's own presence as the server tells it: the menu holds
+ * an element that names the user ([data-presence-text]), so presence.js follows them, and each
+ * of their presences (a change made in another tab or by other code, the custom status
+ * clearing, the answer of a save) updates the button and the form: the mode, the text, the
+ * emoji and, from the own presence's expires_at, the time they clear ("as set"). A save then
+ * sends what the user sees, not what the page was rendered with. While the menu is open, what
+ * the user changed in it is left alone. Times are written in the site's time zone
+ * (data-presence-time-zone), as the server writes them. */
 (() => {
   "use strict";
 
@@ -29,32 +38,42 @@
     return left >= 1 ? left : NaN;
   }
 
-  function when(at) {
+  // A time as the page's language writes it, in the site's time zone (the server's label).
+  function when(form, at) {
     const options = { dateStyle: "medium", timeStyle: "short" };
-    try {
-      return new Intl.DateTimeFormat(document.documentElement.lang || undefined, options).format(at);
-    } catch (e) {
-      return new Intl.DateTimeFormat(undefined, options).format(at);
+    const zone = form.dataset.presenceTimeZone;
+    for (const [lang, more] of [
+      [document.documentElement.lang || undefined, { timeZone: zone }],
+      [undefined, { timeZone: zone }],
+      [undefined, {}], // a zone this browser does not know: its own
+    ]) {
+      try {
+        return new Intl.DateTimeFormat(lang, Object.assign({}, options, more)).format(at);
+      } catch (e) {
+        // RangeError: an unknown language tag or time zone; the next is tried
+      }
     }
+    return at.toISOString();
   }
 
-  // After a save: the time it set is the menu's "as set" choice, chosen, as the server offers it
-  // on the next page (saving again, e.g. to change only the mode, keeps it).
-  function keepChoice(form, select, seconds) {
+  // The time the custom status clears (ISO 8601, or null: never, or none) as the menu's "as
+  // set" choice, chosen, as the server offers it on the next page (saving again, e.g. to
+  // change only the mode, keeps it).
+  function keepChoice(form, select, clears) {
     let keep = select.querySelector(`option[value="${KEEP}"]`);
-    if (seconds === null) {
+    const at = clears ? new Date(clears) : null;
+    if (!at || Number.isNaN(at.getTime())) {
       if (keep) keep.remove();
       select.value = "never";
       return;
     }
-    const at = new Date(serverNow(form) + seconds * 1000);
     if (!keep) {
       keep = document.createElement("option");
       keep.value = KEEP;
       select.insertBefore(keep, select.firstChild);
     }
     keep.dataset.presenceExpiresAt = at.toISOString();
-    keep.textContent = form.dataset.presenceKeepLabel.replace("%(when)s", when(at));
+    keep.textContent = form.dataset.presenceKeepLabel.replace("%(when)s", when(form, at));
     select.value = KEEP;
   }
 
@@ -73,6 +92,9 @@
     const button = form.querySelector("[type=submit]");
     const select = form.elements.expires;
 
+    const ownId = form.dataset.presenceSelf;
+    const touched = new Set(); // the controls the user changed since the menu opened
+
     const showSummary = (presence) => {
       const custom = [presence.emoji, presence.text].filter(Boolean).join(" ");
       summary.textContent = custom || summary.dataset.presenceStatusEmpty;
@@ -81,9 +103,28 @@
       error.textContent = message;
       error.hidden = false;
     };
+    const hideError = () => {
+      error.hidden = true;
+      error.textContent = "";
+    };
     const close = () => {
       menu.open = false;
       summary.focus();
+    };
+
+    // The user's own presence, as the server told it: the button, and the form but for what
+    // the user is changing in it (all of it with force: after a save).
+    const show = (own, force = false) => {
+      showSummary(own);
+      form.dataset.presenceActivity = own.activity || "";
+      const untouched = (name) => force || !menu.open || !touched.has(name);
+      const mode = modeOf(own);
+      const radio = mode && form.querySelector(`input[name="status"][value="${mode}"]`);
+      if (radio && untouched("status")) radio.checked = true;
+      if (untouched("text")) form.elements.text.value = own.text || "";
+      if (untouched("emoji")) form.elements.emoji.value = own.emoji || "";
+      if (untouched("expires")) keepChoice(form, select, own.expires_at || null);
+      if (force) touched.clear();
     };
 
     form.addEventListener("submit", async (event) => {
@@ -97,7 +138,7 @@
       // Nothing to clear: no clearing time (as the server stores none to show).
       const custom = Boolean(text || emoji || activity);
       const seconds = custom ? expiresIn(form, select.selectedOptions[0]) : null;
-      error.hidden = true;
+      hideError();
       if (Number.isNaN(seconds)) {
         showError(form.dataset.presenceExpired);
         return;
@@ -112,8 +153,7 @@
           activity: activity || null,
           expires_in: seconds,
         });
-        showSummary(own);
-        keepChoice(form, select, seconds);
+        show(own, true);
         close();
       } catch (e) {
         showError(e.message);
@@ -126,19 +166,28 @@
     menu.addEventListener("keydown", (event) => {
       if (event.key === "Escape" && menu.open) close();
     });
+    // Closed, however (Escape, the button): the next opening starts afresh, without the last
+    // refusal's message; what the server says next updates the whole form.
+    menu.addEventListener("toggle", () => {
+      if (menu.open) return;
+      hideError();
+      touched.clear();
+    });
+    ["input", "change"].forEach((type) =>
+      form.addEventListener(type, (event) => {
+        if (event.target.name) touched.add(event.target.name);
+      })
+    );
 
     // Every status change of this page (this menu's, or other code's through presence.js).
     document.addEventListener("presence:status", ({ detail }) => {
-      const own = detail && detail.presence;
-      if (!own) return;
-      showSummary(own);
-      form.dataset.presenceActivity = own.activity || "";
-      if (menu.open) return; // not under the user's hands
-      const mode = modeOf(own);
-      const radio = mode && form.querySelector(`input[name="status"][value="${mode}"]`);
-      if (radio) radio.checked = true;
-      form.elements.text.value = own.text || "";
-      form.elements.emoji.value = own.emoji || "";
+      if (detail && detail.presence) show(detail.presence);
+    });
+    // The user's own presence pushed, polled or read (their other tabs' changes, the custom
+    // status clearing), which presence.js follows for the menu's [data-presence-text].
+    document.addEventListener("presence:update", ({ detail }) => {
+      const own = ownId && detail && detail.presences && detail.presences[ownId];
+      if (own) show(own);
     });
   }
 

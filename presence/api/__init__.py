@@ -5,10 +5,10 @@ clean up.
 Every function has an async twin prefixed ``a`` (``touch``/``atouch``, ``get_presence``/
 ``aget_presence``, ...) except :func:`cleanup` (a batch job for ``manage.py presence_cleanup``
 and cron, not for request paths) and the package's own sync helpers ``recent_online_count``,
-``watched_friends`` and ``display_name`` (docs/api.md). :func:`apply_change`/:func:`aapply_change` is the step
-``set_status`` shares with the status endpoint and the WebSocket (sites use ``set_status``/
-``aset_status``). Targets and viewers are users or user ids; an anonymous viewer (``None`` or
-``AnonymousUser``) is a stranger.
+``watched_friends`` and ``display_name`` (docs/api.md). :func:`apply_change`/
+:func:`aapply_change` is the step ``set_status`` shares with the status endpoint and the
+WebSocket (sites use ``set_status``/``aset_status``). Targets and viewers are users or user
+ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
 
 Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
 twins run it: the sync one in the caller's thread, the async one on its event loop. The

@@ -36,4 +36,3 @@ def avatar(user: Any, size: str = "md") -> SafeString:
 @register.filter
 def display_name(user: Any) -> str:
     return user.get_full_name() or user.get_username()
-

@@ -29,7 +29,7 @@ from benchmarks.common import (
     flush,
     median,
     ms,
-    presence_keys,
+    presence_sorted_sets,
     raw_client,
     say,
     scan_keys,
@@ -106,7 +106,7 @@ def run(sizes: Sizes, report: Report) -> None:
     elapsed, _ = timed(lambda: fill_buckets(client, s, {**scores, **online}))
     say(f"  setup: {n + ONLINE_COUNT:,} entries written to Redis in {elapsed:.1f} s (not measured)")
     pipe = client.pipeline(transaction=False)
-    for key in presence_keys(client, s):
+    for key in presence_sorted_sets(client, s):
         pipe.zcard(key)
     # Each cleanup command reads or edits one bucket: this bounds the work of any one command.
     largest = max(pipe.execute())
@@ -116,7 +116,7 @@ def run(sizes: Sizes, report: Report) -> None:
         elapsed, result = timed(api.cleanup)
     stats_after = command_stats(client)
 
-    left = sum(client.zcard(key) for key in presence_keys(client, s))
+    left = sum(client.zcard(key) for key in presence_sorted_sets(client, s))
     rows = LastSeen.objects.filter(user_id__gte=FIRST_ID, user_id__lt=FIRST_ID + n).count()
     if result.persisted != n or result.removed != n or left != ONLINE_COUNT or rows != n:
         raise RuntimeError(

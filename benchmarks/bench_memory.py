@@ -24,7 +24,7 @@ from benchmarks.common import (
     fill_buckets,
     fill_single_set,
     flush,
-    presence_keys,
+    presence_sorted_sets,
     raw_client,
     say,
     store,
@@ -69,7 +69,7 @@ def measure_buckets(
     before = used_memory(client)
     fill_buckets(client, s, scores)
     grown = used_memory(client) - before
-    keys = list(presence_keys(client, s))
+    keys = presence_sorted_sets(client, s)
     total, encodings = memory_usage(client, keys)
     pipe = client.pipeline(transaction=False)
     for key in keys:

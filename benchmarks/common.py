@@ -185,6 +185,17 @@ def presence_keys(client: redis.Redis, store: PresenceStore) -> list[Any]:
     return scan_keys(client, f"{store.conf.KEY_PREFIX}:*")
 
 
+def presence_sorted_sets(client: redis.Redis, store: PresenceStore) -> list[Any]:
+    """presence's sorted sets (its buckets, indexes and schedules), not its other keys (a
+    shard's ``:seeded`` marker, the invisible set): what holds one entry per user and time."""
+    keys = presence_keys(client, store)
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.type(key)
+    kinds = pipe.execute()
+    return [key for key, kind in zip(keys, kinds, strict=True) if kind in ("zset", b"zset")]
+
+
 @dataclass
 class SlowEntry:
     micros: int

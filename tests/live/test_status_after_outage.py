@@ -15,6 +15,7 @@ import pytest
 import redis
 import time_machine
 from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
 
 from presence import api, copies, lifecycle, signals
 from presence import store as store_module
@@ -61,6 +62,19 @@ def onlines() -> Iterator[Onlines]:
     signals.user_online.disconnect(record)
 
 
+async def watched_online(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> tuple[Any, WebsocketCommunicator, WebsocketCommunicator]:
+    """A target its contact's open socket watches, online by a tab of its own: (the target,
+    the watcher's socket, the target's tab)."""
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await lets_see(target, viewer)
+    watcher = await sockets.open(viewer)
+    tab = await sockets.open(target)
+    assert await subscribe(watcher, target) == state({target.pk: online()})
+    return target, watcher, tab
+
+
 async def sent(got: Onlines, user: Any) -> list[bool]:
     """The ``invisible`` of each user_online of ``user`` so far, once the receivers had them."""
     await asyncio.to_thread(signals.wait_sent)
@@ -87,11 +101,7 @@ async def test_invisible_chosen_while_redis_is_down_is_left_out_once_it_answers(
     onlines: Onlines,
 ) -> None:
     with presence_settings(RETRY_INTERVAL=0.2):
-        viewer, target = await new_user(make_user), await new_user(make_user)
-        await lets_see(target, viewer)
-        watcher = await sockets.open(viewer)
-        tab = await sockets.open(target)
-        assert await subscribe(watcher, target) == state({target.pk: online()})
+        target, watcher, tab = await watched_online(sockets, make_user)
         assert await api.aonline_count() == 2
         with unreachable_presence_redis(settings):
             reply = await set_status(tab, status="invisible")
@@ -116,11 +126,7 @@ async def test_a_custom_status_end_set_while_redis_is_down_reaches_open_views(
     settings: Any,
 ) -> None:
     with presence_settings(RETRY_INTERVAL=0.2):
-        viewer, target = await new_user(make_user), await new_user(make_user)
-        await lets_see(target, viewer)
-        watcher = await sockets.open(viewer)
-        tab = await sockets.open(target)
-        assert await subscribe(watcher, target) == state({target.pk: online()})
+        target, watcher, tab = await watched_online(sockets, make_user)
         with unreachable_presence_redis(settings):
             await set_status(tab, status="auto", text="Lunch", expires_in=60)
         assert (await receive(watcher))["presences"][str(target.pk)]["text"] == "Lunch"
@@ -145,11 +151,7 @@ async def test_cleanup_tells_open_views_of_the_custom_statuses_it_clears(
     settings: Any,
 ) -> None:
     with presence_settings(RETRY_INTERVAL=0.2):
-        viewer, target = await new_user(make_user), await new_user(make_user)
-        await lets_see(target, viewer)
-        watcher = await sockets.open(viewer)
-        tab = await sockets.open(target)
-        assert await subscribe(watcher, target) == state({target.pk: online()})
+        target, watcher, tab = await watched_online(sockets, make_user)
         with unreachable_presence_redis(settings):
             await set_status(tab, status="auto", text="Lunch", expires_in=60)
             copies.forget()  # as a process that ended before Redis answered again

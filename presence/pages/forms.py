@@ -23,8 +23,40 @@ from presence.domain import VISIBILITY_SETTINGS, InvalidInput
 from presence.models import PrivacySettings, UserStatus
 
 
+def _shown_values(data: Any, initial: dict[str, Any]) -> dict[str, Any]:
+    """``initial`` with what the page showed where the post says so (``initial-<name>``): a
+    change is measured against it, not against the rows when the page is posted."""
+    shown = dict(initial)
+    if data is not None:
+        for name in shown:
+            value = data.get(f"initial-{name}")
+            if isinstance(value, str):
+                shown[name] = value
+    return shown
+
+
+def _shown_inputs(form: forms.BaseForm) -> SafeString:
+    """The hidden inputs that post back what the page showed (``initial-<name>``): one for each
+    field, the values the page was first rendered with (kept when it is shown again with
+    errors)."""
+    return format_html_join(
+        "",
+        '<input type="hidden" name="{}" value="{}">',
+        (
+            (form[name].html_initial_name, form.get_initial_for_field(field, name))
+            for name, field in form.fields.items()
+        ),
+    )
+
+
 class LevelsForm(forms.ModelForm):
-    """Who sees when the user is online, their last seen, their custom status."""
+    """Who sees when the user is online, their last seen, their custom status.
+
+    A change is measured against what the page showed, which it posts back in hidden inputs
+    (:meth:`shown_inputs`, ``initial-online_visibility``...), not against the row when it is
+    posted: a level changed meanwhile elsewhere (another tab, the admin, the API) is kept unless
+    this page changed it. A form posted without them (an older page, a site's own template) is
+    measured against the row."""
 
     class Meta:
         model = PrivacySettings
@@ -42,21 +74,33 @@ class LevelsForm(forms.ModelForm):
             "activity_visibility": _("Your status text and emoji."),
         }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, data: Any = None, *, instance: PrivacySettings) -> None:
+        #: the levels as stored now (the site's defaults for a user without a row)
+        self.stored = {name: getattr(instance, name) for name in VISIBILITY_SETTINGS}
+        super().__init__(data, instance=instance, initial=_shown_values(data, self.stored))
         for field in self.fields.values():
-            # The fields' defaults are callables, for which Django would post the initial value
-            # in a hidden input: a change is measured against the stored row instead.
+            # The fields' defaults are callables, for which Django would add a hidden initial
+            # input of its own (a post without it counting as a change): shown_inputs posts
+            # what the page showed instead.
             field.show_hidden_initial = False
 
+    def shown_inputs(self) -> SafeString:
+        return _shown_inputs(self)
+
     def save_levels(self) -> bool:
-        """Save the levels that changed, and only them (``invisible`` is the status form's);
-        a user without a row gets one only when a level differs from the site's defaults.
-        True if anything was saved."""
-        changed = {name: self.cleaned_data[name] for name in self.changed_data}
+        """Save the levels changed on the page, and only them (``invisible`` is the status
+        form's); the others keep what they are now. A user without a row gets one only when a
+        level differs from the site's defaults. True if anything was saved."""
+        changed = {
+            name: self.cleaned_data[name]
+            for name in self.changed_data
+            # (changed on the page to what is stored now: nothing to save)
+            if self.cleaned_data[name] != self.stored[name]
+        }
         if not changed:
             return False
-        # A saved row (update_or_create saves through the model) tells open sockets.
+        # A saved row (update_or_create saves through the model) tells open sockets; it writes
+        # only these levels.
         PrivacySettings.objects.update_or_create(user_id=self.instance.user_id, defaults=changed)
         return True
 
@@ -158,14 +202,7 @@ class StatusForm(forms.Form):
             "emoji": custom.emoji if custom else "",
             "expires": KEEP if self.current_expiry else "never",
         }
-        initial = dict(self.stored)
-        if data is not None:
-            # What the page showed, where it says so: the changes are measured against it.
-            for name in initial:
-                shown = data.get(f"initial-{name}")
-                if isinstance(shown, str):
-                    initial[name] = shown
-        super().__init__(data, initial=initial, auto_id=auto_id)
+        super().__init__(data, initial=_shown_values(data, self.stored), auto_id=auto_id)
         limits = resolution.limits()
         for name, limit in (("text", limits.text_max_length), ("emoji", limits.emoji_max_length)):
             self.fields[name] = forms.CharField(
@@ -213,11 +250,7 @@ class StatusForm(forms.Form):
         """The hidden inputs that post back what the page showed (``initial-status``...): one
         for each field, the values the page was first rendered with (kept when it is shown
         again with errors)."""
-        return format_html_join(
-            "",
-            '<input type="hidden" name="{}" value="{}">',
-            ((self[name].html_initial_name, self.initial[name]) for name in self.fields),
-        )
+        return _shown_inputs(self)
 
     def custom_changed(self) -> bool:
         """Whether the custom status (text, emoji, when they clear) differs from what the page

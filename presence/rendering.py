@@ -30,6 +30,9 @@ from presence import api, domain, stamps
 from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
 from presence.domain.display import script_words
+from presence.domain.rooms import parse_room
+from presence.rooms.counts import room_limit, visible_room_counts
+from presence.rooms.rule import room_rule
 from presence.users import parse_user_id, user_pk
 
 logger = logging.getLogger("presence")
@@ -428,6 +431,79 @@ def room(
     }
     html = render_to_string(template_name or "presence/room_presence.html", context, request)
     return SafeString(html)
+
+
+# --- rooms' counts ({% room_count %}) --------------------------------------------------------
+
+_ROOM_COUNTS_ATTR = "_presence_room_counts"
+
+
+def _room_counts_cache(request: Any) -> dict[str, int | None]:
+    """Each room's count read for this request (None: the viewer may not see the room)."""
+    if request is None:
+        return {}
+    cache = getattr(request, _ROOM_COUNTS_ATTR, None)
+    if cache is None:
+        cache = {}
+        setattr(request, _ROOM_COUNTS_ATTR, cache)
+    return cache
+
+
+def _room_names(rooms: Any, kind: str | None) -> list[str]:
+    """The rooms' names: ``rooms`` names them, or, with ``kind``, holds their ids (or objects,
+    by their pk); the malformed and undeclared left out (the tags show them as nothing)."""
+    names = []
+    for room in rooms or ():
+        if kind is not None:
+            room = room_name(kind, getattr(room, "pk", room))
+        try:
+            parsed = parse_room(room)
+            room_rule(parsed)
+        except (InvalidInput, api.UnknownRoom):
+            continue
+        names.append(parsed.name)
+    return names
+
+
+def prefetch_room_counts(request: Any, rooms: Any, kind: str | None = None) -> None:
+    """Read the counts of ``rooms`` for this request at once (:func:`_room_names`), so that
+    each ``{% room_count %}`` of them costs nothing more: one trip to the database and one
+    Redis round trip per ROOM_LIST_LIMIT rooms."""
+    viewer = _viewer(request)
+    if viewer is None or not viewer.is_authenticated:
+        return
+    cache = _room_counts_cache(request)
+    names = [name for name in dict.fromkeys(_room_names(rooms, kind)) if name not in cache]
+    limit = room_limit()
+    for start in range(0, len(names), limit):
+        cache.update(visible_room_counts(names[start : start + limit], viewer))
+
+
+def room_count_of(request: Any, room: Any, room_id: Any = None) -> int | None:
+    """The room's count as the viewer may see it (room_presence's count), from what
+    :func:`prefetch_room_counts` read, else read now; None for an anonymous viewer, or a room
+    the viewer may not see (refused, undeclared or malformed)."""
+    viewer = _viewer(request)
+    if viewer is None or not viewer.is_authenticated:
+        return None
+    names = _room_names([room_name(room, room_id)], None)
+    if not names:
+        return None
+    cache = _room_counts_cache(request)
+    if names[0] not in cache:
+        cache.update(visible_room_counts(names, viewer))
+    return cache[names[0]]
+
+
+def room_count(count: int | None) -> SafeString:
+    """``{% room_count %}``: the count in the page's language, as the page was rendered (not
+    kept live: presence.js joins only the rooms of ``{% room_presence %}``); nothing where the
+    viewer may not see the room."""
+    if count is None:
+        return SafeString("")
+    return format_html(
+        '<span class="presence-room-count">{}</span>', number_format(count, force_grouping=True)
+    )
 
 
 def initials(name: str) -> str:

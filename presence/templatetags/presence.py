@@ -166,6 +166,52 @@ def room_presence(
 
 
 @register.simple_tag(takes_context=True)
+def prefetch_room_counts(context: template.Context, rooms: Any, ids: Any = None) -> str:
+    """Read the counts of many rooms at once, so that each ``{% room_count %}`` of them costs
+    nothing more: ``{% prefetch_room_counts "topic" topics %}`` (a kind, then ids or objects
+    by their pk), or ``{% prefetch_room_counts names %}`` (``"kind:id"`` names)."""
+    request = rendering.request_of(context)
+    if ids is None:
+        rendering.prefetch_room_counts(request, rooms)
+    else:
+        rendering.prefetch_room_counts(request, ids, kind=rooms)
+    return ""
+
+
+class _RoomCountNode(template.Node):
+    def __init__(self, room: list[template.base.FilterExpression], var: str | None):
+        self.room, self.var = room, var
+
+    def render(self, context: template.Context) -> str:
+        request = rendering.request_of(context)
+        count = rendering.room_count_of(request, *(part.resolve(context) for part in self.room))
+        if self.var is None:
+            return rendering.room_count(count)
+        # "as n": the number alone, in the page's language ("" where the room is not shown)
+        context[self.var] = "" if count is None else number_format(count, force_grouping=True)
+        return ""
+
+
+@register.tag
+def room_count(parser: template.base.Parser, token: template.base.Token) -> _RoomCountNode:
+    """How many are in the room now as the viewer may see them (room_presence's count), in a
+    ``<span class="presence-room-count">``: ``{% room_count "topic" topic.pk %}`` or
+    ``{% room_count "topic:42" %}``; ``... as n`` stores the number alone. The page's snapshot,
+    not kept live; nothing where the viewer may not see the room. After
+    ``{% prefetch_room_counts %}`` it costs nothing more."""
+    bits = token.split_contents()
+    var = None
+    if len(bits) >= 4 and bits[-2] == "as":
+        var, bits = bits[-1], bits[:-2]
+    if len(bits) not in (2, 3):
+        raise template.TemplateSyntaxError(
+            f'Use {{% {bits[0]} "kind:id" %}} or {{% {bits[0]} "kind" id %}}'
+            " (then as name, if you like)."
+        )
+    return _RoomCountNode([parser.compile_filter(bit) for bit in bits[1:]], var)
+
+
+@register.simple_tag(takes_context=True)
 def member_card(context: template.Context, target: Any) -> dict[str, Any] | None:
     """``{% member_card user as card %}``: how ``user`` is shown (MEMBER_CARD): ``card.name``,
     ``card.avatar`` (a URL or None) and ``card.initials``; once per user per request."""

@@ -157,6 +157,22 @@ def test_room_presence_reads_the_room_empty_during_an_outage_as_get_presence_rea
     assert set(api.room_presence(ROOM, bob)["members"]) == {str(alice.pk)}
 
 
+@pytest.mark.django_db
+def test_room_counts_read_every_room_empty_during_an_outage_as_room_presence_does(
+    make_user: Callable[..., Any], settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    quiet_outage(caplog)
+    alice, bob = make_user(), make_user()
+    enter(alice, ROOM)
+    assert api.room_counts([ROOM, "post:2"], bob) == {ROOM: 1, "post:2": 0}
+    with unreachable_presence_redis(settings):
+        assert api.room_counts([ROOM, "post:2"], bob) == {ROOM: 0, "post:2": 0}
+        assert api.room_presence(ROOM, bob)["count"] == 0
+        with pytest.raises(PermissionDenied):  # what does not need Redis is refused as ever
+            api.room_counts([ROOM], None)
+    assert api.room_counts([ROOM], bob) == {ROOM: 1}
+
+
 # --- the members' live state unread (Redis too slow for that read) ------------------------------
 
 

@@ -155,6 +155,30 @@ def test_the_topics_room_lists_who_is_reading_it_with_their_cards(forum: dict[st
     assert f'data-presence-room-member="{ben.pk}"' not in html
 
 
+def test_the_topic_list_shows_how_many_are_in_each_topic_in_one_round_trip(
+    forum: dict[str, Any],
+) -> None:
+    ann, ben, cy = forum["ann"], forum["ben"], forum["cy"]
+    public, general = forum["public"], forum["general"]
+    Topic.objects.create(category=general, user=ben, title="Quiet")
+    enter(ann, f"topic:{public.pk}")
+    enter(ben, f"topic:{public.pk}")
+    viewer = signed_in(cy)
+    url = reverse("category", args=[general.slug])
+    viewer.get(url)  # the viewer's own page view is recorded once (TOUCH_INTERVAL) first
+    with count_round_trips() as trips:
+        html = without_stamps(viewer.get(url).content.decode())
+    # The topics' rooms counted in one round trip, a script each (the private topic is not
+    # listed); beside them the dots' read and the page's online count.
+    assert [trip for trip in trips.commands if "EVALSHA" in trip] == [["EVALSHA"] * 2]
+    assert trips.count == 3, trips.commands
+    count = '<span class="presence-room-count">{}</span> here'
+    assert f"Welcome</a> by {dot(ann, 'online')} ann · {count.format(2)}</li>" in html
+    assert f"Quiet</a> by {dot(ben, 'online')} ben · {count.format(0)}</li>" in html
+    # An anonymous visitor is shown no count.
+    assert "presence-room-count" not in Client().get(url).content.decode()
+
+
 # --- private topics: their participants only --------------------------------------------------
 
 

@@ -22,12 +22,16 @@ from presence.pages.forms import StatusForm
 TEMPLATE = "presence/status_menu.html"
 #: its inputs' ids: not the settings page's (id_status...), which it may sit beside
 AUTO_ID = "presence-status-menu-%s"
+#: the clearing choice whose time is the next of a daily one (the next local midnight)
+DAILY_CHOICE = "today"
 
 
 def expiry_options(form: StatusForm) -> list[dict[str, Any]]:
     """The form's clearing choices, each with what the script needs to send ``expires_in``:
     ``seconds`` for a span counted from the save, ``at`` (ISO 8601) for a time ("at midnight",
-    as set), neither for never. The form decides which choices there are."""
+    as set), neither for never; ``daily`` for a time that comes back each day ("at midnight":
+    a page left open past it means the next one, not a time that has passed). The form decides
+    which choices there are."""
     field = form["expires"]
     chosen = str(field.value())
     options = []
@@ -40,6 +44,7 @@ def expiry_options(form: StatusForm) -> list[dict[str, Any]]:
                 "selected": value == chosen,
                 "seconds": int(when.total_seconds()) if isinstance(when, timedelta) else None,
                 "at": None if when is None or isinstance(when, timedelta) else iso_time(when),
+                "daily": value == DAILY_CHOICE,
             }
         )
     return options

@@ -156,7 +156,8 @@ EXPECTED = (
     '<option value="30m" data-presence-expires-in="1800">in 30 minutes</option>'
     '<option value="1h" data-presence-expires-in="3600">in 1 hour</option>'
     '<option value="4h" data-presence-expires-in="14400">in 4 hours</option>'
-    '<option value="today" data-presence-expires-at="2030-01-08T00:00:00+00:00">at midnight'
+    '<option value="today" data-presence-expires-at="2030-01-08T00:00:00+00:00"'
+    " data-presence-expires-daily>at midnight"
     "</option>"
     '<option value="never">never</option></select>\n'
     "    </div>\n"

@@ -8,7 +8,9 @@
  * from the save (data-presence-expires-in) or as a time (data-presence-expires-at: "at
  * midnight", the time as set). A time is counted from the server's clock when it rendered the
  * menu (data-presence-now) with this page's elapsed time, so a browser clock that is off changes
- * nothing. The activity the menu does not edit is kept (data-presence-activity), as the settings
+ * nothing. "At midnight" comes back each day (data-presence-expires-daily): on a page left open
+ * past the midnight it was rendered with, it is the next one in the site's time zone; only a
+ * time as set can have passed. The activity the menu does not edit is kept (data-presence-activity), as the settings
  * page keeps it. No inline script or style: it runs under a strict Content Security Policy.
  *
  * It keeps itself current with the user's own presence as the server tells it: the menu holds
@@ -29,12 +31,56 @@
   // Milliseconds on the server's clock, now.
   const serverNow = (form) => Date.parse(form.dataset.presenceNow) + (Date.now() - started);
 
-  // expires_in for the chosen option: seconds, null (never), or NaN (a time that has passed).
+  const HOUR = 3600 * 1000;
+  const DAY = 24 * HOUR;
+
+  // The wall clock's hour and minute at `time` in `zone`; null where the browser does not
+  // know the zone.
+  function wallClock(time, zone) {
+    try {
+      const parts = new Intl.DateTimeFormat("en-US", {
+        timeZone: zone,
+        hourCycle: "h23",
+        hour: "numeric",
+        minute: "numeric",
+      }).formatToParts(time);
+      const part = (type) => Number(parts.find((p) => p.type === type).value);
+      return { hour: part("hour"), minute: part("minute") };
+    } catch (e) {
+      return null; // RangeError: a time zone this browser does not know
+    }
+  }
+
+  // The first time after `now` of a time that comes back each day ("at midnight"), from one
+  // of its times (`at`): a day on, kept at the same wall-clock time in the site's zone, which
+  // a day whose clocks change (23 or 25 hours) would move by the hour.
+  function nextDaily(at, now, zone) {
+    const wanted = wallClock(at, zone);
+    let next = at;
+    while (next - now < 1000) {
+      next += DAY;
+      const seen = wanted && wallClock(next, zone);
+      if (!seen) continue;
+      let off = (seen.hour - wanted.hour) * HOUR + (seen.minute - wanted.minute) * 60 * 1000;
+      if (off > DAY / 2) off -= DAY; // 23:00 for 00:00: an hour early, not 23 hours late
+      if (off < -DAY / 2) off += DAY;
+      next -= off;
+    }
+    return next;
+  }
+
+  // expires_in for the chosen option: seconds, null (never), or NaN (a time that has passed:
+  // only a time as set; "at midnight" on a page left open past it is the next midnight).
   function expiresIn(form, option) {
     if (!option) return null;
     if (option.dataset.presenceExpiresIn) return Number(option.dataset.presenceExpiresIn);
     if (!option.dataset.presenceExpiresAt) return null;
-    const left = Math.round((Date.parse(option.dataset.presenceExpiresAt) - serverNow(form)) / 1000);
+    const now = serverNow(form);
+    let at = Date.parse(option.dataset.presenceExpiresAt);
+    if ("presenceExpiresDaily" in option.dataset) {
+      at = nextDaily(at, now, form.dataset.presenceTimeZone);
+    }
+    const left = Math.round((at - now) / 1000);
     return left >= 1 ? left : NaN;
   }
 

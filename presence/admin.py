@@ -155,6 +155,12 @@ class PrivacyExceptionAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_select_related = ("owner", "viewer")
 
 
+def _user_fixed_once_saved(readonly: Any, obj: Any) -> tuple[str, ...]:
+    """``user`` is the row's primary key: changed on a change page, Django saves a copy under
+    the new user and leaves the row as it was. Chosen on the add page only."""
+    return (*readonly, "user") if obj is not None else tuple(readonly)
+
+
 @admin.register(PrivacySettings)
 class PrivacySettingsAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_display = (
@@ -168,6 +174,9 @@ class PrivacySettingsAdmin(UserFieldsMixin, admin.ModelAdmin):
     search_fields = USER_SEARCH
     user_fields = raw_id_fields = ("user",)
     inlines = (PrivacyExceptionInline,)
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> Any:
+        return _user_fixed_once_saved(super().get_readonly_fields(request, obj), obj)
 
     def get_formset_kwargs(self, request: Any, obj: Any, inline: Any, prefix: str) -> Any:
         kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
@@ -199,6 +208,9 @@ class UserStatusAdmin(UserFieldsMixin, admin.ModelAdmin):
     list_filter = ("dnd",)
     search_fields = (*USER_SEARCH, "text", "activity")
     user_fields = raw_id_fields = ("user",)
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> Any:
+        return _user_fixed_once_saved(super().get_readonly_fields(request, obj), obj)
 
 
 @admin.register(Contact)
@@ -423,7 +435,8 @@ class LastSeenAdmin(PresenceColumnsMixin, admin.ModelAdmin):
     search_fields = USER_SEARCH
     date_hierarchy = "seen_at"
     ordering = ("-seen_at",)
-    readonly_fields = ("user", "seen_at")
+    # prior_seen_at too: presence keeps both (LastSeenManager.record_many), never the admin
+    readonly_fields = ("user", "seen_at", "prior_seen_at")
     list_select_related = ("user",)
 
     def has_add_permission(self, request: Any) -> bool:
@@ -439,7 +452,7 @@ class PrivacySettingsInline(admin.StackedInline):
 class LastSeenInline(admin.TabularInline):
     model = LastSeen
     can_delete = False
-    readonly_fields = ("seen_at",)
+    readonly_fields = ("seen_at", "prior_seen_at")
     verbose_name_plural = _("last seen")
 
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:

@@ -162,6 +162,13 @@ def stamps_kept(conf: PresenceSettings) -> float:
 
 SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))
 
+#: the activity feed's settings (PRESENCE_FEED, presence.feed.conf.SETTING_NAMES: a test keeps
+#: the two equal), named here because the core may not import the feed; left in PRESENCE they
+#: are reported by the feed's check when it is installed, else by presence.W001
+FEED_SETTING_NAMES = frozenset(
+    {"ACTIVITY_MAX_LENGTH", "RECORD_STATUS_ACTIVITIES", "MENTION_URL", "HANDLE_FIELD"}
+)
+
 
 def user_settings() -> Any:
     return getattr(django_settings, "PRESENCE", {})

@@ -65,11 +65,18 @@ def cleanup(dry_run: bool = False, batch: int | None = None) -> CleanupReport:
     touches more than one small bucket. Idempotent and safe to run concurrently: an entry is
     removed only if unchanged since it was persisted. Raises StoreUnavailable if Redis is down;
     on a Redis Cluster with a master unavailable, cleans up what the others hold, then raises
-    :class:`CleanupIncomplete`, which names it.
+    :class:`CleanupIncomplete`, which names it. ``batch`` is a positive int, or None for
+    ``CLEANUP_BATCH``; anything else raises ValueError (a batch below 1 would scan nothing and
+    report success).
     """
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ValueError(
+            f"cleanup(batch={batch!r}): batch is the number of Redis buckets read per round "
+            "trip, a positive int, or None for PRESENCE['CLEANUP_BATCH']."
+        )
     conf = get_settings()
     store = get_store()
-    batch = batch or conf.CLEANUP_BATCH
+    batch = conf.CLEANUP_BATCH if batch is None else batch
     now = resolution.now()
     before = now - conf.ONLINE_WINDOW
     timing = resolution.timing()

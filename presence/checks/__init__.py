@@ -1,7 +1,8 @@
 """System checks for presence's configuration, a module per area; importing the package
 registers them all (presence.apps). Ids are stable; each has a hint (docs/checks.md).
 
-- :mod:`~presence.checks.settings` -- ``PRESENCE``'s values (E001-E003, E010, W001, W003);
+- :mod:`~presence.checks.settings` -- ``PRESENCE``'s values (E001-E003, E010, E015, W001, W003,
+  W006);
 - :mod:`~presence.checks.rooms` -- the rooms' and member cards' values, part of
   ``check_settings`` (E011-E013);
 - :mod:`~presence.checks.connections` -- Redis, Redis Cluster and the channel layer (E004, E005,

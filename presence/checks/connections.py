@@ -85,7 +85,9 @@ CHANNELS_REDIS_BACKENDS = {
 @register(Tags.compatibility)
 def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
-    backend = layers.get("default", {}).get("BACKEND") if isinstance(layers, dict) else None
+    # Anything not a dict (CHANNEL_LAYERS or its "default" entry) is no channels_redis layer.
+    default = layers.get("default") if isinstance(layers, dict) else None
+    backend = default.get("BACKEND") if isinstance(default, dict) else None
     if backend in CHANNELS_REDIS_BACKENDS:
         return []
     return [

@@ -1,5 +1,6 @@
-"""System checks of ``PRESENCE``'s values (presence.E001-E003, E010, W001, W003, W006; the rooms'
-and member cards' values by :mod:`presence.checks.rooms`). Ids are stable; each has a hint."""
+"""System checks of ``PRESENCE``'s values (presence.E001-E003, E010, E015, W001, W003, W006; the
+rooms' and member cards' values by :mod:`presence.checks.rooms`). Ids are stable; each has a
+hint."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from django.apps import apps
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from presence import domain
 from presence.checks.rooms import card_problems, room_problems
-from presence.conf import SETTING_NAMES, STAMP_SLACK, PresenceSettings, user_settings
+from presence.conf import (
+    FEED_SETTING_NAMES,
+    SETTING_NAMES,
+    STAMP_SLACK,
+    PresenceSettings,
+    user_settings,
+)
 
 _POSITIVE_INTS = (
     "OPENINGS_AT_ONCE",
@@ -71,16 +79,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="presence.E001",
             )
         ]
-    messages: list[CheckMessage] = []
-    # repr: keys of mixed types (a typo'd int key beside str keys) must not break sorting.
-    for key in sorted(set(raw) - SETTING_NAMES, key=repr):
-        messages.append(
-            Warning(
-                f"PRESENCE has an unknown key {key!r}; it is ignored.",
-                hint="Known keys: " + ", ".join(sorted(SETTING_NAMES)) + ".",
-                id="presence.W001",
-            )
-        )
+    messages: list[CheckMessage] = _unknown_keys(raw)
     for key in _POSITIVE_INTS:
         if key in raw and not _is_positive_int(raw[key]):
             messages.append(_bad_value(key, raw[key], "a positive integer (seconds or a count)"))
@@ -129,7 +128,56 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     messages += _resume_window_problems(raw, heartbeat)
+    messages += _touch_interval_problems(raw)
     return messages
+
+
+def _unknown_keys(raw: dict[str, Any]) -> list[CheckMessage]:
+    """presence.W001: a key presence does not know. A feed key left in PRESENCE is the feed's
+    presence_feed.W002 when the feed is installed (one message, not two); without the feed it
+    is W001, whose hint says where it belongs."""
+    feed_installed = apps.is_installed("presence.feed")
+    messages: list[CheckMessage] = []
+    # repr: keys of mixed types (a typo'd int key beside str keys) must not break sorting.
+    for key in sorted(set(raw) - SETTING_NAMES, key=repr):
+        if key in FEED_SETTING_NAMES:
+            if feed_installed:
+                continue
+            hint = (
+                f"{key!r} is a setting of the activity feed: it belongs in PRESENCE_FEED, with "
+                '"presence.feed" in INSTALLED_APPS; without the feed, remove it.'
+            )
+        else:
+            hint = "Known keys: " + ", ".join(sorted(SETTING_NAMES)) + "."
+        messages.append(
+            Warning(
+                f"PRESENCE has an unknown key {key!r}; it is ignored.",
+                hint=hint,
+                id="presence.W001",
+            )
+        )
+    return messages
+
+
+def _touch_interval_problems(raw: dict[str, Any]) -> list[CheckMessage]:
+    """presence.E015: the middleware writes a browsing user once per TOUCH_INTERVAL, and a
+    write counts for ONLINE_WINDOW; an interval not below the window leaves a user who keeps
+    browsing offline from the window's end until the next write (user_offline and user_online
+    every cycle)."""
+    window = raw.get("ONLINE_WINDOW", PresenceSettings.ONLINE_WINDOW)
+    touch = raw.get("TOUCH_INTERVAL", PresenceSettings.TOUCH_INTERVAL)
+    if not (_is_positive_int(window) and _is_positive_int(touch)) or touch < window:
+        return []  # a bad value is presence.E002's
+    return [
+        Error(
+            f"PRESENCE['TOUCH_INTERVAL'] ({touch}) must be below PRESENCE['ONLINE_WINDOW'] "
+            f"({window}): a user who keeps browsing (without presence.js) would show offline "
+            "from ONLINE_WINDOW after each recorded page view until the next one is recorded.",
+            hint="Keep TOUCH_INTERVAL well below ONLINE_WINDOW (the defaults are "
+            f"{PresenceSettings.TOUCH_INTERVAL} and {PresenceSettings.ONLINE_WINDOW} seconds).",
+            id="presence.E015",
+        )
+    ]
 
 
 def _resume_window_problems(raw: dict[str, Any], heartbeat: Any) -> list[CheckMessage]:

@@ -142,6 +142,41 @@ def test_last_seen_is_read_only(admin_client: Client, people: dict[str, Any]) ->
     assert 'name="seen_at' not in page.content.decode()
 
 
+def test_last_seen_before_today_is_read_only(admin_client: Client, people: dict[str, Any]) -> None:
+    # prior_seen_at is presence's own record (the approximate last seen counts from it), as
+    # seen_at is: on LastSeen's page and in the user page's inline.
+    alice = people["alice"]
+    prior = SEEN_AT - timedelta(days=2)
+    LastSeen.objects.filter(user=alice).update(prior_seen_at=prior)
+    url = f"/admin/presence/lastseen/{alice.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    assert 'name="prior_seen_at' not in page
+    posted = {"prior_seen_at_0": "2099-01-01", "prior_seen_at_1": "00:00:00"}
+    assert admin_client.post(url, posted).status_code == 302
+    assert LastSeen.objects.get(user=alice).prior_seen_at == prior
+    user_page = admin_client.get(f"/admin/auth/user/{alice.pk}/change/").content.decode()
+    assert 'name="presence_last_seen-0-prior_seen_at' not in user_page
+
+
+@pytest.mark.parametrize("model", ["privacysettings", "userstatus"])
+def test_the_user_of_a_saved_row_cannot_be_changed(
+    model: str, admin_client: Client, people: dict[str, Any]
+) -> None:
+    # user is the row's primary key: a changed one saved a copy under the other user and left
+    # the row as it was. It is read-only once saved, and chosen on the add page.
+    alice, carol = people["alice"], people["carol"]
+    rows = {"privacysettings": PrivacySettings, "userstatus": UserStatus}[model].objects
+    before = sorted(rows.values_list("user", flat=True))
+    url = f"/admin/presence/{model}/{alice.pk}/change/"
+    values = form_values(admin_client.get(url).content.decode())
+    assert "user" not in values
+    values["user"] = str(carol.pk)
+    assert admin_client.post(url, values).status_code == 302
+    assert sorted(rows.values_list("user", flat=True)) == before  # no copy under carol
+    add_page = admin_client.get(f"/admin/presence/{model}/add/").content.decode()
+    assert 'name="user"' in add_page
+
+
 def test_admin_adds_a_contact(admin_client: Client, people: dict[str, Any]) -> None:
     alice, bob = people["alice"], people["bob"]
     response = admin_client.post(

@@ -1,5 +1,5 @@
-"""System checks presence.E001..E009 and W001..W006 (the rooms' and the default privacy's
-elsewhere): each fails on a bad config, passes on a good one."""
+"""System checks presence.E001..E009, E014, E015 and W001..W006 (the rooms' and the default
+privacy's elsewhere): each fails on a bad config, passes on a good one."""
 
 from __future__ import annotations
 
@@ -100,8 +100,9 @@ def test_e002_counts_and_seconds_must_be_positive_ints(settings: Any, key: str, 
 @pytest.mark.parametrize("key", INT_KEYS)
 def test_e002_absent_for_small_positive_ints(settings: Any, key: str) -> None:
     # Small values (1-3 s) are valid and used by tests (a resume window that short is warned
-    # about as too short for the heartbeats: W006, not E002).
-    settings.PRESENCE = {key: 2}
+    # about as too short for the heartbeats: W006, not E002; a window that short takes a
+    # TOUCH_INTERVAL below it, E015).
+    settings.PRESENCE = {key: 2, **({"TOUCH_INTERVAL": 1} if key == "ONLINE_WINDOW" else {})}
     expected = ["presence.W006"] if key == "RESUME_WINDOW" else []
     assert ids(checks.check_settings) == expected
 
@@ -211,6 +212,46 @@ def test_e003_ttl_not_above_heartbeat(settings: Any, conf: dict[str, int]) -> No
 def test_e003_absent_when_ttl_exceeds_heartbeat(settings: Any, conf: dict[str, int]) -> None:
     settings.PRESENCE = conf
     assert ids(checks.check_settings) == []
+
+
+# --- E015: TOUCH_INTERVAL must be below ONLINE_WINDOW ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"ONLINE_WINDOW": 60, "TOUCH_INTERVAL": 60},
+        {"ONLINE_WINDOW": 60, "TOUCH_INTERVAL": 120},
+        {"ONLINE_WINDOW": 30},  # against the default interval of 30
+        {"TOUCH_INTERVAL": 300},  # against the default window of 300
+    ],
+)
+def test_e015_touch_interval_not_below_online_window(settings: Any, conf: dict[str, int]) -> None:
+    settings.PRESENCE = conf
+    assert ids(checks.check_settings) == ["presence.E015"]
+    (error,) = messages_with("presence.E015")
+    assert "TOUCH_INTERVAL" in error.msg and "ONLINE_WINDOW" in error.msg
+    assert "well below" in (error.hint or "")
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"ONLINE_WINDOW": 2, "TOUCH_INTERVAL": 1},
+        {"ONLINE_WINDOW": 31},
+        {"TOUCH_INTERVAL": 299},
+    ],
+)
+def test_e015_absent_when_touch_interval_is_below_online_window(
+    settings: Any, conf: dict[str, int]
+) -> None:
+    settings.PRESENCE = conf
+    assert ids(checks.check_settings) == []
+
+
+def test_e015_leaves_bad_values_to_e002(settings: Any) -> None:
+    settings.PRESENCE = {"ONLINE_WINDOW": 0, "TOUCH_INTERVAL": 30}
+    assert ids(checks.check_settings) == ["presence.E002"]
 
 
 # --- E004 / E005: the cache presence uses ------------------------------------------------------
@@ -446,6 +487,10 @@ def test_e008_absent_for_the_real_user_model() -> None:
         {},
         {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}},
         {"other": {"BACKEND": "channels_redis.core.RedisChannelLayer"}},
+        # an entry that is no dict is no layer either (it raised AttributeError)
+        {"default": None},
+        {"default": "channels_redis.core.RedisChannelLayer"},
+        [],
     ],
 )
 def test_w002_without_a_default_channels_redis_layer(settings: Any, layers: Any) -> None:

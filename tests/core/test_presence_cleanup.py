@@ -233,6 +233,13 @@ def test_batch_must_be_positive(batch: str) -> None:
         cleanup("--batch", batch)
 
 
+@pytest.mark.parametrize("batch", [0, -1])
+def test_the_api_refuses_a_batch_below_one(batch: int) -> None:
+    # A batch below 1 scanned nothing and reported success; 0 was taken for the default.
+    with pytest.raises(ValueError, match="positive int, or None"):
+        api.cleanup(dry_run=True, batch=batch)
+
+
 def test_signed_off_users_are_persisted_and_removed(
     make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:

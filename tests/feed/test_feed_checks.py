@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.core.checks import run_checks
 
+from presence import checks as presence_checks
+from presence.conf import FEED_SETTING_NAMES as FEED_KEYS
 from presence.feed.checks import check_settings
+from presence.feed.conf import SETTING_NAMES
 
 
 def ids(messages: list[Any]) -> list[str]:
@@ -63,6 +67,36 @@ def test_w002_feed_keys_left_in_presence_are_reported(settings: Any, key: str) -
     [message] = check_settings()
     assert message.id == "presence_feed.W002"
     assert f"PRESENCE_FEED = {{{key!r}" in message.hint
+
+
+@pytest.mark.parametrize("key", sorted(FEED_KEYS))
+def test_w002_alone_reports_a_feed_key_left_in_presence(settings: Any, key: str) -> None:
+    # Not presence.W001 too ("unknown key", its hint listing presence's keys): one message.
+    settings.PRESENCE = {key: "username"}
+    settings.ASGI_APPLICATION = None  # W005 has tests of its own (the test database's options)
+    found = [m.id for m in run_checks() if m.id and m.id.startswith("presence")]
+    assert found == ["presence_feed.W002"]
+
+
+def test_without_the_feed_a_feed_key_in_presence_is_w001_saying_where_it_belongs(
+    settings: Any,
+) -> None:
+    # A site with presence alone (tests/settings/core_only.py): the feed's checks never load.
+    settings.INSTALLED_APPS = [
+        app for app in settings.INSTALLED_APPS if app not in {"presence.feed", "siteproject.demo"}
+    ]
+    settings.PRESENCE = {"HANDLE_FIELD": "username", "ONLINE_WINDOWS": 300}
+    warnings = presence_checks.check_settings()
+    assert [m.id for m in warnings] == ["presence.W001", "presence.W001"]
+    feed_key, typo = warnings
+    assert "'HANDLE_FIELD'" in feed_key.msg
+    assert "PRESENCE_FEED" in (feed_key.hint or "") and "presence.feed" in (feed_key.hint or "")
+    assert "'ONLINE_WINDOWS'" in typo.msg and "Known keys" in (typo.hint or "")
+
+
+def test_the_core_knows_the_feeds_setting_names() -> None:
+    # presence.conf names them itself: the core may not import the feed (make lint's layers).
+    assert FEED_KEYS == SETTING_NAMES
 
 
 def test_feed_keys_left_in_presence_are_not_used(settings: Any) -> None:

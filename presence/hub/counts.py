@@ -38,8 +38,11 @@ class _Sent:
 class OnlineCounts:
     """The connections of this process watching the online count, and its one reading."""
 
-    def __init__(self) -> None:
+    def __init__(self, sending: sends.InOrder | None = None) -> None:
         self.watchers: dict[Connection, _Sent] = {}
+        #: the loop's updates go through it (the hub's: after each connection's other frames,
+        #: and no round held by a client that reads nothing)
+        self.sending = sending if sending is not None else sends.InOrder()
         #: the last reading and when it was made (time.time)
         self.count: int | None = None
         self.read_at = -math.inf
@@ -110,12 +113,19 @@ class OnlineCounts:
             return
         count = await self.current()
         now = time.time()
-        told: list[Connection] = []
+        told: dict[Connection, _Sent] = {}
         for connection in due:
             sent = self.watchers.get(connection)
             if sent is None or sent.count is None or sent.count == count:
                 continue  # gone, its first answer on its way, or nothing new
-            self.watchers[connection] = _Sent(count, now)
-            told.append(connection)
+            self.watchers[connection] = told[connection] = _Sent(count, now)
         frame = {"type": "online_count", "count": count}
-        await sends.to_each(told, lambda c: c.send_json(frame), "the online count")
+
+        async def send_count(connection: Connection) -> None:
+            # Looked at when it goes (it may have waited behind a held send): not after an
+            # unwatch, nor after a newer count (a later update, or a watch again's answer,
+            # which goes at once: this one would undo it).
+            if self.watchers.get(connection) is told[connection]:
+                await connection.send_json(frame)
+
+        await self.sending.send(told, send_count, "the online count")

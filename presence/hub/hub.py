@@ -67,7 +67,9 @@ class Hub:
         self.registry = Registry()
         self.groups = Groups(self.layer, self.registry)
         self.delivery = Delivery(self.registry)
-        self.rooms = RoomViews(self.registry, self.groups)
+        # The room frames and the online count go through the diffs' sending: one queue per
+        # connection for all the hub's frames (their order kept, none held by a slow client).
+        self.rooms = RoomViews(self.registry, self.groups, self.delivery.sending)
         # Through the instance when called, not bound now: a benchmark wraps changed and
         # deliver on a hub (benchmarks/bench_fanout.py) and must see every call.
         self.recovery = Recovery(
@@ -111,7 +113,7 @@ class Hub:
             dispatch=lambda message: self.dispatch(message),
         )
         #: the connections watching the site's online count, and its one reading
-        self.counts = OnlineCounts()
+        self.counts = OnlineCounts(self.delivery.sending)
         #: attach and detach: the hub starts and stops under it
         self._lock = asyncio.Lock()
 
@@ -171,7 +173,8 @@ class Hub:
         # racing the close) can no longer watch anything for it.
         self.registry.connections.discard(connection)
         self.counts.discard(connection)
-        # Diffs still queued for it go nowhere (nor keep a task waiting on a closed client).
+        # Frames still queued for it (diffs, room frames, counts) go nowhere (nor keep a task
+        # waiting on a closed client).
         self.delivery.sending.drop(connection)
         # Its groups linger (Groups.let_go): the next page's socket needs most of them again.
         await self._unwatched(self.registry.watchers.discard_all(connection), linger=True)

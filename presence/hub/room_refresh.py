@@ -5,10 +5,11 @@ behind its channel: presence.hub.rooms.RoomViews.sweep)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
 
 from presence.domain.rooms import RoomState, parse_room
+from presence.hub import sends
 from presence.hub.registry import Connection, View
 from presence.rooms.cards import add_cards
 from presence.rooms.reading import aread_room_state
@@ -23,10 +24,12 @@ class Views(Protocol):
 
 
 async def refresh_views(
-    views: Views, wanted: Iterable[tuple[Connection, str]]
+    views: Views, wanted: Iterable[tuple[Connection, str]], sending: sends.InOrder
 ) -> set[tuple[Connection, str]]:
     """Send each of these views still here a fresh room_state (it replaces what the client
-    shows); the views Redis could not read in full, which keep what they show meanwhile."""
+    shows) through ``sending`` (the hub's: after the connection's frames asked before, before
+    the room_diffs made from it, and a client that reads nothing holds up no other view's);
+    the views Redis could not read in full, which keep what they show meanwhile."""
     failed: set[tuple[Connection, str]] = set()
     for connection, room in wanted:
         view = views.view_of(connection, room)
@@ -45,9 +48,30 @@ async def refresh_views(
             if views.view_of(connection, room) is not view:
                 continue  # it left the room meanwhile (joined again: a view read anew)
             views.show(connection, room, state)
-            await connection.send_json(frame)
+            await sending.send(
+                [connection], _current(views, room, view, frame), "a refreshed room state"
+            )
         except Exception as error:
             view.reading = False
             failed.add((connection, room))
             logger.warning("Presence: refreshing a room view failed (%s)", error)
     return failed
+
+
+def _current(
+    views: Views, room: str, view: View, frame: dict[str, Any]
+) -> Callable[[Connection], Awaitable[None]]:
+    """The send of ``frame``, looked at again when it goes (it may have waited behind a held
+    send): not after a leave, nor after a newer room_state (a join again's, which goes apart
+    from the hub's queue; a later refresh's)."""
+    generation = view.generation
+
+    async def send(connection: Connection) -> None:
+        if (
+            views.view_of(connection, room) is view
+            and view.generation == generation
+            and not view.reading
+        ):
+            await connection.send_json(frame)
+
+    return send

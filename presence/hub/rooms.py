@@ -51,9 +51,14 @@ logger = logging.getLogger("presence")
 class RoomViews:
     """The rooms of this process's connections, and their deliveries."""
 
-    def __init__(self, registry: Registry, groups: Groups) -> None:
+    def __init__(
+        self, registry: Registry, groups: Groups, sending: sends.InOrder | None = None
+    ) -> None:
         self.registry = registry
         self.groups = groups
+        #: room_diffs and a refresh's room_states go through it (the hub's: after each
+        #: connection's other frames, and no round held by a client that reads nothing)
+        self.sending = sending if sending is not None else sends.InOrder()
         #: connection -> room -> what it was last sent of the room (the registry's)
         self.views: dict[Connection, dict[str, View]] = registry.rooms.views
         #: the rooms with changes to deliver, and when
@@ -193,7 +198,7 @@ class RoomViews:
             self._troubles_seen = troubles
             await self.refresh()
         elif self._refresh_again:  # views Redis could not read in full last time
-            self._refresh_again = await refresh_views(self, self._refresh_again)
+            self._refresh_again = await refresh_views(self, self._refresh_again, self.sending)
 
     async def refresh(self) -> None:
         """Join every room's group again and send each view a fresh room_state (it replaces
@@ -205,7 +210,7 @@ class RoomViews:
         for room in list(self.registry.rooms.members):
             await self.groups.join(self.registry.rooms.group(room))
         everyone = {(c, room) for c, views in self.views.items() for room in views}
-        self._refresh_again = await refresh_views(self, everyone)
+        self._refresh_again = await refresh_views(self, everyone, self.sending)
 
     def view_of(self, connection: Connection, room: str) -> View | None:
         return self.views.get(connection, {}).get(room)
@@ -285,23 +290,32 @@ class RoomViews:
             # The cards of the members joining some list: each user's once for all viewers.
             await add_cards([frame["joins"] for *_, frame in frames])
             texts: dict[Any, str] = {}  # identical frames are serialized once
-            ready_frames: dict[Connection, tuple[View, dict[str, Any]]] = {}
+            ready_frames: dict[Connection, tuple[View, int, dict[str, Any]]] = {}
             for connection, view, generation, frame in frames:
                 if not self._still_shows(connection, room, view):
                     continue  # out of the room meanwhile: its next view is read after this
                 if view.generation != generation or view.reading:
                     again.add(connection)
                 else:
-                    ready_frames[connection] = (view, frame)
+                    ready_frames[connection] = (view, generation, frame)
 
             async def send_current(connection: Connection) -> None:
-                view, frame = ready_frames[connection]
-                # Looked at again right before its send: an earlier send of the round may have
-                # let a leave or a refusal take the connection out of the room.
-                if self._still_shows(connection, room, view):
+                view, generation, frame = ready_frames[connection]
+                # Looked at again when it goes (it may have waited behind a held send): a leave
+                # or a refusal may have taken the connection out of the room, and a room_state
+                # since (a join again's, which goes apart from this queue, or a refresh's) has
+                # this change in it already (made from the view, or read after this diff's
+                # delta): this older diff must not follow it.
+                if (
+                    self._still_shows(connection, room, view)
+                    and view.generation == generation
+                    and not view.reading
+                ):
                     await send_frame(connection, frame, texts)
 
-            await sends.to_each(ready_frames, send_current, "a room diff")
+            # Each connection's after its frames asked before; the round does not wait for a
+            # client that reads nothing (presence.hub.sends).
+            await self.sending.send(ready_frames, send_current, "a room diff")
         if everyone or again:
             only = None if everyone else again
             self._again(room, user_ids, get_settings().COALESCE_WINDOW, only)

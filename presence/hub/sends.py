@@ -1,18 +1,18 @@
-"""Sending one thing to many connections: the hub's fan-outs (diffs, room diffs, the online
-count).
+"""Sending one thing to many connections: the hub's fan-outs (presence diffs, room diffs, the
+room states of a refresh, the online count).
 
 A server that waits for its client before it takes more (uvicorn, while the client's transport
 is full) holds a send up to SEND_TIMEOUT, after which the connection is closed as too slow
 (presence.consumers.sending). Sends to a server that never waits (daphne) go one after another,
-as each returns at once (no task made per send). To a server that waits:
-
-- the diffs go through an :class:`InOrder`: each connection's in a task of its own, after the
-  ones asked for it before (its frames keep their order), and the round waits for them
-  ROUND_WAIT at most: a client that reads nothing holds up no other connection's diffs, in its
-  round or any later one (it waits behind its own send alone);
-- the room diffs and the online count go :func:`to_each`: side by side, so that a round waits
-  one SEND_TIMEOUT at most whatever the number of clients that read nothing, and the other
-  connections of the round are not held.
+as each returns at once (no task made per send). To a server that waits, every fan-out goes
+through the hub's one :class:`InOrder`: each connection's sends in a task of their own, after
+the ones asked for it before, whichever fan-out asked (a refresh's room_state before the
+room_diffs made from it, the diffs of a connection in the order of their rounds), and a round
+waits for them ROUND_WAIT at most. A client that reads nothing holds up no other connection's
+frames, in its round or any later one, of any fan-out: it waits behind its own send alone.
+What waited is looked at again when it goes (each fan-out's ``send`` does): a frame the
+connection's own answers made stale meanwhile (a snapshot, a join's room_state, a count asked
+again) is not sent.
 """
 
 from __future__ import annotations
@@ -37,23 +37,6 @@ def sends_wait(connection: Any) -> bool:
     connection without one: no)."""
     sender = getattr(connection, "sender", None)
     return bool(getattr(sender, "waits", False))
-
-
-async def to_each(
-    connections: Iterable[C], send: Callable[[C], Awaitable[None]], what: str
-) -> None:
-    """``send(connection)`` for each; one that fails (a connection closing under us) is logged
-    at debug level as ``what`` and does not stop the others."""
-    waiting: list[C] = []
-    for connection in connections:
-        if sends_wait(connection):
-            waiting.append(connection)
-        else:
-            await _guarded(send(connection), what)
-    if len(waiting) == 1:
-        await _guarded(send(waiting[0]), what)  # (alone: no one to hold up, no task)
-    elif waiting:
-        await asyncio.gather(*(_guarded(send(connection), what) for connection in waiting))
 
 
 async def _guarded(sending: Awaitable[None], what: str) -> None:
@@ -82,11 +65,12 @@ class InOrder:
     async def send(
         self, connections: Iterable[C], send: Callable[[C], Awaitable[None]], what: str
     ) -> None:
-        """``send(connection)`` for each, as :func:`to_each` does, but each connection's after
-        the sends asked for it before (its frames keep their order), and not waited for past
-        ROUND_WAIT: where the server may wait, each send is a task of its own, and one queued
-        behind an earlier send still under way (a client that reads nothing) is not waited
-        for at all."""
+        """``send(connection)`` for each (one that fails, a connection closing under us, is
+        logged at debug level as ``what`` and does not stop the others), each connection's
+        after the sends asked for it before (its frames keep their order), and not waited for
+        past ROUND_WAIT: where the server may wait, each send is a task of its own, and one
+        queued behind an earlier send still under way (a client that reads nothing) is not
+        waited for at all."""
         started: list[asyncio.Future[None]] = []
         queued = self._queued
         for connection in connections:

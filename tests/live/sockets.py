@@ -241,6 +241,31 @@ async def assert_silent(*communicators: WebsocketCommunicator, seconds: float = 
         seconds = 0.01  # the others had the same time already
 
 
+class Stall:
+    """A client that stops reading, behind a server whose send waits for it (uvicorn, the
+    client's transport full): once ``armed``, its server hands it the first frame of ``kind``
+    and then holds that send (``held``) until ``drained`` (it reads again)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.armed, self.held, self.drained = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    def app(self) -> Any:
+        """The test app behind such a server (``Sockets.make(user, app=stall.app())``)."""
+
+        async def app(scope: Any, receive_: Any, send: Any) -> None:
+            async def server_send(message: dict[str, Any]) -> None:
+                await send(message)
+                text = message.get("text", "")
+                if self.armed.is_set() and not self.held.is_set() and f'"{self.kind}"' in text:
+                    self.held.set()
+                    await self.drained.wait()
+
+            await APP(scope, receive_, server_send)
+
+        return app
+
+
 async def eventually(check: Callable[[], Any], timeout: float = TIMEOUT) -> bool:
     """Whether ``check()`` (maybe a coroutine) holds within ``timeout``: for work a consumer
     does after its last frame out, which no later frame can confirm."""

@@ -9,6 +9,7 @@ seconds) whether something is due. Helpers: tests/live/sockets.py.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import time_machine
 from channels.testing import WebsocketCommunicator
 
+from presence import consumers
 from presence.api._counting import COUNT_INTERVAL
 from presence.domain import Device
 from presence.hub import Hub
@@ -23,7 +25,17 @@ from presence.hub.counts import TICK
 from presence.store import get_store, merge
 from tests.clock import T0
 from tests.conftest import RedisCommandCounter
-from tests.live.sockets import Sockets, assert_silent, new_user, receive
+from tests.live.sockets import (
+    TIMEOUT,
+    Sockets,
+    Stall,
+    assert_silent,
+    eventually,
+    new_user,
+    receive,
+    state,
+    subscribe,
+)
 from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import sockets as sockets
 
@@ -141,3 +153,66 @@ async def test_a_closed_socket_leaves_the_count_and_the_others_go_on(
     clock.shift(COUNT_INTERVAL)
     # The closed socket's user is offline after its grace only (OFFLINE_GRACE 5 s): still 2 + 2.
     assert await receive(staying) == count(4)
+
+
+async def _a_count_held_for_a_slow_watcher(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+) -> tuple[WebsocketCommunicator, WebsocketCommunicator, Stall]:
+    """A slow watcher and a fast one: the count's update to 5 went to both, and the slow
+    client's send of it is held (it stopped reading)."""
+    stall = Stall("online_count")
+    slow = sockets.make(await new_user(make_user), app=stall.app())
+    assert (await slow.connect(timeout=TIMEOUT))[0]
+    assert await subscribe(slow) == state({})  # (its opening heartbeat recorded)
+    fast = await sockets.open(await new_user(make_user))
+    assert await watch(slow) == count(2)
+    assert await watch(fast) == count(2)
+    stall.armed.set()
+    await touch_ids(60_000, 3, at=0)
+    clock.shift(COUNT_INTERVAL)
+    assert await receive(fast) == count(5)
+    await asyncio.wait_for(stall.held.wait(), TIMEOUT)
+    return slow, fast, stall
+
+
+async def test_a_watcher_that_reads_nothing_holds_up_no_later_count_of_another(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a server whose send waits, the count to a client that reads nothing waits up to
+    SEND_TIMEOUT: the next interval's update reaches the other watchers meanwhile (the loop is
+    not held until then), and the slow client's own updates still come in order."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 60.0)  # longer than any wait here
+    slow, fast, stall = await _a_count_held_for_a_slow_watcher(sockets, make_user, clock)
+    await touch_ids(61_000, 2, at=COUNT_INTERVAL)
+    clock.shift(COUNT_INTERVAL)
+    # The next interval's update, while the slow client's send is still held.
+    assert await receive(fast) == count(7)
+    assert not stall.drained.is_set()
+    stall.drained.set()
+    assert await receive(slow) == count(5)
+    assert await receive(slow) == count(7)
+
+
+async def test_a_count_queued_behind_a_held_send_is_not_sent_after_an_unwatch(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 60.0)
+    slow, fast, stall = await _a_count_held_for_a_slow_watcher(sockets, make_user, clock)
+    await touch_ids(61_000, 2, at=COUNT_INTERVAL)
+    clock.shift(COUNT_INTERVAL)
+    assert await receive(fast) == count(7)  # (the slow client's update queued meanwhile)
+    await slow.send_json_to({"type": "unwatch_count"})
+    hub = Hub.current()
+    assert hub is not None
+    assert await eventually(lambda: len(hub.counts.watchers) == 1)
+    stall.drained.set()
+    assert await receive(slow) == count(5)
+    await assert_silent(slow, seconds=SILENCE)

@@ -20,7 +20,7 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from presence import announce, api
+from presence import announce, api, consumers
 from presence.hub import Hub, room_refresh
 from presence.hub import rooms as hub_rooms
 from presence.models import Block, PrivacySettings
@@ -33,6 +33,7 @@ from tests.live.sockets import (
     QUIET,
     TIMEOUT,
     Sockets,
+    Stall,
     assert_silent,
     error,
     lets_see,
@@ -318,6 +319,7 @@ async def test_too_many_rooms(sockets: Sockets, make_user: Callable, settings: A
         "too_many_rooms",
         "A connection may be in at most 2 rooms; leave one first.",
         room="post:3",
+        answers="join",
     )
     # Joining a room it is in again is no new room; leaving one makes room.
     assert (await join(socket, "post:2"))["type"] == "room_state"
@@ -482,6 +484,100 @@ async def test_a_refresh_under_way_sends_no_room_state_after_a_leave(
     let_go.set()
     await asyncio.wait_for(refreshing, TIMEOUT)
     await assert_silent(socket)
+
+
+async def _room_with_a_slow_reader(
+    sockets: Sockets, make_user: Callable, stall: Stall
+) -> tuple[list[Any], list[WebsocketCommunicator]]:
+    """Three users' sockets in ROOM, each shown all three; the second's client is ``stall``'s."""
+    users = [await new_user(make_user) for _ in range(3)]
+    await public(*users)
+    fast = await sockets.open(users[0])
+    slow = sockets.make(users[1], app=stall.app())
+    assert (await slow.connect(timeout=TIMEOUT))[0]
+    other = await sockets.open(users[2])
+    opened = [fast, slow, other]
+    views = [ClientView(await join(socket)) for socket in opened]
+    for socket, view in zip(opened, views, strict=True):
+        await view.until(socket, {key(user) for user in users}, 0)
+    return users, opened
+
+
+async def test_a_client_that_reads_nothing_holds_up_no_later_room_diff_of_another_connection(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a server whose send waits, a room_diff to a client that reads nothing waits up to
+    SEND_TIMEOUT: the room's later rounds reach the other viewers meanwhile (the round is not
+    held until then), and the slow client's own diffs still come in order."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 60.0)  # longer than any wait here
+    stall = Stall("room_diff")
+    users, (fast, slow, other) = await _room_with_a_slow_reader(sockets, make_user, stall)
+    stall.armed.set()
+    assert (await join(other, meta={"mode": "one"}))["type"] == "room_state"
+    assert (await receive(fast))["joins"][key(users[2])]["meta"] == {"mode": "one"}
+    await asyncio.wait_for(stall.held.wait(), TIMEOUT)  # the slow client's send waits
+    assert (await join(other, meta={"mode": "two"}))["type"] == "room_state"
+    # The next window's round, while the slow client's send is still held.
+    assert (await receive(fast))["joins"][key(users[2])]["meta"] == {"mode": "two"}
+    assert not stall.drained.is_set()
+    stall.drained.set()
+    assert (await receive(slow))["joins"][key(users[2])]["meta"] == {"mode": "one"}
+    assert (await receive(slow))["joins"][key(users[2])]["meta"] == {"mode": "two"}
+    await assert_silent(fast, slow, other)
+
+
+async def test_a_room_diff_queued_behind_a_held_send_gives_way_to_a_join_again(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A room_diff waiting for the connection's earlier send is looked at again when it goes:
+    a join again answered meanwhile (its room_state made from the view, the diff's change in
+    it, sent apart from the hub's queue) must not be followed by that older diff."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 60.0)
+    stall = Stall("room_diff")
+    users, (fast, slow, other) = await _room_with_a_slow_reader(sockets, make_user, stall)
+    stall.armed.set()
+    assert (await join(other, meta={"mode": "one"}))["type"] == "room_state"
+    await asyncio.wait_for(stall.held.wait(), TIMEOUT)
+    assert (await join(other, meta={"mode": "two"}))["type"] == "room_state"
+    assert (await receive(fast))["joins"][key(users[2])]["meta"] == {"mode": "one"}
+    assert (await receive(fast))["joins"][key(users[2])]["meta"] == {"mode": "two"}
+    assert (await receive(slow))["joins"][key(users[2])]["meta"] == {"mode": "one"}
+    # The slow client joins again: its answer shows "two" (the diff queued behind the held
+    # send has been applied to its view).
+    again = await join(slow, meta={"mode": "back"})
+    assert again["type"] == "room_state"
+    assert again["members"][key(users[2])]["meta"] == {"mode": "two"}
+    stall.drained.set()
+    for socket in (fast, other):
+        assert (await receive(socket))["joins"][key(users[1])]["meta"] == {"mode": "back"}
+    await assert_silent(slow, fast, other)
+
+
+async def test_a_client_that_reads_nothing_holds_up_no_refresh_of_the_other_views(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed channel-layer call every view is sent a fresh room_state: one to a client
+    that reads nothing does not hold the sweep (the others' states, the next sweep) until its
+    SEND_TIMEOUT, and what the room's changes bring it next comes after its room_state."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 60.0)
+    stall = Stall("room_state")
+    users, (fast, slow, other) = await _room_with_a_slow_reader(sockets, make_user, stall)
+    hub = Hub.current()
+    assert hub is not None
+    stall.armed.set()
+    announce.note_layer_failure()  # announcements may have been lost: every view refreshed
+    await asyncio.wait_for(hub.rooms.sweep(), TIMEOUT)
+    assert stall.held.is_set()  # the slow client's room_state was handed over, and is held
+    everyone = {key(user) for user in users}
+    for socket in (fast, other):
+        assert members(await receive(socket)) == everyone
+    assert (await join(other, meta={"mode": "one"}))["type"] == "room_state"
+    assert (await receive(fast))["joins"][key(users[2])]["meta"] == {"mode": "one"}
+    stall.drained.set()
+    state = await receive(slow)
+    assert state["type"] == "room_state" and members(state) == everyone
+    assert (await receive(slow))["joins"][key(users[2])]["meta"] == {"mode": "one"}
+    await assert_silent(fast, slow, other)
 
 
 async def test_quiet_after_everything(sockets: Sockets, make_user: Callable) -> None:

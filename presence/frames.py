@@ -73,15 +73,21 @@ class FrameRegistry:
         self, text: str | None, limits: domain.Limits, named: dict[str, str] | None = None
     ) -> domain.ClientMessage:
         """One client frame as a message, or :class:`presence.domain.InvalidInput`. ``named``
-        receives, before the frame is parsed any further, the field its errors repeat (an
-        added type's ``named_by``) where the frame gives it as a string: it names an error of
-        the parse itself too."""
+        receives, before the frame is parsed any further, what its errors name: its type (as
+        ``answers``, where it is a type this site accepts) and the field an added type's
+        ``named_by`` says (where the frame gives it as a string): an error of the parse itself
+        names them too."""
         parsers = self.parsers()
-        if named is not None:
-            for type, frame in self.added.items():
-                if frame.named_by is not None:
-                    parsers[type] = _naming(frame.parse, frame.named_by, named)
-        return domain.parse_frame(text, limits, parsers)
+        if named is None:
+            return domain.parse_frame(text, limits, parsers)
+        for type, frame in self.added.items():
+            if frame.named_by is not None:
+                parsers[type] = _naming(frame.parse, frame.named_by, named)
+
+        def answering(type: str) -> None:
+            named[ANSWERS] = type
+
+        return domain.parse_frame(text, limits, parsers, typed=answering)
 
     async def handle(self, connection: Any, message: domain.ClientMessage) -> None:
         """Hand a parsed frame to its type's handler."""
@@ -91,8 +97,12 @@ class FrameRegistry:
             await self.own[type(message)](connection, message)
 
 
+#: the field of every error answering a frame of a type the site accepts: that frame's type
+#: (errors carry no request id; a client tells which of its requests an error answers by it)
+ANSWERS = "answers"
+
 #: the fields of an error frame itself, which no frame's field may stand for
-_ERROR_FIELDS = frozenset({"type", "code", "message", "room", "users", "retry_after"})
+_ERROR_FIELDS = frozenset({"type", "code", "message", "room", "users", "retry_after", ANSWERS})
 
 
 def _naming(parse: Parse, field: str, named: dict[str, str]) -> Parse:

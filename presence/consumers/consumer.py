@@ -135,7 +135,9 @@ class PresenceConsumer(AsyncWebsocketConsumer):
         await self.sender.send_presences(kind, presences, extra)
 
     async def send_error(self, code: str, message: str, **extra: Any) -> None:
-        await self.sender.send_error(code, message, **extra)
+        # An error a handler sends while answering a frame of this socket names that frame,
+        # as the errors the answer raises do (docs/websocket.md, Errors).
+        await self.sender.send_error(code, message, **{**frames.answering(self), **extra})
 
     async def end_session(self) -> None:
         await self.credentials.end_session()

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Coroutine
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext
@@ -24,16 +25,38 @@ from presence.consumers.sending import ClientGone, SendFailed
 from presence.consumers.state import Socket
 from presence.domain import passed
 from presence.domain.protocol import Join, Leave, RoomMore
-from presence.frames import FRAMES
+from presence.frames import ANSWERS, FRAMES
 from presence.operations import being_cancelled
 
 logger = logging.getLogger("presence")
 
-#: what every error answering the frame being answered names: the room of a join, leave or
-#: room_more ("room"), the field an added frame type is named by (the feed's "feed"), so that a
-#: client tells it from the answer of a set_status (errors carry no request id). Filled by
-#: _handle as the frame is parsed, in the task _answer runs in.
-_answered: ContextVar[dict[str, str] | None] = ContextVar("presence_answered", default=None)
+
+@dataclass
+class _Answering:
+    """The frame a socket is answering, and what every error answering it names: its type
+    ("answers", where the site accepts it), the room of a join, leave or room_more ("room"),
+    the field an added frame type is named by (the feed's "feed"), so that a client tells it
+    from the answer of another request (errors carry no request id). Filled by _handle as the
+    frame is parsed."""
+
+    socket: Socket | None
+    named: dict[str, str] = field(default_factory=dict)
+
+
+#: the answer under way in this task (tasks it starts inherit it: hence the socket, and
+#: _answer letting go of it once the answer is over)
+_answered: ContextVar[_Answering | None] = ContextVar("presence_answered", default=None)
+
+
+def answering(socket: Socket) -> dict[str, str]:
+    """What an error sent to ``socket`` now names: that of the frame this task is answering for
+    it (a handler's own error: rate_limited, unknown_users, an extension's), nothing where the
+    error answers no frame of it (unprompted, or sent to another socket)."""
+    current = _answered.get()
+    if current is None or current.socket is not socket:
+        return {}
+    return dict(current.named)
+
 
 #: heartbeat frames as clients spell them (presence.js' JSON.stringify, Python's json.dumps),
 #: parsed once: most frames a process handles are these, and most change nothing
@@ -60,17 +83,23 @@ async def receive(socket: Socket, text_data: str | None) -> None:
     await answer(socket, arrived, _handle(socket, text_data))
 
 
-async def answer(socket: Socket, arrived: float, work: Coroutine[Any, Any, None]) -> None:
+async def answer(
+    socket: Socket,
+    arrived: float,
+    work: Coroutine[Any, Any, None],
+    answers: str | None = None,
+) -> None:
     """Run ``work``, the answer to a client's request (a frame, or the subscription of the
     opening request) that arrived at ``arrived``: its failures are told to the client, the
-    connection goes on, and the answer's bytes weigh against RATE_LIMIT."""
+    connection goes on, and the answer's bytes weigh against RATE_LIMIT. ``answers``: the type
+    of frame its errors name, where no frame's type is parsed (the opening request's)."""
     answered = [0]
     counting = answer_bytes.set(answered)
     try:
         # What this frame changes is announced as made when it arrived (coalescing windows
         # count from then: see Hub.changed).
         with announce.change_started_at(arrived):
-            await _answer(socket, work)
+            await _answer(socket, work, answers)
     except ClientGone:
         # Its websocket.disconnect is queued behind this frame, and will clean up.
         logger.debug("Presence: user %s left while a frame was answered", socket.viewer_id)
@@ -85,7 +114,8 @@ async def answer(socket: Socket, arrived: float, work: Coroutine[Any, Any, None]
 
 
 async def _handle(socket: Socket, text_data: str | None) -> None:
-    named = _answered.get()
+    current = _answered.get()
+    named = None if current is None else current.named
     message = FRAMES.parse(text_data, socket.state.limits, named)
     metrics.frame_received(message)
     if isinstance(message, Join | Leave | RoomMore) and named is not None:
@@ -123,18 +153,23 @@ def _beats_quietly(socket: Socket, beat: domain.Heartbeat, now: float) -> bool:
     )
 
 
-async def _answer(socket: Socket, work: Coroutine[Any, Any, None]) -> None:
-    answering = _answered.set({})
+async def _answer(socket: Socket, work: Coroutine[Any, Any, None], answers: str | None) -> None:
+    current = _Answering(socket, {} if answers is None else {ANSWERS: answers})
+    token = _answered.set(current)
     try:
         await _answer_naming(socket, work)
     finally:
-        _answered.reset(answering)
+        _answered.reset(token)
+        # A task the answer started may outlive it: what it sends later answers nothing.
+        current.socket = None
+        current.named.clear()
 
 
 def _named(error: domain.InvalidInput | None = None) -> dict[str, str]:
-    """What an error answering the frame names: its ``room`` (a room's frame), the field of an
-    added type's ``named_by`` (the feed's ``feed``); nothing for other frames."""
-    named = dict(_answered.get() or {})
+    """What an error answering the frame names: its type (``answers``), its ``room`` (a room's
+    frame), the field of an added type's ``named_by`` (the feed's ``feed``)."""
+    current = _answered.get()
+    named = {} if current is None else dict(current.named)
     if error is not None and error.room is not None:
         named["room"] = error.room
     return named

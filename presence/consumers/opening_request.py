@@ -71,4 +71,6 @@ async def answer(socket: Socket, opening: Opening, changed: Any, arrived: float)
         finally:
             socket.snapshot_sent()
 
-    await frames.answer(socket, arrived, work())
+    # Its errors name a subscribe, as the frame's do: a client tells them from the answer of
+    # its other requests.
+    await frames.answer(socket, arrived, work(), answers="subscribe")

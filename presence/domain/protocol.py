@@ -250,10 +250,13 @@ def parse_frame(
     text: str | None,
     limits: Limits,
     extra: Mapping[str, Callable[[Mapping[str, Any]], Any]] | None = None,
+    typed: Callable[[str], None] | None = None,
 ) -> ClientMessage:
     """One client frame as a message, or InvalidInput naming the problem (contract codes, plus
     ``frame_too_large``). ``extra`` parses the types installed apps added (type -> parser,
-    see presence.extensions); presence's own types come first."""
+    see presence.extensions); presence's own types come first. ``typed`` is told the frame's
+    type once it is one this site accepts, before the rest is read: an error of the rest then
+    names the frame it answers."""
     if text is None:
         raise InvalidInput("invalid_message", gettext("Send JSON text frames, not binary ones."))
     size = len(text.encode("utf-8", "surrogatepass"))
@@ -285,6 +288,8 @@ def parse_frame(
     kind = data.get("type")
     if not isinstance(kind, str):
         raise InvalidInput("invalid_message", gettext("'type' is required and must be a string."))
+    if typed is not None and (kind in CLIENT_TYPES or (extra and kind in extra)):
+        typed(kind)
     if kind == "heartbeat":
         state = data.get("state", HeartbeatState.ACTIVE.value)
         if not isinstance(state, str):

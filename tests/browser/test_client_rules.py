@@ -694,6 +694,37 @@ def test_an_unknown_type_never_answers_a_status_change(client: Callable[..., Cli
     assert c.js("() => __r") == [["ok", "dnd"], ["err", "invalid_value"]]
 
 
+def test_an_error_naming_another_frame_never_answers_a_status_change(
+    client: Callable[..., Client],
+) -> None:
+    # The server names the frame every error answers ("answers"): a subscribe of a malformed
+    # id (a site's own markup with a bad data-presence-user) is refused with invalid_value, a
+    # code a set_status could get too.
+    c = client(DOT)
+    c.open_socket()
+    c.js(
+        """() => { window.__r = []; window.__errors = [];
+        presence.on('error', (e) => __errors.push(e.code));
+        presence.setStatus({status: 'dnd'}).then((p) => __r.push(['ok1', p.status]),
+                                                 (e) => __r.push(['err1', e.code])); }"""
+    )
+    c.add_element("<span data-presence-user='not-a-uuid'></span>")
+    c.tick(1000)
+    assert c.sent("subscribe")[-1]["users"] == ["not-a-uuid"]
+    bad_id = "'not-a-uuid' is not a user id."
+    c.receive({"type": "error", "code": "invalid_value", "message": bad_id, "answers": "subscribe"})
+    c.receive({"type": "status", "presence": presence("dnd", invisible=False)})
+    # One answering a set_status settles it, whatever its code.
+    c.js(
+        """() => { presence.setStatus({status: 'auto'}).then((p) => __r.push(['ok2', p.status]),
+                                                          (e) => __r.push(['err2', e.code])); }"""
+    )
+    c.receive({"type": "error", "code": "unknown_users", "message": "No.", "answers": "set_status"})
+    assert c.js("() => __r") == [["ok1", "dnd"], ["err2", "unknown_users"]]
+    # The page is told of both.
+    assert c.js("() => __errors") == ["invalid_value", "unknown_users"]
+
+
 def test_the_late_answer_of_a_timed_out_change_settles_nothing_else(
     client: Callable[..., Client],
 ) -> None:

@@ -218,13 +218,14 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
         ),
     ]:
         await socket.send_json_to({"type": "watch_feed", **frame})
-        assert await receive(socket) == expected
+        assert await receive(socket) == {**expected, "answers": "watch_feed"}
 
     await socket.send_json_to({"type": "unwatch_feed", "feed": "user:abc"})
     assert await receive(socket) == error(
         "invalid_value",
         "Unknown feed 'user:abc': use following, mentions, user:<id> or group:<slug>.",
         feed="user:abc",
+        answers="unwatch_feed",
     )
     await watch(socket, "following")
     await socket.send_json_to({"type": "unwatch_feed", "feed": "following"})
@@ -248,12 +249,14 @@ async def test_a_failed_watch_names_its_feed_and_other_errors_name_none(
         "internal_error",
         "The server failed to handle this frame; try again later.",
         feed="mentions",
+        answers="watch_feed",
     )
     monkeypatch.undo()
     # The next frame's error is its own: no feed.
     await socket.send_json_to({"type": "set_status", "status": "away"})
     reply = await receive(socket)
     assert reply["code"] == "invalid_value" and "feed" not in reply, reply
+    assert reply["answers"] == "set_status"
 
 
 async def test_a_connection_watches_at_most_ten_timelines(
@@ -265,7 +268,10 @@ async def test_a_connection_watches_at_most_ten_timelines(
     await watch(socket, *(f"user:{user.pk}" for user in users))
     await socket.send_json_to({"type": "watch_feed", "feed": "mentions"})
     assert await receive(socket) == error(
-        "too_many_feeds", "At most 10 live timelines per connection.", feed="mentions"
+        "too_many_feeds",
+        "At most 10 live timelines per connection.",
+        feed="mentions",
+        answers="watch_feed",
     )
 
 

@@ -14,7 +14,7 @@ import redis
 import time_machine
 from channels.testing import WebsocketCommunicator
 
-from presence import api
+from presence import api, domain
 from tests.ids import missing_id, wire_id
 from tests.live.sockets import (
     HIDDEN,
@@ -213,6 +213,25 @@ BAD_FRAMES += [
 ]
 
 
+#: the frame types this test site accepts: presence's own and the feed's
+ACCEPTED_TYPES = frozenset({*domain.CLIENT_TYPES, "watch_feed", "unwatch_feed"})
+
+
+def answering(frame: str | bytes, code: str) -> dict[str, Any]:
+    """What an error answering ``frame`` names of it: its type, where the frame was read as far
+    as a type this site accepts (not one refused before it is read: binary, too large, not
+    JSON)."""
+    if isinstance(frame, bytes) or code == "frame_too_large":
+        return {}
+    try:
+        data = json.loads(frame)
+    except ValueError:
+        return {}
+    if isinstance(data, dict) and data.get("type") in ACCEPTED_TYPES:
+        return {"answers": data["type"]}
+    return {}
+
+
 async def test_bad_frames_are_answered_with_errors_and_change_nothing(
     sockets: Sockets,
     make_user: Callable[..., Any],
@@ -244,7 +263,7 @@ async def test_bad_frames_are_answered_with_errors_and_change_nothing(
             else:
                 await send_frame(tab, frame)
             reply = await receive(tab)
-            if reply != error(code, message):
+            if reply != error(code, message, **answering(frame, code)):
                 wrong[frame[:80]] = reply
             # The connection is still open and working (an empty subscribe is answered)...
             if (reply := await subscribe(tab)) != state({}):
@@ -284,6 +303,7 @@ async def test_unknown_user_ids_are_reported_and_the_others_subscribed(
         "unknown_users",
         f"No user has the id(s) {missing[0]}, {missing[1]}; the others are subscribed.",
         users=missing,
+        answers="subscribe",
     )
     assert subscriptions() == {target.pk: 1}
     await sockets.open(target)
@@ -310,11 +330,12 @@ async def test_subscriptions_over_the_limit_are_refused_whole(
             "too_many_subscriptions",
             "This would make 4 subscriptions; at most 3 per connection. "
             "Unsubscribe from some first.",
+            answers="subscribe",
         )
         assert subscriptions() == {one.pk: 1, two.pk: 1}
         # Four in one frame are refused before anything else.
         assert await subscribe(watcher, one, two, three, four) == error(
-            "too_many_subscriptions", "4 user ids in one frame; at most 3."
+            "too_many_subscriptions", "4 user ids in one frame; at most 3.", answers="subscribe"
         )
         await sockets.open(three)
         await sockets.open(two)
@@ -326,6 +347,48 @@ async def test_subscriptions_over_the_limit_are_refused_whole(
         await watcher.send_json_to({"type": "unsubscribe", "users": [wire_id(one)]})
         assert await subscribe(watcher, four) == state({four.pk: HIDDEN})
         assert subscriptions() == {two.pk: 1, three.pk: 1, four.pk: 1}
+
+
+async def test_every_error_answering_a_frame_names_its_type(
+    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+) -> None:
+    # Errors carry no request id: a client waiting for the answer of its set_status must tell
+    # it from the refusal of a subscribe of a malformed id (a page's bad data-presence-user).
+    with presence_settings(HTTP_RATE_LIMIT=(1, 60)):
+        user = await new_user(make_user)
+        tab = sockets.make(user, "?device=fridge")
+        assert await tab.connect(timeout=TIMEOUT) == (True, None)
+        # An error of the opening request's device answers no frame: it names none.
+        assert await receive(tab) == error(
+            "invalid_value", "Unknown device 'fridge': use web, mobile or desktop; using web."
+        )
+        # The subscription of an opening request is answered as a subscribe frame: its errors
+        # name a subscribe.
+        by_url = sockets.make(user, "?users=not-an-id")
+        assert await by_url.connect(timeout=TIMEOUT) == (True, None)
+        assert await receive(by_url) == error(
+            "invalid_value", "'not-an-id' is not a user id.", answers="subscribe"
+        )
+        for kind in ("subscribe", "unsubscribe"):
+            await tab.send_json_to({"type": kind, "users": ["not-an-id"]})
+            assert await receive(tab) == error(
+                "invalid_value", "'not-an-id' is not a user id.", answers=kind
+            )
+        # Errors a handler sends itself name the frame too: unknown ids of a subscribe, a
+        # set_status past HTTP_RATE_LIMIT.
+        missing = wire_id(missing_id(0))
+        await tab.send_json_to({"type": "subscribe", "users": [missing]})
+        assert await receive(tab) == state({})
+        assert (await receive(tab))["answers"] == "subscribe"
+        assert (await set_status(tab, status="dnd"))["type"] == "status"
+        refused = await set_status(tab, status="auto")
+        assert (refused["code"], refused["answers"]) == ("rate_limited", "set_status")
+        # A frame whose type is not one the site accepts names none.
+        await tab.send_json_to({"type": "ping"})
+        assert "answers" not in await receive(tab)
+        # The next answer of a well-formed frame is no error, and unnamed errors stay so.
+        assert await subscribe(tab) == state({})
+        await assert_silent(tab)
 
 
 # --- rate limit -------------------------------------------------------------------------------

@@ -155,7 +155,9 @@ async def test_a_failure_inside_a_handler_answers_internal_error_and_leaves_no_w
     monkeypatch.setattr(lifecycle, "asnapshot", broken)
     with caplog.at_level("ERROR", logger="presence"):
         assert await subscribe(watcher, target) == error(
-            "internal_error", "The server failed to handle this frame; try again later."
+            "internal_error",
+            "The server failed to handle this frame; try again later.",
+            answers="subscribe",
         )
     assert "handling a frame of user" in caplog.text and "RuntimeError" in caplog.text
     # Open, and nothing of the failed subscribe is watched.

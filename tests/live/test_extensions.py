@@ -130,7 +130,9 @@ async def test_a_bad_added_frame_is_answered_and_the_connection_stays(
 ) -> None:
     socket = await sockets.open(await new_user(make_user))
     await socket.send_json_to({"type": "typing", "to": "bob"})
-    assert await receive(socket) == error("invalid_message", "'to' must be a user id.")
+    assert await receive(socket) == error(
+        "invalid_message", "'to' must be a user id.", answers="typing"
+    )
     await socket.send_json_to({"type": "ping"})
     frame = await receive(socket)
     assert frame["code"] == "unknown_type"
@@ -157,11 +159,12 @@ async def test_errors_answering_an_added_frame_name_the_field_it_is_named_by(
     try:
         socket = await sockets.open(await new_user(make_user))
         # As the frame sent it, from its parse and from its handler; nothing where it is no
-        # string, and nothing on the errors of other frames.
+        # string, and nothing on the errors of other frames. Each names its frame's type.
+        bad_doc = "'doc' is a document's number."
         for frame, expected in [
-            ({"doc": "x"}, error("invalid_value", "'doc' is a document's number.", doc="x")),
-            ({"doc": "7"}, error("not_found", "No document 7.", doc="7")),
-            ({"doc": 7}, error("invalid_value", "'doc' is a document's number.")),
+            ({"doc": "x"}, error("invalid_value", bad_doc, doc="x", answers="open_doc")),
+            ({"doc": "7"}, error("not_found", "No document 7.", doc="7", answers="open_doc")),
+            ({"doc": 7}, error("invalid_value", bad_doc, answers="open_doc")),
         ]:
             await socket.send_json_to({"type": "open_doc", **frame})
             assert await receive(socket) == expected
@@ -172,7 +175,7 @@ async def test_errors_answering_an_added_frame_name_the_field_it_is_named_by(
         extensions._frames.update(frames)
 
 
-@pytest.mark.parametrize("field", ["code", "message", "type", "room", 7])
+@pytest.mark.parametrize("field", ["code", "message", "type", "room", "answers", 7])
 def test_an_added_frame_is_named_by_none_of_an_errors_own_fields(field: Any) -> None:
     with pytest.raises(ValueError):
         extensions.register_frame("open_doc", parse_doc, handle_doc, named_by=field)

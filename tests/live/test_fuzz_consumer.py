@@ -39,6 +39,7 @@ from presence import api, users
 from presence.models import Block, Contact, PrivacySettings
 from tests.fuzz_cases import MAX_INT_ID, SCALE, SEED, odd_text, redis_of_others
 from tests.live.fuzz_model import (
+    ANSWERS_SUBSCRIBE,
     ERROR_CODES,
     MAX_SUBSCRIPTIONS,
     SENTINEL,
@@ -495,7 +496,7 @@ async def test_fuzzed_handshakes_are_served_or_closed_as_documented(
         ):
             if snapshot["type"] == "error":
                 told = {k: v for k, v in snapshot.items() if k != "users"}  # unknown_users'
-                check_error(told, URL_SUBSCRIPTION_ERRORS)
+                check_error(told, URL_SUBSCRIPTION_ERRORS, ANSWERS_SUBSCRIBE)
             else:
                 assert snapshot["type"] == "presence_state", snapshot
             snapshot = await communicator.receive_json_from(timeout=TIMEOUT)

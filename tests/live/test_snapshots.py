@@ -129,6 +129,7 @@ async def test_ids_are_answered_as_the_client_spelt_them(
         "unknown_users",
         f"No user has the id(s) {nobody}; the others are subscribed.",
         users=[nobody],  # as sent: a string stays a string
+        answers="subscribe",
     )
     # Diffs keep the spelling of the subscription.
     await sockets.open(first)
@@ -149,7 +150,9 @@ async def test_ids_the_sites_pk_cannot_be_are_refused_and_change_nothing(
     # A UUID site takes no number; an integer site no UUID.
     bad = 7 if not isinstance(target.pk, int) else "0b6f2c9e-3d4a-4f1e-9c2b-7a1d5e8f9a10"
     await watcher.send_json_to({"type": "subscribe", "users": [wire_id(target), bad]})
-    assert await receive(watcher) == error("invalid_value", f"{bad!r} is not a user id.")
+    assert await receive(watcher) == error(
+        "invalid_value", f"{bad!r} is not a user id.", answers="subscribe"
+    )
     assert subscriptions() == {}
     assert await subscribe(watcher) == state({})
 

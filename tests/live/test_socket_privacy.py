@@ -108,6 +108,7 @@ def _expected_frames(case: Case, target: Any) -> list[dict[str, Any]]:
             "unknown_users",
             f"No user has the id(s) {UNKNOWN_ID}; the others are subscribed.",
             users=[UNKNOWN_ID],
+            answers="subscribe",
         ),
     ]
 

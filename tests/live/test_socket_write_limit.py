@@ -46,6 +46,7 @@ def refused(retry_after: int) -> dict[str, Any]:
         "code": "rate_limited",
         "message": f"Too many changes in a short time; try again in {retry_after} seconds.",
         "retry_after": retry_after,
+        "answers": "set_status",
     }
 
 

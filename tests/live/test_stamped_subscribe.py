@@ -460,7 +460,9 @@ async def test_a_since_that_is_no_stamp_is_an_invalid_value(
     communicator = await sockets.open(viewer)
 
     assert await subscribe_since(communicator, since, *targets) == error(
-        "invalid_value", "'since' must be a stamp the server gave (a string), or null."
+        "invalid_value",
+        "'since' must be a stamp the server gave (a string), or null.",
+        answers="subscribe",
     )
     # Nothing was subscribed: a well-formed subscribe then gets them all.
     await assert_full_snapshot(communicator, None, viewer, targets)

@@ -112,6 +112,7 @@ async def test_a_non_participant_is_refused_and_not_counted(
         "code": "forbidden",
         "message": f"You may not enter the room {room}.",
         "room": room,
+        "answers": "join",
     }
     await assert_silent(a)  # ann's view neither lists nor counts him
     # The public topic's room lets him in, the socket still open.

@@ -141,6 +141,7 @@ async def test_a_subscribe_of_uuid_strings_is_answered_with_those_keys(
         "unknown_users",
         f"No user has the id(s) {nobody}; the others are subscribed.",
         users=[nobody],
+        answers="subscribe",
     )
     # A heartbeat of the UUID user: online, announced to the UUID's channel-layer group.
     assert group_name(target.pk) == f"presence.user.{target.pk}"
@@ -160,7 +161,10 @@ async def test_a_malformed_uuid_is_refused_with_a_clear_error(
     viewer = await sync_to_async(make_user)()
     watcher = await sockets.open(viewer)
     await watcher.send_json_to({"type": "subscribe", "users": [bad]})
-    assert await receive(watcher) == error("invalid_value", f"{bad!r} is not a user id.")
+    # Named the subscribe it answers: a page's malformed id is no refusal of a set_status.
+    assert await receive(watcher) == error(
+        "invalid_value", f"{bad!r} is not a user id.", answers="subscribe"
+    )
 
 
 # --- the feed, template tags, the admin ---------------------------------------------------------

@@ -629,10 +629,13 @@
       emit("error", { code: message.code, message: message.message });
     } else if (message.type === "error") {
       // Errors carry no request id: those answering a room's frame name the room (above), and
-      // those answering a watch_feed or unwatch_feed name the feed. This client sends only
-      // well-formed subscribe and heartbeat frames, so an error other than these answers the
-      // oldest pending set_status; never an unknown_type, whichever frame it answers (a site
-      // without the activity feed answers watch_feed so): set_status is always known.
+      // those answering a watch_feed or unwatch_feed name the feed. Every error answering a
+      // frame of a type the server accepts names that type ("answers"): only one answering a
+      // set_status settles it. A server that does not send "answers" is read as before: this
+      // client's subscribe and heartbeat frames are well-formed, so an error other than these
+      // answers the oldest pending set_status; never an unknown_type, whichever frame it
+      // answers (a site without the activity feed answers watch_feed so): set_status is
+      // always known.
       const notStatusError = [
         "unknown_users",
         "too_many_subscriptions",
@@ -641,7 +644,11 @@
         "unknown_type",
       ];
       const answersFeed = typeof message.feed === "string";
-      if (!answersFeed && !notStatusError.includes(message.code) && waiting.length) {
+      const answersStatus =
+        typeof message.answers === "string"
+          ? message.answers === "set_status"
+          : !answersFeed && !notStatusError.includes(message.code);
+      if (answersStatus && waiting.length) {
         const entry = waiting.shift();
         clearTimeout(entry.timer);
         entry.reject(failure(message.code, message.message));

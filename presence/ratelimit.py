@@ -3,7 +3,8 @@ every process through one small Redis counter per user and window.
 
 The WebSocket has its own per-connection limit on frames (``RATE_LIMIT``, close code 4429);
 this one guards the database against one account flooding it, whatever the way in: the HTTP
-endpoints, the demo's forms and the writes made over a WebSocket (``set_status``) count alike.
+endpoints, the settings page, the writes made over a WebSocket (``set_status``) and a site's own
+forms and buttons, which count theirs with :func:`retry_after` (docs/api.md), count alike.
 ``HTTP_RATE_LIMIT = (requests, seconds)``: at most ``requests`` writes of one user in each
 fixed window of ``seconds`` (windows start at multiples of ``seconds`` since the epoch, so a
 burst across a window boundary may reach twice the limit: simple, and one round trip).
@@ -61,7 +62,8 @@ def _count_write(user: Any, live: bool) -> Operation[int | None]:
 def retry_after(user: Any) -> int | None:
     """Count one write of ``user``: None when it is allowed, else the whole seconds until the
     current window ends (the ``Retry-After`` of a 429). Fails open when Redis is down or
-    ``HTTP_RATE_LIMIT`` is None."""
+    ``HTTP_RATE_LIMIT`` is None. Public: a site's own form or button calls it before its write
+    (the Python API counts nothing), and answers :func:`limited_message` past the limit."""
     return run(_count_write(user, live=False))
 
 

@@ -12,10 +12,10 @@ ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
 
 Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
 twins run it: the sync one in the caller's thread, the async one on its event loop. The
-sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_contacts``,
-``_sharing`` (always/never share with), ``_maintenance``; rooms and member cards are
-:mod:`presence.rooms`'s. The live connections' side (opening, heartbeats, sweeps, the hub's
-reads) is :mod:`presence.lifecycle`.
+sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_privacy``
+(levels, invisible), ``_contacts``, ``_sharing`` (always/never share with), ``_maintenance``;
+rooms and member cards are :mod:`presence.rooms`'s. The live connections' side (opening,
+heartbeats, sweeps, the hub's reads) is :mod:`presence.lifecycle`.
 """
 
 from __future__ import annotations
@@ -44,14 +44,17 @@ from presence.api._counting import (
 from presence.api._export import aexport_user_data, export_user_data
 from presence.api._guests import aguest_count, guest_count
 from presence.api._maintenance import CleanupIncomplete, CleanupReport, cleanup
+from presence.api._privacy import aset_invisible, aset_privacy, set_invisible, set_privacy
 from presence.api._reading import (
     abulk_presence,
     aget_presence,
+    aonline_among,
     aonline_friends,
     aonline_friends_with_presence,
     aonline_now,
     bulk_presence,
     get_presence,
+    online_among,
     online_friends,
     online_friends_with_presence,
     online_now,
@@ -94,6 +97,7 @@ __all__ = [
     "amember_card",
     "anote_invisible",
     "anotify_changed",
+    "aonline_among",
     "aonline_count",
     "aonline_friends",
     "aonline_friends_with_presence",
@@ -104,6 +108,8 @@ __all__ = [
     "aroom_page",
     "aroom_presence",
     "aset_close_friend",
+    "aset_invisible",
+    "aset_privacy",
     "aset_status",
     "ashare_with",
     "asign_off",
@@ -123,6 +129,7 @@ __all__ = [
     "member_card",
     "note_invisible",
     "notify_changed",
+    "online_among",
     "online_count",
     "online_friends",
     "online_friends_with_presence",
@@ -133,6 +140,8 @@ __all__ = [
     "room_page",
     "room_presence",
     "set_close_friend",
+    "set_invisible",
+    "set_privacy",
     "set_status",
     "share_with",
     "sign_off",

@@ -190,3 +190,58 @@ def test_fails_open_when_redis_is_down(
     for n in range(4):
         assert post_write(client, n).status_code == 201
     assert Activity.objects.count() == 4
+
+
+def _docs_button_recipe() -> dict[str, Any]:
+    """The Block button of docs/api.md ("The write limit on a site's own buttons"), run as
+    printed; its redirect to the site's profile page stands in as a plain 302."""
+    import re
+    from pathlib import Path
+
+    from django.contrib.auth import get_user_model
+    from django.http import HttpResponse, HttpResponseRedirect
+    from django.shortcuts import get_object_or_404
+    from django.views.decorators.http import require_POST
+
+    from presence import api
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    section = page.split("## The write limit on a site's own buttons", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    namespace: dict[str, Any] = {
+        "HttpResponse": HttpResponse,
+        "require_POST": require_POST,
+        "get_object_or_404": get_object_or_404,
+        "User": get_user_model(),
+        "api": api,
+        "redirect": lambda *args, **kwargs: HttpResponseRedirect("/profile/"),
+    }
+    exec(compile(code.group(1), "<docs/api.md>", "exec"), namespace)
+    return namespace
+
+
+def test_the_docs_block_button_counts_its_writes(
+    limited: None, clock: time_machine.Coordinates, make_user: Callable[..., Any]
+) -> None:
+    from django.test import RequestFactory
+
+    from presence.models import Block
+
+    block = _docs_button_recipe()["block"]
+    user, other = make_user(), make_user()
+
+    def press() -> Any:
+        request = RequestFactory().post("/block/")
+        request.user = user
+        return block(request, other.username)
+
+    assert press().status_code == 302
+    assert press().status_code == 302  # (2 writes a minute)
+    refused = press()
+    assert refused.status_code == 429
+    assert refused["Retry-After"] == "60"  # the clock stands at the start of a window
+    assert refused.content.decode() == (
+        "Too many changes in a short time; try again in 60 seconds."
+    )
+    assert Block.objects.filter(blocker=user, blocked=other).count() == 1

@@ -22,9 +22,12 @@ What the cluster answers on the way is handled here, command by command:
   :class:`NodeUnavailable`; the outage is logged once per node, the node is left alone for
   ``RETRY_INTERVAL``, and the slot table is read again before it is tried again (a replica may
   have taken over). The store reads what the other masters answered (``Plan.partial``);
+- a script Redis stopped at a key it built rather than declared, whose slot is migrating
+  ("non local key"), is unknown to its plan alone, as a command still redirected after
+  ``MAX_REDIRECTS`` rounds is: its slot is moving, its master is not in an outage. It is not
+  sent again (Redis keeps what the script wrote before it stopped);
 - any other error a master answers (out of memory, loading, read-only, busy) is that master's
-  outage as well, never the cluster's; a command still redirected after ``MAX_REDIRECTS``
-  rounds is unknown to its plan alone.
+  outage as well, never the cluster's.
 """
 
 from __future__ import annotations

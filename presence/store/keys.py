@@ -203,6 +203,17 @@ class KeyScheme:
         seed under way listed)."""
         return f"{self.ledger_keys(shard)[2]}:seeded"
 
+    def user_seeded_key(self, user_id: UserId) -> str:
+        return self.seeded_key(self.shard_of(self.bucket_of(user_id)))
+
+    def seed_keys(self, shard: int) -> tuple[str, str, str]:
+        """The shard's ``:seeded`` marker, ``:touched`` and ``:seeding`` sets (see
+        :meth:`seeded_key`): the ledger's scripts take them in their KEYS, never build them, so
+        that on a cluster a slot migrating is answered TRYAGAIN or ASK before a script writes
+        (a key built in Lua that moved stops the script half-way)."""
+        invisible = self.ledger_keys(shard)[2]
+        return (f"{invisible}:seeded", f"{invisible}:touched", f"{invisible}:seeding")
+
     def shard_of_user(self, user_id: UserId) -> int:
         return self.shard_of(self.bucket_of(user_id))
 

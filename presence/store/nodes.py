@@ -128,7 +128,8 @@ class ClusterNodes:
         self.node_health: dict[str, Health] = {}
         #: round trips sent to each master (benchmarks and tests read it)
         self.round_trips: Counter[str] = Counter()
-        #: answers followed: "moved", "ask", "tryagain", "noscript" (tests and monitoring)
+        #: answers followed: "moved", "ask", "tryagain", "noscript"; and "moving": a script
+        #: stopped at a key whose slot is migrating, not sent again (tests and monitoring)
         self.redirects: Counter[str] = Counter()
         self._sync: redis.cluster.RedisCluster | None = None
         #: one sync client handed out at a time (see presence.store.sharing.publish_once)

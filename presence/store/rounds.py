@@ -6,6 +6,7 @@ and the next round, as a generator of the I/O steps they need. No I/O here:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ from presence.store.plans.plan import reads_only
 MAX_REDIRECTS = 5
 #: pause before re-sending a command refused with TRYAGAIN (a slot half-migrated)
 TRYAGAIN_DELAY = 0.02
+#: a script Redis stopped at a key its master no longer holds (a key the script built, not
+#: declared, whose slot is migrating): Redis 6 and 7 say "non local key", Valkey alike
+_NON_LOCAL_KEY = re.compile(r"non[ -]local key", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,12 @@ class ClusterRounds(ClusterNodes):
                 again.append(position)
             elif isinstance(reply, ClusterDownError):
                 replies[position] = NodeUnavailable(f"{node_name}: {reply}")
+            elif isinstance(reply, ResponseError) and _NON_LOCAL_KEY.search(str(reply)):
+                # Its slot is moving, as for a command still redirected: unknown to this plan
+                # alone, no outage of the master. Not sent again: the script may have written
+                # before Redis stopped it (Redis keeps those writes), and no write runs twice.
+                self.redirects["moving"] += 1
+                replies[position] = NodeUnavailable(f"{node_name}: its slot is moving: {reply}")
             elif isinstance(reply, ResponseError):
                 # The master refused the command (out of memory, loading, read-only, busy): an
                 # outage of that master, as of one Redis that refuses, not of the cluster.

@@ -14,13 +14,14 @@
 -- for a close). An open (or a beat) of a connection that is not live while the user has the
 -- most live connections allowed is refused and changes nothing.
 -- KEYS[4..7] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[10..12] offline
--- grace, connection TTL, online window. KEYS[8] the bucket's prior set (lua/prior.lua).
--- KEYS[9] (an open only) the user's due schedule, ARGV[14] the due time of an open accepted: set
+-- grace, connection TTL, online window. KEYS[8] the bucket's prior set (lua/prior.lua), KEYS[9]
+-- the shard's ``:seeded`` marker (see settle).
+-- KEYS[10] (an open only) the user's due schedule, ARGV[14] the due time of an open accepted: set
 -- here, in the open's own round trip, and never for a refused open (it leaves no trace).
 -- ARGV[13] the site's closes channel: when the user's last connection goes (a close, or an
 -- expiry), "user:second" is published there, so that the page views' throttles of every process
 -- learn it (presence.closes) without a read of their own.
--- KEYS[10], KEYS[11] (an open only) the shard's change stamps and their epoch (stamp_changes.lua),
+-- KEYS[11], KEYS[12] (an open only) the shard's change stamps and their epoch (stamp_changes.lua),
 -- ARGV[15] the time the open was sent, ARGV[16] the time before which stamps are forgotten: an
 -- open that changes what the user shows (online, a device, crashed connections dropped) stamps
 -- the change itself, at the later of ARGV[15] and Redis's time, in its own round trip.
@@ -150,8 +151,8 @@ if score and score ~= o then
 else
   score = old or false
 end
-if op == 'open' and KEYS[9] then redis.call('ZADD', KEYS[9], ARGV[14], uid) end
-local made = settle({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12], old)
+if op == 'open' and KEYS[10] then redis.call('ZADD', KEYS[10], ARGV[14], uid) end
+local made = settle({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9]}, uid, score, now, ARGV[10], ARGV[11], ARGV[12], old)
 -- what a score shows besides its time: absent, signed off, or online with these flags
 local function shown(s)
   if not s or s == 0 then return 0 end
@@ -164,13 +165,13 @@ if entry then
   redis.call('HSET', KEYS[2], field, table.concat(entry, ':'))
 end
 local stamped = 0
-if op == 'open' and KEYS[10] and news then
+if op == 'open' and KEYS[11] and news then
   local t = redis.call('TIME')
   local at = string.format('%.6f', math.max(tonumber(ARGV[15]), t[1] + t[2] / 1000000))
-  redis.call('SET', KEYS[11], at, 'NX')
+  redis.call('SET', KEYS[12], at, 'NX')
   -- A change of any kind (the id) and a LIVE one (changed_since.lua).
-  redis.call('ZADD', KEYS[10], 'GT', at, uid, at, '1:' .. uid)
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[16])
+  redis.call('ZADD', KEYS[11], 'GT', at, uid, at, '1:' .. uid)
+  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', '(' .. ARGV[16])
   stamped = 1
 end
 return {old or false, score and tostring(score) or false, a[1], 0, crashed, made[1], made[2], made[3], made[4], stamped, unsettled,

@@ -23,14 +23,18 @@ local function server_run()
   if type(info) ~= 'string' then return '' end
   return string.match(info, 'run_id:(%x+)') or ''
 end
--- Whether the shard's copy of the choices (its ``invisible`` set, named here; lua/seed_ledger.lua)
--- was seeded from the database by this run of the server (``run``: server_run(), if known): its
--- ``:seeded`` marker holds the run that seeded it. A marker of another run (a snapshot loaded,
--- a replica promoted) says nothing of the choices written since that snapshot: not seeded.
-local function seeded(invisible, run)
-  return redis.call('GET', invisible .. ':seeded') == (run or server_run())
+-- Whether the shard's copy of the choices (its ``invisible`` set; lua/seed_ledger.lua) was
+-- seeded from the database by this run of the server (``run``: server_run(), if known): ``mark``,
+-- its ``:seeded`` marker, holds the run that seeded it. A marker of another run (a snapshot
+-- loaded, a replica promoted) says nothing of the choices written since that snapshot: not
+-- seeded. Every script declares the marker (and ``:touched``, ``:seeding``) in its KEYS, never
+-- builds it: on a cluster, a slot migrating whose marker moved first is answered TRYAGAIN or
+-- ASK before the script runs, not stopped half-way through its writes.
+local function seeded(mark, run)
+  return redis.call('GET', mark) == (run or server_run())
 end
--- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox}; ``old``
+-- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox, the
+-- ``:seeded`` marker}; ``old``
 -- (optional) the score before the write (a write making the user online comes no earlier than
 -- its end). Returns {made (1 online, -1 offline, 0 neither),
 -- invisible (0/1; 2: guessed, the shard not seeded), at (when, as text), outbox entry}, then,
@@ -55,7 +59,7 @@ local function settle(keys, uid, score, now, grace, ttl, window, old)
     -- choice from the database; the caller has the shard seeded). (``seeded`` last: it reads
     -- INFO, only for a user coming online.)
     local told = invisible
-    if invisible == 0 and not redis.call('ZSCORE', keys[1], uid) and not seeded(keys[3]) then
+    if invisible == 0 and not redis.call('ZSCORE', keys[1], uid) and not seeded(keys[5]) then
       invisible, told = 1, 2
     end
     local key = keys[1]

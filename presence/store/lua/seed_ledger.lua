@@ -1,12 +1,13 @@
 -- Seeds a shard's copy of the database's choices (presence.copies) once Redis lost it (a restart
 -- without persistence, a flush; or it was never seeded) or may hold an old one (a restart that
 -- loaded a snapshot, a replica promoted: its marker is of another run of the server, see
--- lua/ledger.lua's ``seeded``). KEYS the shard's ledger (online, hidden, invisible; see LEDGER)
--- and its expiring schedule; ARGV[1] 1 for the seed's last part, ARGV[2] n, then n users who
--- chose to be invisible, then pairs (second, user) of custom statuses expiring: as the database
--- held them, read before. Each user is added to "invisible" unless written since the shard was
--- lost (set_invisible.lua marked them, with this run: their write came after the database was
--- read, and stands), and listed in ``:seeding``; each expiry is added unless one is set.
+-- lua/ledger.lua's ``seeded``). KEYS the shard's ledger (online, hidden, invisible; see LEDGER),
+-- its expiring schedule, and the invisible set's ``:seeded``, ``:touched`` and ``:seeding``;
+-- ARGV[1] 1 for the seed's last part, ARGV[2] n, then n users who chose to be invisible, then
+-- pairs (second, user) of custom statuses expiring: as the database held them, read before.
+-- Each user is added to "invisible" unless written since the shard was lost (set_invisible.lua
+-- marked them, with this run: their write came after the database was read, and stands), and
+-- listed in ``:seeding``; each expiry is added unless one is set.
 -- The last part takes out of "invisible" each user no part listed (nor another process's seeding
 -- at once) and not written since (one the database no longer holds: made visible after the
 -- snapshot), moves each user the ledger holds to the set their choice puts them in ("hidden"
@@ -15,8 +16,8 @@
 -- then on). Returns 1, or 0 when the shard was seeded already (by another process: this part
 -- is left out).
 local run = server_run()
-if seeded(KEYS[3], run) then return 0 end
-local mark, touched, listed = KEYS[3] .. ':seeded', KEYS[3] .. ':touched', KEYS[3] .. ':seeding'
+local mark, touched, listed = KEYS[5], KEYS[6], KEYS[7]
+if seeded(mark, run) then return 0 end
 local n = tonumber(ARGV[2])
 for i = 3, n + 2 do
   redis.call('SADD', listed, ARGV[i])

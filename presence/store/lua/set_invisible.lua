@@ -1,12 +1,13 @@
--- KEYS the shard's ledger (online, hidden, invisible; see LEDGER); ARGV member, 1 (invisible)
+-- KEYS the shard's ledger (online, hidden, invisible; see LEDGER), then the invisible set's
+-- ``:seeded`` marker and ``:touched`` set (lua/seed_ledger.lua); ARGV member, 1 (invisible)
 -- or 0. Records the user's choice for the ledger's count, moving them between "online" and
 -- "hidden" if they are online (keeping the time they turn offline). Returns 1 when it changed.
 -- On a shard not seeded yet by this run of the server (lua/ledger.lua's ``seeded``) the user is
 -- marked as written here, with the run (a mark of a run before a restart is not this one's):
 -- the seed, which read the database before this write, leaves their choice as this write made it.
 local run = server_run()
-if not seeded(KEYS[3], run) then
-  redis.call('SADD', KEYS[3] .. ':touched', run .. ':' .. ARGV[1])
+if not seeded(KEYS[4], run) then
+  redis.call('SADD', KEYS[5], run .. ':' .. ARGV[1])
 end
 local from, to = KEYS[2], KEYS[1]
 local changed

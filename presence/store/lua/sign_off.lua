@@ -4,9 +4,10 @@
 -- online. KEYS[2..5] the shard's ledger (online, hidden, invisible, outbox; see LEDGER), ARGV[5..7]
 -- offline grace, connection TTL, online window. Returns {old score or false, new score, made,
 -- invisible, at, outbox entry, the offline made first: its at and entry} (see settle). KEYS[6]
--- the bucket's prior set (lua/prior.lua). ARGV[8] the closes channel: a sign-off that signs the
--- user off is published there as a last connection's close is (presence.closes), so that no
--- process's throttle keeps another session of the user unwritten.
+-- the bucket's prior set (lua/prior.lua), KEYS[7] the shard's ``:seeded`` marker (see settle).
+-- ARGV[8] the closes channel: a sign-off that signs the user off is published there as a last
+-- connection's close is (presence.closes), so that no process's throttle keeps another session
+-- of the user unwritten.
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local bit_ = tonumber(ARGV[3])
@@ -40,6 +41,6 @@ if score < 0 and not (old and tonumber(old) < 0) then
   redis.call('PUBLISH', ARGV[8], ARGV[1] .. ':' .. now)
 end
 keep_prior(KEYS[6], ARGV[1], old, ts)
-local made = settle({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, ARGV[1], score, now, ARGV[5], ARGV[6], ARGV[7], old)
+local made = settle({KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7]}, ARGV[1], score, now, ARGV[5], ARGV[6], ARGV[7], old)
 return {old or false, tostring(score), made[1], made[2], made[3], made[4], made[5] or false,
   made[6] or false}

@@ -6,7 +6,7 @@
 -- at, outbox entry, the offline made first: its at and entry} (see settle). Never moves activity
 -- backwards; keeps the device kinds of the current online stretch and the "connected" flag of
 -- live connections; a request is input, so it clears "idle". KEYS[7] the bucket's prior set
--- (lua/prior.lua).
+-- (lua/prior.lua), KEYS[8] the shard's ``:seeded`` marker (lua/ledger.lua's ``seeded``).
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local now = tonumber(ARGV[2])
 local mask = tonumber(ARGV[3])
@@ -35,6 +35,6 @@ end
 local score = ts * SCORE_FACTOR + connected + mask
 redis.call('ZADD', KEYS[1], score, ARGV[1])
 keep_prior(KEYS[7], ARGV[1], old, ts)
-local made = settle({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, ARGV[1], score, now, ARGV[6], ARGV[7], ARGV[8], old)
+local made = settle({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]}, ARGV[1], score, now, ARGV[6], ARGV[7], ARGV[8], old)
 return {old or false, tostring(score), made[1], made[2], made[3], made[4], made[5] or false,
   made[6] or false}

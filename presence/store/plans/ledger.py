@@ -79,11 +79,12 @@ class LedgerPlans(PlanArea):
 
     def set_invisible(self, user_id: UserId, invisible: bool) -> Plan[bool]:
         """The user chose to be invisible (or not): counted or not from now on, online or not."""
+        seeded, touched, _ = self.keys.seed_keys(self.keys.shard_of_user(user_id))
         return Plan(
             commands=[
                 script_call(
                     SET_INVISIBLE,
-                    self.keys.user_ledger_keys(user_id),
+                    [*self.keys.user_ledger_keys(user_id), seeded, touched],
                     [encode_id(user_id), int(invisible)],
                 )
             ],
@@ -160,7 +161,7 @@ class LedgerPlans(PlanArea):
 
         return Plan(
             commands=[
-                script_call(IS_SEEDED, [self.keys.ledger_keys(shard)[2]], []) for shard in shards
+                script_call(IS_SEEDED, [self.keys.seeded_key(shard)], []) for shard in shards
             ],
             parse=parse,
             fallback=RAISE,
@@ -181,7 +182,11 @@ class LedgerPlans(PlanArea):
         commands: list[tuple[Any, ...]] = []
         lasts: list[int] = []
         for shard in shards:
-            keys = [*self.keys.ledger_keys(shard), self.keys.shard_expiring_key(shard)]
+            keys = [
+                *self.keys.ledger_keys(shard),
+                self.keys.shard_expiring_key(shard),
+                *self.keys.seed_keys(shard),
+            ]
             members = [encode_id(user_id) for user_id in invisible.get(shard, ())]
             pairs = [
                 (expiry_score(at), encode_id(user_id)) for user_id, at in expiring.get(shard, ())

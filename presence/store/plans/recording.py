@@ -120,6 +120,7 @@ class RecordingPlans(PlanArea):
                         *keys.user_ledger_keys(user_id),
                         keys.user_outbox_key(user_id),
                         keys.prior_key(bucket),
+                        keys.user_seeded_key(user_id),
                     ],
                     [
                         encode_id(user_id),
@@ -157,6 +158,7 @@ class RecordingPlans(PlanArea):
                         *keys.user_ledger_keys(user_id),
                         keys.user_outbox_key(user_id),
                         keys.prior_key(bucket),
+                        keys.user_seeded_key(user_id),
                     ],
                     [
                         encode_id(user_id),
@@ -211,11 +213,12 @@ class RecordingPlans(PlanArea):
             *self.keys.user_ledger_keys(user_id),
             self.keys.user_outbox_key(user_id),
             self.keys.prior_key(bucket),
+            self.keys.user_seeded_key(user_id),
         ]
         due: list[Any] = ["", "", ""]  # ARGV[14..16]: an open's only
         if op == "open":
-            # The due time of an accepted open is set by the script itself (KEYS[9], ARGV[14]),
-            # and so is the stamp of the change it makes (KEYS[10..11], ARGV[15..16]; see
+            # The due time of an accepted open is set by the script itself (KEYS[10], ARGV[14]),
+            # and so is the stamp of the change it makes (KEYS[11..12], ARGV[15..16]; see
             # presence.stamps): a page view's socket pays one round trip for its opening.
             shard = self.keys.shard_of(bucket)
             keys += (

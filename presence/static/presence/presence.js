@@ -588,8 +588,8 @@
       apply(now);
     } else if (message.type === "room_state" || message.type === "room_diff") {
       // A room_state answers the room's oldest join (or comes unprompted: after an outage).
-      if (message.type === "room_state") answeredAsk(message.room, "join");
-      applyRoom(message);
+      const join = message.type === "room_state" && answeredAsk(message.room, "join");
+      applyRoom(message, Boolean(join));
     } else if (message.type === "room_page") {
       const ask = answeredAsk(message.room, "more");
       // Unless it is the late answer of a page that timed out (a page of a list replaced
@@ -929,7 +929,9 @@
   const refusedRooms = new Map();
   // Joins refused "unavailable" (Redis is down), joined again with backoff: room -> {tries, timer}
   const roomRetries = new Map();
-  const roomViews = new Map(); // room -> {members: Map(id -> {meta, presence}), others, count}
+  // room -> {members: Map(id -> {meta, presence}), others, count, next, paged, pagedIds: the
+  // members listed by more() only, after the first page}
+  const roomViews = new Map();
   const roomMeta = new Map(); // room -> meta given to presence.joinRoom (wins over the attribute)
   const scriptRooms = new Set(); // rooms joined by presence.joinRoom, with or without an element
   const names = new Map(); // user id -> display name
@@ -1078,27 +1080,58 @@
     else avatars.delete(id);
   }
 
-  // A room_state replaces what the page shows of the room; a room_diff changes it.
-  function applyRoom(message) {
+  // The room's first page read again (the answer of a join again, a poll), in the view the
+  // page shows: it lists the first page as read; the members pages added that it does not list
+  // stay after it (nothing says they left: their leaving is never sent), and the cursor stays
+  // where the pages reached. The view stays the same object, so a page read meanwhile merges.
+  function freshFirstPage(view, members, next) {
+    const listed = new Map(Object.entries(members || {}));
+    view.members.forEach((member, id) => {
+      if (view.pagedIds.has(id) && !listed.has(id)) listed.set(id, member);
+    });
+    Object.keys(members || {}).forEach((id) => view.pagedIds.delete(id));
+    view.members = listed;
+    if (!view.paged) view.next = next || null;
+  }
+
+  function newView(members, next) {
+    return {
+      members: new Map(Object.entries(members || {})),
+      next: next || null,
+      paged: false,
+      pagedIds: new Set(),
+    };
+  }
+
+  // A room_state replaces what the page shows of the room (but for the pages read, when it
+  // answers a join again: joinedAgain); a room_diff changes it.
+  function applyRoom(message, joinedAgain = false) {
     const room = message.room;
     if (!joinedRooms.has(room)) return; // left since
     let view = roomViews.get(room);
     Object.entries(message.members || message.joins || {}).forEach(([id, m]) => learnCard(id, m));
     if (message.type === "room_state") {
+      const wasIn = enteredRooms.has(room);
       enteredRooms.add(room);
       // In: a later outage starts its backoff afresh (unless a join again waits for its retry).
       if (roomRetries.has(room) && !roomRetries.get(room).timer) roomRetries.delete(room);
-      // It replaces the pages read so far too: its "next" pages from its list.
-      view = {
-        members: new Map(Object.entries(message.members || {})),
-        next: message.next || null,
-      };
-      roomViews.set(room, view);
+      if (joinedAgain && wasIn && view) {
+        // A join again (a new meta) on this connection: the same list, its first page anew.
+        freshFirstPage(view, message.members, message.next);
+      } else {
+        // A first join, or a fresh state (after an outage): it replaces the pages read so far
+        // too; its "next" pages from its list.
+        view = newView(message.members, message.next);
+        roomViews.set(room, view);
+      }
     } else if (!view) {
       return; // its room_state follows
     } else {
       (message.leaves || []).forEach((id) => view.members.delete(String(id)));
-      Object.entries(message.joins || {}).forEach(([id, member]) => view.members.set(id, member));
+      Object.entries(message.joins || {}).forEach(([id, member]) => {
+        view.members.set(id, member);
+        view.pagedIds.delete(id); // listed live from now on
+      });
     }
     view.count = Number(message.count) || 0;
     // The server's "others" leaves out its own list; members of later pages are listed here.
@@ -1111,8 +1144,9 @@
   // A page of the room (room_page, or the endpoint's answer ?after=): its members join the
   // list after those shown (the state's order); what it lists is what more() resolves to.
   // asked: the view whose cursor it was read from; a fresh room_state replaced it meanwhile
-  // (a reconnect): the page follows the old list, so it is dropped (more() resolves to {}) and
-  // the fresh state's "next" pages from its own list.
+  // (a reconnect, an outage): the page follows the old list, so it is dropped (more() resolves
+  // to {}) and the fresh state's "next" pages from its own list. A join again or a poll keeps
+  // the view (freshFirstPage): the page merges.
   function mergePage(room, body, asked) {
     const page = {};
     const view = roomViews.get(room);
@@ -1121,12 +1155,17 @@
       if (member && typeof member.name === "string") names.set(id, member.name);
       learnCard(id, member);
       page[id] = member;
-      if (view && !view.members.has(id)) view.members.set(id, member);
+      if (view && !view.members.has(id)) {
+        view.members.set(id, member);
+        view.pagedIds.add(id);
+      }
     });
     if (view) {
       view.next = body.next || null;
       view.paged = true;
-      view.count = Number(body.count) || view.count;
+      // Any count the server gave: 0 too (everyone left meanwhile).
+      const count = typeof body.count === "number" ? body.count : NaN;
+      if (Number.isFinite(count)) view.count = count;
       view.others = Math.max(0, view.count - view.members.size);
       showRoom(room);
     }
@@ -1346,18 +1385,22 @@
       .catch(() => {}); // a name shows on a later try; the dot and the count are live anyway
   }
 
-  // Without a socket, rooms are read over HTTP with each poll (nobody is joined, though).
+  // Without a socket, rooms are read over HTTP with each poll (nobody is joined, though): the
+  // first page, which keeps the pages more() read since (freshFirstPage).
   function pollRooms() {
     pageRooms().forEach((room) => {
       fetchRoom(room)
         .then((body) => {
           if (!body || isOpen()) return;
-          roomViews.set(room, {
-            members: new Map(Object.entries(body.members || {})),
-            others: Number(body.others) || 0,
-            count: Number(body.count) || 0,
-            next: body.next || null,
-          });
+          let view = roomViews.get(room);
+          if (view) freshFirstPage(view, body.members, body.next);
+          else roomViews.set(room, (view = newView(body.members, body.next)));
+          view.count = Number(body.count) || 0;
+          // The endpoint's "others" leaves out its first page; members of later pages are
+          // listed here.
+          view.others = view.paged
+            ? Math.max(0, view.count - view.members.size)
+            : Number(body.others) || 0;
           showRoom(room);
         })
         .catch(() => {});

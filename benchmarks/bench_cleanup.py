@@ -20,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
 from benchmarks.common import (
+    ID_RANGES,
     Report,
     Sizes,
     activity_scores,
@@ -42,10 +43,11 @@ from presence.models import LastSeen
 from presence.store import PresenceStore
 
 NAME = "cleanup"
-FIRST_ID = 10_000_001  # outside the id ranges of the other benchmarks
-ONLINE_FIRST_ID = 20_000_001
+FIRST_ID = ID_RANGES[NAME].start  # outside the id ranges of the other benchmarks
+ONLINE_FIRST_ID = ID_RANGES["cleanup_online"].start
 ONLINE_COUNT = 500
-PROBE_FIRST_ID = 90_000_000  # the heaviest-command probe; bucket 0, users that need not exist
+#: the heaviest-command probe; bucket 0, users that need not exist
+PROBE_FIRST_ID = ID_RANGES["cleanup_probe"].start
 SLOWLOG_US = 100
 TOP_LEVEL = {"ZRANGEBYSCORE", "EVALSHA", "EVAL", "SCRIPT"}
 

@@ -62,7 +62,17 @@ from django.contrib.auth import get_user_model
 from django.db.backends.utils import CursorWrapper
 from django.urls import path
 
-from benchmarks.common import Report, Sizes, command_stats, flush, median, ms, raw_client, say
+from benchmarks.common import (
+    ID_RANGES,
+    Report,
+    Sizes,
+    command_stats,
+    flush,
+    median,
+    ms,
+    raw_client,
+    say,
+)
 from presence import api, lifecycle
 from presence import store as store_module
 from presence.announce import group_name
@@ -73,8 +83,8 @@ from presence.models import Contact
 from presence.routing import websocket_urlpatterns
 
 NAME = "fanout"
-#: user ids of this benchmark (clear of the other benchmarks' ids, up to 1,000,000)
-BASE_ID = 20_000_000
+#: user ids of this benchmark (clear of the other benchmarks' ids: common.ID_RANGES)
+BASE_ID = ID_RANGES[NAME].start
 TARGET_CONNECTION = "bench-target"
 
 T = TypeVar("T")
@@ -1026,7 +1036,7 @@ def exceptions_side_by_side(report: Report) -> None:
     from presence.models import PrivacyException
 
     # 1,000 subscribers even with --quick: their own users, beside the main run's.
-    base = BASE_ID + 1_000_000
+    base = ID_RANGES["fanout_exceptions"].start
     plain_target, excepted_target, *viewers = make_users(base, 1002, "fanout-exceptions")
     Contact.objects.bulk_create(
         [

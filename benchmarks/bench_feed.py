@@ -36,13 +36,13 @@ from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 
-from benchmarks.common import Report, Sizes, median, ms, say, timed
+from benchmarks.common import ID_RANGES, Report, Sizes, median, ms, say, timed
 from presence.feed import api as feed
 from presence.feed.models import Activity, Group
 from presence.models import Contact
 
 NAME = "feed"
-FIRST_ID = 40_000_001  # outside the id ranges of the other benchmarks
+FIRST_ID = ID_RANGES[NAME].start  # outside the id ranges of the other benchmarks
 VIEWER_ID = FIRST_ID
 #: a prolific author (2 % of all activities, shared with everyone): the one-person timeline
 PROLIFIC_ID = FIRST_ID + 1
@@ -152,7 +152,7 @@ def clear(alias: str) -> None:
     from presence.models import Block, PrivacySettings
 
     connection = connections[alias]
-    low, high = FIRST_ID, FIRST_ID + 10_000_000
+    low, high = ID_RANGES[NAME].start, ID_RANGES[NAME].stop
     by_user = {
         Mention: "user_id",
         Activity: "author_id",

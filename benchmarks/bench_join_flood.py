@@ -40,6 +40,7 @@ from django.test import override_settings
 from benchmarks.bench_fanout import close_all, make_users, run_async
 from benchmarks.bench_rooms import APP, JOIN_STEP, fill_room
 from benchmarks.common import (
+    ID_RANGES,
     Report,
     Sizes,
     activity_scores,
@@ -54,7 +55,7 @@ from benchmarks.common import (
 from presence.consumers import limits
 
 NAME = "join_flood"
-BASE_ID = 9_100_001
+BASE_ID = ID_RANGES[NAME].start
 BIG = "lobby:big"
 SMALL = "lobby:small"
 MEMBERS = 5_000

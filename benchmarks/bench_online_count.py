@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from benchmarks.common import (
+    ID_RANGES,
     Report,
     Sizes,
     activity_scores,
@@ -37,7 +38,7 @@ from presence.store import decode_score
 from presence.users import encode_id
 
 NAME = "online_count"
-FIRST_ID = 40_000_001  # outside the id ranges of the other benchmarks
+FIRST_ID = ID_RANGES[NAME].start  # outside the id ranges of the other benchmarks
 COUNT_RUNS = 200
 SCAN_RUNS = 3
 

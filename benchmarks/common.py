@@ -121,6 +121,56 @@ def raw_client(decode: bool = False) -> redis.Redis:
     return redis.Redis.from_url(redis_url(), decode_responses=decode, socket_timeout=120)
 
 
+#: The user ids of each benchmark: the users it writes to the database and the ids it writes to
+#: Redis. One `make bench` runs them all on one database, which each leaves its users in: where
+#: two overlapped, one's rows met the other's ids (the feed's invisible users were counted out
+#: of the online count's, whose Redis is seeded from the database). Disjoint, and every one
+#: below AUTO_IDS_FROM, where the users numbered by the database go (tests/load/
+#: test_benchmarks.py checks both). The site's own users, 1..N, are those of the benchmarks of
+#: a site of N users (online_friends; memory and cluster write ids 1..N to a Redis of their own
+#: or a flushed one, and no row): their figures are of ids as long as a site's.
+ID_RANGES: dict[str, range] = {
+    "site": range(1, 2_000_001),  # online_friends, memory, cluster
+    "middleware": range(3_000_001, 3_000_002),
+    "user_connections": range(5_000_001, 5_100_001),
+    "rooms": range(7_000_001, 7_100_001),
+    "room_rules": range(8_000_001, 8_100_001),
+    "rooms_peers": range(9_000_001, 9_500_001),
+    "join_flood": range(9_500_001, 9_600_001),
+    "cleanup": range(10_000_001, 11_000_001),
+    "cleanup_online": range(11_500_001, 11_501_001),
+    "fanout": range(20_000_000, 20_500_000),
+    "fanout_exceptions": range(20_500_000, 20_501_002),
+    "heartbeats": range(21_000_000, 22_000_000),
+    "connections": range(22_000_000, 23_000_000),
+    "metrics": range(23_000_000, 24_000_000),
+    "feed": range(40_000_001, 50_000_001),
+    "online_count": range(50_000_001, 51_000_002),
+    "guest_count": range(60_000_001, 60_002_001),
+    "cleanup_probe": range(90_000_000, 100_000_000),  # bucket 0's members, no rows
+}
+#: where the database numbers the users of the benchmarks that let it (page_views,
+#: amplification, admission_flood): past every range above, whatever ran before
+AUTO_IDS_FROM = 100_000_001
+
+
+def number_users_from(first: int = AUTO_IDS_FROM) -> None:
+    """Make the database number new users from ``first`` on (SQLite's AUTOINCREMENT numbers
+    after the largest id ever written: after a benchmark's users, in the next one's range)."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    if connection.vendor != "sqlite":  # pragma: no cover - the benchmarks' database is SQLite
+        raise RuntimeError(f"numbering users on {connection.vendor} is not done here")
+    table = get_user_model()._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE sqlite_sequence SET seq = %s WHERE name = %s", [first - 1, table])
+        if cursor.rowcount == 0:
+            cursor.execute(
+                "INSERT INTO sqlite_sequence (name, seq) VALUES (%s, %s)", [table, first - 1]
+            )
+
+
 def flush(client: redis.Redis) -> None:
     client.flushdb()
     client.slowlog_reset()

@@ -4,6 +4,7 @@ under a timeout, or killed) still stopping and removing what it started."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -16,7 +17,25 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_page_views
+from benchmarks import (
+    bench_cleanup,
+    bench_connections,
+    bench_fanout,
+    bench_feed,
+    bench_guest_count,
+    bench_heartbeats,
+    bench_join_flood,
+    bench_metrics,
+    bench_middleware,
+    bench_online_count,
+    bench_online_friends,
+    bench_page_views,
+    bench_room_rules,
+    bench_rooms,
+    bench_rooms_peers,
+    bench_user_connections,
+)
+from benchmarks.common import AUTO_IDS_FROM, ID_RANGES, Sizes
 from benchmarks.page_views_client import Run
 from tools.redis_server import free_port
 
@@ -114,3 +133,80 @@ def test_a_benchmark_run_stopped_by_sigterm_cleans_up(tmp_path: Path) -> None:
         silent.close()
     assert code == 128 + signal.SIGTERM  # SystemExit from the handler, not killed by the signal
     assert not list(tmp_path.glob("presence-bench-*"))  # the finally blocks ran
+
+
+def test_the_benchmarks_ids_never_overlap() -> None:
+    # One `make bench` runs every benchmark on one database, each leaving its users there: the
+    # feed's invisible users once sat in the online count's ids (counted out of its count).
+    spans = sorted(ID_RANGES.items(), key=lambda item: item[1].start)
+    for (name, span), (next_name, next_span) in itertools.pairwise(spans):
+        assert span.stop <= next_span.start, (name, next_name)
+    assert spans[-1][1].stop <= AUTO_IDS_FROM
+    full = Sizes.for_mode(quick=False)
+    feed = bench_feed.FeedSizes.for_mode(quick=False)
+    # (first id, the id past its last at full size, range): each benchmark's ids are in its range.
+    used = [
+        (bench_online_friends.VIEWER_ID, full.population + 3, "site"),
+        (bench_middleware.USER_ID, bench_middleware.USER_ID + 1, "middleware"),
+        (
+            bench_user_connections.MEMORY_FIRST_ID,
+            bench_user_connections.MEMORY_FIRST_ID + 61_000,
+            "user_connections",
+        ),
+        (bench_rooms.BASE_ID, bench_rooms.BASE_ID + 10_000, "rooms"),
+        (bench_room_rules.BASE_ID, bench_room_rules.BASE_ID + 1_000, "room_rules"),
+        (
+            bench_rooms_peers.BASE_ID,
+            bench_rooms_peers.BASE_ID + 100_001 + bench_rooms_peers.SAMPLES,
+            "rooms_peers",
+        ),
+        (
+            bench_join_flood.BASE_ID,
+            bench_join_flood.BASE_ID + bench_join_flood.MEMBERS + 10,
+            "join_flood",
+        ),
+        (bench_cleanup.FIRST_ID, bench_cleanup.FIRST_ID + full.stale, "cleanup"),
+        (
+            bench_cleanup.ONLINE_FIRST_ID,
+            bench_cleanup.ONLINE_FIRST_ID + bench_cleanup.ONLINE_COUNT,
+            "cleanup_online",
+        ),
+        (bench_fanout.BASE_ID, bench_fanout.BASE_ID + 1_001, "fanout"),
+        (
+            ID_RANGES["fanout_exceptions"].start,
+            ID_RANGES["fanout_exceptions"].start + 1_002,
+            "fanout_exceptions",
+        ),
+        (bench_heartbeats.BASE_ID, bench_heartbeats.BASE_ID + 2_000, "heartbeats"),
+        (bench_heartbeats.WRITERS_BASE_ID, bench_heartbeats.WRITERS_BASE_ID + 2_000, "heartbeats"),
+        (
+            bench_connections.BASE_ID,
+            bench_connections.BASE_ID + 5_000 + bench_connections.WARM + 1,
+            "connections",
+        ),
+        (bench_metrics.HEARTBEAT_BASE_ID, bench_metrics.HEARTBEAT_BASE_ID + 1_000, "metrics"),
+        (bench_metrics.FANOUT_BASE_ID, bench_metrics.FANOUT_BASE_ID + 1_001, "metrics"),
+        (bench_feed.FIRST_ID, bench_feed.FIRST_ID + feed.users, "feed"),
+        (
+            bench_online_count.FIRST_ID,
+            bench_online_count.FIRST_ID + full.population + 1,  # and one by the real script
+            "online_count",
+        ),
+        (
+            bench_guest_count.FIRST_MEMBER,
+            bench_guest_count.FIRST_MEMBER + bench_guest_count.REQUESTS,
+            "guest_count",
+        ),
+        (
+            bench_cleanup.PROBE_FIRST_ID,
+            # a bucket's stale entries (about 61 of 1,000,000 in 16,384 buckets), a bucket apart
+            bench_cleanup.PROBE_FIRST_ID + 500 * 16_384,
+            "cleanup_probe",
+        ),
+    ]
+    wrong = [
+        (first, stop, name)
+        for first, stop, name in used
+        if not (first in ID_RANGES[name] and stop <= ID_RANGES[name].stop)
+    ]
+    assert wrong == []

@@ -19,12 +19,15 @@ Register from your ``AppConfig.ready()``::
   has a topic of ``kind``, that process receives what :func:`announce_to_topic` sends for
   ``kind``, and ``async deliver(hub, payload)`` of :func:`register_delivery` handles it there.
   Topics are dropped when their connection closes.
+- ``await connection.hub.send_in_order(connections, send, what)``: a delivery's sends to many
+  connections, ``await send(connection)`` each in the hub's one queue per connection (after
+  that connection's frames asked before; a client that reads nothing holds up no other).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from presence import announce
@@ -51,6 +54,10 @@ class Topics(Protocol):
     def topics_of(self, connection: Any, kind: str) -> set[str]: ...
 
     def topic_members(self, kind: str) -> dict[Any, set[str]]: ...
+
+    async def send_in_order(
+        self, connections: Iterable[Any], send: Callable[[Any], Awaitable[None]], what: str
+    ) -> None: ...
 
 
 Deliver = Callable[[Topics, Any], Awaitable[None]]

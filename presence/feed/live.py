@@ -121,17 +121,18 @@ async def deliver_activity(hub: extensions.Topics, payload: Any) -> None:
         return
     if activity is None:
         return
-    for connection in list(members):
-        # What the connection still watches now (it may have unwatched meanwhile).
+
+    async def send(connection: Any) -> None:
+        # What the connection watches when its turn comes (it may have unwatched meanwhile).
         feeds = hub.topics_of(connection, KIND)
         matched = [name for name in audience.get(connection.viewer_id, ()) if name in feeds]
         if matched:
-            try:
-                await connection.send_json(
-                    {"type": "activity", "feeds": matched, "activity": activity}
-                )
-            except Exception:
-                logger.debug("Presence: could not send an activity", exc_info=True)
+            await connection.send_json({"type": "activity", "feeds": matched, "activity": activity})
+
+    # Through the hub's queue of each connection: a client that reads nothing (its server
+    # holding the send) holds up no other watcher's frame, and its own come in order.
+    told = [connection for connection in members if connection.viewer_id in audience]
+    await hub.send_in_order(told, send, "an activity")
 
 
 def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -267,6 +267,21 @@ class Hub:
     def topic_members(self, kind: str) -> dict[Connection, set[str]]:
         """Every local connection with topics of ``kind``, and its keys (copies)."""
         return self.registry.topics.members_of(kind)
+
+    async def send_in_order(
+        self,
+        connections: Iterable[Connection],
+        send: Callable[[Connection], Awaitable[None]],
+        what: str,
+    ) -> None:
+        """``await send(connection)`` for each of ``connections`` through the hub's one queue
+        per connection (presence.hub.sends.InOrder, which the diffs, room frames and counts go
+        through): after the frames asked for that connection before, in order, and a client
+        that reads nothing holds up only its own. Returns without waiting for a held send;
+        ``send`` runs when the connection's turn comes, so it looks again at what the
+        connection still wants then. A send that fails (a connection closing) is logged at
+        debug level as ``what``; a connection that closes drops what still waits for it."""
+        await self.delivery.sending.send(connections, send, what)
 
     # --- changes and announcements ---
 

@@ -3,6 +3,7 @@ reaches the connections whose open timeline it belongs on and whose viewer may s
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from presence import api, domain, extensions
+from presence import api, consumers, domain, extensions
 from presence.domain import InvalidInput
 from presence.feed import api as feed
 from presence.feed import live
@@ -18,7 +19,9 @@ from presence.feed.models import Group
 from presence.models import Block, Contact, PrivacySettings
 from tests.ids import missing_id, uid
 from tests.live.sockets import (
+    TIMEOUT,
     Sockets,
+    Stall,
     assert_silent,
     error,
     new_user,
@@ -156,6 +159,36 @@ async def test_exceptions_for_the_activity_decide_who_sees_a_post_live(
     await assert_silent(by_viewer[denied])
     assert not await feed.acan_see(denied, posted)
     assert await feed.acan_see(admitted, posted)
+
+
+async def test_a_watcher_that_reads_nothing_holds_up_no_other_watchers_activity(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a server whose send waits (uvicorn, a client not reading), an activity frame to a
+    client that reads nothing waits up to SEND_TIMEOUT: the others watching on the process get
+    it and the next ones meanwhile, and the slow client's own come in order once it reads."""
+    monkeypatch.setattr(consumers.sending, "SEND_TIMEOUT", 60.0)  # longer than any wait here
+    author = await new_user(make_user, username="author")
+    await sync_to_async(PrivacySettings.objects.create)(user=author, activity_visibility="everyone")
+    stall = Stall("activity")
+    slow = sockets.make(await new_user(make_user, username="slow"), app=stall.app())
+    assert (await slow.connect(timeout=TIMEOUT))[0]
+    # The slow one watches first: the first the delivery comes to.
+    await watch(slow, f"user:{author.pk}")
+    fast = await sockets.open(await new_user(make_user, username="fast"))
+    await watch(fast, f"user:{author.pk}")
+    stall.armed.set()
+
+    await post(author, "one")
+    assert (await activity_frame(fast))[2] == "one"
+    await asyncio.wait_for(stall.held.wait(), TIMEOUT)  # the slow client's send is held
+    await post(author, "two")
+    assert (await activity_frame(fast))[2] == "two"
+    assert not stall.drained.is_set()
+    stall.drained.set()
+    assert (await activity_frame(slow))[2] == "one"
+    assert (await activity_frame(slow))[2] == "two"
+    await assert_silent(fast, slow)
 
 
 async def test_unwatching_stops_and_bad_feeds_are_errors(

@@ -37,6 +37,9 @@ async def refresh_views(
             continue
         view.reading = True
         view.generation += 1
+        # A join again during the read bumps the same view's generation and reads it anew:
+        # that newer read is what the view shows and is sent, not this one.
+        generation = view.generation
         try:
             # Strict: a read Redis could not answer in full (slow, down) would show the room
             # empty or its members offline.
@@ -45,26 +48,28 @@ async def refresh_views(
             )
             frame = {"type": "room_state", **state.as_dict()}
             await add_cards([frame["members"]])
-            if views.view_of(connection, room) is not view:
-                continue  # it left the room meanwhile (joined again: a view read anew)
+            if views.view_of(connection, room) is not view or view.generation != generation:
+                continue  # it left the room, or joined it again (read anew), meanwhile
             views.show(connection, room, state)
             await sending.send(
-                [connection], _current(views, room, view, frame), "a refreshed room state"
+                [connection],
+                _current(views, room, view, generation, frame),
+                "a refreshed room state",
             )
         except Exception as error:
-            view.reading = False
+            if view.generation == generation:  # not while a newer read of the view runs
+                view.reading = False
             failed.add((connection, room))
             logger.warning("Presence: refreshing a room view failed (%s)", error)
     return failed
 
 
 def _current(
-    views: Views, room: str, view: View, frame: dict[str, Any]
+    views: Views, room: str, view: View, generation: int, frame: dict[str, Any]
 ) -> Callable[[Connection], Awaitable[None]]:
-    """The send of ``frame``, looked at again when it goes (it may have waited behind a held
-    send): not after a leave, nor after a newer room_state (a join again's, which goes apart
-    from the hub's queue; a later refresh's)."""
-    generation = view.generation
+    """The send of ``frame`` (the read of the view's ``generation``), looked at again when it
+    goes (it may have waited behind a held send): not after a leave, nor after a newer
+    room_state (a join again's, which goes apart from the hub's queue; a later refresh's)."""
 
     async def send(connection: Connection) -> None:
         if (

@@ -486,6 +486,32 @@ async def test_a_refresh_under_way_sends_no_room_state_after_a_leave(
     await assert_silent(socket)
 
 
+async def test_a_refresh_under_way_sends_no_room_state_after_a_join_again(
+    sockets: Sockets, make_user: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A join again while a refresh reads the view reads the room anew (the same view, a new
+    generation): the refresh's older room_state is neither shown nor sent after the join's."""
+    alice = await new_user(make_user)
+    socket = await sockets.open(alice)
+    await join(socket)
+    hub = Hub.current()
+    assert hub is not None
+    reached, let_go = held_cards(monkeypatch, room_refresh)
+    announce.note_layer_failure()  # announcements may have been lost: every view refreshed
+    refreshing = asyncio.ensure_future(hub.rooms.sweep())
+    await asyncio.wait_for(reached.wait(), TIMEOUT)  # the refresh's read is done
+    again = await join(socket, meta={"mode": "back"})
+    assert again["members"][key(alice)]["meta"] == {"mode": "back"}, again
+    let_go.set()
+    await asyncio.wait_for(refreshing, TIMEOUT)
+    await assert_silent(socket)
+    # The view shows the join again's state (its diffs are made from it).
+    ((connection, views),) = hub.rooms.views.items()
+    view = views[ROOM]
+    assert not view.reading
+    assert json.loads(view.listed[connection.viewer_id].meta or "null") == {"mode": "back"}
+
+
 async def _room_with_a_slow_reader(
     sockets: Sockets, make_user: Callable, stall: Stall
 ) -> tuple[list[Any], list[WebsocketCommunicator]]:

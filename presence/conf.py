@@ -72,6 +72,9 @@ class PresenceSettings:
     ROOMS: Mapping[str, str | None] = FrozenMapping()
     #: rooms one WebSocket connection may be in at once
     MAX_ROOMS: int = 10
+    #: rooms whose count one WebSocket connection may watch at once (watch_room_count: an
+    #: index page's live counts, which join no room)
+    MAX_WATCHED_ROOMS: int = 100
     #: members listed by name in a room's state; the rest count in ``others``
     ROOM_LIST_LIMIT: int = 100
     #: dotted path of ``card(user) -> {"name": str, "avatar": url or None}``: how a member is

@@ -24,7 +24,7 @@ from presence.consumers.limits import (
 from presence.consumers.sending import ClientGone, SendFailed
 from presence.consumers.state import Socket
 from presence.domain import passed
-from presence.domain.protocol import Join, Leave, RoomMore
+from presence.domain.protocol import RoomFrame
 from presence.frames import ANSWERS, FRAMES
 from presence.operations import being_cancelled
 
@@ -118,7 +118,7 @@ async def _handle(socket: Socket, text_data: str | None) -> None:
     named = None if current is None else current.named
     message = FRAMES.parse(text_data, socket.state.limits, named)
     metrics.frame_received(message)
-    if isinstance(message, Join | Leave | RoomMore) and named is not None:
+    if isinstance(message, RoomFrame) and named is not None:
         named["room"] = message.room.name
     await FRAMES.handle(socket, message)
 

@@ -1,4 +1,5 @@
-"""Room frames: ``join``, ``leave`` and ``room_more`` (docs/websocket.md), registered in the
+"""Room frames: ``join``, ``leave``, ``room_more``, ``watch_room_count`` and
+``unwatch_room_count`` (docs/websocket.md), registered in the
 socket's frame registry (:data:`presence.frames.FRAMES`); a connection's rooms renewed with its
 heartbeats and left when it closes. The rooms a connection is in are the hub's registry's,
 their joins and leaves presence.rooms.live's, a room's pages presence.rooms.paging's; the
@@ -14,7 +15,7 @@ from django.utils.translation import gettext
 from presence.consumers.limits import join_cost
 from presence.consumers.state import Socket
 from presence.domain import InvalidInput
-from presence.domain.protocol import Join, Leave, RoomMore
+from presence.domain.protocol import Join, Leave, RoomMore, UnwatchRoomCount, WatchRoomCount
 from presence.frames import FRAMES
 from presence.rooms.cards import add_cards
 from presence.rooms.paging import aread_room_page
@@ -74,6 +75,18 @@ async def leave_frame(socket: Socket, message: Leave) -> None:
     rooms = socket.hub.registry.rooms.joined_by(socket)
     if rooms is not None:
         await rooms.leave(message.room)
+
+
+@FRAMES.handles(WatchRoomCount)
+async def watch_room_count_frame(socket: Socket, message: WatchRoomCount) -> None:
+    """The room's count as the user may see it (``room_count``), then its changes; the room is
+    not joined (presence.hub.room_counts). Its rule is asked as for a join."""
+    await socket.hub.rooms.counts.watch(socket, message.room)
+
+
+@FRAMES.handles(UnwatchRoomCount)
+async def unwatch_room_count_frame(socket: Socket, message: UnwatchRoomCount) -> None:
+    await socket.hub.rooms.counts.unwatch(socket, message.room)
 
 
 async def renew(socket: Socket) -> None:

@@ -82,6 +82,21 @@ class UnwatchCount:
 
 
 @dataclass(frozen=True, slots=True)
+class WatchRoomCount:
+    """Send me ``room``'s count as I may see it now, and its changes (``room_count`` frames),
+    without joining it: an index page's live "3 here" (docs/rooms.md)."""
+
+    room: Room
+
+
+@dataclass(frozen=True, slots=True)
+class UnwatchRoomCount:
+    """Stop sending me ``room``'s count."""
+
+    room: Room
+
+
+@dataclass(frozen=True, slots=True)
 class Extension:
     """A frame of a type an installed app added (presence.extensions): its type, and what the
     app's parser made of it."""
@@ -100,6 +115,8 @@ ClientMessage = (
     | RoomMore
     | WatchCount
     | UnwatchCount
+    | WatchRoomCount
+    | UnwatchRoomCount
     | Extension
 )
 
@@ -113,6 +130,8 @@ CLIENT_TYPES = (
     "room_more",
     "watch_count",
     "unwatch_count",
+    "watch_room_count",
+    "unwatch_room_count",
 )
 
 
@@ -217,7 +236,12 @@ def _nests_too_deeply() -> InvalidInput:
     return InvalidInput("invalid_message", gettext("The frame nests arrays or objects too deeply."))
 
 
-def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave | RoomMore:
+#: the frames that name one room (their errors name it too)
+RoomFrame = Join | Leave | RoomMore | WatchRoomCount | UnwatchRoomCount
+ROOM_FRAME_TYPES = ("join", "leave", "room_more", "watch_room_count", "unwatch_room_count")
+
+
+def _room_frame(kind: str, data: Mapping[str, Any]) -> RoomFrame:
     room = data.get("room")
     if not isinstance(room, str):
         raise InvalidInput(
@@ -230,9 +254,13 @@ def _room_frame(kind: str, data: Mapping[str, Any]) -> Join | Leave | RoomMore:
         raise InvalidInput(error.code, error.message, room=room) from None
 
 
-def _parse_room_frame(kind: str, room: str, data: Mapping[str, Any]) -> Join | Leave | RoomMore:
+def _parse_room_frame(kind: str, room: str, data: Mapping[str, Any]) -> RoomFrame:
     if kind == "leave":
         return Leave(parse_room(room))
+    if kind == "watch_room_count":
+        return WatchRoomCount(parse_room(room))
+    if kind == "unwatch_room_count":
+        return UnwatchRoomCount(parse_room(room))
     if kind == "room_more":
         after = data.get("after")
         if not isinstance(after, str):
@@ -310,7 +338,7 @@ def parse_frame(
         return Unsubscribe(_user_ids(data, limits))
     if kind == "set_status":
         return SetStatus(parse_status_change(data, limits))
-    if kind in ("join", "leave", "room_more"):
+    if kind in ROOM_FRAME_TYPES:
         return _room_frame(kind, data)
     if kind == "watch_count":
         return WatchCount()

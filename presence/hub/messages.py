@@ -110,6 +110,7 @@ class Messages:
         if message["type"] == ROOM_RECHECK:
             if isinstance(message.get("room"), str):
                 self.rooms.rules.requested(message["room"], None if sent is None else users)
+                self.rooms.counts.requested(message["room"], None if sent is None else users)
         elif message["type"] == ROOM_MEMBERS_CHANGED:
             self.rooms.members_changed(users)
         elif isinstance(message.get("room"), str):

@@ -253,6 +253,9 @@ class Registry:
         self.topics = Topics()
         #: room name -> the connections in it, and each connection's rooms
         self.rooms = RoomMemberships()
+        #: room name -> the connections watching its count (watch_room_count), not in it: the
+        #: room's group is joined for them as for its members (presence.hub.room_counts)
+        self.room_counts = Membership[str](room_group_name)
 
     def other_groups(self) -> Iterator[str]:
         """The groups of every kind of membership but the watchers' (theirs are joined and left
@@ -260,8 +263,23 @@ class Registry:
         awaits between groups sees a later kind as it is by then."""
         for membership in (self.accounts, self.topics, self.rooms):
             yield from membership.groups()
-        if self.rooms.members:
+        # A room both joined and watched here is one group.
+        yield from (
+            self.room_counts.group(room)
+            for room in self.room_counts.members
+            if room not in self.rooms.members
+        )
+        if self.rooms.members or self.room_counts.members:
             yield rooms_group_name()
+
+    def needs_room(self, room: str) -> bool:
+        """Whether a connection here is in ``room`` or watches its count (its group is kept)."""
+        return room in self.rooms.members or room in self.room_counts.members
+
+    def needs_rooms(self) -> bool:
+        """Whether a connection here is in a room or watches a room's count (the group of
+        every process with room views is kept: privacy changes reach it)."""
+        return bool(self.rooms.members or self.room_counts.members)
 
     def wanted_groups(self) -> set[str]:
         """Every group this process should be in now."""

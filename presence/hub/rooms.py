@@ -32,6 +32,7 @@ from presence.domain.rooms import Member, RoomState, parse_room
 from presence.hub import sends
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry, View
+from presence.hub.room_counts import RoomCounts
 from presence.hub.room_diffs import diff, outranked, refill, send_frame
 from presence.hub.room_refresh import refresh_views
 from presence.hub.room_rules import RoomRules
@@ -69,6 +70,8 @@ class RoomViews:
         self._refresh_again: set[tuple[Connection, str]] = set()
         #: the rooms' rules asked again for the members here (presence.hub.room_rules)
         self.rules = RoomRules(registry)
+        #: the rooms' counts watched here without joining (presence.hub.room_counts)
+        self.counts = RoomCounts(registry, groups, self.sending)
         #: the joins of each room made at about the same time, written and read together
         #: (gathered a while when sockets wait for a place: presence.admission)
         self.joins = JoinBatches(admission.gather_while_waiting)
@@ -153,8 +156,9 @@ class RoomViews:
             # socket closed: a page left (presence.js leaves on pagehide) is mostly followed
             # by the next page of the site joining the same rooms moments later. Meanwhile
             # their messages find no view here and are dropped (see changed).
-            unneeded = [memberships.group(room)]
-            if not memberships.members:
+            # (Not while a connection here watches the room's count: presence.hub.room_counts.)
+            unneeded = [] if self.registry.needs_room(room) else [memberships.group(room)]
+            if not self.registry.needs_rooms():
                 unneeded.append(rooms_group_name())
             if linger:
                 self.groups.let_go(unneeded)
@@ -165,6 +169,7 @@ class RoomViews:
     async def detach(self, connection: Connection) -> None:
         for room in self.registry.rooms.keys_of(connection):
             await self.exit(connection, room)
+        await self.counts.detach(connection)
 
     # --- changes ---
 
@@ -173,6 +178,7 @@ class RoomViews:
         (counted from ``announced_at``, as presence diffs are), if a connection here is in it."""
         if room in self.registry.rooms.members:
             self.windows.changed(room, user_ids, announced_at)
+        self.counts.changed(room, announced_at)
 
     def members_changed(self, user_ids: Iterable[UserId]) -> None:
         """What others may see of these users changed: every room here looks at them again,
@@ -180,6 +186,7 @@ class RoomViews:
         users = set(user_ids)
         for room in list(self.registry.rooms.members):
             self.changed(room, users, None)
+        self.counts.members_changed()
         for connection, rooms in list(self.registry.rooms.joined.items()):
             if connection.viewer_id in users:
                 task = asyncio.ensure_future(rooms.recheck_rooms())
@@ -205,10 +212,12 @@ class RoomViews:
         what the client shows), once the rules were asked again (a refusal may have been
         announced while the layer failed: a refused member gets no fresh state)."""
         await self.rules.check_all()
-        if self.registry.rooms.members:
+        if self.registry.needs_rooms():
             await self.groups.join(rooms_group_name())
-        for room in list(self.registry.rooms.members):
+        for room in {*self.registry.rooms.members, *self.registry.room_counts.members}:
             await self.groups.join(self.registry.rooms.group(room))
+        # Every watched count is read again (announcements may have been lost).
+        self.counts.members_changed()
         everyone = {(c, room) for c, views in self.views.items() for room in views}
         self._refresh_again = await refresh_views(self, everyone, self.sending)
 

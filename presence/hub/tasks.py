@@ -73,11 +73,14 @@ class Tasks:
             self.running.append(asyncio.ensure_future(self.rooms.run(self._owns_current_task)))
             rules = self.rooms.rules
             self.running.append(asyncio.ensure_future(rules.run(self._owns_current_task)))
+            counts = self.rooms.counts
+            self.running.append(asyncio.ensure_future(counts.run(self._owns_current_task)))
 
     async def stop(self) -> None:
         tasks, self.running = self.running, []
         tasks += list(self.messages.delivering)
         tasks += list(self.rooms.rules.asked)
+        tasks += list(self.rooms.counts.asked)
         self.delivery.pending.clear()
         self.delivery.changes.clear()
         self.delivery.resyncing.waiting.clear()

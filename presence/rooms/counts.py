@@ -130,3 +130,64 @@ def visible_room_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int | No
     """:func:`room_counts`, a room the viewer may not enter reading None instead of raising
     (what the template tags show as nothing)."""
     return run(_room_counts(rooms, viewer, False))
+
+
+# --- live counts (watch_room_count: presence.hub.room_counts) ---------------------------------
+
+
+def _watched_count(room: Room, viewer: Any) -> Operation[int | None]:
+    """``room``'s count for ``viewer``, whom its rule must let in (PermissionDenied otherwise,
+    before any Redis read), as :func:`room_counts` counts it; None when Redis could not be
+    read (a watcher is told the room cannot be read, not that it is empty)."""
+    allowed, blocked = yield from call(_entry, viewer, [room])
+    if not allowed[0]:
+        raise PermissionDenied(
+            gettext("You may not enter the room %(room)s.") % {"room": room.name}
+        )
+    lookups = sorted(blocked, key=str)
+    read = yield from redis(
+        get_store().plans.read_room(room.name, resolution.now(), 0, lookups), live=True
+    )
+    return None if read is None else count_for(read, viewer_pk(viewer), blocked)
+
+
+async def awatched_count(room: Room, viewer: Any) -> int | None:
+    """The first answer of a ``watch_room_count``: see :func:`_watched_count`."""
+    return await arun(_watched_count(room, viewer))
+
+
+def _counts_for_viewers(
+    viewers_by_room: dict[str, set[UserId]],
+) -> Operation[dict[str, dict[UserId, int] | None]]:
+    """Each room's count for each of its viewers: one trip to the database's thread (every
+    viewer's blocks, one query) and one Redis round trip for every room (one per master), no
+    member listed and no rule asked (the watchers were let in; presence.hub.room_counts asks
+    again on its own pace). A room Redis could not read is None."""
+    viewers = sorted({v for each in viewers_by_room.values() for v in each}, key=str)
+    if not viewers_by_room:
+        return {}
+    blocks = yield from call(relations.blocks_between, viewers)
+    lookups = sorted({u for users in blocks.values() for u in users}, key=str)
+    rooms = list(viewers_by_room)
+    now = resolution.now()
+    store = get_store()
+    reads = yield from redis(
+        merge([store.plans.read_room(room, now, 0, lookups) for room in rooms]), live=True
+    )
+    counts: dict[str, dict[UserId, int] | None] = {}
+    for room, read in zip(rooms, reads, strict=True):
+        counts[room] = (
+            None
+            if read is None
+            else {
+                viewer: count_for(read, viewer, blocks.get(viewer, set()))
+                for viewer in viewers_by_room[room]
+            }
+        )
+    return counts
+
+
+async def acounts_for_viewers(
+    viewers_by_room: dict[str, set[UserId]],
+) -> dict[str, dict[UserId, int] | None]:
+    return await arun(_counts_for_viewers(viewers_by_room))

@@ -136,7 +136,8 @@ class TestParseFrame:
         with translation.override("en"):
             assert refused({"type": kind}).message == (
                 f"Unknown message type {kind!r}: use one of heartbeat, subscribe, unsubscribe, "
-                "set_status, join, leave, room_more, watch_count, unwatch_count."
+                "set_status, join, leave, room_more, watch_count, unwatch_count, "
+                "watch_room_count, unwatch_room_count."
             )
 
     @pytest.mark.parametrize(
@@ -557,5 +558,6 @@ class TestParseExtensionFrames:
         assert raised.value.code == "unknown_type"
         assert raised.value.message == (
             "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, "
-            "set_status, join, leave, room_more, watch_count, unwatch_count, typing."
+            "set_status, join, leave, room_more, watch_count, unwatch_count, watch_room_count, "
+            "unwatch_room_count, typing."
         )

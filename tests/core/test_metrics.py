@@ -357,6 +357,8 @@ def test_frames_are_labelled_by_their_type_on_the_wire() -> None:
             "RoomMore",
             "WatchCount",
             "UnwatchCount",
+            "WatchRoomCount",
+            "UnwatchRoomCount",
         }
     }
     assert parsed == set(protocol.CLIENT_TYPES)

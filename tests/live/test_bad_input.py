@@ -88,7 +88,8 @@ BAD_FRAMES = [
         '{"type": "ping"}',
         "unknown_type",
         "Unknown message type 'ping': use one of heartbeat, subscribe, unsubscribe, set_status, "
-        "join, leave, room_more, watch_count, unwatch_count, watch_feed, unwatch_feed.",
+        "join, leave, room_more, watch_count, unwatch_count, watch_room_count, "
+        "unwatch_room_count, watch_feed, unwatch_feed.",
     ),
     *[
         (

@@ -1,5 +1,6 @@
 """presence.E011 (ROOMS not a dict of kinds to dotted paths or None), presence.E012 (a rule
-that does not import or is not callable), and MAX_ROOMS / ROOM_LIST_LIMIT (presence.E002)."""
+that does not import or is not callable), and MAX_ROOMS / MAX_WATCHED_ROOMS / ROOM_LIST_LIMIT
+(presence.E002)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_e012_a_rule_that_does_not_import_or_call(settings: Any, path: str, said
     assert message.hint
 
 
-@pytest.mark.parametrize("key", ["MAX_ROOMS", "ROOM_LIST_LIMIT"])
+@pytest.mark.parametrize("key", ["MAX_ROOMS", "MAX_WATCHED_ROOMS", "ROOM_LIST_LIMIT"])
 @pytest.mark.parametrize("value", [0, -1, 1.5, "10", True, None])
 def test_room_numbers_are_positive_ints(settings: Any, key: str, value: Any) -> None:
     assert ids(settings, {key: value}) == ["presence.E002"]

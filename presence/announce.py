@@ -452,9 +452,12 @@ def announced_already(user_id: UserId, reason: str) -> bool:
     return _own_change.get() == (user_id, reason)
 
 
-async def _asend_to_group(group: str, message: dict[str, Any], what: str) -> None:
+async def _asend_to_group(
+    group: str, message: dict[str, Any], what: str, *, retry: bool = False
+) -> None:
     """Send ``message`` to the processes in ``group`` (without a channel layer, to this one's
-    hub). Never raises: a failure is logged, naming ``what`` was sent."""
+    hub). Never raises: a failure is logged, naming ``what`` was sent; with ``retry``, it is
+    sent again later (:func:`_send_to_group_later`)."""
     layer = get_channel_layer()
     if layer is None:
         _deliver_locally(message)
@@ -462,7 +465,30 @@ async def _asend_to_group(group: str, message: dict[str, Any], what: str) -> Non
     try:
         await layer_call(layer.group_send, group, message)
     except Exception as error:
-        logger.warning("Presence: could not send %s (%s).", what, error)
+        logger.warning(
+            "Presence: could not send %s (%s)%s.", what, error, "; retrying" if retry else ""
+        )
+        if retry:
+            _retry_in_background(_send_to_group_later(layer, group, message, what), [])
+
+
+async def _send_to_group_later(layer: Any, group: str, message: dict[str, Any], what: str) -> None:
+    """Send ``message`` to ``group`` again after RETRY_INTERVAL, doubling, ANNOUNCE_RETRIES
+    times at most, until a send lands. A group the layer shows empty is not sent to yet: a
+    server that came back empty has lost it, and the processes in it join it again (after
+    RETRY_INTERVAL, at their sweep) before a send there reaches anyone."""
+    delay = get_settings().RETRY_INTERVAL
+    for _ in range(ANNOUNCE_RETRIES):
+        await asyncio.sleep(delay)
+        delay *= 2
+        if group not in await with_members(layer, [group]):
+            continue
+        try:
+            await layer_call(layer.group_send, group, message)
+        except Exception:
+            continue
+        return
+    logger.warning("Presence: gave up sending %s; it reached no process.", what)
 
 
 async def _asend_account(user_id: UserId, message: dict[str, Any]) -> None:
@@ -506,16 +532,20 @@ async def aannounce_user_deleted(user_id: UserId) -> None:
     await _asend_account(user_id, {"type": USER_DELETED, "user": encode_id(user_id)})
 
 
-async def aannounce_to_topic(kind: str, payload: Any) -> None:
+async def aannounce_to_topic(kind: str, payload: Any, *, retry: bool = False) -> None:
     """Send ``payload`` to every process with connections that have topics of ``kind``; each
-    hands it to the delivery registered for ``kind`` (presence.extensions). Never raises."""
+    hands it to the delivery registered for ``kind`` (presence.extensions). Never raises.
+    ``retry``: a send that failed (the layer's Redis down) is made again after RETRY_INTERVAL,
+    doubling, ANNOUNCE_RETRIES times, as a change's announcement is; the payload may then
+    arrive twice (the failed send may have landed), which its delivery must allow for."""
     message = {"type": TOPIC, "kind": kind, "payload": payload}
-    await _asend_to_group(topic_group_name(kind), message, f"a message to topic {kind}")
+    what = f"a message to topic {kind}"
+    await _asend_to_group(topic_group_name(kind), message, what, retry=retry)
 
 
-def announce_to_topic(kind: str, payload: Any) -> None:
+def announce_to_topic(kind: str, payload: Any, *, retry: bool = False) -> None:
     """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
-    run_from_sync(aannounce_to_topic(kind, payload), f"a {kind} message")
+    run_from_sync(aannounce_to_topic(kind, payload, retry=retry), f"a {kind} message")
 
 
 # --- rooms (presence.rooms.writes, presence.hub.rooms) -------------------------------------------

@@ -101,12 +101,14 @@ def delivery(kind: str) -> Deliver | None:
     return _deliveries.get(kind)
 
 
-async def aannounce_to_topic(kind: str, payload: Any) -> None:
+async def aannounce_to_topic(kind: str, payload: Any, *, retry: bool = False) -> None:
     """Send ``payload`` (JSON-serialisable) to every process with topics of ``kind``. Never
-    raises: a live update that cannot be sent is logged."""
-    await announce.aannounce_to_topic(kind, payload)
+    raises: a live update that cannot be sent is logged, and dropped; with ``retry``, sent
+    again after RETRY_INTERVAL, doubling, five times (for a payload still worth delivering
+    late; it may then arrive twice: the delivery must take a repeat for nothing new)."""
+    await announce.aannounce_to_topic(kind, payload, retry=retry)
 
 
-def announce_to_topic(kind: str, payload: Any) -> None:
+def announce_to_topic(kind: str, payload: Any, *, retry: bool = False) -> None:
     """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
-    announce.announce_to_topic(kind, payload)
+    announce.announce_to_topic(kind, payload, retry=retry)

@@ -136,7 +136,9 @@ async def deliver_activity(hub: extensions.Topics, payload: Any) -> None:
 
 
 def _on_activity_posted(sender: Any, activity: Any, **kwargs: Any) -> None:
-    extensions.announce_to_topic(KIND, {"activity": activity.pk})
+    # Sent again if the layer fails it: a post is still news a while later (and a repeat is
+    # dropped by id, docs/websocket.md).
+    extensions.announce_to_topic(KIND, {"activity": activity.pk}, retry=True)
 
 
 def register() -> None:

@@ -949,3 +949,21 @@ def test_the_settings_filter_matches_what_the_server_search_matches(
             assert page.evaluate(empty) is (expected == [False, False]), typed
     finally:
         context.close()
+
+
+def test_an_activity_that_comes_again_is_shown_once(client: Callable[..., Client]) -> None:
+    # An announcement sent again after a channel-layer failure may have landed the first time
+    # too: the activity comes twice, and only the timelines it was not shown for are told.
+    c = client(DOT)
+    c.open_socket()
+    c.js(
+        """() => { window.__shown = [];
+        presence.on('activity', ({feeds, activity}) => __shown.push([feeds, activity.id]));
+        presence.watchFeed('following'); presence.watchFeed('mentions'); }"""
+    )
+    activity = {"id": 7, "text": "hi"}
+    c.receive({"type": "activity", "feeds": ["following"], "activity": activity})
+    c.receive({"type": "activity", "feeds": ["following"], "activity": activity})
+    c.receive({"type": "activity", "feeds": ["following", "mentions"], "activity": activity})
+    c.receive({"type": "activity", "feeds": ["following"], "activity": {"id": 8}})
+    assert c.js("() => __shown") == [[["following"], 7], [["mentions"], 7], [["following"], 8]]

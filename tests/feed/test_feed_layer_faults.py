@@ -150,6 +150,31 @@ def test_a_feed_watched_while_the_layer_is_down_is_joined_once_it_is_back(
         async_to_sync(scenario)()
 
 
+def test_an_activity_posted_while_the_layer_is_down_reaches_its_watcher_once_it_is_back(
+    layer_server: RedisServer, make_user: Callable[..., Any]
+) -> None:
+    """The feed's announcement of a post is sent again after RETRY_INTERVAL (doubling) when the
+    layer fails it, as a presence change's is: not dropped for good."""
+    viewer, author = make_user(username="viewer"), make_user(username="author")
+    followers_of(author, viewer)
+
+    async def scenario() -> None:
+        socket = await open_socket(viewer)
+        try:
+            await watch_feed_and(socket, [author])
+            layer_server.stop()
+            await post(author, "during the outage")
+            layer_server.start()
+            activity = await next_frame(socket, "activity", CONVERGE)
+            assert activity["activity"]["text"] == "during the outage"
+        finally:
+            await socket.disconnect(timeout=TIMEOUT)
+            await get_store().aclose()
+
+    with override_settings(CHANNEL_LAYERS=core_layer(layer_server.url), PRESENCE=FAST_RECOVERY):
+        async_to_sync(scenario)()
+
+
 class SlowJoins:
     """A TCP proxy on 127.0.0.1 in front of a Redis server, on the test's event loop: while
     ``holding``, what a client sends that joins ``group`` (a ZADD naming its key) is held HOLD

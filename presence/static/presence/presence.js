@@ -437,6 +437,10 @@
   const stamps = new Map();
   const waiting = []; // set_status frames sent, waiting for their "status" reply, in order
   const feeds = new Set(); // live timelines watched (sent again on every new connection)
+  // activity id -> the timelines it was shown for, the latest SEEN_ACTIVITIES: an activity can
+  // come twice (an announcement sent again after a channel-layer failure that had landed)
+  const seenActivities = new Map();
+  const SEEN_ACTIVITIES = 1000;
 
   const isOpen = () => socket !== null && socket.readyState === WebSocket.OPEN;
 
@@ -602,7 +606,7 @@
     } else if (message.type === "online_count") {
       showCount(message.count);
     } else if (message.type === "activity") {
-      emit("activity", { feeds: message.feeds, activity: message.activity });
+      showActivity(message.feeds, message.activity);
     } else if (message.type === "status") {
       // The answer of the oldest set_status (one that timed out takes its own late answer).
       const entry = waiting.shift();
@@ -657,6 +661,22 @@
       if (answersFeed) detail.feed = message.feed;
       emit("error", detail);
     }
+  }
+
+  // An "activity" event for the timelines this activity has not been shown for (a repeat of
+  // one shown already is dropped).
+  function showActivity(names, activity) {
+    if (!Array.isArray(names) || !activity) return;
+    const shown = seenActivities.get(activity.id) || new Set();
+    const fresh = names.filter((name) => !shown.has(name));
+    if (!fresh.length) return;
+    fresh.forEach((name) => shown.add(name));
+    seenActivities.delete(activity.id); // (re-inserted: the latest are kept)
+    seenActivities.set(activity.id, shown);
+    if (seenActivities.size > SEEN_ACTIVITIES) {
+      seenActivities.delete(seenActivities.keys().next().value);
+    }
+    emit("activity", { feeds: fresh, activity });
   }
 
   // Subscribe to the users on the page that are not subscribed yet, unsubscribe from those

@@ -30,6 +30,7 @@ from presence.domain import InvalidInput, UserId
 from presence.domain.nesting import nests_too_deeply
 from presence.domain.rooms import parse_room
 from presence.rooms import room_state
+from presence.rooms.counts import parse_rooms, strict_room_counts
 from presence.rooms.paging import room_page_state
 from presence.store import StoreUnavailable
 
@@ -278,6 +279,37 @@ def room_view(request: HttpRequest, room: str) -> HttpResponse:
     except StoreUnavailable:
         return room_unavailable()
     return JsonResponse({"room": room, **api.with_names(state)})
+
+
+@csrf_exempt  # GET only: another method is answered 405 in JSON, not by Django's HTML 403 page
+@_json_view("GET")
+def room_counts_view(request: HttpRequest) -> HttpResponse:
+    """``GET room_counts?room=topic:7&room=topic:8``: ``{"counts": {"topic:7": 3, ...}}``, each
+    room's count as the caller may see it (``room_counts``: what ``{% room_count %}`` shows
+    and ``watch_room_count`` sends), the cheap read a page polls without a socket. At most
+    ROOM_LIST_LIMIT rooms; 400 for none, too many or a malformed name (before anything is
+    read), 404 for a kind the site did not declare, 403 where a room's rule refuses, 503 while
+    presence's Redis cannot be read. Counts against ``HTTP_READ_LIMIT`` as one id per room
+    (a count lists no member)."""
+    asked = request.GET.getlist("room")
+    if not asked:
+        return error("missing_rooms", _("Name the rooms as ?room=kind:id&room=kind:id."))
+    try:
+        names = parse_rooms(asked)
+    except InvalidInput as exc:
+        return error(exc.code, exc.message)
+    except api.UnknownRoom as exc:
+        return error(exc.code, exc.message, status=404)
+    refused = over_read_limit(request, len(names))
+    if refused is not None:
+        return refused
+    try:
+        counts = strict_room_counts(names, request.user)
+    except PermissionDenied as exc:
+        return error("forbidden", str(exc), status=403)
+    except StoreUnavailable:
+        return room_unavailable()
+    return JsonResponse({"counts": counts})
 
 
 def room_unavailable() -> HttpResponse:

@@ -24,7 +24,7 @@ from presence.domain import InvalidInput, UserId
 from presence.domain.rooms import Room, parse_room
 from presence.operations import Operation, arun, call, redis, run
 from presence.rooms.rule import may_enter, room_rule
-from presence.store import get_store, merge
+from presence.store import StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead
 from presence.users import viewer_pk
 
@@ -76,11 +76,12 @@ def count_for(read: RoomRead | None, viewer_id: UserId, blocked: set[UserId]) ->
 
 
 def _room_counts(
-    rooms: Iterable[Any], viewer: Any, raise_refused: bool
+    rooms: Iterable[Any], viewer: Any, raise_refused: bool, strict: bool = False
 ) -> Operation[dict[str, int | None]]:
     """Each room's count for ``viewer``, by its name; a room whose rule refuses the viewer
     (anonymous viewers included) raises PermissionDenied, or reads None unless
-    ``raise_refused``."""
+    ``raise_refused``. ``strict``: a room Redis could not read raises StoreUnavailable (not
+    counted 0: nobody here would be false)."""
     names = parse_rooms(rooms)
     if not names:
         return {}
@@ -102,6 +103,8 @@ def _room_counts(
             merge([store.plans.read_room(name.name, now, 0, lookups) for name in counted])
         )
         for name, read in zip(counted, reads, strict=True):
+            if read is None and strict:
+                raise StoreUnavailable("Redis is unavailable: the rooms were not counted")
             counts[name.name] = count_for(read, viewer_id, blocked)
     return {name.name: counts[name.name] for name in names}
 
@@ -123,6 +126,13 @@ def room_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int]:
 
 async def aroom_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int]:
     found = await arun(_room_counts(rooms, viewer, True))
+    return {name: count or 0 for name, count in found.items()}
+
+
+def strict_room_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int]:
+    """:func:`room_counts`, raising StoreUnavailable while Redis cannot be read (the HTTP
+    endpoint's: a poll is told to try again, not shown empty rooms)."""
+    found = run(_room_counts(rooms, viewer, True, strict=True))
     return {name: count or 0 for name, count in found.items()}
 
 

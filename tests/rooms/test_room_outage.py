@@ -107,6 +107,25 @@ async def test_a_failed_join_leaves_the_connections_other_rooms_as_they_were(
 
 
 @pytest.mark.django_db
+def test_the_counts_endpoint_answers_503_not_empty_rooms_during_an_outage(
+    make_user: Callable[..., Any], settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    quiet_outage(caplog)
+    alice = make_user()
+    enter(alice, ROOM)
+    client = Client()
+    quiet_login(client, alice)
+    url = f"/presence/api/room_counts?room={ROOM}"
+    with unreachable_presence_redis(settings):
+        response = client.get(url)
+        assert response.status_code == 503, response.content
+        assert response["Retry-After"] == "2"
+        assert response.json()["error"]["code"] == "unavailable"
+        assert client.get("/presence/api/room_counts?room=Bad").status_code == 400
+    assert client.get(url).json() == {"counts": {ROOM: 1}}
+
+
+@pytest.mark.django_db
 def test_the_endpoint_answers_503_unavailable_during_an_outage(
     make_user: Callable[..., Any], settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -195,9 +195,9 @@ async def test_a_heartbeat_that_changes_nothing_is_not_even_parsed(
     parsed: list[str | None] = []
     parse = domain.parse_frame
 
-    def counting(text: str | None, *args: Any) -> Any:
+    def counting(text: str | None, *args: Any, **kwargs: Any) -> Any:
         parsed.append(text)
-        return parse(text, *args)
+        return parse(text, *args, **kwargs)
 
     monkeypatch.setattr(domain, "parse_frame", counting)
     clock.shift(1)

@@ -169,7 +169,7 @@ SETTING_NAMES = frozenset(f.name for f in fields(PresenceSettings))
 #: the two equal), named here because the core may not import the feed; left in PRESENCE they
 #: are reported by the feed's check when it is installed, else by presence.W001
 FEED_SETTING_NAMES = frozenset(
-    {"ACTIVITY_MAX_LENGTH", "RECORD_STATUS_ACTIVITIES", "MENTION_URL", "HANDLE_FIELD"}
+    {"ACTIVITY_MAX_LENGTH", "RECORD_STATUS_ACTIVITIES", "MENTION_URL", "HANDLE_FIELD", "CAN_READ"}
 )
 
 

@@ -149,3 +149,27 @@ def page_through(fetch: Callable[[str | None], Any], limit_check: int) -> list[i
         if cursor is None:
             return ids
     raise AssertionError("paging did not end")
+
+
+# --- PRESENCE_FEED["CAN_READ"] rules (named by dotted path in the tests' settings) -----------
+
+
+def members_read_groups(user: Any, feed: str) -> bool:
+    """A site whose groups are private: a group's timeline to its members only."""
+    if not feed.startswith("group:"):
+        return True
+    return Membership.objects.filter(group__slug=feed[6:], user=user).exists()
+
+
+def reads_nothing(user: Any, feed: str) -> bool:
+    return False
+
+
+def rule_that_raises(user: Any, feed: str) -> bool:
+    raise RuntimeError("a bug in the site's rule")
+
+
+#: the dotted paths of the rules above
+MEMBERS_READ_GROUPS = f"{__name__}.members_read_groups"
+READS_NOTHING = f"{__name__}.reads_nothing"
+RULE_THAT_RAISES = f"{__name__}.rule_that_raises"

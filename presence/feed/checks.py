@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db.models import F, UniqueConstraint
+from django.utils.module_loading import import_string
 
 from presence.conf import user_settings as presence_settings
 from presence.feed.conf import SETTING_NAMES, FeedSettings, user_settings
@@ -115,4 +116,32 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     mention_url = raw.get("MENTION_URL")
     if mention_url is not None and (not isinstance(mention_url, str) or not mention_url):
         messages.append(_bad_value("MENTION_URL", mention_url, "a URL name (a string) or None"))
+    rule = raw.get("CAN_READ")
+    if rule is not None:
+        if not isinstance(rule, str) or not rule:
+            messages.append(_bad_value("CAN_READ", rule, "a dotted path (a string) or None"))
+        else:
+            messages += _check_rule(rule)
     return messages
+
+
+def _check_rule(path: str) -> list[CheckMessage]:
+    """presence_feed.E004: CAN_READ names no function (it does not import, or is not callable).
+    Every timeline is refused until it is fixed."""
+    try:
+        found = import_string(path)
+    except Exception as error:  # (".x" is a ValueError; a module may raise anything)
+        problem = f"does not import ({type(error).__name__}: {error})"
+    else:
+        if callable(found):
+            return []
+        problem = f"names a {type(found).__name__}, not a function"
+    return [
+        Error(
+            f"PRESENCE_FEED['CAN_READ'] = {path!r} {problem}; every timeline is refused (over "
+            "HTTP and watch_feed) until it is fixed.",
+            hint="Name a function can_read(user, feed) -> bool by its dotted path (e.g. "
+            '"groups.rules.can_read_feed"), or remove the key to open every timeline.',
+            id="presence_feed.E004",
+        )
+    ]

@@ -29,6 +29,11 @@ class FeedSettings:
     #: mention suggestions, feed JSON ("username") and mention links use; None: USERNAME_FIELD.
     #: A handle containing "@" (an e-mail address) is never shown, mentioned or suggested
     HANDLE_FIELD: str | None = None
+    #: dotted path of ``can_read(user, feed) -> bool``: whether ``user`` may read the timeline
+    #: named ``feed`` (``following``, ``mentions``, ``user:<id>``, ``group:<slug>``), asked by
+    #: the feed's endpoints and by ``watch_feed``; a refusal looks like a timeline that does not
+    #: exist. None: every timeline is open (each activity still shown by its author's privacy)
+    CAN_READ: str | None = None
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(FeedSettings))

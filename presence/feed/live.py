@@ -97,9 +97,16 @@ async def watch_feed(connection: Any, message: WatchFeed) -> None:
             "too_many_feeds",
             gettext("At most %(limit)d live timelines per connection.") % {"limit": MAX_FEEDS},
         )
-    if not await sync_to_async(api.feed_exists)(feed):
+    if not await sync_to_async(_readable)(connection.user, feed):
+        # A timeline the site's rule refuses is answered as one that does not exist: which
+        # private groups (or users) exist is not told either.
         raise InvalidInput("unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed})
     await hub.join_topic(connection, KIND, feed)
+
+
+def _readable(user: Any, feed: str) -> bool:
+    """Whether ``feed`` exists and ``user`` may read it (PRESENCE_FEED["CAN_READ"])."""
+    return api.feed_exists(feed) and api.may_read(user, feed)
 
 
 async def unwatch_feed(connection: Any, message: UnwatchFeed) -> None:

@@ -68,9 +68,13 @@ def _page(page: feed.Page) -> JsonResponse:
     return JsonResponse(feed.page_as_dict(page))
 
 
-def _group_or_404(slug: str) -> Group | HttpResponse:
+def _group_or_404(slug: str, reader: Any) -> Group | HttpResponse:
+    """The group of ``slug``, if the site lets ``reader`` read its timeline
+    (PRESENCE_FEED["CAN_READ"]): a refusal is the 404 of a group that does not exist."""
     # Only a slug's characters reach the query (NUL would be a database error on PostgreSQL).
     group = Group.objects.filter(slug=slug).first() if SLUG.fullmatch(slug) else None
+    if group is not None and not feed.may_read(reader, f"group:{slug}"):
+        group = None
     if group is None:
         return error(
             "unknown_group", _("No group %(slug)s.") % {"slug": repr(slug[:60])}, status=404
@@ -90,12 +94,22 @@ def following_view(request: HttpRequest) -> HttpResponse:
     flag = request.GET.get("include_self", "0")
     if flag not in _FLAGS:
         raise InvalidInput("invalid_value", _("'include_self' must be 0 or 1."))
+    if not feed.may_read(request.user, "following"):
+        return _no_timeline("following")
     page = feed.following_timeline(request.user, cursor=_cursor(request), include_self=_FLAGS[flag])
     return _page(page)
 
 
+def _no_timeline(name: str) -> HttpResponse:
+    """The site's rule (PRESENCE_FEED["CAN_READ"]) refuses the caller one of their own
+    timelines: answered as watch_feed answers it."""
+    return error("unknown_feed", _("No such timeline: %(feed)s.") % {"feed": name}, status=404)
+
+
 @_feed_view("GET")
 def mentions_view(request: HttpRequest) -> HttpResponse:
+    if not feed.may_read(request.user, "mentions"):
+        return _no_timeline("mentions")
     return _page(feed.mentions_timeline(request.user, cursor=_cursor(request)))
 
 
@@ -105,14 +119,17 @@ def user_view(request: HttpRequest, user_id: str) -> HttpResponse:
         pk: Any = parse_user_id(user_id)  # Any: the site's pk type
     except ValueError:  # an id the pk cannot be names no user either
         return error("unknown_user", _("No user %(id)s.") % {"id": user_id[:60]}, status=404)
-    if not get_user_model()._default_manager.filter(pk=pk).exists():
+    # A timeline the site's rule refuses is answered as a user that does not exist.
+    if not get_user_model()._default_manager.filter(pk=pk).exists() or not feed.may_read(
+        request.user, "user:" + feed.feed_key(pk)
+    ):
         return error("unknown_user", _("No user %(id)s.") % {"id": pk}, status=404)
     return _page(feed.user_timeline(pk, request.user, cursor=_cursor(request)))
 
 
 @_feed_view("GET")
 def group_view(request: HttpRequest, slug: str) -> HttpResponse:
-    group = _group_or_404(slug)
+    group = _group_or_404(slug, request.user)
     if isinstance(group, HttpResponse):
         return group
     return _page(feed.group_timeline(group, request.user, cursor=_cursor(request)))
@@ -144,7 +161,9 @@ def leave_view(request: HttpRequest, slug: str) -> HttpResponse:
 def _membership(
     request: HttpRequest, slug: str, change: Callable[[Any, Any], object]
 ) -> HttpResponse:
-    group = _group_or_404(slug)
+    # A group whose timeline the site's rule refuses the caller (a private group, to a
+    # non-member) cannot be joined here either: the site admits its members its own way.
+    group = _group_or_404(slug, request.user)
     if isinstance(group, HttpResponse):
         return group
     limited = over_rate_limit(request)

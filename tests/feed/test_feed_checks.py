@@ -36,6 +36,8 @@ def test_e001_presence_feed_must_be_a_dict(settings: Any) -> None:
         ("MENTION_URL", 5),
         ("HANDLE_FIELD", ""),
         ("HANDLE_FIELD", 3),
+        ("CAN_READ", ""),
+        ("CAN_READ", 5),
     ],
 )
 def test_feed_settings_are_checked(settings: Any, key: str, bad: Any) -> None:
@@ -51,6 +53,32 @@ def test_good_feed_settings_pass_the_checks(settings: Any) -> None:
     }
     assert check_settings() == []
     settings.PRESENCE_FEED = {"MENTION_URL": None, "RECORD_STATUS_ACTIVITIES": False}
+    assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        ("tests.feed_cases.no_such_rule", "does not import (ImportError"),
+        ("no_such_module.rule", "does not import (ModuleNotFoundError"),
+        (".rule", "does not import"),
+        ("tests.feed_cases.MEMBERS_READ_GROUPS", "names a str, not a function"),
+    ],
+)
+def test_e004_a_can_read_rule_that_names_no_function(
+    settings: Any, path: str, problem: str
+) -> None:
+    settings.PRESENCE_FEED = {"CAN_READ": path}
+    [message] = check_settings()
+    assert message.id == "presence_feed.E004"
+    assert f"= {path!r} {problem}" in message.msg
+    assert "can_read(user, feed)" in message.hint
+
+
+def test_a_can_read_rule_that_imports_passes(settings: Any) -> None:
+    settings.PRESENCE_FEED = {"CAN_READ": "tests.feed_cases.members_read_groups"}
+    assert check_settings() == []
+    settings.PRESENCE_FEED = {"CAN_READ": None}
     assert check_settings() == []
 
 

@@ -17,6 +17,7 @@ from presence.feed import api as feed
 from presence.feed import live
 from presence.feed.models import Group
 from presence.models import Block, Contact, PrivacySettings
+from tests.feed_cases import MEMBERS_READ_GROUPS
 from tests.ids import missing_id, uid
 from tests.live.sockets import (
     TIMEOUT,
@@ -265,6 +266,34 @@ async def test_unwatching_stops_and_bad_feeds_are_errors(
     assert await subscribe(socket) == state({})
     await post(author, "unseen")
     await assert_silent(socket)
+
+
+async def test_a_private_groups_timeline_is_watched_by_its_members_only(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """PRESENCE_FEED["CAN_READ"] decides who may watch a timeline, as who may read it over
+    HTTP: a refusal is answered as a group that does not exist (which private groups exist is
+    not told), and the group's posts never reach the one refused."""
+    settings.PRESENCE_FEED = {"CAN_READ": MEMBERS_READ_GROUPS}
+    member = await new_user(make_user, username="member")
+    outsider = await new_user(make_user, username="outsider")
+    await sync_to_async(PrivacySettings.objects.create)(user=member, activity_visibility="everyone")
+    group = await sync_to_async(Group.objects.create)(name="Secret", slug="secret-board")
+    await sync_to_async(feed.join)(member, group)
+    inside, outside = await sockets.open(member), await sockets.open(outsider)
+    for name in ("group:secret-board", "group:no-such-board"):
+        await outside.send_json_to({"type": "watch_feed", "feed": name})
+        assert await receive(outside) == error(
+            "unknown_feed", f"No such timeline: {name}.", feed=name, answers="watch_feed"
+        )
+    await watch(inside, "group:secret-board")
+    await post(member, "members only: the plan")
+    assert await activity_frame(inside) == (
+        ["group:secret-board"],
+        "member",
+        "members only: the plan",
+    )
+    await assert_silent(outside)
 
 
 async def test_a_failed_watch_names_its_feed_and_other_errors_name_none(

@@ -16,7 +16,15 @@ from presence.feed import api as feed
 from presence.feed.models import Activity, Group, Membership, Mention
 from presence.models import Block, Contact, PrivacySettings
 from tests.clock import T0, at
-from tests.feed_cases import FEED_CASE_IDS, FEED_CASES, admitted, build_case
+from tests.feed_cases import (
+    FEED_CASE_IDS,
+    FEED_CASES,
+    MEMBERS_READ_GROUPS,
+    READS_NOTHING,
+    RULE_THAT_RAISES,
+    admitted,
+    build_case,
+)
 from tests.ids import missing_id, uid, wire_id
 
 pytestmark = [
@@ -246,6 +254,48 @@ def test_unknown_group_and_user_are_404_json(client: Client) -> None:
     nobody = missing_id()
     assert _error(client.get(user_url(nobody)), 404, "unknown_user") == f"No user {nobody}."
     assert not Membership.objects.exists()
+
+
+def test_a_group_the_sites_rule_refuses_is_answered_as_one_that_does_not_exist(
+    client: Client, alice: Any, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """PRESENCE_FEED["CAN_READ"]: a private group's timeline to its members only, over HTTP
+    as over the socket (watch_feed); a refusal is the 404 of a group that does not exist (which
+    private groups exist is not told), and such a group cannot be joined here either."""
+    settings.PRESENCE_FEED = {"CAN_READ": MEMBERS_READ_GROUPS}
+    member = make_user("member")
+    PrivacySettings.objects.create(user=member, activity_visibility="everyone")
+    group = Group.objects.create(name="Secret", slug="secret")
+    feed.join(member, group)
+    activity = feed.post(member, "members only")
+    refused = _error(client.get(group_url("secret")), 404, "unknown_group")
+    assert refused == "No group 'secret'."
+    for action in ("join", "leave"):
+        _error(_post(client, group_url("secret", action)), 404, "unknown_group")
+    assert not feed.is_member(alice, group)
+    # Its member reads it; the other timelines are open (the rule's choice).
+    member_client = Client()
+    member_client.force_login(member)
+    read = member_client.get(group_url("secret")).json()["activities"]
+    assert [a["id"] for a in read] == [activity.pk]
+    assert [a["id"] for a in client.get(user_url(member.pk)).json()["activities"]] == [activity.pk]
+
+
+def test_a_rule_that_refuses_or_raises_closes_every_timeline(
+    client: Client, alice: Any, make_user: Callable[..., Any], settings: Any
+) -> None:
+    bob = make_user("bob")
+    Group.objects.create(name="Open", slug="open")
+    for rule in (READS_NOTHING, RULE_THAT_RAISES):
+        settings.PRESENCE_FEED = {"CAN_READ": rule}
+        for url in (FOLLOWING, MENTIONS):
+            name = url.rsplit("/", 1)[1]
+            assert _error(client.get(url), 404, "unknown_feed") == f"No such timeline: {name}."
+        assert _error(client.get(user_url(bob.pk)), 404, "unknown_user") == f"No user {bob.pk}."
+        _error(client.get(group_url("open")), 404, "unknown_group")
+    # A path that names no function refuses everyone too (presence_feed.E004 reports it).
+    settings.PRESENCE_FEED = {"CAN_READ": "tests.feed_cases.no_such_rule"}
+    _error(client.get(FOLLOWING), 404, "unknown_feed")
 
 
 @pytest.mark.parametrize("segment", ["abc", "-1", "1.0", "%00", "%C3%A9", "%20", "x" * 300])

@@ -26,6 +26,7 @@ from presence.domain import InvalidInput
 from presence.feed.api.audience import feed_exists as feed_exists
 from presence.feed.api.audience import feed_key as feed_key
 from presence.feed.api.audience import live_audience as live_audience
+from presence.feed.api.audience import may_read
 from presence.feed.api.groups import is_member as is_member
 from presence.feed.api.groups import join, leave
 from presence.feed.api.posting import MAX_MENTION_NAMES as MAX_MENTION_NAMES
@@ -67,6 +68,7 @@ __all__ = [
     "group_timeline",
     "join",
     "leave",
+    "may_read",
     "mentions_timeline",
     "post",
     "render_text",

@@ -3,17 +3,26 @@ presence.feed.live): who of the watching viewers sees it on which feed, by the t
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.utils.module_loading import import_string
 
 from presence import domain, relations
 from presence.domain import UserId
 from presence.feed.api.posting import mentions_of
 from presence.feed.api.rendering import activity_as_dict
+from presence.feed.conf import get_settings
 from presence.feed.models import Activity, Group, Membership
 from presence.models import Contact
 from presence.users import parse_user_id
+
+logger = logging.getLogger("presence")
+
+#: paths of CAN_READ that did not import, logged once each
+_TOLD: set[str] = set()
 
 
 def feed_key(user_id: UserId) -> str:
@@ -34,6 +43,41 @@ def feed_exists(feed: str) -> bool:
     if kind == "group":
         return Group.objects.filter(slug=key).exists()
     return True
+
+
+def may_read(user: Any, feed: str) -> bool:
+    """Whether ``user`` may read the timeline ``feed`` (a valid name: ``following``,
+    ``mentions``, ``user:<id>``, ``group:<slug>``), by the site's ``PRESENCE_FEED["CAN_READ"]``
+    (None: every timeline). A rule that raises refuses (the error is logged); a path that does
+    not import refuses everyone (presence_feed.E004 reports it)."""
+    path = get_settings().CAN_READ
+    if path is None:
+        return True
+    rule = _rule(path)
+    if rule is None:
+        return False
+    try:
+        return bool(rule(user, feed))
+    except Exception:
+        logger.exception("Presence: PRESENCE_FEED['CAN_READ'] raised for %s; refused.", feed)
+        return False
+
+
+def _rule(path: str) -> Callable[[Any, str], Any] | None:
+    try:
+        found = import_string(path)
+    except Exception:  # (not only ImportError: ".x" is a ValueError, a module may raise)
+        found = None
+    if callable(found):
+        return found  # type: ignore[no-any-return]
+    if path not in _TOLD:
+        _TOLD.add(path)
+        logger.error(
+            "Presence: PRESENCE_FEED['CAN_READ'] = %r names no function; every timeline is "
+            "refused (see the system check presence_feed.E004).",
+            path,
+        )
+    return None
 
 
 def live_audience(

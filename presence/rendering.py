@@ -479,8 +479,8 @@ def prefetch_room_counts(request: Any, rooms: Any, kind: str | None = None) -> N
         cache.update(visible_room_counts(names[start : start + limit], viewer))
 
 
-def room_count_of(request: Any, room: Any, room_id: Any = None) -> int | None:
-    """The room's count as the viewer may see it (room_presence's count), from what
+def room_count_of(request: Any, room: Any, room_id: Any = None) -> tuple[str, int] | None:
+    """The room's name and count as the viewer may see it (room_presence's count), from what
     :func:`prefetch_room_counts` read, else read now; None for an anonymous viewer, or a room
     the viewer may not see (refused, undeclared or malformed)."""
     viewer = _viewer(request)
@@ -492,17 +492,27 @@ def room_count_of(request: Any, room: Any, room_id: Any = None) -> int | None:
     cache = _room_counts_cache(request)
     if names[0] not in cache:
         cache.update(visible_room_counts(names, viewer))
-    return cache[names[0]]
+    count = cache[names[0]]
+    return None if count is None else (names[0], count)
 
 
-def room_count(count: int | None) -> SafeString:
-    """``{% room_count %}``: the count in the page's language, as the page was rendered (not
-    kept live: presence.js joins only the rooms of ``{% room_presence %}``); nothing where the
-    viewer may not see the room."""
-    if count is None:
+def room_count(counted: tuple[str, int] | None) -> SafeString:
+    """``{% room_count %}``: the count in the page's language, in an element presence.js keeps
+    live without joining the room (watch_room_count over the socket, else a poll of the
+    counts endpoint its attribute names); nothing where the viewer may not see the room."""
+    if counted is None:
         return SafeString("")
+    name, count = counted
+    try:
+        endpoint = reverse("presence:room_counts")
+    except NoReverseMatch:  # a site without presence's URLs: live over the socket only
+        endpoint = ""
     return format_html(
-        '<span class="presence-room-count">{}</span>', number_format(count, force_grouping=True)
+        '<span class="presence-room-count" data-presence-room-count-of="{}"'
+        ' data-presence-room-counts-endpoint="{}">{}</span>',
+        name,
+        endpoint,
+        number_format(count, force_grouping=True),
     )
 
 

@@ -184,11 +184,13 @@ class _RoomCountNode(template.Node):
 
     def render(self, context: template.Context) -> str:
         request = rendering.request_of(context)
-        count = rendering.room_count_of(request, *(part.resolve(context) for part in self.room))
+        counted = rendering.room_count_of(request, *(part.resolve(context) for part in self.room))
         if self.var is None:
-            return rendering.room_count(count)
+            return rendering.room_count(counted)
         # "as n": the number alone, in the page's language ("" where the room is not shown)
-        context[self.var] = "" if count is None else number_format(count, force_grouping=True)
+        context[self.var] = (
+            "" if counted is None else number_format(counted[1], force_grouping=True)
+        )
         return ""
 
 
@@ -196,9 +198,9 @@ class _RoomCountNode(template.Node):
 def room_count(parser: template.base.Parser, token: template.base.Token) -> _RoomCountNode:
     """How many are in the room now as the viewer may see them (room_presence's count), in a
     ``<span class="presence-room-count">``: ``{% room_count "topic" topic.pk %}`` or
-    ``{% room_count "topic:42" %}``; ``... as n`` stores the number alone. The page's snapshot,
-    not kept live; nothing where the viewer may not see the room. After
-    ``{% prefetch_room_counts %}`` it costs nothing more."""
+    ``{% room_count "topic:42" %}``; ``... as n`` stores the number alone (the page's
+    snapshot). presence.js keeps the element live without joining the room; nothing where the
+    viewer may not see the room. After ``{% prefetch_room_counts %}`` it costs nothing more."""
     bits = token.split_contents()
     var = None
     if len(bits) >= 4 and bits[-2] == "as":

@@ -967,3 +967,111 @@ def test_an_activity_that_comes_again_is_shown_once(client: Callable[..., Client
     c.receive({"type": "activity", "feeds": ["following", "mentions"], "activity": activity})
     c.receive({"type": "activity", "feeds": ["following"], "activity": {"id": 8}})
     assert c.js("() => __shown") == [[["following"], 7], [["mentions"], 7], [["following"], 8]]
+
+
+# --- rooms' counts ({% room_count %}) ------------------------------------------------------------
+
+COUNTS_ENDPOINT = "/presence/api/room_counts"
+
+
+def counts(*rooms: tuple[str, int]) -> str:
+    """The markup {% room_count %} renders for each (room, count)."""
+    return "".join(f"{rendering.room_count((room, n))} here;" for room, n in rooms)
+
+
+def count_of(c: Client, room: str) -> list[str]:
+    result: list[str] = c.js(
+        "(room) => Array.from(document.querySelectorAll(`[data-presence-room-count-of='${room}']`))"
+        ".map((el) => el.textContent)",
+        room,
+    )
+    return result
+
+
+def test_room_counts_are_watched_over_the_socket_not_joined(
+    client: Callable[..., Client],
+) -> None:
+    c = client(counts(("topic:1", 3), ("topic:2", 0), ("topic:1", 3)))
+    c.js("() => { window.__counts = []; presence.on('room_count', (d) => __counts.push(d)); }")
+    c.open_socket()
+    assert c.sent("watch_room_count") == [
+        {"type": "watch_room_count", "room": "topic:1"},
+        {"type": "watch_room_count", "room": "topic:2"},
+    ]
+    assert not c.sent("join")  # the viewer is in no room: not "here now", no MAX_ROOMS place
+    c.receive({"type": "room_count", "room": "topic:1", "count": 1234})
+    assert count_of(c, "topic:1") == ["1,234", "1,234"]
+    assert count_of(c, "topic:2") == ["0"]
+    assert c.js("() => __counts") == [{"room": "topic:1", "count": 1234}]
+    # After a reconnect the counts are watched again.
+    c.tick(10_000)
+    c.close_socket(1006)
+    c.tick(60_000)
+    c.open_socket()
+    assert [f["room"] for f in c.sent("watch_room_count")] == ["topic:1", "topic:2"]
+    # A room's last element leaving the page: unwatched (and a new one watched).
+    c.js("() => document.querySelectorAll(`[data-presence-room-count-of='topic:2']`)[0].remove()")
+    c.add_element(counts(("topic:3", 0)))
+    c.tick(100)
+    assert c.sent("unwatch_room_count") == [{"type": "unwatch_room_count", "room": "topic:2"}]
+    assert c.sent("watch_room_count")[-1] == {"type": "watch_room_count", "room": "topic:3"}
+
+
+def test_without_a_socket_the_counts_are_polled_in_one_request(
+    client: Callable[..., Client],
+) -> None:
+    c = client(counts(("topic:1", 3), ("page:/a b", 0)))
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")  # a poll reads the counts too
+    assert c.fetches(COUNTS_ENDPOINT) == [f"{COUNTS_ENDPOINT}?room=topic%3A1&room=page%3A%2Fa%20b"]
+    c.answer(COUNTS_ENDPOINT, {"counts": {"topic:1": 5, "page:/a b": 2}})
+    assert count_of(c, "topic:1") == ["5"] and count_of(c, "page:/a b") == ["2"]
+    # A read that started before the socket's count arrived does not undo it.
+    c.js("() => { presence.refresh(); }")
+    c.tick(60_000)
+    c.open_socket()
+    c.receive({"type": "room_count", "room": "topic:1", "count": 7})
+    c.answer(COUNTS_ENDPOINT, {"counts": {"topic:1": 4, "page:/a b": 2}})
+    assert count_of(c, "topic:1") == ["7"]
+
+
+def test_a_refused_count_is_not_watched_again_and_answers_nothing_else(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM + counts(("topic:1", 3), ("topic:2", 0)))
+    c.open_socket()
+    c.tick(100)
+    c.js(
+        """() => { window.__r = [];
+        presence.setStatus({status: 'dnd'}).then((p) => __r.push(['ok', p.status]),
+                                                 (e) => __r.push(['err', e.code])); }"""
+    )
+    c.receive(
+        {
+            "type": "error",
+            "code": "forbidden",
+            "room": "topic:1",
+            "answers": "watch_room_count",
+            "message": "No.",
+        }
+    )
+    c.receive({"type": "status", "presence": presence("dnd", invisible=False)})
+    assert c.js("() => __r") == [["ok", "dnd"]]
+    # Unavailable: watched again with backoff; the refused one is not, nor is the room left.
+    c.receive(
+        {
+            "type": "error",
+            "code": "unavailable",
+            "room": "topic:2",
+            "answers": "watch_room_count",
+            "message": "Down.",
+        }
+    )
+    c.add_element(counts(("topic:1", 3)))  # the page is looked at again
+    c.tick(1_000)
+    assert [f["room"] for f in c.sent("watch_room_count")] == ["topic:1", "topic:2", "topic:2"]
+    assert [f["room"] for f in c.sent("join")] == ["doc:7"] and not c.sent("leave")
+    # The room of {% room_presence %} is joined as before; its refusal is the join's.
+    c.receive({"type": "error", "code": "forbidden", "room": "doc:7", "message": "No."})
+    c.tick(60_000)
+    assert len(c.sent("watch_room_count")) == 3

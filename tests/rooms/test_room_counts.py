@@ -165,16 +165,21 @@ def render(source: str, viewer: Any, **context: Any) -> str:
     return template.render(Context({"request": request, **context}))
 
 
-def count_html(count: int) -> str:
-    return f'<span class="presence-room-count">{count}</span>'
+def count_html(count: int, room: str) -> str:
+    """What {% room_count %} renders: the count, in an element presence.js keeps live by the
+    room's name (watch_room_count), polling the counts endpoint without a socket."""
+    return (
+        f'<span class="presence-room-count" data-presence-room-count-of="{room}"'
+        f' data-presence-room-counts-endpoint="/presence/api/room_counts">{count}</span>'
+    )
 
 
 def test_the_tag_shows_the_viewers_count(matrix: dict[str, Any]) -> None:
     viewer = matrix["viewer"]
-    assert render('{% room_count "post:1" %}', viewer) == count_html(5)
-    assert render('{% room_count "post" 2 %}', viewer) == count_html(2)
-    assert render('{% room_count "post" 3 %}', viewer) == count_html(0)
-    assert render('{% room_count "post:1" %}', matrix["stranger"]) == count_html(7)
+    assert render('{% room_count "post:1" %}', viewer) == count_html(5, "post:1")
+    assert render('{% room_count "post" 2 %}', viewer) == count_html(2, "post:2")
+    assert render('{% room_count "post" 3 %}', viewer) == count_html(0, "post:3")
+    assert render('{% room_count "post:1" %}', matrix["stranger"]) == count_html(7, "post:1")
     assert render('{% room_count "post:1" as n %}{{ n }} here', viewer) == "5 here"
 
 
@@ -187,7 +192,7 @@ def test_the_tag_shows_nothing_of_a_room_the_viewer_may_not_see(
         assert render(f"{{% room_count {room} %}}", viewer) == ""
         assert render(f"{{% room_count {room} as n %}}[{{{{ n }}}}]", viewer) == "[]"
     assert render('{% room_count "group:2" %}', AnonymousUser()) == ""
-    assert render('{% room_count "group:2" %}', viewer) == count_html(1)
+    assert render('{% room_count "group:2" %}', viewer) == count_html(1, "group:2")
 
 
 def test_prefetched_counts_cost_nothing_more(matrix: dict[str, Any]) -> None:
@@ -200,14 +205,14 @@ def test_prefetched_counts_cost_nothing_more(matrix: dict[str, Any]) -> None:
     with count_round_trips() as trips:
         html = render(source, viewer, ids=[1, 2, 3, "not an id"])
     assert trips.count == 1
-    assert html == f"{count_html(5)};{count_html(2)};{count_html(0)};;"
+    assert html == f"{count_html(5, ROOM)};{count_html(2, OTHER)};{count_html(0, EMPTY)};;"
     # Objects by their pk, and names (the malformed, undeclared and refused left out).
     topics = [SimpleNamespace(pk=1), SimpleNamespace(pk=2)]
     by_pk = '{% prefetch_room_counts "post" topics %}{% room_count "post" topics.1.pk %}'
-    assert render(by_pk, viewer, topics=topics) == count_html(2)
+    assert render(by_pk, viewer, topics=topics) == count_html(2, OTHER)
     names = ["post:1", "nosuchkind:1", "group:1", "not a room"]
     by_name = '{% prefetch_room_counts names %}{% room_count "post:1" %}'
-    assert render(by_name, viewer, names=names) == count_html(5)
+    assert render(by_name, viewer, names=names) == count_html(5, ROOM)
 
 
 def test_prefetch_reads_a_page_past_the_limit_in_batches(
@@ -223,4 +228,4 @@ def test_prefetch_reads_a_page_past_the_limit_in_batches(
     with count_round_trips() as trips:
         html = render(source, viewer, ids=[1, 2, 3])
     assert trips.count == 2
-    assert html == f"{count_html(5)};{count_html(2)};{count_html(0)};"
+    assert html == f"{count_html(5, ROOM)};{count_html(2, OTHER)};{count_html(0, EMPTY)};"

@@ -160,7 +160,7 @@ def test_the_topic_list_shows_how_many_are_in_each_topic_in_one_round_trip(
 ) -> None:
     ann, ben, cy = forum["ann"], forum["ben"], forum["cy"]
     public, general = forum["public"], forum["general"]
-    Topic.objects.create(category=general, user=ben, title="Quiet")
+    quiet = Topic.objects.create(category=general, user=ben, title="Quiet")
     enter(ann, f"topic:{public.pk}")
     enter(ben, f"topic:{public.pk}")
     viewer = signed_in(cy)
@@ -172,9 +172,12 @@ def test_the_topic_list_shows_how_many_are_in_each_topic_in_one_round_trip(
     # listed); beside them the dots' read and the page's online count.
     assert [trip for trip in trips.commands if "EVALSHA" in trip] == [["EVALSHA"] * 2]
     assert trips.count == 3, trips.commands
-    count = '<span class="presence-room-count">{}</span> here'
-    assert f"Welcome</a> by {dot(ann, 'online')} ann · {count.format(2)}</li>" in html
-    assert f"Quiet</a> by {dot(ben, 'online')} ben · {count.format(0)}</li>" in html
+    count = (
+        '<span class="presence-room-count" data-presence-room-count-of="topic:{}"'
+        ' data-presence-room-counts-endpoint="/presence/api/room_counts">{}</span> here'
+    )
+    assert f"Welcome</a> by {dot(ann, 'online')} ann · {count.format(public.pk, 2)}</li>" in html
+    assert f"Quiet</a> by {dot(ben, 'online')} ben · {count.format(quiet.pk, 0)}</li>" in html
     # An anonymous visitor is shown no count.
     assert "presence-room-count" not in Client().get(url).content.decode()
 

@@ -121,3 +121,30 @@ def test_participants_see_each_other_arrive_with_avatars_and_the_count_goes_up(
         {"type": "join", "room": room, "meta": None}
     ]
     assert a.http_requests == []  # pushed over the socket, never polled
+
+
+def test_the_topic_lists_counts_go_up_and_down_live_without_joining_the_topics(
+    browser: Browser, forum_server: Daphne, forum: dict[str, Any]
+) -> None:
+    """{% room_count %} on an index page: presence.js watches each topic's count
+    (watch_room_count), so the reader of the list is in no topic's room (not "here now" in
+    each, no room_entered, no MAX_ROOMS place) and sees the counts change live."""
+    ann, cy = forum["ann"], forum["cy"]
+    public, general = forum["public"], forum["general"]
+    room = f"topic:{public.pk}"
+    reader = on_the_page(browser, cy, forum_server, reverse("category", args=[general.slug]))
+    count = reader.page.locator(f'[data-presence-room-count-of="{room}"]')
+    expect(count).to_have_text("0")
+    a = on_the_page(browser, ann, forum_server, reverse("topic", args=[public.pk]))
+    expect(member(a, room, ann)).to_be_visible()
+    expect(count).to_have_text("1", timeout=(1 + MARGIN) * 1000)
+    # The reader joined no topic: ann's page lists her alone, and counts her alone.
+    expect(
+        a.page.locator(f'[data-presence-room="{room}"] [data-presence-room-count]')
+    ).to_have_text("1")
+    a.page.close()  # pagehide: ann leaves the topic; gone for everyone after the grace
+    expect(count).to_have_text("0", timeout=(LIVE["OFFLINE_GRACE"] + 1 + MARGIN) * 1000)
+    sent = reader.frames_sent
+    assert {"type": "watch_room_count", "room": room} in sent
+    assert not [f for f in sent if f["type"] == "join"]
+    assert reader.http_requests == []  # pushed over the socket, never polled

@@ -51,6 +51,12 @@
  *     socket is asked for it ("watch_count": only on pages that show it) and pushes its changes
  *     (at most one "online_count" frame per 5 s); polling reads the attribute's endpoint.
  *     Event "online_count" {count}.
+ *   Rooms' counts: every [data-presence-room-count-of="kind:id"] ({% room_count %}) shows the
+ *     room's count as the viewer may see it, kept live without joining the room: the socket
+ *     is asked for it ("watch_room_count", again after every reconnect; "unwatch_room_count"
+ *     once its last element left the page) and pushes "room_count" frames; polling reads every
+ *     such room's count in one request (data-presence-room-counts-endpoint).
+ *     Event "room_count" {room, count}.
  *   Rooms: every [data-presence-room="kind:id"] ({% room_presence %}) is joined and kept
  *     live (members, others, count); event "room" {room, members, others, count}.
  *     joinRoom(name, meta) joins (again: replaces meta), leaveRoom(name), room(name) -> view;
@@ -417,6 +423,7 @@
     stopPolling();
     pollRooms();
     pollCount();
+    pollRoomCounts();
     const presences = await load();
     schedulePoll();
     return presences;
@@ -469,6 +476,9 @@
       feeds.forEach((feed) => send({ type: "watch_feed", feed }));
       countWatched = false;
       watchCount();
+      countedRooms.clear();
+      refusedCounts.clear();
+      watchRoomCounts();
       joinRooms();
       sync();
     };
@@ -605,6 +615,8 @@
       }
     } else if (message.type === "online_count") {
       showCount(message.count);
+    } else if (message.type === "room_count") {
+      showRoomCount(message.room, message.count);
     } else if (message.type === "activity") {
       showActivity(message.feeds, message.activity);
     } else if (message.type === "status") {
@@ -621,6 +633,10 @@
       // took the connection out of the room. Anything else is the late answer of a page that
       // was given up on: ignored.
       const room = message.room;
+      if (refusedCount(room, message.code, message.answers)) {
+        emit("error", { code: message.code, message: message.message });
+        return;
+      }
       const ask = answeredAsk(room);
       if (ask && ask.kind === "more") {
         if (roomPages.get(room) === ask.page) {
@@ -927,6 +943,133 @@
       .then((response) => (response.ok ? response.json() : null))
       .then((body) => body && countShownAt < started && showCount(body.count, started))
       .catch(() => {}); // the next poll tries again
+  }
+
+  // --- rooms' counts ({% room_count %}) -----------------------------------------------------
+  // Each [data-presence-room-count-of="kind:id"] shows the room's count as the viewer may see
+  // it. The socket watches the room's count (watch_room_count: the room is not joined, so the
+  // viewer is neither listed nor counted there, and no MAX_ROOMS place is taken) and pushes a
+  // room_count frame when it changes; without a socket each poll reads every such room's count
+  // in one request (the elements' data-presence-room-counts-endpoint).
+  const COUNT_OF = "data-presence-room-count-of";
+  const COUNTS_ENDPOINT = "data-presence-room-counts-endpoint";
+  const ROOM_COUNTS_PER_READ = 100; // the endpoint's ROOM_LIST_LIMIT by default
+  const countedRooms = new Set(); // rooms whose count is watched on this connection
+  // Rooms whose watch was refused on this connection: room -> code (not asked again on it;
+  // too_many_watched_rooms until the page drops a watched room)
+  const refusedCounts = new Map();
+  const countRetries = new Map(); // room -> {tries, timer}: "unavailable", watched again later
+  const roomCountShownAt = new Map(); // room -> sequence of the count shown (see renderedAt)
+  let roomCountsTimer = null;
+
+  const countRoomElements = () => document.querySelectorAll(`[${COUNT_OF}]`);
+  function pageCountRooms() {
+    const rooms = new Set();
+    countRoomElements().forEach((el) => rooms.add(el.getAttribute(COUNT_OF)));
+    rooms.delete("");
+    return rooms;
+  }
+
+  // Watch the counts of the rooms on the page not watched on this connection; unwatch those
+  // no longer there.
+  function watchRoomCounts() {
+    roomCountsTimer = null;
+    if (!isOpen()) return;
+    const wanted = pageCountRooms();
+    refusedCounts.forEach((code, room) => wanted.has(room) || refusedCounts.delete(room));
+    let freed = false;
+    countedRooms.forEach((room) => {
+      if (wanted.has(room)) return;
+      countedRooms.delete(room);
+      send({ type: "unwatch_room_count", room });
+      freed = true;
+    });
+    if (freed) {
+      refusedCounts.forEach((code, room) => {
+        if (code === "too_many_watched_rooms") refusedCounts.delete(room);
+      });
+    }
+    wanted.forEach((room) => {
+      if (countedRooms.has(room) || refusedCounts.has(room)) return;
+      const retry = countRetries.get(room);
+      if (retry && retry.timer) return; // watched again when its backoff ends
+      countedRooms.add(room);
+      send({ type: "watch_room_count", room });
+    });
+  }
+
+  function scheduleRoomCounts() {
+    if (!roomCountsTimer) roomCountsTimer = setTimeout(watchRoomCounts, 50);
+  }
+
+  function showRoomCount(room, count, at = nextSequence()) {
+    if (typeof room !== "string" || typeof count !== "number" || !Number.isFinite(count)) return;
+    roomCountShownAt.set(room, at);
+    const text = formatCount(count);
+    countRoomElements().forEach((el) => {
+      if (el.getAttribute(COUNT_OF) === room && el.textContent !== text) el.textContent = text;
+    });
+    emit("room_count", { room, count });
+  }
+
+  // An error naming a room answers a watch_room_count (or, unprompted "forbidden", says the
+  // room's rule no longer lets the viewer see a count it watches and does not join): whether
+  // it was one. "unavailable" and "internal_error" are watched again with backoff; the others
+  // refuse the room's count on this connection.
+  function refusedCount(room, code, answers) {
+    const mine =
+      answers === "watch_room_count" ||
+      answers === "unwatch_room_count" ||
+      (answers === undefined &&
+        code === "forbidden" &&
+        countedRooms.has(room) &&
+        !joinedRooms.has(room));
+    if (!mine) return false;
+    if (answers === "unwatch_room_count" || !countedRooms.has(room)) return true;
+    countedRooms.delete(room);
+    if (code === "unavailable" || code === "internal_error") {
+      const retry = countRetries.get(room) || { tries: 0, timer: null };
+      retry.tries += 1;
+      clearTimeout(retry.timer);
+      retry.timer = setTimeout(() => {
+        retry.timer = null;
+        watchRoomCounts();
+      }, backoff(retry.tries));
+      countRetries.set(room, retry);
+    } else {
+      refusedCounts.set(room, code);
+    }
+    return true;
+  }
+
+  // Without a socket the counts are read over HTTP with each poll: one request for every
+  // room on the page (ROOM_COUNTS_PER_READ at most each), one id per room of HTTP_READ_LIMIT.
+  function pollRoomCounts() {
+    const first = countRoomElements()[0];
+    const url = first && first.getAttribute(COUNTS_ENDPOINT);
+    const rooms = Array.from(pageCountRooms());
+    if (!url || !rooms.length) return;
+    for (let i = 0; i < rooms.length; i += ROOM_COUNTS_PER_READ) {
+      const query = rooms
+        .slice(i, i + ROOM_COUNTS_PER_READ)
+        .map((room) => `room=${encodeURIComponent(room)}`)
+        .join("&");
+      const started = nextSequence();
+      fetch(`${url}${url.includes("?") ? "&" : "?"}${query}`, {
+        credentials: "same-origin",
+        headers: { Accept: "application/json" },
+      })
+        .then((response) => (response.ok ? response.json() : null))
+        .then((body) => {
+          const counts = (body && body.counts) || {};
+          Object.keys(counts).forEach((room) => {
+            if ((roomCountShownAt.get(room) || 0) < started) {
+              showRoomCount(room, counts[room], started);
+            }
+          });
+        })
+        .catch(() => {}); // the next poll tries again
+    }
   }
 
   // --- rooms ({% room_presence %}) ---------------------------------------------------------
@@ -1448,6 +1591,18 @@
         (m) => Array.from(m.addedNodes).some(touched) || Array.from(m.removedNodes).some(touched)
       );
       watchCount();
+      const countsTouched = (node) =>
+        node.nodeType === Node.ELEMENT_NODE &&
+        (node.hasAttribute(COUNT_OF) || node.querySelector(`[${COUNT_OF}]`));
+      if (
+        mutations.some(
+          (m) =>
+            Array.from(m.addedNodes).some(countsTouched) ||
+            Array.from(m.removedNodes).some(countsTouched)
+        )
+      ) {
+        scheduleRoomCounts();
+      }
       if (!changed) return;
       roomViews.forEach((view, room) => showRoom(room)); // a copy added later shows the room
       scheduleRooms();

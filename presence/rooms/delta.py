@@ -41,7 +41,8 @@ class RoomDelta:
     present: int
     #: the changed users present now, by join time, with their entries
     members: dict[UserId, MemberEntry]
-    #: invisible members present now (the room's flags, and changed users now invisible)
+    #: invisible members present now (the room's flags: a changed user who chose to be
+    #: invisible since is not listed, and counted until the flag is written)
     invisible: set[UserId]
     #: each viewer's users present with a block either way between them
     blocked: dict[UserId, set[UserId]]
@@ -257,14 +258,10 @@ def _room_delta(
         )
         if live is None:
             return None
+    # Counted by the room's flags alone, as a fresh read and room_counts count: a member who
+    # went invisible resolves offline (not listed) and is counted until their connections
+    # write the flag (announced: within COALESCE_WINDOW) or, with none left, their stay ends.
     invisible = set(read.invisible)
-    # A member who went invisible since joining is left out at once (the flag follows).
-    choices = pairs.choices
-    invisible.update(uid for uid in present if uid in choices and choices[uid].invisible)
-    for found in (scanned, looked_up):
-        for uid in [uid for uid in found if uid in choices and choices[uid].invisible]:
-            invisible.add(uid)
-            del found[uid]
     members = {uid: read.members[uid] for uid in present}
     # A contact row or an exception of the target's for the viewer, or a block: not a
     # stranger. (With reciprocity a viewer's own choices count too: no viewer is taken for a

@@ -44,10 +44,15 @@ def listable(
     presence_of: Callable[[UserId, Relation], Presence],
 ) -> list[tuple[Candidate, Member]]:
     """The members the viewer may list, with what it is shown of each: of ``members`` but
-    ``excluded`` (invisible, a block between them), those whose presence as the viewer sees
-    it lists them; those the viewer may not count (gone invisible since joining: the room
-    learns it at its next announcement) are added to ``excluded``; a member without facts
-    (a user deleted since joining) is counted, never listed."""
+    ``excluded`` (invisible by the room's flags, a block between them), those whose presence
+    as the viewer sees it lists them; those the viewer may not count (a block since joining)
+    are added to ``excluded``; a member without facts (a user deleted since joining) is
+    counted, never listed.
+
+    Whether a member counts follows the room's invisible flag alone, as every count does
+    (room_counts, a live view's diffs): one who went invisible since their connections last
+    wrote it (none left to write it: closed within OFFLINE_GRACE, crashed) resolves offline,
+    so is not listed, but is counted until the flag is written or their stay ends."""
     found = []
     for uid, entry in members.items():
         if uid in excluded:
@@ -55,8 +60,8 @@ def listable(
         facts = facts_of(uid)
         if facts is None:
             continue
-        relation, choices = facts
-        if not is_counted(relation, choices.invisible):
+        relation, _ = facts
+        if not is_counted(relation, invisible=False):
             excluded.add(uid)
             continue
         presence = presence_of(uid, relation)

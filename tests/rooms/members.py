@@ -26,11 +26,17 @@ def claimed(result: Any) -> Any:
     return result
 
 
-def enter(user: Any, room: str, meta: dict[str, Any] | None = None) -> None:
+def enter(
+    user: Any, room: str, meta: dict[str, Any] | None = None, invisible: bool = False
+) -> None:
+    """``user`` online and in ``room``, its flag ``invisible`` (a socket's join writes its
+    user's choice: the counts follow the flag)."""
     api.touch(user)
     store = get_store()
     text = None if meta is None else json.dumps(meta, separators=(",", ":"))
-    plan = store.plans.join_room(room, user.pk, f"conn-{user.pk}", time.time(), meta=text)
+    plan = store.plans.join_room(
+        room, user.pk, f"conn-{user.pk}", time.time(), meta=text, invisible=invisible
+    )
     assert store.run(plan) is not None
 
 

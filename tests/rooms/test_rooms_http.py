@@ -117,7 +117,8 @@ def test_each_viewer_sees_the_members_privacy_lets_them_see(
     PrivacySettings.objects.create(user=dan, invisible=True)
     Block.objects.create(blocker=eve, blocked=ben)
     for user in (ann, cy, dan, eve):
-        enter(user, "post:7", meta={"mode": "reading"} if user == ann else None)
+        meta = {"mode": "reading"} if user == ann else None
+        enter(user, "post:7", meta=meta, invisible=user == dan)
 
     body = as_user(ben).get(url("post:7")).json()
     assert set(body) == {"room", "members", "others", "count", "next"}

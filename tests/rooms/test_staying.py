@@ -167,6 +167,25 @@ async def test_a_crashed_connection_leaves_after_the_ttl(
         await seen.until(a, {key(alice), key(bob)}, 0)
 
 
+async def test_a_member_gone_invisible_in_the_grace_counts_the_same_everywhere(
+    sockets: Sockets, make_user: Callable
+) -> None:
+    """A member whose last socket closed goes invisible (another device, over HTTP): no
+    connection of theirs rewrites their rooms' flags, so the room keeps them visible until
+    their stay ends. Every count follows the room's flags alike (room_counts, room_presence,
+    the live view): they are counted, never listed."""
+    alice, bob, a, b, seen = await two_in_a_room(sockets, make_user)
+    await sockets.close(b)
+    await api.aset_status(bob, "invisible")
+    while key(bob) in seen.members:
+        seen.apply(await receive(a))
+    await assert_silent(a)
+    shown = await api.aroom_presence(ROOM, alice)
+    assert set(shown["members"]) == {key(alice)}
+    counts = await api.aroom_counts([ROOM], alice)
+    assert counts[ROOM] == shown["count"] == seen.count == 2
+
+
 def stamp_deliveries(monkeypatch: pytest.MonkeyPatch, room: str) -> list[float]:
     """The loop times at which the hub begins each delivery of ``room`` from now on."""
     hub = Hub.current()

@@ -7,6 +7,12 @@ names the feed (``"feed"``, as the frame sent it, where it was a string). A post
 announced once to the processes with such topics; each resolves, for all its viewers at once,
 who sees it on which timeline with the feed's rules and privacy, and sends them
 ``{"type": "activity", "feeds": [...], "activity": ACTIVITY}``.
+
+A ``watch_feed`` with ``"after": ID`` (the newest activity the page shows; 0: none) is answered
+``{"type": "missed_activities", "feed": F, "activities": [...], "reload": bool}``: the
+timeline's activities newer than it, oldest first, read as the timeline is read (its rules and
+privacy), at most MISSED_LIMIT; with more, none and ``"reload": true`` (the page loads the
+timeline again). What is posted while a page's socket is down is not lost so.
 """
 
 from __future__ import annotations
@@ -31,6 +37,11 @@ logger = logging.getLogger("presence")
 KIND = "feed"
 #: live timelines one connection may watch
 MAX_FEEDS = 10
+#: most activities a watch_feed's "after" is answered with (a page of the timelines); past it
+#: the client is told to load the timeline again
+MISSED_LIMIT = api.PAGE_SIZE
+#: the largest activity id "after" may be (a 64-bit primary key)
+_MAX_ID = 2**63 - 1
 
 #: (matched whole: "$" would also match before a final line break, letting "following\n" in)
 FEED_NAME = re.compile(r"(?:following|mentions|user:\S{1,255}|group:[-a-zA-Z0-9_]{1,100})")
@@ -44,6 +55,8 @@ class WatchFeed:
     ``user:<id>`` or ``group:<slug>``."""
 
     feed: str
+    #: the newest activity the page shows (0: none), to be sent what it missed; None: nothing
+    after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,16 @@ def _user_feed(feed: str) -> str:
 
 
 def parse_watch(data: Mapping[str, Any]) -> WatchFeed:
-    return WatchFeed(_feed(data))
+    feed = _feed(data)
+    after = data.get("after")
+    if after is not None and (
+        isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= _MAX_ID
+    ):
+        raise InvalidInput(
+            "invalid_value",
+            gettext("'after' must be the id of an activity (a whole number, 0 for none)."),
+        )
+    return WatchFeed(feed, after)
 
 
 def parse_unwatch(data: Mapping[str, Any]) -> UnwatchFeed:
@@ -91,6 +113,8 @@ async def watch_feed(connection: Any, message: WatchFeed) -> None:
     hub = connection.hub
     watched = hub.topics_of(connection, KIND)
     if feed in watched:
+        if message.after is not None:
+            await _send_missed(connection, feed, message.after)
         return
     if len(watched) >= MAX_FEEDS:
         raise InvalidInput(
@@ -102,6 +126,32 @@ async def watch_feed(connection: Any, message: WatchFeed) -> None:
         # private groups (or users) exist is not told either.
         raise InvalidInput("unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed})
     await hub.join_topic(connection, KIND, feed)
+    if message.after is not None:
+        # Read once the topic is joined: what is posted from now on comes live (maybe in both:
+        # a client drops a repeat by its id), what was posted before is in the read.
+        await _send_missed(connection, feed, message.after)
+
+
+async def _send_missed(connection: Any, feed: str, after: int) -> None:
+    activities, complete = await sync_to_async(_missed)(connection.user, feed, after)
+    frame = {
+        "type": "missed_activities",
+        "feed": feed,
+        "activities": activities,
+        "reload": not complete,
+    }
+
+    async def send(connection: Any) -> None:
+        if feed in connection.hub.topics_of(connection, KIND):  # not unwatched meanwhile
+            await connection.send_json(frame)
+
+    # Behind the activity frames queued for the connection before it, as they are sent.
+    await connection.hub.send_in_order([connection], send, "missed activities")
+
+
+def _missed(user: Any, feed: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+    activities, complete = api.activities_after(user, feed, after, MISSED_LIMIT)
+    return [api.activity_as_dict(activity) for activity in activities], complete
 
 
 def _readable(user: Any, feed: str) -> bool:

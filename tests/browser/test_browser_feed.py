@@ -120,6 +120,32 @@ def test_a_followed_users_post_appears_live_on_the_feed(
     expect(c.page.locator(".activity--live")).to_have_count(0)
 
 
+def test_a_post_made_before_the_pages_watch_is_answered_still_shows(
+    browser: Browser,  # noqa: F811
+    live: Any,  # noqa: F811
+    people: dict[str, Any],  # noqa: F811
+) -> None:
+    """The page watches its timeline from the newest activity it was rendered with (watch_feed
+    "after"): a post made after the page was rendered and before its watch was answered (here,
+    while its scripts load) is sent with the answer, in its place above the rendered one."""
+    ann, ben = people["ann"], people["ben"]
+    PrivacySettings.objects.create(user=ben, activity_visibility="everyone")
+    first = feed.post(ben, "Rendered with the page")
+    a = browser.open(ann, live.url)
+
+    def post_while_loading(route: Any) -> None:
+        in_thread(lambda: feed.post(ben, "Posted while the page loaded"))
+        route.continue_()
+
+    a.page.route("**/presence/presence.js*", post_while_loading)
+    a.page.goto(a.url("demo:user_feed", ben.username))
+    a.wait_connected()
+    items = a.page.locator("[data-live-feed] .activity")
+    expect(items).to_have_count(2)
+    expect(items.first).to_contain_text("Posted while the page loaded")
+    expect(items.nth(1)).to_have_attribute("data-activity", str(first.pk))
+
+
 def test_a_feed_named_by_a_number_is_never_taken_for_a_status_answer(
     browser: Browser,  # noqa: F811
     live: Any,  # noqa: F811

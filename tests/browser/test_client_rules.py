@@ -1075,3 +1075,45 @@ def test_a_refused_count_is_not_watched_again_and_answers_nothing_else(
     c.receive({"type": "error", "code": "forbidden", "room": "doc:7", "message": "No."})
     c.tick(60_000)
     assert len(c.sent("watch_room_count")) == 3
+
+
+def test_a_timeline_is_watched_again_from_the_newest_activity_shown(
+    client: Callable[..., Client],
+) -> None:
+    # What is posted while the socket is down (or before the watch is answered) is sent as
+    # the answer of a watch_feed naming the newest activity the page shows ("after").
+    c = client(DOT)
+    c.js(
+        """() => { window.__shown = []; window.__reloads = [];
+        presence.on('activity', ({feeds, activity}) => __shown.push([feeds, activity.id]));
+        presence.on('feed_reload', ({feed}) => __reloads.push(feed));
+        presence.watchFeed('following', {after: 5}); presence.watchFeed('mentions'); }"""
+    )
+    c.open_socket()
+    assert c.sent("watch_feed") == [
+        {"type": "watch_feed", "feed": "following", "after": 5},
+        {"type": "watch_feed", "feed": "mentions"},
+    ]
+    c.receive({"type": "activity", "feeds": ["following"], "activity": {"id": 7}})
+    c.receive(
+        {
+            "type": "missed_activities",
+            "feed": "following",
+            "activities": [{"id": 6}, {"id": 7}],
+            "reload": False,
+        }
+    )
+    assert c.js("() => __shown") == [[["following"], 7], [["following"], 6]]
+    c.tick(10_000)
+    c.close_socket(1006)
+    c.tick(60_000)
+    c.open_socket()
+    assert c.sent("watch_feed") == [
+        {"type": "watch_feed", "feed": "following", "after": 7},
+        {"type": "watch_feed", "feed": "mentions"},
+    ]
+    c.receive({"type": "missed_activities", "feed": "following", "activities": [], "reload": True})
+    assert c.js("() => __reloads") == ["following"]
+    c.js("() => presence.unwatchFeed('following')")
+    c.receive({"type": "missed_activities", "feed": "following", "activities": [{"id": 9}]})
+    assert len(c.js("() => __shown")) == 2  # a late answer for a timeline no longer watched

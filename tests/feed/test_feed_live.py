@@ -192,6 +192,101 @@ async def test_a_watcher_that_reads_nothing_holds_up_no_other_watchers_activity(
     await assert_silent(fast, slow)
 
 
+async def watch_after(communicator: Any, feed_name: str, after: int) -> dict[str, Any]:
+    """A watch_feed with "after": its answer, the missed_activities frame."""
+    await communicator.send_json_to({"type": "watch_feed", "feed": feed_name, "after": after})
+    frame = await receive(communicator)
+    assert frame["type"] == "missed_activities" and frame["feed"] == feed_name, frame
+    return frame
+
+
+def texts(frame: dict[str, Any]) -> list[str]:
+    return [activity["text"] for activity in frame["activities"]]
+
+
+async def test_a_watch_after_an_activity_is_sent_what_was_posted_since(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    """A page whose socket was down (or that was rendered before its watch was answered) names
+    the newest activity it shows: the answer holds what the timeline shows since, oldest
+    first, read as the timeline is (its rules and privacy), then new ones come live."""
+    viewer = await new_user(make_user, username="viewer")
+    author = await new_user(make_user, username="author")
+    hidden = await new_user(make_user, username="hidden")
+    stranger = await new_user(make_user, username="stranger")
+    for followed in (author, hidden):
+        await follow(viewer, followed)
+    await follow(author, viewer)  # the author lets its contacts see its activity (the default)
+    socket = await sockets.open(viewer)
+    await watch(socket, "following")
+    one = await post(author, "one")
+    assert (await activity_frame(socket))[2] == "one"
+    await sockets.close(socket)  # the page's socket is down a while
+    await post(author, "two (while away)")
+    await post(hidden, "not for the viewer")  # hidden's contacts only: the viewer is not one
+    await post(stranger, "not followed")
+    await post(author, "three (while away)")
+
+    again = await sockets.open(viewer)
+    missed = await watch_after(again, "following", one.pk)
+    assert texts(missed) == ["two (while away)", "three (while away)"]
+    assert missed["reload"] is False
+    assert missed["activities"][0]["author"]["username"] == "author"
+    four = await post(author, "four")
+    assert (await activity_frame(again))[2] == "four"
+    # Asked again, on a timeline watched already: answered all the same.
+    assert texts(await watch_after(again, "following", one.pk))[-1] == "four"
+    assert await watch_after(again, "following", four.pk) == {
+        "type": "missed_activities",
+        "feed": "following",
+        "activities": [],
+        "reload": False,
+    }
+    await assert_silent(again)
+
+
+async def test_more_missed_than_a_page_holds_tells_the_page_to_reload(
+    sockets: Sockets, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live, "MISSED_LIMIT", 2)
+    viewer = await new_user(make_user, username="viewer")
+    author = await new_user(make_user, username="author")
+    await sync_to_async(PrivacySettings.objects.create)(user=author, activity_visibility="everyone")
+    first = await post(author, "seen")
+    posted = [await post(author, text) for text in ("a", "b")]
+    socket = await sockets.open(viewer)
+    name = f"user:{author.pk}"
+    assert texts(await watch_after(socket, name, first.pk)) == ["a", "b"]  # as many as fit
+    await post(author, "c")
+    assert (await activity_frame(socket))[2] == "c"
+    assert await watch_after(socket, name, first.pk) == {
+        "type": "missed_activities",
+        "feed": name,
+        "activities": [],
+        "reload": True,
+    }
+    # 0: the page showed none of the timeline.
+    assert (await watch_after(socket, "mentions", 0))["activities"] == []
+    # An id no longer stored is placed by its number.
+    gone = posted[1].pk
+    await sync_to_async(posted[1].delete)()
+    assert texts(await watch_after(socket, name, gone)) == ["c"]
+
+
+async def test_a_bad_after_is_refused_naming_the_feed(
+    sockets: Sockets, make_user: Callable[..., Any]
+) -> None:
+    socket = await sockets.open(await new_user(make_user))
+    for after in (-1, "5", 1.5, True, 2**63):
+        await socket.send_json_to({"type": "watch_feed", "feed": "following", "after": after})
+        assert await receive(socket) == error(
+            "invalid_value",
+            "'after' must be the id of an activity (a whole number, 0 for none).",
+            feed="following",
+            answers="watch_feed",
+        )
+
+
 async def test_unwatching_stops_and_bad_feeds_are_errors(
     sockets: Sockets, make_user: Callable[..., Any]
 ) -> None:

@@ -23,6 +23,7 @@ record status changes as activities are at the app's edge, in :mod:`presence.fee
 from __future__ import annotations
 
 from presence.domain import InvalidInput
+from presence.feed.api.audience import activities_after as activities_after
 from presence.feed.api.audience import feed_exists as feed_exists
 from presence.feed.api.audience import feed_key as feed_key
 from presence.feed.api.audience import live_audience as live_audience

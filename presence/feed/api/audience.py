@@ -14,7 +14,16 @@ from presence import domain, relations
 from presence.domain import UserId
 from presence.feed.api.posting import mentions_of
 from presence.feed.api.rendering import activity_as_dict
+from presence.feed.api.timelines import (
+    PAGE_SIZE,
+    Page,
+    following_timeline,
+    group_timeline,
+    mentions_timeline,
+    user_timeline,
+)
 from presence.feed.conf import get_settings
+from presence.feed.domain import Position
 from presence.feed.models import Activity, Group, Membership
 from presence.models import Contact
 from presence.users import parse_user_id
@@ -78,6 +87,44 @@ def _rule(path: str) -> Callable[[Any, str], Any] | None:
             path,
         )
     return None
+
+
+def activities_after(
+    viewer: Any, feed: str, after: int, limit: int = PAGE_SIZE
+) -> tuple[list[Activity], bool]:
+    """The activities of timeline ``feed`` (a valid name) newer than activity ``after`` (0:
+    all), as ``viewer`` reads the timeline (its own function: the same rules and privacy),
+    oldest first: what a page that shows ``after`` as its newest has missed. At most
+    ``limit``: with more, ``([], False)`` (the page must load the timeline again); else
+    ``(activities, True)``. Newer means later in the timelines' (created_at, id) order; an
+    ``after`` no longer stored (deleted) is placed by its id."""
+    created_at = Activity.objects.filter(pk=after).values_list("created_at", flat=True).first()
+    since = Position(created_at, after) if created_at is not None else None
+    page = _first_page(viewer, feed, limit + 1)
+    newer = [
+        activity
+        for activity in page.activities
+        if (Position(activity.created_at, activity.pk) > since if since else activity.pk > after)
+    ]
+    # Complete when the page reached an activity not newer, or the timeline's end (a page
+    # short of deletions read meanwhile has a cursor all the same: not known to be complete).
+    reached = len(newer) < len(page.activities) or page.next_cursor is None
+    if len(newer) > limit or not reached:
+        return [], False
+    return newer[::-1], True
+
+
+def _first_page(viewer: Any, feed: str, limit: int) -> Page:
+    kind, _, key = feed.partition(":")
+    if feed == "following":
+        # The live timeline sends the viewer's own activities too.
+        return following_timeline(viewer, include_self=True, limit=limit)
+    if feed == "mentions":
+        return mentions_timeline(viewer, limit=limit)
+    if kind == "user":
+        return user_timeline(parse_user_id(key), viewer, limit=limit)
+    group = Group.objects.filter(slug=key).first()
+    return group_timeline(group, viewer, limit=limit) if group else Page([], None)
 
 
 def live_audience(

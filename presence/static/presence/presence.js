@@ -42,9 +42,14 @@
  *   refresh() -> Promise of {id: presence}: fetches over HTTP, or, while the socket is open
  *     (presence is pushed then), resolves to what the page shows (users it shows as rendered,
  *     unchanged since the page's stamp, are read over HTTP once).
- *     "activity"   {feeds, activity}              a new activity on watched timelines
- *   watchFeed(name) / unwatchFeed(name): live timelines ("following", "mentions",
- *     "user:<id>", "group:<slug>"), watched again after every reconnect.
+ *     "activity"   {feeds, activity}              a new activity on watched timelines (or
+ *                                                 one missed while the socket was down)
+ *     "feed_reload" {feed}                         more were missed than the server sends:
+ *                                                 load the timeline again
+ *   watchFeed(name, {after}) / unwatchFeed(name): live timelines ("following", "mentions",
+ *     "user:<id>", "group:<slug>"), watched again after every reconnect with the newest
+ *     activity id shown on each (after: the page's newest as rendered, 0 for none), so that
+ *     what was posted meanwhile comes as "activity" events.
  *   Online count: every [data-presence-online-count] ({% online_count %}) shows the number of
  *     users online, grouped as the server groups it (data-presence-labels; else
  *     Intl.NumberFormat of the document's lang): the
@@ -448,6 +453,9 @@
   // come twice (an announcement sent again after a channel-layer failure that had landed)
   const seenActivities = new Map();
   const SEEN_ACTIVITIES = 1000;
+  // timeline -> the newest activity id shown on it: sent as watch_feed's "after", so the
+  // server sends what was posted while the socket was down (or before the watch was answered)
+  const feedAfter = new Map();
 
   const isOpen = () => socket !== null && socket.readyState === WebSocket.OPEN;
 
@@ -473,7 +481,7 @@
       stopPolling();
       heartbeat();
       beatTimer = setInterval(heartbeat, HEARTBEAT_MS);
-      feeds.forEach((feed) => send({ type: "watch_feed", feed }));
+      feeds.forEach((feed) => send(watchFrame(feed)));
       countWatched = false;
       watchCount();
       countedRooms.clear();
@@ -619,6 +627,11 @@
       showRoomCount(message.room, message.count);
     } else if (message.type === "activity") {
       showActivity(message.feeds, message.activity);
+    } else if (message.type === "missed_activities") {
+      // The answer of a watch_feed with "after": oldest first.
+      if (!feeds.has(message.feed)) return;
+      (message.activities || []).forEach((activity) => showActivity([message.feed], activity));
+      if (message.reload) emit("feed_reload", { feed: message.feed });
     } else if (message.type === "status") {
       // The answer of the oldest set_status (one that timed out takes its own late answer).
       const entry = waiting.shift();
@@ -683,6 +696,7 @@
   // one shown already is dropped).
   function showActivity(names, activity) {
     if (!Array.isArray(names) || !activity) return;
+    names.forEach((name) => noteNewest(name, activity.id));
     const shown = seenActivities.get(activity.id) || new Set();
     const fresh = names.filter((name) => !shown.has(name));
     if (!fresh.length) return;
@@ -693,6 +707,16 @@
       seenActivities.delete(seenActivities.keys().next().value);
     }
     emit("activity", { feeds: fresh, activity });
+  }
+
+  function noteNewest(feed, id) {
+    if (Number.isInteger(id) && id >= 0 && !(feedAfter.get(feed) >= id)) feedAfter.set(feed, id);
+  }
+
+  function watchFrame(feed) {
+    const frame = { type: "watch_feed", feed };
+    if (feedAfter.has(feed)) frame.after = feedAfter.get(feed);
+    return frame;
   }
 
   // Subscribe to the users on the page that are not subscribed yet, unsubscribe from those
@@ -1702,14 +1726,16 @@
     setStatus,
     // As a string (as joinRoom sends its room): the server names the feed in its errors only
     // when the frame's feed was one, and an error naming none is taken for a setStatus answer.
-    watchFeed(name) {
+    watchFeed(name, options) {
       const feed = String(name);
       feeds.add(feed);
-      send({ type: "watch_feed", feed });
+      if (options && options.after !== undefined) noteNewest(feed, Number(options.after));
+      send(watchFrame(feed));
     },
     unwatchFeed(name) {
       const feed = String(name);
       feeds.delete(feed);
+      feedAfter.delete(feed);
       send({ type: "unwatch_feed", feed });
     },
     joinRoom,

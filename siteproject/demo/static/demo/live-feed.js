@@ -1,6 +1,9 @@
 /* The demo's live timelines: the first page of a timeline watches it over the presence
- * WebSocket (window.presence.watchFeed) and prepends each new activity the server sends.
- * The server decides who sees what (follows, memberships, mentions, privacy, blocks). */
+ * WebSocket (window.presence.watchFeed) from the newest activity it was rendered with, and
+ * puts each new activity the server sends in its place (newest first), once: those posted
+ * while the socket was down come after a reconnect. When more were missed than the server
+ * sends, a link offers to load the page again. The server decides who sees what (follows,
+ * memberships, mentions, privacy, blocks). */
 (() => {
   "use strict";
 
@@ -30,6 +33,22 @@
     return li;
   }
 
+  // Before the first item older than it: a missed activity can come after a newer live one.
+  function insert(list, li, id) {
+    const older = [...list.children].find((other) => Number(other.dataset.activity) < id);
+    list.insertBefore(li, older || null);
+  }
+
+  function offerReload(list) {
+    if (document.querySelector("[data-testid=timeline-reload]")) return;
+    const link = document.createElement("a");
+    link.className = "btn";
+    link.href = window.location.pathname;
+    link.dataset.testid = "timeline-reload";
+    link.textContent = "New activities: show them";
+    list.before(link);
+  }
+
   function start() {
     const list = document.querySelector("[data-live-feed]");
     if (!list || !window.presence || !window.presence.watchFeed) return;
@@ -39,9 +58,13 @@
       list.hidden = false;
       const empty = document.querySelector("[data-testid=timeline-empty]");
       if (empty) empty.remove();
-      list.prepend(item(activity));
+      insert(list, item(activity), activity.id);
     });
-    window.presence.watchFeed(name);
+    window.presence.on("feed_reload", ({ feed }) => feed === name && offerReload(list));
+    // The newest activity rendered (0: none): what is posted after it and before the watch is
+    // answered is sent too.
+    const newest = list.querySelector("[data-activity]");
+    window.presence.watchFeed(name, { after: newest ? Number(newest.dataset.activity) : 0 });
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

@@ -298,6 +298,77 @@ def test_a_seed_asked_to_the_target_before_its_marks_moved_writes_nothing_there(
     _no_outage_logged(caplog)
 
 
+def _shard_with_its_sets(store: PresenceStore, user: int) -> int:
+    """The user's shard seeded, the user online, its "hidden" and "invisible" sets holding
+    another of its users: every key a choice's write declares exists but ``:touched``, whose
+    keeping is under test."""
+    keys = store.keys
+    store.run(store.plans.seed(keys.shards(), {}, {}))
+    shard = keys.shard_of_user(user)
+    hidden = next(u for u in USERS if keys.shard_of_user(u) == shard and u != user)
+    store.run(store.plans.touch(user, Device.WEB, NOW))
+    store.run(store.plans.set_invisible(hidden, True))
+    store.run(store.plans.touch(hidden, Device.WEB, NOW))
+    return shard
+
+
+def _writes_a_choice_while_migrating(
+    cluster: RedisCluster, store: PresenceStore, migrations: list[Migration], user: int
+) -> None:
+    keys = store.keys
+    shard = keys.shard_of_user(user)
+    online, hidden, invisible = keys.ledger_keys(shard)
+    with redis.Redis(port=_port_of(cluster, invisible)) as source:
+        assert source.exists(online, hidden, invisible, keys.seeded_key(shard)) == 4
+    migration = _migrating(cluster, migrations, invisible)  # begun, nothing moved yet
+    others = _users_elsewhere_on(cluster, store, migration.source, migration.slot)
+    store.run(merge([store.plans.touch(u, Device.WEB, NOW) for u in others]))
+
+    assert store.run(store.plans.set_invisible(user, True)) is True  # (moved to "hidden")
+
+    with redis.Redis(port=migration.source) as source:
+        assert source.sismember(invisible, str(user))
+        assert source.zscore(hidden, str(user)) is not None
+    _still_serves(store, migration.source, others, NOW + 1)
+
+
+def test_a_choice_is_written_on_a_seeded_shard_whose_slot_migrates(
+    cluster: RedisCluster,
+    store: PresenceStore,
+    migrations: list[Migration],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The choice's script declares the shard's :touched, which a seed keeps (with a member no
+    # user's mark is): were it absent, Redis would redirect the script (ASK, then TRYAGAIN)
+    # for the whole migration, and the choice could not be written until it ended.
+    caplog.set_level(logging.WARNING, logger="presence")
+    user = 7
+    _shard_with_its_sets(store, user)
+
+    _writes_a_choice_while_migrating(cluster, store, migrations, user)
+    _no_outage_logged(caplog)
+
+
+def test_a_shard_seeded_without_touched_kept_gets_it_from_its_next_choice(
+    cluster: RedisCluster,
+    store: PresenceStore,
+    migrations: list[Migration],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A shard seeded by an older version (its seed deleted :touched): the first choice written
+    # on it, its slot stable, keeps the key, so the next is written while the slot migrates.
+    caplog.set_level(logging.WARNING, logger="presence")
+    user, first = 7, 7 + store.conf.BUCKETS
+    shard = _shard_with_its_sets(store, user)
+    touched = store.keys.seed_keys(shard)[1]
+    with redis.Redis(port=_port_of(cluster, touched)) as master:
+        master.delete(touched)
+    store.run(store.plans.set_invisible(first, True))
+
+    _writes_a_choice_while_migrating(cluster, store, migrations, user)
+    _no_outage_logged(caplog)
+
+
 def _members(port: int, key: str) -> set[bytes]:
     return set(_asking(port, "SMEMBERS", key))
 

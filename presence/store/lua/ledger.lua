@@ -33,6 +33,10 @@ end
 local function seeded(mark, run)
   return redis.call('GET', mark) == (run or server_run())
 end
+-- The one member of a seeded shard's ``:touched`` set, never a mark ("<run>:<user>"): on a
+-- cluster a script is redirected while its slot migrates for as long as one of its KEYS does
+-- not exist there, so ``:touched`` is kept (set_invisible.lua declares it), not deleted.
+local TOUCHED_KEPT = '-'
 -- Settles uid whose score is now ``score``: keys {online, hidden, invisible, outbox, the
 -- ``:seeded`` marker}; ``old``
 -- (optional) the score before the write (a write making the user online comes no earlier than

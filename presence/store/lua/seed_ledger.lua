@@ -11,10 +11,12 @@
 -- The last part takes out of "invisible" each user no part listed (nor another process's seeding
 -- at once) and not written since (one the database no longer holds: made visible after the
 -- snapshot), moves each user the ledger holds to the set their choice puts them in ("hidden"
--- held every user it could not tell meanwhile) and marks the shard seeded by this run
+-- held every user it could not tell meanwhile), empties ``:touched`` but for TOUCHED_KEPT (the
+-- key kept: lua/ledger.lua), removes ``:seeding`` and marks the shard seeded by this run
 -- (``:seeded``, beside "invisible": the ledger's scripts read the set as the database's from
 -- then on). Returns 1, or 0 when the shard was seeded already (by another process: this part
--- is left out).
+-- is left out). (``:seeding``, and ``:touched`` while not seeded, are usually absent: a seed
+-- asked while their slot migrates is redirected, fails and is retried: seeds are rare.)
 local run = server_run()
 local mark, touched, listed = KEYS[5], KEYS[6], KEYS[7]
 if seeded(mark, run) then return 0 end
@@ -50,5 +52,6 @@ for _, uid in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   end
 end
 redis.call('DEL', touched, listed)
+redis.call('SADD', touched, TOUCHED_KEPT)
 redis.call('SET', mark, run)
 return 1

@@ -5,9 +5,13 @@
 -- On a shard not seeded yet by this run of the server (lua/ledger.lua's ``seeded``) the user is
 -- marked as written here, with the run (a mark of a run before a restart is not this one's):
 -- the seed, which read the database before this write, leaves their choice as this write made it.
+-- On a seeded shard it keeps ``:touched`` (TOUCHED_KEPT, lua/ledger.lua), which a shard seeded
+-- by an older version lacks: declared in KEYS, it must exist for a migrating slot to run it.
 local run = server_run()
 if not seeded(KEYS[4], run) then
   redis.call('SADD', KEYS[5], run .. ':' .. ARGV[1])
+else
+  redis.call('SADD', KEYS[5], TOUCHED_KEPT)
 end
 local from, to = KEYS[2], KEYS[1]
 local changed

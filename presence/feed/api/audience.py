@@ -78,7 +78,7 @@ def _rule(path: str) -> Callable[[Any, str], Any] | None:
     except Exception:  # (not only ImportError: ".x" is a ValueError, a module may raise)
         found = None
     if callable(found):
-        return found  # type: ignore[no-any-return]
+        return found
     if path not in _TOLD:
         _TOLD.add(path)
         logger.error(

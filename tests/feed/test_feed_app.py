@@ -105,7 +105,7 @@ def test_a_site_with_presence_alone_gets_nothing_of_the_feed(scratch_database: s
     assert frame["code"] == "unknown_type"
     assert frame["message"].endswith(
         "heartbeat, subscribe, unsubscribe, set_status, join, leave, room_more, watch_count, "
-        "unwatch_count."
+        "unwatch_count, watch_room_count, unwatch_room_count."
     )
 
 

@@ -140,6 +140,12 @@ class RoomViews:
         if view is not None:
             view.reading = False
 
+    def refresh_later(self, connection: Connection, room: str) -> None:
+        """``connection``'s view of ``room`` is sent a fresh room_state at the next sweep (a
+        read of it was dropped: a join again's that failed, which a refresh under way yielded
+        to)."""
+        self._refresh_again.add((connection, room))
+
     async def exit(self, connection: Connection, room: str, linger: bool = True) -> None:
         """Take ``connection`` out of ``room``. ``linger``: a room it was in (see below);
         otherwise (a join refused or failed) the groups it needed are left now: nothing of a
@@ -205,7 +211,10 @@ class RoomViews:
             self._troubles_seen = troubles
             await self.refresh()
         elif self._refresh_again:  # views Redis could not read in full last time
-            self._refresh_again = await refresh_views(self, self._refresh_again, self.sending)
+            wanted, self._refresh_again = self._refresh_again, set()
+            # Views added during the refresh (refresh_later, a delivery's) are kept.
+            failed = await refresh_views(self, wanted, self.sending)
+            self._refresh_again |= failed
 
     async def refresh(self) -> None:
         """Join every room's group again and send each view a fresh room_state (it replaces
@@ -219,7 +228,10 @@ class RoomViews:
         # Every watched count is read again (announcements may have been lost).
         self.counts.members_changed()
         everyone = {(c, room) for c, views in self.views.items() for room in views}
-        self._refresh_again = await refresh_views(self, everyone, self.sending)
+        # Views added during the refresh (refresh_later, a delivery's) are kept.
+        self._refresh_again = set()
+        failed = await refresh_views(self, everyone, self.sending)
+        self._refresh_again |= failed
 
     def view_of(self, connection: Connection, room: str) -> View | None:
         return self.views.get(connection, {}).get(room)

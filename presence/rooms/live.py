@@ -57,6 +57,8 @@ class Views(Protocol):
 
     def resume(self, connection: Any, room: str) -> None: ...
 
+    def refresh_later(self, connection: Any, room: str) -> None: ...
+
     async def exit(self, connection: Any, room: str, linger: bool = True) -> None: ...
 
 
@@ -136,10 +138,13 @@ class ConnectionRooms:
         before = self.rooms.get(name)
         self.rooms[name] = meta
         resolved = 0
+        #: a join again that reads the room anew (its view paused for the read)
+        reading_anew = False
         try:
             # A join again that replaces the meta is answered from the connection's view.
             state = None if first else await self._rejoined(room, meta)
             if state is None:
+                reading_anew = not first
                 await (entering if entering is not None else views.enter(connection, name))
             if first and len(self.rooms) == 1:
                 self.invisible = entry.invisible(connection.viewer_id)
@@ -170,6 +175,12 @@ class ConnectionRooms:
                 await asyncio.shield(self._forget(room, linger=False))
             else:
                 self.rooms[name] = before  # joined before: stays with its meta of then
+                if reading_anew:
+                    # Its view is delivered to again; a refresh under way read it before this
+                    # join again and drops its read (a newer one was started): the view is
+                    # read afresh at the next sweep.
+                    views.resume(connection, name)
+                    views.refresh_later(connection, name)
             if isinstance(failure, StoreUnavailable):
                 # An outage: the client learns the room could not be read (an empty room_state
                 # would say nobody is here) and may join again once Redis is back.

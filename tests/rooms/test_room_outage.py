@@ -9,6 +9,7 @@ answers again, a join and a read work.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -19,14 +20,23 @@ from django.core.exceptions import PermissionDenied
 from django.test import Client, override_settings
 
 from presence import announce, api
-from presence.hub import Hub
+from presence.hub import Hub, room_refresh
 from presence.models import PrivacySettings
 from presence.store import Plan
-from tests.live.sockets import BASE, Sockets, assert_silent, heartbeat, new_user, receive
+from tests.live.sockets import (
+    BASE,
+    TIMEOUT,
+    Sockets,
+    assert_silent,
+    heartbeat,
+    new_user,
+    receive,
+)
 from tests.live.sockets import sockets as sockets
 from tests.privacy_cases import quiet_login
 from tests.rooms.members import enter
 from tests.rooms.rules import ROOMS
+from tests.rooms.test_sockets import held_cards
 from tools.redis_server import free_port
 
 ROOM = "post:1"
@@ -101,6 +111,47 @@ async def test_a_failed_join_leaves_the_connections_other_rooms_as_they_were(
         assert set(seen["members"]) == listed, (room, seen)
     seen = await sync_to_async(api.room_presence)("post:2", bob)
     assert seen["members"][str(alice.pk)]["meta"] == {"mode": "editing"}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_async_db_connections")
+async def test_a_join_again_failing_during_a_refresh_leaves_the_view_delivered_to(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A join again while a refresh reads the view reads the room anew; when that read fails,
+    the view is delivered to again (bob's join reaches alice) and, the refresh's read being
+    discarded, it is refreshed at the next sweep."""
+    quiet_outage(caplog)
+    alice, bob = await new_user(make_user), await new_user(make_user)
+    await sync_to_async(PrivacySettings.objects.create)(user=bob, online_visibility="everyone")
+    a = await sockets.open(alice)
+    await a.send_json_to({"type": "join", "room": ROOM, "meta": None})
+    assert (await receive(a))["type"] == "room_state"
+    hub = Hub.current()
+    assert hub is not None
+    reached, let_go = held_cards(monkeypatch, room_refresh)
+    announce.note_layer_failure()  # announcements may have been lost: every view refreshed
+    refreshing = asyncio.ensure_future(hub.rooms.sweep())
+    await asyncio.wait_for(reached.wait(), TIMEOUT)  # the refresh's read is done
+    with unreachable_presence_redis(settings):
+        await a.send_json_to({"type": "join", "room": ROOM, "meta": {"mode": "back"}})
+        assert (await receive(a))["code"] == "unavailable"
+    let_go.set()
+    await asyncio.wait_for(refreshing, TIMEOUT)
+    await assert_silent(a)  # the refresh's read is older than the join again's: not sent
+    b = await sockets.open(bob)
+    await b.send_json_to({"type": "join", "room": ROOM, "meta": None})
+    assert (await receive(b))["type"] == "room_state"
+    told = await receive(a)
+    assert told["type"] == "room_diff" and str(bob.pk) in told["joins"], told
+    # The next sweep sends the view a fresh room_state (what it showed may be stale).
+    await hub.rooms.sweep()
+    fresh = await receive(a)
+    assert fresh["type"] == "room_state" and fresh["count"] == 2, fresh
 
 
 # --- HTTP and the Python API --------------------------------------------------------------------

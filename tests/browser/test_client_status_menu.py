@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from django.test import RequestFactory
 from django.utils import timezone
 
 from presence import api
+from presence.pages.forms import next_midnight
 from presence.pages.menu import status_menu
 from tests.browser.pages import CHROMIUM, CHROMIUM_ARGS
 from tests.browser.test_client_rules import STATIC, Client, sync_api
@@ -130,3 +131,29 @@ def test_a_time_as_set_that_has_passed_is_still_refused(
     sent, error = save(c, "keep")
     assert sent == []
     assert error == "That time has passed: choose when to clear again."
+
+
+@pytest.mark.parametrize(
+    ("zone", "rendered_at"),
+    [
+        # Clocks that move forward at midnight (00:00 -> 01:00): the new day starts at 01:00.
+        ("America/Santiago", datetime(2026, 9, 4, 15, 0, tzinfo=UTC)),
+        ("Atlantic/Azores", datetime(2026, 3, 27, 12, 0, tzinfo=UTC)),
+        ("Africa/Cairo", datetime(2026, 4, 22, 12, 0, tzinfo=UTC)),
+        # Rendered on that day: its "at midnight" is 01:00, the next one 00:00 again.
+        ("America/Santiago", datetime(2026, 9, 5, 15, 0, tzinfo=UTC)),
+        # Clocks that move back at midnight (00:00 -> 23:00 the evening before).
+        ("America/Santiago", datetime(2026, 4, 3, 15, 0, tzinfo=UTC)),
+    ],
+)
+def test_at_midnight_is_the_servers_where_the_clocks_change_at_midnight(
+    client: Callable[..., Client], make_user: Callable[..., Any], zone: str, rendered_at: datetime
+) -> None:
+    with timezone.override(zone):
+        c = menu_page(client, make_user("ann"), rendered_at)
+        used_at = rendered_at + timedelta(days=1)  # past the midnight the menu was rendered with
+        wanted = next_midnight(used_at)  # what the settings page's form would save
+    c.page.clock.fast_forward(24 * HOUR_MS)
+    sent, error = save(c, "today")
+    assert error is None
+    assert sent == [round((wanted - used_at).total_seconds())]

@@ -52,21 +52,37 @@
   }
 
   // The first time after `now` of a time that comes back each day ("at midnight"), from one
-  // of its times (`at`): a day on, kept at the same wall-clock time in the site's zone, which
-  // a day whose clocks change (23 or 25 hours) would move by the hour.
+  // of its times (`at`): a day on, at 00:00 in the site's zone, which a day whose clocks
+  // change (23 or 25 hours) would move by the hour. Where the clocks move at midnight itself
+  // and 00:00 never shows, the first instant of the new day (the server's next_midnight):
+  // `at` itself may be such a 01:00, so the wall clock aimed at is 00:00, never `at`'s.
   function nextDaily(at, now, zone) {
-    const wanted = wallClock(at, zone);
     let next = at;
     while (next - now < 1000) {
       next += DAY;
-      const seen = wanted && wallClock(next, zone);
-      if (!seen) continue;
-      let off = (seen.hour - wanted.hour) * HOUR + (seen.minute - wanted.minute) * 60 * 1000;
-      if (off > DAY / 2) off -= DAY; // 23:00 for 00:00: an hour early, not 23 hours late
-      if (off < -DAY / 2) off += DAY;
+      const seen = wallClock(next, zone);
+      if (!seen) continue; // a zone this browser does not know: 24 hours
+      let off = seen.hour * HOUR + seen.minute * 60 * 1000;
+      if (off > DAY / 2) off -= DAY; // 23:00: an hour early, not 23 hours late
       next -= off;
+      const landed = wallClock(next, zone);
+      if (landed.hour !== 0 || landed.minute !== 0) next = dayStart(next, zone);
     }
     return next;
+  }
+
+  // The first instant whose wall clock reads the new day near `near` (a time within hours of a
+  // midnight that did not exist): the first reading before noon after one after noon.
+  function dayStart(near, zone) {
+    const morning = (time) => wallClock(time, zone).hour < 12;
+    let evening = near - 6 * HOUR;
+    let day = near + 6 * HOUR;
+    while (day - evening > 1) {
+      const middle = Math.floor((evening + day) / 2);
+      if (morning(middle)) day = middle;
+      else evening = middle;
+    }
+    return day;
   }
 
   // expires_in for the chosen option: seconds, null (never), or NaN (a time that has passed:

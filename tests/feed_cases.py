@@ -169,7 +169,18 @@ def rule_that_raises(user: Any, feed: str) -> bool:
     raise RuntimeError("a bug in the site's rule")
 
 
+#: every (user's pk, feed) recorded_members_read_groups was asked, in order (a test clears it)
+rule_calls: list[tuple[Any, str]] = []
+
+
+def recorded_members_read_groups(user: Any, feed: str) -> bool:
+    """members_read_groups, recording each call: which names the rule is asked about."""
+    rule_calls.append((getattr(user, "pk", None), feed))
+    return members_read_groups(user, feed)
+
+
 #: the dotted paths of the rules above
 MEMBERS_READ_GROUPS = f"{__name__}.members_read_groups"
+RECORDED_MEMBERS_READ_GROUPS = f"{__name__}.recorded_members_read_groups"
 READS_NOTHING = f"{__name__}.reads_nothing"
 RULE_THAT_RAISES = f"{__name__}.rule_that_raises"

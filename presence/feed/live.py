@@ -113,6 +113,11 @@ async def watch_feed(connection: Any, message: WatchFeed) -> None:
     hub = connection.hub
     watched = hub.topics_of(connection, KIND)
     if feed in watched:
+        # Asked again on every watch: a member removed from a private group who watches it
+        # again (after: 0 reads the whole timeline) is refused and stops getting its posts.
+        if not await sync_to_async(_readable)(connection.user, feed):
+            await hub.leave_topic(connection, KIND, feed)
+            raise _unknown_feed(feed)
         if message.after is not None:
             await _send_missed(connection, feed, message.after)
         return
@@ -122,9 +127,7 @@ async def watch_feed(connection: Any, message: WatchFeed) -> None:
             gettext("At most %(limit)d live timelines per connection.") % {"limit": MAX_FEEDS},
         )
     if not await sync_to_async(_readable)(connection.user, feed):
-        # A timeline the site's rule refuses is answered as one that does not exist: which
-        # private groups (or users) exist is not told either.
-        raise InvalidInput("unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed})
+        raise _unknown_feed(feed)
     await hub.join_topic(connection, KIND, feed)
     if message.after is not None:
         # Read once the topic is joined: what is posted from now on comes live (maybe in both:
@@ -154,9 +157,19 @@ def _missed(user: Any, feed: str, after: int) -> tuple[list[dict[str, Any]], boo
     return [api.activity_as_dict(activity) for activity in activities], complete
 
 
+def _unknown_feed(feed: str) -> InvalidInput:
+    # A timeline the site's rule refuses is answered as one that does not exist: which private
+    # groups (or users) exist is not told either.
+    return InvalidInput("unknown_feed", gettext("No such timeline: %(feed)s.") % {"feed": feed})
+
+
 def _readable(user: Any, feed: str) -> bool:
     """Whether ``feed`` exists and ``user`` may read it (PRESENCE_FEED["CAN_READ"])."""
-    return api.feed_exists(feed) and api.may_read(user, feed)
+    # Both asked, whatever the first answers: the rule runs for a missing group as for one
+    # that exists, so a refusal takes as long (and as many queries) as a missing group.
+    exists = api.feed_exists(feed)
+    allowed = api.may_read(user, feed)
+    return exists and allowed
 
 
 async def unwatch_feed(connection: Any, message: UnwatchFeed) -> None:

@@ -72,9 +72,13 @@ def _group_or_404(slug: str, reader: Any) -> Group | HttpResponse:
     """The group of ``slug``, if the site lets ``reader`` read its timeline
     (PRESENCE_FEED["CAN_READ"]): a refusal is the 404 of a group that does not exist."""
     # Only a slug's characters reach the query (NUL would be a database error on PostgreSQL).
-    group = Group.objects.filter(slug=slug).first() if SLUG.fullmatch(slug) else None
-    if group is not None and not feed.may_read(reader, f"group:{slug}"):
-        group = None
+    group = None
+    if SLUG.fullmatch(slug):
+        group = Group.objects.filter(slug=slug).first()
+        # Asked whether or not the group exists: a refused group costs what a missing one
+        # does (the rule's queries), so the time of a 404 does not tell which groups exist.
+        if not feed.may_read(reader, f"group:{slug}"):
+            group = None
     if group is None:
         return error(
             "unknown_group", _("No group %(slug)s.") % {"slug": repr(slug[:60])}, status=404
@@ -119,10 +123,11 @@ def user_view(request: HttpRequest, user_id: str) -> HttpResponse:
         pk: Any = parse_user_id(user_id)  # Any: the site's pk type
     except ValueError:  # an id the pk cannot be names no user either
         return error("unknown_user", _("No user %(id)s.") % {"id": user_id[:60]}, status=404)
-    # A timeline the site's rule refuses is answered as a user that does not exist.
-    if not get_user_model()._default_manager.filter(pk=pk).exists() or not feed.may_read(
-        request.user, "user:" + feed.feed_key(pk)
-    ):
+    # A timeline the site's rule refuses is answered as a user that does not exist; the rule
+    # is asked whether or not the user exists, so a refusal costs what a missing user does.
+    exists = get_user_model()._default_manager.filter(pk=pk).exists()
+    allowed = feed.may_read(request.user, "user:" + feed.feed_key(pk))
+    if not (exists and allowed):
         return error("unknown_user", _("No user %(id)s.") % {"id": pk}, status=404)
     return _page(feed.user_timeline(pk, request.user, cursor=_cursor(request)))
 

@@ -17,7 +17,7 @@ from presence.feed import api as feed
 from presence.feed import live
 from presence.feed.models import Group
 from presence.models import Block, Contact, PrivacySettings
-from tests.feed_cases import MEMBERS_READ_GROUPS
+from tests.feed_cases import MEMBERS_READ_GROUPS, RECORDED_MEMBERS_READ_GROUPS, rule_calls
 from tests.ids import missing_id, uid
 from tests.live.sockets import (
     TIMEOUT,
@@ -389,6 +389,61 @@ async def test_a_private_groups_timeline_is_watched_by_its_members_only(
         "members only: the plan",
     )
     await assert_silent(outside)
+
+
+async def test_a_watch_again_asks_the_rule_again_and_a_refusal_unwatches(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """A member removed from a private group whose page still watches it, watching it again
+    with "after": 0, was sent the group's whole timeline as it is now (the rule was asked of
+    new watches only): it is refused as a new watch is, and the timeline is unwatched."""
+    settings.PRESENCE_FEED = {"CAN_READ": MEMBERS_READ_GROUPS}
+    member = await new_user(make_user, username="member")
+    removed = await new_user(make_user, username="removed")
+    later = await new_user(make_user, username="later")
+    for user in (member, later):
+        await sync_to_async(PrivacySettings.objects.create)(
+            user=user, activity_visibility="everyone"
+        )
+    group = await sync_to_async(Group.objects.create)(name="Secret", slug="secret-board")
+    for user in (member, removed):
+        await sync_to_async(feed.join)(user, group)
+    socket = await sockets.open(removed)
+    name = "group:secret-board"
+    await watch(socket, name)
+    await watch(socket, name)  # again, still a member: nothing to answer
+    await sync_to_async(feed.leave)(removed, group)
+    await post(later, "later's post from before joining")  # on the group's timeline once joined
+    await sync_to_async(feed.join)(later, group)
+    await post(member, "the plan, made after the removal")
+    # (the documented gap: a page already watching keeps the live posts until it watches again)
+    assert (await activity_frame(socket))[2] == "the plan, made after the removal"
+    refused = error("unknown_feed", f"No such timeline: {name}.", feed=name, answers="watch_feed")
+    for frame in ({"after": 0}, {}):  # with "after" or without, and again once unwatched
+        await socket.send_json_to({"type": "watch_feed", "feed": name, **frame})
+        assert await receive(socket) == refused
+    await post(member, "after the refusal")
+    await assert_silent(socket)
+
+
+async def test_the_rule_is_asked_whether_or_not_the_timeline_exists(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """A refused group is answered as a missing one and costs what one does: the rule is asked
+    of both (it ran for existing groups only, its queries telling which private groups exist)."""
+    settings.PRESENCE_FEED = {"CAN_READ": RECORDED_MEMBERS_READ_GROUPS}
+    outsider = await new_user(make_user, username="outsider")
+    await sync_to_async(Group.objects.create)(name="Secret", slug="secret-board")
+    socket = await sockets.open(outsider)
+    nobody = f"user:{missing_id()}"
+    names = ["group:secret-board", "group:no-such-board", nobody]
+    rule_calls.clear()
+    for name in names:
+        await socket.send_json_to({"type": "watch_feed", "feed": name})
+        assert await receive(socket) == error(
+            "unknown_feed", f"No such timeline: {name}.", feed=name, answers="watch_feed"
+        )
+    assert rule_calls == [(outsider.pk, name) for name in names]
 
 
 async def test_a_failed_watch_names_its_feed_and_other_errors_name_none(

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.crypto import get_random_string
 
@@ -21,9 +23,11 @@ from tests.feed_cases import (
     FEED_CASES,
     MEMBERS_READ_GROUPS,
     READS_NOTHING,
+    RECORDED_MEMBERS_READ_GROUPS,
     RULE_THAT_RAISES,
     admitted,
     build_case,
+    rule_calls,
 )
 from tests.ids import missing_id, uid, wire_id
 
@@ -279,6 +283,32 @@ def test_a_group_the_sites_rule_refuses_is_answered_as_one_that_does_not_exist(
     read = member_client.get(group_url("secret")).json()["activities"]
     assert [a["id"] for a in read] == [activity.pk]
     assert [a["id"] for a in client.get(user_url(member.pk)).json()["activities"]] == [activity.pk]
+
+
+def test_the_rule_is_asked_whether_or_not_the_group_or_user_exists(
+    client: Client, alice: Any, settings: Any
+) -> None:
+    """A refused group is answered as a missing one and costs what one does: the rule is asked
+    of both (it ran for existing groups only: one query more, so the time of a 404 told which
+    private groups exist), for the timeline, a join and a leave, and for users alike."""
+    settings.PRESENCE_FEED = {"CAN_READ": RECORDED_MEMBERS_READ_GROUPS}
+    Group.objects.create(name="Secret", slug="secret")
+    rule_calls.clear()
+    queries: dict[str, int] = {}
+    for slug in ("secret", "nosuch"):
+        with CaptureQueriesContext(connection) as captured:
+            _error(client.get(group_url(slug)), 404, "unknown_group")
+        queries[slug] = len(captured.captured_queries)
+        for action in ("join", "leave"):
+            _error(_post(client, group_url(slug, action)), 404, "unknown_group")
+    assert queries["secret"] == queries["nosuch"]
+    nobody = missing_id()
+    _error(client.get(user_url(nobody)), 404, "unknown_user")
+    assert [
+        *[(alice.pk, "group:secret")] * 3,
+        *[(alice.pk, "group:nosuch")] * 3,
+        (alice.pk, f"user:{nobody}"),
+    ] == rule_calls
 
 
 def test_a_rule_that_refuses_or_raises_closes_every_timeline(

@@ -148,7 +148,9 @@ def _load_mentions(activities: list[Activity]) -> None:
     """Every mention (with its user) of ``activities`` in one query, kept on each activity
     (a plain list: cheaper than prefetch_related's queryset per activity)."""
     found: dict[int, list[Mention]] = {activity.pk: [] for activity in activities}
-    for mention in Mention.objects.filter(activity__in=list(found)).select_related("user"):
+    # In the order they were recorded (the text's order), whatever the database's own.
+    rows = Mention.objects.filter(activity__in=list(found)).select_related("user").order_by("pk")
+    for mention in rows:
         found[mention.activity_id].append(mention)
     for activity in activities:
         setattr(activity, _MENTIONS_ATTR, found[activity.pk])
@@ -158,6 +160,6 @@ def mentions_of(activity: Activity) -> list[Mention]:
     """The activity's mentions with their users: loaded with the page (no query), or read."""
     loaded = getattr(activity, _MENTIONS_ATTR, None)
     if loaded is None:
-        loaded = list(activity.mentions.select_related("user"))
+        loaded = list(activity.mentions.select_related("user").order_by("pk"))
         setattr(activity, _MENTIONS_ATTR, loaded)
     return list(loaded)

@@ -12,8 +12,9 @@ ids; an anonymous viewer (``None`` or ``AnonymousUser``) is a stranger.
 
 Each operation is written once, as a generator of steps (:mod:`presence.operations`), and both
 twins run it: the sync one in the caller's thread, the async one on its event loop. The
-sections live in private modules: ``_recording``, ``_reading``, ``_status``, ``_privacy``
-(levels, invisible), ``_contacts``, ``_sharing`` (always/never share with), ``_maintenance``;
+sections live in private modules: ``_recording``, ``_reading``, ``_status`` (the status, do
+not disturb alone), ``_privacy`` (levels, invisible), ``_contacts``, ``_sharing`` (always/never
+share with), ``_maintenance``;
 rooms and member cards are :mod:`presence.rooms`'s. The live connections' side (opening,
 heartbeats, sweeps, the hub's reads) is :mod:`presence.lifecycle`.
 """
@@ -62,7 +63,14 @@ from presence.api._reading import (
 )
 from presence.api._recording import asign_off, atouch, sign_off, touch
 from presence.api._sharing import ashare_with, aunshare, share_with, unshare
-from presence.api._status import aapply_change, apply_change, aset_status, set_status
+from presence.api._status import (
+    aapply_change,
+    apply_change,
+    aset_dnd,
+    aset_status,
+    set_dnd,
+    set_status,
+)
 from presence.domain import InvalidInput, Presence
 from presence.rooms import (
     UnknownRoom,
@@ -108,6 +116,7 @@ __all__ = [
     "aroom_page",
     "aroom_presence",
     "aset_close_friend",
+    "aset_dnd",
     "aset_invisible",
     "aset_privacy",
     "aset_status",
@@ -140,6 +149,7 @@ __all__ = [
     "room_page",
     "room_presence",
     "set_close_friend",
+    "set_dnd",
     "set_invisible",
     "set_privacy",
     "set_status",

@@ -1,4 +1,5 @@
-"""Choosing a status: auto, dnd or invisible, and a custom status that may expire."""
+"""Choosing a status: auto, dnd or invisible, and a custom status that may expire; do not
+disturb alone (:func:`set_dnd`), invisibility and the custom status kept."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -230,3 +232,45 @@ async def aset_status(
 ) -> Presence:
     async with _one_at_a_time(_pk(user)):
         return await arun(_set_status(user, status, text, emoji, activity, expires_at))
+
+
+def _set_dnd(user: Any, dnd: bool) -> bool:
+    if not isinstance(dnd, bool):
+        raise InvalidInput("invalid_value", f"dnd must be True or False; got {dnd!r}.")
+    user_id = _pk(user)
+    with transaction.atomic():
+        was = (
+            UserStatus.objects.select_for_update()
+            .filter(user_id=user_id)
+            .values_list("dnd", flat=True)
+            .first()
+        )
+        if was is None and not get_user_model()._default_manager.filter(pk=user_id).exists():
+            raise InvalidInput("unknown_users", f"No user has the id {user_id}.")
+        if bool(was) == dnd:  # (no row: not dnd)
+            return False
+        # Through the model, as the admin saves a row: its receivers announce the change after
+        # commit to those who may see it (an invisible user's contacts see nothing change) and
+        # keep Redis's copy of the choices from the database (status_row_changed). The
+        # PrivacySettings row is not touched: invisible stays as the user chose it.
+        UserStatus.objects.update_or_create(user_id=user_id, defaults={"dnd": dnd})
+    return True
+
+
+def set_dnd(user: Any, dnd: bool) -> bool:
+    """Turn do not disturb on (``True``) or off (``False``), and nothing else: a user who chose
+    to be invisible stays invisible (``set_status(user, "dnd")`` would make them visible: its
+    status is the one choice among auto, dnd and invisible), and the custom status text, emoji,
+    activity and when they clear stay as they are. True if that changed anything.
+
+    Saves ``UserStatus.dnd`` through the model: open connections of those who may see the user
+    online are told after commit (the caller's, inside its ``atomic``; nothing if it rolls
+    back). Raises :class:`InvalidInput` (``invalid_value``: not a bool; ``unknown_users``: an
+    id of no user); nothing is saved then."""
+    return run(call(_set_dnd, user, dnd))
+
+
+async def aset_dnd(user: Any, dnd: bool) -> bool:
+    # One at a time with this loop's other status changes of the user (aset_status's sockets).
+    async with _one_at_a_time(_pk(user)):
+        return await arun(call(_set_dnd, user, dnd))

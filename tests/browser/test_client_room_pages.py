@@ -105,7 +105,8 @@ def test_a_page_asked_before_a_join_again_is_answered_still_merges(
     # The page answered after the join again's state (the server took the join first).
     c.js("() => presence.joinRoom('doc:7', {typing: false})")
     c.receive({**room_state("c1"), "count": 4, "others": 3})  # one more arrived meanwhile
-    assert view(c) == {"members": ["1", "2", "3"], "others": 1, "count": 4, "next": None}
+    # The pages had reached the end: the newcomer is on a page after the state's, asked anew.
+    assert view(c) == {"members": ["1", "2", "3"], "others": 1, "count": 4, "next": "c1"}
 
 
 def test_a_join_again_lists_the_first_page_as_its_state_does(
@@ -125,8 +126,9 @@ def test_a_join_again_lists_the_first_page_as_its_state_does(
             "next": "c9",
         }
     )
-    assert shown(c) == ["2", "4"]  # a first-page member not in it left
-    assert view(c) == {"members": ["2", "4"], "others": 1, "count": 3, "next": "c2"}
+    assert shown(c) == ["2", "4"]  # a first-page member not in it left (or was pushed off)
+    # Paged again from the state's cursor: one pushed to a later page is listed again.
+    assert view(c) == {"members": ["2", "4"], "others": 1, "count": 3, "next": "c9"}
 
 
 def test_a_paged_member_the_state_does_not_list_stays_and_others_stay_consistent(
@@ -140,6 +142,45 @@ def test_a_paged_member_the_state_does_not_list_stays_and_others_stay_consistent
     assert shown(c) == ["1", "2"]  # as the poll would: nothing said Bob left
     assert view(c)["others"] == 0  # never below 0
     assert others_shown(c) == "+0"
+
+
+def test_a_join_again_listing_the_whole_room_drops_the_paged_members_it_does_not_list(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM)
+    paged_over_the_socket(c)
+    c.js("() => presence.joinRoom('doc:7', {typing: true})")
+    # Its "next" is null: the state lists every member the viewer may see, so Bob left.
+    c.receive({**room_state(None), "others": 0, "count": 1})
+    assert shown(c) == ["1"]
+    assert view(c) == {"members": ["1"], "others": 0, "count": 1, "next": None}
+
+
+def test_a_join_again_after_the_pages_reached_the_end_pages_on_to_newcomers(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM)
+    c.open_socket()
+    c.tick(100)
+    c.receive(room_state("c1"))
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    c.receive(room_page({"2": member("Bob"), "3": member("Cy")}, None))
+    # Two newcomers, counted: the connection's list is full.
+    c.receive(
+        {"type": "room_diff", "room": "doc:7", "joins": {}, "leaves": [], "others": 4, "count": 5}
+    )
+    c.js("() => presence.joinRoom('doc:7', {typing: true})")
+    c.receive({**room_state("c1"), "others": 4, "count": 5})
+    assert view(c) == {"members": ["1", "2", "3"], "others": 2, "count": 5, "next": "c1"}
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    assert c.sent("room_more")[-1] == {"type": "room_more", "room": "doc:7", "after": "c1"}
+    # The pages read again list Bob and Cy (kept once), then the newcomers.
+    c.receive(room_page({"2": member("Bob"), "3": member("Cy")}, "c3", count=5))
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    assert c.sent("room_more")[-1]["after"] == "c3"
+    c.receive(room_page({"4": member("Dan"), "5": member("Eve")}, None, count=5))
+    assert shown(c) == ["1", "2", "3", "4", "5"]
+    assert view(c)["others"] == 0
 
 
 def test_a_fresh_state_after_a_reconnect_starts_from_the_first_page(
@@ -208,6 +249,117 @@ def test_a_poll_lists_the_first_page_as_the_endpoint_does(client: Callable[..., 
     c.answer(ROOM_ENDPOINT, {**first_read(), "members": {"4": member("Dan")}, "others": 2})
     assert shown(c) == ["4", "2"]
     assert view(c)["others"] == 1
+
+
+def polled_to_the_end(c: Client) -> None:
+    """Polling: Ann on the first page, Bob and Cy paged, to the end of the room."""
+    c.tick(POLL_MS)
+    c.answer(ROOM_ENDPOINT, first_read("c1"))
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    c.answer(
+        ROOM_ENDPOINT,
+        {"members": {"2": member("Bob"), "3": member("Cy")}, "others": 0, "count": 3, "next": None},
+    )
+    assert view(c) == {"members": ["1", "2", "3"], "others": 0, "count": 3, "next": None}
+
+
+def test_a_poll_listing_the_whole_room_drops_the_paged_members_it_does_not_list(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM, init="delete window.WebSocket;")
+    polled_to_the_end(c)
+    c.tick(POLL_MS)
+    # Bob and Cy left: the first page, with "next": null, is every member the viewer may see.
+    c.answer(ROOM_ENDPOINT, {**first_read(None, count=1)})
+    assert shown(c) == ["1"]
+    assert view(c) == {"members": ["1"], "others": 0, "count": 1, "next": None}
+
+
+def test_a_poll_after_the_pages_reached_the_end_pages_on_to_newcomers(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM, init="delete window.WebSocket;")
+    polled_to_the_end(c)
+    c.tick(POLL_MS)
+    c.answer(ROOM_ENDPOINT, first_read("c1", count=5))  # two newcomers, after Cy
+    assert view(c) == {"members": ["1", "2", "3"], "others": 2, "count": 5, "next": "c1"}
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    assert c.fetches(ROOM_ENDPOINT)[-1] == f"{ROOM_ENDPOINT}?after=c1"
+
+
+def test_a_member_a_poll_pushes_off_the_first_page_is_paged_again(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM, init="delete window.WebSocket;")
+    c.tick(POLL_MS)
+    c.answer(
+        ROOM_ENDPOINT,
+        {
+            "members": {"1": member("Ann"), "2": member("Bob")},
+            "others": 2,
+            "count": 4,
+            "next": "c2",
+        },
+    )
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    c.answer(
+        ROOM_ENDPOINT,
+        {"members": {"3": member("Cy"), "4": member("Dan")}, "others": 2, "count": 4, "next": None},
+    )
+    c.tick(POLL_MS)
+    # Zed, a new contact of the viewer, is listed first: Bob (still in) is on the next page.
+    c.answer(
+        ROOM_ENDPOINT,
+        {
+            "members": {"9": member("Zed"), "1": member("Ann")},
+            "others": 3,
+            "count": 5,
+            "next": "c1",
+        },
+    )
+    assert view(c) == {"members": ["1", "3", "4", "9"], "others": 1, "count": 5, "next": "c1"}
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    assert c.fetches(ROOM_ENDPOINT)[-1] == f"{ROOM_ENDPOINT}?after=c1"
+    c.answer(
+        ROOM_ENDPOINT,
+        {"members": {"2": member("Bob"), "3": member("Cy")}, "others": 3, "count": 5, "next": "c3"},
+    )
+    assert sorted(shown(c)) == ["1", "2", "3", "4", "9"]  # (ids as keys: listed by number)
+    assert view(c)["others"] == 0
+
+
+def test_a_page_read_while_a_poll_takes_a_fresh_cursor_keeps_it(
+    client: Callable[..., Client],
+) -> None:
+    c = client(ROOM, init="delete window.WebSocket;")
+    c.tick(POLL_MS)
+    c.answer(
+        ROOM_ENDPOINT,
+        {
+            "members": {"1": member("Ann"), "2": member("Bob")},
+            "others": 2,
+            "count": 4,
+            "next": "c2",
+        },
+    )
+    c.js("() => { window.__page = presence.room('doc:7').more(); }")
+    c.tick(POLL_MS)  # a poll while the page is read: Zed pushes Bob off the first page
+    c.answer(
+        ROOM_ENDPOINT,
+        {
+            "members": {"9": member("Zed"), "1": member("Ann")},
+            "others": 3,
+            "count": 5,
+            "next": "c1",
+        },
+        nth=1,
+    )
+    c.answer(
+        ROOM_ENDPOINT,
+        {"members": {"3": member("Cy"), "4": member("Dan")}, "others": 3, "count": 5, "next": None},
+    )
+    # The page followed the old first page: its end is not the fresh one's, Bob is still to come.
+    assert view(c) == {"members": ["1", "3", "4", "9"], "others": 1, "count": 5, "next": "c1"}
 
 
 # --- counts ---------------------------------------------------------------------------------------

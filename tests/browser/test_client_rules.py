@@ -1117,3 +1117,41 @@ def test_a_timeline_is_watched_again_from_the_newest_activity_shown(
     c.js("() => presence.unwatchFeed('following')")
     c.receive({"type": "missed_activities", "feed": "following", "activities": [{"id": 9}]})
     assert len(c.js("() => __shown")) == 2  # a late answer for a timeline no longer watched
+
+
+def test_a_timelines_after_waits_for_the_answer_of_its_watch(
+    client: Callable[..., Client],
+) -> None:
+    # An activity posted while the server reads the answer (6..8) comes live first: the
+    # timeline's "after" moves past it only with that answer, or a socket that drops before
+    # it comes would ask from 9 and 6..8 would never be shown.
+    c = client(DOT)
+    c.js(
+        """() => { window.__shown = [];
+        presence.on('activity', ({activity}) => __shown.push(activity.id));
+        presence.watchFeed('following', {after: 5}); }"""
+    )
+    c.open_socket()
+    c.receive({"type": "activity", "feeds": ["following"], "activity": {"id": 9}})
+    c.tick(10_000)
+    c.close_socket(1006)  # the answer never arrives
+    c.tick(60_000)
+    c.open_socket()
+    assert c.sent("watch_feed") == [{"type": "watch_feed", "feed": "following", "after": 5}]
+    c.receive({"type": "activity", "feeds": ["following"], "activity": {"id": 10}})
+    c.receive(
+        {
+            "type": "missed_activities",
+            "feed": "following",
+            "activities": [{"id": 6}, {"id": 7}, {"id": 8}, {"id": 9}],
+            "reload": False,
+        }
+    )
+    assert c.js("() => __shown") == [9, 10, 6, 7, 8]  # 9, shown already, once
+    # Answered: the live activities shown meanwhile count from now on, and so do later ones.
+    c.receive({"type": "activity", "feeds": ["following"], "activity": {"id": 11}})
+    c.tick(10_000)
+    c.close_socket(1006)
+    c.tick(60_000)
+    c.open_socket()
+    assert c.sent("watch_feed") == [{"type": "watch_feed", "feed": "following", "after": 11}]

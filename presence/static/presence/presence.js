@@ -456,6 +456,11 @@
   // timeline -> the newest activity id shown on it: sent as watch_feed's "after", so the
   // server sends what was posted while the socket was down (or before the watch was answered)
   const feedAfter = new Map();
+  // timeline -> the newest live activity id shown while its watch with "after" waits for its
+  // missed_activities (null: none yet). Its "after" moves past them only with that answer: a
+  // socket that drops before it must ask again from the "after" sent, or what the answer held
+  // (older than the live ones) is skipped for good.
+  const feedAwaiting = new Map();
 
   const isOpen = () => socket !== null && socket.readyState === WebSocket.OPEN;
 
@@ -618,7 +623,7 @@
       // since resolves unmerged: mergePage).
       if (ask && roomPages.get(message.room) === ask.page) {
         settlePage(message.room, (pending) =>
-          pending.resolve(mergePage(message.room, message, pending.view))
+          pending.resolve(mergePage(message.room, message, pending.view, pending.after))
         );
       }
     } else if (message.type === "online_count") {
@@ -627,11 +632,21 @@
       showRoomCount(message.room, message.count);
     } else if (message.type === "activity") {
       showActivity(message.feeds, message.activity);
+      if (Array.isArray(message.feeds) && message.activity) {
+        message.feeds.forEach((feed) => noteLive(feed, message.activity.id));
+      }
     } else if (message.type === "missed_activities") {
       // The answer of a watch_feed with "after": oldest first.
-      if (!feeds.has(message.feed)) return;
-      (message.activities || []).forEach((activity) => showActivity([message.feed], activity));
-      if (message.reload) emit("feed_reload", { feed: message.feed });
+      const feed = message.feed;
+      if (!feeds.has(feed)) return;
+      (message.activities || []).forEach((activity) => {
+        showActivity([feed], activity);
+        noteNewest(feed, activity.id);
+      });
+      // The live activities shown while it was read are newer than all it holds.
+      if (feedAwaiting.has(feed)) noteNewest(feed, feedAwaiting.get(feed));
+      feedAwaiting.delete(feed);
+      if (message.reload) emit("feed_reload", { feed });
     } else if (message.type === "status") {
       // The answer of the oldest set_status (one that timed out takes its own late answer).
       const entry = waiting.shift();
@@ -696,7 +711,6 @@
   // one shown already is dropped).
   function showActivity(names, activity) {
     if (!Array.isArray(names) || !activity) return;
-    names.forEach((name) => noteNewest(name, activity.id));
     const shown = seenActivities.get(activity.id) || new Set();
     const fresh = names.filter((name) => !shown.has(name));
     if (!fresh.length) return;
@@ -713,9 +727,20 @@
     if (Number.isInteger(id) && id >= 0 && !(feedAfter.get(feed) >= id)) feedAfter.set(feed, id);
   }
 
+  // A live activity's id: the timeline's "after" at once, unless a watch with "after" waits for
+  // its answer (kept until it comes: feedAwaiting).
+  function noteLive(feed, id) {
+    if (!feedAwaiting.has(feed)) noteNewest(feed, id);
+    else if (Number.isInteger(id) && !(feedAwaiting.get(feed) >= id)) feedAwaiting.set(feed, id);
+  }
+
+  // The watch_feed frame to send for a timeline; one with "after" waits for its answer.
   function watchFrame(feed) {
     const frame = { type: "watch_feed", feed };
-    if (feedAfter.has(feed)) frame.after = feedAfter.get(feed);
+    if (feedAfter.has(feed)) {
+      frame.after = feedAfter.get(feed);
+      feedAwaiting.set(feed, null);
+    }
     return frame;
   }
 
@@ -1268,17 +1293,30 @@
   }
 
   // The room's first page read again (the answer of a join again, a poll), in the view the
-  // page shows: it lists the first page as read; the members pages added that it does not list
-  // stay after it (nothing says they left: their leaving is never sent), and the cursor stays
-  // where the pages reached. The view stays the same object, so a page read meanwhile merges.
+  // page shows: it lists the first page as read. Read with "next": null, it lists the whole
+  // room the viewer may see, so the paged members it does not list left, and so did a
+  // first-page member it does not list; otherwise the paged members it does not list stay
+  // after it (nothing says they left: their leaving is never sent). The cursor stays where
+  // the pages reached, but for the read's own when the pages had reached the end (newcomers
+  // since are on pages after the read's) or a first-page member it does not list was dropped
+  // (left, or pushed to a later page by one listed before it, a new contact): paging again
+  // then adds only the members missing (mergePage skips those listed). The view stays the
+  // same object, so a page read meanwhile merges.
   function freshFirstPage(view, members, next) {
     const listed = new Map(Object.entries(members || {}));
+    const pagedIds = new Set();
+    let dropped = false;
     view.members.forEach((member, id) => {
-      if (view.pagedIds.has(id) && !listed.has(id)) listed.set(id, member);
+      if (listed.has(id)) return;
+      if (!view.pagedIds.has(id)) dropped = true;
+      else if (next) {
+        listed.set(id, member);
+        pagedIds.add(id);
+      }
     });
-    Object.keys(members || {}).forEach((id) => view.pagedIds.delete(id));
     view.members = listed;
-    if (!view.paged) view.next = next || null;
+    view.pagedIds = pagedIds;
+    if (!view.paged || !view.next || !next || dropped) view.next = next || null;
   }
 
   function newView(members, next) {
@@ -1333,8 +1371,9 @@
   // asked: the view whose cursor it was read from; a fresh room_state replaced it meanwhile
   // (a reconnect, an outage): the page follows the old list, so it is dropped (more() resolves
   // to {}) and the fresh state's "next" pages from its own list. A join again or a poll keeps
-  // the view (freshFirstPage): the page merges.
-  function mergePage(room, body, asked) {
+  // the view (freshFirstPage): the page merges. after: the cursor it was read from; one taken
+  // afresh meanwhile (freshFirstPage) stays the view's, the page's "next" following the old.
+  function mergePage(room, body, asked, after) {
     const page = {};
     const view = roomViews.get(room);
     if (view !== asked) return page;
@@ -1348,7 +1387,7 @@
       }
     });
     if (view) {
-      view.next = body.next || null;
+      if (view.next === after) view.next = body.next || null;
       view.paged = true;
       // Any count the server gave: 0 too (everyone left meanwhile).
       const count = typeof body.count === "number" ? body.count : NaN;
@@ -1384,6 +1423,7 @@
       pending.reject = reject;
     });
     pending.view = view;
+    pending.after = view.next;
     roomPages.set(room, pending);
     if (isOpen()) {
       pending.socket = socket; // its close settles the page
@@ -1397,7 +1437,7 @@
       fetchRoom(room, view.next)
         .then((body) => {
           if (!body) throw failure("unavailable", `presence: no endpoint for ${room}.`);
-          settlePage(room, (p) => p.resolve(mergePage(room, body, p.view)));
+          settlePage(room, (p) => p.resolve(mergePage(room, body, p.view, p.after)));
         })
         .catch((error) => settlePage(room, (p) => p.reject(error)));
     }
@@ -1736,6 +1776,7 @@
       const feed = String(name);
       feeds.delete(feed);
       feedAfter.delete(feed);
+      feedAwaiting.delete(feed);
       send({ type: "unwatch_feed", feed });
     },
     joinRoom,

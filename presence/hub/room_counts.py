@@ -5,14 +5,16 @@ A watcher is not a member: it is not listed, not counted, takes no MAX_ROOMS pla
 no room (no ``room_entered``). While a connection here watches a room, the process is in the
 room's channel-layer group (as for its members: presence.hub.registry.Registry.needs_room) and
 in the group every process with room views is in (privacy changes). A room's changes are
-gathered for COALESCE_WINDOW from the first one, and a room is counted at most once per
-window: one trip to the database's thread (its watchers' blocks) and one Redis round trip for
-every room due at once (presence.rooms.counts.acounts_for_viewers), no member listed and no
-member's facts read. Each watcher is sent ``room_count`` only when its own count changed since
-what it was last sent: a member it may not count (invisible, blocked either way) coming or
-going sends it nothing, at no different time. The rooms' rules are asked again for the watchers
-at least once per HEARTBEAT_INTERVAL and on ``recheck_room``; a refused watcher stops watching
-and gets ``forbidden`` naming the room.
+counted at the first tick after them of the process's grid (presence.hub.room_windows), so a
+room is counted at most once per window: one trip to the database's thread (its watchers'
+blocks) and one Redis round trip for every room due at once
+(presence.rooms.counts.acounts_for_viewers), no member listed and no member's facts read.
+Each watcher is sent ``room_count`` only when its own count changed since what it was last
+sent: a member it may not count (invisible, blocked either way) coming or going sends it
+nothing, and its next count comes at no different time (the grid's ticks are the same
+whoever changed). The rooms' rules are asked again for the watchers at least once per
+HEARTBEAT_INTERVAL and on ``recheck_room``; a refused watcher stops watching and gets
+``forbidden`` naming the room.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from presence.domain.rooms import Room, parse_room
 from presence.hub import sends
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry
+from presence.hub.room_windows import next_tick
 from presence.rooms.counts import acounts_for_viewers, awatched_count
 from presence.rooms.rule import UnknownRoom, averdicts, needs_asking, room_rule
 
@@ -65,9 +68,9 @@ class RoomCounts:
         self.watching = registry.room_counts
         #: connection -> room -> what it was last sent
         self.sent: dict[Connection, dict[str, _Sent]] = {}
-        #: room -> loop time its window ends (a delivery is due)
+        #: room -> the tick it is counted at (loop time)
         self.pending: dict[str, float] = {}
-        #: room -> loop time its last delivery began (the next one waits a window after it)
+        #: room -> the tick of its last count (the next one is a window after it at least)
         self.delivered_at: dict[str, float] = {}
         #: wall-clock time of the rules' last pass over the watchers
         self.checked_at = time.time()
@@ -194,19 +197,14 @@ class RoomCounts:
     # --- changes ---
 
     def changed(self, room: str, announced_at: float | None = None) -> None:
-        """Members joined, left or changed in ``room``: counted again after its coalescing
-        window (from ``announced_at``, as room diffs), at most once per window, if a connection
-        here watches it."""
+        """Members joined, left or changed in ``room``: counted again at the first tick after
+        the change (made at ``announced_at``, as room diffs), at most once per window, if a
+        connection here watches it."""
         if room not in self.watching.members:
             return
-        loop_now = asyncio.get_running_loop().time()
-        full = window = get_settings().COALESCE_WINDOW
-        if announced_at is not None:
-            window -= min(max(time.time() - announced_at, 0.0), window)
-        after_last = self.delivered_at.get(room, -math.inf) + full
-        if room not in self.pending:
-            self.pending[room] = max(loop_now + window, after_last)
-            self._wake.set()
+        tick = next_tick(announced_at, self.delivered_at.get(room, -math.inf))
+        self.pending[room] = min(self.pending.get(room, math.inf), tick)
+        self._wake.set()
 
     def members_changed(self) -> None:
         """What others may see of some users changed (privacy, blocks): every watched room is
@@ -215,10 +213,10 @@ class RoomCounts:
             self.changed(room)
 
     def again(self, rooms: Iterable[str], after: float) -> None:
-        loop_now = asyncio.get_running_loop().time()
         for room in rooms:
             if room in self.watching.members:
-                self.pending.setdefault(room, loop_now + after)
+                last = self.delivered_at.get(room, -math.inf)
+                self.pending.setdefault(room, next_tick(last_tick=last, after=after))
         self._wake.set()
 
     async def run(self, running: Callable[[], bool]) -> None:
@@ -231,8 +229,7 @@ class RoomCounts:
             due = [room for room, at in self.pending.items() if at <= now + 0.005]
             if due:
                 for room in due:
-                    del self.pending[room]
-                    self.delivered_at[room] = now
+                    self.delivered_at[room] = self.pending.pop(room)
                 try:
                     await self.deliver(due)
                 except asyncio.CancelledError:

@@ -1,6 +1,15 @@
-"""Rooms' coalescing windows (presence.hub.rooms): a room's changes are gathered for
-COALESCE_WINDOW from the first one, and a room is delivered at most once per window (late
-announcements wait for the next)."""
+"""Rooms' coalescing windows (presence.hub.rooms, presence.hub.room_counts): a room's changes
+are delivered at the first tick after them of the process's one grid, a tick every
+COALESCE_WINDOW of the event loop's clock, so a room is delivered at most once per window.
+
+Why a grid, not a window opened by a room's first change: a viewer's frame must come at a
+time that depends only on changes it may see (a blocked or invisible member's coming and going
+tells it nothing, not even through when its next frame comes). A window opened by the first
+change would be opened by a member the viewer may not see as well, and the visible join that
+follows would reach it sooner. On the grid a change is delivered at the first tick after it,
+whatever else changed: a hidden change only has a room read at a tick, where any change the
+viewer may see made before it was due anyway (and none made after it is read).
+"""
 
 from __future__ import annotations
 
@@ -18,15 +27,36 @@ from presence.domain import UserId
 logger = logging.getLogger("presence")
 
 
+def next_tick(
+    changed_at: float | None = None, last_tick: float = -math.inf, after: float = 0.0
+) -> float:
+    """The loop time a room's change is delivered at: the first tick of the grid (every
+    COALESCE_WINDOW of the loop's clock) after the change, made at ``changed_at`` (wall clock,
+    as its announcement says; None: now) or ``after`` seconds from now, and a window after the
+    room's last delivery (``last_tick``) at least."""
+    window = get_settings().COALESCE_WINDOW
+    loop_now = asyncio.get_running_loop().time()
+    if window <= 0:
+        return loop_now + after
+    # Counted from when the change was made, as presence diffs are: not from its arrival.
+    made = loop_now + after
+    if changed_at is not None:
+        made -= max(time.time() - changed_at, 0.0)
+    tick = (math.floor(made / window) + 1) * window
+    if tick < loop_now:  # announced late (a busy channel layer): the next tick, on the grid
+        tick = (math.floor(loop_now / window) + 1) * window
+    return max(tick, last_tick + window)
+
+
 class RoomWindows:
     """The rooms with changes to deliver, and when."""
 
     def __init__(self) -> None:
-        #: room -> (changed users, loop time its window ends)
+        #: room -> (changed users, the tick it is delivered at: loop time)
         self.pending: dict[str, tuple[set[UserId], float]] = {}
         #: the room being delivered now, if any
         self.delivering: str | None = None
-        #: room -> loop time its last delivery began (the next one waits a window after it)
+        #: room -> the tick of its last delivery (the next one is a window after it at least)
         self.delivered_at: dict[str, float] = {}
         #: room -> the connections its pending delivery is for, when not every one in it: the
         #: views being read when its changes were delivered (the others were sent them)
@@ -36,18 +66,14 @@ class RoomWindows:
         self._wake = asyncio.Event()
 
     def changed(self, room: str, user_ids: Iterable[UserId], announced_at: float | None) -> None:
-        """Users joined, left or changed in ``room``: delivered after its coalescing window
-        (counted from ``announced_at``, as presence diffs are)."""
-        loop_now = asyncio.get_running_loop().time()
-        full = window = get_settings().COALESCE_WINDOW
-        if announced_at is not None:
-            window -= min(max(time.time() - announced_at, 0.0), window)
+        """Users joined, left or changed in ``room``: delivered at the first tick after the
+        change (made at ``announced_at``), at most once per window."""
         # At most one delivery per window: announcements that arrive late (a busy channel
         # layer) would otherwise each be delivered at once, a frame per join in a burst.
-        after_last = self.delivered_at.get(room, -math.inf) + full
-        users, due = self.pending.get(room, (set(), max(loop_now + window, after_last)))
+        tick = next_tick(announced_at, self.delivered_at.get(room, -math.inf))
+        users, due = self.pending.get(room, (set(), tick))
         users.update(user_ids)
-        self.pending[room] = (users, due)
+        self.pending[room] = (users, min(due, tick))
         self.only.pop(room, None)  # news: for every connection in the room
         self._wake.set()
 
@@ -64,7 +90,10 @@ class RoomWindows:
         elif room in self.only:
             self.only[room] |= only
         # (else the room's pending delivery is for every connection already)
-        users, due = pending or (set(), asyncio.get_running_loop().time() + after)
+        users, due = pending or (
+            set(),
+            next_tick(last_tick=self.delivered_at.get(room, -math.inf), after=after),
+        )
         self.pending[room] = (users | user_ids, due)
         self._wake.set()
 
@@ -97,10 +126,10 @@ class RoomWindows:
                     await asyncio.wait_for(self._wake.wait(), soonest - now)
                 continue
             for room in due:
-                users, _ = self.pending.pop(room)
+                users, tick = self.pending.pop(room)
                 self.delivering = room
                 self.delivering_to = self.only.pop(room, None)
-                self.delivered_at[room] = loop.time()
+                self.delivered_at[room] = tick
                 try:
                     await deliver(room, users)
                 except asyncio.CancelledError:

@@ -5,12 +5,13 @@ A connection in a room is a member of ``registry.rooms`` (the process joins the 
 channel-layer group with its first connection there, and the group of every process with room
 views). Announcements say only "these users changed in room R" (joins, leaves, meta) or "what
 others may see of these users changed" (privacy, contacts, blocks, status: every room here
-looks at them again). A room's changes are gathered for COALESCE_WINDOW from the first one,
-and a room is delivered at most once per window (presence.hub.room_windows); then the room
-is read once for all its viewers here (``presence.rooms.delta``: the changed users only) and
-each view is compared with what its connection was sent (presence.hub.room_diffs). A viewer
-who sees no change gets no frame, at no different time. See presence.rooms.delta for why a
-window costs O(viewers x changed users it may list), not O(members²).
+looks at them again). A room's changes are delivered at the first tick after them of the
+process's grid, a tick every COALESCE_WINDOW, so at most once per window and at times no
+change a viewer may not see moves (presence.hub.room_windows); then the room is read once
+for all its viewers here (``presence.rooms.delta``: the changed users only) and each view is
+compared with what its connection was sent (presence.hub.room_diffs). A viewer who sees no
+change gets no frame, at no different time. See presence.rooms.delta for why a window costs
+O(viewers x changed users it may list), not O(members²).
 
 What each connection was sent of each room, and which rooms it joined, are the registry's
 (presence.hub.registry); a connection's join and leave are presence.rooms.live's, which call
@@ -180,8 +181,8 @@ class RoomViews:
     # --- changes ---
 
     def changed(self, room: str, user_ids: Iterable[UserId], announced_at: float | None) -> None:
-        """Users joined, left or changed in ``room``: delivered after its coalescing window
-        (counted from ``announced_at``, as presence diffs are), if a connection here is in it."""
+        """Users joined, left or changed in ``room``: delivered at the first tick after the
+        change (made at ``announced_at``), if a connection here is in it."""
         if room in self.registry.rooms.members:
             self.windows.changed(room, user_ids, announced_at)
         self.counts.changed(room, announced_at)

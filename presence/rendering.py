@@ -324,17 +324,21 @@ def csp_nonce(context: Any) -> str | None:
     return text or None
 
 
-def script_tag(socket: str | None = None, nonce: str | None = None) -> SafeString:
+def script_tag(
+    socket: str | None = None, nonce: str | None = None, viewer_id: Any = None
+) -> SafeString:
     """The ``<script>`` of presence.js with what it needs as data attributes (README
     "Template tags"). ``socket`` overrides the WebSocket path; ``""`` leaves the socket out,
     and the client polls the JSON endpoint instead. ``nonce`` (a CSP nonce) is rendered as the
-    tag's ``nonce`` attribute, for policies such as ``script-src 'self' 'nonce-…'``."""
+    tag's ``nonce`` attribute, for policies such as ``script-src 'self' 'nonce-…'``.
+    ``viewer_id``, the logged-in user's pk, is ``presence.self`` in the page: a room's members
+    always list the viewer, and a page's script leaves them out by it (a typing indicator)."""
     conf = get_settings()
     if socket is None:
         socket = get_script_prefix() + SOCKET_PATH
     return format_html(
         '<script src="{}" data-presence-endpoint="{}" data-presence-status-endpoint="{}"{} '
-        'data-presence-heartbeat="{}" data-presence-idle-after="{}" data-presence-labels="{}" '
+        'data-presence-heartbeat="{}" data-presence-idle-after="{}" data-presence-labels="{}"{} '
         "defer{}></script>",
         static("presence/presence.js"),
         reverse("presence:presence"),
@@ -343,20 +347,22 @@ def script_tag(socket: str | None = None, nonce: str | None = None) -> SafeStrin
         conf.HEARTBEAT_INTERVAL,
         conf.IDLE_AFTER,
         json.dumps(script_labels(), ensure_ascii=False, separators=(",", ":")),
+        # (spelt as the status menu's data-presence-self and the rooms' member keys)
+        format_html(' data-presence-self="{}"', viewer_id) if viewer_id is not None else "",
         format_html(' nonce="{}"', nonce) if nonce else "",
     )
 
 
 def page_script(request: Any, socket: str | None = None, nonce: str | None = None) -> SafeString:
-    """What ``{% presence_script %}`` renders for this request: :func:`script_tag`, or nothing
-    for a visitor who is not logged in. The WebSocket and the JSON endpoints answer logged-in
-    users only, so for an anonymous visitor the client could only open a socket that is refused
-    (4401) and stop. With no request to tell (a template rendered without one) the script is
-    rendered: the client then finds out by itself."""
+    """What ``{% presence_script %}`` renders for this request: :func:`script_tag`, with the
+    user's id, or nothing for a visitor who is not logged in. The WebSocket and the JSON
+    endpoints answer logged-in users only, so for an anonymous visitor the client could only
+    open a socket that is refused (4401) and stop. With no request to tell (a template rendered
+    without one) the script is rendered, without an id: the client then finds out by itself."""
     user = getattr(request, "user", None)
     if user is not None and not user.is_authenticated:
         return SafeString("")
-    return script_tag(socket, nonce)
+    return script_tag(socket, nonce, None if user is None else str(user.pk))
 
 
 def online_count(count: int) -> SafeString:

@@ -1,5 +1,6 @@
 """{% presence_script %} by viewer (issue 29): nothing for an anonymous visitor, whose socket
 the server would refuse (4401, the client's "unauthorized"), the script for a logged-in user,
+with their id (``presence.self``: a page's script leaves the viewer out of a room's members),
 found however deep the tag is rendered."""
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ LABELS = (
     "&quot;within_month&quot;:&quot;last seen within a month&quot;,"
     "&quot;long_ago&quot;:&quot;last seen a long time ago&quot;," + quoted(WORDS_EN) + "}"
 )
+#: the script a logged-in user gets, their id put in for SELF
 SCRIPT = (
     '<script src="/static/presence/presence.js" '
     'data-presence-endpoint="/presence/api/presence" '
     'data-presence-status-endpoint="/presence/api/status" '
     'data-presence-socket="/ws/presence/" '
     'data-presence-heartbeat="30" data-presence-idle-after="300" '
-    f'data-presence-labels="{LABELS}" defer></script>'
+    f'data-presence-labels="{LABELS}" data-presence-self="SELF" defer></script>'
 )
 
 
@@ -50,7 +52,8 @@ def test_an_anonymous_visitor_gets_no_script() -> None:
 
 
 def test_a_logged_in_user_gets_the_script(make_user: Callable[..., Any]) -> None:
-    assert render("{% presence_script %}", make_user()) == SCRIPT
+    user = make_user()
+    assert render("{% presence_script %}", user) == SCRIPT.replace("SELF", str(user.pk))
 
 
 def test_the_demo_loads_presence_js_for_its_users_only(

@@ -30,7 +30,7 @@ from presence.domain import InvalidInput, UserId
 from presence.domain.nesting import nests_too_deeply
 from presence.domain.rooms import parse_room
 from presence.rooms import room_state
-from presence.rooms.counts import parse_rooms, strict_room_counts
+from presence.rooms.counts import distinct_rooms, polled_room_counts
 from presence.rooms.paging import room_page_state
 from presence.store import StoreUnavailable
 
@@ -288,25 +288,23 @@ def room_counts_view(request: HttpRequest) -> HttpResponse:
     room's count as the caller may see it (``room_counts``: what ``{% room_count %}`` shows
     and ``watch_room_count`` sends), the cheap read a page polls without a socket. At most
     ROOM_LIST_LIMIT rooms; 400 for none, too many or a malformed name (before anything is
-    read), 404 for a kind the site did not declare, 403 where a room's rule refuses, 503 while
-    presence's Redis cannot be read. Counts against ``HTTP_READ_LIMIT`` as one id per room
-    (a count lists no member)."""
+    read); a room the caller may not see (its rule refuses, or a kind the site does not
+    declare) is null, as the tag shows it as nothing, not a refusal of the whole batch (a page
+    polls all its counts at once); 503 while presence's Redis cannot be read. Counts against
+    ``HTTP_READ_LIMIT`` as one id per room (a count lists no member)."""
     asked = request.GET.getlist("room")
     if not asked:
         return error("missing_rooms", _("Name the rooms as ?room=kind:id&room=kind:id."))
     try:
-        names = parse_rooms(asked)
+        # Malformed names and too many rooms first: bad input costs nothing.
+        names = distinct_rooms(asked)
     except InvalidInput as exc:
         return error(exc.code, exc.message)
-    except api.UnknownRoom as exc:
-        return error(exc.code, exc.message, status=404)
     refused = over_read_limit(request, len(names))
     if refused is not None:
         return refused
     try:
-        counts = strict_room_counts(names, request.user)
-    except PermissionDenied as exc:
-        return error("forbidden", str(exc), status=403)
+        counts = polled_room_counts(names, request.user)
     except StoreUnavailable:
         return room_unavailable()
     return JsonResponse({"counts": counts})

@@ -23,7 +23,7 @@ from presence.conf import get_settings
 from presence.domain import InvalidInput, UserId
 from presence.domain.rooms import Room, parse_room
 from presence.operations import Operation, arun, call, redis, run
-from presence.rooms.rule import may_enter, room_rule
+from presence.rooms.rule import UnknownRoom, may_enter, room_rule
 from presence.store import StoreUnavailable, get_store, merge
 from presence.store.plans.rooms import RoomRead
 from presence.users import viewer_pk
@@ -39,6 +39,15 @@ def parse_rooms(rooms: Iterable[Any]) -> list[Room]:
     """The rooms named (``"kind:id"`` or ``(kind, id)``), each once, in order: InvalidInput
     ``invalid_value`` for a malformed name, ``too_many_rooms`` past :func:`room_limit`, and
     :class:`~presence.rooms.rule.UnknownRoom` for an undeclared kind, before any I/O."""
+    names = distinct_rooms(rooms)
+    for name in names:
+        room_rule(name)
+    return names
+
+
+def distinct_rooms(rooms: Iterable[Any]) -> list[Room]:
+    """:func:`parse_rooms`, but whether each kind is declared is not asked (InvalidInput
+    alone)."""
     if isinstance(rooms, str | tuple):
         # One room's name (a string, or a (kind, id) pair) would be read as many rooms.
         raise InvalidInput("invalid_value", gettext("Give a list of rooms, not one room."))
@@ -50,8 +59,6 @@ def parse_rooms(rooms: Iterable[Any]) -> list[Room]:
             gettext("At most %(limit)d rooms are counted at once (%(count)d asked).")
             % {"limit": limit, "count": len(names)},
         )
-    for name in names:
-        room_rule(name)
     return names
 
 
@@ -129,11 +136,25 @@ async def aroom_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int]:
     return {name: count or 0 for name, count in found.items()}
 
 
-def strict_room_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int]:
-    """:func:`room_counts`, raising StoreUnavailable while Redis cannot be read (the HTTP
-    endpoint's: a poll is told to try again, not shown empty rooms)."""
-    found = run(_room_counts(rooms, viewer, True, strict=True))
-    return {name: count or 0 for name, count in found.items()}
+def polled_room_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int | None]:
+    """The counts endpoint's (a page's poll, presence.js): :func:`room_counts`, but a room the
+    viewer may not see reads None, as the tag shows it as nothing: refused by its rule, or of
+    a kind the site does not declare (any more). One room taken away after the page rendered
+    must not fail the whole batch: every other count on the page would stop. Raises
+    InvalidInput for a malformed name or too many rooms, before any I/O, and StoreUnavailable
+    while Redis cannot be read (a poll is told to try again, not shown empty rooms)."""
+    names = distinct_rooms(rooms)
+    declared = [name for name in names if _is_declared(name)]
+    found = run(_room_counts(declared, viewer, False, strict=True)) if declared else {}
+    return {name.name: found.get(name.name) for name in names}
+
+
+def _is_declared(room: Room) -> bool:
+    try:
+        room_rule(room)
+    except UnknownRoom:
+        return False
+    return True
 
 
 def visible_room_counts(rooms: Iterable[Any], viewer: Any) -> dict[str, int | None]:

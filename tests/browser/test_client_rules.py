@@ -1035,6 +1035,28 @@ def test_without_a_socket_the_counts_are_polled_in_one_request(
     assert count_of(c, "topic:1") == ["7"]
 
 
+def test_a_polled_count_the_viewer_may_no_longer_see_shows_nothing_the_others_go_on(
+    client: Callable[..., Client],
+) -> None:
+    """The endpoint answers a room the viewer may no longer see (its rule, a kind no longer
+    declared) as null, as the tag renders nothing for it: its element shows nothing, and the
+    page's other counts keep being polled and shown."""
+    c = client(counts(("topic:1", 3), ("club:1", 2)))
+    c.js("() => { window.__counts = []; presence.on('room_count', (d) => __counts.push(d)); }")
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")
+    c.answer(COUNTS_ENDPOINT, {"counts": {"topic:1": 5, "club:1": None}})
+    assert count_of(c, "topic:1") == ["5"] and count_of(c, "club:1") == [""]
+    assert c.js("() => __counts") == [{"room": "topic:1", "count": 5}]
+    c.js("() => { presence.refresh(); }")
+    c.answer(COUNTS_ENDPOINT, {"counts": {"topic:1": 6, "club:1": None}})
+    assert count_of(c, "topic:1") == ["6"] and count_of(c, "club:1") == [""]
+    # Let in again: shown again.
+    c.js("() => { presence.refresh(); }")
+    c.answer(COUNTS_ENDPOINT, {"counts": {"topic:1": 6, "club:1": 1}})
+    assert count_of(c, "club:1") == ["1"]
+
+
 def test_a_refused_count_is_not_watched_again_and_answers_nothing_else(
     client: Callable[..., Client],
 ) -> None:

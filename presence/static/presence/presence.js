@@ -1058,14 +1058,17 @@
     if (!roomCountsTimer) roomCountsTimer = setTimeout(watchRoomCounts, 50);
   }
 
+  // A null count (a poll's answer) is a room the viewer may no longer see (its rule refuses
+  // them now, or its kind is no longer declared): shown as nothing, as the tag renders it.
   function showRoomCount(room, count, at = nextSequence()) {
-    if (typeof room !== "string" || typeof count !== "number" || !Number.isFinite(count)) return;
+    if (typeof room !== "string") return;
+    if (count !== null && (typeof count !== "number" || !Number.isFinite(count))) return;
     roomCountShownAt.set(room, at);
-    const text = formatCount(count);
+    const text = count === null ? "" : formatCount(count);
     countRoomElements().forEach((el) => {
       if (el.getAttribute(COUNT_OF) === room && el.textContent !== text) el.textContent = text;
     });
-    emit("room_count", { room, count });
+    if (count !== null) emit("room_count", { room, count });
   }
 
   // An error naming a room answers a watch_room_count (or, unprompted "forbidden", says the

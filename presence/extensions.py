@@ -22,6 +22,9 @@ Register from your ``AppConfig.ready()``::
 - ``await connection.hub.send_in_order(connections, send, what)``: a delivery's sends to many
   connections, ``await send(connection)`` each in the hub's one queue per connection (after
   that connection's frames asked before; a client that reads nothing holds up no other).
+
+And one outside the socket: :func:`register_export` adds an app's part of a user's data to
+``manage.py presence_export`` (the feed's ``"feed"``).
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ __all__ = [
     "aannounce_to_topic",
     "announce_to_topic",
     "delivery",
+    "export_parts",
     "frame_handler",
     "frame_parsers",
     "register_delivery",
+    "register_export",
     "register_frame",
 ]
 
@@ -61,6 +66,8 @@ class Topics(Protocol):
 
 
 Deliver = Callable[[Topics, Any], Awaitable[None]]
+#: an app's part of a user's data: ``export(user) -> JSON-ready value`` (sync, may query)
+Export = Callable[[Any], Any]
 
 #: topic kinds become part of channel-layer group names, which allow only these characters
 TOPIC_KIND = re.compile(r"[a-zA-Z0-9_.-]{1,40}")
@@ -69,6 +76,11 @@ TOPIC_KIND = re.compile(r"[a-zA-Z0-9_.-]{1,40}")
 #: the frame types apps added, in the one registry of ws/presence/ (presence.frames)
 _frames = FRAMES.added
 _deliveries: dict[str, Deliver] = {}
+_exports: dict[str, Export] = {}
+#: the keys of presence's own export (api.export_user_data), which no app's part may take
+_CORE_EXPORT_KEYS = frozenset(
+    {"user", "privacy", "exceptions", "contacts", "blocks", "last_seen", "status", "rooms", "redis"}
+)
 
 
 def register_frame(type: str, parse: Parse, handle: Handle, *, named_by: str | None = None) -> None:
@@ -112,3 +124,17 @@ async def aannounce_to_topic(kind: str, payload: Any, *, retry: bool = False) ->
 def announce_to_topic(kind: str, payload: Any, *, retry: bool = False) -> None:
     """:func:`aannounce_to_topic` for sync code (views, signal receivers)."""
     announce.announce_to_topic(kind, payload, retry=retry)
+
+
+def register_export(key: str, export: Export) -> None:
+    """Add ``export(user)`` (JSON-ready, for a data request) to ``manage.py presence_export``
+    under ``key``, next to presence's own keys (which ``key`` may not be). Registering a key
+    again replaces it."""
+    if not isinstance(key, str) or not key or key in _CORE_EXPORT_KEYS:
+        raise ValueError(f"An export's key is a string other than presence's own, got {key!r}.")
+    _exports[key] = export
+
+
+def export_parts() -> dict[str, Export]:
+    """The registered parts of a user's data, by key (a copy)."""
+    return dict(_exports)

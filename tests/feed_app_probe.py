@@ -1,7 +1,8 @@
 """Run in a subprocess by tests/feed/test_feed_app.py with DJANGO_SETTINGS_MODULE and DATABASE_URL
 (a scratch database) set: ``python -m tests.feed_app_probe PHASE``; prints what it found as JSON.
 
-- ``boundary``: migrate, then report the app registry, tables, feed route and a watch_feed frame.
+- ``boundary``: migrate, then report the app registry, tables, feed route, a watch_feed frame
+  and the parts apps add to ``presence_export``.
 - ``legacy``: migrate with the legacy migrations and fill every table with rows (raw SQL for
   the feed's tables, whose models no longer exist in presence); report the rows.
 - ``upgrade``: migrate with the real migrations, report the rows read through the new models,
@@ -31,6 +32,7 @@ WHEN = "2026-01-02 03:04:05"
 def boundary() -> dict[str, Any]:
     from channels.testing import WebsocketCommunicator
 
+    from presence import extensions
     from presence.consumers import PresenceConsumer
 
     call_command("migrate", verbosity=0)
@@ -57,6 +59,7 @@ def boundary() -> dict[str, Any]:
         "tables": sorted(t for t in connection.introspection.table_names() if "presence" in t),
         "feed_route": route,
         "frame": asyncio.run(watch_feed()),
+        "export_parts": sorted(extensions.export_parts()),
     }
 
 

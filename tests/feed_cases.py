@@ -169,6 +169,22 @@ def rule_that_raises(user: Any, feed: str) -> bool:
     raise RuntimeError("a bug in the site's rule")
 
 
+def staff_read_groups(user: Any, feed: str) -> bool:
+    """A site rule on facts of the site's own (is_staff), which the feed does not watch: the
+    site calls recheck_watches when they change. Read from the database, as a rule does."""
+    if not feed.startswith("group:"):
+        return True
+    return type(user)._default_manager.filter(pk=user.pk, is_staff=True).exists()
+
+
+def contacts_read_users(user: Any, feed: str) -> bool:
+    """A user's timeline to the users they added as contacts only (and to themselves)."""
+    if not feed.startswith("user:"):
+        return True
+    owner = feed[5:]
+    return str(user.pk) == owner or Contact.objects.filter(owner=owner, contact=user).exists()
+
+
 #: every (user's pk, feed) recorded_members_read_groups was asked, in order (a test clears it)
 rule_calls: list[tuple[Any, str]] = []
 
@@ -184,3 +200,5 @@ MEMBERS_READ_GROUPS = f"{__name__}.members_read_groups"
 RECORDED_MEMBERS_READ_GROUPS = f"{__name__}.recorded_members_read_groups"
 READS_NOTHING = f"{__name__}.reads_nothing"
 RULE_THAT_RAISES = f"{__name__}.rule_that_raises"
+STAFF_READ_GROUPS = f"{__name__}.staff_read_groups"
+CONTACTS_READ_USERS = f"{__name__}.contacts_read_users"

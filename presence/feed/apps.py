@@ -11,9 +11,12 @@ class FeedConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from presence.feed import checks, live, receivers  # noqa: F401  (registers checks)
+        from presence import extensions
+        from presence.feed import api, checks, live, receivers  # noqa: F401  (registers checks)
 
         # Custom status text changes become activities when RECORD_STATUS_ACTIVITIES is on.
         receivers.connect()
         # watch_feed/unwatch_feed frames and live delivery, through presence's extension points.
         live.register()
+        # The feed's part of a user's data in manage.py presence_export ("feed").
+        extensions.register_export("feed", api.export_user_data)

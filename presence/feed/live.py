@@ -13,6 +13,10 @@ A ``watch_feed`` with ``"after": ID`` (the newest activity the page shows; 0: no
 timeline's activities newer than it, oldest first, read as the timeline is read (its rules and
 privacy), at most MISSED_LIMIT; with more, none and ``"reload": true`` (the page loads the
 timeline again). What is posted while a page's socket is down is not lost so.
+
+``recheck_watches`` (presence.feed.api.watches) reaches the same delivery: each process asks
+``CAN_READ`` again for the named users' watched timelines, and a refused one is unwatched and
+answered ``{"type": "error", "code": "unknown_feed", "feed": F, ...}`` unasked.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from django.utils.translation import gettext
 from presence import extensions, users
 from presence.domain import InvalidInput, UserId
 from presence.feed import api
+from presence.feed.api import watches
 
 logger = logging.getLogger("presence")
 
 #: the hub topic kind of live timelines
-KIND = "feed"
+KIND = watches.WATCH_KIND
 #: live timelines one connection may watch
 MAX_FEEDS = 10
 #: most activities a watch_feed's "after" is answered with (a page of the timelines); past it
@@ -176,6 +181,59 @@ async def unwatch_feed(connection: Any, message: UnwatchFeed) -> None:
     await connection.hub.leave_topic(connection, KIND, message.feed)
 
 
+async def deliver(hub: extensions.Topics, payload: Any) -> None:
+    """What reaches the feed's topic kind: a new activity, or a recheck of watches."""
+    if isinstance(payload, dict) and "recheck" in payload:
+        await recheck(hub, payload.get("recheck"), payload.get("feeds"))
+    else:
+        await deliver_activity(hub, payload)
+
+
+async def recheck(hub: extensions.Topics, ids: Any, feeds: Any) -> int:
+    """Ask CAN_READ again for the timelines watched here by ``ids`` (encoded user ids; None: all)
+    among ``feeds`` (None: all); unwatch each refused one on every connection of that user
+    and tell it ``unknown_feed``. How many (user, timeline) were refused."""
+    wanted = None if ids is None else {users.decode_id(uid) for uid in ids}
+    names = None if feeds is None else set(feeds)
+    asks: dict[tuple[UserId, str], list[Any]] = {}
+    for connection, watched in hub.topic_members(KIND).items():
+        if wanted is not None and connection.viewer_id not in wanted:
+            continue
+        for feed in watched if names is None else watched & names:
+            asks.setdefault((connection.viewer_id, feed), []).append(connection)
+    if not asks:
+        return 0
+    pairs = list(asks)
+    # One trip to the database's thread for every (user, timeline): asked once per user,
+    # whatever the number of their connections.
+    allowed = await sync_to_async(_verdicts)([(asks[key][0].user, key[1]) for key in pairs])
+    refused = [key for key, ok in zip(pairs, allowed, strict=True) if not ok]
+    told: dict[Any, list[str]] = {}
+    for key in refused:
+        for connection in asks[key]:
+            if key[1] not in hub.topics_of(connection, KIND):
+                continue  # unwatched (or closed) while the rule was asked: nothing to tell
+            # Out of the topic now: an activity queued for it is not sent (its send looks again).
+            await hub.leave_topic(connection, KIND, key[1])
+            told.setdefault(connection, []).append(key[1])
+
+    async def send(connection: Any) -> None:
+        for feed in told[connection]:
+            refusal = _unknown_feed(feed)
+            # The error a refused watch_feed gets, naming the feed; unasked, so no "answers".
+            await connection.send_json(
+                {"type": "error", "code": refusal.code, "message": refusal.message, "feed": feed}
+            )
+
+    if told:
+        await hub.send_in_order(list(told), send, "a refused timeline")
+    return len(refused)
+
+
+def _verdicts(asks: list[tuple[Any, str]]) -> list[bool]:
+    return [_readable(user, feed) for user, feed in asks]
+
+
 async def deliver_activity(hub: extensions.Topics, payload: Any) -> None:
     """Send a new activity to the connections whose open timelines it belongs on and whose
     viewer may see it (one evaluation for all local viewers)."""
@@ -217,5 +275,5 @@ def register() -> None:
     # the answer of its set_status.
     extensions.register_frame("watch_feed", parse_watch, watch_feed, named_by="feed")
     extensions.register_frame("unwatch_feed", parse_unwatch, unwatch_feed, named_by="feed")
-    extensions.register_delivery(KIND, deliver_activity)
+    extensions.register_delivery(KIND, deliver)
     api.activity_posted.connect(_on_activity_posted, dispatch_uid="presence_live_activity")

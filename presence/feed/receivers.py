@@ -1,6 +1,9 @@
 """The receivers the feed connects (from ``FeedConfig.ready``), at the edge of the app: with
 ``RECORD_STATUS_ACTIVITIES`` on, a change of a user's custom status text is posted as an
-activity of kind ``status``."""
+activity of kind ``status``; and after a change of the feed's or presence's rows that can take a
+timeline away (a membership ended, a group deleted or renamed, a contact, block, exception or
+privacy setting changed), the users' live watches are asked ``CAN_READ`` again
+(``recheck_watches``)."""
 
 from __future__ import annotations
 
@@ -8,13 +11,14 @@ import logging
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models.signals import post_save, pre_save
+from django.db.models.signals import post_delete, post_save, pre_save
 from django.utils import timezone
 
-from presence.feed.api import post
+from presence.feed.api import feed_key, post
+from presence.feed.api.watches import announce_recheck
 from presence.feed.conf import get_settings
-from presence.feed.models import Activity, ActivityKind
-from presence.models import UserStatus
+from presence.feed.models import Activity, ActivityKind, Group, Membership
+from presence.models import Block, Contact, PrivacyException, PrivacySettings, UserStatus
 
 logger = logging.getLogger("presence")
 
@@ -63,9 +67,135 @@ def _status_saved(sender: Any, instance: UserStatus, raw: bool = False, **kwargs
     transaction.on_commit(record, using=router.db_for_write(Activity))
 
 
+# --- watches asked again (presence.feed.api.watches) ---------------------------------------
+#
+# CAN_READ is the site's rule, and may read any of these rows: each change that can refuse a
+# watcher what they watch has the watchers concerned asked again once it is committed (a
+# change rolled back asks nothing). Taking access away is what matters; a row added is asked
+# about too where a rule may refuse on it (a block, a contact marked or not).
+
+#: the attribute a Membership or Group being saved keeps its row's (user, group) or slug in
+_WATCH_BEFORE = "_presence_feed_watch_before"
+
+
+def _recheck_after_commit(
+    users: list[Any] | None, feeds: list[str] | None = None, using: str | None = None
+) -> None:
+    def recheck() -> None:
+        try:
+            announce_recheck(users, feeds)
+        except Exception:  # a change of the rows must never fail because of live watches
+            logger.exception("Presence: could not ask the feed's watches again")
+
+    transaction.on_commit(recheck, using=using)
+
+
+def _group_feed(group_id: Any, using: str | None) -> str | None:
+    slug = Group.objects.using(using).filter(pk=group_id).values_list("slug", flat=True).first()
+    return None if slug is None else f"group:{slug}"
+
+
+def _membership_saving(sender: Any, instance: Membership, raw: bool = False, **kwargs: Any) -> None:
+    if raw or instance.pk is None:
+        return
+    row = (
+        Membership.objects.using(kwargs.get("using"))
+        .filter(pk=instance.pk)
+        .values_list("user_id", "group_id")
+        .first()
+    )
+    setattr(instance, _WATCH_BEFORE, row)
+
+
+def _membership_saved(sender: Any, instance: Membership, raw: bool = False, **kwargs: Any) -> None:
+    before = getattr(instance, _WATCH_BEFORE, None)
+    if before is None:
+        return
+    delattr(instance, _WATCH_BEFORE)
+    if before != (instance.user_id, instance.group_id):
+        # Moved to another user or group (the admin's inline): the old membership ended.
+        _membership_ended(before[0], before[1], kwargs.get("using"))
+
+
+def _membership_deleted(sender: Any, instance: Membership, **kwargs: Any) -> None:
+    # feed.leave, the admin, a group's or user's cascade: the member's watches of the group.
+    _membership_ended(instance.user_id, instance.group_id, kwargs.get("using"))
+
+
+def _membership_ended(user_id: Any, group_id: Any, using: str | None) -> None:
+    name = _group_feed(group_id, using)
+    _recheck_after_commit([user_id], None if name is None else [name], using)
+
+
+def _group_saving(sender: Any, instance: Group, raw: bool = False, **kwargs: Any) -> None:
+    if raw or instance.pk is None:
+        return
+    slug = Group.objects.using(kwargs.get("using")).filter(pk=instance.pk)
+    setattr(instance, _WATCH_BEFORE, slug.values_list("slug", flat=True).first())
+
+
+def _group_saved(sender: Any, instance: Group, raw: bool = False, **kwargs: Any) -> None:
+    before = getattr(instance, _WATCH_BEFORE, None)
+    if before is None:
+        return
+    delattr(instance, _WATCH_BEFORE)
+    if before != instance.slug:
+        # group:<old slug> names no group any more: its watchers are told so.
+        _recheck_after_commit(None, [f"group:{before}"], kwargs.get("using"))
+
+
+def _group_deleted(sender: Any, instance: Group, **kwargs: Any) -> None:
+    _recheck_after_commit(None, [f"group:{instance.slug}"], kwargs.get("using"))
+
+
+def _between_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    # A contact, block or exception is a relation of two users: either's watches may change.
+    if raw:
+        return
+    fields = {Contact: ("owner_id", "contact_id"), Block: ("blocker_id", "blocked_id")}
+    one, other = fields.get(sender, ("owner_id", "viewer_id"))
+    users = [getattr(instance, one), getattr(instance, other)]
+    _recheck_after_commit(users, None, kwargs.get("using"))
+
+
+def _privacy_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    if raw:
+        return
+    using = kwargs.get("using")
+    # Who watches the user's timeline, and what the user watches.
+    _recheck_after_commit(None, [f"user:{feed_key(instance.user_id)}"], using)
+    _recheck_after_commit([instance.user_id], None, using)
+
+
+def _connect_rechecks() -> None:
+    pre_save.connect(_membership_saving, sender=Membership, dispatch_uid="presence_feed_m_pre")
+    post_save.connect(_membership_saved, sender=Membership, dispatch_uid="presence_feed_m_post")
+    post_delete.connect(
+        _membership_deleted, sender=Membership, dispatch_uid="presence_feed_m_deleted"
+    )
+    pre_save.connect(_group_saving, sender=Group, dispatch_uid="presence_feed_g_pre")
+    post_save.connect(_group_saved, sender=Group, dispatch_uid="presence_feed_g_post")
+    post_delete.connect(_group_deleted, sender=Group, dispatch_uid="presence_feed_g_deleted")
+    for model in (Contact, Block, PrivacyException):
+        for signal in (post_save, post_delete):
+            signal.connect(
+                _between_changed,
+                sender=model,
+                dispatch_uid=f"presence_feed_watch_{model.__name__}_{signal is post_save}",
+            )
+    for signal in (post_save, post_delete):
+        signal.connect(
+            _privacy_changed,
+            sender=PrivacySettings,
+            dispatch_uid=f"presence_feed_watch_privacy_{signal is post_save}",
+        )
+
+
 def connect() -> None:
     """Record custom status text changes as activities when ``RECORD_STATUS_ACTIVITIES`` is on
-    (connected from ``AppConfig.ready``; the setting is read at each save)."""
+    (connected from ``AppConfig.ready``; the setting is read at each save), and ask live
+    watches again after the changes that can take a timeline away."""
+    _connect_rechecks()
     pre_save.connect(
         _status_before_save, sender=UserStatus, dispatch_uid="presence_feed_status_pre"
     )

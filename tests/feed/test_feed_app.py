@@ -100,6 +100,7 @@ def test_a_site_with_presence_alone_gets_nothing_of_the_feed(scratch_database: s
     assert [m for m in found["models"] if m.startswith("presence")] == CORE_MODELS
     assert not [t for t in found["tables"] if "feed" in t or t in LEGACY_TABLES]
     assert found["feed_route"] is False
+    assert found["export_parts"] == []  # presence_export prints presence's own keys only
     frame = found["frame"]
     assert frame["type"] == "error"
     assert frame["code"] == "unknown_type"
@@ -115,6 +116,7 @@ def test_a_site_with_the_feed_gets_all_of_it(scratch_database: str) -> None:
     assert set(FEED_TABLES) <= set(found["tables"])
     assert not set(LEGACY_TABLES) & set(found["tables"])
     assert found["feed_route"] is True
+    assert found["export_parts"] == ["feed"]  # presence_export adds the feed's part
     # watch_feed is a frame type now: a bad feed name is refused as such.
     assert found["frame"]["code"] == "invalid_value"
 

@@ -17,7 +17,13 @@ from presence.feed import api as feed
 from presence.feed import live
 from presence.feed.models import Group
 from presence.models import Block, Contact, PrivacySettings
-from tests.feed_cases import MEMBERS_READ_GROUPS, RECORDED_MEMBERS_READ_GROUPS, rule_calls
+from tests.feed_cases import (
+    CONTACTS_READ_USERS,
+    MEMBERS_READ_GROUPS,
+    RECORDED_MEMBERS_READ_GROUPS,
+    STAFF_READ_GROUPS,
+    rule_calls,
+)
 from tests.ids import missing_id, uid
 from tests.live.sockets import (
     TIMEOUT,
@@ -413,17 +419,157 @@ async def test_a_watch_again_asks_the_rule_again_and_a_refusal_unwatches(
     await watch(socket, name)
     await watch(socket, name)  # again, still a member: nothing to answer
     await sync_to_async(feed.leave)(removed, group)
+    # Asked again at once (recheck_watches): unwatched and told, unasked (no "answers").
+    assert await receive(socket) == error("unknown_feed", f"No such timeline: {name}.", feed=name)
     await post(later, "later's post from before joining")  # on the group's timeline once joined
     await sync_to_async(feed.join)(later, group)
     await post(member, "the plan, made after the removal")
-    # (the documented gap: a page already watching keeps the live posts until it watches again)
-    assert (await activity_frame(socket))[2] == "the plan, made after the removal"
     refused = error("unknown_feed", f"No such timeline: {name}.", feed=name, answers="watch_feed")
     for frame in ({"after": 0}, {}):  # with "after" or without, and again once unwatched
         await socket.send_json_to({"type": "watch_feed", "feed": name, **frame})
         assert await receive(socket) == refused
     await post(member, "after the refusal")
     await assert_silent(socket)
+
+
+@sync_to_async
+def set_staff(user: Any, is_staff: bool) -> None:
+    user.is_staff = is_staff
+    user.save(update_fields=["is_staff"])  # (no session check: only is_staff changed)
+
+
+async def test_a_watch_again_of_a_watched_timeline_the_site_now_refuses_unwatches_it(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """A rule on the site's own facts, changed without recheck_watches: the page keeps the
+    posts until it watches again, and that watch is refused and unwatches the timeline."""
+    settings.PRESENCE_FEED = {"CAN_READ": STAFF_READ_GROUPS}
+    author = await new_user(make_user, username="author")
+    viewer = await new_user(make_user, username="viewer", is_staff=True)
+    await sync_to_async(PrivacySettings.objects.create)(user=author, activity_visibility="everyone")
+    group = await sync_to_async(Group.objects.create)(name="Algebra", slug="algebra")
+    await sync_to_async(feed.join)(author, group)
+    socket = await sockets.open(viewer)
+    await watch(socket, "group:algebra")
+    await set_staff(viewer, False)
+    await post(author, "before the watch again")
+    assert (await activity_frame(socket))[2] == "before the watch again"
+    await socket.send_json_to({"type": "watch_feed", "feed": "group:algebra", "after": 0})
+    assert await receive(socket) == error(
+        "unknown_feed",
+        "No such timeline: group:algebra.",
+        feed="group:algebra",
+        answers="watch_feed",
+    )
+    await post(author, "after the refusal")
+    await assert_silent(socket)
+
+
+async def private_group(make_user: Callable[..., Any]) -> tuple[Any, Any, Any, Any]:
+    """Algebra, a private group of alice (who posts for everyone), bob and carol."""
+    alice = await new_user(make_user, username="alice", is_staff=True)
+    bob = await new_user(make_user, username="bob", is_staff=True)
+    carol = await new_user(make_user, username="carol", is_staff=True)
+    await sync_to_async(PrivacySettings.objects.create)(user=alice, activity_visibility="everyone")
+    group = await sync_to_async(Group.objects.create)(name="Algebra", slug="algebra")
+    for user in (alice, bob, carol):
+        await sync_to_async(feed.join)(user, group)
+    return alice, bob, carol, group
+
+
+ALGEBRA_GONE = error("unknown_feed", "No such timeline: group:algebra.", feed="group:algebra")
+
+
+async def test_a_member_who_leaves_stops_watching_the_group_on_every_connection_at_once(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """feed.leave of a private group: every connection of the member watching its timeline is
+    asked CAN_READ again at once, unwatched and told unknown_feed; their other timelines and
+    the members still in are untouched (the removed member kept the live posts until a reload,
+    reconnect or watch again)."""
+    settings.PRESENCE_FEED = {"CAN_READ": MEMBERS_READ_GROUPS}
+    alice, bob, carol, group = await private_group(make_user)
+    first, second = await sockets.open(bob), await sockets.open(bob)
+    stays = await sockets.open(carol)
+    await watch(first, "group:algebra", f"user:{alice.pk}")
+    await watch(second, "group:algebra")
+    await watch(stays, "group:algebra")
+    await sync_to_async(feed.leave)(bob, group)
+    for socket in (first, second):
+        assert await receive(socket) == ALGEBRA_GONE
+    await post(alice, "the answers to sheet 3")
+    assert await activity_frame(first) == ([f"user:{alice.pk}"], "alice", "the answers to sheet 3")
+    assert await activity_frame(stays) == (["group:algebra"], "alice", "the answers to sheet 3")
+    await assert_silent(first, second, stays)
+
+
+async def test_a_membership_deleted_in_the_admin_or_a_group_renamed_or_deleted_is_asked_again(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """A Membership row deleted (the admin's inline) ends the watch as feed.leave does; a group
+    renamed or deleted ends every watch of its name, whatever the rule (it names nothing)."""
+    settings.PRESENCE_FEED = {"CAN_READ": MEMBERS_READ_GROUPS}
+    _, bob, carol, group = await private_group(make_user)
+    of_bob, of_carol = await sockets.open(bob), await sockets.open(carol)
+    await watch(of_bob, "group:algebra")
+    await watch(of_carol, "group:algebra")
+    await sync_to_async(lambda: group.memberships.get(user=bob).delete())()
+    assert await receive(of_bob) == ALGEBRA_GONE
+    await assert_silent(of_carol)
+    settings.PRESENCE_FEED = {}
+    group.slug = "algebra-2"  # renamed: group:algebra names nothing now
+    await sync_to_async(group.save)()
+    assert await receive(of_carol) == ALGEBRA_GONE
+    await watch(of_carol, "group:algebra-2")
+    await sync_to_async(group.delete)()
+    assert await receive(of_carol) == error(
+        "unknown_feed", "No such timeline: group:algebra-2.", feed="group:algebra-2"
+    )
+    await assert_silent(of_bob)
+
+
+async def test_recheck_watches_asks_the_sites_rule_again(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """A site whose own facts changed (is_staff, which the feed does not watch) calls
+    feed.recheck_watches(user): that user's watches refused are ended on each connection;
+    the others' are not asked, and what is still allowed stays watched."""
+    settings.PRESENCE_FEED = {"CAN_READ": STAFF_READ_GROUPS}
+    alice, bob, carol, _ = await private_group(make_user)
+    first, second, stays = [await sockets.open(user) for user in (bob, bob, carol)]
+    for socket in (first, second, stays):
+        await watch(socket, "group:algebra", f"user:{alice.pk}")
+    await set_staff(bob, False)
+    await set_staff(carol, False)  # (not rechecked: carol's page keeps watching)
+    await sync_to_async(feed.recheck_watches)(bob)
+    for socket in (first, second):
+        assert await receive(socket) == ALGEBRA_GONE
+    await post(alice, "sheet 4")
+    for socket in (first, second):
+        assert await activity_frame(socket) == ([f"user:{alice.pk}"], "alice", "sheet 4")
+    everywhere = sorted(["group:algebra", f"user:{alice.pk}"])
+    assert await activity_frame(stays) == (everywhere, "alice", "sheet 4")
+    await assert_silent(first, second, stays)
+    # The async twin, for one timeline of every watcher.
+    await feed.arecheck_watches(None, feeds=["group:algebra"])
+    assert await receive(stays) == ALGEBRA_GONE
+    await assert_silent(first, second, stays)
+
+
+async def test_a_contact_removed_is_asked_again(
+    sockets: Sockets, make_user: Callable[..., Any], settings: Any
+) -> None:
+    """A rule on presence's contacts (a user's timeline to their contacts): the contact the
+    owner removes stops watching it at once."""
+    settings.PRESENCE_FEED = {"CAN_READ": CONTACTS_READ_USERS}
+    owner = await new_user(make_user, username="owner")
+    friend = await new_user(make_user, username="friend")
+    await follow(owner, friend)
+    socket = await sockets.open(friend)
+    name = f"user:{owner.pk}"
+    await watch(socket, name)
+    await sync_to_async(api.unfollow)(owner, friend)
+    assert await receive(socket) == error("unknown_feed", f"No such timeline: {name}.", feed=name)
 
 
 async def test_the_rule_is_asked_whether_or_not_the_timeline_exists(

@@ -16,7 +16,8 @@ activity.
 
 This module is the feed's public API; its parts, by concern: :mod:`.visibility`,
 :mod:`.posting` (and an activity's mentions), :mod:`.groups`, :mod:`.timelines`,
-:mod:`.rendering` (HTML and JSON) and :mod:`.audience` (live timelines). The receivers that
+:mod:`.rendering` (HTML and JSON), :mod:`.audience` (live timelines), :mod:`.watches` (live
+watches asked ``CAN_READ`` again) and :mod:`.export` (a user's data). The receivers that
 record status changes as activities are at the app's edge, in :mod:`presence.feed.receivers`.
 """
 
@@ -28,6 +29,7 @@ from presence.feed.api.audience import feed_exists as feed_exists
 from presence.feed.api.audience import feed_key as feed_key
 from presence.feed.api.audience import live_audience as live_audience
 from presence.feed.api.audience import may_read
+from presence.feed.api.export import aexport_user_data, export_user_data
 from presence.feed.api.groups import is_member as is_member
 from presence.feed.api.groups import join, leave
 from presence.feed.api.posting import MAX_MENTION_NAMES as MAX_MENTION_NAMES
@@ -51,6 +53,7 @@ from presence.feed.api.timelines import (
     user_timeline,
 )
 from presence.feed.api.visibility import acan_see, can_see, visible_to
+from presence.feed.api.watches import arecheck_watches, recheck_watches
 from presence.feed.models import Activity, Group
 
 # The documented API. The names imported "as" themselves above are public too (the app's views,
@@ -64,7 +67,10 @@ __all__ = [
     "acan_see",
     "activity_as_dict",
     "activity_posted",
+    "aexport_user_data",
+    "arecheck_watches",
     "can_see",
+    "export_user_data",
     "following_timeline",
     "group_timeline",
     "join",
@@ -72,6 +78,7 @@ __all__ = [
     "may_read",
     "mentions_timeline",
     "post",
+    "recheck_watches",
     "render_text",
     "user_timeline",
     "visible_to",

@@ -6,7 +6,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from presence import api
+from presence import api, extensions
 from presence.store import StoreUnavailable
 from presence.users import parse_user_id
 
@@ -28,7 +28,8 @@ def find_user(value: str) -> Any:
 class Command(BaseCommand):
     help = (
         "Print everything presence holds about one user (database rows and what Redis holds) "
-        "as JSON, for a data request (api.export_user_data)."
+        "as JSON, for a data request (api.export_user_data), with the parts installed apps "
+        'add (the activity feed\'s, under "feed").'
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -41,4 +42,7 @@ class Command(BaseCommand):
         except StoreUnavailable as exc:
             reason = str(exc).rstrip(".")
             raise CommandError(f"{reason}. Nothing was exported; try again.") from exc
+        # The apps' parts (presence.feed's "feed"): the core knows none of them by name.
+        for key, export in extensions.export_parts().items():
+            data[key] = export(found)
         self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False))

@@ -505,7 +505,8 @@ def room_count_of(request: Any, room: Any, room_id: Any = None) -> tuple[str, in
 def room_count(counted: tuple[str, int] | None) -> SafeString:
     """``{% room_count %}``: the count in the page's language, in an element presence.js keeps
     live without joining the room (watch_room_count over the socket, else a poll of the
-    counts endpoint its attribute names); nothing where the viewer may not see the room."""
+    counts endpoint its attribute names, as many rooms a request as the endpoint takes:
+    ROOM_LIST_LIMIT, its other attribute); nothing where the viewer may not see the room."""
     if counted is None:
         return SafeString("")
     name, count = counted
@@ -515,9 +516,10 @@ def room_count(counted: tuple[str, int] | None) -> SafeString:
         endpoint = ""
     return format_html(
         '<span class="presence-room-count" data-presence-room-count-of="{}"'
-        ' data-presence-room-counts-endpoint="{}">{}</span>',
+        ' data-presence-room-counts-endpoint="{}" data-presence-room-counts-limit="{}">{}</span>',
         name,
         endpoint,
+        room_limit(),
         number_format(count, force_grouping=True),
     )
 

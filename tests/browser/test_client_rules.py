@@ -1057,6 +1057,43 @@ def test_a_polled_count_the_viewer_may_no_longer_see_shows_nothing_the_others_go
     assert count_of(c, "club:1") == ["1"]
 
 
+def test_polled_counts_go_by_the_rendered_room_list_limit(client: Callable[..., Client]) -> None:
+    """Each request names at most the endpoint's ROOM_LIST_LIMIT rooms, as the tag rendered it
+    (else every poll of a page with more counts than a lowered limit answered too_many_rooms)."""
+    rooms = [(f"topic:{n}", 0) for n in range(30)]
+    with override_settings(PRESENCE={"ROOM_LIST_LIMIT": 20}):
+        c = client(counts(*rooms))
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")
+    asked = [url.count("room=") for url in c.fetches(COUNTS_ENDPOINT)]
+    assert asked == [20, 10]
+
+
+def test_a_too_many_rooms_answer_splits_the_polled_counts(client: Callable[..., Client]) -> None:
+    """A limit lowered since the page rendered: the request answered too_many_rooms is asked
+    again in halves at once, and later polls ask as many rooms a request."""
+    c = client(counts(*[(f"topic:{n}", 0) for n in range(30)]))
+    c.close_socket(1006)
+    c.js("() => { presence.refresh(); }")
+    assert [url.count("room=") for url in c.fetches(COUNTS_ENDPOINT)] == [30]
+    too_many = {"error": {"code": "too_many_rooms", "message": "At most 20 rooms."}}
+    c.js(
+        """(body) => {
+            const pending = window.__fetches.filter((f) => !f.done);
+            pending[0].done = true;
+            pending[0].answer(400, body);
+        }""",
+        too_many,
+    )
+    c.tick(0)
+    halves = c.fetches(COUNTS_ENDPOINT)[1:]
+    assert [url.count("room=") for url in halves] == [15, 15]
+    c.answer(COUNTS_ENDPOINT, {"counts": {"topic:0": 4}})
+    assert count_of(c, "topic:0") == ["4"]
+    c.js("() => { presence.refresh(); }")
+    assert [url.count("room=") for url in c.fetches(COUNTS_ENDPOINT)[3:]] == [15, 15]
+
+
 def test_a_refused_count_is_not_watched_again_and_answers_nothing_else(
     client: Callable[..., Client],
 ) -> None:

@@ -165,12 +165,14 @@ def render(source: str, viewer: Any, **context: Any) -> str:
     return template.render(Context({"request": request, **context}))
 
 
-def count_html(count: int, room: str) -> str:
+def count_html(count: int, room: str, limit: int = 100) -> str:
     """What {% room_count %} renders: the count, in an element presence.js keeps live by the
-    room's name (watch_room_count), polling the counts endpoint without a socket."""
+    room's name (watch_room_count), polling the counts endpoint without a socket (``limit``
+    rooms a request: ROOM_LIST_LIMIT)."""
     return (
         f'<span class="presence-room-count" data-presence-room-count-of="{room}"'
-        f' data-presence-room-counts-endpoint="/presence/api/room_counts">{count}</span>'
+        f' data-presence-room-counts-endpoint="/presence/api/room_counts"'
+        f' data-presence-room-counts-limit="{limit}">{count}</span>'
     )
 
 
@@ -228,4 +230,5 @@ def test_prefetch_reads_a_page_past_the_limit_in_batches(
     with count_round_trips() as trips:
         html = render(source, viewer, ids=[1, 2, 3])
     assert trips.count == 2
-    assert html == f"{count_html(5, ROOM)};{count_html(2, OTHER)};{count_html(0, EMPTY)};"
+    shown = [count_html(5, ROOM, 2), count_html(2, OTHER, 2), count_html(0, EMPTY, 2)]
+    assert html == "".join(f"{each};" for each in shown)

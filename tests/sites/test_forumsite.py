@@ -174,7 +174,8 @@ def test_the_topic_list_shows_how_many_are_in_each_topic_in_one_round_trip(
     assert trips.count == 3, trips.commands
     count = (
         '<span class="presence-room-count" data-presence-room-count-of="topic:{}"'
-        ' data-presence-room-counts-endpoint="/presence/api/room_counts">{}</span> here'
+        ' data-presence-room-counts-endpoint="/presence/api/room_counts"'
+        ' data-presence-room-counts-limit="100">{}</span> here'
     )
     assert f"Welcome</a> by {dot(ann, 'online')} ann · {count.format(public.pk, 2)}</li>" in html
     assert f"Quiet</a> by {dot(ben, 'online')} ben · {count.format(quiet.pk, 0)}</li>" in html

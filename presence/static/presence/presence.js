@@ -1009,7 +1009,11 @@
   // in one request (the elements' data-presence-room-counts-endpoint).
   const COUNT_OF = "data-presence-room-count-of";
   const COUNTS_ENDPOINT = "data-presence-room-counts-endpoint";
-  const ROOM_COUNTS_PER_READ = 100; // the endpoint's ROOM_LIST_LIMIT by default
+  // The rooms one request may name: the endpoint's ROOM_LIST_LIMIT, as the elements were
+  // rendered with it (its default where an element does not say).
+  const COUNTS_LIMIT = "data-presence-room-counts-limit";
+  const ROOM_COUNTS_PER_READ = 100;
+  let roomCountsPerRead = 0; // 0: not read from the elements yet
   const countedRooms = new Set(); // rooms whose count is watched on this connection
   // Rooms whose watch was refused on this connection: room -> code (not asked again on it;
   // too_many_watched_rooms until the page drops a watched room)
@@ -1102,33 +1106,52 @@
   }
 
   // Without a socket the counts are read over HTTP with each poll: one request for every
-  // room on the page (ROOM_COUNTS_PER_READ at most each), one id per room of HTTP_READ_LIMIT.
+  // room on the page (at most the endpoint's limit each), one id per room of HTTP_READ_LIMIT.
   function pollRoomCounts() {
     const first = countRoomElements()[0];
     const url = first && first.getAttribute(COUNTS_ENDPOINT);
     const rooms = Array.from(pageCountRooms());
     if (!url || !rooms.length) return;
-    for (let i = 0; i < rooms.length; i += ROOM_COUNTS_PER_READ) {
-      const query = rooms
-        .slice(i, i + ROOM_COUNTS_PER_READ)
-        .map((room) => `room=${encodeURIComponent(room)}`)
-        .join("&");
-      const started = nextSequence();
-      fetch(`${url}${url.includes("?") ? "&" : "?"}${query}`, {
-        credentials: "same-origin",
-        headers: { Accept: "application/json" },
-      })
-        .then((response) => (response.ok ? response.json() : null))
-        .then((body) => {
-          const counts = (body && body.counts) || {};
-          Object.keys(counts).forEach((room) => {
-            if ((roomCountShownAt.get(room) || 0) < started) {
-              showRoomCount(room, counts[room], started);
-            }
-          });
-        })
-        .catch(() => {}); // the next poll tries again
+    if (!roomCountsPerRead) {
+      const limit = parseInt(first.getAttribute(COUNTS_LIMIT), 10);
+      roomCountsPerRead = limit > 0 ? limit : ROOM_COUNTS_PER_READ;
     }
+    for (let i = 0; i < rooms.length; i += roomCountsPerRead) {
+      readRoomCounts(url, rooms.slice(i, i + roomCountsPerRead));
+    }
+  }
+
+  function readRoomCounts(url, rooms) {
+    const query = rooms.map((room) => `room=${encodeURIComponent(room)}`).join("&");
+    const started = nextSequence();
+    fetch(`${url}${url.includes("?") ? "&" : "?"}${query}`, {
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    })
+      .then((response) => {
+        if (response.ok) return response.json();
+        if (response.status !== 400 || rooms.length < 2) return null;
+        return response.json().then((body) => {
+          if (body && body.error && body.error.code === "too_many_rooms") {
+            // The site's limit is below the one the page was rendered with (lowered since):
+            // half as many rooms a request from now on, these read again at once.
+            const half = Math.ceil(rooms.length / 2);
+            roomCountsPerRead = Math.min(roomCountsPerRead, half);
+            readRoomCounts(url, rooms.slice(0, half));
+            readRoomCounts(url, rooms.slice(half));
+          }
+          return null;
+        });
+      })
+      .then((body) => {
+        const counts = (body && body.counts) || {};
+        Object.keys(counts).forEach((room) => {
+          if ((roomCountShownAt.get(room) || 0) < started) {
+            showRoomCount(room, counts[room], started);
+          }
+        });
+      })
+      .catch(() => {}); // the next poll tries again
   }
 
   // --- rooms ({% room_presence %}) ---------------------------------------------------------

@@ -1136,6 +1136,96 @@ def test_a_refused_count_is_not_watched_again_and_answers_nothing_else(
     assert len(c.sent("watch_room_count")) == 3
 
 
+@pytest.mark.parametrize(
+    ("code", "answers", "shown"),
+    [
+        # Unprompted: the room's rule asked again (recheck_room, a heartbeat) refuses the viewer.
+        ("forbidden", None, ""),
+        ("forbidden", "watch_room_count", ""),
+        ("unknown_room", "watch_room_count", ""),  # a kind no longer declared
+        ("too_many_watched_rooms", "watch_room_count", "4"),  # right, only no longer live
+    ],
+)
+def test_a_count_refused_over_the_socket_shows_nothing_as_a_null_poll_does(
+    client: Callable[..., Client], code: str, answers: str | None, shown: str
+) -> None:
+    """A room the viewer may no longer see shows nothing, as the poll's null count and the tag
+    do (its old number stayed), until a connection counts it again; the other counts go on."""
+    c = client(counts(("topic:1", 3), ("topic:2", 5)))
+    c.open_socket()
+    c.receive({"type": "room_count", "room": "topic:1", "count": 4})
+    error = {"type": "error", "code": code, "room": "topic:1", "message": "No."}
+    c.receive(error if answers is None else {**error, "answers": answers})
+    assert count_of(c, "topic:1") == [shown]
+    assert count_of(c, "topic:2") == ["5"]
+    c.tick(10_000)
+    c.close_socket(1006)
+    c.tick(60_000)
+    c.open_socket()
+    assert [f["room"] for f in c.sent("watch_room_count")] == ["topic:1", "topic:2"]
+    c.receive({"type": "room_count", "room": "topic:1", "count": 2})
+    assert count_of(c, "topic:1") == ["2"]
+
+
+def count_unavailable(c: Client, room: str) -> None:
+    c.receive(
+        {
+            "type": "error",
+            "code": "unavailable",
+            "room": room,
+            "answers": "watch_room_count",
+            "message": "Down.",
+        }
+    )
+
+
+def count_watches(c: Client) -> int:
+    return len(c.sent("watch_room_count"))
+
+
+def count_refused_five_times(c: Client) -> None:
+    """Redis down: topic:1's watch answered unavailable five times, each retry let through."""
+    c.open_socket()
+    assert count_watches(c) == 1
+    for n in range(5):
+        count_unavailable(c, "topic:1")
+        c.tick(31_000)  # past any backoff (at most RETRY_MAX_MS)
+        assert count_watches(c) == n + 2
+
+
+def test_a_count_counted_again_starts_a_later_outages_backoff_afresh(
+    client: Callable[..., Client],
+) -> None:
+    """As a room's join does: the count's tries end with its room_count, so a brief outage an
+    hour later is watched again within a second, not after 15-30 s."""
+    c = client(counts(("topic:1", 3)))
+    count_refused_five_times(c)
+    c.receive({"type": "room_count", "room": "topic:1", "count": 4})  # Redis back
+    c.tick(3_600_000)
+    count_unavailable(c, "topic:1")
+    c.tick(1_000)
+    assert count_watches(c) == 7
+
+
+def test_a_new_connection_watches_a_count_waiting_for_its_retry_at_once(
+    client: Callable[..., Client],
+) -> None:
+    """As a room's join again: the retry timer of the closed connection does not hold the
+    count's watch on the next one."""
+    c = client(counts(("topic:1", 3)))
+    count_refused_five_times(c)
+    count_unavailable(c, "topic:1")  # the 6th: 15-30 s
+    c.tick(10_000)
+    c.close_socket(1006)
+    c.tick(2_000)
+    assert c.sockets() == 2
+    c.open_socket()
+    assert [f["room"] for f in c.sent("watch_room_count")] == ["topic:1"]
+    # The old timer firing later watches nothing twice.
+    c.tick(31_000)
+    assert [f["room"] for f in c.sent("watch_room_count")] == ["topic:1"]
+
+
 def test_a_timeline_is_watched_again_from_the_newest_activity_shown(
     client: Callable[..., Client],
 ) -> None:

@@ -517,6 +517,9 @@
       refusedRooms.clear();
       roomRetries.forEach((retry) => clearTimeout(retry.timer));
       roomRetries.clear();
+      // Counts waiting for their retry are watched at once on the next connection.
+      countRetries.forEach((retry) => clearTimeout(retry.timer));
+      countRetries.clear();
       roomAsks.clear(); // never answered now
       // Pages asked over this socket are never answered: resolved unmerged, as a page of a
       // replaced list is (the fresh room_state's "next" pages from its own list).
@@ -636,6 +639,9 @@
     } else if (message.type === "online_count") {
       showCount(message.count);
     } else if (message.type === "room_count") {
+      // Counted again: a later outage starts its backoff afresh (unless a retry is pending).
+      const retry = countRetries.get(message.room);
+      if (retry && !retry.timer) countRetries.delete(message.room);
       showRoomCount(message.room, message.count);
     } else if (message.type === "activity") {
       showActivity(message.feeds, message.activity);
@@ -1078,7 +1084,9 @@
   // An error naming a room answers a watch_room_count (or, unprompted "forbidden", says the
   // room's rule no longer lets the viewer see a count it watches and does not join): whether
   // it was one. "unavailable" and "internal_error" are watched again with backoff; the others
-  // refuse the room's count on this connection.
+  // refuse the room's count on this connection. A room the viewer may no longer see
+  // (forbidden, unknown_room) shows nothing, as a poll's null count does; too_many_watched_rooms
+  // keeps its number (still right, only no longer live).
   function refusedCount(room, code, answers) {
     const mine =
       answers === "watch_room_count" ||
@@ -1101,6 +1109,7 @@
       countRetries.set(room, retry);
     } else {
       refusedCounts.set(room, code);
+      if (code === "forbidden" || code === "unknown_room") showRoomCount(room, null);
     }
     return true;
   }

@@ -38,7 +38,7 @@ from presence.domain.rooms import Room, parse_room
 from presence.hub import sends
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry
-from presence.hub.room_windows import next_tick
+from presence.hub.room_windows import is_due, next_tick
 from presence.rooms.counts import acounts_for_viewers, awatched_count
 from presence.rooms.rule import UnknownRoom, averdicts, needs_asking, room_rule
 
@@ -226,7 +226,7 @@ class RoomCounts:
         self.checked_at = time.time()
         while running():
             now = loop.time()
-            due = [room for room, at in self.pending.items() if at <= now + 0.005]
+            due = [room for room, at in self.pending.items() if is_due(at, now)]
             if due:
                 for room in due:
                     self.delivered_at[room] = self.pending.pop(room)

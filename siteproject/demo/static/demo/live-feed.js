@@ -45,7 +45,7 @@
     link.className = "btn";
     link.href = window.location.pathname;
     link.dataset.testid = "timeline-reload";
-    link.textContent = "New activities: show them";
+    link.textContent = list.dataset.reloadLabel || "New activities: show them"; // the page's language
     list.before(link);
   }
 

@@ -7,6 +7,7 @@ loaded machine would miss."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import pytest
@@ -48,3 +49,18 @@ async def loop_clock() -> AsyncIterator[LoopClock]:
         yield clock
     finally:
         del loop.time
+
+
+# --- the real loop clock: tests placing changes on the grid (presence.hub.room_windows) --------
+
+
+async def at_phase(phase: float, window: float) -> None:
+    """Wait until the running loop's clock is ``phase`` (0 to 1) into one of the grid's windows
+    of ``window`` seconds."""
+    into = (asyncio.get_running_loop().time() / window) % 1.0
+    await asyncio.sleep(((phase - into) % 1.0) * window)
+
+
+def tick_after(loop_time: float, window: float) -> float:
+    """The grid's first tick after ``loop_time``."""
+    return (math.floor(loop_time / window) + 1) * window

@@ -10,8 +10,10 @@ three queries and one Redis round trip per batch), compares with what each conne
 sent, and sends a ``presence_diff`` only where the visible presence changed. A viewer who may
 not see a change therefore receives nothing at all, at no different time.
 
-Changes of one user are coalesced for COALESCE_WINDOW from the first one; each user's window is
-its own, so the timing of a diff never depends on changes of other users.
+Changes are delivered at the ticks of one grid per process, a tick every COALESCE_WINDOW, each
+at the first tick after it and each user at most once per window (presence.hub.delivery), so
+the timing of a diff depends on no change its viewer may not see: neither other users' nor
+the user's own hidden ones (a relation with someone else).
 
 The modules of this package, each below the ones that use it:
 

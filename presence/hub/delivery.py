@@ -1,5 +1,10 @@
 """Delivery of changes: "user X changed" becomes a ``presence_diff`` to each connection here
-that watches X and may see the change, after X's coalescing window."""
+that watches X and may see the change, at the first tick after it of the process's grid (a
+tick every COALESCE_WINDOW, presence.hub.room_windows.next_tick, as rooms are delivered).
+
+Why a grid, not a window opened by X's first change: a viewer's diff must come at a time that
+depends only on changes it may see. A change of X it may not see (X's relation with someone
+else) would open the window, and the visible change that follows would reach it sooner."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
+import math
 from collections.abc import Awaitable, Callable, Iterable
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -27,12 +32,13 @@ from presence.domain import (
 )
 from presence.hub import sends
 from presence.hub.registry import Connection, Registry
+from presence.hub.room_windows import is_due, next_tick
 
 logger = logging.getLogger("presence")
 
 #: users resolved per delivery at most
 DELIVER_BATCH = 200
-#: how soon a pending batch counts as due (saves a wake-up per batch)
+#: a moment's wait (a stopping hub's tasks)
 TICK = 0.005
 #: how often the end of snapshot reads that held up a delivery is looked for
 SNAPSHOT_POLL = 0.05
@@ -134,12 +140,14 @@ async def _send_diff(connection: Connection, presences: dict[UserId, Presence]) 
 
 
 class Delivery:
-    """The users waiting for their coalescing window to end, and the loop that delivers them."""
+    """The users waiting for their tick of the grid, and the loop that delivers them."""
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        #: user id -> loop time when its coalescing window ends
+        #: user id -> the tick (loop time) it is delivered at
         self.pending: dict[UserId, float] = {}
+        #: user id -> the tick of its last delivery (the next one is a window after it at least)
+        self.delivered_at: dict[UserId, float] = {}
         #: users to resolve again below the live work (see ResyncPace)
         self.resyncing = ResyncPace()
         #: users whose delivery skipped connections reading their snapshot: resolved again once
@@ -173,18 +181,16 @@ class Delivery:
         announced_at: float | None = None,
         change: Change = ANY_CHANGE,
     ) -> None:
-        """Users whose presence may have changed (``change``: in what way): delivered after
-        their coalescing window.
+        """Users whose presence may have changed (``change``: in what way): delivered at the
+        first tick after the change (made at ``announced_at``, when it started, as its
+        announcement says; None: now), and a window after each user's last delivery at least.
 
-        The window counts from ``announced_at`` (when the change started, as its announcement
-        says) when given: the time spent making the change and reaching this process is not
-        added to it. It never ends before now nor later than a whole window from now (clocks
-        of two hosts differ).
-        """
-        loop_now = asyncio.get_running_loop().time()
+        Never before now, and never later than a window from now but for that floor (clocks of
+        two hosts differ: next_tick). Whatever else of the user changed before: a change a
+        viewer may not see must not bring the diff of one it may see sooner."""
+        tick = next_tick(announced_at)
         window = get_settings().COALESCE_WINDOW
-        if announced_at is not None:
-            window -= min(max(time.time() - announced_at, 0.0), window)
+        delivered_at = self.delivered_at
         watchers = self.registry.watchers.members
         resyncing = self.resyncing
         changes = self.changes
@@ -194,7 +200,7 @@ class Delivery:
             if user_id in watchers:
                 add_change(changes, user_id, change)
             if user_id in watchers and user_id not in self.pending:
-                self.pending[user_id] = loop_now + window
+                self.pending[user_id] = max(tick, delivered_at.get(user_id, -math.inf) + window)
                 resyncing.discard(user_id)
                 self._wake.set()
             elif user_id in self.pending:
@@ -232,6 +238,7 @@ class Delivery:
         """Nobody here watches these users any more: nothing of them is due."""
         for uid in user_ids:
             self.pending.pop(uid, None)
+            self.delivered_at.pop(uid, None)
             self.changes.pop(uid, None)
             # A delivery due only to connections that left them must not take the next one
             # (a resync's) from those who watch them later.
@@ -320,7 +327,7 @@ class Delivery:
         )
         if resolved is None:
             # Redis is unavailable: nothing is guessed; these users are tried again later.
-            retry_at = asyncio.get_running_loop().time() + get_settings().RETRY_INTERVAL
+            retry_at = next_tick(after=get_settings().RETRY_INTERVAL)  # on the grid too
             for uid in watchers:
                 self.pending.setdefault(uid, retry_at)
             self._keep(changes)
@@ -440,7 +447,7 @@ class Delivery:
             # once), live changes before any chunk of a resync.
             due = list(
                 itertools.islice(
-                    (uid for uid, at in self.pending.items() if at <= now + TICK), DELIVER_BATCH
+                    (uid for uid, at in self.pending.items() if is_due(at, now)), DELIVER_BATCH
                 )
             )
             if resyncing.may_run(now, live_due=bool(due)):
@@ -451,6 +458,8 @@ class Delivery:
                 continue
             if due:
                 window_ends = [self.pending.pop(uid) for uid in due]
+                # At most once per window: a change after this tick waits for a later one.
+                self.delivered_at.update(zip(due, window_ends, strict=True))
                 await self._deliver_now(deliver, due, loop)
                 metrics.delivered(window_ends, loop.time(), get_settings().COALESCE_WINDOW)
                 continue
@@ -489,7 +498,7 @@ class Delivery:
             # The database failed (a connection terminated, a failover): these users are
             # delivered again after RETRY_INTERVAL, on a fresh connection.
             logger.exception("Presence: delivering live updates failed; retrying shortly")
-            retry_at = loop.time() + get_settings().RETRY_INTERVAL
+            retry_at = next_tick(after=get_settings().RETRY_INTERVAL)  # on the grid too
             for uid in user_ids:
                 if uid in self.registry.watchers.members:
                     self.pending.setdefault(uid, retry_at)

@@ -291,8 +291,8 @@ class Hub:
         announced_at: float | None = None,
         change: Change = ANY_CHANGE,
     ) -> None:
-        """Users whose presence may have changed, in ``change``'s way: delivered after their
-        coalescing window (see Delivery.changed)."""
+        """Users whose presence may have changed, in ``change``'s way: delivered at the grid's
+        next tick (see Delivery.changed)."""
         self.delivery.changed(user_ids, announced_at, change)
 
     def resync(self, user_ids: Iterable[UserId]) -> None:

@@ -48,6 +48,7 @@ from tests.live.sockets import (
     state,
     subscribe,
 )
+from tests.loop_clock import at_phase, tick_after
 from tools.redis_server import free_port
 
 pytestmark = [
@@ -473,11 +474,11 @@ async def test_a_snapshot_read_during_an_outage_is_corrected_when_redis_answers(
 # --- coalescing and announcements ---------------------------------------------------------------
 
 
-async def test_each_users_coalescing_window_is_its_own(
+async def test_each_change_comes_at_the_first_tick_after_it(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
-    # Long enough that opening two sockets and a heartbeat fit in half of it on a machine
-    # saturated by other work (0.6 s did not: 0.63 s seen in a loaded cluster run).
+    # Long enough that opening a socket, or a socket and a heartbeat, fit in a third of it on
+    # a machine saturated by other work (0.6 s did not: 0.63 s seen in a loaded cluster run).
     window = 2.0
     with presence_settings(COALESCE_WINDOW=window):
         viewer, a, b = [await new_user(make_user) for _ in range(3)]
@@ -486,22 +487,23 @@ async def test_each_users_coalescing_window_is_its_own(
         watcher = await sockets.open(viewer)
         assert await subscribe(watcher, a, b) == state({a.pk: HIDDEN, b.pk: HIDDEN})
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        tab_a = await sockets.open(a)  # a's window opens
-        await asyncio.sleep(window / 2)
-        tab_b = await sockets.open(b)  # b's opens in the middle of a's...
-        await heartbeat(tab_b, "idle")  # ... and b keeps changing
-        assert loop.time() - started < window, "too slow to test this"
-        # a's diff comes at the end of a's window, with nothing of b's in it...
+        await at_phase(0.05, window)
+        tick = tick_after(loop.time(), window)
+        tab_a = await sockets.open(a)
+        assert loop.time() < tick - window / 2, "too slow to test this"
+        # a's diff at the first tick after its change, with nothing of b's in it...
         assert await receive(watcher) == diff({a.pk: online()})
-        assert loop.time() - started < window * 1.5
-        # ... and b's at the end of its own, with its final state.
+        assert tick <= loop.time() < tick + window / 3
+        tab_b = await sockets.open(b)  # b changes after that tick...
+        await heartbeat(tab_b, "idle")  # ... and changes again
+        assert loop.time() < tick + window * 2 / 3, "too slow to test this"
+        # ... so b's comes at the next tick, with its final state.
         assert await receive(watcher) == diff({b.pk: presence("idle", at(0).isoformat(), ["web"])})
-        assert loop.time() - started >= window * 1.5
+        assert loop.time() >= tick + window
         await assert_silent(watcher, tab_a, tab_b)
 
 
-async def test_a_window_counts_from_the_announcement_not_from_its_arrival(
+async def test_a_change_is_due_at_the_next_tick_whatever_its_announcements_time(
     sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
 ) -> None:
     window = 60.0
@@ -518,20 +520,21 @@ async def test_a_window_counts_from_the_announcement_not_from_its_arrival(
             assert hub is not None
             hub.dispatch({"type": announce.CHANGED, "users": [wire_id(user)], **stamp})
 
-        # Announced 45 s ago (the message was slow to arrive): 15 s of the window remain.
+        # Announced 45 s ago (the message was slow to arrive), from a host whose clock is
+        # ahead, long ago, or without a time (a message of an older version): each at the
+        # grid's next tick, never later than a window after it arrived, nor sooner than the
+        # tick (a late one is not delivered at once: every viewer's diffs come at ticks).
         arrives(slow, at=time.time() - 45)
-        # From a host whose clock is ahead: never longer than a whole window.
         arrives(ahead, at=time.time() + 100)
-        # Older than a window: due at once.
         arrives(stale, at=time.time() - 1000)
-        # Without a time (a message of an older version): a whole window.
         arrives(unstamped)
-        # (Seconds from just before the messages arrived; the clock is frozen.)
-        due = {uid: at - now for uid, at in hub.delivery.pending.items()}
-        assert 15 <= due[slow.pk] < 16
-        assert window <= due[ahead.pk] < window + 1
-        assert 0 <= due[stale.pk] < 1
-        assert window <= due[unstamped.pk] < window + 1
+        tick = tick_after(now, window)
+        assert {uid: at for uid, at in hub.delivery.pending.items()} == {
+            slow.pk: tick,
+            ahead.pk: tick,
+            stale.pk: tick,
+            unstamped.pk: tick,
+        }
 
 
 async def _unannounced_change(
@@ -584,7 +587,10 @@ async def test_announcements_on_time_resolve_nothing_more(
 
 
 async def test_a_change_is_announced_as_made_when_its_frame_or_request_arrived(
-    sockets: Sockets, make_user: Callable[..., Any], clock: time_machine.Coordinates
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     window = 60.0
     with presence_settings(COALESCE_WINDOW=window):
@@ -593,7 +599,17 @@ async def test_a_change_is_announced_as_made_when_its_frame_or_request_arrived(
         await subscribe(watcher, from_async, from_sync, plain)
         hub = Hub.current()
         assert hub is not None
-        now = asyncio.get_running_loop().time()
+        # The time each change reached the hub's delivery as made at (the grid's tick hides
+        # it: a change is delivered at the next one, however long it took to arrive).
+        made_at: dict[Any, float | None] = {}
+        delivery_changed = hub.delivery.changed
+
+        def changed(user_ids: Any, announced_at: float | None = None, *rest: Any) -> None:
+            user_ids = list(user_ids)
+            made_at.update(dict.fromkeys(user_ids, announced_at))
+            delivery_changed(user_ids, announced_at, *rest)
+
+        monkeypatch.setattr(hub.delivery, "changed", changed)
         # The frame that made these changes arrived 20 s ago (handling it took that long).
         with announce.change_started_at(time.time() - 20):
             await announce.aannounce([from_async.pk])
@@ -605,10 +621,12 @@ async def test_a_change_is_announced_as_made_when_its_frame_or_request_arrived(
             return {from_async.pk, from_sync.pk, plain.pk} <= set(hub.delivery.pending)
 
         assert await eventually(all_pending)
-        due = {uid: at - now for uid, at in hub.delivery.pending.items()}
-        assert window - 20 <= due[from_async.pk] < window - 19
-        assert window - 20 <= due[from_sync.pk] < window - 19
-        assert window <= due[plain.pk] < window + 1
+        # (The clock is frozen.)
+        assert made_at == {
+            from_async.pk: time.time() - 20,
+            from_sync.pk: time.time() - 20,
+            plain.pk: time.time(),
+        }
 
 
 async def test_a_socket_reading_a_snapshot_holds_up_no_one_elses_diff(

@@ -38,7 +38,7 @@ from presence.domain.rooms import Room, parse_room
 from presence.hub import sends
 from presence.hub.groups import Groups
 from presence.hub.registry import Connection, Registry
-from presence.hub.room_windows import is_due, next_tick
+from presence.hub.room_windows import is_due, next_tick, tick_by
 from presence.rooms.counts import acounts_for_viewers, awatched_count
 from presence.rooms.rule import UnknownRoom, averdicts, needs_asking, room_rule
 
@@ -213,10 +213,12 @@ class RoomCounts:
             self.changed(room)
 
     def again(self, rooms: Iterable[str], after: float) -> None:
+        """Count these watched rooms again, ``after`` seconds from now at the latest (tick_by),
+        unless they are due sooner already."""
         for room in rooms:
             if room in self.watching.members:
                 last = self.delivered_at.get(room, -math.inf)
-                self.pending.setdefault(room, next_tick(last_tick=last, after=after))
+                self.pending.setdefault(room, tick_by(after, last))
         self._wake.set()
 
     async def run(self, running: Callable[[], bool]) -> None:

@@ -48,6 +48,15 @@ def next_tick(
     return max(tick, last_tick + window)
 
 
+def tick_by(after: float, last_tick: float = -math.inf) -> float:
+    """The loop time of a delivery wanted ``after`` seconds from now at the latest: the last
+    tick at or before then (the next tick, if ``after`` is shorter than a window), and a window
+    after the last delivery (``last_tick``) at least. The first tick after now + ``after``
+    would be up to a window later than asked."""
+    window = get_settings().COALESCE_WINDOW
+    return next_tick(last_tick=last_tick, after=max(after - window, 0.0))
+
+
 def is_due(tick: float, loop_now: float) -> bool:
     """Whether a delivery at ``tick`` is due at ``loop_now``: not a moment before. A delivery
     read early (woken by another change in the last milliseconds) would be recorded at its
@@ -88,8 +97,9 @@ class RoomWindows:
     def again(
         self, room: str, user_ids: set[UserId], after: float, only: set[Any] | None = None
     ) -> None:
-        """Deliver these users of ``room`` again, ``after`` seconds from now at the latest: to
-        the connections ``only`` (None: to every one in the room)."""
+        """Deliver these users of ``room`` again, ``after`` seconds from now at the latest (at
+        the last tick by then, a window after the room's last delivery at least): to the
+        connections ``only`` (None: to every one in the room)."""
         pending = self.pending.get(room)
         if only is None:
             self.only.pop(room, None)
@@ -100,7 +110,7 @@ class RoomWindows:
         # (else the room's pending delivery is for every connection already)
         users, due = pending or (
             set(),
-            next_tick(last_tick=self.delivered_at.get(room, -math.inf), after=after),
+            tick_by(after, self.delivered_at.get(room, -math.inf)),
         )
         self.pending[room] = (users | user_ids, due)
         self._wake.set()

@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from presence.hub import sends
+from presence.hub.groups import Groups
+from presence.hub.registry import Registry
+from presence.hub.room_counts import RoomCounts
 from presence.hub.room_windows import RoomWindows
 from tests.live.sockets import BASE
 from tests.loop_clock import START, LoopClock
@@ -86,3 +90,35 @@ async def test_a_room_is_delivered_at_its_tick_not_before(
     _, delivered = windows
     # Every room at the tick, none before it.
     assert all(when >= START + 1 for _, _, when in delivered), delivered
+
+
+# --- a delivery again: after W at the latest ------------------------------------------------
+
+
+async def test_a_delivery_again_comes_by_the_time_asked(
+    loop_clock: LoopClock, windows: tuple[RoomWindows, Delivered]
+) -> None:
+    # A view read while its room was delivered gets the room again "a window later at the
+    # latest": at the last tick by then, not the first after it (up to two windows).
+    room_windows, delivered = windows
+    await loop_clock.move_to(START + 0.1)
+    room_windows.again("post:1", {"member"}, WINDOW)
+    assert room_windows.pending["post:1"][1] == START + 1
+    await loop_clock.move_to(START + 1)
+    assert delivered == [("post:1", {"member"}, START + 1)]
+    # Asked again at the tick it was delivered at: the next tick, a window later (never
+    # twice in a window).
+    room_windows.again("post:1", {"member"}, WINDOW)
+    assert room_windows.pending["post:1"][1] == START + 2
+    # Asked for sooner than a window: at the next tick.
+    room_windows.again("post:2", {"member"}, WINDOW / 4)
+    assert room_windows.pending["post:2"][1] == START + 2
+
+
+async def test_a_watched_count_again_comes_by_the_time_asked(loop_clock: LoopClock) -> None:
+    registry = Registry()
+    counts = RoomCounts(registry, Groups(None, registry), sends.InOrder())
+    registry.room_counts.add(object(), "post:1")  # type: ignore[arg-type]
+    await loop_clock.move_to(START + 0.1)
+    counts.again(["post:1"], WINDOW)
+    assert counts.pending["post:1"] == START + 1

@@ -90,9 +90,43 @@ def _recheck_after_commit(
     transaction.on_commit(recheck, using=using)
 
 
-def _group_feed(group_id: Any, using: str | None) -> str | None:
-    slug = Group.objects.using(using).filter(pk=group_id).values_list("slug", flat=True).first()
-    return None if slug is None else f"group:{slug}"
+#: the attribute of a database connection its transaction's ended memberships are kept in
+_ENDED = "_presence_feed_ended_memberships"
+
+
+class _EndedMemberships:
+    """The memberships ended in one transaction of one database, their members' watches of
+    the groups asked again once it is committed: one query for the groups' names and one
+    announcement, whatever their number (deleting a group of thousands, or a user in hundreds of
+    groups, asked per membership: a query and an announcement each, every one blocking the
+    request and scanned by every process)."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        #: group id -> the ids of the users whose membership of it ended
+        self.members: dict[Any, set[Any]] = {}
+
+    def flush(self) -> None:
+        connection = transaction.get_connection(self.using)
+        if getattr(connection, _ENDED, None) is self:
+            delattr(connection, _ENDED)
+        try:
+            groups = Group.objects.using(self.using).filter(pk__in=list(self.members))
+            slugs = dict(groups.values_list("pk", "slug"))
+            # A group gone with the transaction asked every watcher of it (_group_deleted).
+            ended = {slug: self.members[pk] for pk, slug in slugs.items()}
+            if ended:
+                # One announcement: every member asked about every group; a pair more is one
+                # more CAN_READ asked (answered as it stands), never a watch left unasked.
+                users = sorted({user for users in ended.values() for user in users}, key=str)
+                announce_recheck(users, [f"group:{slug}" for slug in ended])
+        except Exception:  # a change of the rows must never fail because of live watches
+            logger.exception("Presence: could not ask the feed's watches again")
+
+    def is_pending(self, connection: Any) -> bool:
+        """Whether its flush still waits for the commit (a rollback drops it: these members
+        must not be announced with a later transaction's)."""
+        return any(hook[1] == self.flush for hook in connection.run_on_commit)
 
 
 def _membership_saving(sender: Any, instance: Membership, raw: bool = False, **kwargs: Any) -> None:
@@ -123,8 +157,17 @@ def _membership_deleted(sender: Any, instance: Membership, **kwargs: Any) -> Non
 
 
 def _membership_ended(user_id: Any, group_id: Any, using: str | None) -> None:
-    name = _group_feed(group_id, using)
-    _recheck_after_commit([user_id], None if name is None else [name], using)
+    alias = using or router.db_for_write(Membership)
+    connection = transaction.get_connection(alias)
+    ended = getattr(connection, _ENDED, None)
+    fresh = ended is None or not ended.is_pending(connection)
+    if fresh:
+        ended = _EndedMemberships(alias)
+        setattr(connection, _ENDED, ended)
+    ended.members.setdefault(group_id, set()).add(user_id)
+    if fresh:
+        # Once per transaction (at once outside one: after this membership was added).
+        transaction.on_commit(ended.flush, using=alias)
 
 
 def _group_saving(sender: Any, instance: Group, raw: bool = False, **kwargs: Any) -> None:

@@ -159,9 +159,9 @@ def _membership_deleted(sender: Any, instance: Membership, **kwargs: Any) -> Non
 def _membership_ended(user_id: Any, group_id: Any, using: str | None) -> None:
     alias = using or router.db_for_write(Membership)
     connection = transaction.get_connection(alias)
-    ended = getattr(connection, _ENDED, None)
+    ended: _EndedMemberships | None = getattr(connection, _ENDED, None)
     fresh = ended is None or not ended.is_pending(connection)
-    if fresh:
+    if ended is None or fresh:
         ended = _EndedMemberships(alias)
         setattr(connection, _ENDED, ended)
     ended.members.setdefault(group_id, set()).add(user_id)

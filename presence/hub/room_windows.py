@@ -144,6 +144,12 @@ class RoomWindows:
                     await asyncio.wait_for(self._wake.wait(), soonest - now)
                 continue
             for room in due:
+                # Looked up again: while an earlier room of this tick was delivered, this one
+                # may have been forgotten (its last connection here left), or forgotten and
+                # joined again with a change due at a later tick.
+                entry = self.pending.get(room)
+                if entry is None or not is_due(entry[1], now):
+                    continue
                 users, tick = self.pending.pop(room)
                 self.delivering = room
                 self.delivering_to = self.only.pop(room, None)

@@ -122,3 +122,49 @@ async def test_a_watched_count_again_comes_by_the_time_asked(loop_clock: LoopClo
     await loop_clock.move_to(START + 0.1)
     counts.again(["post:1"], WINDOW)
     assert counts.pending["post:1"] == START + 1
+
+
+# --- a room left while another of its tick is delivered -------------------------------------
+
+
+@pytest.mark.parametrize("joined_again", [False, True], ids=["left", "left_and_joined_again"])
+async def test_a_room_left_during_its_ticks_delivery_stops_no_delivery(
+    loop_clock: LoopClock, joined_again: bool
+) -> None:
+    # Two rooms due at one tick; while the first is delivered (reading Redis), the last
+    # connection here leaves the second (HubRooms.exit -> forget). The loop must go on: a
+    # KeyError there ended it, and no room of the process was delivered again.
+    room_windows = RoomWindows()
+    delivered: Delivered = []
+    reading = asyncio.Event()
+
+    async def deliver(room: str, users: set[Any]) -> None:
+        delivered.append((room, set(users), loop_clock.now))
+        if room == "post:1" and not reading.is_set():
+            await reading.wait()
+
+    running = True
+    task = asyncio.ensure_future(room_windows.run(lambda: running, deliver, lambda r, u: None))
+    try:
+        await loop_clock.move_to(START + 0.1)
+        room_windows.changed("post:1", {"a"}, None)
+        room_windows.changed("post:2", {"b"}, None)
+        await loop_clock.move_to(START + 1)
+        assert [room for room, _, _ in delivered] == ["post:1"]  # its read under way
+        room_windows.forget("post:2")
+        if joined_again:
+            # A change of the room joined again is due at the next tick, not this one.
+            room_windows.changed("post:2", {"c"}, None)
+        reading.set()
+        await loop_clock.settle()
+        assert not task.done(), task
+        room_windows.changed("post:1", {"d"}, None)
+        await loop_clock.move_to(START + 2)
+        expected = [("post:1", {"a"}, START + 1), ("post:1", {"d"}, START + 2)]
+        if joined_again:
+            expected.append(("post:2", {"c"}, START + 2))
+        assert sorted(delivered) == sorted(expected)
+    finally:
+        running = False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

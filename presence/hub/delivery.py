@@ -302,9 +302,12 @@ class Delivery:
             self.rewatched.clear()
 
     def _keep(self, changes: dict[UserId, Change]) -> None:
-        """Changes taken for a delivery that did not happen: due again with the next."""
+        """Changes taken for a delivery that did not happen: due again with the next (not
+        those of users unsubscribed from meanwhile: nothing of them is due, see forget)."""
+        watched = self.registry.watchers.members
         for uid, change in changes.items():
-            add_change(self.changes, uid, change)
+            if uid in watched:
+                add_change(self.changes, uid, change)
 
     async def _deliver(
         self,
@@ -329,7 +332,10 @@ class Delivery:
             # Redis is unavailable: nothing is guessed; these users are tried again later.
             retry_at = next_tick(after=get_settings().RETRY_INTERVAL)  # on the grid too
             for uid in watchers:
-                self.pending.setdefault(uid, retry_at)
+                # Not those unsubscribed from meanwhile (forget): their retry would record a
+                # delivery of a user nobody here watches, kept for good.
+                if uid in self.registry.watchers.members:
+                    self.pending.setdefault(uid, retry_at)
             self._keep(changes)
             return
         outbox: dict[Connection, dict[UserId, Presence]] = {}

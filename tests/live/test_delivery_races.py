@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import time_machine
 
-from presence import consumers, lifecycle
+from presence import announce, consumers, lifecycle
 from presence.hub import Hub
 from tests.clock import at
 from tests.live import test_fresh_stamps as fresh_stamps
@@ -36,6 +36,7 @@ from tests.live.sockets import (
 # The fixtures: the settings every test starts from (autouse), the sockets.
 from tests.live.sockets import _base_settings as _base_settings
 from tests.live.sockets import sockets as sockets
+from tests.live.test_hub import unreachable_presence_redis
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -274,3 +275,35 @@ async def test_a_fresh_stamp_waits_for_the_diffs_queued_before_it(
     clock.shift(half_a_beat)
     await fresh_stamps.beat(slow)
     assert (await receive(slow))["type"] == "stamp"
+
+
+async def test_a_user_unsubscribed_during_a_read_redis_refused_is_not_tried_again(
+    sockets: Sockets,
+    make_user: Callable[..., Any],
+    clock: time_machine.Coordinates,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    """Redis is unavailable to a round's read, during which the viewer unsubscribes: the
+    user, watched by nobody here any more, is not queued for the retry. It was, and the retry's
+    tick then recorded it as delivered for good (memory growing across outages)."""
+    viewer, target = await new_user(make_user), await new_user(make_user)
+    await lets_see(target, viewer)
+    await sockets.open(target)
+    watching = await sockets.open(viewer)
+    assert await subscribe(watching, target) == state({target.pk: online()})
+    hub = Hub.current()
+    assert hub is not None
+    resolve, read, release = _held_once(lifecycle.apresence_for_viewers)
+    monkeypatch.setattr(lifecycle, "apresence_for_viewers", resolve)
+    resolve.hold.set()
+    with unreachable_presence_redis(settings):
+        await announce.aannounce([target.pk])
+        await asyncio.wait_for(read.wait(), TIMEOUT)  # the read found Redis unavailable
+        await watching.send_json_to({"type": "unsubscribe", "users": [str(target.pk)]})
+        assert await eventually(lambda: target.pk not in hub.registry.watchers.members)
+        release.set()
+        assert await eventually(lambda: not hub.delivery.in_flight)
+        assert target.pk not in hub.delivery.pending
+        assert target.pk not in hub.delivery.delivered_at
+        assert target.pk not in hub.delivery.changes

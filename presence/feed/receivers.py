@@ -78,55 +78,124 @@ def _status_saved(sender: Any, instance: UserStatus, raw: bool = False, **kwargs
 _WATCH_BEFORE = "_presence_feed_watch_before"
 
 
-def _recheck_after_commit(
-    users: list[Any] | None, feeds: list[str] | None = None, using: str | None = None
-) -> None:
-    def recheck() -> None:
-        try:
-            announce_recheck(users, feeds)
-        except Exception:  # a change of the rows must never fail because of live watches
-            logger.exception("Presence: could not ask the feed's watches again")
-
-    transaction.on_commit(recheck, using=using)
+#: the attribute of a database connection its transaction's pending rechecks are kept in
+_PENDING = "_presence_feed_pending_rechecks"
 
 
-#: the attribute of a database connection its transaction's ended memberships are kept in
-_ENDED = "_presence_feed_ended_memberships"
-
-
-class _EndedMemberships:
-    """The memberships ended in one transaction of one database, their members' watches of
-    the groups asked again once it is committed: one query for the groups' names and one
-    announcement, whatever their number (deleting a group of thousands, or a user in hundreds of
-    groups, asked per membership: a query and an announcement each, every one blocking the
-    request and scanned by every process)."""
+class _TransactionRechecks:
+    """The watches one transaction of one database has asked again, announced together once
+    it is committed (a rollback drops them): one query for the ended memberships' group names
+    and at most three announcements, whatever the number of rows. Per row, deleting a user with
+    thousands of contacts or a group of thousands of members sent an announcement each (and
+    read a slug per membership), every one blocking the request and scanned by every
+    process."""
 
     def __init__(self, using: str) -> None:
         self.using = using
         #: group id -> the ids of the users whose membership of it ended
         self.members: dict[Any, set[Any]] = {}
+        #: the users all of whose watches are asked again (a contact, block, exception...)
+        self.users: set[Any] = set()
+        #: the timelines every watcher of which is asked again (a group gone, a user's privacy)
+        self.feeds: set[str] = set()
+        # The callable handed to on_commit (Django keeps that object, in a new tuple after a
+        # savepoint's rollback), the list of hooks it was in and where: is_pending looks there
+        # first rather than reading every hook of the transaction on each row.
+        self._hook: Any = None
+        self._hooks: list[Any] | None = None
+        self._index = -1
+
+    @classmethod
+    def of(cls, using: str | None, model: type[Any]) -> _TransactionRechecks:
+        """The rechecks of the transaction in progress on ``using`` (``model``'s database for
+        writes if None), made with its first row (outside a transaction, each row has its
+        own, flushed at once by ``hook_if_fresh``)."""
+        alias = using or router.db_for_write(model)
+        connection = transaction.get_connection(alias)
+        pending: _TransactionRechecks | None = getattr(connection, _PENDING, None)
+        if pending is None or not pending.is_pending(connection):
+            pending = cls(alias)
+            setattr(connection, _PENDING, pending)
+        return pending
+
+    def hook_if_fresh(self) -> None:
+        """Flush once committed (at once outside a transaction), hooked with the first row."""
+        if self._hook is not None:
+            return
+        connection = transaction.get_connection(self.using)
+        in_transaction = connection.in_atomic_block
+        hook = self.flush  # one bound method, told from any other hook by identity
+        transaction.on_commit(hook, using=self.using)  # run now in autocommit
+        if in_transaction:
+            self._hook, self._hooks = hook, connection.run_on_commit
+            self._index = len(self._hooks) - 1
+
+    def is_pending(self, connection: Any) -> bool:
+        """Whether its flush still waits for the commit (a rollback drops it: these rows must
+        not be announced with a later transaction's). O(1) but after a savepoint's rollback
+        (Django rebuilt the list, at a cost of its own as great: the hook is looked for once)."""
+        if self._hook is None:
+            return False
+        hooks: list[Any] = connection.run_on_commit
+        index = self._index
+        if hooks is self._hooks and index < len(hooks) and hooks[index][1] is self._hook:
+            return True
+        # A new list: a rollback (the hook gone), a commit (run), or a savepoint rolled back
+        # (kept if registered outside it, maybe further up).
+        for index in range(len(hooks) - 1, -1, -1):
+            if hooks[index][1] is self._hook:
+                self._hooks, self._index = hooks, index
+                return True
+        return False
 
     def flush(self) -> None:
         connection = transaction.get_connection(self.using)
-        if getattr(connection, _ENDED, None) is self:
-            delattr(connection, _ENDED)
+        if getattr(connection, _PENDING, None) is self:
+            delattr(connection, _PENDING)
+        self._hook = None  # run: no longer pending
+        # Each announcement on its own: one failing must not lose the others.
         try:
-            groups = Group.objects.using(self.using).filter(pk__in=list(self.members))
-            slugs = dict(groups.values_list("pk", "slug"))
-            # A group gone with the transaction asked every watcher of it (_group_deleted).
-            ended = {slug: self.members[pk] for pk, slug in slugs.items()}
-            if ended:
-                # One announcement: every member asked about every group; a pair more is one
-                # more CAN_READ asked (answered as it stands), never a watch left unasked.
-                users = sorted({user for users in ended.values() for user in users}, key=str)
-                announce_recheck(users, [f"group:{slug}" for slug in ended])
+            if self.members:
+                self._announce_ended_memberships()
         except Exception:  # a change of the rows must never fail because of live watches
             logger.exception("Presence: could not ask the feed's watches again")
+        announcements: list[tuple[list[Any] | None, list[str] | None]] = []
+        if self.users:
+            announcements.append((sorted(self.users, key=str), None))
+        if self.feeds:
+            announcements.append((None, sorted(self.feeds)))
+        for users, feeds in announcements:
+            try:
+                announce_recheck(users, feeds)
+            except Exception:  # a change of the rows must never fail because of live watches
+                logger.exception("Presence: could not ask the feed's watches again")
 
-    def is_pending(self, connection: Any) -> bool:
-        """Whether its flush still waits for the commit (a rollback drops it: these members
-        must not be announced with a later transaction's)."""
-        return any(hook[1] == self.flush for hook in connection.run_on_commit)
+    def _announce_ended_memberships(self) -> None:
+        groups = Group.objects.using(self.using).filter(pk__in=list(self.members))
+        slugs = dict(groups.values_list("pk", "slug"))
+        # A group gone with the transaction asked every watcher of it (_group_deleted); a user
+        # asked about all their watches needs no group named.
+        ended = {slug: self.members[pk] - self.users for pk, slug in slugs.items()}
+        ended = {slug: users for slug, users in ended.items() if users}
+        if ended:
+            # One announcement: every member asked about every group; a pair more is one more
+            # CAN_READ asked (answered as it stands), never a watch left unasked.
+            users = sorted({user for users in ended.values() for user in users}, key=str)
+            announce_recheck(users, [f"group:{slug}" for slug in ended])
+
+
+def _recheck_after_commit(
+    model: type[Any],
+    using: str | None,
+    users: list[Any] | None = None,
+    feeds: list[str] | None = None,
+) -> None:
+    """Ask these users' watches (``users``) or every watch of these timelines (``feeds``)
+    again once the transaction is committed, with the rest of its rows."""
+    pending = _TransactionRechecks.of(using, model)
+    pending.users.update(users or ())
+    pending.feeds.update(feeds or ())
+    pending.hook_if_fresh()
 
 
 def _membership_saving(sender: Any, instance: Membership, raw: bool = False, **kwargs: Any) -> None:
@@ -157,17 +226,9 @@ def _membership_deleted(sender: Any, instance: Membership, **kwargs: Any) -> Non
 
 
 def _membership_ended(user_id: Any, group_id: Any, using: str | None) -> None:
-    alias = using or router.db_for_write(Membership)
-    connection = transaction.get_connection(alias)
-    ended: _EndedMemberships | None = getattr(connection, _ENDED, None)
-    fresh = ended is None or not ended.is_pending(connection)
-    if ended is None or fresh:
-        ended = _EndedMemberships(alias)
-        setattr(connection, _ENDED, ended)
-    ended.members.setdefault(group_id, set()).add(user_id)
-    if fresh:
-        # Once per transaction (at once outside one: after this membership was added).
-        transaction.on_commit(ended.flush, using=alias)
+    pending = _TransactionRechecks.of(using, Membership)
+    pending.members.setdefault(group_id, set()).add(user_id)
+    pending.hook_if_fresh()
 
 
 def _group_saving(sender: Any, instance: Group, raw: bool = False, **kwargs: Any) -> None:
@@ -184,11 +245,11 @@ def _group_saved(sender: Any, instance: Group, raw: bool = False, **kwargs: Any)
     delattr(instance, _WATCH_BEFORE)
     if before != instance.slug:
         # group:<old slug> names no group any more: its watchers are told so.
-        _recheck_after_commit(None, [f"group:{before}"], kwargs.get("using"))
+        _recheck_after_commit(Group, kwargs.get("using"), feeds=[f"group:{before}"])
 
 
 def _group_deleted(sender: Any, instance: Group, **kwargs: Any) -> None:
-    _recheck_after_commit(None, [f"group:{instance.slug}"], kwargs.get("using"))
+    _recheck_after_commit(Group, kwargs.get("using"), feeds=[f"group:{instance.slug}"])
 
 
 def _between_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
@@ -198,16 +259,19 @@ def _between_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: An
     fields = {Contact: ("owner_id", "contact_id"), Block: ("blocker_id", "blocked_id")}
     one, other = fields.get(sender, ("owner_id", "viewer_id"))
     users = [getattr(instance, one), getattr(instance, other)]
-    _recheck_after_commit(users, None, kwargs.get("using"))
+    _recheck_after_commit(sender, kwargs.get("using"), users=users)
 
 
 def _privacy_changed(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
     if raw:
         return
-    using = kwargs.get("using")
     # Who watches the user's timeline, and what the user watches.
-    _recheck_after_commit(None, [f"user:{feed_key(instance.user_id)}"], using)
-    _recheck_after_commit([instance.user_id], None, using)
+    _recheck_after_commit(
+        sender,
+        kwargs.get("using"),
+        users=[instance.user_id],
+        feeds=[f"user:{feed_key(instance.user_id)}"],
+    )
 
 
 def _connect_rechecks() -> None:

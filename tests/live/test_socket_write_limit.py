@@ -74,6 +74,8 @@ async def test_status_frames_share_one_budget_across_sockets_and_reconnects(
         # The socket stays open and serves what writes nothing; others are not limited.
         await again.send_json_to({"type": "subscribe", "users": [wire_id(user)]})
         assert (await receive(again))["type"] == "presence_state"
+        # Unsubscribed again: its own diff of "later" would race the status answer below.
+        await again.send_json_to({"type": "unsubscribe", "users": [wire_id(user)]})
         others = await sockets.open(other)
         assert (await set_status(others, status="auto", text="mine"))["type"] == "status"
         clock.shift(40)  # the next window

@@ -78,14 +78,20 @@ def _warn_without_request() -> None:
         )
 
 
-def _cache(request: Any) -> dict[UserId, domain.Presence]:
+def _request_cache(request: Any, attr: str) -> dict[Any, Any]:
+    """The dict kept on ``request`` under ``attr`` (made on first use); a fresh one each time
+    without a request: nothing to keep it on, so every read is fresh."""
     if request is None:
-        return {}  # nothing to keep it on: every read is fresh
-    cache = getattr(request, _CACHE_ATTR, None)
+        return {}
+    cache = getattr(request, attr, None)
     if cache is None:
         cache = {}
-        setattr(request, _CACHE_ATTR, cache)
+        setattr(request, attr, cache)
     return cache
+
+
+def _cache(request: Any) -> dict[UserId, domain.Presence]:
+    return _request_cache(request, _CACHE_ATTR)
 
 
 def _pk(target: Any) -> UserId | None:
@@ -446,13 +452,7 @@ _ROOM_COUNTS_ATTR = "_presence_room_counts"
 
 def _room_counts_cache(request: Any) -> dict[str, int | None]:
     """Each room's count read for this request (None: the viewer may not see the room)."""
-    if request is None:
-        return {}
-    cache = getattr(request, _ROOM_COUNTS_ATTR, None)
-    if cache is None:
-        cache = {}
-        setattr(request, _ROOM_COUNTS_ATTR, cache)
-    return cache
+    return _request_cache(request, _ROOM_COUNTS_ATTR)
 
 
 def _room_names(rooms: Any, kind: str | None) -> list[str]:
@@ -557,13 +557,7 @@ _CARDS_ATTR = "_presence_cards"
 
 
 def _card_cache(request: Any) -> dict[Any, dict[str, Any]]:
-    if request is None:
-        return {}
-    found = getattr(request, _CARDS_ATTR, None)
-    if found is None:
-        found = {}
-        setattr(request, _CARDS_ATTR, found)
-    return found
+    return _request_cache(request, _CARDS_ATTR)
 
 
 def _card(request: Any, user: Any) -> dict[str, Any]:

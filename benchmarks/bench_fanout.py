@@ -1015,6 +1015,20 @@ async def main_pubsub(report: Report, subscribers_n: int, changes: int, users: l
     stats.close()
 
 
+@contextmanager
+def collecting_as_deployed() -> Iterator[None]:
+    """Collect as docs/deployment.md tells a server to (gc.freeze() at startup,
+    collect_in_short_pauses()): otherwise a full collection of the 1,000 consumers' objects
+    lands in a send now and then (~90 ms), and the p99 measures Python's default instead."""
+    gc.freeze()
+    collect_in_short_pauses()
+    try:
+        yield
+    finally:
+        stop_collecting_in_short_pauses()
+        gc.unfreeze()
+
+
 def run(sizes: Sizes, report: Report) -> None:
     subscribers_n = 50 if report.quick else 1000
     changes = 4 if report.quick else 20
@@ -1030,17 +1044,9 @@ def run(sizes: Sizes, report: Report) -> None:
         ignore_conflicts=True,
     )
     exceptions_side_by_side(report)
-    # The process collects as docs/deployment.md tells a server to (gc.freeze() at startup,
-    # collect_in_short_pauses()): otherwise a full collection of the 1,000 consumers' objects
-    # lands in a send now and then (~90 ms), and the p99 measures Python's default instead.
-    gc.freeze()
-    collect_in_short_pauses()
     say("  (collecting as docs/deployment.md advises: gc.freeze(), collect_in_short_pauses())")
-    try:
+    with collecting_as_deployed():
         run_async(main(report, subscribers_n, changes, users))
-    finally:
-        stop_collecting_in_short_pauses()
-        gc.unfreeze()
     from django.conf import settings
     from django.test import override_settings
 
@@ -1052,14 +1058,8 @@ def run(sizes: Sizes, report: Report) -> None:
         }
     }
     say("  -- the same on channels_redis's pub/sub layer --")
-    with override_settings(CHANNEL_LAYERS=pubsub):
-        gc.freeze()
-        collect_in_short_pauses()
-        try:
-            run_async(main_pubsub(report, subscribers_n, changes, users))
-        finally:
-            stop_collecting_in_short_pauses()
-            gc.unfreeze()
+    with override_settings(CHANNEL_LAYERS=pubsub), collecting_as_deployed():
+        run_async(main_pubsub(report, subscribers_n, changes, users))
 
 
 def exceptions_side_by_side(report: Report) -> None:

@@ -22,6 +22,7 @@ from presence.models import Block, Contact, LastSeen, PrivacySettings, UserStatu
 from presence.signals import presence_changed
 from presence.store import READ_RECENT, get_store
 from tests.conftest import RedisCommandCounter
+from tests.live.sockets import sockets as sockets
 from tests.privacy_cases import (
     CASE_IDS,
     CASES,
@@ -503,14 +504,6 @@ def test_expected_table_is_not_trivial() -> None:
 
 
 # --- notify_changed: writes the model signals do not see -------------------------------------
-
-
-@pytest.fixture
-async def sockets(transactional_db: Any, close_async_db_connections: Any) -> Any:
-    from tests.live.sockets import open_sockets
-
-    async for opened in open_sockets():
-        yield opened
 
 
 @pytest.mark.django_db(transaction=True)

@@ -19,6 +19,7 @@ from presence import api
 from presence.domain import InvalidInput, Status
 from presence.models import Contact, PrivacySettings, UserStatus
 from presence.store import get_store
+from tests.live.sockets import sockets as sockets
 
 pytestmark = [pytest.mark.uuid_site, pytest.mark.cluster]
 
@@ -110,14 +111,6 @@ def test_set_dnd_rolled_back_changes_nothing(make_user: Callable[..., Any], cloc
 
 
 # --- the async twin, told on open sockets -------------------------------------------------------
-
-
-@pytest.fixture
-async def sockets(transactional_db: Any, close_async_db_connections: Any) -> Any:
-    from tests.live.sockets import open_sockets
-
-    async for opened in open_sockets():
-        yield opened
 
 
 @pytest.mark.django_db(transaction=True)

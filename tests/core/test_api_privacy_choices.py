@@ -19,6 +19,7 @@ from presence.domain import InvalidInput, Status, Visibility
 from presence.models import Block, Contact, PrivacySettings, UserStatus
 from presence.signals import presence_changed
 from presence.store import get_store
+from tests.live.sockets import sockets as sockets
 from tests.privacy_cases import count_round_trips
 
 pytestmark = [pytest.mark.uuid_site, pytest.mark.cluster]
@@ -267,14 +268,6 @@ async def test_aonline_among(make_user: Callable[..., Any], clock: Any) -> None:
 
 
 # --- the async twins, told on an open socket ---------------------------------------------------
-
-
-@pytest.fixture
-async def sockets(transactional_db: Any, close_async_db_connections: Any) -> Any:
-    from tests.live.sockets import open_sockets
-
-    async for opened in open_sockets():
-        yield opened
 
 
 @pytest.mark.django_db(transaction=True)

@@ -51,9 +51,16 @@ def _locked_row(user_id: Any) -> dict[str, Any] | None:
         .values(*VISIBILITY_SETTINGS, "invisible")
         .first()
     )
-    if row is None and not get_user_model()._default_manager.filter(pk=user_id).exists():
-        raise InvalidInput("unknown_users", f"No user has the id {user_id}.")
+    if row is None:
+        refuse_unknown_user(user_id)
     return row
+
+
+def refuse_unknown_user(user_id: Any) -> None:
+    """InvalidInput ``unknown_users`` for an id of no user (asked when a user has no row: a
+    row for that id could not be saved)."""
+    if not get_user_model()._default_manager.filter(pk=user_id).exists():
+        raise InvalidInput("unknown_users", f"No user has the id {user_id}.")
 
 
 def _save(user_id: Any, changed: dict[str, Any]) -> None:

@@ -11,11 +11,11 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from presence import announce, copies, domain, resolution
+from presence.api._privacy import refuse_unknown_user
 from presence.api._reading import _get_presence
 from presence.domain import InvalidInput, Presence, StatusChange, StatusChoice
 from presence.models import PrivacySettings, UserStatus
@@ -245,8 +245,8 @@ def _set_dnd(user: Any, dnd: bool) -> bool:
             .values_list("dnd", flat=True)
             .first()
         )
-        if was is None and not get_user_model()._default_manager.filter(pk=user_id).exists():
-            raise InvalidInput("unknown_users", f"No user has the id {user_id}.")
+        if was is None:
+            refuse_unknown_user(user_id)
         if bool(was) == dnd:  # (no row: not dnd)
             return False
         # Through the model, as the admin saves a row: its receivers announce the change after

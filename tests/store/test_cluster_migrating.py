@@ -23,6 +23,7 @@ from presence.conf import PresenceSettings
 from presence.domain import Device
 from presence.store import PresenceStore, StoreUnavailable, merge
 from presence.store.plans import Plan
+from tests.store.test_cluster import _node_ids, _slot_owner, master_of
 from tools.redis_cluster import RedisCluster
 
 NOW = 1_800_000_000
@@ -88,31 +89,10 @@ def migrations(cluster: RedisCluster) -> Iterator[list[Migration]]:
         migration.abandon()
 
 
-def _node_ids(cluster: RedisCluster) -> dict[int, str]:
-    lines = cluster.cli("CLUSTER", "NODES", port=cluster.master_ports()[0]).splitlines()
-    return {int(line.split()[1].split("@")[0].rsplit(":", 1)[1]): line.split()[0] for line in lines}
-
-
-def _port_of(cluster: RedisCluster, key: str) -> int:
-    """The port of the master serving ``key``'s slot (CLUSTER SLOTS)."""
-    return _slot_owners(cluster)[key_slot(key.encode())]
-
-
-def _slot_owners(cluster: RedisCluster) -> dict[int, int]:
-    """Each slot's master's port, by CLUSTER SLOTS."""
-    with redis.Redis(port=cluster.master_ports()[0]) as client:
-        ranges = client.execute_command("CLUSTER SLOTS")
-    return {
-        slot: int(master[1])
-        for start, end, master, *_ in ranges
-        for slot in range(int(start), int(end) + 1)
-    }
-
-
 def _migrating(
     cluster: RedisCluster, migrations: list[Migration], key: str, target: int | None = None
 ) -> Migration:
-    source = _port_of(cluster, key)
+    source = master_of(cluster, key)
     if target is None:
         target = next(port for port in cluster.master_ports() if port != source)
     migration = Migration(cluster, key_slot(key.encode()), source, target)
@@ -125,7 +105,7 @@ def _users_elsewhere_on(
     cluster: RedisCluster, store: PresenceStore, port: int, slot: int
 ) -> list[int]:
     """Users of other shards than the migrating slot's, on the master at ``port``."""
-    owners = _slot_owners(cluster)
+    owners = _slot_owner(cluster)
     users = []
     for user in USERS:
         user_slot = key_slot(store.keys.seen_key(store.keys.bucket_of(user)).encode())
@@ -237,7 +217,7 @@ def test_a_touch_whose_seeded_marker_moved_first_writes_nothing_and_waits(
         keys.outbox_key(shard),
         keys.prior_key(bucket),
     ]
-    with redis.Redis(port=_port_of(cluster, declared[0])) as source:
+    with redis.Redis(port=master_of(cluster, declared[0])) as source:
         assert source.exists(*declared) == len(declared)
     marker = keys.seeded_key(shard)
     migration = _migrating(cluster, migrations, marker)
@@ -281,7 +261,7 @@ def test_a_seed_asked_to_the_target_before_its_marks_moved_writes_nothing_there(
     store.run(store.plans.schedule_expiry(chooser, NOW + 600))
     online, hidden_set, invisible = keys.ledger_keys(shard)
     moved = [online, hidden_set, invisible, keys.shard_expiring_key(shard)]
-    with redis.Redis(port=_port_of(cluster, invisible)) as source:
+    with redis.Redis(port=master_of(cluster, invisible)) as source:
         assert source.exists(*moved, f"{invisible}:touched") == len(moved) + 1
     migration = _migrating(cluster, migrations, invisible)
     others = _users_elsewhere_on(cluster, store, migration.target, migration.slot)
@@ -318,7 +298,7 @@ def _writes_a_choice_while_migrating(
     keys = store.keys
     shard = keys.shard_of_user(user)
     online, hidden, invisible = keys.ledger_keys(shard)
-    with redis.Redis(port=_port_of(cluster, invisible)) as source:
+    with redis.Redis(port=master_of(cluster, invisible)) as source:
         assert source.exists(online, hidden, invisible, keys.seeded_key(shard)) == 4
     migration = _migrating(cluster, migrations, invisible)  # begun, nothing moved yet
     others = _users_elsewhere_on(cluster, store, migration.source, migration.slot)
@@ -361,7 +341,7 @@ def test_a_shard_seeded_without_touched_kept_gets_it_from_its_next_choice(
     user, first = 7, 7 + store.conf.BUCKETS
     shard = _shard_with_its_sets(store, user)
     touched = store.keys.seed_keys(shard)[1]
-    with redis.Redis(port=_port_of(cluster, touched)) as master:
+    with redis.Redis(port=master_of(cluster, touched)) as master:
         master.delete(touched)
     store.run(store.plans.set_invisible(first, True))
 

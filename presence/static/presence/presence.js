@@ -515,11 +515,9 @@
       joinedRooms.clear(); // joined again on the next connection
       enteredRooms.clear();
       refusedRooms.clear();
-      roomRetries.forEach((retry) => clearTimeout(retry.timer));
-      roomRetries.clear();
+      clearRetries(roomRetries);
       // Counts waiting for their retry are watched at once on the next connection.
-      countRetries.forEach((retry) => clearTimeout(retry.timer));
-      countRetries.clear();
+      clearRetries(countRetries);
       roomAsks.clear(); // never answered now
       // Pages asked over this socket are never answered: resolved unmerged, as a page of a
       // replaced list is (the fresh room_state's "next" pages from its own list).
@@ -567,6 +565,24 @@
     const delay = Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (tries - 1));
     return delay / 2 + (Math.random() * delay) / 2;
   };
+
+  // A room's join or count answered "unavailable": asked again after the backoff of its tries
+  // (retries: room -> {tries, timer}); a later answer for it deletes its entry.
+  function retryLater(retries, room, again) {
+    const retry = retries.get(room) || { tries: 0, timer: null };
+    retry.tries += 1;
+    clearTimeout(retry.timer);
+    retry.timer = setTimeout(() => {
+      retry.timer = null;
+      again();
+    }, backoff(retry.tries));
+    retries.set(room, retry);
+  }
+
+  function clearRetries(retries) {
+    retries.forEach((retry) => clearTimeout(retry.timer));
+    retries.clear();
+  }
   const slowDown = (code) => code === CLOSE_RATE_LIMITED || code === CLOSE_TOO_SLOW;
 
   function retryDelay(code) {
@@ -1099,14 +1115,7 @@
     if (answers === "unwatch_room_count" || !countedRooms.has(room)) return true;
     countedRooms.delete(room);
     if (code === "unavailable" || code === "internal_error") {
-      const retry = countRetries.get(room) || { tries: 0, timer: null };
-      retry.tries += 1;
-      clearTimeout(retry.timer);
-      retry.timer = setTimeout(() => {
-        retry.timer = null;
-        watchRoomCounts();
-      }, backoff(retry.tries));
-      countRetries.set(room, retry);
+      retryLater(countRetries, room, watchRoomCounts);
     } else {
       refusedCounts.set(room, code);
       if (code === "forbidden" || code === "unknown_room") showRoomCount(room, null);
@@ -1295,16 +1304,11 @@
     if (!joinedRooms.has(room)) return; // left since
     if (code === "unavailable" || code === "internal_error") {
       if (!enteredRooms.has(room)) joinedRooms.delete(room);
-      const retry = roomRetries.get(room) || { tries: 0, timer: null };
-      retry.tries += 1;
-      clearTimeout(retry.timer);
-      retry.timer = setTimeout(() => {
-        retry.timer = null;
+      retryLater(roomRetries, room, () => {
         if (!isOpen() || !pageRooms().has(room)) return;
         if (joinedRooms.has(room)) sendJoin(room);
         else joinRooms();
-      }, backoff(retry.tries));
-      roomRetries.set(room, retry);
+      });
       return;
     }
     joinedRooms.delete(room);
